@@ -1,0 +1,3 @@
+from ampmigrate.cli import main
+
+main()

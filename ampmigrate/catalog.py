@@ -1,0 +1,147 @@
+"""Load the rule catalog (``rules/*.toml``) into typed records.
+
+Rename rules are pure data: the symbol table below is executed by :mod:`ampmigrate.renames`.
+Rules whose logic is code register a visitor class under their code in :data:`CODE_RULES`.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from typing import Literal
+
+Safety = Literal["safe", "unsafe"]
+DOCS_URL = "https://github.com/ampmigrate/ampmigrate/blob/main/docs/rules/{code}.md"
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """One deprecated name and how to call its replacement."""
+
+    code: str
+    old: str
+    new: str
+    kind: Literal["class", "function", "decorator"]
+    device: str
+    params: tuple[str, ...] = ()
+    keyword_only: tuple[str, ...] = ()
+    required: int = 0
+    positional: Literal["keep", "keywords"] = "keep"
+    prepend: tuple[str, ...] = ()
+    keywords: tuple[tuple[str, str], ...] = ()
+    defaults: tuple[tuple[str, str], ...] = ()
+    min_torch: str = "2.4"
+
+
+@dataclass(frozen=True)
+class Example:
+    before: str
+    after: str | None = None
+    unsafe: bool = False
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    summary: str
+    why: str
+    use_instead: str
+    fix_safety: str
+    valid: tuple[str, ...]
+    invalid: tuple[Example, ...]
+    symbols: tuple[Symbol, ...] = ()
+    triggers: tuple[str, ...] = ()
+    visitor: str = ""  # "module:Class" in ampmigrate.rules, for rules whose logic is code
+
+    @property
+    def url(self) -> str:
+        return DOCS_URL.format(code=self.code)
+
+    @property
+    def fix_kinds(self) -> str:
+        """What `ampmigrate rules` shows: which grades of fix the examples demonstrate."""
+        kinds = set()
+        for ex in self.invalid:
+            kinds.add("none" if ex.after is None else "unsafe" if ex.unsafe else "safe")
+        order = ["safe", "unsafe", "none"]
+        return "/".join(k for k in order if k in kinds)
+
+
+def _symbols(code: str, entries: list[dict]) -> tuple[Symbol, ...]:
+    out = []
+    for entry in entries:
+        for old in entry["old"]:
+            out.append(
+                Symbol(
+                    code=code,
+                    old=old,
+                    new=entry["new"],
+                    kind=entry["kind"],
+                    device=entry["device"],
+                    params=tuple(entry.get("params", ())),
+                    keyword_only=tuple(entry.get("keyword_only", ())),
+                    required=entry.get("required", 0),
+                    positional=entry.get("positional", "keep"),
+                    prepend=tuple(entry.get("prepend", ())),
+                    keywords=tuple(entry.get("keywords", {}).items()),
+                    defaults=tuple(entry.get("defaults", {}).items()),
+                    min_torch=entry.get("min_torch", "2.4"),
+                )
+            )
+    return tuple(out)
+
+
+def _load(text: str) -> Rule:
+    data = tomllib.loads(text)
+    code = data["code"]
+    examples = data.get("examples", {})
+    symbols = _symbols(code, data.get("symbols", []))
+    return Rule(
+        code=code,
+        name=data["name"],
+        summary=data["summary"],
+        why=data["why"].strip(),
+        use_instead=data["use_instead"].strip(),
+        fix_safety=data["fix_safety"].strip(),
+        valid=tuple(ex["code"].lstrip("\n") for ex in examples.get("valid", [])),
+        invalid=tuple(
+            Example(
+                before=ex["before"].lstrip("\n"),
+                after=ex["after"].lstrip("\n") if "after" in ex else None,
+                unsafe=ex.get("unsafe", False),
+            )
+            for ex in examples.get("invalid", [])
+        ),
+        symbols=symbols,
+        triggers=tuple(data.get("triggers", ())) + tuple(s.old for s in symbols),
+        visitor=data.get("visitor", ""),
+    )
+
+
+@functools.cache
+def all_rules() -> dict[str, Rule]:
+    """Every rule in the catalog, keyed and ordered by code."""
+    files = [f for f in resources.files("ampmigrate.rules").iterdir() if f.name.endswith(".toml")]
+    rules = [_load(f.read_text(encoding="utf-8")) for f in files]
+    return {r.code: r for r in sorted(rules, key=lambda r: r.code)}
+
+
+def select_rules(select: list[str] | None, ignore: list[str] | None) -> list[Rule]:
+    """Ruff-style selection: codes or code prefixes; ``ALL`` selects everything."""
+    rules = all_rules()
+    unknown = [
+        c
+        for c in (select or []) + (ignore or [])
+        if c != "ALL" and not any(code.startswith(c) for code in rules)
+    ]
+    if unknown:
+        raise ValueError(f"unknown rule selector: {', '.join(unknown)}")
+
+    def matches(code: str, selectors: list[str]) -> bool:
+        return any(s == "ALL" or code.startswith(s) for s in selectors)
+
+    chosen = [r for c, r in rules.items() if matches(c, select or ["ALL"])]
+    return [r for r in chosen if not matches(r.code, ignore or [])]
