@@ -264,7 +264,10 @@ class RenameVisitor(cst.CSTVisitor):
                 return updated.with_changes(func=self._new_expr(sym.new, torch_name), args=args)
 
             fix = self._fix(node, node.func, "safe" if exact else "unsafe", build, unconditional)
-            self._report(sym, node, "" if exact else "the dtype default may differ", fix)
+            notes = [] if exact else ["a `**` splat hides whether the old dtype default applies"]
+            if not unconditional:
+                notes.append("the name is also bound by a fallback, which the fix bypasses")
+            self._report(sym, node, "; ".join(notes), fix)
         except NoFix as reason:
             self._report(sym, node, f"no automatic fix: {reason}", None)
 
@@ -289,7 +292,13 @@ class RenameVisitor(cst.CSTVisitor):
             self._report(sym, ref, f"no automatic fix: {reason}", None)
 
     def _reference(self, node: cst.BaseExpression, sym: Symbol, unconditional: bool) -> None:
-        """A reference that is not called here."""
+        """A reference that is not called here.
+
+        A conditionally bound name (``except ImportError: GradScaler = None``) read as a value is
+        a feature check, not a use: it is left alone, and so is the import it reads.
+        """
+        if not unconditional and not (node in self._type_context or self._annotation_depth):
+            return
         try:
             if node in self._type_context or self._annotation_depth:
                 if sym.kind != "class":

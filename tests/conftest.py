@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampmigrate.catalog import all_rules
+from ampmigrate.engine import Settings, migrate_source
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+
+def fix_source(source: str | bytes, unsafe: bool = False, select: tuple[str, ...] = ()):
+    """(new source, remaining diagnostics, fixed diagnostics) through the real engine."""
+    rules = tuple(r for c, r in all_rules().items() if not select or c in select)
+    data = source.encode() if isinstance(source, str) else source
+    new, remaining, fixed = migrate_source(data, Settings(rules=rules, fix=True, unsafe_fixes=unsafe))
+    return (new.decode() if isinstance(source, str) else new), remaining, fixed
+
+
+def check_source(source: str):
+    rules = tuple(all_rules().values())
+    _, remaining, _ = migrate_source(source.encode(), Settings(rules=rules))
+    return remaining
+
+
+class CLI:
+    """Runs the installed console script the way a user or CI does."""
+
+    def __call__(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+        return subprocess.run(
+            [sys.executable, "-m", "ampmigrate", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+
+
+@pytest.fixture
+def cli() -> CLI:
+    return CLI()

@@ -1,0 +1,51 @@
+"""Every rule's own examples are its tests: VALID stays silent, INVALID is flagged and fixed."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampmigrate.catalog import all_rules
+from ampmigrate.prefilter import Prefilter
+from conftest import check_source, fix_source
+
+RULES = all_rules()
+VALID = [(code, i, src) for code, r in RULES.items() for i, src in enumerate(r.valid)]
+INVALID = [(code, i, ex) for code, r in RULES.items() for i, ex in enumerate(r.invalid)]
+
+
+def test_every_rule_has_examples_of_both_kinds():
+    for code, rule in RULES.items():
+        assert rule.valid, f"{code} has no VALID example"
+        assert rule.invalid, f"{code} has no INVALID example"
+
+
+@pytest.mark.parametrize(("code", "index", "source"), VALID, ids=[f"{c}-valid{i}" for c, i, _ in VALID])
+def test_valid_example_is_not_flagged(code, index, source):
+    assert [d for d in check_source(source) if d.code == code] == []
+
+
+@pytest.mark.parametrize(
+    ("code", "index", "example"), INVALID, ids=[f"{c}-invalid{i}" for c, i, _ in INVALID]
+)
+def test_invalid_example_is_flagged_and_fixed(code, index, example):
+    flagged = [d for d in check_source(example.before) if d.code == code]
+    assert flagged, "the example is not flagged"
+    assert Prefilter(RULES[code].triggers).may_match(example.before.encode())
+
+    safe_out, _, _ = fix_source(example.before, unsafe=False)
+    out, remaining, fixed = fix_source(example.before, unsafe=True)
+    if example.after is None:
+        assert out == example.before, "an example without `after` must get no fix"
+        assert all(d.fix is None for d in flagged)
+        return
+    assert out == example.after
+    if example.unsafe:
+        assert any(d.fix == "unsafe" for d in flagged)
+        assert safe_out != example.after, "an unsafe fix was applied without --unsafe-fixes"
+    else:
+        assert safe_out == example.after
+    assert not [d for d in remaining if d.code == code]
+    # idempotence: a second fix changes and reports nothing
+    again, remaining2, fixed2 = fix_source(out, unsafe=True)
+    assert again == out and not fixed2
+    assert not [d for d in remaining2 if d.code == code]
