@@ -74,7 +74,9 @@ def _inside(path: Path, root: Path) -> bool:
     return True
 
 
-def discover(paths: Iterable[str | os.PathLike], suffixes: tuple[str, ...] = SUFFIXES) -> list[Path]:
+def discover(
+    paths: Iterable[str | os.PathLike], suffixes: tuple[str, ...] = SUFFIXES
+) -> list[Path]:
     """Files to check, in a stable order, each once."""
     found: dict[Path, None] = {}
     for raw in paths:

@@ -1,31 +1,21 @@
-"""The path of one file: prefilter -> parse once -> rules -> fixes -> re-parse; and of many.
+"""The path of many files: read -> prefilter -> (in parallel) migrate -> results in order.
 
-Everything here is pure: it turns bytes into findings and new bytes. Writing and printing belong
-to the caller, so ``verify`` can migrate in memory with exactly the engine ``fix`` uses.
+libcst is imported only when some file passes the prefilter, so a clean tree is checked at the
+speed of reading it (what a pre-commit hook on unrelated files sees).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
-from libcst.metadata import MetadataWrapper, PositionProvider
-
 from ampmigrate import sourcefile
 from ampmigrate.catalog import Rule
-from ampmigrate.findings import Diagnostic, Finding, Fix
-from ampmigrate.noqa import Suppressions
+from ampmigrate.findings import Diagnostic, Fix
 from ampmigrate.prefilter import Prefilter
-from ampmigrate.renames import RenameVisitor
-
-MAX_FIX_PASSES = 10
 
 
 @dataclass(frozen=True)
@@ -53,160 +43,10 @@ class FileResult:
         return self.new_source is not None and self.new_source != self.original
 
 
-class FixError(Exception):
-    """A fix produced code that does not parse: a bug in a rule, never written to disk."""
-
-
-def _code_rule_visitor(rule: Rule, source: bytes) -> cst.CSTVisitor:
-    module_name, _, class_name = rule.visitor.partition(":")
-    module = importlib.import_module(f"ampmigrate.rules.{module_name}")
-    return getattr(module, class_name)(rule, source)
-
-
-def analyze(module: cst.Module, source: bytes, rules: Sequence[Rule]) -> list[Finding]:
-    """Every finding of the selected rules in ``module``; nodes belong to ``module``."""
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    visitors: list[cst.CSTVisitor] = []
-    symbols = [s for r in rules for s in r.symbols]
-    if symbols:
-        visitors.append(RenameVisitor(symbols, source))
-    visitors += [_code_rule_visitor(r, source) for r in rules if r.visitor]
-    findings: list[Finding] = []
-    for visitor in visitors:
-        wrapper.visit(visitor)
-        findings += visitor.findings
-    return findings
-
-
-class _ApplyFixes(cst.CSTTransformer):
-    def __init__(self, fixes: Sequence[Fix]) -> None:
-        super().__init__()
-        self._fixes = {f.target: f for f in fixes}
-
-    def on_leave(self, original_node, updated_node):
-        fix = self._fixes.get(original_node)
-        return fix.build(updated_node) if fix else updated_node
-
-
-def apply_fixes(module: cst.Module, fixes: Sequence[Fix]) -> cst.Module:
-    """Rewrite the nodes, then drop imports made unused and add the ones now needed."""
-    module = module.visit(_ApplyFixes(fixes))
-    context = CodemodContext()
-    removals = {edit for fix in fixes for edit in fix.remove_imports}
-    for edit in sorted(removals, key=repr):
-        RemoveImportsVisitor.remove_unused_import(context, edit.module, edit.obj, edit.asname)
-    for name in sorted({name for fix in fixes for name in fix.add_imports}):
-        AddImportsVisitor.add_needed_import(context, name)
-    if removals:
-        module = RemoveImportsVisitor(context).transform_module(module)
-    if any(fix.add_imports for fix in fixes):
-        module = AddImportsVisitor(context).transform_module(module)
-    return module
-
-
-class FileAnalysis:
-    """One parsed file and its findings, before suppression is applied."""
-
-    def __init__(self, source: bytes, rules: Sequence[Rule]) -> None:
-        self.module = cst.parse_module(source)
-        self.findings = analyze(self.module, source, rules)
-        self._suppressions = Suppressions(self.module.code) if self.findings else None
-        self._positions = (
-            MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
-            if self.findings
-            else {}
-        )
-
-    def active(self) -> list[tuple[Finding, Diagnostic]]:
-        """Unsuppressed findings with their reported form, in source order."""
-        out = []
-        for finding in self.findings:
-            where = self._positions[finding.node]
-            if self._suppressions.suppresses(where.start.line, finding.code):
-                continue
-            diagnostic = Diagnostic(
-                path="",
-                line=where.start.line,
-                col=where.start.column + 1,
-                end_line=where.end.line,
-                end_col=where.end.column + 1,
-                code=finding.code,
-                message=finding.message,
-                fix=finding.fix.safety if finding.fix else None,
-            )
-            out.append((finding, diagnostic))
-        out.sort(key=lambda pair: pair[1].sort_key)
-        return out
-
-
-def migrate_source(
-    source: bytes, settings: Settings
-) -> tuple[bytes, list[Diagnostic], list[Diagnostic]]:
-    """(new source, remaining diagnostics, fixed diagnostics) for one file's bytes.
-
-    Fixes are applied and the result re-parsed and re-analysed until nothing more applies,
-    so what is reported as remaining is exactly what a second run would report.
-    """
-    analysis = FileAnalysis(source, settings.rules)
-    fixed: list[Diagnostic] = []
-    for _ in range(MAX_FIX_PASSES):
-        active = analysis.active()
-        to_apply = [(f, d) for f, d in active if settings.applies(f.fix)]
-        if not settings.fix or not to_apply:
-            return source, [d for _, d in active], fixed
-        new_module = apply_fixes(analysis.module, [f.fix for f, _ in to_apply])
-        new_source = new_module.bytes
-        try:
-            analysis = FileAnalysis(new_source, settings.rules)
-        except cst.ParserSyntaxError as exc:
-            codes = ", ".join(sorted({f.code for f, _ in to_apply}))
-            raise FixError(f"fixes for {codes} produced code that does not parse ({exc})") from exc
-        fixed += [d for _, d in to_apply]
-        source = new_source
-    return source, [d for _, d in analysis.active()], fixed
-
-
-def _error_text(exc: BaseException) -> str:
-    if isinstance(exc, cst.ParserSyntaxError):
-        return f"syntax error at {exc.raw_line}:{exc.raw_column + 1}: {exc.message}"
-    if isinstance(exc, UnicodeDecodeError | SyntaxError):
-        return f"cannot decode: {exc}".splitlines()[0]
-    if isinstance(exc, OSError):
-        return exc.strerror or str(exc)
-    if isinstance(exc, RecursionError):
-        return "too deeply nested to parse"
-    return f"internal error ({type(exc).__name__}: {exc}); please report this file".splitlines()[0]
-
-
-def process(
-    path: str, source: bytes | None, settings: Settings, prefilter: Prefilter | None = None
-) -> FileResult:
-    """Run one file through the pipeline; never raises. Without ``prefilter`` the caller has
-    already decided the file is worth parsing."""
-    result = FileResult(path=path)
-    try:
-        if source is None:
-            source = sourcefile.read(Path(path))
-        result.original = source
-        if prefilter is not None and not prefilter.may_match(source):
-            return result
-        result.parsed = True
-        new_source, remaining, fixed = migrate_source(source, settings)
-    except Exception as exc:  # one bad file must not stop the run
-        result.error = _error_text(exc)
-        return result
-    result.new_source = new_source
-    result.diagnostics = [_at(d, path) for d in remaining]
-    result.fixed = [_at(d, path) for d in fixed]
-    return result
-
-
-def _at(diagnostic: Diagnostic, path: str) -> Diagnostic:
-    return Diagnostic(**{**diagnostic.__dict__, "path": path})
-
-
 def _process_batch(batch: list[tuple[str, bytes]], settings: Settings) -> list[FileResult]:
-    return [process(path, source, settings) for path, source in batch]
+    from ampmigrate.migrate import process_batch
+
+    return process_batch(batch, settings)
 
 
 def run(paths: Sequence[Path], settings: Settings, jobs: int | None = None) -> list[FileResult]:
@@ -219,7 +59,7 @@ def run(paths: Sequence[Path], settings: Settings, jobs: int | None = None) -> l
         try:
             source = sourcefile.read(path)
         except OSError as exc:
-            results[name] = FileResult(path=name, error=_error_text(exc))
+            results[name] = FileResult(path=name, error=exc.strerror or str(exc))
             continue
         if prefilter.may_match(source):
             candidates.append((name, source))
@@ -233,6 +73,6 @@ def run(paths: Sequence[Path], settings: Settings, jobs: int | None = None) -> l
             done = pool.map(_process_batch, batches, [settings] * len(batches))
             for batch in done:
                 results.update((r.path, r) for r in batch)
-    else:
+    elif candidates:
         results.update((r.path, r) for r in _process_batch(candidates, settings))
     return [results[str(p)] for p in paths]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import libcst as cst
+from typing import TYPE_CHECKING
 
 from ampmigrate.catalog import Safety
+
+if TYPE_CHECKING:  # libcst is imported only once a file passes the prefilter
+    import libcst as cst
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ class RenameVisitor(cst.CSTVisitor):
         scope: Scope | None = self.get_metadata(ScopeProvider, node, None)
         if scope is None:
             raise NoFix("cannot resolve the scope")
-        candidates = [module] + sorted(self._aliases)
+        candidates = [module, *sorted(self._aliases)]
         for name in candidates:
             qualified = scope.get_qualified_names_for(name)
             if qualified and {q.name for q in qualified} == {module}:
@@ -216,7 +216,9 @@ class RenameVisitor(cst.CSTVisitor):
             fresh.add(len(new))
             new.append(cst.Arg(value=self._new_expr(source, torch_name)))
         for i, arg in enumerate(positional):
-            new.append(arg if sym.positional == "keep" else _kw(sym.params[i], arg.value, arg.comma))
+            new.append(
+                arg if sym.positional == "keep" else _kw(sym.params[i], arg.value, arg.comma)
+            )
         for name, source in sym.keywords:
             if name not in given:
                 fresh.add(len(new))

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from ampmigrate.catalog import all_rules
-from ampmigrate.engine import Settings, migrate_source
+from ampmigrate.engine import Settings
+from ampmigrate.migrate import migrate_source
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -18,7 +19,9 @@ def fix_source(source: str | bytes, unsafe: bool = False, select: tuple[str, ...
     """(new source, remaining diagnostics, fixed diagnostics) through the real engine."""
     rules = tuple(r for c, r in all_rules().items() if not select or c in select)
     data = source.encode() if isinstance(source, str) else source
-    new, remaining, fixed = migrate_source(data, Settings(rules=rules, fix=True, unsafe_fixes=unsafe))
+    new, remaining, fixed = migrate_source(
+        data, Settings(rules=rules, fix=True, unsafe_fixes=unsafe)
+    )
     return (new.decode() if isinstance(source, str) else new), remaining, fixed
 
 

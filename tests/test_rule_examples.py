@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import check_source, fix_source
 
 from ampmigrate.catalog import all_rules
 from ampmigrate.prefilter import Prefilter
-from conftest import check_source, fix_source
 
 RULES = all_rules()
 VALID = [(code, i, src) for code, r in RULES.items() for i, src in enumerate(r.valid)]
@@ -19,7 +19,9 @@ def test_every_rule_has_examples_of_both_kinds():
         assert rule.invalid, f"{code} has no INVALID example"
 
 
-@pytest.mark.parametrize(("code", "index", "source"), VALID, ids=[f"{c}-valid{i}" for c, i, _ in VALID])
+@pytest.mark.parametrize(
+    ("code", "index", "source"), VALID, ids=[f"{c}-valid{i}" for c, i, _ in VALID]
+)
 def test_valid_example_is_not_flagged(code, index, source):
     assert [d for d in check_source(source) if d.code == code] == []
 
@@ -33,7 +35,7 @@ def test_invalid_example_is_flagged_and_fixed(code, index, example):
     assert Prefilter(RULES[code].triggers).may_match(example.before.encode())
 
     safe_out, _, _ = fix_source(example.before, unsafe=False)
-    out, remaining, fixed = fix_source(example.before, unsafe=True)
+    out, remaining, _fixed = fix_source(example.before, unsafe=True)
     if example.after is None:
         assert out == example.before, "an example without `after` must get no fix"
         assert all(d.fix is None for d in flagged)

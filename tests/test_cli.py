@@ -1,0 +1,247 @@
+"""The CLI contract CI and pre-commit rely on: output lines, exit codes, noqa, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+MIGRATED = 'import torch\n\nscaler = torch.amp.GradScaler("cuda")\n'
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_check_reports_path_line_col_code_and_exits_1(cli, tmp_path):
+    write(tmp_path / "a.py", DEPRECATED)
+    result = cli("check", "a.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        "a.py:3:10: AMP102 `torch.cuda.amp.GradScaler` is deprecated, use "
+        '`torch.amp.GradScaler("cuda", ...)`'
+    ]
+    assert "Found 1 finding (1 fixable" in result.stderr
+
+
+def test_clean_tree_exits_0(cli, tmp_path):
+    write(tmp_path / "a.py", MIGRATED)
+    result = cli("check", ".", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout == ""
+    assert "All checks passed" in result.stderr
+
+
+def test_no_files_exits_0_with_a_message(cli, tmp_path):
+    result = cli("check", str(tmp_path))
+    assert result.returncode == 0
+    assert "No Python files found" in result.stderr
+
+
+def test_exit_zero(cli, tmp_path):
+    write(tmp_path / "a.py", DEPRECATED)
+    assert cli("check", "--exit-zero", "a.py", cwd=tmp_path).returncode == 0
+
+
+def test_fix_rewrites_and_exits_0_when_nothing_remains(cli, tmp_path):
+    path = write(tmp_path / "a.py", DEPRECATED)
+    result = cli("fix", "a.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert path.read_text() == MIGRATED
+    assert "Fixed 1 finding in 1 file, 0 remaining" in result.stderr
+    again = cli("fix", "a.py", cwd=tmp_path)
+    assert again.returncode == 0 and "Fixed 0 findings" in again.stderr
+
+
+def test_fix_exits_1_when_findings_remain(cli, tmp_path):
+    path = write(tmp_path / "a.py", DEPRECATED + "ctx = torch.cuda.amp.autocast(*args)\n")
+    result = cli("fix", "a.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert 'torch.amp.GradScaler("cuda")' in path.read_text()
+    assert result.stdout.startswith("a.py:4:7: AMP101")
+
+
+def test_fix_diff_prints_a_diff_and_writes_nothing(cli, tmp_path):
+    path = write(tmp_path / "a.py", DEPRECATED)
+    result = cli("fix", "--diff", "a.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert path.read_text() == DEPRECATED
+    assert "--- a/a.py\n+++ b/a.py\n" in result.stdout
+    assert '-scaler = torch.cuda.amp.GradScaler()\n+scaler = torch.amp.GradScaler("cuda")\n' in (
+        result.stdout
+    )
+    assert "Would fix 1 finding" in result.stderr
+    assert cli("fix", "--diff", "a.py", cwd=tmp_path).stdout == result.stdout
+
+
+def test_fix_diff_on_clean_file_exits_0(cli, tmp_path):
+    write(tmp_path / "a.py", MIGRATED)
+    result = cli("fix", "--diff", "a.py", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout == ""
+
+
+def test_unsafe_fixes_are_applied_only_on_request(cli, tmp_path):
+    path = write(tmp_path / "a.py", "import torch\n\nS = torch.cuda.amp.GradScaler\n")
+    result = cli("fix", "a.py", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "1 fixable with `--unsafe-fixes`" in result.stderr
+    assert "torch.cuda.amp" in path.read_text()
+    assert cli("fix", "--unsafe-fixes", "a.py", cwd=tmp_path).returncode == 0
+    assert "functools.partial(torch.amp.GradScaler" in path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("comment", "suppressed"),
+    [("# noqa", True), ("# noqa: AMP102", True), ("#noqa:AMP101,AMP102", True),
+     ("# NOQA: amp102", True), ("# noqa: AMP101", False)],
+)  # fmt: skip
+def test_noqa_suppresses_in_check_and_fix(cli, tmp_path, comment, suppressed):
+    source = f"import torch\n\nscaler = torch.cuda.amp.GradScaler()  {comment}\n"
+    path = write(tmp_path / "a.py", source)
+    checked = cli("check", "a.py", cwd=tmp_path)
+    assert checked.returncode == (0 if suppressed else 1)
+    fixed = cli("fix", "a.py", cwd=tmp_path)
+    assert fixed.returncode == 0
+    assert (path.read_text() == source) is suppressed
+
+
+def test_select_and_ignore(cli, tmp_path):
+    write(tmp_path / "a.py", DEPRECATED + "torch.get_autocast_gpu_dtype()\n")
+    assert cli("check", "--select", "AMP104", "a.py", cwd=tmp_path).stdout.count("AMP") == 1
+    assert cli("check", "--ignore", "AMP102", "a.py", cwd=tmp_path).stdout.count("AMP104") == 1
+    assert cli("check", "--select", "AMP1", "a.py", cwd=tmp_path).stdout.count("AMP") == 2
+    assert cli("check", "--ignore", "AMP1", "a.py", cwd=tmp_path).returncode == 0
+    bad = cli("check", "--select", "XYZ9", "a.py", cwd=tmp_path)
+    assert bad.returncode == 2 and "unknown rule selector: XYZ9" in bad.stderr
+
+
+def test_unparsable_file_is_reported_untouched_and_others_still_fixed(cli, tmp_path):
+    broken = b"import torch\nscaler = torch.cuda.amp.GradScaler(\n"
+    bad = write(tmp_path / "bad.py", broken)
+    good = write(tmp_path / "good.py", DEPRECATED)
+    result = cli("fix", ".", cwd=tmp_path)
+    assert result.returncode == 2
+    assert bad.read_bytes() == broken
+    assert good.read_text() == MIGRATED
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert errors == [errors[0]] and errors[0].startswith("bad.py: error: syntax error")
+
+
+def test_undecodable_file_is_one_error_line(cli, tmp_path):
+    write(tmp_path / "latin.py", b"x = '\xe9'  # torch.cuda.amp.GradScaler\n")
+    result = cli("check", "latin.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0].startswith("latin.py: error: cannot decode")
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_file_is_an_error_not_a_traceback(cli, tmp_path):
+    result = cli("check", "gone.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "gone.py: error: No such file or directory" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can read any file")
+def test_unreadable_file(cli, tmp_path):
+    path = write(tmp_path / "a.py", DEPRECATED)
+    path.chmod(0)
+    result = cli("check", "a.py", cwd=tmp_path)
+    assert result.returncode == 2 and "a.py: error: Permission denied" in result.stderr
+
+
+def test_encodings_and_line_endings_survive(cli, tmp_path):
+    for name in ("crlf", "bom", "latin1_cookie"):
+        path = write(tmp_path / f"{name}.py", (FIXTURES / "migrate" / f"{name}.py").read_bytes())
+        assert cli("fix", path.name, cwd=tmp_path).returncode == 0
+        assert path.read_bytes() == (FIXTURES / "migrate" / f"{name}.fixed.py").read_bytes()
+
+
+def test_fix_keeps_file_mode(cli, tmp_path):
+    path = write(tmp_path / "a.py", DEPRECATED)
+    path.chmod(0o754)
+    cli("fix", "a.py", cwd=tmp_path)
+    assert path.stat().st_mode & 0o777 == 0o754
+    assert [p.name for p in tmp_path.iterdir()] == ["a.py"]  # no temp file left behind
+
+
+def test_parallel_output_is_deterministic(cli, tmp_path):
+    for i in range(12):
+        write(tmp_path / f"pkg{i % 3}" / f"m{i}.py", DEPRECATED * (i % 4 + 1))
+    one = cli("check", "--jobs", "1", ".", cwd=tmp_path)
+    two = cli("check", "--jobs", "2", ".", cwd=tmp_path)
+    assert one.stdout == two.stdout and one.stdout.count("AMP102") == 30
+    lines = one.stdout.splitlines()
+    assert lines == sorted(lines, key=lambda s: (s.split(":")[0], int(s.split(":")[1])))
+
+
+def test_json_output(cli, tmp_path):
+    write(tmp_path / "a.py", DEPRECATED)
+    result = cli("check", "--output-format", "json", "a.py", cwd=tmp_path)
+    [item] = json.loads(result.stdout)
+    assert item["code"] == "AMP102" and item["filename"] == "a.py"
+    assert item["location"] == {"row": 3, "column": 10}
+    assert item["end_location"] == {"row": 3, "column": 37}
+    assert item["fix"] == {"applicability": "safe"}
+    assert item["url"].endswith("/docs/rules/AMP102.md")
+
+
+def test_github_output(cli, tmp_path):
+    write(tmp_path / "a.py", DEPRECATED)
+    result = cli("check", "--output-format", "github", "a.py", cwd=tmp_path)
+    assert result.stdout.startswith(
+        "::error title=ampmigrate (AMP102),file=a.py,line=3,col=10,endLine=3,endColumn=37::AMP102 "
+    )
+
+
+def test_sarif_output(cli, tmp_path):
+    write(tmp_path / "a.py", DEPRECATED)
+    log = json.loads(cli("check", "--output-format", "sarif", "a.py", cwd=tmp_path).stdout)
+    assert log["version"] == "2.1.0"
+    run = log["runs"][0]
+    rules = run["tool"]["driver"]["rules"]
+    [result] = run["results"]
+    assert rules[result["ruleIndex"]]["id"] == result["ruleId"] == "AMP102"
+    assert all(r["helpUri"] and r["help"]["text"] for r in rules)
+    region = result["locations"][0]["physicalLocation"]["region"]
+    assert region == {"startLine": 3, "startColumn": 10, "endLine": 3, "endColumn": 37}
+
+
+def test_statistics(cli, tmp_path):
+    write(tmp_path / "a.py", DEPRECATED * 2 + "torch.get_autocast_gpu_dtype()\n")
+    result = cli("check", "--statistics", "a.py", cwd=tmp_path)
+    assert result.stdout.split() == [
+        "2", "AMP102", "deprecated-device-grad-scaler",
+        "1", "AMP104", "deprecated-autocast-state-function",
+    ]  # fmt: skip
+
+
+def test_rules_and_explain(cli):
+    listed = cli("rules").stdout
+    for code in ("AMP101", "AMP102", "AMP103", "AMP104"):
+        assert code in listed
+    page = cli("explain", "amp101").stdout
+    for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead",
+                    "## Fix safety"):  # fmt: skip
+        assert heading in page
+    unknown = cli("explain", "AMP999")
+    assert unknown.returncode == 2 and "unknown rule code" in unknown.stderr
+
+
+def test_demo_project(cli):
+    project = FIXTURES / "example_project"
+    checked = cli("check", str(project))
+    assert checked.returncode == 1
+    codes = [line.split()[1] for line in checked.stdout.splitlines()]
+    assert sorted(set(codes)) == ["AMP101", "AMP102", "AMP103"]
+    diff = cli("fix", "--diff", str(project))
+    assert diff.returncode == 1 and diff.stdout.count("+++ b/") == 3
