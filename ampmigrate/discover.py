@@ -50,7 +50,14 @@ def _git_files(directory: Path) -> list[Path] | None:
     if result.returncode != 0:
         return None
     names = [n for n in result.stdout.decode("utf-8", "surrogateescape").split("\0") if n]
+    if not names and _ignored_by_git(directory):
+        return None  # an ignored directory given explicitly is walked, like ripgrep does
     return [directory / n for n in dict.fromkeys(names)]
+
+
+def _ignored_by_git(directory: Path) -> bool:
+    check = subprocess.run(["git", "check-ignore", "-q", "."], cwd=directory, check=False)
+    return check.returncode == 0
 
 
 def _walk(directory: Path) -> Iterable[Path]:

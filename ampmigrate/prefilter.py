@@ -3,8 +3,8 @@
 A reference to ``torch.cuda.amp.autocast`` has to spell every segment of that name somewhere in
 the file, whatever the import form (``import torch as th`` + ``th.cuda.amp.autocast``,
 ``from torch.cuda import amp``, ``from torch.cuda.amp import autocast as ac``). So a file can only
-hold a finding if it contains the rare last segment of a trigger name as a word *and* every other
-segment as text. One regex pass finds the last segments; the rest are substring tests.
+hold a finding if it contains every segment of a trigger name as a word. One regex pass finds the
+rare last segments; only then are the other segments looked for.
 """
 
 from __future__ import annotations
@@ -13,12 +13,16 @@ import re
 from collections.abc import Iterable
 
 
+def _word(segment: bytes) -> re.Pattern[bytes]:
+    return re.compile(rb"\b" + re.escape(segment) + rb"\b")
+
+
 class Prefilter:
     def __init__(self, triggers: Iterable[str]) -> None:
-        self._rest: dict[bytes, list[tuple[bytes, ...]]] = {}
+        self._rest: dict[bytes, list[tuple[re.Pattern[bytes], ...]]] = {}
         for name in triggers:
             *head, last = name.encode().split(b".")
-            self._rest.setdefault(last, []).append(tuple(head))
+            self._rest.setdefault(last, []).append(tuple(_word(seg) for seg in head))
         words = b"|".join(re.escape(w) for w in sorted(self._rest, key=len, reverse=True))
         self._regex = re.compile(rb"\b(?:" + words + rb")\b") if words else None
 
@@ -26,6 +30,6 @@ class Prefilter:
         if self._regex is None:
             return False
         for last in {m.group() for m in self._regex.finditer(data)}:
-            if any(all(seg in data for seg in head) for head in self._rest[last]):
+            if any(all(w.search(data) for w in head) for head in self._rest[last]):
                 return True
         return False

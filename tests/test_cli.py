@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from conftest import FIXTURES
 
 DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
 from conftest import FIXTURES
 
 pytest.importorskip("torch")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from conftest import FIXTURES, fix_source
 
 PAIRS = sorted(p for p in (FIXTURES / "migrate").glob("*.py") if not p.name.endswith(".fixed.py"))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import check_source, fix_source
 
 from ampmigrate.catalog import all_rules
 from ampmigrate.prefilter import Prefilter
+
+from conftest import check_source, fix_source
 
 RULES = all_rules()
 VALID = [(code, i, src) for code, r in RULES.items() for i, src in enumerate(r.valid)]

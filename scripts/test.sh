@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Install everything into .venv (torch 2.13.0 CPU first, so no CUDA build is pulled) and run
+# the whole test suite: lint/format checks, rule examples, fixtures, CLI, execution, verify.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,verify]'
+.venv/bin/python -m pytest "$@"

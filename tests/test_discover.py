@@ -1,0 +1,77 @@
+"""Which files a directory argument expands to."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from ampmigrate.discover import discover
+
+
+def touch(path: Path, text: str = "x = 1\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def names(paths, root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in paths)
+
+
+def test_walk_skips_venvs_caches_and_non_python(tmp_path):
+    touch(tmp_path / "a.py")
+    touch(tmp_path / "pkg" / "b.py")
+    touch(tmp_path / "notes.txt")
+    touch(tmp_path / ".venv" / "lib" / "c.py")
+    touch(tmp_path / "env" / "pyvenv.cfg", "home = /usr\n")
+    touch(tmp_path / "env" / "lib" / "d.py")
+    touch(tmp_path / "node_modules" / "e.py")
+    touch(tmp_path / "__pycache__" / "f.py")
+    assert names(discover([tmp_path]), tmp_path) == ["a.py", "pkg/b.py"]
+
+
+def test_git_ignored_files_are_skipped(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    touch(tmp_path / ".gitignore", "generated/\nscratch_*.py\n")
+    touch(tmp_path / "kept.py")
+    touch(tmp_path / "scratch_1.py")
+    touch(tmp_path / "generated" / "g.py")
+    touch(tmp_path / "sub" / "tracked.py")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "sub/tracked.py"], check=True)
+    assert names(discover([tmp_path]), tmp_path) == ["kept.py", "sub/tracked.py"]
+    assert names(discover([tmp_path / "sub"]), tmp_path) == ["sub/tracked.py"]
+
+
+def test_explicit_files_are_always_checked(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    touch(tmp_path / ".gitignore", "ignored.py\n")
+    ignored = touch(tmp_path / "ignored.py")
+    script = touch(tmp_path / "tool")  # no suffix
+    assert discover([ignored, script]) == [ignored, script]
+
+
+def test_each_file_once_in_stable_order(tmp_path):
+    a = touch(tmp_path / "a.py")
+    touch(tmp_path / "b.py")
+    found = discover([tmp_path, a, tmp_path])
+    assert names(found, tmp_path) == ["a.py", "b.py"]
+    assert discover([tmp_path]) == discover([tmp_path])
+
+
+def test_symlinks_leaving_the_root_are_not_followed(tmp_path):
+    outside = touch(tmp_path / "outside" / "secret.py")
+    root = tmp_path / "root"
+    touch(root / "a.py")
+    os.symlink(outside, root / "link.py")
+    os.symlink(outside.parent, root / "linkdir")
+    os.symlink(root / "loop", root / "loop")  # a symlink loop
+    assert names(discover([root]), root) == ["a.py"]
+
+
+def test_an_ignored_directory_given_explicitly_is_walked(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    touch(tmp_path / ".gitignore", "vendor/\n")
+    touch(tmp_path / "vendor" / "lib" / "v.py")
+    assert names(discover([tmp_path]), tmp_path) == []
+    assert names(discover([tmp_path / "vendor"]), tmp_path) == ["vendor/lib/v.py"]
