@@ -59,15 +59,19 @@ class _ApplyFixes(cst.CSTTransformer):
         return fix.build(updated_node) if fix else updated_node
 
 
-def apply_fixes(module: cst.Module, fixes: Sequence[Fix]) -> cst.Module:
-    """Rewrite the nodes, then drop imports made unused and add the ones now needed."""
+def apply_fixes(module: cst.Module, fixes: Sequence[Fix], keep_imports: bool = False) -> cst.Module:
+    """Rewrite the nodes, then drop imports made unused and add the ones now needed.
+
+    ``keep_imports`` is for a package's ``__init__.py``, whose imports are its public API:
+    other modules may import the name from it, so it stays even when unused here.
+    """
     # libcst.codemod costs ~0.5 s to import; only runs that fix something pay for it.
     from libcst.codemod import CodemodContext
     from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
     module = module.visit(_ApplyFixes(fixes))
     context = CodemodContext()
-    removals = {edit for fix in fixes for edit in fix.remove_imports}
+    removals = set() if keep_imports else {e for fix in fixes for e in fix.remove_imports}
     for edit in sorted(removals, key=repr):
         RemoveImportsVisitor.remove_unused_import(context, edit.module, edit.obj, edit.asname)
     for name in sorted({name for fix in fixes for name in fix.add_imports}):
@@ -115,7 +119,7 @@ class FileAnalysis:
 
 
 def migrate_source(
-    source: bytes, settings: Settings
+    source: bytes, settings: Settings, path: str = ""
 ) -> tuple[bytes, list[Diagnostic], list[Diagnostic]]:
     """(new source, remaining diagnostics, fixed diagnostics) for one file's bytes.
 
@@ -129,7 +133,8 @@ def migrate_source(
         to_apply = [(f, d) for f, d in active if settings.applies(f.fix)]
         if not settings.fix or not to_apply:
             return source, [d for _, d in active], fixed
-        new_module = apply_fixes(analysis.module, [f.fix for f, _ in to_apply])
+        keep_imports = Path(path).name == "__init__.py"
+        new_module = apply_fixes(analysis.module, [f.fix for f, _ in to_apply], keep_imports)
         new_source = new_module.bytes
         try:
             analysis = FileAnalysis(new_source, settings.rules)
@@ -166,7 +171,7 @@ def process(
         if prefilter is not None and not prefilter.may_match(source):
             return result
         result.parsed = True
-        new_source, remaining, fixed = migrate_source(source, settings)
+        new_source, remaining, fixed = migrate_source(source, settings, path)
     except Exception as exc:  # one bad file must not stop the run
         result.error = _error_text(exc)
         return result

@@ -246,3 +246,13 @@ def test_demo_project(cli):
     assert sorted(set(codes)) == ["AMP101", "AMP102", "AMP103"]
     diff = cli("fix", "--diff", str(project))
     assert diff.returncode == 1 and diff.stdout.count("+++ b/") == 3
+
+
+def test_package_init_keeps_its_imports_as_public_api(cli, tmp_path):
+    source = "from torch.cuda.amp import GradScaler\n\nscaler = GradScaler()\n"
+    init = write(tmp_path / "pkg" / "__init__.py", source)
+    module = write(tmp_path / "pkg" / "mod.py", source)
+    assert cli("fix", ".", cwd=tmp_path).returncode == 0
+    assert init.read_text().startswith("from torch.cuda.amp import GradScaler\n")
+    assert "from torch.cuda.amp" not in module.read_text()
+    assert 'scaler = torch.amp.GradScaler("cuda")' in init.read_text()
