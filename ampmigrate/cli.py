@@ -189,3 +189,95 @@ def explain(code: str) -> None:
     if rule is None:
         raise click.UsageError(f"unknown rule code: {code}")
     click.echo(render(rule), nl=False)
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("script", type=click.Path(path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--device", type=click.Choice(["cpu", "cuda"]), help="cpu hides GPUs; cuda needs one."
+)
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--exact", is_flag=True, help="Compare bit-for-bit (default when all fixes are safe)."
+)
+@click.option(
+    "--rtol", type=float, help=f"Relative loss tolerance (default {1e-3:g} when not exact)."
+)
+@click.option(
+    "--atol", type=float, help=f"Absolute loss tolerance (default {1e-5:g} when not exact)."
+)
+@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds per side.")
+@click.option("--migrated", type=click.Path(path_type=Path), help="Compare against this file.")
+@click.option("--report", type=click.Path(path_type=Path), help="Write traces, summary, plot.")
+@click.option("--unsafe-fixes", is_flag=True, help="Migrate with unsafe fixes too.")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), help="Run each side under torchrun.")
+def verify(
+    script, script_args, steps, seed, device, threads, exact, rtol, atol, timeout, migrated,
+    report, unsafe_fixes, nproc_per_node,
+) -> None:  # fmt: skip
+    """Run SCRIPT and its migrated version; compare per-step loss and GradScaler state.
+
+    Arguments after `--` are passed to SCRIPT. Exit 0: same training; 1: they diverge; 2: error.
+    """
+    from ampmigrate.harness import compare as cmp
+    from ampmigrate.harness import report as reporting
+    from ampmigrate.harness.verify import Options, VerifyError
+    from ampmigrate.harness.verify import verify as run_verify
+
+    if exact and (rtol is not None or atol is not None):
+        raise click.UsageError("--exact and --rtol/--atol exclude each other")
+    tolerance = None
+    if exact:
+        tolerance = cmp.Tolerance(True)
+    elif rtol is not None or atol is not None:
+        tolerance = cmp.Tolerance(False, rtol or 0.0, atol or 0.0)
+    options = Options(
+        steps=steps, seed=seed, device=device, threads=threads, timeout=timeout,
+        nproc_per_node=nproc_per_node or 0, unsafe_fixes=unsafe_fixes,
+    )  # fmt: skip
+    try:
+        outcome = run_verify(script, list(script_args), options, tolerance, migrated)
+    except VerifyError as exc:
+        click.echo(f"ampmigrate verify: error: {exc}", err=True)
+        if exc.detail:
+            click.echo(f"script's stderr (last lines):\n{exc.detail}", err=True)
+        sys.exit(EXIT_ERROR)
+    if outcome.migration is not None:
+        m = outcome.migration
+        fixes = ", ".join(f"{code}: {n}" for code, n in sorted(m.fixed.items())) or "none"
+        grade = "all safe" if m.all_safe else "some unsafe"
+        click.echo(f"migration: {sum(m.fixed.values())} fixes ({fixes}), {grade}")
+    for rank, comparison in enumerate(outcome.comparisons):
+        if len(outcome.comparisons) > 1:
+            click.echo(f"\nrank {rank}:")
+        a, b = outcome.original.traces[rank], (outcome.migrated.traces or [{"steps": []}])[rank]
+        click.echo(cmp.table(a, b, comparison))
+        click.echo(_verdict(comparison))
+    for note in outcome.notes:
+        click.echo(f"note: {note}")
+    if not outcome.match and outcome.migrated.stderr.strip():
+        click.echo(
+            "migrated script's stderr (last lines):\n" + outcome.migrated.stderr_tail(), err=True
+        )
+    if report:
+        for path in reporting.write(outcome, report):
+            click.echo(f"wrote {path}", err=True)
+    sys.exit(EXIT_OK if outcome.match else EXIT_FINDINGS)
+
+
+def _verdict(comparison) -> str:
+    tol = comparison.tolerance.describe()
+    if comparison.match:
+        return (
+            f"MATCH: {comparison.steps_compared} steps compared, {tol}; "
+            f"max |diff| {comparison.max_abs:.3g}, final parameters and scaler state agree"
+        )
+    d = comparison.divergence
+    return (
+        f"MISMATCH at step {d.step} ({d.field}): original {d.original!r}, migrated {d.migrated!r}; "
+        f"{comparison.steps_compared} steps compared, {tol}; "
+        f"max |diff| {comparison.max_abs:.3g}, max rel {comparison.max_rel:.3g}"
+    )

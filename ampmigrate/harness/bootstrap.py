@@ -1,0 +1,222 @@
+"""Run a training script under instrumentation; executed as a file in a fresh interpreter.
+
+    python bootstrap.py SCRIPT [ARGS...]    (settings come from AMPMIGRATE_* variables)
+
+It seeds python/numpy/torch, pins the thread count, asks for deterministic algorithms, then runs
+SCRIPT as ``__main__`` (``sys.argv[0]`` and ``sys.path[0]`` as if run directly). Hooks on
+``GradScaler.scale/update``, ``Optimizer.step`` and ``autocast.__enter__`` record, per optimizer
+step: the loss(es), the scale, the growth tracker and whether the step was skipped. After
+AMPMIGRATE_STEPS steps it writes the trace (with a parameter checksum and the scaler's final
+state_dict) and exits at once, so the rest of the script never runs.
+
+Standalone on purpose: it imports nothing from ampmigrate, which may not be importable here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import random
+import runpy
+import sys
+import time
+
+STEPS = int(os.environ.get("AMPMIGRATE_STEPS", "0")) or None
+SEED = int(os.environ.get("AMPMIGRATE_SEED", "0"))
+THREADS = int(os.environ.get("AMPMIGRATE_THREADS", "1"))
+TRACE = os.environ["AMPMIGRATE_TRACE"].replace("{rank}", os.environ.get("RANK", "0"))
+TRACING = os.environ.get("AMPMIGRATE_TRACING", "1") == "1"
+
+
+class Recorder:
+    def __init__(self, torch) -> None:
+        self.torch = torch
+        self.steps: list[dict] = []
+        self.losses: list = []  # this step's losses, kept as tensors (no device sync per step)
+        self.scaler = None
+        self.scaled = False  # a GradScaler scaled a loss since the last step boundary
+        self.optimizer_stepped = False
+        self.optimizers: list = []
+        self.autocast: dict[str, dict[str, int]] = {}
+        self.step_times: list[float] = []
+        self._last_boundary = time.perf_counter()
+        self.finished = False
+
+    def loss(self, value) -> None:
+        if isinstance(value, self.torch.Tensor) and value.numel() == 1:
+            self.losses.append(value.detach().clone())
+
+    def _append_step(self, scaler, skipped) -> None:
+        record = {"step": len(self.steps), "losses": self.losses, "skipped": skipped}
+        enabled = scaler is not None and scaler.is_enabled()
+        record["scale"] = float(scaler.get_scale()) if enabled else None
+        record["growth_tracker"] = int(scaler._get_growth_tracker()) if enabled else None
+        self.steps.append(record)
+        self.losses, self.scaled, self.optimizer_stepped = [], False, False
+        now = time.perf_counter()
+        self.step_times.append(now - self._last_boundary)
+        self._last_boundary = now
+
+    def close_step(self, scaler=None, skipped=None) -> None:
+        self._append_step(scaler, skipped)
+        if STEPS is not None and len(self.steps) >= STEPS:
+            self.finish()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+    def checksum(self) -> tuple[str | None, list[float]]:
+        digest = hashlib.sha256()
+        norms = []
+        seen = set()
+        for optimizer in self.optimizers:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if id(p) in seen:
+                        continue
+                    seen.add(id(p))
+                    data = p.detach().cpu().contiguous()
+                    digest.update(str(tuple(data.shape)).encode())
+                    digest.update(data.view(-1).view(self.torch.uint8).numpy().tobytes())
+                    norms.append(float(data.double().norm()))
+        return (digest.hexdigest() if seen else None), norms
+
+    def finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        if self.optimizer_stepped:  # the last step's update() never came
+            self._append_step(self.scaler, None)
+        for record in self.steps:
+            record["losses"] = [float(t.float().item()) for t in record["losses"]]
+            record["losses_hex"] = [v.hex() for v in record["losses"]]
+        try:
+            checksum, norms = self.checksum()
+        except Exception as exc:  # e.g. numpy missing: keep the trace, say why
+            checksum, norms = f"unavailable: {exc}", []
+        scaler_state = scaler = None
+        if self.scaler is not None:
+            scaler = {"device": str(self.scaler._device), "enabled": self.scaler.is_enabled()}
+            scaler_state = self.scaler.state_dict() if self.scaler.is_enabled() else None
+        trace = {
+            "scaler": scaler,
+            "steps": self.steps,
+            "param_checksum": checksum,
+            "param_norms": norms,
+            "scaler_state": scaler_state,
+            "autocast": self.autocast,
+            "step_times": self.step_times,
+            "environment": environment(self.torch),
+        }
+        with open(TRACE, "w", encoding="utf-8") as f:
+            json.dump(trace, f)
+
+
+def environment(torch) -> dict:
+    cuda = torch.cuda.is_available()
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda_available": cuda,
+        "device_name": torch.cuda.get_device_name(0) if cuda else None,
+        "threads": torch.get_num_threads(),
+        "seed": SEED,
+        "rank": int(os.environ.get("RANK", "0")),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+    }
+
+
+def install(torch) -> Recorder:
+    rec = Recorder(torch)
+    from torch.amp import GradScaler, autocast
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    original_scale, original_update = GradScaler.scale, GradScaler.update
+    original_enter = autocast.__enter__
+
+    def scale(self, outputs):
+        if rec.optimizer_stepped:  # a step whose update() was dropped ends here
+            rec.close_step(rec.scaler)
+        rec.scaler, rec.scaled = self, True
+        rec.loss(outputs)
+        return original_scale(self, outputs)
+
+    def update(self, new_scale=None):
+        states = getattr(self, "_per_optimizer_states", {}) or {}
+        found = [
+            v for state in states.values() for v in state.get("found_inf_per_device", {}).values()
+        ]
+        skipped = bool(sum(float(v.item()) for v in found)) if found else None
+        result = original_update(self, new_scale)
+        rec.scaler = self
+        rec.close_step(self, skipped)
+        return result
+
+    def step_hook(optimizer, args, kwargs):
+        if optimizer not in rec.optimizers:
+            rec.optimizers.append(optimizer)
+        if rec.scaled:
+            rec.optimizer_stepped = True  # the scaler's update() closes this step
+        else:
+            rec.close_step(None, False)
+
+    def enter(self):
+        result = original_enter(self)
+        counts = rec.autocast.setdefault(str(self.device), {"entered": 0, "enabled": 0})
+        counts["entered"] += 1
+        counts["enabled"] += bool(self._enabled)
+        counts.setdefault("dtypes", [])
+        dtype = str(self.fast_dtype).replace("torch.", "")
+        if self._enabled and dtype not in counts["dtypes"]:
+            counts["dtypes"].append(dtype)
+        return result
+
+    def backward_loss(tensor, *args, **kwargs):
+        if not rec.scaled:
+            rec.loss(tensor)
+        return original_backward(tensor, *args, **kwargs)
+
+    original_backward = torch.Tensor.backward
+    GradScaler.scale, GradScaler.update, autocast.__enter__ = scale, update, enter
+    torch.Tensor.backward = backward_loss
+    register_optimizer_step_post_hook(step_hook)
+    return rec
+
+
+def seed_everything(torch) -> None:
+    random.seed(SEED)
+    try:
+        import numpy
+
+        numpy.random.seed(SEED)
+    except ImportError:
+        pass
+    torch.manual_seed(SEED)
+    torch.set_num_threads(THREADS)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    if torch.backends.cudnn.is_available():
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+
+
+def main() -> None:
+    script, args = sys.argv[1], sys.argv[2:]
+    import torch
+
+    if os.environ.get("AMPMIGRATE_REQUIRE_CUDA") == "1" and not torch.cuda.is_available():
+        print("ampmigrate: --device cuda, but torch sees no CUDA device", file=sys.stderr)
+        sys.exit(3)
+
+    seed_everything(torch)
+    recorder = install(torch) if TRACING else None
+    if recorder is not None:
+        atexit.register(recorder.finish)
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""What ``verify --report DIR`` leaves behind: both traces, a summary and a plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ampmigrate.harness.verify import Outcome
+
+
+def summary(outcome: Outcome) -> dict:
+    trace = outcome.original.traces[0] if outcome.original.traces else {}
+    return {
+        "verdict": "match" if outcome.match else "mismatch",
+        "comparisons": [c.to_dict() for c in outcome.comparisons],
+        "notes": outcome.notes,
+        "migration": None
+        if outcome.migration is None
+        else {
+            "fixed": outcome.migration.fixed,
+            "all_fixes_safe": outcome.migration.all_safe,
+            "remaining": outcome.migration.remaining,
+        },
+        "options": {
+            "steps": outcome.options.steps,
+            "seed": outcome.options.seed,
+            "threads": outcome.options.threads,
+            "device": outcome.options.device,
+            "nproc_per_node": outcome.options.nproc_per_node,
+        },
+        "environment": trace.get("environment", {}),
+    }
+
+
+def write(outcome: Outcome, directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for side in (outcome.original, outcome.migrated):
+        for rank, trace in enumerate(side.traces):
+            suffix = f".rank{rank}" if len(side.traces) > 1 else ""
+            path = directory / f"trace_{side.name}{suffix}.json"
+            path.write_text(json.dumps(trace, indent=1), encoding="utf-8")
+            written.append(path)
+    path = directory / "summary.json"
+    path.write_text(json.dumps(summary(outcome), indent=2, default=str), encoding="utf-8")
+    written.append(path)
+    if outcome.original.traces and outcome.migrated.traces:
+        written.append(plot(outcome, directory / "loss.png"))
+    return written
+
+
+def _series(trace: dict, name: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for step in trace["steps"]:
+        value = (step["losses"] or [None])[-1] if name == "loss" else step.get(name)
+        if value is not None:
+            xs.append(step["step"])
+            ys.append(value)
+    return xs, ys
+
+
+def plot(outcome: Outcome, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    a, b = outcome.original.traces[0], outcome.migrated.traces[0]
+    fig, (loss_ax, scale_ax, diff_ax) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    for trace, label, style in ((a, "original", "-"), (b, "migrated", "--")):
+        loss_ax.plot(*_series(trace, "loss"), style, label=label)
+        xs, ys = _series(trace, "scale")
+        if ys:
+            scale_ax.step(xs, ys, style, where="post", label=label)
+    loss_ax.set_ylabel("loss")
+    loss_ax.legend()
+    verdict = "match" if outcome.match else "MISMATCH"
+    loss_ax.set_title(
+        f"ampmigrate verify: {verdict} ({outcome.comparisons[0].tolerance.describe()})"
+    )
+    scale_ax.set_ylabel("loss scale")
+    if scale_ax.has_data():
+        scale_ax.set_yscale("log", base=2)
+        scale_ax.legend()
+    else:
+        scale_ax.text(0.5, 0.5, "no enabled GradScaler", ha="center", transform=scale_ax.transAxes)
+    (xa, ya), (_, yb) = _series(a, "loss"), _series(b, "loss")
+    n = min(len(ya), len(yb))
+    diff_ax.plot(xa[:n], [abs(x - y) for x, y in zip(ya[:n], yb[:n], strict=True)], ".-")
+    diff_ax.set_ylabel("|loss difference|")
+    diff_ax.set_xlabel("optimizer step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
