@@ -49,10 +49,15 @@ class Recorder:
             self.losses.append(value.detach().clone())
 
     def _append_step(self, scaler, skipped) -> None:
+        # Tensors are cloned, not read: reading them would synchronise a GPU on every step.
         record = {"step": len(self.steps), "losses": self.losses, "skipped": skipped}
         enabled = scaler is not None and scaler.is_enabled()
-        record["scale"] = float(scaler.get_scale()) if enabled else None
-        record["growth_tracker"] = int(scaler._get_growth_tracker()) if enabled else None
+        scale = getattr(scaler, "_scale", None) if enabled else None
+        tracker = getattr(scaler, "_growth_tracker", None) if enabled else None
+        record["scale"] = scale.detach().clone() if scale is not None else None
+        record["growth_tracker"] = tracker.detach().clone() if tracker is not None else None
+        if enabled and scale is None:  # enabled, but nothing scaled yet
+            record["scale"] = float(scaler.get_scale())
         self.steps.append(record)
         self.losses, self.scaled, self.optimizer_stepped = [], False, False
         now = time.perf_counter()
@@ -92,6 +97,10 @@ class Recorder:
         for record in self.steps:
             record["losses"] = [float(t.float().item()) for t in record["losses"]]
             record["losses_hex"] = [v.hex() for v in record["losses"]]
+            for name, kind in (("scale", float), ("growth_tracker", int), ("skipped", bool)):
+                value = record[name]
+                if isinstance(value, self.torch.Tensor):
+                    record[name] = kind(value.item())
         try:
             checksum, norms = self.checksum()
         except Exception as exc:  # e.g. numpy missing: keep the trace, say why
@@ -148,7 +157,7 @@ def install(torch) -> Recorder:
         found = [
             v for state in states.values() for v in state.get("found_inf_per_device", {}).values()
         ]
-        skipped = bool(sum(float(v.item()) for v in found)) if found else None
+        skipped = sum(found) if found else None  # a tensor; read at the end
         result = original_update(self, new_scale)
         rec.scaler = self
         rec.close_step(self, skipped)
@@ -185,6 +194,21 @@ def install(torch) -> Recorder:
     return rec
 
 
+def time_steps_only(torch):
+    """The untraced baseline for measuring the tracer's own cost: step timestamps, nothing else."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    stamps = [time.perf_counter()]
+    register_optimizer_step_post_hook(lambda *_: stamps.append(time.perf_counter()))
+
+    def finish() -> None:
+        times = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+        with open(TRACE, "w", encoding="utf-8") as f:
+            json.dump({"steps": [], "step_times": times}, f)
+
+    return finish
+
+
 def seed_everything(torch) -> None:
     random.seed(SEED)
     try:
@@ -210,9 +234,10 @@ def main() -> None:
         sys.exit(3)
 
     seed_everything(torch)
-    recorder = install(torch) if TRACING else None
-    if recorder is not None:
-        atexit.register(recorder.finish)
+    if TRACING:
+        atexit.register(install(torch).finish)
+    else:
+        atexit.register(time_steps_only(torch))
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     runpy.run_path(script, run_name="__main__")
