@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -202,7 +203,7 @@ def time_steps_only(torch):
     register_optimizer_step_post_hook(lambda *_: stamps.append(time.perf_counter()))
 
     def finish() -> None:
-        times = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+        times = [b - a for a, b in itertools.pairwise(stamps)]
         with open(TRACE, "w", encoding="utf-8") as f:
             json.dump({"steps": [], "step_times": times}, f)
 
