@@ -21,6 +21,7 @@ from ampmigrate.catalog import all_rules, select_rules
 from ampmigrate.discover import discover
 from ampmigrate.engine import FileResult, Settings, run
 from ampmigrate.findings import Diagnostic
+from ampmigrate.notebook import cell_sources
 from ampmigrate.report import FORMATS, RENDERERS
 from ampmigrate.ruledocs import render
 
@@ -129,12 +130,25 @@ def check(paths, select, ignore, output_format, unsafe_fixes, exit_zero, statist
 
 
 def _diff(result: FileResult) -> str:
-    """A unified diff of one file's change, decoded as Python decodes the file."""
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(result.original).readline)
-    before = result.original.decode(encoding).splitlines(keepends=True)
-    after = result.new_source.decode(encoding).splitlines(keepends=True)
-    lines = difflib.unified_diff(before, after, f"a/{result.path}", f"b/{result.path}")
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    """A unified diff of one file's change: per cell for a notebook, else of the decoded text."""
+    if result.path.endswith(".ipynb"):
+        before, after = cell_sources(result.original), cell_sources(result.new_source)
+        units = [
+            (f"{result.path}:cell {cell}", before.get(cell, ""), after.get(cell, ""))
+            for cell in sorted(before.keys() | after.keys())
+        ]
+    else:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(result.original).readline)
+        units = [
+            (result.path, result.original.decode(encoding), result.new_source.decode(encoding))
+        ]
+    out = []
+    for label, old, new in units:
+        lines = difflib.unified_diff(
+            old.splitlines(), new.splitlines(), f"a/{label}", f"b/{label}", lineterm=""
+        )
+        out += [line + "\n" for line in lines]
+    return "".join(out)
 
 
 @main.command()

@@ -1,7 +1,8 @@
 """Turn command-line paths into the list of files to check.
 
-Directories are walked recursively; inside a git work tree, git itself decides what is ignored
-(``git ls-files --cached --others --exclude-standard``), so ``.gitignore`` semantics are exact.
+Directories are walked recursively for ``.py`` and ``.ipynb`` files; inside a git work tree,
+git itself decides what is ignored (``git ls-files --cached --others --exclude-standard``), so
+``.gitignore`` semantics are exact.
 Virtualenvs and tool caches are skipped everywhere; symlinks are not followed out of the root.
 Explicit file arguments are always checked, whatever their suffix or ignore status.
 """
@@ -13,7 +14,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-SUFFIXES = (".py",)
+SUFFIXES = (".py", ".ipynb")
 EXCLUDED_DIRS = frozenset(
     {
         ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", ".eggs", ".direnv",

@@ -18,6 +18,7 @@ from ampmigrate.catalog import Rule
 from ampmigrate.engine import FileResult, Settings
 from ampmigrate.findings import Diagnostic, Finding, Fix
 from ampmigrate.noqa import Suppressions
+from ampmigrate.notebook import Notebook, NotebookError
 from ampmigrate.prefilter import Prefilter
 from ampmigrate.renames import RenameVisitor
 
@@ -151,6 +152,8 @@ def _error_text(exc: BaseException) -> str:
         return f"syntax error at {exc.raw_line}:{exc.raw_column + 1}: {exc.message}"
     if isinstance(exc, UnicodeDecodeError | SyntaxError):
         return f"cannot decode: {exc}".splitlines()[0]
+    if isinstance(exc, NotebookError):
+        return str(exc)
     if isinstance(exc, OSError):
         return exc.strerror or str(exc)
     if isinstance(exc, RecursionError):
@@ -171,6 +174,8 @@ def process(
         if prefilter is not None and not prefilter.may_match(source):
             return result
         result.parsed = True
+        if path.endswith(".ipynb"):
+            return _process_notebook(result, source, settings)
         new_source, remaining, fixed = migrate_source(source, settings, path)
     except Exception as exc:  # one bad file must not stop the run
         result.error = _error_text(exc)
@@ -178,6 +183,29 @@ def process(
     result.new_source = new_source
     result.diagnostics = [_at(d, path) for d in remaining]
     result.fixed = [_at(d, path) for d in fixed]
+    return result
+
+
+def _process_notebook(result: FileResult, raw: bytes, settings: Settings) -> FileResult:
+    notebook = Notebook.parse(raw)
+    module = notebook.module()
+    try:
+        new_module, remaining, fixed = migrate_source(module.encode(), settings, result.path)
+    except cst.ParserSyntaxError as exc:
+        cell, line = notebook.locate(exc.raw_line, module)
+        result.error = f"syntax error at cell {cell}:{line}:{exc.raw_column + 1}: {exc.message}"
+        return result
+    new_text = new_module.decode()
+
+    def placed(d: Diagnostic, text: str) -> Diagnostic:
+        cell, line = notebook.locate(d.line, text)
+        _, end_line = notebook.locate(d.end_line, text)
+        fields = {**d.__dict__, "path": result.path, "cell": cell}
+        return Diagnostic(**{**fields, "line": line, "end_line": end_line})
+
+    result.diagnostics = [placed(d, new_text) for d in remaining]
+    result.fixed = [placed(d, module) for d in fixed]
+    result.new_source = notebook.rebuild(new_text) if new_text != module else raw
     return result
 
 

@@ -1,0 +1,137 @@
+"""Jupyter notebooks: code cells in, code cells out, everything else untouched.
+
+The code cells are joined into one module (names imported in cell 1 resolve in cell 5, as in
+the kernel), with each cell opened by a marker statement. IPython lines (``%magic``, ``!shell``,
+``?help``) are swapped for placeholder names that parse, and swapped back afterwards; a cell
+whose first line is a ``%%cell magic`` that does not run Python (``%%bash``) is left out.
+After the fix the module is cut at the markers and each cell's ``source`` is replaced only if
+its text changed; outputs, metadata and the JSON layout (nbformat's: one-space indent,
+unescaped unicode, trailing newline) are kept.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass
+
+_MARKER = "__ampmigrate_cell__({})"
+_MARKER_LINE = re.compile(r"^__ampmigrate_cell__\((\d+)\)$")
+_MAGIC = "__ampmigrate_magic_{}__"
+_MAGIC_LINE = re.compile(r"^(\s*)__ampmigrate_magic_(\d+)__$")
+_IPYTHON = re.compile(r"^\s*(?:[%!]|\?|\w[\w.]*\?\??\s*$)")
+# Cell magics whose body is Python run in the kernel; any other (%%bash, %%html) is not Python.
+_PYTHON_CELL_MAGICS = re.compile(r"^%%(?:time|timeit|capture|prun|debug)\b")
+
+
+class NotebookError(ValueError):
+    pass
+
+
+@dataclass
+class Notebook:
+    data: dict
+    indent: int | None
+    trailing_newline: bool
+    sources: dict[int, str]  # cell index -> joined source, code cells that take part
+    magics: list[str]
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Notebook:
+        try:
+            text = raw.decode("utf-8")
+            data = json.loads(text)
+            cells = data["cells"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise NotebookError(f"not a Jupyter notebook: {exc}") from exc
+        indent_match = re.search(r"^\{\n( *)\"", text)
+        indent = len(indent_match.group(1)) if indent_match else None
+        sources = {}
+        for index, cell in enumerate(cells):
+            if cell.get("cell_type") != "code":
+                continue
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else source
+            if source.lstrip().startswith("%%") and not _PYTHON_CELL_MAGICS.match(source.lstrip()):
+                continue
+            sources[index] = source
+        return cls(data, indent, text.endswith("\n"), sources, [])
+
+    def module(self) -> str:
+        """The code cells as one module; a marker statement opens each."""
+        parts = []
+        for index, source in self.sources.items():
+            lines = []
+            ipython = _needs_masking(source)
+            for line in source.splitlines():
+                if ipython and _IPYTHON.match(line):
+                    indent = line[: len(line) - len(line.lstrip())]
+                    lines.append(indent + _MAGIC.format(len(self.magics)))
+                    self.magics.append(line)
+                else:
+                    lines.append(line)
+            parts.append(_MARKER.format(index) + "\n" + "".join(f"{ln}\n" for ln in lines))
+        return "".join(parts)
+
+    def locate(self, module_line: int, module: str) -> tuple[int, int]:
+        """(1-based cell position in the notebook, 1-based line in that cell)."""
+        cell, start = None, 0
+        for number, line in enumerate(module.splitlines(), start=1):
+            if number > module_line:
+                break
+            match = _MARKER_LINE.match(line)
+            if match:
+                cell, start = int(match.group(1)), number
+        if cell is None:  # above the first marker: added to the first code cell
+            return next(iter(self.sources)) + 1, module_line
+        return cell + 1, module_line - start
+
+    def rebuild(self, module: str) -> bytes:
+        """The notebook with each cell's source taken from the fixed ``module``."""
+        cells: dict[int, list[str]] = {}
+        current: list[str] = []
+        head = current
+        for line in module.splitlines():
+            match = _MARKER_LINE.match(line)
+            if match:
+                current = cells.setdefault(int(match.group(1)), [])
+                continue
+            magic = _MAGIC_LINE.match(line)
+            current.append(self.magics[int(magic.group(2))] if magic else line)
+        if head:  # lines above the first marker (an added import) open the first cell
+            first = next(iter(self.sources))
+            cells[first] = head + cells.get(first, [])
+        for index, lines in cells.items():
+            original = self.sources[index]
+            text = "\n".join(lines)
+            if original.endswith("\n") or not original:
+                text += "\n" if lines else ""
+            if text != original:
+                self._set_source(index, text)
+        dumped = json.dumps(self.data, indent=self.indent, ensure_ascii=False)
+        return (dumped + ("\n" if self.trailing_newline else "")).encode("utf-8")
+
+    def _set_source(self, index: int, text: str) -> None:
+        cell = self.data["cells"][index]
+        if isinstance(cell.get("source"), list):
+            cell["source"] = text.splitlines(keepends=True)
+        else:
+            cell["source"] = text
+
+
+def _needs_masking(source: str) -> bool:
+    """Only a cell that is not valid Python has IPython lines: ``"%d" \\n % x`` is Python."""
+    if not any(_IPYTHON.match(line) for line in source.splitlines()):
+        return False
+    try:
+        ast.parse(source)
+    except SyntaxError:
+        return True
+    return False
+
+
+def cell_sources(raw: bytes) -> dict[int, str]:
+    """Code cell position (1-based) -> source, for diffs."""
+    notebook = Notebook.parse(raw)
+    return {index + 1: source for index, source in notebook.sources.items()}
