@@ -7,11 +7,10 @@ Rules whose logic is code register a visitor class under their code in :data:`CO
 from __future__ import annotations
 
 import functools
+import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
-
-import tomllib
 
 Safety = Literal["safe", "unsafe"]
 DOCS_URL = "https://github.com/ampmigrate/ampmigrate/blob/main/docs/rules/{code}.md"

@@ -12,13 +12,16 @@ import io
 import sys
 import tokenize
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from ampmigrate import __version__, sourcefile
 from ampmigrate.catalog import all_rules, select_rules
-from ampmigrate.discover import discover
+from ampmigrate.config import ConfigError
+from ampmigrate.config import resolve as resolve_config
+from ampmigrate.discover import EXCLUDED_DIRS, discover
 from ampmigrate.engine import FileResult, Settings, run
 from ampmigrate.findings import Diagnostic
 from ampmigrate.notebook import cell_sources
@@ -42,9 +45,13 @@ def _lint_options(func: Callable) -> Callable:
         click.option(
             "--output-format",
             type=click.Choice(FORMATS),
-            default="text",
-            show_default=True,
-            help="How findings are printed on stdout.",
+            help="How findings are printed on stdout (default: text).",
+        ),
+        click.option(
+            "--config",
+            "config_file",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="A pyproject.toml to read [tool.ampmigrate] from (default: the nearest one).",
         ),
         click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes graded unsafe."),
         click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain."),
@@ -64,14 +71,30 @@ def main() -> None:
     """Find and migrate deprecated mixed-precision APIs (torch.cuda.amp, torch.cpu.amp)."""
 
 
-def _collect(paths: Sequence[Path], select, ignore, fix: bool, unsafe: bool, jobs):
+@dataclass
+class Run:
+    files: list[Path]
+    results: list[FileResult]
+    output_format: str
+
+
+def _collect(paths, select, ignore, output_format, config_file, fix, unsafe, jobs) -> Run:
+    """Resolve configuration (CLI over pyproject.toml), discover files and process them."""
+    paths = list(paths) or [Path(".")]
     try:
-        rules = select_rules(_codes(select), _codes(ignore))
-    except ValueError as exc:
+        config = resolve_config(paths, config_file)
+        selected = _codes(select) if select is not None else config.select
+        ignored = _codes(ignore) if ignore is not None else list(config.ignore)
+        rules = select_rules(list(selected) if selected else None, ignored)
+    except (ConfigError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
-    files = discover(paths or [Path(".")])
-    settings = Settings(rules=tuple(rules), fix=fix, unsafe_fixes=unsafe)
-    return files, run(files, settings, jobs=jobs)
+    excluded_dirs = EXCLUDED_DIRS if config.exclude is None else frozenset()
+    files = discover(paths, excluded=config.excluded, excluded_dirs=excluded_dirs)
+    settings = Settings(
+        rules=tuple(rules), fix=fix, unsafe_fixes=unsafe, target_torch=config.target_torch
+    )
+    results = run(files, settings, jobs=jobs, ignored_codes=config.ignored_codes)
+    return Run(files, results, output_format or config.output_format)
 
 
 def _print_errors(results: Sequence[FileResult]) -> bool:
@@ -108,9 +131,12 @@ def _plural(n: int, word: str) -> str:
 
 @main.command()
 @_lint_options
-def check(paths, select, ignore, output_format, unsafe_fixes, exit_zero, statistics, jobs) -> None:
+def check(
+    paths, select, ignore, output_format, config_file, unsafe_fixes, exit_zero, statistics, jobs
+) -> None:
     """Report deprecated AMP API uses in PATHS (files or directories; default: .)."""
-    files, results = _collect(paths, select, ignore, False, unsafe_fixes, jobs)
+    found = _collect(paths, select, ignore, output_format, config_file, False, unsafe_fixes, jobs)
+    files, results, output_format = found.files, found.results, found.output_format
     if not files:
         click.echo("No Python files found.", err=True)
         sys.exit(EXIT_OK)
@@ -155,10 +181,12 @@ def _diff(result: FileResult) -> str:
 @_lint_options
 @click.option("--diff", is_flag=True, help="Print a unified diff of the fixes; write nothing.")
 def fix(
-    paths, select, ignore, output_format, unsafe_fixes, exit_zero, statistics, jobs, diff
-) -> None:
+    paths, select, ignore, output_format, config_file, unsafe_fixes, exit_zero, statistics, jobs,
+    diff,
+) -> None:  # fmt: skip
     """Rewrite deprecated AMP API uses in PATHS and report what remains."""
-    files, results = _collect(paths, select, ignore, True, unsafe_fixes, jobs)
+    found = _collect(paths, select, ignore, output_format, config_file, True, unsafe_fixes, jobs)
+    files, results, output_format = found.files, found.results, found.output_format
     if not files:
         click.echo("No Python files found.", err=True)
         sys.exit(EXIT_OK)

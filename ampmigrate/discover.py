@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 SUFFIXES = (".py", ".ipynb")
@@ -28,11 +28,11 @@ def _is_venv(directory: Path) -> bool:
     return (directory / "pyvenv.cfg").is_file()
 
 
-def _excluded(relative: Path, root: Path) -> bool:
+def _excluded(relative: Path, root: Path, dirs: frozenset[str]) -> bool:
     current = root
     for part in relative.parts[:-1]:
         current = current / part
-        if part in EXCLUDED_DIRS or _is_venv(current):
+        if part in dirs or _is_venv(current):
             return True
     return False
 
@@ -61,12 +61,12 @@ def _ignored_by_git(directory: Path) -> bool:
     return check.returncode == 0
 
 
-def _walk(directory: Path) -> Iterable[Path]:
+def _walk(directory: Path, excluded_dirs: frozenset[str]) -> Iterable[Path]:
     for current, dirs, files in os.walk(directory):
         dirs[:] = sorted(
             d
             for d in dirs
-            if d not in EXCLUDED_DIRS
+            if d not in excluded_dirs
             and not (Path(current) / d).is_symlink()
             and not _is_venv(Path(current) / d)
         )
@@ -83,9 +83,16 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def discover(
-    paths: Iterable[str | os.PathLike], suffixes: tuple[str, ...] = SUFFIXES
+    paths: Iterable[str | os.PathLike],
+    suffixes: tuple[str, ...] = SUFFIXES,
+    excluded: Callable[[Path], bool] | None = None,
+    excluded_dirs: frozenset[str] = EXCLUDED_DIRS,
 ) -> list[Path]:
-    """Files to check, in a stable order, each once."""
+    """Files to check, in a stable order, each once.
+
+    ``excluded`` (configured patterns) and ``excluded_dirs`` (directory names, the defaults
+    unless configured away) apply below directory arguments, never to files named explicitly.
+    """
     found: dict[Path, None] = {}
     for raw in paths:
         path = Path(raw)
@@ -94,9 +101,13 @@ def discover(
             continue
         candidates = _git_files(path)
         if candidates is None:
-            candidates = list(_walk(path))
+            candidates = list(_walk(path, excluded_dirs))
         for file in sorted(candidates):
-            if not file.name.endswith(suffixes) or _excluded(file.relative_to(path), path):
+            if not file.name.endswith(suffixes):
+                continue
+            if _excluded(file.relative_to(path), path, excluded_dirs):
+                continue
+            if excluded is not None and excluded(file):
                 continue
             if file.is_symlink() and not _inside(file, path):
                 continue

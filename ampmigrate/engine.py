@@ -7,13 +7,13 @@ speed of reading it (what a pre-commit hook on unrelated files sees).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ampmigrate import sourcefile
-from ampmigrate.catalog import Rule
+from ampmigrate.catalog import Rule, Safety
 from ampmigrate.findings import Diagnostic, Fix
 from ampmigrate.prefilter import Prefilter
 
@@ -23,9 +23,19 @@ class Settings:
     rules: tuple[Rule, ...]
     fix: bool = False
     unsafe_fixes: bool = False
+    target_torch: tuple[int, ...] | None = None
+
+    def safety(self, fix: Fix | None) -> Safety | None:
+        """A fix's grade here: one that needs a newer torch than ``target_torch`` is unsafe."""
+        if fix is None:
+            return None
+        return "unsafe" if self.too_new(fix) else fix.safety
+
+    def too_new(self, fix: Fix) -> bool:
+        return self.target_torch is not None and self.target_torch < fix.min_torch
 
     def applies(self, fix: Fix | None) -> bool:
-        return fix is not None and (fix.safety == "safe" or self.unsafe_fixes)
+        return fix is not None and (self.safety(fix) == "safe" or self.unsafe_fixes)
 
 
 @dataclass
@@ -43,17 +53,25 @@ class FileResult:
         return self.new_source is not None and self.new_source != self.original
 
 
-def _process_batch(batch: list[tuple[str, bytes]], settings: Settings) -> list[FileResult]:
+def _process_batch(batch: list[tuple[str, bytes, frozenset[str]]], settings: Settings):
     from ampmigrate.migrate import process_batch
 
     return process_batch(batch, settings)
 
 
-def run(paths: Sequence[Path], settings: Settings, jobs: int | None = None) -> list[FileResult]:
-    """Process files, in parallel where it pays; results come back in the order of ``paths``."""
+def run(
+    paths: Sequence[Path],
+    settings: Settings,
+    jobs: int | None = None,
+    ignored_codes: Callable[[Path], frozenset[str]] | None = None,
+) -> list[FileResult]:
+    """Process files, in parallel where it pays; results come back in the order of ``paths``.
+
+    ``ignored_codes`` gives the rules switched off for one file (per-file-ignores).
+    """
     prefilter = Prefilter(t for r in settings.rules for t in r.triggers)
     results: dict[str, FileResult] = {}
-    candidates: list[tuple[str, bytes]] = []
+    candidates: list[tuple[str, bytes, frozenset[str]]] = []
     for path in paths:
         name = str(path)
         try:
@@ -62,7 +80,8 @@ def run(paths: Sequence[Path], settings: Settings, jobs: int | None = None) -> l
             results[name] = FileResult(path=name, error=exc.strerror or str(exc))
             continue
         if prefilter.may_match(source):
-            candidates.append((name, source))
+            ignored = ignored_codes(path) if ignored_codes else frozenset()
+            candidates.append((name, source, ignored))
         else:
             results[name] = FileResult(path=name, original=source)
     jobs = jobs or os.cpu_count() or 1

@@ -35,6 +35,7 @@ class Fix:
     build: Callable[[cst.CSTNode], cst.CSTNode]
     add_imports: frozenset[str] = frozenset()
     remove_imports: tuple[ImportEdit, ...] = ()
+    min_torch: tuple[int, ...] = ()  # the oldest torch the rewritten code runs on
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import libcst as cst
@@ -97,13 +98,18 @@ class FileAnalysis:
             else {}
         )
 
-    def active(self) -> list[tuple[Finding, Diagnostic]]:
+    def active(self, settings: Settings) -> list[tuple[Finding, Diagnostic]]:
         """Unsuppressed findings with their reported form, in source order."""
         out = []
         for finding in self.findings:
             where = self._positions[finding.node]
             if self._suppressions.suppresses(where.start.line, finding.code):
                 continue
+            message = finding.message
+            if finding.fix is not None and settings.too_new(finding.fix):
+                needs = ".".join(map(str, finding.fix.min_torch))
+                target = ".".join(map(str, settings.target_torch))
+                message += f" (the fix needs torch >= {needs}; target-torch is {target})"
             diagnostic = Diagnostic(
                 path="",
                 line=where.start.line,
@@ -111,8 +117,8 @@ class FileAnalysis:
                 end_line=where.end.line,
                 end_col=where.end.column + 1,
                 code=finding.code,
-                message=finding.message,
-                fix=finding.fix.safety if finding.fix else None,
+                message=message,
+                fix=settings.safety(finding.fix),
             )
             out.append((finding, diagnostic))
         out.sort(key=lambda pair: pair[1].sort_key)
@@ -130,7 +136,7 @@ def migrate_source(
     analysis = FileAnalysis(source, settings.rules)
     fixed: list[Diagnostic] = []
     for _ in range(MAX_FIX_PASSES):
-        active = analysis.active()
+        active = analysis.active(settings)
         to_apply = [(f, d) for f, d in active if settings.applies(f.fix)]
         if not settings.fix or not to_apply:
             return source, [d for _, d in active], fixed
@@ -144,7 +150,7 @@ def migrate_source(
             raise FixError(f"fixes for {codes} produced code that does not parse ({exc})") from exc
         fixed += [d for _, d in to_apply]
         source = new_source
-    return source, [d for _, d in analysis.active()], fixed
+    return source, [d for _, d in analysis.active(settings)], fixed
 
 
 def _error_text(exc: BaseException) -> str:
@@ -213,5 +219,11 @@ def _at(diagnostic: Diagnostic, path: str) -> Diagnostic:
     return Diagnostic(**{**diagnostic.__dict__, "path": path})
 
 
-def process_batch(batch: list[tuple[str, bytes]], settings: Settings) -> list[FileResult]:
-    return [process(path, source, settings) for path, source in batch]
+def process_batch(
+    batch: list[tuple[str, bytes, frozenset[str]]], settings: Settings
+) -> list[FileResult]:
+    out = []
+    for path, source, ignored in batch:
+        rules = tuple(r for r in settings.rules if r.code not in ignored)
+        out.append(process(path, source, replace(settings, rules=rules) if ignored else settings))
+    return out

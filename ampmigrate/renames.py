@@ -175,6 +175,7 @@ class RenameVisitor(cst.CSTVisitor):
 
     def _fix(
         self,
+        sym: Symbol,
         node: cst.CSTNode,
         ref: cst.BaseExpression,
         safety: str,
@@ -191,6 +192,7 @@ class RenameVisitor(cst.CSTVisitor):
             build=lambda updated: build(updated, torch_name),
             add_imports=extra_imports | ({"torch"} if add_torch else set()),
             remove_imports=self._import_edits(ref),
+            min_torch=tuple(int(p) for p in sym.min_torch.split(".")),
         )
 
     def _map_args(
@@ -267,7 +269,9 @@ class RenameVisitor(cst.CSTVisitor):
                 args, _ = self._map_args(sym, updated.args, torch_name)
                 return updated.with_changes(func=self._new_expr(sym.new, torch_name), args=args)
 
-            fix = self._fix(node, node.func, "safe" if exact else "unsafe", build, unconditional)
+            fix = self._fix(
+                sym, node, node.func, "safe" if exact else "unsafe", build, unconditional
+            )
             notes = [] if exact else ["a `**` splat hides whether the old dtype default applies"]
             if not unconditional:
                 notes.append("the name is also bound by a fallback, which the fix bypasses")
@@ -290,7 +294,7 @@ class RenameVisitor(cst.CSTVisitor):
 
             # Positional arguments at the partial's call sites would land in new parameters.
             safety = "unsafe" if sym.positional == "keywords" else "safe"
-            fix = self._fix(node, ref, safety, build, unconditional)
+            fix = self._fix(sym, node, ref, safety, build, unconditional)
             self._report(sym, ref, "", fix)
         except NoFix as reason:
             self._report(sym, ref, f"no automatic fix: {reason}", None)
@@ -311,7 +315,7 @@ class RenameVisitor(cst.CSTVisitor):
                 def build_type(updated, torch_name):
                     return self._new_expr(sym.new, torch_name)
 
-                fix = self._fix(node, node, "safe", build_type, unconditional)
+                fix = self._fix(sym, node, node, "safe", build_type, unconditional)
                 self._report(sym, node, "", fix)
                 return
             functools_name, add_functools = self._binding(node, "functools")
@@ -324,7 +328,7 @@ class RenameVisitor(cst.CSTVisitor):
                 return cst.Call(_expr(f"{functools_name}.partial"), _join([], args, set()))
 
             extra = frozenset({"functools"} if add_functools else ())
-            fix = self._fix(node, node, "unsafe", build, unconditional, extra)
+            fix = self._fix(sym, node, node, "unsafe", build, unconditional, extra)
             self._report(sym, node, "used as a value: becomes a `functools.partial`", fix)
         except NoFix as reason:
             self._report(sym, node, f"no automatic fix: {reason}", None)
@@ -368,7 +372,7 @@ class RenameVisitor(cst.CSTVisitor):
                 args, _ = self._map_args(sym, [], torch_name, bare=True)
                 return cst.Call(func=self._new_expr(sym.new, torch_name), args=args)
 
-            fix = self._fix(node.decorator, node.decorator, "safe", build, unconditional)
+            fix = self._fix(sym, node.decorator, node.decorator, "safe", build, unconditional)
             self._report(sym, node.decorator, "", fix)
         except NoFix as reason:
             self._report(sym, node.decorator, f"no automatic fix: {reason}", None)

@@ -1,0 +1,94 @@
+"""[tool.ampmigrate] in pyproject.toml, and command-line options over it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DEPRECATED = (
+    "import torch\n\nscaler = torch.cuda.amp.GradScaler()\ndtype = torch.get_autocast_gpu_dtype()\n"
+)
+
+
+def project(tmp_path: Path, config: str) -> Path:
+    (tmp_path / "pyproject.toml").write_text(
+        f"[project]\nname = 'x'\n\n[tool.ampmigrate]\n{config}"
+    )
+    for name in ("src/train.py", "src/legacy_io.py", "tests/test_train.py"):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(DEPRECATED)
+    return tmp_path
+
+
+def codes(stdout: str) -> list[tuple[str, str]]:
+    return [(line.split(":")[0], line.split()[1]) for line in stdout.splitlines()]
+
+
+def test_select_and_ignore_from_config(cli, tmp_path):
+    project(tmp_path, 'select = ["AMP1"]\nignore = ["AMP104"]\n')
+    result = cli("check", "src", cwd=tmp_path)
+    assert {c for _, c in codes(result.stdout)} == {"AMP102"}
+    # CLI options override the configuration
+    result = cli("check", "--ignore", "AMP102", "src", cwd=tmp_path)
+    assert {c for _, c in codes(result.stdout)} == {"AMP104"}
+
+
+def test_config_is_found_from_a_subdirectory(cli, tmp_path):
+    project(tmp_path, 'ignore = ["AMP102"]\n')
+    result = cli("check", ".", cwd=tmp_path / "src")
+    assert {c for _, c in codes(result.stdout)} == {"AMP104"}
+
+
+def test_exclude_and_extend_exclude(cli, tmp_path):
+    project(tmp_path, 'extend-exclude = ["tests", "legacy_*"]\n')
+    assert {f for f, _ in codes(cli("check", ".", cwd=tmp_path).stdout)} == {"src/train.py"}
+    # a file named explicitly is checked even when excluded
+    assert cli("check", "src/legacy_io.py", cwd=tmp_path).returncode == 1
+
+
+def test_per_file_ignores_apply_to_fix_too(cli, tmp_path):
+    project(tmp_path, '[tool.ampmigrate.per-file-ignores]\n"tests/*" = ["AMP102", "AMP104"]\n')
+    result = cli("fix", ".", cwd=tmp_path)
+    assert result.returncode == 0
+    assert (tmp_path / "tests/test_train.py").read_text() == DEPRECATED
+    assert "torch.cuda.amp" not in (tmp_path / "src/train.py").read_text()
+
+
+def test_target_torch_makes_newer_fixes_unsafe(cli, tmp_path):
+    project(tmp_path, 'target-torch = "2.3"\n')
+    result = cli("fix", "src/train.py", cwd=tmp_path)
+    assert result.returncode == 1
+    text = (tmp_path / "src/train.py").read_text()
+    assert 'torch.amp.GradScaler("cuda")' in text  # needs 2.3: still safe
+    assert "torch.get_autocast_gpu_dtype()" in text  # needs 2.4: now unsafe
+    assert "(the fix needs torch >= 2.4; target-torch is 2.3)" in result.stdout
+    assert cli("fix", "--unsafe-fixes", "src/train.py", cwd=tmp_path).returncode == 0
+
+
+def test_output_format_from_config(cli, tmp_path):
+    project(tmp_path, 'output-format = "github"\n')
+    assert cli("check", "src/train.py", cwd=tmp_path).stdout.startswith("::error ")
+    concise = cli("check", "--output-format", "concise", "src/train.py", cwd=tmp_path).stdout
+    assert concise.startswith("src/train.py:3:10: AMP102 [*] ")
+
+
+def test_unknown_key_is_a_clear_error(cli, tmp_path):
+    project(tmp_path, 'selct = ["AMP1"]\n')
+    result = cli("check", ".", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "unknown key(s) in [tool.ampmigrate]: selct" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_values_are_clear_errors(cli, tmp_path):
+    project(tmp_path, 'target-torch = "two"\n')
+    result = cli("check", ".", cwd=tmp_path)
+    assert result.returncode == 2 and "target-torch must look like '2.4'" in result.stderr
+
+
+def test_explicit_config_file(cli, tmp_path):
+    project(tmp_path, "")
+    other = tmp_path / "strict.toml"
+    other.write_text('[tool.ampmigrate]\nselect = ["AMP104"]\n')
+    result = cli("check", "--config", str(other), "src/train.py", cwd=tmp_path)
+    assert {c for _, c in codes(result.stdout)} == {"AMP104"}
