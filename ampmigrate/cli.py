@@ -27,6 +27,7 @@ from ampmigrate.findings import Diagnostic
 from ampmigrate.notebook import cell_sources
 from ampmigrate.report import FORMATS, RENDERERS
 from ampmigrate.ruledocs import render
+from ampmigrate.summary import markdown as markdown_report
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -93,8 +94,34 @@ def _collect(paths, select, ignore, output_format, config_file, fix, unsafe, job
     settings = Settings(
         rules=tuple(rules), fix=fix, unsafe_fixes=unsafe, target_torch=config.target_torch
     )
-    results = run(files, settings, jobs=jobs, ignored_codes=config.ignored_codes)
+    bar = _Progress(sys.stderr.isatty())
+    try:
+        results = run(files, settings, jobs, config.ignored_codes, progress=bar)
+    finally:
+        bar.close()
     return Run(files, results, output_format or config.output_format)
+
+
+class _Progress:
+    """A bar on stderr for long runs, only on a terminal (never in CI logs or pipes)."""
+
+    MIN_FILES = 200
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar = None
+
+    def __call__(self, step: int, total: int) -> None:
+        if not self.enabled or total < self.MIN_FILES:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label="Parsing", file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(step)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
 
 
 def _print_errors(results: Sequence[FileResult]) -> bool:
@@ -180,9 +207,15 @@ def _diff(result: FileResult) -> str:
 @main.command()
 @_lint_options
 @click.option("--diff", is_flag=True, help="Print a unified diff of the fixes; write nothing.")
+@click.option(
+    "--report",
+    "report_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write a markdown summary of the migration to this file.",
+)
 def fix(
     paths, select, ignore, output_format, config_file, unsafe_fixes, exit_zero, statistics, jobs,
-    diff,
+    diff, report_file,
 ) -> None:  # fmt: skip
     """Rewrite deprecated AMP API uses in PATHS and report what remains."""
     found = _collect(paths, select, ignore, output_format, config_file, True, unsafe_fixes, jobs)
@@ -213,6 +246,9 @@ def fix(
     if unsafe:
         summary += f" ({unsafe} fixable with `--unsafe-fixes`)"
     click.echo(summary + ".", err=True)
+    if report_file:
+        report_file.write_text(markdown_report(results, applied=not diff), encoding="utf-8")
+        click.echo(f"Wrote {report_file}", err=True)
     _exit(remaining, had_errors, exit_zero, changes=diff and bool(changed))
 
 

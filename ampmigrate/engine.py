@@ -64,10 +64,12 @@ def run(
     settings: Settings,
     jobs: int | None = None,
     ignored_codes: Callable[[Path], frozenset[str]] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[FileResult]:
     """Process files, in parallel where it pays; results come back in the order of ``paths``.
 
-    ``ignored_codes`` gives the rules switched off for one file (per-file-ignores).
+    ``ignored_codes`` gives the rules switched off for one file (per-file-ignores);
+    ``progress(done, total)`` hears about the parsed files as batches finish.
     """
     prefilter = Prefilter(t for r in settings.rules for t in r.triggers)
     results: dict[str, FileResult] = {}
@@ -92,6 +94,10 @@ def run(
             done = pool.map(_process_batch, batches, [settings] * len(batches))
             for batch in done:
                 results.update((r.path, r) for r in batch)
+                if progress:
+                    progress(len(batch), len(candidates))
     elif candidates:
         results.update((r.path, r) for r in _process_batch(candidates, settings))
+        if progress:
+            progress(len(candidates), len(candidates))
     return [results[str(p)] for p in paths]

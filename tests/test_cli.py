@@ -256,3 +256,30 @@ def test_package_init_keeps_its_imports_as_public_api(cli, tmp_path):
     assert init.read_text().startswith("from torch.cuda.amp import GradScaler\n")
     assert "from torch.cuda.amp" not in module.read_text()
     assert 'scaler = torch.amp.GradScaler("cuda")' in init.read_text()
+
+
+def test_fix_report_markdown(cli, tmp_path):
+    write(tmp_path / "a.py", DEPRECATED + "ctx = torch.cuda.amp.autocast(*args)\n")
+    write(tmp_path / "b.py", "x = 1\n")
+    result = cli("fix", ".", "--report", "migration.md", cwd=tmp_path)
+    assert result.returncode == 1
+    report = (tmp_path / "migration.md").read_text()
+    assert "- Files checked: 2 (1 parsed)\n- Files changed: 1\n- Findings fixed: 1\n" in report
+    assert "| [AMP102](" in report and "| deprecated-device-grad-scaler | 1 |" in report
+    assert "- `a.py`: AMP102" in report
+    assert "| `a.py:4:7` | [AMP101](" in report and "`*args` splat" in report
+
+
+def test_progress_callback_counts_every_parsed_file(tmp_path):
+    from ampmigrate.catalog import all_rules
+    from ampmigrate.engine import Settings, run
+
+    paths = [write(tmp_path / f"m{i}.py", DEPRECATED if i % 2 else MIGRATED) for i in range(9)]
+    seen = []
+    run(
+        paths,
+        Settings(rules=tuple(all_rules().values())),
+        2,
+        progress=lambda n, t: seen.append((n, t)),
+    )
+    assert sum(n for n, _ in seen) == 9 and {t for _, t in seen} == {9}
