@@ -60,6 +60,13 @@ def _lint_options(func: Callable) -> Callable:
         click.option(
             "--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: CPUs)."
         ),
+        click.option(
+            "--max-file-size",
+            type=click.FloatRange(min=0),
+            default=2.0,
+            show_default=True,
+            help="Report larger files (MB) instead of parsing them; 0: no limit.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -79,7 +86,9 @@ class Run:
     output_format: str
 
 
-def _collect(paths, select, ignore, output_format, config_file, fix, unsafe, jobs) -> Run:
+def _collect(
+    paths, select, ignore, output_format, config_file, fix, unsafe, jobs, max_file_size
+) -> Run:
     """Resolve configuration (CLI over pyproject.toml), discover files and process them."""
     paths = list(paths) or [Path(".")]
     try:
@@ -92,7 +101,11 @@ def _collect(paths, select, ignore, output_format, config_file, fix, unsafe, job
     excluded_dirs = EXCLUDED_DIRS if config.exclude is None else frozenset()
     files = discover(paths, excluded=config.excluded, excluded_dirs=excluded_dirs)
     settings = Settings(
-        rules=tuple(rules), fix=fix, unsafe_fixes=unsafe, target_torch=config.target_torch
+        rules=tuple(rules),
+        fix=fix,
+        unsafe_fixes=unsafe,
+        target_torch=config.target_torch,
+        max_file_size=int(max_file_size * 1e6),
     )
     bar = _Progress(sys.stderr.isatty())
     try:
@@ -159,10 +172,13 @@ def _plural(n: int, word: str) -> str:
 @main.command()
 @_lint_options
 def check(
-    paths, select, ignore, output_format, config_file, unsafe_fixes, exit_zero, statistics, jobs
-) -> None:
+    paths, select, ignore, output_format, config_file, unsafe_fixes, exit_zero, statistics, jobs,
+    max_file_size,
+) -> None:  # fmt: skip
     """Report deprecated AMP API uses in PATHS (files or directories; default: .)."""
-    found = _collect(paths, select, ignore, output_format, config_file, False, unsafe_fixes, jobs)
+    found = _collect(
+        paths, select, ignore, output_format, config_file, False, unsafe_fixes, jobs, max_file_size
+    )
     files, results, output_format = found.files, found.results, found.output_format
     if not files:
         click.echo("No Python files found.", err=True)
@@ -215,10 +231,12 @@ def _diff(result: FileResult) -> str:
 )
 def fix(
     paths, select, ignore, output_format, config_file, unsafe_fixes, exit_zero, statistics, jobs,
-    diff, report_file,
+    max_file_size, diff, report_file,
 ) -> None:  # fmt: skip
     """Rewrite deprecated AMP API uses in PATHS and report what remains."""
-    found = _collect(paths, select, ignore, output_format, config_file, True, unsafe_fixes, jobs)
+    found = _collect(
+        paths, select, ignore, output_format, config_file, True, unsafe_fixes, jobs, max_file_size
+    )
     files, results, output_format = found.files, found.results, found.output_format
     if not files:
         click.echo("No Python files found.", err=True)

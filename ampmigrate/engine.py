@@ -24,6 +24,7 @@ class Settings:
     fix: bool = False
     unsafe_fixes: bool = False
     target_torch: tuple[int, ...] | None = None
+    max_file_size: int = 2_000_000  # bytes; 0: no limit (libcst needs ~25 s per MB)
 
     def safety(self, fix: Fix | None) -> Safety | None:
         """A fix's grade here: one that needs a newer torch than ``target_torch`` is unsafe."""
