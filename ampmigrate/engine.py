@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from ampmigrate import sourcefile
 from ampmigrate.catalog import Rule, Safety
 from ampmigrate.findings import Diagnostic, Fix
 from ampmigrate.prefilter import Prefilter
+
+CRASHED = "internal error: the parser crashed on this file (please report it)"
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,16 @@ def _process_batch(batch: list[tuple[str, bytes, frozenset[str]]], settings: Set
     return process_batch(batch, settings)
 
 
+def _isolated(item: tuple[str, bytes, frozenset[str]], settings: Settings) -> FileResult:
+    """One file in a process of its own, after a worker died (a native crash in the parser):
+    the file that kills it gets an error, the others their results."""
+    try:
+        with ProcessPoolExecutor(max_workers=1) as pool:
+            return pool.submit(_process_batch, [item], settings).result()[0]
+    except BrokenProcessPool:
+        return FileResult(path=item[0], original=item[1], error=CRASHED)
+
+
 def run(
     paths: Sequence[Path],
     settings: Settings,
@@ -92,8 +105,12 @@ def run(
         size = max(1, len(candidates) // (jobs * 4))
         batches = [candidates[i : i + size] for i in range(0, len(candidates), size)]
         with ProcessPoolExecutor(max_workers=min(jobs, len(batches))) as pool:
-            done = pool.map(_process_batch, batches, [settings] * len(batches))
-            for batch in done:
+            futures = {pool.submit(_process_batch, b, settings): b for b in batches}
+            for future in as_completed(futures):
+                try:
+                    batch = future.result()
+                except BrokenProcessPool:
+                    batch = [_isolated(item, settings) for item in futures[future]]
                 results.update((r.path, r) for r in batch)
                 if progress:
                     progress(len(batch), len(candidates))

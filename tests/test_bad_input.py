@@ -101,3 +101,26 @@ def test_file_deleted_during_the_run(tmp_path):
     results = run(paths, Settings(rules=tuple(all_rules().values())), jobs=1)
     assert results[0].error == "No such file or directory"
     assert [d.code for d in results[1].diagnostics] == ["AMP102"]
+
+
+def test_a_worker_crash_costs_only_its_file(tmp_path, monkeypatch):
+    """A native crash (segfault) in a worker: the other files still get their results."""
+    import ampmigrate.migrate as migrate_module
+
+    paths = []
+    for i in range(6):
+        path = tmp_path / f"m{i}.py"
+        path.write_text(GOOD + ("# CRASH\n" if i == 3 else ""))
+        paths.append(path)
+    real = migrate_module.process
+
+    def crashing(path, source, *args, **kwargs):
+        if b"# CRASH" in source:
+            os._exit(139)  # what a segfault looks like to the pool
+        return real(path, source, *args, **kwargs)
+
+    monkeypatch.setattr(migrate_module, "process", crashing)
+    results = run(paths, Settings(rules=tuple(all_rules().values())), jobs=2)
+    assert [r.error is not None for r in results] == [False, False, False, True, False, False]
+    assert "parser crashed" in results[3].error
+    assert all(r.diagnostics for i, r in enumerate(results) if i != 3)
