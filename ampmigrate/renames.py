@@ -29,6 +29,25 @@ _MODERN_PREFIXES = ("torch.amp.", "torch.autocast", "torch.GradScaler")
 _TYPE_CHECKS = {"builtins.isinstance", "builtins.issubclass"}
 _PARTIAL = "functools.partial"
 _ALIAS = re.compile(rb"\bas\s+([A-Za-z_]\w*)")
+_VERSION_TEST = re.compile(r"version|hasattr|getattr|greater|less|torch_?\d", re.IGNORECASE)
+_MODERN_USE = re.compile(
+    r"\bamp\.(?:autocast|GradScaler|custom_fwd|custom_bwd)\(\s*(?:[\"']|device)"
+    r"|\btorch\.(?:autocast|GradScaler)\b|_autocast_dtype\(\s*\w|is_autocast_enabled\(\s*\w"
+)
+_MISSING_API = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "Exception"})
+_FALLBACK = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "TypeError"})
+
+
+def _catches_missing_api(
+    handler_type: cst.BaseExpression | None, kinds: frozenset[str] = _MISSING_API
+) -> bool:
+    if handler_type is None:
+        return kinds is _MISSING_API  # a bare except probes, but is no fallback
+    if isinstance(handler_type, cst.Tuple):
+        names = [element.value for element in handler_type.elements]
+    else:
+        names = [handler_type]
+    return any((_dotted(n) or "").rsplit(".", 1)[-1] in kinds for n in names)
 
 
 @functools.cache
@@ -103,6 +122,9 @@ class RenameVisitor(cst.CSTVisitor):
         self._consumed: set[cst.CSTNode] = set()
         self._type_context: set[cst.CSTNode] = set()
         self._annotation_depth = 0
+        self._version_gates: list[bool] = []
+        self._probes: list[bool] = []
+        self._containers = 0
 
     # ---- name resolution -------------------------------------------------------------------
 
@@ -112,6 +134,8 @@ class RenameVisitor(cst.CSTVisitor):
 
     def _match(self, node: cst.BaseExpression) -> tuple[Symbol, bool] | None:
         """The symbol ``node`` refers to, and whether the binding is unconditional."""
+        if any(self._version_gates):
+            return None
         if isinstance(node, cst.Attribute):
             if node.attr.value not in self._last_segments:
                 return None
@@ -392,6 +416,11 @@ class RenameVisitor(cst.CSTVisitor):
     def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
         if node.type is not None:
             self._mark_types(node.type)
+        # `except AttributeError:` runs on a torch without the new API: a fallback path.
+        self._version_gates.append(_catches_missing_api(node.type, _FALLBACK))
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
+        self._version_gates.pop()
 
     def _mark_types(self, node: cst.BaseExpression) -> None:
         """``isinstance``'s second argument and ``except`` clauses: a class or a tuple of them."""
@@ -419,5 +448,61 @@ class RenameVisitor(cst.CSTVisitor):
         match = self._match(node)
         if match is None:
             return True
+        if not (node in self._type_context or self._annotation_depth):
+            if any(self._probes):
+                return False  # `try: torch.cpu.amp.autocast except AttributeError`: a probe
+            if self._containers:
+                return False  # `func in [torch.cuda.amp.autocast, ...]`: identity, not a use
         self._reference(node, *match)
         return False
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        self._containers += 1
+
+    def leave_Comparison(self, original_node: cst.Comparison) -> None:
+        self._containers -= 1
+
+    def visit_List(self, node: cst.List) -> None:
+        self._containers += 1
+
+    def leave_List(self, original_node: cst.List) -> None:
+        self._containers -= 1
+
+    def visit_Set(self, node: cst.Set) -> None:
+        self._containers += 1
+
+    def leave_Set(self, original_node: cst.Set) -> None:
+        self._containers -= 1
+
+    def visit_Dict(self, node: cst.Dict) -> None:
+        self._containers += 1
+
+    def leave_Dict(self, original_node: cst.Dict) -> None:
+        self._containers -= 1
+
+    # Compatibility code is left alone: a branch chosen by the torch version, and a value
+    # read inside `try:` to probe for the API. Rewriting either defeats its purpose.
+
+    def _gate(self, node: cst.If | cst.IfExp) -> None:
+        """A branch on the torch version (or on ``hasattr``) whose other side uses the new API."""
+        code = cst.Module([]).code_for_node
+        gated = bool(_VERSION_TEST.search(code(node.test))) and bool(_MODERN_USE.search(code(node)))
+        self._version_gates.append(gated)
+
+    def visit_If(self, node: cst.If) -> None:
+        self._gate(node)
+
+    def leave_If(self, original_node: cst.If) -> None:
+        self._version_gates.pop()
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._gate(node)
+
+    def leave_IfExp(self, original_node: cst.IfExp) -> None:
+        self._version_gates.pop()
+
+    def visit_Try_body(self, node: cst.Try) -> None:
+        self._probes.append(any(_catches_missing_api(h.type) for h in node.handlers))
+
+    def leave_Try_body(self, node: cst.Try) -> None:
+        self._probes.pop()

@@ -1,0 +1,291 @@
+"""Ecosystem check: run ampmigrate over real packages' source and check its invariants.
+
+    python scripts/ecosystem.py [--packages accelerate,timm] [--baseline FILE] [--update-baseline]
+                                [--sample N] [--bench] [--cache DIR]
+
+For each pinned package it downloads the distribution (``pip download --no-deps``) once into the
+cache (never committed), unpacks its Python files, copies them to a scratch tree and runs
+``check`` and ``fix --unsafe-fixes`` there. Invariants, counted per package:
+
+- crashes: internal errors (an error line naming a file, or a traceback): must be 0;
+- not compiling: changed files that no longer compile: must be 0;
+- not idempotent: a second ``fix`` that still changes or fixes something: must be 0;
+- touched clean files: files without findings whose bytes changed: must be 0;
+- touched outside: files of the pristine unpacked copy (outside the scratch tree) that changed;
+- encoding/EOL lost: changed files whose BOM, coding cookie or line-ending style changed.
+
+Findings per rule are compared with the committed baseline (scripts/ecosystem-baseline.json),
+like Ruff's ecosystem check, so a rule change shows its real effect. ``--sample N`` prints N
+random findings per rule with context for a precision review; ``--bench`` times ``check`` against
+a plain regex scan and ``ruff check --select TID251`` banning the same modules.
+Exit status 1 if an invariant is broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {
+    "torch": "torch==2.13.0",
+    "transformers": "transformers==5.24.0",
+    "transformers-4.30": "transformers==4.30.2",
+    "diffusers": "diffusers==0.42.1",
+    "accelerate": "accelerate==1.15.0",
+    "timm": "timm==1.0.31",
+    "timm-0.9": "timm==0.9.2",
+    "pytorch-lightning": "pytorch-lightning==2.6.6",
+    "deepspeed": "deepspeed==0.19.8",
+    "keras": "keras==3.15.1",
+    "tf-keras": "tf-keras==2.21.0",
+    "tensorflow-cpu": "tensorflow-cpu==2.21.0",
+}
+BASELINE = ROOT / "scripts" / "ecosystem-baseline.json"
+FLOOR = re.compile(rb"torch\.(?:cuda|cpu)\.amp|(?:is|set|get)_autocast_(?:cpu|gpu)|apex\.amp")
+COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.MULTILINE)
+
+
+def ampmigrate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ampmigrate", *args], cwd=cwd, capture_output=True, text=True
+    )
+
+
+def fetch(name: str, cache: Path) -> Path:
+    """The unpacked Python tree of one package (downloaded and unpacked once)."""
+    spec = PACKAGES[name]
+    source = cache / "src" / name
+    if source.is_dir():
+        return source
+    downloads = cache / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    dist, _, version = spec.partition("==")
+    stem = dist.replace("-", "_").lower()
+    found = [p for p in downloads.iterdir() if p.name.lower().startswith(f"{stem}-{version}")]
+    if not found:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "-d",
+                str(downloads),
+                spec,
+            ],
+            check=True,
+        )
+        found = [p for p in downloads.iterdir() if p.name.lower().startswith(f"{stem}-{version}")]
+    archive = found[0]
+    tmp = source.with_suffix(".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    if archive.suffix in (".whl", ".zip"):
+        with zipfile.ZipFile(archive) as z:
+            for member in z.namelist():
+                if member.endswith(".py") and ".." not in member:
+                    z.extract(member, tmp)
+    else:
+        with tarfile.open(archive) as t:
+            members = [m for m in t.getmembers() if m.name.endswith(".py") and m.isfile()]
+            t.extractall(tmp, members=members, filter="data")
+    tmp.rename(source)
+    return source
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): digest(p) for p in sorted(root.rglob("*.py")) if p.is_file()}
+
+
+def style(data: bytes) -> tuple:
+    cookie = COOKIE.search(b"\n".join(data.splitlines()[:2]))
+    return (
+        data.startswith(b"\xef\xbb\xbf"),
+        cookie.group(1) if cookie else None,
+        data.count(b"\r\n") > 0,
+        data.replace(b"\r\n", b"").count(b"\n") > 0,
+    )
+
+
+def check_package(name: str, cache: Path, scratch: Path) -> dict:
+    pristine = fetch(name, cache)
+    before_pristine = tree_digest(pristine)
+    work = scratch / name
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(pristine, work)
+    original = {p: p.read_bytes() for p in work.rglob("*.py") if p.is_file()}
+
+    checked = ampmigrate("check", "--output-format", "json", "--max-file-size", "0", ".", cwd=work)
+    findings = json.loads(checked.stdout or "[]")
+    crashes = [ln for ln in checked.stderr.splitlines() if "internal error" in ln]
+    crashes += ["traceback in check"] if "Traceback" in checked.stderr else []
+    errors = [ln for ln in checked.stderr.splitlines() if ": error: " in ln]
+    with_findings = {work / f["filename"] for f in findings}
+
+    fixed = ampmigrate("fix", "--unsafe-fixes", "--max-file-size", "0", ".", cwd=work)
+    crashes += [ln for ln in fixed.stderr.splitlines() if "internal error" in ln]
+    crashes += ["traceback in fix"] if "Traceback" in fixed.stderr else []
+    changed = [p for p, data in original.items() if p.read_bytes() != data]
+    not_compiling = []
+    for path in changed:
+        try:
+            compile(path.read_bytes(), str(path), "exec")
+        except SyntaxError as exc:
+            not_compiling.append(f"{path.relative_to(work)}: {exc}")
+    again = ampmigrate("fix", "--unsafe-fixes", "--max-file-size", "0", ".", cwd=work)
+    idempotent = "Fixed 0 findings in 0 files" in again.stderr
+    return {
+        "files": len(original),
+        "findings": collections.Counter(f["code"] for f in findings),
+        "fixable": sum(1 for f in findings if f["fix"]),
+        "errors": len(errors),
+        "changed": len(changed),
+        "crashes": crashes,
+        "not_compiling": not_compiling,
+        "not_idempotent": [] if idempotent else [again.stderr.strip().splitlines()[-1]],
+        "touched_clean": [str(p) for p in changed if p not in with_findings],
+        "touched_outside": [] if tree_digest(pristine) == before_pristine else [str(pristine)],
+        "style_lost": [str(p) for p in changed if style(original[p]) != style(p.read_bytes())],
+        "items": [f"{f['filename']}:{f['location']['row']}:{f['code']}" for f in findings],
+        "sample_source": findings,
+        "texts": {
+            f["filename"]: original[work / f["filename"]].decode("utf-8", "replace")
+            for f in findings
+        },
+    }
+
+
+INVARIANTS = (
+    "crashes", "not_compiling", "not_idempotent", "touched_clean", "touched_outside", "style_lost",
+)  # fmt: skip
+
+
+def sample(results: dict, count: int, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    by_rule = collections.defaultdict(list)
+    for name, result in results.items():
+        for finding in result["sample_source"]:
+            by_rule[finding["code"]].append((name, result["texts"], finding))
+    for code in sorted(by_rule):
+        picks = rng.sample(by_rule[code], min(count, len(by_rule[code])))
+        print(f"\n=== {code}: {len(by_rule[code])} findings, {len(picks)} shown ===")
+        for name, texts, finding in picks:
+            row = finding["location"]["row"]
+            lines = texts[finding["filename"]].splitlines()
+            print(f"--- {name}/{finding['filename']}:{row}  {finding['message']}")
+            for number in range(max(1, row - 2), min(len(lines), row + 2) + 1):
+                print(f"{'>' if number == row else ' '} {number:5} {lines[number - 1]}")
+
+
+def bench(name: str, cache: Path) -> None:
+    tree = fetch(name, cache)
+    files = [p for p in tree.rglob("*.py") if p.is_file()]
+    start = time.perf_counter()
+    sum(1 for p in files if FLOOR.search(p.read_bytes()))
+    floor = time.perf_counter() - start
+    start = time.perf_counter()
+    ampmigrate("check", "--max-file-size", "0", ".", cwd=tree)
+    ours = time.perf_counter() - start
+    ruff = shutil.which("ruff")
+    ruff_time = None
+    if ruff:
+        banned = [
+            f'lint.flake8-tidy-imports.banned-api."{m}".msg = "deprecated"'
+            for m in ("torch.cuda.amp", "torch.cpu.amp", "apex.amp")
+        ]
+        args = [ruff, "check", "--isolated", "--no-cache", "--select", "TID251", "--exit-zero"]
+        for option in banned:
+            args += ["--config", option]
+        start = time.perf_counter()
+        subprocess.run([*args, "."], cwd=tree, capture_output=True, check=False)
+        ruff_time = time.perf_counter() - start
+    n = len(files)
+    line = f"{name:<20} {n:>6} files  regex {n / floor:9.0f}/s  check {n / ours:8.0f}/s"
+    if ruff_time:
+        line += f"  ruff TID251 {n / ruff_time:8.0f}/s"
+    print(line)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--packages", default=",".join(PACKAGES))
+    parser.add_argument("--cache", type=Path, default=ROOT / ".cache" / "ecosystem")
+    parser.add_argument("--baseline", type=Path, default=BASELINE)
+    parser.add_argument("--update-baseline", action="store_true")
+    parser.add_argument("--sample", type=int, default=0)
+    parser.add_argument("--bench", action="store_true")
+    args = parser.parse_args()
+    names = [n for n in args.packages.split(",") if n]
+    unknown = [n for n in names if n not in PACKAGES]
+    if unknown:
+        parser.error(f"unknown package(s): {', '.join(unknown)}; known: {', '.join(PACKAGES)}")
+    scratch = args.cache / "scratch"
+    results = {name: check_package(name, args.cache, scratch) for name in names}
+
+    header = (
+        f"{'package':<20} {'files':>6} {'findings':>8} {'fixable':>7} {'changed':>7} {'errors':>6}"
+    )
+    print(header + "".join(f" {i[:12]:>12}" for i in INVARIANTS))
+    broken = False
+    for name, r in results.items():
+        row = f"{name:<20} {r['files']:>6} {sum(r['findings'].values()):>8} {r['fixable']:>7} "
+        row += f"{r['changed']:>7} {r['errors']:>6}"
+        for invariant in INVARIANTS:
+            row += f" {len(r[invariant]):>12}"
+            broken |= bool(r[invariant])
+        print(row)
+    for name, r in results.items():
+        for invariant in INVARIANTS:
+            for item in r[invariant][:5]:
+                print(f"  {name}: {invariant}: {item}")
+    print("\nfindings per rule:")
+    for name, r in results.items():
+        print(
+            f"  {name}: "
+            + (", ".join(f"{c} {n}" for c, n in sorted(r["findings"].items())) or "none")
+        )
+
+    baseline = json.loads(args.baseline.read_text()) if args.baseline.exists() else {}
+    for name, r in results.items():
+        if name not in baseline:
+            continue
+        old, new = set(baseline[name]), set(r["items"])
+        if old != new:
+            print(f"\n{name}: {len(new - old)} new, {len(old - new)} gone against the baseline")
+            for item in sorted(new - old)[:20]:
+                print(f"  + {item}")
+            for item in sorted(old - new)[:20]:
+                print(f"  - {item}")
+    if args.update_baseline:
+        baseline.update({name: sorted(r["items"]) for name, r in results.items()})
+        args.baseline.write_text(json.dumps(baseline, indent=1, sort_keys=True) + "\n")
+        print(f"\nbaseline written: {args.baseline}")
+    if args.sample:
+        sample(results, args.sample)
+    if args.bench:
+        print()
+        for name in names:
+            bench(name, args.cache)
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
