@@ -377,3 +377,43 @@ def _verdict(comparison) -> str:
         f"{comparison.steps_compared} steps compared, {tol}; "
         f"max |diff| {comparison.max_abs:.3g}, max rel {comparison.max_rel:.3g}"
     )
+
+
+@main.command("convert-checkpoint")
+@click.argument("source", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("target", type=click.Path(path_type=Path, dir_okay=False), required=False)
+@click.option("--key", help="Dotted path of the apex state (default: found by its shape).")
+@click.option(
+    "--loss-scaler",
+    type=click.Choice(["min", "first"]),
+    default="min",
+    show_default=True,
+    help="With num_losses > 1: take the smallest scale, or loss_scaler0's.",
+)
+@click.option("--in-place", is_flag=True, help="Overwrite SOURCE (TARGET must be omitted).")
+@click.option("--trust", is_flag=True, help="Load with weights_only=False (arbitrary pickles).")
+def convert_checkpoint(source, target, key, loss_scaler, in_place, trust) -> None:
+    """Convert apex amp loss-scaler state in checkpoint SOURCE into GradScaler state in TARGET."""
+    from ampmigrate import checkpoint as ckpt
+
+    if in_place == (target is not None):
+        raise click.UsageError("give TARGET, or --in-place to overwrite SOURCE")
+    target = source if in_place else target
+    if not in_place and target.resolve() == source.resolve():
+        raise click.UsageError("TARGET is SOURCE; use --in-place to overwrite it")
+    if not source.is_file():
+        click.echo(f"{source}: error: no such file", err=True)
+        sys.exit(EXIT_ERROR)
+    try:
+        data = ckpt.load(source, trust)
+        data, conversions = ckpt.convert(data, key, loss_scaler)
+        ckpt.save_atomic(data, target)
+    except ckpt.CheckpointError as exc:
+        click.echo(f"{source}: error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    for c in conversions:
+        where = ".".join(map(str, c.path)) or "(the whole file)"
+        click.echo(f"{where}: apex {dict(c.apex)} -> GradScaler {c.scaler}")
+        for warning in c.warnings:
+            click.echo(f"warning: {where}: {warning}", err=True)
+    click.echo(f"Wrote {target}", err=True)

@@ -1,0 +1,154 @@
+"""Convert apex amp loss-scaler state inside a torch checkpoint into GradScaler state.
+
+apex's ``amp.state_dict()`` is ``{'loss_scaler0': {'loss_scale': s, 'unskipped': n}, ...}``;
+``GradScaler.state_dict()`` is ``{'scale', 'growth_factor', 'backoff_factor', 'growth_interval',
+'_growth_tracker'}``. apex's dynamic scaler is GradScaler's algorithm with factors 2.0/0.5 and a
+2000-step window, so ``scale = loss_scale`` and ``_growth_tracker = unskipped`` continue the same
+scale sequence (measured in the apex reference, section 5). Projects store the apex state under
+keys of their own ('amp', 'amp_state', ...), so it is found by its shape, not by its key.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+APEX_FACTORS = {"growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
+
+
+class CheckpointError(Exception):
+    pass
+
+
+def is_apex_state(value: object) -> bool:
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and all(isinstance(k, str) and k.startswith("loss_scaler") for k in value)
+        and all(
+            isinstance(v, dict) and {"loss_scale", "unskipped"} <= set(v) for v in value.values()
+        )
+    )
+
+
+def find_apex_states(obj: object, path: tuple = (), depth: int = 0) -> Iterator[tuple]:
+    """Paths (tuples of keys/indices) of every apex amp state inside a loaded checkpoint."""
+    if is_apex_state(obj):
+        yield path
+        return
+    if depth > 6:
+        return
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from find_apex_states(value, (*path, key), depth + 1)
+    elif isinstance(obj, list | tuple):
+        for index, value in enumerate(obj):
+            yield from find_apex_states(value, (*path, index), depth + 1)
+
+
+@dataclass
+class Conversion:
+    path: tuple
+    apex: dict
+    scaler: dict
+    warnings: list[str] = field(default_factory=list)
+
+
+def convert_state(apex: dict, choice: str = "min") -> tuple[dict, list[str]]:
+    """GradScaler state for one apex amp state; ``choice`` picks among several loss scalers."""
+    scalers = [apex[k] for k in sorted(apex, key=lambda k: int(k[len("loss_scaler") :] or 0))]
+    warnings = []
+    chosen = scalers[0]
+    if len(scalers) > 1:
+        if choice == "min":
+            chosen = min(scalers, key=lambda s: float(s["loss_scale"]))
+        scales = ", ".join(f"{float(s['loss_scale']):g}" for s in scalers)
+        warnings.append(
+            f"{len(scalers)} loss scalers (num_losses > 1: scales {scales}); one GradScaler "
+            f"takes the {'smallest' if choice == 'min' else 'first'} "
+            f"({float(chosen['loss_scale']):g})"
+        )
+    tracker = int(chosen["unskipped"])
+    if tracker >= APEX_FACTORS["growth_interval"]:
+        warnings.append(
+            f"unskipped = {tracker} >= 2000: a static apex loss scale; the GradScaler will scale "
+            "dynamically (it backs off and skips steps on overflow), growth tracker set to 0"
+        )
+        tracker = 0
+    state = {"scale": float(chosen["loss_scale"]), **APEX_FACTORS, "_growth_tracker": tracker}
+    return state, warnings
+
+
+def _get(obj, path):
+    for part in path:
+        obj = obj[part]
+    return obj
+
+
+def _set(obj, path, value):
+    parent = _get(obj, path[:-1])
+    if isinstance(parent, tuple):
+        raise CheckpointError(f"the apex state at {list(path)} sits in a tuple; cannot replace it")
+    parent[path[-1]] = value
+
+
+def load(path: Path, trust: bool):
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=not trust)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise CheckpointError(
+            f"{path}: cannot load with weights_only=True ({first}); if you trust the file, "
+            "rerun with --trust to unpickle arbitrary objects"
+        ) from exc
+    except (OSError, RuntimeError, EOFError) as exc:
+        raise CheckpointError(f"{path}: cannot load: {str(exc).splitlines()[0]}") from exc
+
+
+def convert(checkpoint, key: str | None, choice: str) -> tuple[object, list[Conversion]]:
+    """Replace every apex state in ``checkpoint`` (or the one under ``key``); returns the new
+    checkpoint (the same object, unless the whole file was an apex state) and what changed."""
+    if key is not None:
+        path = tuple(key.split("."))
+        try:
+            target = _get(checkpoint, path)
+        except (KeyError, IndexError, TypeError) as exc:
+            raise CheckpointError(f"no key {key!r} in the checkpoint") from exc
+        if not is_apex_state(target):
+            raise CheckpointError(f"{key!r} does not hold apex amp state (loss_scaler0, ...)")
+        paths = [path]
+    else:
+        paths = list(find_apex_states(checkpoint))
+        if not paths:
+            raise CheckpointError("no apex amp state (loss_scaler0: loss_scale, unskipped) found")
+    conversions = []
+    for path in paths:
+        apex = _get(checkpoint, path)
+        state, warnings = convert_state(apex, choice)
+        if path:
+            _set(checkpoint, path, state)
+        else:
+            checkpoint = state
+        conversions.append(Conversion(path, apex, state, warnings))
+    return checkpoint, conversions
+
+
+def save_atomic(obj, path: Path) -> None:
+    import torch
+
+    fd, tmp = tempfile.mkstemp(dir=path.resolve().parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
