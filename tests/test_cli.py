@@ -274,3 +274,15 @@ def test_progress_callback_counts_every_parsed_file(tmp_path):
         progress=lambda n, t: seen.append((n, t)),
     )
     assert sum(n for n, _ in seen) == 9 and {t for _, t in seen} == {9}
+
+
+def test_sarif_validates_against_the_sarif_2_1_0_model(cli, tmp_path):
+    sarif_pydantic = pytest.importorskip("sarif_pydantic")
+    write(tmp_path / "a.py", DEPRECATED)
+    (tmp_path / "nb.ipynb").write_bytes((FIXTURES / "notebooks" / "train.ipynb").read_bytes())
+    log = sarif_pydantic.Sarif.model_validate_json(
+        cli("check", "--output-format", "sarif", ".", cwd=tmp_path).stdout
+    )
+    assert log.version == "2.1.0"
+    assert len(log.runs[0].results) == 4
+    assert {r.id for r in log.runs[0].tool.driver.rules} >= {"AMP101", "AMP102"}
