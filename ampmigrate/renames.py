@@ -34,6 +34,8 @@ _MODERN_USE = re.compile(
     r"\bamp\.(?:autocast|GradScaler|custom_fwd|custom_bwd)\(\s*(?:[\"']|device)"
     r"|\btorch\.(?:autocast|GradScaler)\b|_autocast_dtype\(\s*\w|is_autocast_enabled\(\s*\w"
 )
+# Inside these a reference is compared or registered, never called (`f in [old, new]`).
+_CONTAINERS = (cst.Comparison, cst.List, cst.Set, cst.Dict)
 _MISSING_API = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "Exception"})
 _FALLBACK = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "TypeError"})
 
@@ -456,29 +458,15 @@ class RenameVisitor(cst.CSTVisitor):
         self._reference(node, *match)
         return False
 
-    def visit_Comparison(self, node: cst.Comparison) -> None:
-        self._containers += 1
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, _CONTAINERS):
+            self._containers += 1
+        return super().on_visit(node)
 
-    def leave_Comparison(self, original_node: cst.Comparison) -> None:
-        self._containers -= 1
-
-    def visit_List(self, node: cst.List) -> None:
-        self._containers += 1
-
-    def leave_List(self, original_node: cst.List) -> None:
-        self._containers -= 1
-
-    def visit_Set(self, node: cst.Set) -> None:
-        self._containers += 1
-
-    def leave_Set(self, original_node: cst.Set) -> None:
-        self._containers -= 1
-
-    def visit_Dict(self, node: cst.Dict) -> None:
-        self._containers += 1
-
-    def leave_Dict(self, original_node: cst.Dict) -> None:
-        self._containers -= 1
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if isinstance(original_node, _CONTAINERS):
+            self._containers -= 1
+        super().on_leave(original_node)
 
     # Compatibility code is left alone: a branch chosen by the torch version, and a value
     # read inside `try:` to probe for the API. Rewriting either defeats its purpose.
