@@ -23,8 +23,9 @@ class Symbol:
     code: str
     old: str
     new: str
-    kind: Literal["class", "function", "decorator"]
+    kind: Literal["class", "function", "decorator", "manual"]
     device: str
+    guidance: str = ""  # "manual" symbols: what to do instead; they never get a fix
     params: tuple[str, ...] = ()
     keyword_only: tuple[str, ...] = ()
     required: int = 0
@@ -78,9 +79,10 @@ def _symbols(code: str, entries: list[dict]) -> tuple[Symbol, ...]:
                 Symbol(
                     code=code,
                     old=old,
-                    new=entry["new"],
+                    new=entry.get("new", ""),
                     kind=entry["kind"],
-                    device=entry["device"],
+                    device=entry.get("device", ""),
+                    guidance=entry.get("guidance", ""),
                     params=tuple(entry.get("params", ())),
                     keyword_only=tuple(entry.get("keyword_only", ())),
                     required=entry.get("required", 0),

@@ -277,6 +277,9 @@ class RenameVisitor(cst.CSTVisitor):
     # ---- contexts ---------------------------------------------------------------------------
 
     def _report(self, sym: Symbol, node: cst.CSTNode, detail: str, fix: Fix | None) -> None:
+        if sym.kind == "manual":
+            self.findings.append(Finding(sym.code, f"`{sym.old}`: {sym.guidance}", node, None))
+            return
         call = f'`{sym.new}("{sym.device}", ...)`' if sym.prepend else f"`{sym.new}(...)`"
         if sym.keywords:
             kws = ", ".join(f"{k}={v}" for k, v in sym.keywords)
@@ -308,6 +311,9 @@ class RenameVisitor(cst.CSTVisitor):
     def _partial(self, node: cst.Call, sym: Symbol, unconditional: bool) -> None:
         """``functools.partial(old, ...)``: the bound arguments map like a call's."""
         ref = node.args[0].value
+        if sym.kind == "manual":
+            self._report(sym, ref, "", None)
+            return
         try:
             torch_name, _ = self._binding(node, "torch")
             self._map_args(sym, node.args[1:], torch_name)
@@ -332,6 +338,9 @@ class RenameVisitor(cst.CSTVisitor):
         a feature check, not a use: it is left alone, and so is the import it reads.
         """
         if not unconditional and not (node in self._type_context or self._annotation_depth):
+            return
+        if sym.kind == "manual":
+            self._report(sym, node, "", None)
             return
         try:
             if node in self._type_context or self._annotation_depth:
@@ -371,7 +380,10 @@ class RenameVisitor(cst.CSTVisitor):
         match = self._match(node.func)
         if match:
             self._consumed.add(node.func)
-            self._call(node, *match)
+            if match[0].kind == "manual":
+                self._report(match[0], node, "", None)
+            else:
+                self._call(node, *match)
             return
         names = {q.name for q in self._qualified(node.func)} if node.args else set()
         if names & _TYPE_CHECKS and len(node.args) == 2:
@@ -388,6 +400,9 @@ class RenameVisitor(cst.CSTVisitor):
             return
         sym, unconditional = match
         self._consumed.add(node.decorator)
+        if sym.kind == "manual":
+            self._report(sym, node.decorator, "", None)
+            return
         if sym.kind != "decorator":
             message = "a bare class decorator passes the function as `enabled`"
             self._report(sym, node.decorator, f"no automatic fix: {message}", None)
@@ -409,6 +424,9 @@ class RenameVisitor(cst.CSTVisitor):
             if match:
                 sym, _ = match
                 self._consumed.add(base.value)
+                if sym.kind == "manual":
+                    self._report(sym, base.value, "", None)
+                    continue
                 detail = (
                     "no automatic fix: a subclass's constructor arguments shift when its base "
                     f'becomes `{sym.new}`; rebase it and pass "{sym.device}" as the first argument'
