@@ -1,7 +1,7 @@
 """Load the rule catalog (``rules/*.toml``) into typed records.
 
-Rename rules are pure data: the symbol table below is executed by :mod:`ampmigrate.renames`.
-Rules whose logic is code register a visitor class under their code in :data:`CODE_RULES`.
+Rules are data: their symbol tables are executed by :mod:`ampmigrate.renames`, which maps
+arguments for renames and reports guidance for ``manual`` symbols (apex).
 """
 
 from __future__ import annotations
@@ -54,8 +54,7 @@ class Rule:
     valid: tuple[str, ...]
     invalid: tuple[Example, ...]
     symbols: tuple[Symbol, ...] = ()
-    triggers: tuple[str, ...] = ()
-    visitor: str = ""  # "module:Class" in ampmigrate.rules, for rules whose logic is code
+    triggers: tuple[str, ...] = ()  # names whose spelling the prefilter looks for
 
     @property
     def url(self) -> str:
@@ -118,8 +117,7 @@ def _load(text: str) -> Rule:
             for ex in examples.get("invalid", [])
         ),
         symbols=symbols,
-        triggers=tuple(data.get("triggers", ())) + tuple(s.old for s in symbols),
-        visitor=data.get("visitor", ""),
+        triggers=tuple(s.old for s in symbols),
     )
 
 

@@ -7,7 +7,6 @@ to the caller, so ``verify`` can migrate in memory with exactly the engine ``fix
 from __future__ import annotations
 
 import ast
-import importlib
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -31,25 +30,17 @@ class FixError(Exception):
     """A fix produced code that does not parse: a bug in a rule, never written to disk."""
 
 
-def _code_rule_visitor(rule: Rule, source: bytes) -> cst.CSTVisitor:
-    module_name, _, class_name = rule.visitor.partition(":")
-    module = importlib.import_module(f"ampmigrate.rules.{module_name}")
-    return getattr(module, class_name)(rule, source)
-
-
 def analyze(module: cst.Module, source: bytes, rules: Sequence[Rule]) -> list[Finding]:
-    """Every finding of the selected rules in ``module``; nodes belong to ``module``."""
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    visitors: list[cst.CSTVisitor] = []
+    """Every finding of the selected rules in ``module``; nodes belong to ``module``.
+
+    All rules are data today, so one visitor serves them all in a single pass.
+    """
     symbols = [s for r in rules for s in r.symbols]
-    if symbols:
-        visitors.append(RenameVisitor(symbols, source))
-    visitors += [_code_rule_visitor(r, source) for r in rules if r.visitor]
-    findings: list[Finding] = []
-    for visitor in visitors:
-        wrapper.visit(visitor)
-        findings += visitor.findings
-    return findings
+    if not symbols:
+        return []
+    visitor = RenameVisitor(symbols, source)
+    MetadataWrapper(module, unsafe_skip_copy=True).visit(visitor)
+    return visitor.findings
 
 
 class _ApplyFixes(cst.CSTTransformer):
