@@ -417,3 +417,15 @@ def convert_checkpoint(source, target, key, loss_scaler, in_place, trust) -> Non
         for warning in c.warnings:
             click.echo(f"warning: {where}: {warning}", err=True)
     click.echo(f"Wrote {target}", err=True)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def doctor(as_json: bool) -> None:
+    """Report what this machine offers for mixed precision and what to use."""
+    import json
+
+    from ampmigrate import doctor as checkup
+
+    report = checkup.collect()
+    click.echo(json.dumps(report, indent=2) if as_json else checkup.render(report), nl=as_json)
