@@ -26,6 +26,7 @@ class Symbol:
     kind: Literal["class", "function", "decorator", "manual"]
     device: str
     guidance: str = ""  # "manual" symbols: what to do instead; they never get a fix
+    when_missing: str = ""  # a current API, flagged only when called without this parameter
     params: tuple[str, ...] = ()
     keyword_only: tuple[str, ...] = ()
     required: int = 0
@@ -82,6 +83,7 @@ def _symbols(code: str, entries: list[dict]) -> tuple[Symbol, ...]:
                     kind=entry["kind"],
                     device=entry.get("device", ""),
                     guidance=entry.get("guidance", ""),
+                    when_missing=entry.get("when_missing", ""),
                     params=tuple(entry.get("params", ())),
                     keyword_only=tuple(entry.get("keyword_only", ())),
                     required=entry.get("required", 0),

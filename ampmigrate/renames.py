@@ -148,8 +148,12 @@ class RenameVisitor(cst.CSTVisitor):
             return None
         names = {q.name for q in self._qualified(node)}
         hits = [self.table[n] for n in names if n in self.table]
-        if not hits or any(n.startswith(_MODERN_PREFIXES) for n in names):
+        if not hits:
             return None
+        if hits[0].when_missing:  # a current API, checked for an argument it should have
+            return (hits[0], len(names) == 1) if len(names) == 1 else None
+        if any(n.startswith(_MODERN_PREFIXES) for n in names):
+            return None  # a compatibility shim: bound to the new API on current torch
         return hits[0], len(names) == 1
 
     def _binding(self, node: cst.CSTNode, module: str) -> tuple[str, bool]:
@@ -308,6 +312,29 @@ class RenameVisitor(cst.CSTVisitor):
         except NoFix as reason:
             self._report(sym, node, f"no automatic fix: {reason}", None)
 
+    def _missing_argument(self, node: cst.Call, sym: Symbol, unconditional: bool) -> None:
+        """A current API called without an argument whose default is about to change."""
+        name = sym.when_missing
+        index = sym.params.index(name)
+        positional = [a for a in node.args if not a.keyword and not a.star]
+        if any(a.star for a in node.args) or len(positional) > index:
+            return  # given positionally, or possibly through a splat
+        if any(a.keyword and a.keyword.value == name for a in node.args):
+            return
+
+        def build(updated: cst.Call) -> cst.Call:
+            # Only string literals are inserted: no import is needed, none is touched.
+            args, _ = self._map_args(sym, updated.args, "torch")
+            return updated.with_changes(args=args)
+
+        fix = Fix(
+            safety="safe" if unconditional else "unsafe",
+            target=node,
+            build=build,
+            min_torch=tuple(int(p) for p in sym.min_torch.split(".")),
+        )
+        self.findings.append(Finding(sym.code, sym.guidance, node, fix))
+
     def _partial(self, node: cst.Call, sym: Symbol, unconditional: bool) -> None:
         """``functools.partial(old, ...)``: the bound arguments map like a call's."""
         ref = node.args[0].value
@@ -380,7 +407,9 @@ class RenameVisitor(cst.CSTVisitor):
         match = self._match(node.func)
         if match:
             self._consumed.add(node.func)
-            if match[0].kind == "manual":
+            if match[0].when_missing:
+                self._missing_argument(node, *match)
+            elif match[0].kind == "manual":
                 self._report(match[0], node, "", None)
             else:
                 self._call(node, *match)
@@ -390,13 +419,15 @@ class RenameVisitor(cst.CSTVisitor):
             self._mark_types(node.args[1].value)
         elif _PARTIAL in names:
             match = self._match(node.args[0].value)
+            if match and match[0].when_missing:
+                return
             if match and not node.args[0].keyword and not node.args[0].star:
                 self._consumed.add(node.args[0].value)
                 self._partial(node, *match)
 
     def visit_Decorator(self, node: cst.Decorator) -> None:
         match = self._match(node.decorator)
-        if not match:
+        if not match or match[0].when_missing:
             return
         sym, unconditional = match
         self._consumed.add(node.decorator)
@@ -421,7 +452,7 @@ class RenameVisitor(cst.CSTVisitor):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         for base in node.bases:
             match = self._match(base.value)
-            if match:
+            if match and not match[0].when_missing:
                 sym, _ = match
                 self._consumed.add(base.value)
                 if sym.kind == "manual":
@@ -468,6 +499,8 @@ class RenameVisitor(cst.CSTVisitor):
         match = self._match(node)
         if match is None:
             return True
+        if match[0].when_missing:
+            return False  # only calls can miss an argument
         if not (node in self._type_context or self._annotation_depth):
             if any(self._probes):
                 return False  # `try: torch.cpu.amp.autocast except AttributeError`: a probe
