@@ -147,7 +147,7 @@ class RenameVisitor(cst.CSTVisitor):
         else:
             return None
         names = {q.name for q in self._qualified(node)}
-        hits = [self.table[n] for n in names if n in self.table]
+        hits = [self.table[n] for n in sorted(names) if n in self.table]  # deterministic
         if not hits:
             return None
         if hits[0].when_missing:  # a current API, checked for an argument it should have
