@@ -118,6 +118,8 @@ def test_error_paths_exit_2_with_one_line_reason(cli, args, message):
 def test_crash_shows_the_scripts_stderr_tail(cli):
     result = cli("verify", str(LOOPS / "_crashes.py"))
     assert "ValueError: dataset not found: /data/train.bin" in result.stderr
+    assert '_crashes.py", line 3, in <module>' in result.stderr
+    assert "bootstrap.py" not in result.stderr and "runpy" not in result.stderr
 
 
 def test_script_arguments_and_main_guard(cli, tmp_path):

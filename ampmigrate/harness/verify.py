@@ -26,6 +26,8 @@ from ampmigrate.engine import Settings, run
 from ampmigrate.harness.compare import Comparison, Divergence, Tolerance, compare
 
 BOOTSTRAP = Path(__file__).with_name("bootstrap.py")
+# Traceback frames of the harness itself, dropped from what the user is shown.
+_HARNESS_FRAMES = (f'  File "{BOOTSTRAP}"', '  File "<frozen runpy>"')
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-5
 
 
@@ -59,7 +61,18 @@ class Side:
     traces: list[dict] = field(default_factory=list)
 
     def stderr_tail(self, lines: int = 15) -> str:
-        return "\n".join(self.stderr.rstrip().splitlines()[-lines:])
+        """The end of the script's stderr, without the harness's own traceback frames."""
+        kept: list[str] = []
+        in_frame = False
+        for line in self.stderr.rstrip().splitlines():
+            if line.startswith(_HARNESS_FRAMES):
+                in_frame = True  # the frame line, then its indented source lines
+                continue
+            if in_frame and line.startswith("    "):
+                continue
+            in_frame = False
+            kept.append(line)
+        return "\n".join(kept[-lines:])
 
 
 @dataclass
