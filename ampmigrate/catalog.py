@@ -1,7 +1,8 @@
 """Load the rule catalog (``rules/*.toml``) into typed records.
 
-Rules are data: their symbol tables are executed by :mod:`ampmigrate.renames`, which maps
-arguments for renames and reports guidance for ``manual`` symbols (apex).
+Most rules are data: their symbol tables are executed by :mod:`ampmigrate.renames`, which maps
+arguments for renames and reports guidance for ``manual`` symbols (apex). The few whose logic is
+code name a check in :mod:`ampmigrate.checks`.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Rule:
     invalid: tuple[Example, ...]
     symbols: tuple[Symbol, ...] = ()
     triggers: tuple[str, ...] = ()  # names whose spelling the prefilter looks for
+    check: str = ""  # a code check in ampmigrate.checks.CHECKS, for rules that are not renames
 
     @property
     def url(self) -> str:
@@ -119,7 +121,8 @@ def _load(text: str) -> Rule:
             for ex in examples.get("invalid", [])
         ),
         symbols=symbols,
-        triggers=tuple(s.old for s in symbols),
+        triggers=tuple(data.get("triggers", ())) + tuple(s.old for s in symbols),
+        check=data.get("check", ""),
     )
 
 

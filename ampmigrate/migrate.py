@@ -16,6 +16,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ampmigrate import sourcefile
 from ampmigrate.catalog import Rule
+from ampmigrate.checks import CHECKS
 from ampmigrate.engine import FileResult, Settings
 from ampmigrate.findings import Diagnostic, Finding, Fix
 from ampmigrate.noqa import Suppressions
@@ -33,14 +34,20 @@ class FixError(Exception):
 def analyze(module: cst.Module, source: bytes, rules: Sequence[Rule]) -> list[Finding]:
     """Every finding of the selected rules in ``module``; nodes belong to ``module``.
 
-    All rules are data today, so one visitor serves them all in a single pass.
+    One visitor serves every rename rule in a single pass; each code check adds one more.
+    Metadata is computed once and shared.
     """
+    visitors: list = []
     symbols = [s for r in rules for s in r.symbols]
-    if not symbols:
-        return []
-    visitor = RenameVisitor(symbols, source)
-    MetadataWrapper(module, unsafe_skip_copy=True).visit(visitor)
-    return visitor.findings
+    if symbols:
+        visitors.append(RenameVisitor(symbols, source))
+    visitors += [CHECKS[r.check](r) for r in rules if r.check]
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    findings: list[Finding] = []
+    for visitor in visitors:
+        wrapper.visit(visitor)
+        findings += visitor.findings
+    return findings
 
 
 class _ApplyFixes(cst.CSTTransformer):
