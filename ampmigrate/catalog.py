@@ -35,7 +35,7 @@ class Symbol:
     prepend: tuple[str, ...] = ()
     keywords: tuple[tuple[str, str], ...] = ()
     defaults: tuple[tuple[str, str], ...] = ()
-    min_torch: str = "2.4"
+    min_torch: tuple[int, ...] = (2, 4)  # the oldest torch the replacement exists in
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,11 @@ class Rule:
         return "/".join(k for k in order if k in kinds)
 
 
+def version_tuple(text: str) -> tuple[int, ...]:
+    """'2.4' -> (2, 4): major and minor, the precision torch's AMP API changes at."""
+    return tuple(int(part) for part in str(text).split(".")[:2])
+
+
 def _symbols(code: str, entries: list[dict]) -> tuple[Symbol, ...]:
     out = []
     for entry in entries:
@@ -93,7 +98,7 @@ def _symbols(code: str, entries: list[dict]) -> tuple[Symbol, ...]:
                     prepend=tuple(entry.get("prepend", ())),
                     keywords=tuple(entry.get("keywords", {}).items()),
                     defaults=tuple(entry.get("defaults", {}).items()),
-                    min_torch=entry.get("min_torch", "2.4"),
+                    min_torch=version_tuple(entry.get("min_torch", "2.4")),
                 )
             )
     return tuple(out)

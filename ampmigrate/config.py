@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from ampmigrate.catalog import version_tuple
 from ampmigrate.report import FORMATS
 
 KEYS = frozenset(
@@ -74,7 +75,7 @@ def _matches(relative: PurePosixPath, pattern: str) -> bool:
 
 def parse_version(text: str) -> tuple[int, ...]:
     try:
-        return tuple(int(part) for part in str(text).split(".")[:2])
+        return version_tuple(text)
     except ValueError as exc:
         raise ConfigError(f"target-torch must look like '2.4', not {text!r}") from exc
 

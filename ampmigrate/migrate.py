@@ -134,13 +134,13 @@ def migrate_source(
     """
     _check_python(source)
     analysis = FileAnalysis(source, settings.rules)
+    keep_imports = Path(path).name == "__init__.py"
     fixed: list[Diagnostic] = []
     for _ in range(MAX_FIX_PASSES):
         active = analysis.active(settings)
         to_apply = [(f, d) for f, d in active if settings.applies(f.fix)]
         if not settings.fix or not to_apply:
             return source, [d for _, d in active], fixed
-        keep_imports = Path(path).name == "__init__.py"
         new_module = apply_fixes(analysis.module, [f.fix for f, _ in to_apply], keep_imports)
         new_source = new_module.bytes
         try:
@@ -180,8 +180,6 @@ def _error_text(exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, cst.ParserSyntaxError):
         return f"syntax error at {exc.raw_line}:{exc.raw_column + 1}: {exc.message}"
-    if isinstance(exc, UnicodeDecodeError | SyntaxError):
-        return f"cannot decode: {exc}".splitlines()[0]
     if isinstance(exc, OSError):
         return exc.strerror or str(exc)
     if isinstance(exc, RecursionError):

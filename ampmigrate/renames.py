@@ -222,7 +222,7 @@ class RenameVisitor(cst.CSTVisitor):
             build=lambda updated: build(updated, torch_name),
             add_imports=extra_imports | ({"torch"} if add_torch else set()),
             remove_imports=self._import_edits(ref),
-            min_torch=tuple(int(p) for p in sym.min_torch.split(".")),
+            min_torch=sym.min_torch,
         )
 
     def _map_args(
@@ -331,7 +331,7 @@ class RenameVisitor(cst.CSTVisitor):
             safety="safe" if unconditional else "unsafe",
             target=node,
             build=build,
-            min_torch=tuple(int(p) for p in sym.min_torch.split(".")),
+            min_torch=sym.min_torch,
         )
         self.findings.append(Finding(sym.code, sym.guidance, node, fix))
 
