@@ -14,6 +14,7 @@ import tokenize
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -310,13 +311,19 @@ def explain(code: str) -> None:
 @click.option("--report", type=click.Path(path_type=Path), help="Write traces, summary, plot.")
 @click.option("--unsafe-fixes", is_flag=True, help="Migrate with unsafe fixes too.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), help="Run each side under torchrun.")
+@click.option(
+    "--compare-fp32",
+    is_flag=True,
+    help="Instead: time SCRIPT in float32 (autocast and GradScaler off) and as written.",
+)
 def verify(
     script, script_args, steps, seed, device, threads, exact, rtol, atol, timeout, migrated,
-    report, unsafe_fixes, nproc_per_node,
+    report, unsafe_fixes, nproc_per_node, compare_fp32,
 ) -> None:  # fmt: skip
     """Run SCRIPT and its migrated version; compare per-step loss and GradScaler state.
 
     Arguments after `--` are passed to SCRIPT. Exit 0: same training; 1: they diverge; 2: error.
+    With --compare-fp32: exit 0 once measured, 2 when it could not be (or AMP was not active).
     """
     from ampmigrate.harness import compare as cmp
     from ampmigrate.harness import report as reporting
@@ -325,6 +332,14 @@ def verify(
 
     if exact and (rtol is not None or atol is not None):
         raise click.UsageError("--exact and --rtol/--atol exclude each other")
+    if compare_fp32:
+        used = {
+            "--migrated": migrated, "--exact": exact, "--rtol": rtol is not None,
+            "--atol": atol is not None, "--unsafe-fixes": unsafe_fixes,
+            "--nproc-per-node": nproc_per_node,
+        }  # fmt: skip
+        if clash := [name for name, value in used.items() if value]:
+            raise click.UsageError(f"--compare-fp32 does not take {', '.join(clash)}")
     tolerance = None
     if exact:
         tolerance = cmp.Tolerance(True)
@@ -335,6 +350,8 @@ def verify(
         nproc_per_node=nproc_per_node or 0, unsafe_fixes=unsafe_fixes,
     )  # fmt: skip
     try:
+        if compare_fp32:
+            _compare_fp32(script, list(script_args), options, report)
         outcome = run_verify(script, list(script_args), options, tolerance, migrated)
     except VerifyError as exc:
         click.echo(f"ampmigrate verify: error: {exc}", err=True)
@@ -362,6 +379,21 @@ def verify(
         for path in reporting.write(outcome, report):
             click.echo(f"wrote {path}", err=True)
     sys.exit(EXIT_OK if outcome.match else EXIT_FINDINGS)
+
+
+def _compare_fp32(script: Path, args: list[str], options, report: Path | None) -> NoReturn:
+    from ampmigrate.harness import report as reporting
+    from ampmigrate.harness.fp32 import compare_fp32
+
+    result = compare_fp32(script, args, options)
+    click.echo(result.table())
+    click.echo(f"verdict: {result.verdict()}")
+    if result.active:
+        click.echo(f"active in the run as written: {', '.join(result.active)}")
+    if report:
+        for path in reporting.write_fp32(result, report):
+            click.echo(f"wrote {path}", err=True)
+    sys.exit(EXIT_OK if result.active else EXIT_ERROR)
 
 
 def _verdict(comparison) -> str:

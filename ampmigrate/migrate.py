@@ -23,6 +23,7 @@ from ampmigrate.noqa import Suppressions
 from ampmigrate.notebook import Notebook, NotebookError
 from ampmigrate.prefilter import Prefilter
 from ampmigrate.renames import RenameVisitor
+from ampmigrate.scalerflow import FLOW_CHECKS, build_flow
 
 MAX_FIX_PASSES = 10
 
@@ -34,19 +35,24 @@ class FixError(Exception):
 def analyze(module: cst.Module, source: bytes, rules: Sequence[Rule]) -> list[Finding]:
     """Every finding of the selected rules in ``module``; nodes belong to ``module``.
 
-    One visitor serves every rename rule in a single pass; each code check adds one more.
-    Metadata is computed once and shared.
+    One visitor serves every rename rule in a single pass; each code check adds one more, and
+    the scaler-flow rules share one. Metadata is computed once and shared.
     """
     visitors: list = []
     symbols = [s for r in rules for s in r.symbols]
     if symbols:
         visitors.append(RenameVisitor(symbols, source))
-    visitors += [CHECKS[r.check](r) for r in rules if r.check]
+    visitors += [CHECKS[r.check](r) for r in rules if r.check in CHECKS]
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     findings: list[Finding] = []
     for visitor in visitors:
         wrapper.visit(visitor)
         findings += visitor.findings
+    flow_rules = [r for r in rules if r.check in FLOW_CHECKS]
+    if flow_rules:
+        flow = build_flow(wrapper)
+        for rule in flow_rules:
+            findings += FLOW_CHECKS[rule.check](flow, rule)
     return findings
 
 

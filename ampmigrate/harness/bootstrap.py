@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import inspect
 import itertools
 import json
 import os
 import random
+import resource
 import runpy
 import sys
 import time
@@ -29,6 +31,8 @@ SEED = int(os.environ.get("AMPMIGRATE_SEED", "0"))
 THREADS = int(os.environ.get("AMPMIGRATE_THREADS", "1"))
 TRACE = os.environ["AMPMIGRATE_TRACE"].replace("{rank}", os.environ.get("RANK", "0"))
 TRACING = os.environ.get("AMPMIGRATE_TRACING", "1") == "1"
+FP32 = os.environ.get("AMPMIGRATE_FP32") == "1"  # autocast and GradScaler forced off
+SYNC = os.environ.get("AMPMIGRATE_SYNC") == "1"  # wait for the GPU at each step, for timing
 
 
 class Recorder:
@@ -61,6 +65,8 @@ class Recorder:
             record["scale"] = float(scaler.get_scale())
         self.steps.append(record)
         self.losses, self.scaled, self.optimizer_stepped = [], False, False
+        if SYNC and self.torch.cuda.is_initialized():
+            self.torch.cuda.synchronize()
         now = time.perf_counter()
         self.step_times.append(now - self._last_boundary)
         self._last_boundary = now
@@ -118,6 +124,7 @@ class Recorder:
             "scaler_state": scaler_state,
             "autocast": self.autocast,
             "step_times": self.step_times,
+            "peak_memory": peak_memory(self.torch),
             "environment": environment(self.torch),
         }
         with open(TRACE, "w", encoding="utf-8") as f:
@@ -136,6 +143,34 @@ def environment(torch) -> dict:
         "rank": int(os.environ.get("RANK", "0")),
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
     }
+
+
+def peak_memory(torch) -> dict:
+    """CUDA's max allocated bytes where CUDA ran, and the process's peak RSS (Linux: KiB)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (
+        1 if sys.platform == "darwin" else 1024
+    )
+    cuda = torch.cuda.max_memory_allocated() if torch.cuda.is_initialized() else None
+    return {"cuda_max_allocated": cuda, "max_rss": rss}
+
+
+def force_fp32(torch) -> None:
+    """Make every autocast region and GradScaler disabled, whatever the script asks for."""
+    from torch.amp import GradScaler, autocast
+
+    for cls in (autocast, GradScaler):
+        cls.__init__ = _disabled(cls.__init__)
+
+
+def _disabled(original):
+    signature = inspect.signature(original)
+
+    def __init__(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        bound.arguments["enabled"] = False
+        original(*bound.args, **bound.kwargs)
+
+    return __init__
 
 
 def install(torch) -> Recorder:
@@ -235,6 +270,8 @@ def main() -> None:
         sys.exit(3)
 
     seed_everything(torch)
+    if FP32:
+        force_fp32(torch)
     if TRACING:
         atexit.register(install(torch).finish)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ampmigrate.harness.fp32 import Fp32Comparison
 from ampmigrate.harness.verify import Outcome
 
 
@@ -93,3 +94,41 @@ def plot(outcome: Outcome, path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def write_fp32(result: Fp32Comparison, directory: Path) -> list[Path]:
+    """``verify --compare-fp32 --report DIR``: both traces, the summary and a two-panel plot."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for side in (result.fp32_side, result.amp_side):
+        path = directory / f"trace_{side.name}.json"
+        path.write_text(json.dumps(side.traces[0], indent=1), encoding="utf-8")
+        written.append(path)
+    path = directory / "summary.json"
+    path.write_text(json.dumps(result.to_dict(), indent=2), encoding="utf-8")
+    written.append(path)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (loss_ax, time_ax) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for side, label, style in ((result.fp32_side, "float32", "-"), (result.amp_side, "AMP", "--")):
+        trace = side.traces[0]
+        loss_ax.plot(*_series(trace, "loss"), style, label=label)
+        times = trace["step_times"]
+        time_ax.plot(range(len(times)), [t * 1e3 for t in times], style, label=label)
+    loss_ax.set_ylabel("loss")
+    loss_ax.legend()
+    loss_ax.set_title(f"ampmigrate verify --compare-fp32 on {result.device}", fontsize=9)
+    time_ax.set_ylabel("step time (ms)")
+    time_ax.set_yscale("log")
+    time_ax.set_xlabel("optimizer step")
+    time_ax.legend()
+    fig.tight_layout()
+    path = directory / "fp32.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    written.append(path)
+    return written

@@ -55,6 +55,7 @@ class Options:
 class Side:
     name: str
     script: Path
+    env: dict[str, str] = field(default_factory=dict)  # on top of the harness's settings
     returncode: int = 0
     stderr: str = ""
     timed_out: bool = False
@@ -201,7 +202,7 @@ def run_side(side: Side, args: list[str], options: Options, workdir: Path) -> Si
     try:
         proc = subprocess.run(
             command,
-            env=_environment(options, trace),
+            env={**_environment(options, trace), **side.env},
             capture_output=True,
             text=True,
             timeout=options.timeout,

@@ -1,0 +1,243 @@
+"""The correctness rules (AMP203-AMP209): silent on correct code, and what they flag really
+misbehaves when run (CPU GradScaler and autocast behave as on CUDA for these checks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampmigrate.catalog import all_rules
+from ampmigrate.checks import CHECKS
+from ampmigrate.scalerflow import FLOW_CHECKS
+
+from conftest import FIXTURES, check_source, fix_source
+
+CORRECTNESS = [code for code, rule in all_rules().items() if rule.check in FLOW_CHECKS]
+
+
+def codes(source: str) -> list[str]:
+    return [d.code for d in check_source(source)]
+
+
+def test_every_named_check_exists():
+    for code, rule in all_rules().items():
+        assert not rule.check or rule.check in CHECKS or rule.check in FLOW_CHECKS, code
+    assert len(CORRECTNESS) == len(FLOW_CHECKS)
+
+
+def test_canonical_pytorch_examples_are_clean():
+    source = (FIXTURES / "correct" / "amp_examples.py").read_text()
+    assert codes(source) == []
+
+
+def test_a_wrong_migration_fixture_is_caught():
+    """The verify fixture that drops `scaler.update()` is also a lint finding."""
+    source = (FIXTURES / "loops" / "_wrong_dropped_update.py").read_text()
+    assert "AMP205" in codes(source)
+    fixed = (FIXTURES / "loops" / "bf16_cpu_scaler.py").read_text()
+    assert "AMP205" not in codes(fixed)
+
+
+def test_findings_survive_a_rename_fix_of_the_same_file():
+    """Old-API code gets the rename and keeps the correctness finding."""
+    source = """\
+import torch
+
+scaler = torch.cuda.amp.GradScaler()
+for x in data:
+    with torch.cuda.amp.autocast():
+        loss = model(x)
+    scaler.scale(loss).backward()
+    optimizer.step()
+"""
+    out, remaining, fixed = fix_source(source)
+    assert {d.code for d in fixed} == {"AMP101", "AMP102"}
+    assert [d.code for d in remaining] == ["AMP206"]
+    assert "torch.amp.GradScaler" in out
+
+
+def test_if_else_branches_are_told_apart():
+    both_paths = """\
+from torch.nn.utils import clip_grad_norm_
+
+
+def step(loss):
+    if amp:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    elif other:
+        loss.backward()
+        clip_grad_norm_(params, 1.0)
+        optimizer.step()
+    else:
+        loss.backward()
+        optimizer.step()
+"""
+    assert codes(both_paths) == []
+    straight = """\
+from torch.nn.utils import clip_grad_norm_
+
+
+def step(loss):
+    scaler.scale(loss).backward()
+    clip_grad_norm_(params, 1.0)
+    optimizer.step()
+"""
+    assert codes(straight) == ["AMP203", "AMP206"]
+
+
+def test_helpers_are_not_guessed_at():
+    """A step in one function and the update in its caller: not judged (no finding)."""
+    source = """\
+def backward(scaler, loss):
+    scaler.scale(loss).backward()
+
+
+def clip(model):
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+"""
+    assert codes(source) == []
+
+
+# -- what the flagged code does when it runs -------------------------------------------
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+SETUP = """\
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+x = torch.randn(8, 4)
+"""
+
+
+def run(source: str) -> dict:
+    namespace: dict = {}
+    exec(compile(source, "<example>", "exec"), namespace)
+    return namespace
+
+
+def test_amp203_clip_sees_scaled_norm_until_the_fix():
+    source = (
+        SETUP
+        + """\
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    loss = model(x).pow(2).mean()
+scaler.scale(loss).backward()
+norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1e9)
+scaler.step(optimizer)
+scaler.update()
+"""
+    )
+    assert "AMP203" in codes(source)
+    unscaled = source.replace("scaler.scale(loss)", "loss").replace("scaler.step(optimizer)", "")
+    reference = run(unscaled.replace("scaler.update()", ""))["norm"].item()
+    assert run(source)["norm"].item() == pytest.approx(1024 * reference, rel=1e-3)
+    fixed, remaining, _ = fix_source(source, unsafe=True)
+    assert "scaler.unscale_(optimizer)\nnorm = " in fixed
+    assert "AMP203" not in [d.code for d in remaining]
+    assert run(fixed)["norm"].item() == pytest.approx(reference, rel=1e-3)
+
+
+def test_amp204_second_unscale_raises():
+    source = (
+        SETUP
+        + """\
+for micro in x.split(4):
+    scaler.scale(model(micro).sum()).backward()
+    scaler.unscale_(optimizer)
+scaler.step(optimizer)
+scaler.update()
+"""
+    )
+    assert "AMP204" in codes(source)
+    with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called"):
+        run(source)
+
+
+def test_amp205_step_without_update_raises_on_the_next_step():
+    source = (
+        SETUP
+        + """\
+for micro in x.split(4):
+    scaler.scale(model(micro).sum()).backward()
+    scaler.step(optimizer)
+"""
+    )
+    assert "AMP205" in codes(source)
+    with pytest.raises(RuntimeError, match="step\\(\\) has already been called"):
+        run(source)
+
+
+def test_amp206_direct_step_applies_scaled_gradients():
+    source = (
+        SETUP
+        + """\
+before = model.weight.detach().clone()
+scaler.scale(model(x).pow(2).mean()).backward()
+optimizer.step()
+change = (model.weight - before).norm()
+"""
+    )
+    assert "AMP206" in codes(source)
+    scaled = run(source)["change"].item()
+    plain = run(source.replace("scaler.scale(model(x).pow(2).mean())", "model(x).pow(2).mean()"))
+    assert scaled == pytest.approx(1024 * plain["change"].item(), rel=1e-3)
+
+
+def test_amp207_scaler_changes_nothing_under_bfloat16():
+    source = (
+        SETUP
+        + """\
+losses = []
+for _ in range(5):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(x).pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+    losses.append(loss.item())
+"""
+    )
+    assert "AMP207" in codes(source)
+    plain = source.replace("scaler.scale(loss)", "loss").replace("scaler.step(optimizer)", "")
+    plain = plain.replace("scaler.update()", "optimizer.step()")
+    assert run(source)["losses"] == run(plain)["losses"]
+
+
+def test_amp208_resume_without_scaler_state_restarts_the_scale(tmp_path):
+    path = tmp_path / "last.pt"
+    source = (
+        SETUP
+        + f"""\
+for _ in range(3):
+    scaler.scale(model(x).sum() * float("inf")).backward()  # overflow: the scale backs off
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+torch.save({{"model": model.state_dict(), "optimizer": optimizer.state_dict()}}, {str(path)!r})
+resumed = torch.amp.GradScaler("cpu", init_scale=1024.0)
+"""
+    )
+    assert "AMP208" in codes(source)
+    namespace = run(source)
+    assert namespace["scaler"].get_scale() == 128.0
+    assert namespace["resumed"].get_scale() == 1024.0
+
+
+def test_amp209_fp16_model_cannot_be_unscaled():
+    source = (
+        SETUP.replace("torch.nn.Linear(4, 1)", "torch.nn.Linear(4, 1).half()")
+        + """\
+scaler.scale(model(x.half()).float().sum()).backward()
+scaler.step(optimizer)
+scaler.update()
+"""
+    )
+    assert "AMP209" in codes(source)
+    with pytest.raises(ValueError, match="Attempting to unscale FP16 gradients"):
+        run(source)
