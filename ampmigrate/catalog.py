@@ -38,11 +38,28 @@ class Symbol:
     min_torch: tuple[int, ...] = (2, 4)  # the oldest torch the replacement exists in
 
 
+# `{keras}` in a path name stands for every module path Keras is imported under.
+KERAS_ROOTS = ("tensorflow.keras", "keras", "tensorflow.compat.v2.keras", "tf_keras")
+
+
+@dataclass(frozen=True)
+class PathRename:
+    """A TensorFlow/Keras name that moved: rewritten where it is spelled (data, like Symbol)."""
+
+    code: str
+    old: str
+    new: str
+    kind: Literal["rename", "attribute", "manual", "module"]
+    guidance: str = ""
+    args: str = ""  # "policy" / "loss_scale_optimizer": the call's arguments change too
+
+
 @dataclass(frozen=True)
 class Example:
     before: str
     after: str | None = None
     unsafe: bool = False
+    target_keras: int = 3  # the setting the example is fixed under
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,7 @@ class Rule:
     valid: tuple[str, ...]
     invalid: tuple[Example, ...]
     symbols: tuple[Symbol, ...] = ()
+    paths: tuple[PathRename, ...] = ()
     triggers: tuple[str, ...] = ()  # names whose spelling the prefilter looks for
     check: str = ""  # a code check in ampmigrate.checks.CHECKS, for rules that are not renames
 
@@ -104,11 +122,32 @@ def _symbols(code: str, entries: list[dict]) -> tuple[Symbol, ...]:
     return tuple(out)
 
 
+def _paths(code: str, entries: list[dict]) -> tuple[PathRename, ...]:
+    out = []
+    for entry in entries:
+        for old in entry["old"]:
+            roots = KERAS_ROOTS if "{keras}" in old else ("",)
+            for root in roots:
+                out.append(
+                    PathRename(
+                        code=code,
+                        old=old.replace("{keras}", root),
+                        new=entry.get("new", "").replace("{keras}", root),
+                        kind=entry.get("kind", "rename"),
+                        guidance=entry.get("guidance", ""),
+                        args=entry.get("args", ""),
+                    )
+                )
+    return tuple(out)
+
+
 def _load(text: str) -> Rule:
     data = tomllib.loads(text)
     code = data["code"]
     examples = data.get("examples", {})
     symbols = _symbols(code, data.get("symbols", []))
+    paths = _paths(code, data.get("paths", []))
+    paths += _paths(code, [{**m, "kind": "module"} for m in data.get("modules", [])])
     return Rule(
         code=code,
         name=data["name"],
@@ -122,11 +161,15 @@ def _load(text: str) -> Rule:
                 before=ex["before"].lstrip("\n"),
                 after=ex["after"].lstrip("\n") if "after" in ex else None,
                 unsafe=ex.get("unsafe", False),
+                target_keras=ex.get("target-keras", 3),
             )
             for ex in examples.get("invalid", [])
         ),
         symbols=symbols,
-        triggers=tuple(data.get("triggers", ())) + tuple(s.old for s in symbols),
+        paths=paths,
+        triggers=tuple(data.get("triggers", ()))
+        + tuple(s.old for s in symbols)
+        + tuple(p.old for p in paths if p.kind != "module"),
         check=data.get("check", ""),
     )
 

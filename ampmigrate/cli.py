@@ -62,6 +62,12 @@ def _lint_options(func: Callable) -> Callable:
             "--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: CPUs)."
         ),
         click.option(
+            "--target-keras",
+            type=click.Choice(["2", "3"]),
+            help="Keras the TF fixes write for: 3 (tf.keras since TF 2.16; default) or 2 "
+            "(tf-keras with TF_USE_LEGACY_KERAS=1).",
+        ),
+        click.option(
             "--max-file-size",
             type=click.FloatRange(min=0),
             default=2.0,
@@ -77,7 +83,8 @@ def _lint_options(func: Callable) -> Callable:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ampmigrate")
 def main() -> None:
-    """Find and migrate deprecated mixed-precision APIs (torch.cuda.amp, torch.cpu.amp)."""
+    """Find and migrate deprecated mixed-precision APIs (torch.cuda.amp, torch.cpu.amp, apex.amp,
+    TensorFlow/Keras)."""
 
 
 @dataclass
@@ -88,8 +95,9 @@ class Run:
 
 
 def _collect(
-    paths, select, ignore, output_format, config_file, fix, unsafe, jobs, max_file_size
-) -> Run:
+    paths, select, ignore, output_format, config_file, fix, unsafe, jobs, max_file_size,
+    target_keras,
+) -> Run:  # fmt: skip
     """Resolve configuration (CLI over pyproject.toml), discover files and process them."""
     paths = list(paths) or [Path(".")]
     try:
@@ -106,6 +114,7 @@ def _collect(
         fix=fix,
         unsafe_fixes=unsafe,
         target_torch=config.target_torch,
+        target_keras=int(target_keras) if target_keras else config.target_keras,
         max_file_size=int(max_file_size * 1e6),
     )
     bar = _Progress(sys.stderr.isatty())
@@ -174,12 +183,13 @@ def _plural(n: int, word: str) -> str:
 @_lint_options
 def check(
     paths, select, ignore, output_format, config_file, unsafe_fixes, exit_zero, statistics, jobs,
-    max_file_size,
+    target_keras, max_file_size,
 ) -> None:  # fmt: skip
     """Report deprecated AMP API uses in PATHS (files or directories; default: .)."""
     found = _collect(
-        paths, select, ignore, output_format, config_file, False, unsafe_fixes, jobs, max_file_size
-    )
+        paths, select, ignore, output_format, config_file, False, unsafe_fixes, jobs,
+        max_file_size, target_keras,
+    )  # fmt: skip
     files, results, output_format = found.files, found.results, found.output_format
     if not files:
         click.echo("No Python files found.", err=True)
@@ -232,12 +242,13 @@ def _diff(result: FileResult) -> str:
 )
 def fix(
     paths, select, ignore, output_format, config_file, unsafe_fixes, exit_zero, statistics, jobs,
-    max_file_size, diff, report_file,
+    target_keras, max_file_size, diff, report_file,
 ) -> None:  # fmt: skip
     """Rewrite deprecated AMP API uses in PATHS and report what remains."""
     found = _collect(
-        paths, select, ignore, output_format, config_file, True, unsafe_fixes, jobs, max_file_size
-    )
+        paths, select, ignore, output_format, config_file, True, unsafe_fixes, jobs,
+        max_file_size, target_keras,
+    )  # fmt: skip
     files, results, output_format = found.files, found.results, found.output_format
     if not files:
         click.echo("No Python files found.", err=True)

@@ -1,7 +1,8 @@
 """``[tool.ampmigrate]`` in pyproject.toml, found by walking up from the paths being checked.
 
 Keys (Ruff's names and meaning): ``select``, ``ignore``, ``exclude``, ``extend-exclude``,
-``per-file-ignores``, ``target-torch``, ``output-format``. Command-line options override them.
+``per-file-ignores``, ``target-torch``, ``target-keras``, ``output-format``. Command-line options
+override them.
 Patterns are globs relative to the directory of the pyproject.toml: without a ``/`` they match any
 path component (``legacy_*``), with one they match the relative path (``scripts/*.py``).
 """
@@ -21,7 +22,7 @@ from ampmigrate.report import FORMATS
 KEYS = frozenset(
     {
         "select", "ignore", "exclude", "extend-exclude", "per-file-ignores", "target-torch",
-        "output-format",
+        "target-keras", "output-format",
     }
 )  # fmt: skip
 
@@ -40,6 +41,7 @@ class Config:
     extend_exclude: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     target_torch: tuple[int, ...] | None = None
+    target_keras: int = 3
     output_format: str = "text"
 
     def _relative(self, path: Path) -> PurePosixPath | None:
@@ -107,6 +109,9 @@ def load(path: Path) -> Config:
     output_format = table.get("output-format", "text")
     if output_format not in FORMATS:
         raise ConfigError(f"{path}: output-format must be one of {', '.join(FORMATS)}")
+    target_keras = table.get("target-keras", 3)
+    if target_keras not in (2, 3) or isinstance(target_keras, bool):
+        raise ConfigError(f"{path}: target-keras must be 2 or 3, not {target_keras!r}")
     return Config(
         root=path.parent.resolve(),
         source=path,
@@ -119,6 +124,7 @@ def load(path: Path) -> Config:
             for pattern, codes in per_file.items()
         ),
         target_torch=parse_version(table["target-torch"]) if "target-torch" in table else None,
+        target_keras=target_keras,
         output_format=output_format,
     )
 

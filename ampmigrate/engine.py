@@ -27,6 +27,7 @@ class Settings:
     fix: bool = False
     unsafe_fixes: bool = False
     target_torch: tuple[int, ...] | None = None
+    target_keras: int = 3  # Keras 3 is what TensorFlow ships since 2.16
     max_file_size: int = 2_000_000  # bytes; 0: no limit (libcst needs ~25 s per MB)
 
     def safety(self, fix: Fix | None) -> Safety | None:

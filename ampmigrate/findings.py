@@ -33,7 +33,7 @@ class Fix:
     safety: Safety
     target: cst.CSTNode
     build: Callable[[cst.CSTNode], cst.CSTNode]
-    add_imports: frozenset[str] = frozenset()
+    add_imports: frozenset[str] = frozenset()  # "module", or "module:name" for a from-import
     remove_imports: tuple[ImportEdit, ...] = ()
     min_torch: tuple[int, ...] = ()  # the oldest torch the rewritten code runs on
 

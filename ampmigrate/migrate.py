@@ -19,6 +19,7 @@ from ampmigrate.catalog import Rule
 from ampmigrate.checks import CHECKS
 from ampmigrate.engine import FileResult, Settings
 from ampmigrate.findings import Diagnostic, Finding, Fix
+from ampmigrate.keras import KERAS_CHECKS, PathVisitor
 from ampmigrate.noqa import Suppressions
 from ampmigrate.notebook import Notebook, NotebookError
 from ampmigrate.prefilter import Prefilter
@@ -32,7 +33,9 @@ class FixError(Exception):
     """A fix produced code that does not parse: a bug in a rule, never written to disk."""
 
 
-def analyze(module: cst.Module, source: bytes, rules: Sequence[Rule]) -> list[Finding]:
+def analyze(
+    module: cst.Module, source: bytes, rules: Sequence[Rule], target_keras: int = 3
+) -> list[Finding]:
     """Every finding of the selected rules in ``module``; nodes belong to ``module``.
 
     One visitor serves every rename rule in a single pass; each code check adds one more, and
@@ -42,7 +45,11 @@ def analyze(module: cst.Module, source: bytes, rules: Sequence[Rule]) -> list[Fi
     symbols = [s for r in rules for s in r.symbols]
     if symbols:
         visitors.append(RenameVisitor(symbols, source))
+    paths = [p for r in rules for p in r.paths]
+    if paths:
+        visitors.append(PathVisitor(paths, target_keras))
     visitors += [CHECKS[r.check](r) for r in rules if r.check in CHECKS]
+    visitors += [KERAS_CHECKS[r.check](r, target_keras) for r in rules if r.check in KERAS_CHECKS]
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     findings: list[Finding] = []
     for visitor in visitors:
@@ -82,7 +89,8 @@ def apply_fixes(module: cst.Module, fixes: Sequence[Fix], keep_imports: bool = F
     for edit in sorted(removals, key=repr):
         RemoveImportsVisitor.remove_unused_import(context, edit.module, edit.obj, edit.asname)
     for name in sorted({name for fix in fixes for name in fix.add_imports}):
-        AddImportsVisitor.add_needed_import(context, name)
+        module_name, _, obj = name.partition(":")  # "a.b:c" is `from a.b import c`
+        AddImportsVisitor.add_needed_import(context, module_name, obj or None)
     if removals:
         module = RemoveImportsVisitor(context).transform_module(module)
     if any(fix.add_imports for fix in fixes):
@@ -93,9 +101,9 @@ def apply_fixes(module: cst.Module, fixes: Sequence[Fix], keep_imports: bool = F
 class FileAnalysis:
     """One parsed file and its findings, before suppression is applied."""
 
-    def __init__(self, source: bytes, rules: Sequence[Rule]) -> None:
+    def __init__(self, source: bytes, rules: Sequence[Rule], target_keras: int = 3) -> None:
         self.module = cst.parse_module(source)
-        self.findings = analyze(self.module, source, rules)
+        self.findings = analyze(self.module, source, rules, target_keras)
         self._suppressions = Suppressions(self.module.code) if self.findings else None
         self._positions = (
             MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
@@ -139,7 +147,7 @@ def migrate_source(
     so what is reported as remaining is exactly what a second run would report.
     """
     _check_python(source)
-    analysis = FileAnalysis(source, settings.rules)
+    analysis = FileAnalysis(source, settings.rules, settings.target_keras)
     keep_imports = Path(path).name == "__init__.py"
     fixed: list[Diagnostic] = []
     for _ in range(MAX_FIX_PASSES):
@@ -150,7 +158,7 @@ def migrate_source(
         new_module = apply_fixes(analysis.module, [f.fix for f, _ in to_apply], keep_imports)
         new_source = new_module.bytes
         try:
-            analysis = FileAnalysis(new_source, settings.rules)
+            analysis = FileAnalysis(new_source, settings.rules, settings.target_keras)
         except cst.ParserSyntaxError as exc:
             codes = ", ".join(sorted({f.code for f, _ in to_apply}))
             raise FixError(f"fixes for {codes} produced code that does not parse ({exc})") from exc

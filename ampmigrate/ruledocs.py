@@ -26,6 +26,8 @@ def render(rule: Rule) -> str:
     for example in rule.invalid:
         if example.after is not None:
             note = " (unsafe fix: applied with `--unsafe-fixes`)" if example.unsafe else ""
+            if example.target_keras != 3:
+                note += f" (with `target-keras = {example.target_keras}`)"
             parts.append(f"Fixed{note}:\n\n" + _block(example.after))
     if rule.valid:
         parts.append("## Not flagged\n")

@@ -15,19 +15,21 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
 
-def fix_source(source: str | bytes, unsafe: bool = False, select: tuple[str, ...] = ()):
+def fix_source(
+    source: str | bytes, unsafe: bool = False, select: tuple[str, ...] = (), target_keras: int = 3
+):
     """(new source, remaining diagnostics, fixed diagnostics) through the real engine."""
     rules = tuple(r for c, r in all_rules().items() if not select or c in select)
     data = source.encode() if isinstance(source, str) else source
-    new, remaining, fixed = migrate_source(
-        data, Settings(rules=rules, fix=True, unsafe_fixes=unsafe)
-    )
+    settings = Settings(rules=rules, fix=True, unsafe_fixes=unsafe, target_keras=target_keras)
+    new, remaining, fixed = migrate_source(data, settings)
     return (new.decode() if isinstance(source, str) else new), remaining, fixed
 
 
-def check_source(source: str):
+def check_source(source: str, target_keras: int = 3):
     rules = tuple(all_rules().values())
-    _, remaining, _ = migrate_source(source.encode(), Settings(rules=rules))
+    settings = Settings(rules=rules, target_keras=target_keras)
+    _, remaining, _ = migrate_source(source.encode(), settings)
     return remaining
 
 

@@ -31,12 +31,13 @@ def test_valid_example_is_not_flagged(code, index, source):
     ("code", "index", "example"), INVALID, ids=[f"{c}-invalid{i}" for c, i, _ in INVALID]
 )
 def test_invalid_example_is_flagged_and_fixed(code, index, example):
-    flagged = [d for d in check_source(example.before) if d.code == code]
+    keras = example.target_keras
+    flagged = [d for d in check_source(example.before, keras) if d.code == code]
     assert flagged, "the example is not flagged"
     assert Prefilter(RULES[code].triggers).may_match(example.before.encode())
 
-    safe_out, _, _ = fix_source(example.before, unsafe=False)
-    out, remaining, _fixed = fix_source(example.before, unsafe=True)
+    safe_out, _, _ = fix_source(example.before, unsafe=False, target_keras=keras)
+    out, remaining, _fixed = fix_source(example.before, unsafe=True, target_keras=keras)
     if example.after is None:
         assert out == example.before, "an example without `after` must get no fix"
         assert all(d.fix is None for d in flagged)
@@ -49,6 +50,6 @@ def test_invalid_example_is_flagged_and_fixed(code, index, example):
         assert safe_out == example.after
     assert not [d for d in remaining if d.code == code]
     # idempotence: a second fix changes and reports nothing
-    again, remaining2, fixed2 = fix_source(out, unsafe=True)
+    again, remaining2, fixed2 = fix_source(out, unsafe=True, target_keras=keras)
     assert again == out and not fixed2
     assert not [d for d in remaining2 if d.code == code]
