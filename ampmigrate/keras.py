@@ -50,6 +50,11 @@ GRADIENT_PROCESSING = frozenset(
 _INNER_ONLY = ("clipnorm", "global_clipnorm", "clipvalue", "weight_decay", "use_ema")
 
 
+def _shown(name: str) -> str:
+    """Names as users write them: ``tf.keras...`` rather than ``tensorflow.keras...``."""
+    return "tf." + name.removeprefix("tensorflow.") if name.startswith("tensorflow.") else name
+
+
 def _qualified(visitor: cst.CSTVisitor, node: cst.CSTNode) -> set[str]:
     scope = visitor.get_metadata(ScopeProvider, node, None)
     return {q.name for q in scope.get_qualified_names_for(node)} if scope else set()
@@ -156,7 +161,7 @@ class PathVisitor(cst.CSTVisitor):
         return node.with_changes(module=cst.parse_expression(parents.pop()), names=aliases)
 
     def _module_finding(self, moved: PathRename, node: cst.CSTNode, replacement) -> None:
-        message = f"module `{moved.old}` was removed: import `{moved.new}`"
+        message = f"module `{moved.old}` was removed: import `{moved.new}` instead"
         fix = None
         if replacement is None:
             message += " (no automatic fix: the import names other things too)"
@@ -205,8 +210,7 @@ class PathVisitor(cst.CSTVisitor):
     def _report(
         self, path: PathRename, target: cst.CSTNode, ref: cst.BaseExpression, call=None
     ) -> None:
-        old = path.old.split(".", 1)[-1] if path.old.startswith("tensorflow.") else path.old
-        message = f"`{old}` " + (path.guidance or f"moved: use `{path.new}`")
+        message = f"`{_shown(path.old)}` " + (path.guidance or f"moved: use `{_shown(path.new)}`")
         fix = None
         if path.kind != "manual":
             try:
