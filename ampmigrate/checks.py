@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import ScopeProvider
 
+from ampmigrate.apex import ApexO1
 from ampmigrate.catalog import Rule
 from ampmigrate.findings import Finding
 
@@ -88,4 +89,4 @@ class BackwardInAutocast(cst.CSTVisitor):
             self.findings.append(Finding(self.rule.code, message, node, None))
 
 
-CHECKS = {"backward-in-autocast": BackwardInAutocast}
+CHECKS = {"backward-in-autocast": BackwardInAutocast, "apex-o1-rewrite": ApexO1}
