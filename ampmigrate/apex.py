@@ -437,15 +437,23 @@ class _Planner:
         )
 
     def _region(self, before: list[cst.BaseStatement], loss: str) -> list[cst.BaseStatement]:
-        """The statements (a contiguous run ending right before the scale) that feed ``loss``."""
-        needed, first = {loss}, None
+        """The forward pass and loss: the statements feeding ``loss``, walking back from the
+        scale. Statements that do not feed it are crossed only if they call nothing (`last =
+        step % n == 0`); ones that do (`optimizer.zero_grad()`) end the walk."""
+        needed: set[str] = {loss}
+        feeding: list[int] = []
         for i in range(len(before) - 1, -1, -1):
             assigned, used, calls = self._names(before[i])
             if assigned & needed:
                 needed |= used
-                if calls:
-                    first = i
-        return before[first:] if first is not None else []
+                feeding.append(i)
+            elif calls:
+                break
+        # From the first feeding statement that calls something to the last feeding one.
+        starts = [i for i in feeding if self._names(before[i])[2]]
+        if not starts:
+            return []
+        return before[min(starts) : max(feeding) + 1]
 
     def _names(self, statement: cst.CSTNode) -> tuple[set[str], set[str], bool]:
         assigned: set[str] = set()

@@ -41,7 +41,9 @@ SAVE = frozenset({"torch.save"})
 _OLD_CPU_AUTOCAST = frozenset(n for n in AUTOCAST if ".cpu." in n)
 _OLD_CUDA_AUTOCAST = frozenset(n for n in AUTOCAST if ".cuda." in n)
 
-Branch = tuple[int, str]  # (id of an `if` statement, "body" or "orelse")
+# (the test of an `if`, "body" or "orelse"): two `if`s on the same test text are one decision,
+# as in `if amp: scaled backward ... if amp: scaler.step else: optimizer.step()`.
+Branch = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -152,13 +154,13 @@ class _Collector(cst.CSTVisitor):
     leave_For_body = leave_While_body = _leave_loop
 
     def visit_If_body(self, node: cst.If) -> None:
-        self._branches[-1].append((id(node), "body"))
+        self._branches[-1].append((self._code(node.test), "body"))
 
     def visit_If_orelse(self, node: cst.If) -> None:
-        self._branches[-1].append((id(node), "orelse"))
+        self._branches[-1].append((self._code(node.test), "orelse"))
 
     def _leave_branch(self, node: cst.If) -> None:
-        if self._branches[-1] and self._branches[-1][-1][0] == id(node):
+        if self._branches[-1] and self._branches[-1][-1][0] == self._code(node.test):
             self._branches[-1].pop()
 
     leave_If_body = leave_If_orelse = _leave_branch

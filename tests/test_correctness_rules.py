@@ -7,6 +7,7 @@ import pytest
 
 from ampmigrate.catalog import all_rules
 from ampmigrate.checks import CHECKS
+from ampmigrate.keras import KERAS_CHECKS
 from ampmigrate.scalerflow import FLOW_CHECKS
 
 from conftest import FIXTURES, check_source, fix_source
@@ -20,7 +21,8 @@ def codes(source: str) -> list[str]:
 
 def test_every_named_check_exists():
     for code, rule in all_rules().items():
-        assert not rule.check or rule.check in CHECKS or rule.check in FLOW_CHECKS, code
+        known = CHECKS.keys() | FLOW_CHECKS.keys() | KERAS_CHECKS.keys()
+        assert not rule.check or rule.check in known, code
     assert len(CORRECTNESS) == len(FLOW_CHECKS)
 
 
