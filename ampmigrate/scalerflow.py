@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import ScopeProvider
+from libcst.metadata import GlobalScope, ScopeProvider
 
 from ampmigrate.catalog import Rule
 from ampmigrate.checks import AUTOCAST
@@ -72,6 +72,12 @@ class Flow:
     calls: list[Event] = field(default_factory=list)
     scalers: set[str] = field(default_factory=set)  # receivers that are GradScalers
     constructions: list[tuple[cst.Call, bool]] = field(default_factory=list)  # (call, enabled)
+    # Where a scaler lives, so that a checkpoint or cast is only judged next to it: functions
+    # (ids) that build or use one, classes with a `self.` scaler, and a module-level one.
+    scaler_scopes: set[int] = field(default_factory=set)
+    scaler_classes: set[int] = field(default_factory=set)
+    training_scopes: set[int] = field(default_factory=set)  # also: builds an optimizer
+    where: dict[int, tuple[int, int]] = field(default_factory=dict)  # call id -> (scope, class)
     optimizers: set[str] = field(default_factory=set)
     autocast_dtypes: list[str] = field(default_factory=list)  # bf16 | fp16 | unknown
     saves: list[tuple[cst.Call, cst.BaseExpression | None]] = field(default_factory=list)
@@ -79,6 +85,7 @@ class Flow:
     loads: list[tuple[cst.Call, str]] = field(default_factory=list)  # .load_state_dict()
     models: set[str] = field(default_factory=set)  # receivers of .parameters()
     casts: list[tuple[cst.Call, str]] = field(default_factory=list)  # fp16 casts, target
+    model_scopes: set[tuple[int, str]] = field(default_factory=set)  # (scope, M) of M.parameters()
     dicts: dict[tuple[int, str], cst.Dict] = field(default_factory=dict)  # (scope, name) -> {}
 
     def events(self, kind: str) -> Iterator[Event]:
@@ -87,10 +94,15 @@ class Flow:
     def in_scope(self, event: Event, kind: str) -> list[Event]:
         return [e for e in self.calls if e.kind == kind and e.scope is event.scope]
 
-    @property
-    def scaler_in_use(self) -> bool:
-        """A scaler that is not literally disabled is built, or a loss is scaled."""
-        return any(enabled for _, enabled in self.constructions) or any(self.events("backward"))
+    def scaler_near(self, call: cst.Call) -> bool:
+        """A scaler is built or used in ``call``'s function, its class (``self.scaler``) or at
+        module level: only then does a checkpoint or cast there concern it."""
+        scope, cls = self.where[id(call)]
+        return (
+            scope in self.scaler_scopes
+            or (cls != 0 and cls in self.scaler_classes)
+            or id(self.module) in self.scaler_scopes
+        )
 
 
 def _method(node: cst.Call) -> tuple[str, cst.BaseExpression] | None:
@@ -120,6 +132,7 @@ class _Collector(cst.CSTVisitor):
         super().__init__()
         self.flow = flow
         self._scopes: list[cst.CSTNode] = [flow.module]
+        self._classes: list[cst.ClassDef] = []
         self._loops: list[list[cst.CSTNode]] = [[]]
         self._branches: list[list[Branch]] = [[]]
         self._statement: cst.SimpleStatementLine | None = None
@@ -143,6 +156,32 @@ class _Collector(cst.CSTVisitor):
         self._scopes.pop()
         self._loops.pop()
         self._branches.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._classes.append(node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._classes.pop()
+
+    def _place(self, node: cst.Call) -> None:
+        cls = id(self._classes[-1]) if self._classes else 0
+        self.flow.where[id(node)] = (id(self._scopes[-1]), cls)
+
+    def _scaler_here(self, receiver: str, node: cst.CSTNode | None = None) -> None:
+        self.flow.scaler_scopes.add(id(self._scopes[-1]))
+        self.flow.training_scopes.add(id(self._scopes[-1]))
+        if receiver.startswith("self.") and self._classes:
+            self.flow.scaler_classes.add(id(self._classes[-1]))
+        if isinstance(node, cst.Name) and self._global(node):
+            self.flow.scaler_scopes.add(id(self.flow.module))
+
+    def _global(self, name: cst.Name) -> bool:
+        """A name bound at module level, or not bound in the file at all (a global)."""
+        scope = self.get_metadata(ScopeProvider, name, None)
+        if scope is None:
+            return False
+        assignments = scope[name.value]
+        return not assignments or all(isinstance(a.scope, GlobalScope) for a in assignments)
 
     def _enter_loop(self, node: cst.CSTNode) -> None:
         self._loops[-1].append(node)
@@ -210,6 +249,8 @@ class _Collector(cst.CSTVisitor):
             )
             self.flow.constructions.append((node, enabled))
             self.flow.scalers.update(self._assigned)
+            for target in self._assigned if enabled else ():
+                self._scaler_here(target)
         elif names & AUTOCAST:
             self.flow.autocast_dtypes.append(self._autocast_dtype(node, names))
         elif names & CLIP:
@@ -218,8 +259,10 @@ class _Collector(cst.CSTVisitor):
             self._norm(node)
         elif names & SAVE and node.args:
             self.flow.saves.append((node, self._saved(node.args[0].value)))
+            self._place(node)
         elif any(n.startswith("torch.optim.") and "lr_scheduler" not in n for n in names):
             self.flow.optimizers.update(self._assigned)
+            self.flow.training_scopes.add(id(self._scopes[-1]))
         method = _method(node)
         if method is not None:
             self._method_call(node, *method)
@@ -248,6 +291,7 @@ class _Collector(cst.CSTVisitor):
             if inner and inner[0] == "scale" and len(receiver.args) == 1:
                 scaler = self._code(inner[1])
                 self.flow.scalers.add(scaler)
+                self._scaler_here(scaler, inner[1])
                 self._event("backward", node, scaler)
         elif name == "unscale_" and len(node.args) == 1:
             self.flow.scalers.add(text)
@@ -263,9 +307,12 @@ class _Collector(cst.CSTVisitor):
             self.flow.state_dicts.append(text)
         elif name == "load_state_dict":
             self.flow.loads.append((node, text))
+            self._place(node)
         elif name == "parameters":
             self.flow.models.add(text)
+            self.flow.model_scopes.add((id(self._scopes[-1]), text))
         elif (name == "half" and not node.args) or (name == "to" and self._to_fp16(node)):
+            self._place(node)
             self.flow.casts.append((node, text))
             for target in self._assigned:
                 self.flow.casts.append((node, target))
@@ -491,14 +538,14 @@ def _mentions_scaler(flow: Flow, payload: cst.BaseExpression | None) -> bool:
 
 
 def checkpoint_without_scaler_state(flow: Flow, rule: Rule) -> list[Finding]:
-    if not flow.scaler_in_use:
-        return []
     findings = []
     saves_scaler = any(r in flow.scalers for r in flow.state_dicts)
     loads_scaler = any(r in flow.scalers for _, r in flow.loads)
     for call, payload in flow.saves:
         text = flow.module.code_for_node(payload) if payload is not None else ""
         if "state_dict()" not in text or saves_scaler or _mentions_scaler(flow, payload):
+            continue
+        if not flow.scaler_near(call):
             continue
         message = (
             "checkpoint saves model/optimizer state but not the GradScaler's: a resume restarts "
@@ -510,6 +557,8 @@ def checkpoint_without_scaler_state(flow: Flow, rule: Rule) -> list[Finding]:
         for call, receiver in flow.loads:
             if receiver in flow.scalers or not _optimizer_like(flow, receiver):
                 continue
+            if not flow.scaler_near(call):
+                continue
             message = (
                 f"`{receiver}` state is restored but the GradScaler's is not: the resumed run "
                 'restarts the loss scale; also call `scaler.load_state_dict(checkpoint["scaler"])`'
@@ -519,11 +568,12 @@ def checkpoint_without_scaler_state(flow: Flow, rule: Rule) -> list[Finding]:
 
 
 def fp16_params_with_grad_scaler(flow: Flow, rule: Rule) -> list[Finding]:
-    if not flow.scaler_in_use:
-        return []
     flagged: dict[int, Finding] = {}
     for call, target in flow.casts:
-        if target in flow.models and id(call) not in flagged:
+        scope, _ = flow.where[id(call)]
+        trains = scope in flow.training_scopes or (scope, target) in flow.model_scopes
+        # A model cast for evaluation, away from any optimizer or scaler, is not judged.
+        if target in flow.models and trains and flow.scaler_near(call) and id(call) not in flagged:
             message = (
                 f"`{target}` is cast to float16 while a GradScaler steps its optimizer: "
                 "`unscale_` raises 'Attempting to unscale FP16 gradients'; keep the parameters "
