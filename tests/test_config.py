@@ -92,3 +92,22 @@ def test_explicit_config_file(cli, tmp_path):
     other.write_text('[tool.ampmigrate]\nselect = ["AMP104"]\n')
     result = cli("check", "--config", str(other), "src/train.py", cwd=tmp_path)
     assert {c for _, c in codes(result.stdout)} == {"AMP104"}
+
+
+KERAS2_CODE = """\
+import tensorflow as tf
+
+opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+scaled = opt.get_scaled_loss(loss)
+"""
+
+
+def test_target_keras_from_config_and_command_line(cli, tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.ampmigrate]\ntarget-keras = 2\n")
+    (tmp_path / "train.py").write_text(KERAS2_CODE)
+    assert cli("check", "train.py", cwd=tmp_path).returncode == 0  # valid Keras 2 code
+    result = cli("check", "--target-keras", "3", "train.py", cwd=tmp_path)
+    assert result.returncode == 1 and "AMP406" in result.stdout
+    (tmp_path / "pyproject.toml").write_text("[tool.ampmigrate]\ntarget-keras = 4\n")
+    result = cli("check", "train.py", cwd=tmp_path)
+    assert result.returncode == 2 and "target-keras must be 2 or 3" in result.stderr
