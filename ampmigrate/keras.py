@@ -118,6 +118,9 @@ class PathVisitor(cst.CSTVisitor):
         self._in_import += 1
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
             return
+        for alias in node.names:  # `import X as Y`: references are spelled Y
+            if alias.asname and f"{_dotted(node.module)}.{alias.evaluated_name}" in self.table:
+                self.last_names.add(alias.evaluated_alias)
         renamed = self._symbol_import(node)
         if renamed is not None:
             path = self.table[f"{_dotted(node.module)}.{node.names[0].evaluated_name}"]
@@ -230,7 +233,9 @@ class PathVisitor(cst.CSTVisitor):
             if not isinstance(layer, cst.Name | cst.Attribute | cst.Call | cst.Subscript):
                 raise NoFix("the layer is not a simple expression")
             attribute = cst.Attribute(value=layer, attr=cst.Name(path.new))
-            return Fix("safe", call, lambda _updated: attribute)
+            root = _root_name(ref)
+            removals = self._import_edits(root) if root is not None else ()
+            return Fix("safe", call, lambda _updated: attribute, remove_imports=removals)
         spelled, imports, removals = self._spelling(path.new, ref)
         safety = "safe"
         if call is not None and path.args:

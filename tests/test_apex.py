@@ -23,7 +23,7 @@ BLOCKED = {
 }
 
 
-@pytest.mark.parametrize("name", REWRITTEN + list(BLOCKED))
+@pytest.mark.parametrize("name", [*REWRITTEN, *BLOCKED, "blocked_decorators_fp16_utils"])
 def test_pair_is_exact_and_idempotent(name):
     before = (APEX / f"{name}.py").read_text()
     out, _, _ = fix_source(before, unsafe=True)
@@ -58,6 +58,17 @@ def test_refusal_names_what_blocks_it(name, reason):
     [finding] = [d for d in check_source((APEX / f"{name}.py").read_text()) if d.code == "AMP303"]
     assert finding.fix is None
     assert reason in finding.message
+
+
+def test_decorators_and_fp16_utils_get_guidance_not_a_rewrite():
+    source = (APEX / "blocked_decorators_fp16_utils.py").read_text()
+    found = {(d.code, d.message.split("`")[1]) for d in check_source(source)}
+    assert found == {
+        ("AMP301", "apex.amp.float_function"),
+        ("AMP302", "apex.fp16_utils.network_to_half"),
+        ("AMP302", "apex.fp16_utils.FP16_Optimizer"),
+    }
+    assert all(d.fix is None for d in check_source(source))
 
 
 def test_branches_keep_working_without_apex():
