@@ -796,7 +796,50 @@ class Float16OnCpuOrTpu(_Policies):
             self.findings.append(Finding(self.rule.code, message, call, fix))
 
 
+_LEGACY_OPTIMIZERS = tuple(f"{root}.optimizers.legacy." for root in KERAS_ROOTS)
+
+
+class LegacyOptimizer(cst.CSTVisitor):
+    """``tf.keras.optimizers.legacy.*`` under Keras 3, where the module does not exist."""
+
+    METADATA_DEPENDENCIES = (ScopeProvider,)
+
+    def __init__(self, rule: Rule, target_keras: int = 3) -> None:
+        super().__init__()
+        self.rule = rule
+        self.active = target_keras == 3
+        self.findings: list[Finding] = []
+        self._in_import = 0
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self._in_import += 1
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom) -> None:
+        self._in_import -= 1
+
+    visit_Import, leave_Import = visit_ImportFrom, leave_ImportFrom
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._check(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._check(node)
+
+    def _check(self, node: cst.BaseExpression) -> None:
+        if not self.active or self._in_import:
+            return
+        names = [n for n in _qualified(self, node) if n.startswith(_LEGACY_OPTIMIZERS)]
+        if names and "." not in names[0].split("optimizers.legacy.", 1)[1]:
+            message = (
+                f"`{_shown(names[0])}` does not exist in Keras 3 (ImportError on TF >= 2.16; "
+                "tf_upgrade_v2 writes it): use the non-legacy optimizer, or tf-keras with "
+                "TF_USE_LEGACY_KERAS=1 and target-keras = 2"
+            )
+            self.findings.append(Finding(self.rule.code, message, node, None))
+
+
 KERAS_CHECKS = {
+    "keras3-legacy-optimizer": LegacyOptimizer,
     "keras3-loss-scale-optimizer": Keras3Optimizer,
     "auto-mixed-precision-variable": AutoMixedPrecisionVariable,
     "scaled-gradients-processed": ScaledGradients,
