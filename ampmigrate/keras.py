@@ -452,7 +452,35 @@ def _move_to_inner(extra: list[tuple[str, cst.BaseExpression]]):
     return build
 
 
-class Keras3Optimizer(cst.CSTVisitor):
+class _CheapNames(cst.CSTVisitor):
+    """Resolving a qualified name is slow; only calls whose last name (through an import alias)
+    is one a check cares about are resolved."""
+
+    WANTED: frozenset[str] = frozenset()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._aliases: dict[str, str] = {}
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if not isinstance(node.names, cst.ImportStar):
+            for alias in node.names:
+                if alias.asname is not None:
+                    self._aliases[alias.evaluated_alias] = alias.evaluated_name
+
+    def wanted(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.Attribute):
+            return node.attr.value in self.WANTED
+        if isinstance(node, cst.Name):
+            return self._aliases.get(node.value, node.value) in self.WANTED
+        return False
+
+
+_LSO_NAMES = frozenset({"LossScaleOptimizer"})
+_PROCESSING_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in GRADIENT_PROCESSING)
+
+
+class Keras3Optimizer(_CheapNames):
     """The Keras 3 LossScaleOptimizer: renamed methods and attributes, rejected arguments.
 
     Only on target-keras 3, and only for receivers built from a LossScaleOptimizer in this file
@@ -461,6 +489,7 @@ class Keras3Optimizer(cst.CSTVisitor):
     """
 
     METADATA_DEPENDENCIES = (ScopeProvider,)
+    WANTED = _LSO_NAMES | _PROCESSING_NAMES
 
     def __init__(self, rule: Rule, target_keras: int = 3) -> None:
         super().__init__()
@@ -491,7 +520,7 @@ class Keras3Optimizer(cst.CSTVisitor):
         return self._module.code_for_node(node)
 
     def _is_lso(self, node: cst.BaseExpression) -> bool:
-        return bool(_qualified(self, node) & LOSS_SCALE_OPTIMIZERS)
+        return self.wanted(node) and bool(_qualified(self, node) & LOSS_SCALE_OPTIMIZERS)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if isinstance(node.value, cst.Call) and self._is_lso(node.value.func):
@@ -504,7 +533,7 @@ class Keras3Optimizer(cst.CSTVisitor):
             self._constructor(node)
         elif isinstance(node.func, cst.Attribute):
             self._pending.append((node, node.func.attr.value, node.func.value, self._function()))
-        if _qualified(self, node.func) & GRADIENT_PROCESSING:
+        if self.wanted(node.func) and _qualified(self, node.func) & GRADIENT_PROCESSING:
             self._processing.add(id(self._function()))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -655,10 +684,11 @@ class AutoMixedPrecisionVariable(cst.CSTVisitor):
             self.findings.append(Finding(self.rule.code, message, node, None))
 
 
-class ScaledGradients(cst.CSTVisitor):
+class ScaledGradients(_CheapNames):
     """Gradients of a scaled loss clipped or reduced before they are unscaled (per function)."""
 
     METADATA_DEPENDENCIES = (ScopeProvider,)
+    WANTED = _PROCESSING_NAMES
 
     def __init__(self, rule: Rule, target_keras: int = 3) -> None:
         super().__init__()
@@ -680,7 +710,11 @@ class ScaledGradients(cst.CSTVisitor):
             self._state[-1] = "scaled"
         elif name == "get_unscaled_gradients":
             self._state[-1] = "unscaled"
-        elif self._state[-1] == "scaled" and _qualified(self, func) & GRADIENT_PROCESSING:
+        elif (
+            self._state[-1] == "scaled"
+            and self.wanted(func)
+            and _qualified(self, func) & GRADIENT_PROCESSING
+        ):
             where = (
                 "move the clipping onto the inner optimizer (`global_clipnorm=` / `clipnorm=` / "
                 "`clipvalue=`), which sees unscaled gradients, or divide by `opt.dynamic_scale` "
@@ -713,10 +747,13 @@ _TPU_OR_CPU = frozenset(
 )  # fmt: skip
 
 
-class _Policies(cst.CSTVisitor):
+class _Policies(_CheapNames):
     """What a TF program sets up: mixed policies, the graph rewrite, custom loops, devices."""
 
     METADATA_DEPENDENCIES = (ScopeProvider,)
+    WANTED = frozenset(
+        name.rsplit(".", 1)[-1] for name in _POLICY_SETTERS | _TPU_OR_CPU | LOSS_SCALE_OPTIMIZERS
+    ) | {"enable_mixed_precision_graph_rewrite", "GradientTape", "device"}
 
     def __init__(self, rule: Rule, target_keras: int = 3) -> None:
         super().__init__()
@@ -729,6 +766,12 @@ class _Policies(cst.CSTVisitor):
         self.tpu_or_cpu: list[str] = []
 
     def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in (
+            "scale_loss", "get_scaled_loss",
+        ):  # fmt: skip
+            self.loss_scaling = True
+        if not self.wanted(node.func):
+            return
         names = _qualified(self, node.func)
         if names & _POLICY_SETTERS and node.args:
             value = node.args[0].value
@@ -740,10 +783,6 @@ class _Policies(cst.CSTVisitor):
         if "tensorflow.GradientTape" in names:
             self.custom_loop = True
         if names & LOSS_SCALE_OPTIMIZERS:
-            self.loss_scaling = True
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value in (
-            "scale_loss", "get_scaled_loss",
-        ):  # fmt: skip
             self.loss_scaling = True
         if names & _TPU_OR_CPU:
             self.tpu_or_cpu.append("a TPU strategy")
@@ -810,20 +849,35 @@ class LegacyOptimizer(cst.CSTVisitor):
         self.active = target_keras == 3
         self.findings: list[Finding] = []
         self._in_import = 0
+        self._imported: set[str] = set()  # names bound by `from ...legacy import X`
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         self._in_import += 1
+        module = _dotted(node.module) if node.module else ""
+        if (
+            module
+            and module.endswith("optimizers.legacy")
+            and not isinstance(node.names, cst.ImportStar)
+        ):
+            self._imported |= {a.evaluated_alias or a.evaluated_name for a in node.names}
 
     def leave_ImportFrom(self, original_node: cst.ImportFrom) -> None:
         self._in_import -= 1
 
-    visit_Import, leave_Import = visit_ImportFrom, leave_ImportFrom
+    def visit_Import(self, node: cst.Import) -> None:
+        self._in_import += 1
 
+    leave_Import = leave_ImportFrom
+
+    # Only names that can be a legacy optimizer are resolved (resolving every name is slow).
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        self._check(node)
+        text = _dotted(node) or ""
+        if ".legacy." in text or text.split(".", 1)[0] in self._imported:
+            self._check(node)
 
     def visit_Name(self, node: cst.Name) -> None:
-        self._check(node)
+        if node.value in self._imported:
+            self._check(node)
 
     def _check(self, node: cst.BaseExpression) -> None:
         if not self.active or self._in_import:
