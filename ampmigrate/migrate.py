@@ -7,6 +7,7 @@ to the caller, so ``verify`` can migrate in memory with exactly the engine ``fix
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -41,6 +42,9 @@ def analyze(
     One visitor serves every rename rule in a single pass; each code check adds one more, and
     the scaler-flow rules share one. Metadata is computed once and shared.
     """
+    # Each rule only where its own names occur: a file that passed the prefilter for one rule
+    # is not walked by the others (on a 460 KB file each walk costs seconds).
+    rules = [r for r in rules if rule_prefilter(r.triggers).may_match(source)]
     visitors: list = []
     symbols = [s for r in rules for s in r.symbols]
     if symbols:
@@ -61,6 +65,11 @@ def analyze(
         for rule in flow_rules:
             findings += FLOW_CHECKS[rule.check](flow, rule)
     return findings
+
+
+@functools.cache
+def rule_prefilter(triggers: tuple[str, ...]) -> Prefilter:
+    return Prefilter(triggers)
 
 
 class _ApplyFixes(cst.CSTTransformer):
