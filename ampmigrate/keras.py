@@ -822,8 +822,8 @@ class Float16WithoutLossScaling(_Policies):
 
 class Float16OnCpuOrTpu(_Policies):
     def leave_Module(self, original_node: cst.Module) -> None:
-        if not self.tpu_or_cpu:
-            return
+        if not self.tpu_or_cpu or any(name == "mixed_bfloat16" for *_, name in self.policies):
+            return  # the program already picks bfloat16 where it runs on a TPU/CPU
         message = (
             f"'mixed_float16' where the program targets {self.tpu_or_cpu[0]}: float16 is a GPU "
             "format (TPUs and most CPUs run it slowly or emulate it); use 'mixed_bfloat16'"

@@ -16,6 +16,7 @@ INVALID = [(code, i, ex) for code, r in RULES.items() for i, ex in enumerate(r.i
 
 def test_every_rule_has_examples_of_both_kinds():
     for code, rule in RULES.items():
+        assert rule.triggers, f"{code} has no trigger names: the prefilter would never run it"
         assert rule.valid, f"{code} has no VALID example"
         assert rule.invalid, f"{code} has no INVALID example"
 
