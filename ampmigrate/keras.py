@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import libcst as cst
-from libcst.metadata import ImportAssignment, ScopeProvider
+from libcst.metadata import ScopeProvider
 
 from ampmigrate.catalog import KERAS_ROOTS, PathRename, Rule
 from ampmigrate.findings import Finding, Fix, ImportEdit
-from ampmigrate.renames import NoFix, _dotted, _join, _kw, _root_name
+from ampmigrate.renames import NoFix, _dotted, _join, _kw, _root_name, import_edits
 
 LOSS_SCALE_OPTIMIZERS = frozenset(
     f"{root}.{path}"
@@ -313,25 +313,7 @@ class PathVisitor(cst.CSTVisitor):
         )
 
     def _import_edits(self, root: cst.Name) -> tuple[ImportEdit, ...]:
-        scope = self.get_metadata(ScopeProvider, root, None)
-        if scope is None or root.value not in scope:
-            return ()
-        edits = []
-        for assignment in scope[root.value]:
-            if not isinstance(assignment, ImportAssignment):
-                continue
-            stmt = assignment.node
-            if isinstance(stmt.names, cst.ImportStar):
-                continue
-            for alias in stmt.names:
-                if (alias.evaluated_alias or alias.evaluated_name) != root.value:
-                    continue
-                if isinstance(stmt, cst.Import) and alias.asname is not None:
-                    edits.append(ImportEdit(alias.evaluated_name, None, alias.evaluated_alias))
-                elif isinstance(stmt, cst.ImportFrom) and stmt.module and not stmt.relative:
-                    module = _dotted(stmt.module)
-                    edits.append(ImportEdit(module, alias.evaluated_name, alias.evaluated_alias))
-        return tuple(edits)
+        return import_edits(self.get_metadata(ScopeProvider, root, None), root)
 
     def _call_builder(self, path: PathRename, call: cst.Call):
         """The argument rewrite for calls whose signature changed with the move."""

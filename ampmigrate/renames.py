@@ -106,6 +106,30 @@ def _join(original: Sequence[cst.Arg], new: list[cst.Arg], fresh: set[int]) -> l
     return out
 
 
+def import_edits(scope: Scope | None, root: cst.Name | None) -> tuple[ImportEdit, ...]:
+    """The imports that bind ``root`` in ``scope``, as edits to apply once they are unused."""
+    if root is None or scope is None:
+        return ()
+    edits = []
+    for assignment in scope[root.value]:
+        if not isinstance(assignment, ImportAssignment):
+            continue
+        stmt = assignment.node
+        if isinstance(stmt.names, cst.ImportStar):
+            continue
+        for alias in stmt.names:
+            if (alias.evaluated_alias or alias.evaluated_name) != root.value:
+                continue
+            if isinstance(stmt, cst.Import):
+                if alias.asname is None:
+                    continue  # `import torch.cuda.amp` binds `torch`, which stays in use
+                edits.append(ImportEdit(alias.evaluated_name, None, alias.evaluated_alias))
+            elif stmt.module is not None and not stmt.relative:
+                module = _dotted(stmt.module)
+                edits.append(ImportEdit(module, alias.evaluated_name, alias.evaluated_alias))
+    return tuple(edits)
+
+
 class NoFix(Exception):
     """Raised while building a fix to say why there is none; the text joins the message."""
 
@@ -173,28 +197,7 @@ class RenameVisitor(cst.CSTVisitor):
     def _import_edits(self, node: cst.BaseExpression) -> tuple[ImportEdit, ...]:
         """Imports that bound the root of ``node`` and may become unused after the fix."""
         root = _root_name(node)
-        scope = self.get_metadata(ScopeProvider, node, None)
-        if root is None or scope is None:
-            return ()
-        edits = []
-        for assignment in scope[root.value]:
-            if not isinstance(assignment, ImportAssignment):
-                continue
-            stmt = assignment.node
-            if isinstance(stmt.names, cst.ImportStar):
-                continue
-            for alias in stmt.names:
-                bound = alias.evaluated_alias or alias.evaluated_name
-                if bound != root.value:
-                    continue
-                if isinstance(stmt, cst.Import):
-                    if alias.asname is None:
-                        continue  # `import torch.cuda.amp` binds `torch`, which stays in use
-                    edits.append(ImportEdit(alias.evaluated_name, None, alias.evaluated_alias))
-                elif stmt.module is not None and not stmt.relative:
-                    module = _dotted(stmt.module)
-                    edits.append(ImportEdit(module, alias.evaluated_name, alias.evaluated_alias))
-        return tuple(edits)
+        return import_edits(self.get_metadata(ScopeProvider, node, None), root)
 
     # ---- building replacements -------------------------------------------------------------
 

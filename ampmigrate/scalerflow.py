@@ -448,7 +448,7 @@ def double_unscale(flow: Flow, rule: Rule) -> list[Finding]:
         ]
         if earlier:
             message = (
-                f"`{event.receiver}.unscale_({event.arg})` already ran (line above) with no "
+                f"`{event.receiver}.unscale_({event.arg})` already ran earlier with no "
                 f"`{event.receiver}.update()` between: the second call raises RuntimeError"
             )
         elif _update_missing(flow, event) == "loop":

@@ -27,7 +27,8 @@ BLOCKED = {
 def test_pair_is_exact_and_idempotent(name):
     before = (APEX / f"{name}.py").read_text()
     out, _, _ = fix_source(before, unsafe=True)
-    assert out == (APEX / f"{name}.fixed.py").read_text()
+    expected = APEX / f"{name}.fixed.py"  # none: the file must stay as it is
+    assert out == (expected.read_text() if expected.exists() else before)
     compile(out, name, "exec")
     again, _, fixed = fix_source(out, unsafe=True)
     assert again == out and not fixed
