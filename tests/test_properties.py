@@ -76,6 +76,37 @@ def modules(draw):
     return f"{extra}{header}\n\n" + "\n\n".join(body) + "\n"
 
 
+TF_IMPORTS = {
+    "tf": ("import tensorflow as tf", "tf.keras.mixed_precision.experimental"),
+    "keras": ("from tensorflow import keras", "keras.mixed_precision.experimental"),
+    "module": ("from tensorflow.keras.mixed_precision import experimental as mpe", "mpe"),
+    "keras3": ("import keras", "keras.mixed_precision.experimental"),
+}
+TF_USES = [
+    "{mp}.set_policy('mixed_float16')",
+    "{mp}.global_policy()",
+    "{mp}.Policy('mixed_float16', loss_scale='dynamic')",
+    "{mp}.Policy('mixed_float16', loss_scale=n)",
+    "{mp}.LossScaleOptimizer(opt, 'dynamic')",
+    "{mp}.LossScaleOptimizer(opt, loss_scale=128)",
+    "{mp}.LossScaleOptimizer(SGD(0.1), 2**10)",
+    "{mp}.get_layer_policy(layer)",
+    "isinstance(o, {mp}.LossScaleOptimizer)",
+]
+
+
+@st.composite
+def tf_modules(draw):
+    header, mp = TF_IMPORTS[draw(st.sampled_from(sorted(TF_IMPORTS)))]
+    body = []
+    for _ in range(draw(st.integers(1, 5))):
+        if draw(st.booleans()):
+            body.append(draw(st.sampled_from(FILLER)))
+        use = draw(st.sampled_from(TF_USES)).format(mp=mp)
+        body.append(draw(st.sampled_from(CONTEXTS)).format(use=use))
+    return f"{header}\n\n" + "\n\n".join(body) + "\n"
+
+
 def _changed_original_lines(before: str, after: str) -> set[int]:
     old, new = before.splitlines(), after.splitlines()
     changed = set()
@@ -85,8 +116,8 @@ def _changed_original_lines(before: str, after: str) -> set[int]:
     return changed
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(modules())
+@settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(modules(), tf_modules()))
 def test_fix_invariants(source):
     compile(source, "<generated>", "exec")
     findings = check_source(source)
