@@ -18,15 +18,24 @@ def _word(segment: bytes) -> re.Pattern[bytes]:
 
 
 class Prefilter:
+    """``triggers``: dotted names (every segment must occur as a word), or ``/regex/`` for a
+    shape that words cannot pin down (``scaler.scale(loss).backward()``: both words are common)."""
+
     def __init__(self, triggers: Iterable[str]) -> None:
         self._rest: dict[bytes, list[tuple[re.Pattern[bytes], ...]]] = {}
+        patterns = [t[1:-1].encode() for t in triggers if t.startswith("/") and t.endswith("/")]
+        self._shapes = re.compile(b"|".join(patterns)) if patterns else None
         for name in triggers:
+            if name.startswith("/"):
+                continue
             *head, last = name.encode().split(b".")
             self._rest.setdefault(last, []).append(tuple(_word(seg) for seg in head))
         words = b"|".join(re.escape(w) for w in sorted(self._rest, key=len, reverse=True))
         self._regex = re.compile(rb"\b(?:" + words + rb")\b") if words else None
 
     def may_match(self, data: bytes) -> bool:
+        if self._shapes is not None and self._shapes.search(data):
+            return True
         if self._regex is None:
             return False
         for last in {m.group() for m in self._regex.finditer(data)}:
