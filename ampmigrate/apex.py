@@ -284,10 +284,7 @@ class _Planner:
                 self.plan.problems.append("`amp.initialize` sits in an if/else")
                 return None
             condition, placed = holder.test, holder
-        elif not isinstance(self.parent(statement), cst.IndentedBlock | cst.Module) or (
-            not isinstance(holder, cst.FunctionDef | type(None))
-            and self.parent(statement) is not self.module
-        ):
+        elif not (isinstance(holder, cst.FunctionDef) or self.parent(statement) is self.module):
             self.plan.problems.append("`amp.initialize` is nested in a block other than an `if`")
             return None
         name = self.free_name("scaler")

@@ -22,6 +22,7 @@ class Prefilter:
     shape that words cannot pin down (``scaler.scale(loss).backward()``: both words are common)."""
 
     def __init__(self, triggers: Iterable[str]) -> None:
+        triggers = list(triggers)  # read twice below; callers pass generators
         self._rest: dict[bytes, list[tuple[re.Pattern[bytes], ...]]] = {}
         patterns = [t[1:-1].encode() for t in triggers if t.startswith("/") and t.endswith("/")]
         self._shapes = re.compile(b"|".join(patterns)) if patterns else None

@@ -54,3 +54,12 @@ def test_invalid_example_is_flagged_and_fixed(code, index, example):
     again, remaining2, fixed2 = fix_source(out, unsafe=True, target_keras=keras)
     assert again == out and not fixed2
     assert not [d for d in remaining2 if d.code == code]
+
+
+def test_prefilter_takes_any_iterable_and_regex_triggers():
+    triggers = ["torch.cuda.amp.autocast", "/\\.scale\\([^()]*\\)\\.backward\\(/"]
+    for given in (triggers, iter(triggers), (t for t in triggers)):
+        prefilter = Prefilter(given)
+        assert prefilter.may_match(b"import torch\nwith torch.cuda.amp.autocast():\n    pass\n")
+        assert prefilter.may_match(b"scaler.scale(loss).backward()\n")
+        assert not prefilter.may_match(b"scale = 2\nloss.backward()\nautocast = torch\n")
