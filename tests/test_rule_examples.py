@@ -63,3 +63,12 @@ def test_prefilter_takes_any_iterable_and_regex_triggers():
         assert prefilter.may_match(b"import torch\nwith torch.cuda.amp.autocast():\n    pass\n")
         assert prefilter.may_match(b"scaler.scale(loss).backward()\n")
         assert not prefilter.may_match(b"scale = 2\nloss.backward()\nautocast = torch\n")
+
+
+def test_backward_under_autocast_shape_follows_indentation():
+    prefilter = Prefilter(["@backward-under-autocast"])
+    inside = b"with torch.autocast('cuda'):\n    loss = f(x)\n\n    loss.backward()\n"
+    after = b"def step():\n    with torch.autocast('cuda'):\n        loss = f(x)\n    loss.backward()\n"
+    decorated = b"@torch.autocast('cpu')\ndef step(x):\n    f(x).backward()\n"
+    assert prefilter.may_match(inside) and prefilter.may_match(decorated)
+    assert not prefilter.may_match(after)
