@@ -68,7 +68,7 @@ def test_prefilter_takes_any_iterable_and_regex_triggers():
 def test_backward_under_autocast_shape_follows_indentation():
     prefilter = Prefilter(["@backward-under-autocast"])
     inside = b"with torch.autocast('cuda'):\n    loss = f(x)\n\n    loss.backward()\n"
-    after = b"def step():\n    with torch.autocast('cuda'):\n        loss = f(x)\n    loss.backward()\n"
+    after = b"def step():\n    with torch.autocast('cuda'):\n        y = f(x)\n    y.backward()\n"
     decorated = b"@torch.autocast('cpu')\ndef step(x):\n    f(x).backward()\n"
     assert prefilter.may_match(inside) and prefilter.may_match(decorated)
     assert not prefilter.may_match(after)
