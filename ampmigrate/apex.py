@@ -16,20 +16,21 @@ starting with ``s.backward(...)``; the loss computed in that function; ``opt.ste
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, ScopeProvider
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
 from ampmigrate.catalog import Rule
 from ampmigrate.findings import Finding, Fix
+from ampmigrate.renames import qualified_names
+from ampmigrate.replace import Build, ReplaceNodes
 
 APEX = "apex.amp"
 SUPPORTED = {"initialize", "scale_loss", "master_params", "state_dict", "load_state_dict"}
 _IGNORED_KWARGS = {"verbosity", "opt_level", "loss_scale"}
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception"}
-Replace = Callable[[cst.CSTNode], cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel]
 
 
 @dataclass
@@ -37,7 +38,7 @@ class Plan:
     anchor: cst.CSTNode | None = None  # where the finding is reported: the initialize call
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    edits: dict[cst.CSTNode, Replace] = field(default_factory=dict)
+    edits: dict[cst.CSTNode, Build] = field(default_factory=dict)
 
 
 def _code(module: cst.Module, node: cst.CSTNode) -> str:
@@ -45,19 +46,14 @@ def _code(module: cst.Module, node: cst.CSTNode) -> str:
 
 
 def _statements(block: cst.CSTNode) -> list[cst.BaseStatement] | None:
-    if isinstance(block, cst.Module):
-        return list(block.body)
-    if isinstance(block, cst.IndentedBlock):
-        return list(block.body)
-    return None
+    return list(block.body) if isinstance(block, cst.Module | cst.IndentedBlock) else None
 
 
 class _Planner:
-    def __init__(self, module: cst.Module) -> None:
-        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    def __init__(self, module: cst.Module, scopes: Mapping, parents: Mapping) -> None:
         self.module = module
-        self.scopes = self.wrapper.resolve(ScopeProvider)
-        self.parents = self.wrapper.resolve(ParentNodeProvider)
+        self.scopes = scopes
+        self.parents = parents
         self.nodes = list(self.parents)  # every node but the module, in source order
         self.plan = Plan()
         self.removed: set[cst.CSTNode] = set()  # statements the plan deletes outright
@@ -93,8 +89,7 @@ class _Planner:
         return block, next(i for i, s in enumerate(body) if s is statement)
 
     def qualified(self, node: cst.CSTNode) -> set[str]:
-        scope = self.scopes.get(node)
-        return {q.name for q in scope.get_qualified_names_for(node)} if scope else set()
+        return qualified_names(self.scopes.get(node), node)
 
     def free_name(self, preferred: str) -> str | None:
         """A name the file does not use anywhere, so the new binding shadows nothing."""
@@ -170,9 +165,9 @@ class _Planner:
         return any(isinstance(a, cst.Import | cst.ImportFrom) for a in self.ancestors(node))
 
     def _line(self, node: cst.CSTNode) -> int:
-        from libcst.metadata import PositionProvider
-
-        return self.wrapper.resolve(PositionProvider)[node].start.line
+        """Only for a problem's message: positions are not resolved otherwise."""
+        wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+        return wrapper.resolve(PositionProvider)[node].start.line
 
     def _imports(self) -> None:
         """Remove ``from apex import amp`` / ``import apex``, and a try/except that only
@@ -196,7 +191,7 @@ class _Planner:
 
     def _remove_import(self, node: cst.CSTNode) -> None:
         line = self.statement(node)
-        try_node = self.parent(self.parent(line)) if line is not None else None
+        try_node = self.parent(self.parent(line))
         if isinstance(try_node, cst.Try) and self._guard_only(try_node, line):
             kept = [s for s in try_node.body.body if s is not line]
             if kept:
@@ -377,10 +372,10 @@ class _Planner:
         lines = [first.with_changes(body=[backward.with_changes(value=new_backward)],
                                     leading_lines=statement.leading_lines), *body[1:]]  # fmt: skip
         self.plan.edits[statement] = lambda _u: cst.FlattenSentinel(lines)
-        self._steps(statement, opt, scaler, function)
+        self._steps(opt, scaler, function)
         self._autocast(statement, loss.value, condition, function)
 
-    def _steps(self, scale_with: cst.With, opt: str, scaler: str, function) -> None:
+    def _steps(self, opt: str, scaler: str, function) -> None:
         found = False
         for node in self.nodes:
             if not (
@@ -425,7 +420,7 @@ class _Planner:
                 body = _statements(block) or []
                 region = self._region(body[:index], loss)
                 if region:
-                    self._wrap(body, region, condition)
+                    self._wrap(region, condition)
                     return
             statement = self.parent(statement)
         self.plan.problems.append(
@@ -439,15 +434,17 @@ class _Planner:
         step % n == 0`); ones that do (`optimizer.zero_grad()`) end the walk."""
         needed: set[str] = {loss}
         feeding: list[int] = []
+        starts: list[int] = []  # feeding statements that call something
         for i in range(len(before) - 1, -1, -1):
             assigned, used, calls = self._names(before[i])
             if assigned & needed:
                 needed |= used
                 feeding.append(i)
+                if calls:
+                    starts.append(i)
             elif calls:
                 break
         # From the first feeding statement that calls something to the last feeding one.
-        starts = [i for i in feeding if self._names(before[i])[2]]
         if not starts:
             return []
         return before[min(starts) : max(feeding) + 1]
@@ -477,7 +474,7 @@ class _Planner:
         statement.visit(Names())
         return assigned, used, calls
 
-    def _wrap(self, body: list[cst.BaseStatement], region: list, condition) -> None:
+    def _wrap(self, region: list[cst.BaseStatement], condition) -> None:
         if any(s in self.plan.edits for s in region):
             self.plan.problems.append("the forward pass overlaps another rewritten statement")
             return
@@ -538,38 +535,29 @@ def _targets(node: cst.BaseExpression) -> set[str]:
     return set()
 
 
-class _Apply(cst.CSTTransformer):
-    def __init__(self, edits: dict[cst.CSTNode, Replace]) -> None:
-        super().__init__()
-        self.edits = edits
-
-    def on_leave(self, original_node, updated_node):
-        edit = self.edits.get(original_node)
-        return edit(updated_node) if edit else updated_node
-
-
-def plan(module: cst.Module) -> Plan | None:
-    return _Planner(module).build()
-
-
 def rewrite(module: cst.Module) -> cst.Module:
     """Apply the plan to ``module`` (re-planned: other fixes may have changed it)."""
-    found = plan(module)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    scopes, parents = wrapper.resolve(ScopeProvider), wrapper.resolve(ParentNodeProvider)
+    found = _Planner(module, scopes, parents).build()
     if found is None or found.problems:
         return module
-    return module.visit(_Apply(found.edits))
+    return module.visit(ReplaceNodes(found.edits))
 
 
 class ApexO1(cst.CSTVisitor):
     """One finding per file that uses apex.amp: the O1 rewrite, or what blocks it."""
 
-    def __init__(self, rule: Rule) -> None:
+    METADATA_DEPENDENCIES = (ScopeProvider, ParentNodeProvider)  # shared with the other rules
+
+    def __init__(self, rule: Rule, target_keras: int = 3) -> None:
         super().__init__()
         self.rule = rule
         self.findings: list[Finding] = []
 
     def visit_Module(self, node: cst.Module) -> bool:
-        found = plan(node)
+        scopes, parents = self.metadata[ScopeProvider], self.metadata[ParentNodeProvider]
+        found = _Planner(node, scopes, parents).build()
         if found is None or found.anchor is None:
             return False
         notes = "".join(f"; note: {n}" for n in found.notes)

@@ -1,8 +1,9 @@
 """Load the rule catalog (``rules/*.toml``) into typed records.
 
-Most rules are data: their symbol tables are executed by :mod:`ampmigrate.renames`, which maps
-arguments for renames and reports guidance for ``manual`` symbols (apex). The few whose logic is
-code name a check in :mod:`ampmigrate.checks`.
+Most rules are data: torch symbol tables are executed by :mod:`ampmigrate.renames` (argument
+mapping for renames, guidance for ``manual`` symbols such as apex), moved TF/Keras names by
+:mod:`ampmigrate.keras`. Rules whose logic is code name a check (:mod:`ampmigrate.checks`,
+:mod:`ampmigrate.scalerflow`).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class Rule:
     symbols: tuple[Symbol, ...] = ()
     paths: tuple[PathRename, ...] = ()
     triggers: tuple[str, ...] = ()  # names whose spelling the prefilter looks for
-    check: str = ""  # a code check in ampmigrate.checks.CHECKS, for rules that are not renames
+    check: str = ""  # a code check (checks.CHECKS or scalerflow.FLOW_CHECKS), not a table
 
     @property
     def url(self) -> str:

@@ -1,8 +1,10 @@
 """Rules whose logic is code rather than a symbol table (issue: mixed-precision correctness).
 
-Each check is a libcst visitor taking its Rule and collecting ``findings``; a rule names its check
-in its TOML (``check = "..."``) and lists the names whose spelling the prefilter must see
-(``triggers``).
+Each check is a libcst visitor taking its Rule and the ``target-keras`` setting and collecting
+``findings``; a rule names its check in its TOML (``check = "..."``) and lists the names whose
+spelling the prefilter must see (``triggers``). The TF/Keras checks live in :mod:`ampmigrate.keras`,
+the apex rewrite in :mod:`ampmigrate.apex`; the scaler-flow rules share one analysis instead
+(:mod:`ampmigrate.scalerflow`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from libcst.metadata import ScopeProvider
 from ampmigrate.apex import ApexO1
 from ampmigrate.catalog import Rule
 from ampmigrate.findings import Finding
+from ampmigrate.keras import KERAS_CHECKS
+from ampmigrate.renames import disabled_by_keyword, is_name, qualified_names
 
 AUTOCAST = frozenset(
     {
@@ -29,31 +33,25 @@ class BackwardInAutocast(cst.CSTVisitor):
 
     METADATA_DEPENDENCIES = (ScopeProvider,)
 
-    def __init__(self, rule: Rule) -> None:
+    def __init__(self, rule: Rule, target_keras: int = 3) -> None:
         super().__init__()
         self.rule = rule
         self.findings: list[Finding] = []
         self._regions = [False]  # is the code here inside an enabled autocast region?
 
     def _names(self, node: cst.CSTNode) -> set[str]:
-        scope = self.get_metadata(ScopeProvider, node, None)
-        return {q.name for q in scope.get_qualified_names_for(node)} if scope else set()
+        return qualified_names(self.get_metadata(ScopeProvider, node, None), node)
 
     def _is_autocast(self, node: cst.BaseExpression) -> bool:
         """A call that opens an autocast region that is not literally disabled."""
         if not isinstance(node, cst.Call):
             return False
         names = self._names(node.func) & AUTOCAST
-        if not names:
+        if not names or disabled_by_keyword(node.args):
             return False
-        for arg in node.args:
-            disabled = isinstance(arg.value, cst.Name) and arg.value.value == "False"
-            if arg.keyword and arg.keyword.value == "enabled" and disabled:
-                return False
         positional = [a for a in node.args if not a.keyword and not a.star]
         if names & _OLD_SIGNATURE and positional:  # the old first parameter is `enabled`
-            first = positional[0].value
-            return not (isinstance(first, cst.Name) and first.value == "False")
+            return not is_name(positional[0].value, "False")
         return True
 
     def visit_With(self, node: cst.With) -> None:
@@ -89,4 +87,9 @@ class BackwardInAutocast(cst.CSTVisitor):
             self.findings.append(Finding(self.rule.code, message, node, None))
 
 
-CHECKS = {"backward-in-autocast": BackwardInAutocast, "apex-o1-rewrite": ApexO1}
+# Every visitor check, built as ``CHECKS[name](rule, target_keras)``.
+CHECKS = {
+    "backward-in-autocast": BackwardInAutocast,
+    "apex-o1-rewrite": ApexO1,
+    **KERAS_CHECKS,
+}

@@ -18,7 +18,16 @@ from libcst.metadata import ScopeProvider
 
 from ampmigrate.catalog import KERAS_ROOTS, PathRename, Rule
 from ampmigrate.findings import Finding, Fix, ImportEdit
-from ampmigrate.renames import NoFix, _dotted, _join, _kw, _root_name, import_edits
+from ampmigrate.renames import (
+    NoFix,
+    _dotted,
+    _join,
+    _kw,
+    _root_name,
+    import_edits,
+    is_name,
+    qualified_names,
+)
 
 LOSS_SCALE_OPTIMIZERS = frozenset(
     f"{root}.{path}"
@@ -56,8 +65,7 @@ def _shown(name: str) -> str:
 
 
 def _qualified(visitor: cst.CSTVisitor, node: cst.CSTNode) -> set[str]:
-    scope = visitor.get_metadata(ScopeProvider, node, None)
-    return {q.name for q in scope.get_qualified_names_for(node)} if scope else set()
+    return qualified_names(visitor.get_metadata(ScopeProvider, node, None), node)
 
 
 def _literal(node: cst.BaseExpression) -> object:
@@ -177,14 +185,11 @@ class PathVisitor(cst.CSTVisitor):
 
     leave_ImportFrom = leave_Import
 
-    def _qualified(self, node: cst.CSTNode) -> set[str]:
-        return _qualified(self, node)
-
     def _match(self, node: cst.BaseExpression) -> PathRename | None:
         last = node.attr.value if isinstance(node, cst.Attribute) else getattr(node, "value", "")
         if self._in_import or last not in self.last_names:
             return None
-        found = [self.table[q] for q in sorted(self._qualified(node)) if q in self.table]
+        found = [self.table[q] for q in sorted(_qualified(self, node)) if q in self.table]
         return found[0] if found else None
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -260,7 +265,7 @@ class PathVisitor(cst.CSTVisitor):
         text = _dotted(ref)
         if root is None or text is None:
             raise NoFix("the reference is not a dotted name")
-        for bound in sorted(self._qualified(root)):
+        for bound in sorted(_qualified(self, root)):
             direct = isinstance(ref, cst.Attribute) and ref.value is root
             if bound in self.modules and direct and self._import_rewritten(root):
                 bound = self.modules[bound].new  # its import is rewritten alongside
@@ -361,7 +366,7 @@ class PathVisitor(cst.CSTVisitor):
         return build, "safe"
 
     def _loss_scale_class(self, call: cst.Call) -> str:
-        for name in self._qualified(call.func):
+        for name in _qualified(self, call.func):
             if name.startswith(_LOSS_SCALE_MODULES):
                 return name.rsplit(".", 1)[-1]
         return ""
@@ -405,15 +410,22 @@ class PathVisitor(cst.CSTVisitor):
         return _move_to_inner([("loss_scale_factor", value)]), "unsafe"
 
 
+def _with_keywords(
+    layout: Sequence[cst.Arg],
+    kept: Sequence[cst.Arg],
+    extra: Sequence[tuple[str, cst.BaseExpression]],
+) -> list[cst.Arg]:
+    """``kept`` plus ``extra`` as keyword arguments, with the commas of ``layout``."""
+    fresh = set(range(len(kept), len(kept) + len(extra)))
+    return _join(layout, [*kept, *(_kw(name, value) for name, value in extra)], fresh)
+
+
 def _replace_loss_scale(
     args: Sequence[cst.Arg], extra: list[tuple[str, cst.BaseExpression]]
 ) -> list[cst.Arg]:
     """The call's arguments without ``loss_scale``, plus ``extra``, in the call's layout."""
     dropped = _arg(args, 1, "loss_scale")
-    kept = [a for a in args if a is not dropped]
-    new = _join(
-        args, kept + [_kw(n, v) for n, v in extra], set(range(len(kept), len(kept) + len(extra)))
-    )
+    new = _with_keywords(args, [a for a in args if a is not dropped], extra)
     if new and dropped is args[-1]:  # keep what stood before the closing parenthesis
         new[-1] = new[-1].with_changes(whitespace_after_arg=dropped.whitespace_after_arg)
     return new
@@ -427,9 +439,7 @@ def _move_to_inner(extra: list[tuple[str, cst.BaseExpression]]):
             _arg(updated.args, 0, "inner_optimizer") or updated.args[0], cst.Arg
         )
         optimizer = cst.ensure_type(inner.value, cst.Call)
-        args = list(optimizer.args)
-        new = args + [_kw(name, value) for name, value in extra]
-        return optimizer.with_changes(args=_join(args, new, set(range(len(args), len(new)))))
+        return optimizer.with_changes(args=_with_keywords(optimizer.args, optimizer.args, extra))
 
     return build
 
@@ -585,7 +595,7 @@ class Keras3Optimizer(_CheapNames):
         inner = _arg(node.args, 0, "inner_optimizer")
         inline = inner is not None and isinstance(inner.value, cst.Call)
         code = self.rule.code
-        if dynamic is not None and _is_name(dynamic.value, "True"):
+        if dynamic is not None and is_name(dynamic.value, "True"):
             fix = Fix("safe", node, lambda u: u.with_changes(
                 args=_without(u.args, _find(u.args, "dynamic"))))  # fmt: skip
             message = "`dynamic=True` is the only mode in Keras 3: drop it"
@@ -593,7 +603,7 @@ class Keras3Optimizer(_CheapNames):
             return
         moved: list[tuple[str, cst.BaseExpression]] = []
         what = []
-        if dynamic is not None and not _is_name(dynamic.value, "False"):
+        if dynamic is not None and not is_name(dynamic.value, "False"):
             message = (
                 "`dynamic=` is not accepted by Keras 3 (always dynamic; a fixed scale is "
                 "`loss_scale_factor=N` on the inner optimizer)"
@@ -623,10 +633,6 @@ def _find(args: Sequence[cst.Arg], name: str) -> cst.Arg:
     return next(a for a in args if a.keyword and a.keyword.value == name)
 
 
-def _is_name(node: cst.BaseExpression, name: str) -> bool:
-    return isinstance(node, cst.Name) and node.value == name
-
-
 def _move_kwargs(names: list[str]):
     """Keep the wrapper; move ``names`` from its arguments into the inner optimizer call."""
 
@@ -634,10 +640,9 @@ def _move_kwargs(names: list[str]):
         moving = [_find(updated.args, n) for n in names]
         inner_arg = updated.args[0]
         optimizer = cst.ensure_type(inner_arg.value, cst.Call)
-        inner_args = list(optimizer.args)
-        new_inner = inner_args + [_kw(a.keyword.value, a.value) for a in moving]
+        extra = [(a.keyword.value, a.value) for a in moving]
         optimizer = optimizer.with_changes(
-            args=_join(inner_args, new_inner, set(range(len(inner_args), len(new_inner))))
+            args=_with_keywords(optimizer.args, optimizer.args, extra)
         )
         kept = [inner_arg.with_changes(value=optimizer)] + [
             a for a in updated.args[1:] if a not in moving

@@ -20,11 +20,12 @@ from ampmigrate.catalog import Rule
 from ampmigrate.checks import CHECKS
 from ampmigrate.engine import FileResult, Settings
 from ampmigrate.findings import Diagnostic, Finding, Fix
-from ampmigrate.keras import KERAS_CHECKS, PathVisitor
+from ampmigrate.keras import PathVisitor
 from ampmigrate.noqa import Suppressions
 from ampmigrate.notebook import Notebook, NotebookError
 from ampmigrate.prefilter import Prefilter
 from ampmigrate.renames import RenameVisitor
+from ampmigrate.replace import ReplaceNodes
 from ampmigrate.scalerflow import FLOW_CHECKS, build_flow
 
 MAX_FIX_PASSES = 10
@@ -52,8 +53,7 @@ def analyze(
     paths = [p for r in rules for p in r.paths]
     if paths:
         visitors.append(PathVisitor(paths, target_keras))
-    visitors += [CHECKS[r.check](r) for r in rules if r.check in CHECKS]
-    visitors += [KERAS_CHECKS[r.check](r, target_keras) for r in rules if r.check in KERAS_CHECKS]
+    visitors += [CHECKS[r.check](r, target_keras) for r in rules if r.check in CHECKS]
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     findings: list[Finding] = []
     for visitor in visitors:
@@ -72,16 +72,6 @@ def rule_prefilter(triggers: tuple[str, ...]) -> Prefilter:
     return Prefilter(triggers)
 
 
-class _ApplyFixes(cst.CSTTransformer):
-    def __init__(self, fixes: Sequence[Fix]) -> None:
-        super().__init__()
-        self._fixes = {f.target: f for f in fixes}
-
-    def on_leave(self, original_node, updated_node):
-        fix = self._fixes.get(original_node)
-        return fix.build(updated_node) if fix else updated_node
-
-
 def apply_fixes(module: cst.Module, fixes: Sequence[Fix], keep_imports: bool = False) -> cst.Module:
     """Rewrite the nodes, then drop imports made unused and add the ones now needed.
 
@@ -92,7 +82,7 @@ def apply_fixes(module: cst.Module, fixes: Sequence[Fix], keep_imports: bool = F
     from libcst.codemod import CodemodContext
     from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
-    module = module.visit(_ApplyFixes(fixes))
+    module = module.visit(ReplaceNodes({fix.target: fix.build for fix in fixes}))
     context = CodemodContext()
     removals = set() if keep_imports else {e for fix in fixes for e in fix.remove_imports}
     for edit in sorted(removals, key=repr):

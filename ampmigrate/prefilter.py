@@ -10,7 +10,7 @@ most selective segment of each trigger; only then are the other segments looked 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 # Segments too common to look for first: the first pass looks for a trigger's most selective
 # segment (the longest of the others), then checks the rest only in the files it finds.
@@ -88,15 +88,14 @@ class Prefilter:
     ``@name`` for a function in ``SHAPES``."""
 
     def __init__(self, triggers: Iterable[str]) -> None:
-        triggers = list(triggers)  # read twice below; callers pass generators
         self._rest: dict[bytes, list[tuple[re.Pattern[bytes], ...]]] = {}
-        self._shapes = [
-            re.compile(t[1:-1].encode()).search
-            for t in triggers
-            if t.startswith("/") and t.endswith("/")
-        ] + [SHAPES[t[1:]] for t in triggers if t.startswith("@")]
-        for name in triggers:
-            if name.startswith(("/", "@")):
+        self._shapes: list[Callable[[bytes], object]] = []
+        for name in triggers:  # read once: callers pass generators
+            if name.startswith("@"):
+                self._shapes.append(SHAPES[name[1:]])
+                continue
+            if name.startswith("/") and name.endswith("/"):
+                self._shapes.append(re.compile(name[1:-1].encode()).search)
                 continue
             segments = name.encode().split(b".")
             first = _first(segments)

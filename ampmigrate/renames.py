@@ -66,6 +66,22 @@ def _dotted(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def qualified_names(scope: Scope | None, node: cst.CSTNode) -> set[str]:
+    """The dotted names ``node`` may refer to through the file's imports."""
+    return {q.name for q in scope.get_qualified_names_for(node)} if scope is not None else set()
+
+
+def is_name(node: cst.BaseExpression, value: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == value
+
+
+def disabled_by_keyword(args: Sequence[cst.Arg]) -> bool:
+    """The call passes ``enabled=False`` literally."""
+    return any(
+        a.keyword and a.keyword.value == "enabled" and is_name(a.value, "False") for a in args
+    )
+
+
 def _root_name(node: cst.BaseExpression) -> cst.Name | None:
     while isinstance(node, cst.Attribute):
         node = node.value
@@ -263,13 +279,7 @@ class RenameVisitor(cst.CSTVisitor):
         splats = [a for a in named if a.star == "**"]
         new.extend(a for a in named if not a.star)
         exact = True
-        disabled = any(
-            a.keyword
-            and a.keyword.value == "enabled"
-            and isinstance(a.value, cst.Name)
-            and a.value.value == "False"
-            for a in new
-        )
+        disabled = disabled_by_keyword(new)
         for name, source in sym.defaults:
             if name in given or disabled:
                 continue

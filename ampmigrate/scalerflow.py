@@ -21,6 +21,7 @@ from libcst.metadata import GlobalScope, ScopeProvider
 from ampmigrate.catalog import Rule
 from ampmigrate.checks import AUTOCAST
 from ampmigrate.findings import Finding, Fix
+from ampmigrate.renames import disabled_by_keyword, qualified_names
 
 GRAD_SCALER = frozenset(
     {
@@ -80,7 +81,7 @@ class Flow:
     where: dict[int, tuple[int, int]] = field(default_factory=dict)  # call id -> (scope, class)
     optimizers: set[str] = field(default_factory=set)
     autocast_dtypes: list[str] = field(default_factory=list)  # bf16 | fp16 | unknown
-    saves: list[tuple[cst.Call, cst.BaseExpression | None]] = field(default_factory=list)
+    saves: list[tuple[cst.Call, cst.BaseExpression]] = field(default_factory=list)
     state_dicts: list[str] = field(default_factory=list)  # receivers of .state_dict()
     loads: list[tuple[cst.Call, str]] = field(default_factory=list)  # .load_state_dict()
     models: set[str] = field(default_factory=set)  # receivers of .parameters()
@@ -111,10 +112,6 @@ def _method(node: cst.Call) -> tuple[str, cst.BaseExpression] | None:
     return None
 
 
-def _literal_false(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "False"
-
-
 def _dtype_name(node: cst.BaseExpression | None) -> str:
     if isinstance(node, cst.Attribute):
         name = node.attr.value
@@ -143,8 +140,7 @@ class _Collector(cst.CSTVisitor):
         return self.flow.module.code_for_node(node)
 
     def _names(self, node: cst.CSTNode) -> set[str]:
-        scope = self.get_metadata(ScopeProvider, node, None)
-        return {q.name for q in scope.get_qualified_names_for(node)} if scope else set()
+        return qualified_names(self.get_metadata(ScopeProvider, node, None), node)
 
     # -- where we are ------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -243,10 +239,7 @@ class _Collector(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         names = self._names(node.func)
         if names & GRAD_SCALER:
-            enabled = not any(
-                a.keyword and a.keyword.value == "enabled" and _literal_false(a.value)
-                for a in node.args
-            )
+            enabled = not disabled_by_keyword(node.args)
             self.flow.constructions.append((node, enabled))
             self.flow.scalers.update(self._assigned)
             for target in self._assigned if enabled else ():
@@ -530,9 +523,7 @@ def grad_scaler_with_bfloat16(flow: Flow, rule: Rule) -> list[Finding]:
     ]
 
 
-def _mentions_scaler(flow: Flow, payload: cst.BaseExpression | None) -> bool:
-    if payload is None:
-        return False
+def _mentions_scaler(flow: Flow, payload: cst.BaseExpression) -> bool:
     text = flow.module.code_for_node(payload).lower()
     return "scaler" in text or any(s.lower() in text for s in flow.scalers)
 
@@ -542,7 +533,7 @@ def checkpoint_without_scaler_state(flow: Flow, rule: Rule) -> list[Finding]:
     saves_scaler = any(r in flow.scalers for r in flow.state_dicts)
     loads_scaler = any(r in flow.scalers for _, r in flow.loads)
     for call, payload in flow.saves:
-        text = flow.module.code_for_node(payload) if payload is not None else ""
+        text = flow.module.code_for_node(payload)
         if "state_dict()" not in text or saves_scaler or _mentions_scaler(flow, payload):
             continue
         if not flow.scaler_near(call):

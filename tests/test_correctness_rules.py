@@ -7,7 +7,6 @@ import pytest
 
 from ampmigrate.catalog import all_rules
 from ampmigrate.checks import CHECKS
-from ampmigrate.keras import KERAS_CHECKS
 from ampmigrate.scalerflow import FLOW_CHECKS
 
 from conftest import FIXTURES, check_source, fix_source
@@ -21,7 +20,7 @@ def codes(source: str) -> list[str]:
 
 def test_every_named_check_exists():
     for code, rule in all_rules().items():
-        known = CHECKS.keys() | FLOW_CHECKS.keys() | KERAS_CHECKS.keys()
+        known = CHECKS.keys() | FLOW_CHECKS.keys()
         assert not rule.check or rule.check in known, code
     assert len(CORRECTNESS) == len(FLOW_CHECKS)
 
