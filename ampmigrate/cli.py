@@ -12,7 +12,7 @@ import io
 import sys
 import tokenize
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -20,13 +20,14 @@ import click
 
 from ampmigrate import __version__, sourcefile
 from ampmigrate.catalog import all_rules, select_rules
-from ampmigrate.config import ConfigError
+from ampmigrate.config import Config, ConfigError, parse_version
 from ampmigrate.config import resolve as resolve_config
 from ampmigrate.discover import EXCLUDED_DIRS, discover
 from ampmigrate.engine import FileResult, Settings, run
 from ampmigrate.findings import Diagnostic
+from ampmigrate.floor import find as torch_floor
 from ampmigrate.notebook import cell_sources
-from ampmigrate.report import FORMATS, RENDERERS
+from ampmigrate.report import FORMATS, RENDERERS, text
 from ampmigrate.ruledocs import render
 from ampmigrate.summary import markdown as markdown_report
 
@@ -62,6 +63,25 @@ def _lint_options(func: Callable) -> Callable:
             "--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: CPUs)."
         ),
         click.option(
+            "--exclude",
+            help="Comma-separated globs of files/directories to skip, replacing the configured "
+            "ones and the built-in list (venvs, caches).",
+        ),
+        click.option(
+            "--extend-exclude", help="Comma-separated globs to skip in addition to --exclude."
+        ),
+        click.option(
+            "--target-torch",
+            help="Oldest torch the code must keep running on (e.g. 2.1): fixes that need a newer "
+            "one become unsafe. Default: target-torch in [tool.ampmigrate], else the project's "
+            "declared torch requirement.",
+        ),
+        click.option(
+            "--show-settings",
+            is_flag=True,
+            help="Print the resolved settings (and where each came from) and exit.",
+        ),
+        click.option(
             "--target-keras",
             type=click.Choice(["2", "3"]),
             help="Keras the TF fixes write for: 3 (tf.keras since TF 2.16; default) or 2 "
@@ -94,35 +114,101 @@ class Run:
     output_format: str
 
 
-def _collect(
-    paths, select, ignore, output_format, config_file, fix, unsafe, jobs, max_file_size,
-    target_keras,
-) -> Run:  # fmt: skip
-    """Resolve configuration (CLI over pyproject.toml), discover files and process them."""
-    paths = list(paths) or [Path(".")]
+@dataclass(frozen=True)
+class LintOptions:
+    """The options `check` and `fix` share, as click parsed them."""
+
+    select: str | None
+    ignore: str | None
+    output_format: str | None
+    config_file: Path | None
+    unsafe_fixes: bool
+    exit_zero: bool
+    statistics: bool
+    jobs: int | None
+    exclude: str | None
+    extend_exclude: str | None
+    target_torch: str | None
+    show_settings: bool
+    target_keras: str | None
+    max_file_size: float
+
+
+def _globs(value: str | None) -> tuple[str, ...]:
+    return tuple(p.strip() for p in (value or "").split(",") if p.strip())
+
+
+def _settings(paths: list[Path], options: LintOptions, fix: bool) -> tuple[Config, Settings, str]:
+    """Command line over [tool.ampmigrate] over the project's declared torch floor."""
     try:
-        config = resolve_config(paths, config_file)
-        selected = _codes(select) if select is not None else config.select
-        ignored = _codes(ignore) if ignore is not None else list(config.ignore)
+        config = resolve_config(paths, options.config_file)
+        selected = _codes(options.select) if options.select is not None else config.select
+        ignored = _codes(options.ignore) if options.ignore is not None else list(config.ignore)
         rules = select_rules(list(selected) if selected else None, ignored)
+        if options.exclude is not None:
+            config = replace(config, exclude=_globs(options.exclude))
+        if options.extend_exclude:
+            extended = config.extend_exclude + _globs(options.extend_exclude)
+            config = replace(config, extend_exclude=extended)
+        if options.target_torch:
+            target_torch = parse_version(options.target_torch)
+            torch_source = "--target-torch"
+        elif config.target_torch:
+            target_torch, torch_source = config.target_torch, f"{config.source}: target-torch"
+        elif floor := torch_floor(paths):
+            target_torch, torch_source = floor.version, floor.source
+        else:
+            target_torch, torch_source = (
+                None,
+                "no torch requirement found: every fix may use the newest torch",
+            )
     except (ConfigError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
-    excluded_dirs = EXCLUDED_DIRS if config.exclude is None else frozenset()
-    files = discover(paths, excluded=config.excluded, excluded_dirs=excluded_dirs)
     settings = Settings(
         rules=tuple(rules),
         fix=fix,
-        unsafe_fixes=unsafe,
-        target_torch=config.target_torch,
-        target_keras=int(target_keras) if target_keras else config.target_keras,
-        max_file_size=int(max_file_size * 1e6),
+        unsafe_fixes=options.unsafe_fixes,
+        target_torch=target_torch,
+        target_keras=int(options.target_keras) if options.target_keras else config.target_keras,
+        max_file_size=int(options.max_file_size * 1e6),
     )
+    return config, settings, torch_source
+
+
+def _show_settings(
+    config: Config, settings: Settings, torch_source: str, files: list[Path]
+) -> None:
+    target = ".".join(map(str, settings.target_torch)) if settings.target_torch else "none"
+    lines = [
+        f"config file: {config.source or 'none'}",
+        f"root: {config.root}",
+        f"rules: {' '.join(r.code for r in settings.rules)}",
+        f"target-torch: {target} ({torch_source})",
+        f"target-keras: {settings.target_keras}",
+        f"unsafe-fixes: {str(settings.unsafe_fixes).lower()}",
+        "exclude: "
+        + (", ".join(config.exclude) if config.exclude is not None else "built-in list"),
+        f"extend-exclude: {', '.join(config.extend_exclude) or 'none'}",
+        f"files: {len(files)}",
+    ]
+    click.echo("\n".join(lines))
+    sys.exit(EXIT_OK)
+
+
+def _collect(paths: tuple[Path, ...], options: LintOptions, fix: bool) -> Run:
+    """Resolve configuration (CLI over pyproject.toml), discover files and process them."""
+    paths = list(paths) or [Path(".")]
+    config, settings, torch_source = _settings(paths, options, fix)
+    excluded_dirs = EXCLUDED_DIRS if config.exclude is None else frozenset()
+    files = discover(paths, excluded=config.excluded, excluded_dirs=excluded_dirs)
+    if options.show_settings:
+        _show_settings(config, settings, torch_source, files)
     bar = _Progress(sys.stderr.isatty())
     try:
-        results = run(files, settings, jobs, config.ignored_codes, progress=bar)
+        results = run(files, settings, options.jobs, config.ignored_codes, progress=bar)
     finally:
         bar.close()
-    return Run(files, results, output_format or config.output_format)
+    return Run(files, results, options.output_format or config.output_format)
 
 
 class _Progress:
@@ -154,7 +240,9 @@ def _print_errors(results: Sequence[FileResult]) -> bool:
     return bool(errors)
 
 
-def _print_findings(diagnostics: list[Diagnostic], output_format: str, statistics: bool) -> None:
+def _print_findings(
+    diagnostics: list[Diagnostic], output_format: str, statistics: bool, unsafe_fixes: bool = False
+) -> None:
     diagnostics.sort(key=lambda d: d.sort_key)
     if statistics:
         counts = collections.Counter(d.code for d in diagnostics)
@@ -162,7 +250,8 @@ def _print_findings(diagnostics: list[Diagnostic], output_format: str, statistic
         for code, count in sorted(counts.items()):
             click.echo(f"{count:>6}  {code}  {rules[code].name}")
         return
-    out = RENDERERS[output_format](diagnostics)
+    render = RENDERERS[output_format]
+    out = render(diagnostics, unsafe_fixes) if render is text else render(diagnostics)
     if out:
         click.echo(out, nl=False)
 
@@ -181,22 +270,18 @@ def _plural(n: int, word: str) -> str:
 
 @main.command()
 @_lint_options
-def check(
-    paths, select, ignore, output_format, config_file, unsafe_fixes, exit_zero, statistics, jobs,
-    target_keras, max_file_size,
-) -> None:  # fmt: skip
+def check(paths: tuple[Path, ...], **options) -> None:
     """Report deprecated AMP API uses in PATHS (files or directories; default: .)."""
-    found = _collect(
-        paths, select, ignore, output_format, config_file, False, unsafe_fixes, jobs,
-        max_file_size, target_keras,
-    )  # fmt: skip
+    options = LintOptions(**options)
+    exit_zero, statistics = options.exit_zero, options.statistics
+    found = _collect(paths, options, fix=False)
     files, results, output_format = found.files, found.results, found.output_format
     if not files:
         click.echo("No Python files found.", err=True)
         sys.exit(EXIT_OK)
     had_errors = _print_errors(results)
     diagnostics = [d for r in results for d in r.diagnostics]
-    _print_findings(diagnostics, output_format, statistics)
+    _print_findings(diagnostics, output_format, statistics, options.unsafe_fixes)
     if diagnostics:
         safe = sum(d.fix == "safe" for d in diagnostics)
         unsafe = sum(d.fix == "unsafe" for d in diagnostics)
@@ -240,15 +325,11 @@ def _diff(result: FileResult) -> str:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Write a markdown summary of the migration to this file.",
 )
-def fix(
-    paths, select, ignore, output_format, config_file, unsafe_fixes, exit_zero, statistics, jobs,
-    target_keras, max_file_size, diff, report_file,
-) -> None:  # fmt: skip
+def fix(paths: tuple[Path, ...], diff: bool, report_file: Path | None, **options) -> None:
     """Rewrite deprecated AMP API uses in PATHS and report what remains."""
-    found = _collect(
-        paths, select, ignore, output_format, config_file, True, unsafe_fixes, jobs,
-        max_file_size, target_keras,
-    )  # fmt: skip
+    options = LintOptions(**options)
+    exit_zero, statistics = options.exit_zero, options.statistics
+    found = _collect(paths, options, fix=True)
     files, results, output_format = found.files, found.results, found.output_format
     if not files:
         click.echo("No Python files found.", err=True)
@@ -268,7 +349,7 @@ def fix(
             except OSError as exc:
                 click.echo(f"{result.path}: error: cannot write: {exc.strerror or exc}", err=True)
                 had_errors = True
-        _print_findings(remaining, output_format, statistics)
+        _print_findings(remaining, output_format, statistics, options.unsafe_fixes)
         verb = "Fixed"
     unsafe = sum(d.fix == "unsafe" for d in remaining)
     summary = f"{verb} {_plural(fixed, 'finding')} in {_plural(len(changed), 'file')}"

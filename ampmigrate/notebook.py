@@ -1,8 +1,9 @@
 """Jupyter notebooks: code cells in, code cells out, everything else untouched.
 
 The code cells are joined into one module (names imported in cell 1 resolve in cell 5, as in
-the kernel), with each cell opened by a marker statement. IPython lines (``%magic``, ``!shell``,
-``?help``) are swapped for placeholder names that parse, and swapped back afterwards; a cell
+the kernel), with each cell opened by a marker statement. IPython lines (``%magic``, ``!shell``
+and the lines a trailing backslash continues it onto, ``x = !cmd``, ``?help``, ``name??``) are
+swapped line for line for placeholder names that parse, and swapped back afterwards; a cell
 whose first line is a ``%%cell magic`` that does not run Python (``%%bash``) is left out.
 After the fix the module is cut at the markers and each cell's ``source`` is replaced only if
 its text changed; outputs, metadata and the JSON layout (nbformat's: one-space indent,
@@ -20,7 +21,8 @@ _MARKER = "__ampmigrate_cell__({})"
 _MARKER_LINE = re.compile(r"^__ampmigrate_cell__\((\d+)\)$")
 _MAGIC = "__ampmigrate_magic_{}__"
 _MAGIC_LINE = re.compile(r"^(\s*)__ampmigrate_magic_(\d+)__$")
-_IPYTHON = re.compile(r"^\s*(?:[%!]|\?|\w[\w.]*\?\??\s*$)")
+# `%magic`, `!shell`, `?help`, `name?`/`name??`, and assignments from them (`files = !ls`).
+_IPYTHON = re.compile(r"^\s*(?:[%!]|\?|\w[\w.]*\?\??\s*$|[\w.]+\s*=\s*[%!])")
 # Cell magics whose body is Python run in the kernel; any other (%%bash, %%html) is not Python.
 _PYTHON_CELL_MAGICS = re.compile(r"^%%(?:time|timeit|capture|prun|debug)\b")
 
@@ -64,11 +66,14 @@ class Notebook:
         for index, source in self.sources.items():
             lines = []
             ipython = _needs_masking(source)
+            continued = None  # the indent of an IPython line that ends with a backslash
             for line in source.splitlines():
-                if ipython and _IPYTHON.match(line):
-                    indent = line[: len(line) - len(line.lstrip())]
+                if continued is not None or (ipython and _IPYTHON.match(line)):
+                    # a continuation line is shell text: it takes the indent of its first line
+                    indent = continued if continued is not None else _indent(line)
                     lines.append(indent + _MAGIC.format(len(self.magics)))
                     self.magics.append(line)
+                    continued = indent if line.endswith("\\") else None
                 else:
                     lines.append(line)
             parts.append(_MARKER.format(index) + "\n" + "".join(f"{ln}\n" for ln in lines))
@@ -118,6 +123,10 @@ class Notebook:
             cell["source"] = text.splitlines(keepends=True)
         else:
             cell["source"] = text
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
 
 
 def _needs_masking(source: str) -> bool:

@@ -17,14 +17,12 @@ def _location(d: Diagnostic) -> str:
     return f"{d.path}:{cell}{d.line}:{d.col}"
 
 
-def text(diagnostics: Sequence[Diagnostic]) -> str:
-    return "".join(f"{_location(d)}: {d.code} {d.message}\n" for d in diagnostics)
-
-
-def concise(diagnostics: Sequence[Diagnostic]) -> str:
-    """Like text, with Ruff's ``[*]`` marker on findings that ``fix`` repairs by default."""
+def text(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool = False) -> str:
+    """One line per finding, with Ruff's ``[*]`` marker on the ones ``fix`` would repair with
+    these options (``concise`` is the same: Ruff's name for its one-line format)."""
+    marked = ("safe", "unsafe") if unsafe_fixes else ("safe",)
     return "".join(
-        f"{_location(d)}: {d.code} {'[*] ' if d.fix == 'safe' else ''}{d.message}\n"
+        f"{_location(d)}: {d.code} {'[*] ' if d.fix in marked else ''}{d.message}\n"
         for d in diagnostics
     )
 
@@ -127,4 +125,4 @@ def sarif(diagnostics: Sequence[Diagnostic]) -> str:
     return json.dumps(log, indent=2) + "\n"
 
 
-RENDERERS = {"text": text, "concise": concise, "json": as_json, "github": github, "sarif": sarif}
+RENDERERS = {"text": text, "concise": text, "json": as_json, "github": github, "sarif": sarif}

@@ -27,7 +27,7 @@ def test_check_reports_path_line_col_code_and_exits_1(cli, tmp_path):
     result = cli("check", "a.py", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stdout.splitlines() == [
-        "a.py:3:10: AMP102 `torch.cuda.amp.GradScaler` is deprecated, use "
+        "a.py:3:10: AMP102 [*] `torch.cuda.amp.GradScaler` is deprecated, use "
         '`torch.amp.GradScaler("cuda", ...)`'
     ]
     assert "Found 1 finding (1 fixable" in result.stderr

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 DEPRECATED = (
     "import torch\n\nscaler = torch.cuda.amp.GradScaler()\ndtype = torch.get_autocast_gpu_dtype()\n"
 )
@@ -111,3 +113,78 @@ def test_target_keras_from_config_and_command_line(cli, tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.ampmigrate]\ntarget-keras = 4\n")
     result = cli("check", "train.py", cwd=tmp_path)
     assert result.returncode == 2 and "target-keras must be 2 or 3" in result.stderr
+
+
+def _declared_project(tmp_path: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/train.py").write_text(DEPRECATED)
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"pyproject.toml": "[project]\nname = 'x'\ndependencies = ['numpy', 'torch>=2.1,<3']\n"},
+        {
+            "pyproject.toml": "[project]\nname = 'x'\n[project.optional-dependencies]\n"
+            "gpu = ['torch~=2.1.0']\n"
+        },
+        {"requirements.txt": "numpy\ntorch >= 2.1  # CUDA 11.8 builds\n"},
+        {"setup.cfg": "[options]\ninstall_requires =\n    numpy\n    torch>=2.1\n"},
+        {
+            "setup.py": "from setuptools import setup\nREQS = ['torch>=2.1']\n"
+            "setup(name='x', install_requires=REQS)\n"
+        },
+        # several declarations: the project runs on the lowest
+        {"requirements.txt": "torch==2.1.2\n", "requirements-dev.txt": "torch>=2.5\n"},
+    ],
+)
+def test_declared_torch_floor_makes_newer_fixes_unsafe(cli, tmp_path, files):
+    _declared_project(tmp_path, files)
+    result = cli("fix", "src/train.py", cwd=tmp_path)
+    text = (tmp_path / "src/train.py").read_text()
+    assert 'torch.amp.GradScaler("cuda")' not in text  # needs 2.3 > 2.1: unsafe
+    assert "torch.get_autocast_gpu_dtype()" in text  # needs 2.4 > 2.1: unsafe
+    assert "(the fix needs torch >= 2.4; target-torch is 2.1)" in result.stdout
+    assert result.returncode == 1
+    # the command line wins over the declared floor
+    assert cli("fix", "--target-torch", "2.4", "src/train.py", cwd=tmp_path).returncode == 0
+    assert "torch.get_autocast_dtype(" in (tmp_path / "src/train.py").read_text()
+
+
+def test_config_target_torch_wins_over_declared_floor(cli, tmp_path):
+    pyproject = "[project]\nname = 'x'\ndependencies = ['torch>=2.1']\n"
+    _declared_project(
+        tmp_path, {"pyproject.toml": pyproject + "[tool.ampmigrate]\ntarget-torch = '2.4'\n"}
+    )
+    assert cli("fix", "src/train.py", cwd=tmp_path).returncode == 0
+    result = cli("check", "--show-settings", "--target-torch", "2.2", "src", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "target-torch: 2.2 (--target-torch)" in result.stdout.splitlines()
+
+
+def test_show_settings_names_the_floor_and_its_source(cli, tmp_path):
+    _declared_project(tmp_path, {"requirements.txt": "torch>=2.1\n"})
+    result = cli("check", "--show-settings", ".", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "target-torch: 2.1 (requirements.txt: torch>=2.1)" in result.stdout.splitlines()
+    assert "files: 1" in result.stdout.splitlines()
+    (tmp_path / "requirements.txt").write_text("torch\n")  # no lower bound: no floor
+    result = cli("check", "--show-settings", ".", cwd=tmp_path)
+    assert "target-torch: none (no torch requirement found" in result.stdout
+
+
+def test_exclude_options_on_the_command_line(cli, tmp_path):
+    project(tmp_path, "")
+    files = {f for f, _ in codes(cli("check", "--extend-exclude", "tests,legacy_*", ".",
+                                     cwd=tmp_path).stdout)}  # fmt: skip
+    assert files == {"src/train.py"}
+    files = {f for f, _ in codes(cli("check", "--exclude", "src", ".", cwd=tmp_path).stdout)}
+    assert files == {"tests/test_train.py"}
+
+
+def test_bad_target_torch_option_is_a_usage_error(cli, tmp_path):
+    project(tmp_path, "")
+    result = cli("check", "--target-torch", "latest", "src", cwd=tmp_path)
+    assert result.returncode == 2 and "target-torch must look like '2.4'" in result.stderr

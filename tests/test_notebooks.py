@@ -16,11 +16,11 @@ def test_check_reports_cell_locations(cli, tmp_path):
     result = cli("check", ".", cwd=tmp_path)
     assert result.returncode == 1
     assert result.stdout.splitlines() == [
-        "train.ipynb:cell 3:2:6: AMP101 `torch.cuda.amp.autocast` is deprecated, use "
+        "train.ipynb:cell 3:2:6: AMP101 [*] `torch.cuda.amp.autocast` is deprecated, use "
         '`torch.amp.autocast("cuda", ...)`',
-        "train.ipynb:cell 4:1:10: AMP102 `torch.cuda.amp.GradScaler` is deprecated, use "
+        "train.ipynb:cell 4:1:10: AMP102 [*] `torch.cuda.amp.GradScaler` is deprecated, use "
         '`torch.amp.GradScaler("cuda", ...)`',
-        "train.ipynb:cell 5:1:6: AMP101 `torch.cpu.amp.autocast` is deprecated, use "
+        "train.ipynb:cell 5:1:6: AMP101 [*] `torch.cpu.amp.autocast` is deprecated, use "
         '`torch.amp.autocast("cpu", ...)`',
     ]
 
@@ -74,3 +74,55 @@ def test_broken_notebook_is_an_error(cli, tmp_path):
     result = cli("check", "bad.ipynb", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.startswith("bad.ipynb: error: not a Jupyter notebook")
+
+
+def _notebook(*cells: str) -> str:
+    return (
+        json.dumps(
+            {
+                "cells": [
+                    {
+                        "cell_type": "code",
+                        "execution_count": None,
+                        "metadata": {},
+                        "outputs": [],
+                        "source": cell.splitlines(keepends=True),
+                    }
+                    for cell in cells
+                ],
+                "metadata": {},
+                "nbformat": 4,
+                "nbformat_minor": 5,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+
+
+IPYTHON_CELLS = (
+    "!wget -O $DATA/weights.zip \\\n    https://example.org/w.zip \\\n"
+    "  && unzip -o $DATA/weights.zip\nimport torch\n",
+    "%pip install -q tqdm\nfiles = !ls $DATA\nlisting = %sx ls\ntorch.cuda.amp?\ntorch.nn??\n",
+    "%%time\nscaler = torch.cuda.amp.GradScaler()\nif True:\n    !nvidia-smi \\\n"
+    "        --query-gpu=name\n    x = 1\n",
+    "%%bash\necho torch.cuda.amp.GradScaler \\\n  done\n",
+)
+
+
+def test_ipython_syntax_is_masked_and_restored(cli, tmp_path):
+    """Line magics, `!` escapes continued over three lines (also indented), `x = !cmd`, `?`/`??`
+    help and cell magics: checked, fixed, and every IPython line back byte for byte."""
+    path = tmp_path / "nb.ipynb"
+    path.write_text(_notebook(*IPYTHON_CELLS))
+    result = cli("check", "nb.ipynb", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("nb.ipynb:cell 3:2:10: AMP102 [*] `torch.cuda.amp.GradScaler`")
+    assert len(result.stdout.splitlines()) == 1  # the %%bash cell is not Python
+    assert cli("fix", "nb.ipynb", cwd=tmp_path).returncode == 0
+    after = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+    expected = list(IPYTHON_CELLS)
+    expected[2] = expected[2].replace("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
+    assert after == expected
+    second = cli("fix", "nb.ipynb", cwd=tmp_path)
+    assert second.returncode == 0 and "Fixed 0 findings" in second.stderr

@@ -1,0 +1,159 @@
+"""The oldest torch a project says it supports, read from its own requirement declarations.
+
+A fix that needs a newer torch than the project's floor would break its users on the older
+versions it promises to support, so such a fix is graded unsafe. The floor comes from the
+nearest project above the checked files: ``[project] dependencies`` and optional dependencies
+in pyproject.toml, ``install_requires`` / ``extras_require`` in setup.cfg or setup.py (literal
+lists only; setup.py is parsed, never run), and ``requirements*.txt``. Where several declare
+torch, the lowest lower bound wins (the project runs on all of them).
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import os
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+MARKERS = ("pyproject.toml", "setup.cfg", "setup.py")
+
+
+@dataclass(frozen=True)
+class Floor:
+    version: tuple[int, ...]
+    source: str  # where it was declared: "requirements.txt: torch>=2.1"
+
+    def __str__(self) -> str:
+        return f"{'.'.join(map(str, self.version))} (from {self.source})"
+
+
+def lower_bound(requirement: str) -> tuple[int, ...] | None:
+    """The lowest torch release (major, minor) a requirement string admits, if it is torch's
+    and has a lower bound (``>=``, ``>``, ``~=``, ``==``)."""
+    try:
+        parsed = Requirement(requirement)
+    except InvalidRequirement:
+        return None
+    if parsed.name.lower() != "torch":
+        return None
+    bounds = []
+    for spec in parsed.specifier:
+        if spec.operator in (">=", ">", "~=", "==", "==="):
+            try:
+                release = Version(spec.version.removesuffix(".*")).release
+            except InvalidVersion:
+                continue
+            bounds.append(tuple((*release, 0)[:2]))
+    return max(bounds) if bounds else None
+
+
+def _declared(directory: Path) -> Iterable[tuple[str, str]]:
+    """(file name, requirement string) for every requirement the project declares."""
+    pyproject = directory / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            project = tomllib.loads(pyproject.read_text("utf-8")).get("project", {})
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            project = {}
+        yield from (("pyproject.toml", r) for r in _strings(project.get("dependencies")))
+        for extra in (project.get("optional-dependencies") or {}).values():
+            yield from (("pyproject.toml", r) for r in _strings(extra))
+    setup_cfg = directory / "setup.cfg"
+    if setup_cfg.is_file():
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(setup_cfg, encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError):
+            parser = configparser.ConfigParser()
+        values = [parser.get("options", "install_requires", fallback="")]
+        if parser.has_section("options.extras_require"):
+            values += [v for _, v in parser.items("options.extras_require")]
+        for value in values:
+            yield from (("setup.cfg", line.strip()) for line in value.splitlines() if line.strip())
+    setup_py = directory / "setup.py"
+    if setup_py.is_file():
+        yield from (("setup.py", r) for r in _setup_py_requirements(setup_py))
+    for requirements in sorted(directory.glob("requirements*.txt")):
+        try:
+            lines = requirements.read_text("utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            line = line.split(" #", 1)[0].strip()
+            if line and not line.startswith(("#", "-")):
+                yield requirements.name, line
+
+
+def _strings(value: object) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _setup_py_requirements(path: Path) -> list[str]:
+    """String literals of ``install_requires=[...]`` / ``extras_require={...: [...]}``, and of
+    a module-level list assigned to a name they use."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    lists = {
+        target.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.keyword) or node.arg not in (
+            "install_requires",
+            "extras_require",
+        ):
+            continue
+        value = (
+            lists.get(node.value.id, node.value) if isinstance(node.value, ast.Name) else node.value
+        )
+        values = value.values if isinstance(value, ast.Dict) else [value]
+        for item in values:
+            if isinstance(item, ast.Name):
+                item = lists.get(item.id, item)
+            if isinstance(item, ast.List | ast.Tuple):
+                out += [
+                    e.value
+                    for e in item.elts
+                    if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                ]
+    return out
+
+
+def project_dir(paths: Sequence[Path]) -> Path | None:
+    """The nearest directory above the paths (or cwd) that is a project: it has a
+    pyproject.toml, setup.cfg, setup.py or requirements*.txt."""
+    starts = [Path(os.path.abspath(p)) for p in paths] or [Path.cwd()]
+    common = Path(os.path.commonpath([str(p) for p in starts]))
+    directory = common if common.is_dir() else common.parent
+    for candidate in [directory, *directory.parents]:
+        if any((candidate / m).is_file() for m in MARKERS) or any(
+            candidate.glob("requirements*.txt")
+        ):
+            return candidate
+    return None
+
+
+def find(paths: Sequence[Path]) -> Floor | None:
+    """The torch floor of the project the paths belong to, or None if it declares none."""
+    directory = project_dir(paths)
+    if directory is None:
+        return None
+    found = [
+        (bound, f"{name}: {r}") for name, r in _declared(directory) if (bound := lower_bound(r))
+    ]
+    if not found:
+        return None
+    version, source = min(found)
+    return Floor(version, source)
