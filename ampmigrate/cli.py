@@ -327,9 +327,14 @@ def explain(code: str) -> None:
     is_flag=True,
     help="Instead: time SCRIPT in float32 (autocast and GradScaler off) and as written.",
 )
+@click.option(
+    "--emulate-cuda",
+    is_flag=True,
+    help="Run both sides on the CPU with CUDA emulated (CUDA autocast as CPU float16).",
+)
 def verify(
     script, script_args, steps, seed, device, threads, exact, rtol, atol, timeout, migrated,
-    report, unsafe_fixes, nproc_per_node, compare_fp32,
+    report, unsafe_fixes, nproc_per_node, compare_fp32, emulate_cuda,
 ) -> None:  # fmt: skip
     """Run SCRIPT and its migrated version; compare per-step loss and GradScaler state.
 
@@ -343,6 +348,8 @@ def verify(
 
     if exact and (rtol is not None or atol is not None):
         raise click.UsageError("--exact and --rtol/--atol exclude each other")
+    if emulate_cuda and device == "cuda":
+        raise click.UsageError("--emulate-cuda runs on the CPU; it excludes --device cuda")
     if compare_fp32:
         used = {
             "--migrated": migrated, "--exact": exact, "--rtol": rtol is not None,
@@ -358,7 +365,7 @@ def verify(
         tolerance = cmp.Tolerance(False, rtol or 0.0, atol or 0.0)
     options = Options(
         steps=steps, seed=seed, device=device, threads=threads, timeout=timeout,
-        nproc_per_node=nproc_per_node or 0, unsafe_fixes=unsafe_fixes,
+        nproc_per_node=nproc_per_node or 0, unsafe_fixes=unsafe_fixes, emulate_cuda=emulate_cuda,
     )  # fmt: skip
     try:
         if compare_fp32:

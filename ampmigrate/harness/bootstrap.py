@@ -455,6 +455,17 @@ def redirect_imports() -> None:
     sys.meta_path.insert(0, Redirect())
 
 
+def emulate_cuda(torch) -> None:
+    """Load emulate.py from beside this file (ampmigrate may not be importable) and install it."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emulate.py")
+    spec = importlib.util.spec_from_file_location("_ampmigrate_emulate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.install(torch)
+
+
 def main() -> None:
     script, args = sys.argv[1], sys.argv[2:]
     import torch
@@ -463,6 +474,8 @@ def main() -> None:
         print("ampmigrate: --device cuda, but torch sees no CUDA device", file=sys.stderr)
         sys.exit(3)
 
+    if os.environ.get("AMPMIGRATE_EMULATE_CUDA") == "1":  # verify --emulate-cuda
+        emulate_cuda(torch)
     seed_everything(torch)
     if FP32:
         force_fp32(torch)

@@ -23,6 +23,7 @@ from pathlib import Path
 from ampmigrate.catalog import all_rules
 from ampmigrate.discover import EXCLUDED_DIRS
 from ampmigrate.engine import Settings, run
+from ampmigrate.harness import emulate
 from ampmigrate.harness.compare import Comparison, Divergence, Tolerance, compare
 
 BOOTSTRAP = Path(__file__).with_name("bootstrap.py")
@@ -49,6 +50,7 @@ class Options:
     nproc_per_node: int = 0
     unsafe_fixes: bool = False
     tracing: bool = True
+    emulate_cuda: bool = False  # both sides on the CPU with CUDA emulated (emulate.py)
 
 
 @dataclass
@@ -188,6 +190,8 @@ def _environment(options: Options, trace: Path) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ""
     elif options.device == "cuda":
         env["AMPMIGRATE_REQUIRE_CUDA"] = "1"
+    if options.emulate_cuda:
+        env.update(AMPMIGRATE_EMULATE_CUDA="1", CUDA_VISIBLE_DEVICES="")
     return env
 
 
@@ -220,6 +224,16 @@ def run_side(side: Side, args: list[str], options: Options, workdir: Path) -> Si
     return side
 
 
+# What torch says when a script reaches for CUDA on a machine without it.
+_NO_CUDA = (
+    "Torch not compiled with CUDA enabled",
+    "Found no NVIDIA driver",
+    "No CUDA GPUs are available",
+    "Attempting to deserialize object on a CUDA device",
+    "module 'torch._C' has no attribute '_cuda",  # torch.cuda.set_device and others, CPU builds
+)
+
+
 def _check_side(side: Side, options: Options) -> None:
     """Turn a side that produced nothing comparable into a VerifyError."""
     label = f"{side.name} script ({side.script.name})"
@@ -228,8 +242,18 @@ def _check_side(side: Side, options: Options) -> None:
         raise VerifyError(f"{label} timed out after {options.timeout:g} s", tail)
     if side.returncode == 3 and options.device == "cuda":
         raise VerifyError("--device cuda, but torch sees no CUDA device on this machine")
+    if side.returncode == emulate.REFUSED_EXIT and options.emulate_cuda:
+        refused = [line for line in side.stderr.splitlines() if emulate.PREFIX in line]
+        if refused:
+            raise VerifyError(f"{label}: {refused[-1][refused[-1].index(emulate.PREFIX) :]}", tail)
     if side.returncode != 0:
-        raise VerifyError(f"{label} crashed with exit status {side.returncode}", tail)
+        hint = ""
+        if not options.emulate_cuda and any(m in side.stderr for m in _NO_CUDA):
+            hint = (
+                "; it needs CUDA, which this machine lacks: rerun with --emulate-cuda to run "
+                "both sides on the CPU with CUDA emulated"
+            )
+        raise VerifyError(f"{label} crashed with exit status {side.returncode}{hint}", tail)
     if not side.traces or not any(t["steps"] for t in side.traces):
         raise VerifyError(f"{label} finished without a single optimizer step", tail)
 
@@ -303,6 +327,8 @@ def verify(
             notes.append("the migration changed nothing: both sides ran the same code")
         if migration is not None and migration.remaining:
             notes.append(f"{len(migration.remaining)} finding(s) remain unmigrated")
+        if migrated.returncode == emulate.REFUSED_EXIT and options.emulate_cuda:
+            _check_side(migrated, options)  # a call emulation refuses: an error, not a verdict
         if migrated.returncode != 0 or migrated.timed_out or not migrated.traces:
             # The original trains and the migrated code does not: that is a divergence.
             comparisons = [_crashed(original.traces[0], migrated, tolerance, options)]
