@@ -220,6 +220,8 @@ def _install_cuda_module(torch: Any) -> None:
             setattr(cuda, name, _refusing(f"torch.cuda.{name}"))
     for name in REFUSED_CLASSES:
         setattr(cuda, name, _refusing_class(getattr(cuda, name), f"torch.cuda.{name}"))
+    for name in ("range_push", "range_pop", "range_start", "range_end", "mark"):
+        setattr(cuda.nvtx, name, nothing())  # profiler annotations: nothing to annotate
     for name in NCCL:
         if hasattr(cuda.nccl, name):
             setattr(cuda.nccl, name, _refusing(f"torch.cuda.nccl.{name}"))
@@ -360,6 +362,8 @@ def _install_load(torch: Any) -> None:
 def _install_parallel(torch: Any) -> None:
     """``nn.DataParallel`` on the one emulated device calls the module, as torch does without
     GPUs (it would otherwise scatter over CUDA streams)."""
-    from torch.nn.parallel import data_parallel
+    import importlib
 
-    data_parallel._get_available_device_type = lambda: None
+    # (torch.nn.parallel.data_parallel is also the name of a function there: import the module)
+    module = importlib.import_module("torch.nn.parallel.data_parallel")
+    module._get_available_device_type = lambda: None
