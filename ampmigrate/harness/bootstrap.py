@@ -356,6 +356,7 @@ def track_precision(torch, rec: Recorder) -> None:
     wrappers |= {
         getattr(sys.modules.get(m), "__file__", "") for m in ("typing_extensions", "warnings")
     }
+    wrappers.add(os.path.join(os.path.dirname(os.path.abspath(__file__)), "emulate.py"))
     precision = _FACTS["precision"]
 
     def caller() -> str:
