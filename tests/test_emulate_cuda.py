@@ -118,12 +118,22 @@ def test_cuda_autocast_in_every_spelling_is_real_cpu_float16_autocast():
             with region():
                 out[name] = [str((a @ a).dtype), torch.is_autocast_enabled("cuda")]
         out["after"] = [str((a @ a).dtype), torch.is_autocast_enabled("cuda")]
+
+        class Seen(torch.autograd.Function):
+            @staticmethod
+            @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float16)
+            def forward(ctx, t):
+                return torch.tensor(float(t.dtype == torch.float16))
+
+        with torch.autocast("cuda"):
+            out["custom_fwd cast_inputs"] = Seen.apply(a).item()
         out["cpu autocast untouched"] = str(torch.get_autocast_dtype("cpu"))
     """)
     assert out.pop("bfloat16") == ["torch.bfloat16", True]
     assert out.pop("enabled=False") == ["torch.float32", False]
     assert out.pop("after") == ["torch.float32", False]
     assert out.pop("cpu autocast untouched") == "torch.bfloat16"
+    assert out.pop("custom_fwd cast_inputs") == 1.0
     assert out == {key: ["torch.float16", True] for key in out} and len(out) == 4
 
 
@@ -242,3 +252,45 @@ def test_a_refused_call_in_the_script_is_an_error_naming_it(cli, tmp_path):
 def test_emulation_excludes_a_real_gpu(cli):
     result = cli("verify", str(LOOP), "--emulate-cuda", "--device", "cuda")
     assert result.returncode == 2 and "excludes --device cuda" in result.stderr
+
+
+DDP_SCRIPT = """
+import os
+
+import torch
+import torch.distributed as dist
+from _common import setup
+from torch.nn.parallel import DistributedDataParallel
+
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local_rank)
+dist.init_process_group()
+rank, world = dist.get_rank(), dist.get_world_size()
+model, x, y = setup(seed=23)
+ddp = DistributedDataParallel(model.cuda(), device_ids=[local_rank])
+opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+scaler = torch.cuda.amp.GradScaler(init_scale=2.0**10)
+x, y = x.cuda(non_blocking=True)[rank::world], y.to(f"cuda:{local_rank}")[rank::world]
+for step in range(8):
+    i = (step * 8) % len(x)
+    opt.zero_grad()
+    with torch.cuda.amp.autocast():
+        loss = torch.nn.functional.mse_loss(ddp(x[i : i + 8]), y[i : i + 8])
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+dist.destroy_process_group()
+"""
+
+
+def test_a_cuda_ddp_loop_runs_one_emulated_device_per_rank(cli, tmp_path):
+    (tmp_path / "train_ddp.py").write_text(DDP_SCRIPT)
+    (tmp_path / "_common.py").write_text((LOOP.parent / "_common.py").read_text())
+    result = cli(
+        "verify", str(tmp_path / "train_ddp.py"), "--emulate-cuda",
+        "--nproc-per-node", "2", "--steps", "3", "--report", str(tmp_path / "report"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rank 1:" in result.stdout and "MISMATCH" not in result.stdout
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["verdict"] == "match" and len(summary["comparisons"]) == 2

@@ -277,6 +277,19 @@ def _install_distributed(torch: Any) -> None:
         return original(*args, **kwargs)
 
     dist.init_process_group = init_process_group
+    ddp = torch.nn.parallel.DistributedDataParallel
+    ddp_init = ddp.__init__
+    ddp_signature = inspect.signature(ddp_init)
+
+    @functools.wraps(ddp_init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # device_ids=[local_rank] names the emulated device; torch takes none for a CPU module.
+        bound = ddp_signature.bind(self, *args, **kwargs)
+        bound.arguments.pop("device_ids", None)
+        bound.arguments.pop("output_device", None)
+        ddp_init(*bound.args, **bound.kwargs)
+
+    ddp.__init__ = __init__
 
 
 def _install_autocast(torch: Any) -> None:
