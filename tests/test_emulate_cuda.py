@@ -94,11 +94,15 @@ def test_every_way_to_reach_cuda_lands_on_the_cpu():
             "map_location": torch.load(buffer, map_location="cuda")["w"],
             "DataParallel": torch.nn.DataParallel(model)(torch.ones(1, 2)),
         }
+        with torch.device("cuda"):
+            tensors["with torch.device"] = torch.ones(2)
+        torch.set_default_device("cuda")
+        tensors["set_default_device"] = torch.nn.Linear(2, 2).weight
         out = {name: str(t.device) for name, t in tensors.items()}
         out["dtype"] = str(tensors["to(device)"].dtype)
     """)
     assert out.pop("dtype") == "torch.float16"
-    assert out == dict.fromkeys(out, "cpu") and len(out) == 11
+    assert out == dict.fromkeys(out, "cpu") and len(out) == 13
 
 
 def test_cuda_autocast_in_every_spelling_is_real_cpu_float16_autocast():

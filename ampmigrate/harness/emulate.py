@@ -20,7 +20,6 @@ import sys
 import types
 from typing import Any, NoReturn
 
-ENV = "AMPMIGRATE_EMULATE_CUDA"
 REFUSED_EXIT = 4
 PREFIX = "--emulate-cuda:"
 DEVICE_NAME = "ampmigrate emulated CUDA (CPU)"
@@ -87,7 +86,7 @@ def _install_devices(torch: Any) -> None:
     tensor = torch.Tensor
 
     class CpuForCuda(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
+        def __torch_function__(self, func, kinds, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func is tensor.cuda:  # cuda(device=None, non_blocking=False, memory_format=...)
                 non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
@@ -103,6 +102,17 @@ def _install_devices(torch: Any) -> None:
 
     # Entered for good: this is the main thread's mode for the rest of the process.
     CpuForCuda().__enter__()
+    # torch.set_default_device("cuda") and `with torch.device("cuda"):` set the device of
+    # factory calls in a mode of their own, at the bottom of the stack, below CpuForCuda.
+    from torch.utils._device import DeviceContext
+
+    init = DeviceContext.__init__
+
+    @functools.wraps(init)
+    def __init__(self, device: Any) -> None:
+        init(self, "cpu" if is_cuda(torch, device) else device)
+
+    DeviceContext.__init__ = __init__
 
 
 class _Properties(types.SimpleNamespace):
@@ -112,7 +122,7 @@ class _Properties(types.SimpleNamespace):
 def _install_cuda_module(torch: Any) -> None:
     cuda = torch.cuda
     count = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    current = [int(os.environ.get("LOCAL_RANK", "0"))]
+    current = [0]  # as on a GPU machine, until the script calls set_device
 
     def index(device: Any = None) -> int:
         if device is None:
@@ -235,15 +245,20 @@ def _install_cuda_module(torch: Any) -> None:
 
 
 def _caller() -> str:
-    """The outermost torch.cuda function on the stack, as the script spelled it."""
-    frame, name = sys._getframe(2), "torch.cuda"
+    """The outermost torch.cuda function on the stack, as the script spelled it; else where
+    the script's call into torch began."""
+    frame, name = sys._getframe(2), None
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
-        if not module.startswith("torch.cuda"):
+        if module.startswith("torch.cuda"):
+            qualname = frame.f_code.co_qualname.removesuffix(".__new__").removesuffix(".__init__")
+            name = f"torch.cuda.{qualname}"
+        elif not module.startswith("torch.") and module != __name__:
             break
-        qualname = frame.f_code.co_qualname.removesuffix(".__new__").removesuffix(".__init__")
-        name = f"torch.cuda.{qualname}"
         frame = frame.f_back
+    if name is None:
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "?"
+        return f"the CUDA call at {where}"
     return name
 
 
@@ -349,7 +364,7 @@ def _install_grad_scaler(torch: Any) -> None:
     @functools.wraps(init)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         bound = signature.bind(self, *args, **kwargs)
-        if bound.arguments.get("device", "cuda") == "cuda":
+        if is_cuda(torch, bound.arguments.get("device", "cuda")):
             bound.arguments["device"] = "cpu"
         init(*bound.args, **bound.kwargs)
 
