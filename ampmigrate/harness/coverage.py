@@ -112,8 +112,12 @@ def fixed_sites(
                 new_lines.add(j1 + (line - 1 - i1) + 1)
             else:  # replaced lines: all of the replacement; deleted: the line after
                 new_lines.update(range(j1 + 1, max(j2, j1 + 1) + 1))
-        label = f"{d.code} {relative}:{d.line}"
-        sites.append(Site(path, statement_lines(new, new_lines), label, relative))
+        lines = statement_lines(new, new_lines)
+        if not lines:  # the fix deleted the statement: the code that follows stands for it
+            after = [span for span in _statements(new) if span[0] >= min(new_lines)]
+            first = min(after, default=None)
+            lines = tuple(range(first[0], first[1] + 1)) if first else ()
+        sites.append(Site(path, lines, f"{d.code} {relative}:{d.line}", relative))
     return sites
 
 
@@ -133,8 +137,9 @@ def changed_sites(
             finding_lines & set(range(i1 + 1, i2 + 1)) or AMP_WORDS.search(text)
         ):
             continue
-        lines = statement_lines(new, range(j1 + 1, max(j2, j1 + 1) + 1))
-        sites.append(Site(path, lines, f"{relative}:{j1 + 1}", relative))
+        lines = statement_lines(new, range(j1 + 1, j2 + 1))
+        if lines:  # a deleted line, a changed comment: nothing there can run
+            sites.append(Site(path, lines, f"{relative}:{j1 + 1}", relative))
     return sites
 
 
