@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_verify_project import TRAINER, run_cli
 
 from conftest import FIXTURES
-from test_verify_project import TRAINER, run_cli
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.torch

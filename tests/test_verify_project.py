@@ -93,9 +93,9 @@ def test_package_reached_through_a_sys_path_edit_is_migrated_and_counted(project
 
 
 def test_package_on_pythonpath_is_migrated_not_a_vacuous_match(project, tmp_path):
-    # The script's own directory does not hold the package; the root is on PYTHONPATH. The
-    # static guess cannot see it, the run can: the mirror must be imported, and the rewritten
-    # sites in it must run (coverage is measured on the mirror's files only).
+    # The script's own directory does not hold the package; the root is on PYTHONPATH, which
+    # names the original: the copy must import the mirror's migrated files instead, and the
+    # rewritten sites in them must run (coverage is measured on the mirror's files only).
     result = run_cli(
         "verify", str(project / "tools" / "train_installed.py"), "--steps", "3",
         "--report", str(tmp_path / "report"),
@@ -113,6 +113,50 @@ def test_package_on_pythonpath_is_migrated_not_a_vacuous_match(project, tmp_path
     }  # fmt: skip
     assert summary["precision"]["migrated"]["autocast"] == ["float16, cpu"]
     assert summary["precision"]["migrated"]["autocast_steps"] == 3
+
+
+def test_editable_install_and_a_dynamic_import_reach_the_migrated_copy(project, tmp_path):
+    # An editable install's finder maps `mypkg` to the original root, and the script imports it
+    # by a computed name, so only the run tells which modules it uses.
+    site = tmp_path / "site"
+    write(
+        site,
+        {
+            "sitecustomize.py": f"""
+                import importlib.abc
+                import importlib.util
+                import sys
+
+                class EditableFinder(importlib.abc.MetaPathFinder):
+                    def find_spec(self, name, path=None, target=None):
+                        if name != "mypkg":
+                            return None
+                        package = {str(project / "mypkg")!r}
+                        return importlib.util.spec_from_file_location(
+                            name, package + "/__init__.py", submodule_search_locations=[package]
+                        )
+
+                sys.meta_path.append(EditableFinder())
+            """
+        },
+    )
+    write(
+        project,
+        {
+            "tools/train_dynamic.py": """
+                import importlib
+
+                importlib.import_module("mypkg." + "trainer").train()
+            """
+        },
+    )
+    result = run_cli(
+        "verify", str(project / "tools" / "train_dynamic.py"), "--steps", "3",
+        env={"PYTHONPATH": str(site)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "migration: 2 fixes (AMP101: 1, AMP102: 1) in 1 of 3 project files" in result.stdout
+    assert "MATCH: 3 steps bit-for-bit; 2 of 2 rewritten sites ran" in result.stdout
 
 
 def test_script_with_nothing_to_migrate_is_inconclusive(tmp_path):
