@@ -144,4 +144,4 @@ def test_script_arguments_and_main_guard(cli, tmp_path):
     )
     result = cli("verify", str(script), "--steps", "3", "--", "--lr", "0.5")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "MATCH: 3 steps compared" in result.stdout
+    assert "MATCH: 3 steps bit-for-bit; 2 of 2 rewritten sites ran" in result.stdout
