@@ -56,6 +56,7 @@ def install(torch: Any) -> None:
     _install_autocast(torch)
     _install_grad_scaler(torch)
     _install_load(torch)
+    _install_generator(torch)
     _install_parallel(torch)
     previous = sys.excepthook
 
@@ -385,6 +386,26 @@ def _install_load(torch: Any) -> None:
         return load(*bound.args, **bound.kwargs)
 
     torch.load = emulated_load
+
+
+def _install_generator(torch: Any) -> None:
+    """``torch.Generator(device="cuda")`` makes a CPU generator. The C type cannot be patched, so
+    ``torch.Generator`` becomes a subclass whose isinstance checks still accept every generator."""
+    base = torch.Generator
+
+    class GeneratorType(type(base)):
+        def __instancecheck__(cls, instance: Any) -> bool:
+            return isinstance(instance, base)
+
+        def __subclasscheck__(cls, subclass: type) -> bool:
+            return issubclass(subclass, base)
+
+    class Generator(base, metaclass=GeneratorType):
+        def __new__(cls, device: Any = "cpu") -> Any:
+            return base.__new__(cls, "cpu" if is_cuda(torch, device) else device)
+
+    Generator.__module__ = "torch"
+    torch.Generator = Generator
 
 
 def _install_parallel(torch: Any) -> None:
