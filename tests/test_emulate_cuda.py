@@ -101,12 +101,18 @@ def test_every_way_to_reach_cuda_lands_on_the_cpu():
         generator = torch.Generator(device="cuda").manual_seed(0)
         tensors["generator"] = torch.randn(2, generator=generator, device="cuda")
         out = {"generators": isinstance(torch.default_generator, torch.Generator)}
+        import threading
+        done = {}
+        thread = threading.Thread(target=lambda: done.update(t=torch.ones(2).cuda()))
+        thread.start()
+        thread.join()
+        tensors["in a thread"] = done["t"]
         out.update({name: str(t.device) for name, t in tensors.items()})
         out["dtype"] = str(tensors["to(device)"].dtype)
     """)
     assert out.pop("dtype") == "torch.float16"
     assert out.pop("generators") is True  # torch.Generator still names every generator
-    assert out == dict.fromkeys(out, "cpu") and len(out) == 14
+    assert out == dict.fromkeys(out, "cpu") and len(out) == 15
 
 
 def test_cuda_autocast_in_every_spelling_is_real_cpu_float16_autocast():

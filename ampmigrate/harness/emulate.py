@@ -17,6 +17,7 @@ import functools
 import inspect
 import os
 import sys
+import threading
 import types
 from typing import Any, NoReturn
 
@@ -101,8 +102,16 @@ def _install_devices(torch: Any) -> None:
                 kwargs = {**kwargs, "device": "cpu"}
             return func(*args, **kwargs)
 
-    # Entered for good: this is the main thread's mode for the rest of the process.
+    # Entered for good. Function modes are per thread: each new thread enters its own.
     CpuForCuda().__enter__()
+    start = threading.Thread._bootstrap_inner
+
+    @functools.wraps(start)
+    def _bootstrap_inner(self: threading.Thread) -> None:
+        CpuForCuda().__enter__()
+        start(self)
+
+    threading.Thread._bootstrap_inner = _bootstrap_inner
     # torch.set_default_device("cuda") and `with torch.device("cuda"):` set the device of
     # factory calls in a mode of their own, at the bottom of the stack, below CpuForCuda.
     from torch.utils._device import DeviceContext
