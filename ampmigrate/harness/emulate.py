@@ -158,7 +158,7 @@ def _install_cuda_module(torch: Any) -> None:
         return _Properties(
             name=DEVICE_NAME, major=major, minor=minor, total_memory=total,
             multi_processor_count=os.cpu_count() or 1, is_integrated=False,
-            is_multi_gpu_board=False,
+            is_multi_gpu_board=False, gcnArchName="",
         )  # fmt: skip
 
     def synchronize(device: Any = None) -> None:
