@@ -345,8 +345,8 @@ def precision_notes(precisions: list[dict]) -> list[str]:
         elif device == "cuda":
             notes.append(
                 f"torch disabled the script's cuda {kind} ({at}): no CUDA device here, so only "
-                "the float32 path was compared; run `ampmigrate verify --device cuda` on a GPU "
-                "machine to compare the mixed-precision path"
+                "the float32 path was compared; to compare the mixed-precision path, run "
+                "`ampmigrate verify --device cuda` on a GPU machine, or `--emulate-cuda` here"
             )
         else:
             notes.append(
