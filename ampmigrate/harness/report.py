@@ -65,6 +65,7 @@ def summary(outcome: Outcome, require_amp: bool = False) -> dict:
             "threads": outcome.options.threads,
             "device": outcome.options.device,
             "nproc_per_node": outcome.options.nproc_per_node,
+            "emulate_cuda": outcome.options.emulate_cuda,
         },
         "environment": trace.get("environment", {}),
     }
