@@ -227,6 +227,7 @@ def test_cuda_written_loop_matches_on_cpu_with_the_overflow_step_skipped(cli, tm
     result = cli("verify", str(LOOP), "--emulate-cuda", "--report", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "MATCH" in result.stdout and "MISMATCH" not in result.stdout
+    assert "note: CUDA was emulated on the CPU (--emulate-cuda)" in result.stdout
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["verdict"] == "match" and summary["options"]["emulate_cuda"] is True
     assert summary["environment"]["device_name"] == "ampmigrate emulated CUDA (CPU)"

@@ -456,6 +456,11 @@ def verify(
     if against is not None:  # the user's own tree is the migrated side
         precisions.reverse()
     outcome.notes += precision_notes(precisions)
+    if options.emulate_cuda:
+        outcome.notes.append(
+            "CUDA was emulated on the CPU (--emulate-cuda): mixed precision ran on the CPU's "
+            "kernels; `ampmigrate verify --device cuda` on a GPU machine compares the GPU's"
+        )
     coverage = outcome.coverage
     if outcome.match and coverage is not None and coverage.sites and not coverage.ran:
         steps = outcome.comparisons[0].steps_compared
