@@ -419,12 +419,16 @@ def redirect_imports() -> None:
     import importlib.util
 
     original, copy = (os.path.realpath(p) for p in redirect.split(os.pathsep))
+    # Virtual environments and caches inside the root hold nothing migrated: torch stays torch.
+    skip = set(os.environ.get("AMPMIGRATE_REDIRECT_SKIP", "").split(os.pathsep)) - {""}
 
     def moved(path: str | None) -> str | None:
         if not path or path.startswith(copy + os.sep):
             return None
         real = os.path.realpath(path)
         if real == original or real.startswith(original + os.sep):
+            if skip.intersection(real[len(original) :].split(os.sep)):
+                return None
             candidate = copy + real[len(original) :]
             return candidate if os.path.exists(candidate) else None
         return None

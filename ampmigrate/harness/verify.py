@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ampmigrate.discover import EXCLUDED_DIRS
 from ampmigrate.harness import emulate
 from ampmigrate.harness.compare import Comparison, Divergence, Tolerance, compare
 from ampmigrate.harness.coverage import (
@@ -152,12 +153,17 @@ def _write_sites(sites: list[Site], path: Path) -> Path:
 
 def _copy_env(root: Path, copy: Path) -> dict[str, str]:
     """A side that runs a copy of the project: imports of the original load the copy's files."""
-    env = {"AMPMIGRATE_PROJECT": str(copy), "AMPMIGRATE_REDIRECT": f"{root}{os.pathsep}{copy}"}
+    env = {
+        "AMPMIGRATE_PROJECT": str(copy),
+        "AMPMIGRATE_REDIRECT": f"{root}{os.pathsep}{copy}",
+        "AMPMIGRATE_REDIRECT_SKIP": os.pathsep.join(sorted(EXCLUDED_DIRS)),
+    }
     if pythonpath := os.environ.get("PYTHONPATH"):
         entries = []
         for entry in pythonpath.split(os.pathsep):
             real = Path(entry).resolve() if entry else None
-            if real is not None and (real == root or root in real.parents):
+            inside = real is not None and (real == root or root in real.parents)
+            if inside and not excluded(real.relative_to(root)):
                 entry = str(copy / real.relative_to(root))
             entries.append(entry)
         env["PYTHONPATH"] = os.pathsep.join(entries)
