@@ -357,13 +357,16 @@ def verify(
 
     if exact and (rtol is not None or atol is not None):
         raise click.UsageError("--exact and --rtol/--atol exclude each other")
+    if against and migrated:
+        raise click.UsageError("--against and --migrated exclude each other")
     if emulate_cuda and device == "cuda":
         raise click.UsageError("--emulate-cuda runs on the CPU; it excludes --device cuda")
     if compare_fp32:
         used = {
             "--migrated": migrated, "--exact": exact, "--rtol": rtol is not None,
             "--atol": atol is not None, "--unsafe-fixes": unsafe_fixes,
-            "--nproc-per-node": nproc_per_node,
+            "--nproc-per-node": nproc_per_node, "--against": against,
+            "--require-amp": require_amp,
         }  # fmt: skip
         if clash := [name for name, value in used.items() if value]:
             raise click.UsageError(f"--compare-fp32 does not take {', '.join(clash)}")

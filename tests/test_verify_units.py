@@ -8,6 +8,8 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from ampmigrate.findings import Diagnostic
 from ampmigrate.harness.coverage import changed_sites, fixed_sites, measure
 from ampmigrate.harness.project import build_mirror, find_root, guess_imports
@@ -146,3 +148,18 @@ def test_only_a_missing_non_torch_module_is_an_environment_failure():
     assert _environment_failure(side, "the copy") is None
     side.stderr = "ImportError: cannot import name 'GradScaler' from 'torch.amp'\n"
     assert _environment_failure(side, "the copy") is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--against", "HEAD", "--migrated", "x.py"],
+            "--against and --migrated exclude each other",
+        ),
+        (["--against", "HEAD", "--compare-fp32"], "--compare-fp32 does not take --against"),
+    ],
+)
+def test_against_excludes_other_modes(cli, args, message):
+    result = cli("verify", "train.py", *args)
+    assert result.returncode == 2 and message in result.stderr
