@@ -1,9 +1,11 @@
 """``ampmigrate verify``: run the original and the migrated script, compare their training.
 
-The migrated side is produced in memory by the same engine ``fix`` uses, written into a
-temporary mirror of the script's directory (other files are symlinked, so data paths still
+The migrated side is produced in memory by the same engine ``fix`` uses (project.py), written
+into a temporary mirror of the script's project (other files are symlinked, so data paths still
 resolve), and both sides run in fresh interpreters through ``bootstrap.py`` with the same seed,
-thread count and environment.
+thread count and environment. With ``--against REV`` the original side is the project at a git
+revision instead. The verdict says what the comparison covered (coverage.py): which rewritten
+sites ran and whether autocast / GradScaler were enabled.
 """
 
 from __future__ import annotations
