@@ -153,6 +153,12 @@ def _write_sites(sites: list[Site], path: Path) -> Path:
     return path
 
 
+def _same_tracing(workdir: Path) -> str:
+    """Sites for the original side: none, but the same line tracer runs, so that both sides run
+    under the same conditions (a trace function changes what e.g. torch.compile does)."""
+    return str(_write_sites([], workdir / "sites-original.json"))
+
+
 def _copy_env(root: Path, copy: Path) -> dict[str, str]:
     """A side that runs a copy of the project: imports of the original load the copy's files."""
     env = {
@@ -542,6 +548,7 @@ def _verify_migration(
     script_name = script.relative_to(root).as_posix()
     unsafe = options.unsafe_fixes
     original = Side("original", script, env={"AMPMIGRATE_PROJECT": str(root)})
+    original.env["AMPMIGRATE_SITES"] = _same_tracing(workdir)
     results = _migrate_files(root, guess_imports(script, root) | {script_name}, unsafe)
     migrated, sites, mirror = None, [], workdir / "migrated"
     if any(r.changed for r in results.values()):
@@ -618,6 +625,7 @@ def _verify_pair(
     real = os.path.realpath(other)
     sites = changed_sites(old, new, None, real, other.name)
     original, migrated = Side("original", script), Side("migrated", other)
+    original.env["AMPMIGRATE_SITES"] = _same_tracing(workdir)
     migrated.env["AMPMIGRATE_SITES"] = str(_write_sites(sites, workdir / "sites.json"))
     if not sites:
         run_side(original, args, options, workdir)
@@ -660,6 +668,7 @@ def _verify_against(
             sites += changed_sites(old, new, findings, real, name.as_posix())
             not_safe[name.as_posix()] = amp_changes(fixed.new_source, new)
         original = Side("original", tree / script_name, env=_copy_env(root, tree))
+        original.env["AMPMIGRATE_SITES"] = _same_tracing(workdir)
         migrated = Side("migrated", script, env={"AMPMIGRATE_PROJECT": str(root)})
         migrated.env["AMPMIGRATE_SITES"] = str(_write_sites(sites, workdir / "sites.json"))
         _run_both(original, migrated, args, options, workdir)
