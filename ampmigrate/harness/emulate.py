@@ -108,8 +108,8 @@ def _install_devices(torch: Any) -> None:
 
     @functools.wraps(start)
     def _bootstrap_inner(self: threading.Thread) -> None:
-        CpuForCuda().__enter__()
-        start(self)
+        with CpuForCuda():  # left before the thread ends: its stack must be empty by then
+            start(self)
 
     threading.Thread._bootstrap_inner = _bootstrap_inner
     # torch.set_default_device("cuda") and `with torch.device("cuda"):` set the device of
