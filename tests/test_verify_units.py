@@ -31,21 +31,27 @@ def test_project_root_git_then_marker_then_script_directory(tmp_path):
     assert find_root(plain / "train.py") == tmp_path.resolve()
 
 
-def test_mirror_links_at_the_highest_level_and_writes_only_the_migrated_files(tmp_path):
+def test_mirror_writes_the_migrated_files_and_links_the_rest(tmp_path):
     root = tmp_path / "root"
-    for name in ("pkg/a.py", "pkg/b.py", "pkg/sub/c.py", "data/x.bin", "tools/train.py"):
+    names = ("pkg/a.py", "pkg/b.py", "pkg/sub/c.py", "data/x.bin", "tools/train.py", ".venv/l.py")
+    for name in names:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(name)
     mirror = tmp_path / "mirror"
     build_mirror(root, mirror, {Path("pkg/a.py"): b"migrated", Path("tools/train.py"): b"t"})
-    assert (mirror / "pkg/a.py").read_bytes() == b"migrated" and not (
-        mirror / "pkg/a.py"
-    ).is_symlink()
-    assert not (mirror / "pkg").is_symlink()
+    assert (mirror / "pkg/a.py").read_bytes() == b"migrated"
+    assert not (mirror / "pkg/a.py").is_symlink() and not (mirror / "pkg").is_symlink()
     assert os.readlink(mirror / "pkg/b.py") == str(root / "pkg/b.py")
-    assert os.readlink(mirror / "pkg/sub") == str(root / "pkg/sub")
-    assert os.readlink(mirror / "data") == str(root / "data")
+    # directories are real (what the run writes stays in the copy), environments are links
+    assert not (mirror / "data").is_symlink()
+    assert os.readlink(mirror / "data/x.bin") == str(root / "data/x.bin")
+    assert os.readlink(mirror / ".venv") == str(root / ".venv")
     assert (root / "pkg/a.py").read_text() == "pkg/a.py"
+    # past the budget, directories are linked whole
+    small = tmp_path / "small"
+    build_mirror(root, small, {Path("pkg/a.py"): b"m"}, budget=3)
+    assert os.readlink(small / "tools") == str(root / "tools")
+    assert not (small / "pkg").is_symlink()
 
 
 def test_import_guess_follows_relative_sys_path_layouts(tmp_path):

@@ -7,6 +7,7 @@ depends on the engine at exactly one place.
 from __future__ import annotations
 
 import ast
+import collections
 import contextlib
 import os
 import shutil
@@ -90,21 +91,25 @@ def migrate_source(source: bytes, path: str, unsafe: bool) -> Migrated:
     return Migrated(source, new, fixed, remaining)
 
 
-def build_mirror(root: Path, target: Path, files: dict[Path, bytes]) -> None:
-    """A copy of ``root`` at ``target``: ``files`` (relative paths) written, everything else a
-    symlink to the original, at the highest level that holds none of ``files``."""
+def build_mirror(root: Path, target: Path, files: dict[Path, bytes], budget: int = 10_000) -> None:
+    """A copy of ``root`` at ``target``: ``files`` (relative paths) written, every other file a
+    symlink to the original. Directories are real, so what the migrated run creates stays in the
+    copy, except environments and caches, and whatever lies beyond ``budget`` entries (a data
+    set), which are linked whole."""
     needed = {parent for relative in files for parent in relative.parents}
     target.mkdir(parents=True, exist_ok=True)
-    stack = [Path()]
-    while stack:
-        relative = stack.pop()
+    queue = collections.deque([Path()])
+    while queue:
+        relative = queue.popleft()
         for entry in sorted(os.scandir(root / relative), key=lambda e: e.name):
+            budget -= 1
             inner = relative / entry.name
             if inner in files:
                 continue
-            if inner in needed and entry.is_dir(follow_symlinks=False):
+            walk = budget > 0 and entry.name not in EXCLUDED_DIRS
+            if entry.is_dir(follow_symlinks=False) and (inner in needed or walk):
                 (target / inner).mkdir(exist_ok=True)
-                stack.append(inner)
+                queue.append(inner)
             else:
                 os.symlink(root / inner, target / inner)
     for relative, data in files.items():
