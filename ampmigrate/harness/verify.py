@@ -301,11 +301,11 @@ def precision_of(traces: list[dict]) -> dict:
         (t.get("scaler") or {}).get("enabled") for t in traces
     )
     disabled = [
-        {**e, "kind": "autocast" if e in autocast else "GradScaler",
-         "by": "script" if not e["requested"] else "torch"}
-        for e in autocast + scalers
+        {**e, "kind": kind, "by": "torch" if e["requested"] else "script"}
+        for kind, entries in (("autocast", autocast), ("GradScaler", scalers))
+        for e in entries
         if not e["enabled"]
-    ]  # fmt: skip
+    ]
     return {
         "autocast": enabled,
         "autocast_steps": steps if enabled else 0,
