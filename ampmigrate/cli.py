@@ -400,6 +400,16 @@ def explain(code: str) -> None:
 )
 @click.option("--timeout", type=float, default=600, show_default=True, help="Seconds per side.")
 @click.option("--migrated", type=click.Path(path_type=Path), help="Compare against this file.")
+@click.option(
+    "--against",
+    metavar="REV",
+    help="SCRIPT is already migrated: compare it with the project at git revision REV.",
+)
+@click.option(
+    "--require-amp",
+    is_flag=True,
+    help="Exit 2 when no autocast region or GradScaler was enabled on either side.",
+)
 @click.option("--report", type=click.Path(path_type=Path), help="Write traces, summary, plot.")
 @click.option("--unsafe-fixes", is_flag=True, help="Migrate with unsafe fixes too.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), help="Run each side under torchrun.")
@@ -408,9 +418,14 @@ def explain(code: str) -> None:
     is_flag=True,
     help="Instead: time SCRIPT in float32 (autocast and GradScaler off) and as written.",
 )
+@click.option(
+    "--emulate-cuda",
+    is_flag=True,
+    help="Run both sides on the CPU with CUDA emulated (CUDA autocast as CPU float16).",
+)
 def verify(
     script, script_args, steps, seed, device, threads, exact, rtol, atol, timeout, migrated,
-    report, unsafe_fixes, nproc_per_node, compare_fp32,
+    against, require_amp, report, unsafe_fixes, nproc_per_node, compare_fp32, emulate_cuda,
 ) -> None:  # fmt: skip
     """Run SCRIPT and its migrated version; compare per-step loss and GradScaler state.
 
@@ -418,17 +433,21 @@ def verify(
     With --compare-fp32: exit 0 once measured, 2 when it could not be (or AMP was not active).
     """
     from ampmigrate.harness import compare as cmp
-    from ampmigrate.harness import report as reporting
     from ampmigrate.harness.verify import Options, VerifyError
     from ampmigrate.harness.verify import verify as run_verify
 
     if exact and (rtol is not None or atol is not None):
         raise click.UsageError("--exact and --rtol/--atol exclude each other")
+    if against and migrated:
+        raise click.UsageError("--against and --migrated exclude each other")
+    if emulate_cuda and device == "cuda":
+        raise click.UsageError("--emulate-cuda runs on the CPU; it excludes --device cuda")
     if compare_fp32:
         used = {
             "--migrated": migrated, "--exact": exact, "--rtol": rtol is not None,
             "--atol": atol is not None, "--unsafe-fixes": unsafe_fixes,
-            "--nproc-per-node": nproc_per_node,
+            "--nproc-per-node": nproc_per_node, "--against": against,
+            "--require-amp": require_amp,
         }  # fmt: skip
         if clash := [name for name, value in used.items() if value]:
             raise click.UsageError(f"--compare-fp32 does not take {', '.join(clash)}")
@@ -439,38 +458,20 @@ def verify(
         tolerance = cmp.Tolerance(False, rtol or 0.0, atol or 0.0)
     options = Options(
         steps=steps, seed=seed, device=device, threads=threads, timeout=timeout,
-        nproc_per_node=nproc_per_node or 0, unsafe_fixes=unsafe_fixes,
+        nproc_per_node=nproc_per_node or 0, unsafe_fixes=unsafe_fixes, emulate_cuda=emulate_cuda,
     )  # fmt: skip
     try:
         if compare_fp32:
             _compare_fp32(script, list(script_args), options, report)
-        outcome = run_verify(script, list(script_args), options, tolerance, migrated)
+        outcome = run_verify(
+            script, list(script_args), options, tolerance, migrated, against=against
+        )
     except VerifyError as exc:
         click.echo(f"ampmigrate verify: error: {exc}", err=True)
         if exc.detail:
             click.echo(f"script's stderr (last lines):\n{exc.detail}", err=True)
         sys.exit(EXIT_ERROR)
-    if outcome.migration is not None:
-        m = outcome.migration
-        fixes = ", ".join(f"{code}: {n}" for code, n in sorted(m.fixed.items())) or "none"
-        grade = "all safe" if m.all_safe else "some unsafe"
-        click.echo(f"migration: {sum(m.fixed.values())} fixes ({fixes}), {grade}")
-    for rank, comparison in enumerate(outcome.comparisons):
-        if len(outcome.comparisons) > 1:
-            click.echo(f"\nrank {rank}:")
-        a, b = outcome.original.traces[rank], (outcome.migrated.traces or [{"steps": []}])[rank]
-        click.echo(cmp.table(a, b, comparison))
-        click.echo(_verdict(comparison))
-    for note in outcome.notes:
-        click.echo(f"note: {note}")
-    if not outcome.match and outcome.migrated.stderr.strip():
-        click.echo(
-            "migrated script's stderr (last lines):\n" + outcome.migrated.stderr_tail(), err=True
-        )
-    if report:
-        for path in reporting.write(outcome, report):
-            click.echo(f"wrote {path}", err=True)
-    sys.exit(EXIT_OK if outcome.match else EXIT_FINDINGS)
+    sys.exit(_print_outcome(outcome, report, require_amp))
 
 
 def _compare_fp32(script: Path, args: list[str], options, report: Path | None) -> NoReturn:
@@ -485,22 +486,61 @@ def _compare_fp32(script: Path, args: list[str], options, report: Path | None) -
     if report:
         for path in reporting.write_fp32(result, report):
             click.echo(f"wrote {path}", err=True)
+        if hint := reporting.missing_plot():
+            click.echo(hint, err=True)
     sys.exit(EXIT_OK if result.active else EXIT_ERROR)
 
 
-def _verdict(comparison) -> str:
-    tol = comparison.tolerance.describe()
-    if comparison.match:
-        return (
-            f"MATCH: {comparison.steps_compared} steps compared, {tol}; "
-            f"max |diff| {comparison.max_abs:.3g}, final parameters and scaler state agree"
+def _print_outcome(outcome, report: Path | None, require_amp: bool) -> int:
+    """What was migrated, the step table, the verdict with its coverage, notes; the exit status."""
+    from ampmigrate.harness import compare as cmp
+    from ampmigrate.harness import report as reporting
+
+    if outcome.migration is not None:
+        m = outcome.migration
+        fixes = ", ".join(f"{code}: {n}" for code, n in sorted(m.fixed.items())) or "none"
+        grade = "all safe" if m.all_safe else "some unsafe"
+        modules = len(m.files)
+        click.echo(
+            f"migration: {sum(m.fixed.values())} fixes ({fixes}) in {len(m.changed)} of "
+            f"{_plural(modules, 'project file')} the run imports, {grade}"
         )
-    d = comparison.divergence
-    return (
-        f"MISMATCH at step {d.step} ({d.field}): original {d.original!r}, migrated {d.migrated!r}; "
-        f"{comparison.steps_compared} steps compared, {tol}; "
-        f"max |diff| {comparison.max_abs:.3g}, max rel {comparison.max_rel:.3g}"
-    )
+    if outcome.against is not None:
+        a = outcome.against
+        how = (
+            "every AMP change is one a safe fix makes: exact"
+            if not a.not_safe
+            else f"AMP changes a safe fix would not make ({', '.join(a.not_safe[:5])}): tolerance"
+        )
+        click.echo(f"against {a.rev}: {_plural(len(a.files), 'changed file')} imported; {how}")
+    for rank, comparison in enumerate(outcome.comparisons):
+        if len(outcome.comparisons) > 1:
+            click.echo(f"\nrank {rank}:")
+        a, b = outcome.original.traces[rank], (outcome.migrated.traces or [{"steps": []}])[rank]
+        click.echo(cmp.table(a, b, comparison))
+        if outcome.inconclusive is None:
+            click.echo(outcome.verdict(comparison))
+    if outcome.inconclusive is not None:
+        click.echo(f"INCONCLUSIVE: {outcome.inconclusive}")
+    for note in outcome.notes:
+        click.echo(f"note: {note}")
+    if not outcome.match and outcome.migrated.stderr.strip():
+        click.echo(
+            "migrated script's stderr (last lines):\n" + outcome.migrated.stderr_tail(), err=True
+        )
+    status = outcome.exit_status(require_amp)
+    if status == EXIT_ERROR and outcome.inconclusive is None:
+        click.echo(
+            "ampmigrate verify: --require-amp: no autocast region or GradScaler was enabled on "
+            "either side, so only the float32 path was compared",
+            err=True,
+        )
+    if report:
+        for path in reporting.write(outcome, report, require_amp):
+            click.echo(f"wrote {path}", err=True)
+        if hint := reporting.missing_plot():
+            click.echo(hint, err=True)
+    return status
 
 
 @main.command("convert-checkpoint")

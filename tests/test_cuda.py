@@ -21,8 +21,9 @@ pytestmark = [
 def test_cuda_example_verifies_on_the_gpu(cli):
     result = cli("verify", str(FIXTURES / "example_project" / "train.py"), "--device", "cuda")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "MATCH: 20 steps compared, bit-for-bit" in result.stdout
-    assert "only the fp32 path" not in result.stdout
+    assert "MATCH: 20 steps bit-for-bit; " in result.stdout
+    assert "autocast enabled (float16, cuda) in 20 steps, GradScaler active" in result.stdout
+    assert "torch disabled" not in result.stdout
 
 
 def test_cuda_autocast_and_scaler_are_enabled_after_migration():

@@ -15,6 +15,7 @@ Standalone on purpose: it imports nothing from ampmigrate, which may not be impo
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import inspect
 import itertools
@@ -126,6 +127,7 @@ class Recorder:
             "step_times": self.step_times,
             "peak_memory": peak_memory(self.torch),
             "environment": environment(self.torch),
+            **run_facts(),
         }
         with open(TRACE, "w", encoding="utf-8") as f:
             json.dump(trace, f)
@@ -165,6 +167,7 @@ def force_fp32(torch) -> None:
 def _disabled(original):
     signature = inspect.signature(original)
 
+    @functools.wraps(original)  # keeps the signature visible to track_precision
     def __init__(self, *args, **kwargs):
         bound = signature.bind(self, *args, **kwargs)
         bound.arguments["enabled"] = False
@@ -261,6 +264,213 @@ def seed_everything(torch) -> None:
         torch.backends.cudnn.deterministic = True
 
 
+# -- What was verified: project modules imported, rewritten lines run, who enabled AMP ----------
+# AMPMIGRATE_PROJECT: the root whose imported files are listed; AMPMIGRATE_SITES: a JSON file
+# {path: [lines]} to watch; AMPMIGRATE_REDIRECT: "ORIGINAL_ROOT<os.pathsep>COPY_ROOT", imports of
+# files under the original root load the copy's files instead.
+_FACTS: dict = {"lines_hit": {}, "precision": {"autocast": {}, "scalers": {}, "autocast_steps": []}}
+
+
+def run_facts() -> dict:
+    """What finish() adds to the trace: the facts gathered by the functions below."""
+    root = os.environ.get("AMPMIGRATE_PROJECT")
+    files = set()
+    if root:
+        root = os.path.realpath(root)
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if not isinstance(path, str) or not os.path.isabs(path):
+                continue
+            real = os.path.realpath(path)
+            if real.startswith(root + os.sep) and "site-packages" not in real.split(os.sep):
+                files.add(os.path.relpath(real, root))
+        if sys.argv and sys.argv[0]:
+            files.add(os.path.relpath(os.path.realpath(sys.argv[0]), root))
+    precision = _FACTS["precision"]
+    return {
+        "project_files": sorted(f for f in files if f.endswith(".py")),
+        "lines_hit": {path: sorted(lines) for path, lines in _FACTS["lines_hit"].items()},
+        "precision": {
+            "autocast": list(precision["autocast"].values()),
+            "scalers": list(precision["scalers"].values()),
+            "autocast_steps": sorted(precision["autocast_steps"]),
+        },
+    }
+
+
+def track_lines() -> None:
+    """Record which of the watched lines run: sys.monitoring where Python has it (each line
+    location reports once, then is disabled), else a trace function only on the watched files."""
+    sites = os.environ.get("AMPMIGRATE_SITES")
+    if not sites:
+        return
+    with open(sites, encoding="utf-8") as f:
+        wanted = {os.path.realpath(k): frozenset(v) for k, v in json.load(f).items()}
+    hits = _FACTS["lines_hit"]
+    names: dict[str, str | None] = {}
+
+    def watched(filename: str) -> str | None:
+        if filename not in names:
+            real = os.path.realpath(filename)
+            names[filename] = real if real in wanted else None
+        return names[filename]
+
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None and monitoring.get_tool(monitoring.COVERAGE_ID) is None:
+        tool = monitoring.COVERAGE_ID
+        monitoring.use_tool_id(tool, "ampmigrate")
+
+        def on_line(code, line):
+            path = watched(code.co_filename)
+            if path is not None and line in wanted[path]:
+                hits.setdefault(path, set()).add(line)
+            return monitoring.DISABLE
+
+        monitoring.register_callback(tool, monitoring.events.LINE, on_line)
+        monitoring.set_events(tool, monitoring.events.LINE)
+        return
+
+    import threading
+
+    def local(frame, event, arg):
+        if event == "line":
+            path = watched(frame.f_code.co_filename)
+            if frame.f_lineno in wanted[path]:
+                hits.setdefault(path, set()).add(frame.f_lineno)
+        return local
+
+    def on_call(frame, event, arg):
+        return local if watched(frame.f_code.co_filename) is not None else None
+
+    sys.settrace(on_call)
+    threading.settrace(on_call)
+
+
+def track_precision(torch, rec: Recorder) -> None:
+    """Per autocast/GradScaler construction: what the script asked for (its ``enabled``), what
+    torch made of it and where; and in which steps an enabled autocast region was entered."""
+    from torch.amp import GradScaler, autocast
+
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    wrappers = {__file__, functools.__file__, inspect.__file__}  # and deprecation decorators':
+    wrappers |= {
+        getattr(sys.modules.get(m), "__file__", "") for m in ("typing_extensions", "warnings")
+    }
+    wrappers.add(os.path.join(os.path.dirname(os.path.abspath(__file__)), "emulate.py"))
+    precision = _FACTS["precision"]
+
+    def caller() -> str:
+        frame = sys._getframe(2)
+        while frame is not None and (
+            frame.f_code.co_filename.startswith(torch_dir) or frame.f_code.co_filename in wrappers
+        ):
+            frame = frame.f_back
+        return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "?"
+
+    def recording(cls, kind: str):
+        original = cls.__init__
+        signature = inspect.signature(original)
+
+        @functools.wraps(original)
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            try:
+                bound = signature.bind(self, *args, **kwargs)
+                requested = bool(bound.arguments.get("enabled", True))
+            except TypeError:
+                requested = True
+            if kind == "autocast":
+                device = str(self.device)
+                dtype = str(self.fast_dtype).replace("torch.", "")
+            else:
+                device, dtype = str(self._device), None
+            enabled = bool(self._enabled)
+            where = caller()
+            entry = precision[kind].setdefault(
+                (device, dtype, requested, enabled, where),
+                {"device": device, "dtype": dtype, "requested": requested, "enabled": enabled,
+                 "where": where, "count": 0},
+            )  # fmt: skip
+            entry["count"] += 1
+
+        cls.__init__ = __init__
+
+    recording(autocast, "autocast")
+    recording(GradScaler, "scalers")
+    original_enter = autocast.__enter__
+    steps = set()
+    precision["autocast_steps"] = steps
+
+    def __enter__(self):
+        if self._enabled:
+            steps.add(len(rec.steps))
+        return original_enter(self)
+
+    autocast.__enter__ = __enter__
+
+
+def redirect_imports() -> None:
+    """Make a copy of the project import its own files, however the original is reached
+    (sys.path edits relative to a symlink, the root on PYTHONPATH, an editable install)."""
+    redirect = os.environ.get("AMPMIGRATE_REDIRECT")
+    if not redirect:
+        return
+    import importlib.abc
+    import importlib.util
+
+    original, copy = (os.path.realpath(p) for p in redirect.split(os.pathsep))
+    # Virtual environments and caches inside the root hold nothing migrated: torch stays torch.
+    skip = set(os.environ.get("AMPMIGRATE_REDIRECT_SKIP", "").split(os.pathsep)) - {""}
+
+    def moved(path: str | None) -> str | None:
+        if not path or path.startswith(copy + os.sep):
+            return None
+        real = os.path.realpath(path)
+        if real == original or real.startswith(original + os.sep):
+            if skip.intersection(real[len(original) :].split(os.sep)):
+                return None
+            candidate = copy + real[len(original) :]
+            return candidate if os.path.exists(candidate) else None
+        return None
+
+    sys.path[:] = [moved(p) or p for p in sys.path]
+
+    class Redirect(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+            locations = spec.submodule_search_locations
+            origin = moved(spec.origin) if spec.has_location else None
+            if origin is None:
+                return spec
+            return importlib.util.spec_from_file_location(
+                name,
+                origin,
+                submodule_search_locations=None
+                if locations is None
+                else [moved(p) or p for p in locations],
+            )
+
+    sys.meta_path.insert(0, Redirect())
+
+
+def emulate_cuda(torch) -> None:
+    """Load emulate.py from beside this file (ampmigrate may not be importable) and install it."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emulate.py")
+    spec = importlib.util.spec_from_file_location("_ampmigrate_emulate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.install(torch)
+
+
 def main() -> None:
     script, args = sys.argv[1], sys.argv[2:]
     import torch
@@ -269,15 +479,21 @@ def main() -> None:
         print("ampmigrate: --device cuda, but torch sees no CUDA device", file=sys.stderr)
         sys.exit(3)
 
+    if os.environ.get("AMPMIGRATE_EMULATE_CUDA") == "1":  # verify --emulate-cuda
+        emulate_cuda(torch)
     seed_everything(torch)
     if FP32:
         force_fp32(torch)
     if TRACING:
-        atexit.register(install(torch).finish)
+        recorder = install(torch)
+        track_precision(torch, recorder)
+        atexit.register(recorder.finish)
     else:
         atexit.register(time_steps_only(torch))
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
+    redirect_imports()
+    track_lines()
     runpy.run_path(script, run_name="__main__")
 
 

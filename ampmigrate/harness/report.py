@@ -2,25 +2,62 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 from ampmigrate.harness.fp32 import Fp32Comparison
 from ampmigrate.harness.verify import Outcome
 
+PLOT_HINT = "no plot drawn: matplotlib is not installed; pip install 'ampmigrate[verify]'"
 
-def summary(outcome: Outcome) -> dict:
+
+def missing_plot() -> str | None:
+    """The one line to print when the plot cannot be drawn here, else None."""
+    try:
+        found = importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            found = False
+    return None if found else PLOT_HINT
+
+
+def summary(outcome: Outcome, require_amp: bool = False) -> dict:
     trace = outcome.original.traces[0] if outcome.original.traces else {}
+    if outcome.inconclusive is not None:
+        verdict, lines = "inconclusive", [f"INCONCLUSIVE: {outcome.inconclusive}"]
+    else:
+        verdict = "match" if outcome.match else "mismatch"
+        lines = [outcome.verdict(c) for c in outcome.comparisons]
     return {
-        "verdict": "match" if outcome.match else "mismatch",
+        "verdict": verdict,
+        "verdict_lines": lines,
+        "exit_status": outcome.exit_status(require_amp),
+        "coverage": None if outcome.coverage is None else outcome.coverage.to_dict(),
+        "precision": outcome.precision,
+        "float32_only": outcome.float32_only,
         "comparisons": [c.to_dict() for c in outcome.comparisons],
         "notes": outcome.notes,
         "migration": None
         if outcome.migration is None
         else {
+            "project_root": str(outcome.migration.root),
+            "files": outcome.migration.files,
+            "changed": outcome.migration.changed,
             "fixed": outcome.migration.fixed,
             "all_fixes_safe": outcome.migration.all_safe,
             "remaining": outcome.migration.remaining,
+        },
+        "against": None
+        if outcome.against is None
+        else {
+            "rev": outcome.against.rev,
+            "files": outcome.against.files,
+            "not_safe": outcome.against.not_safe,
         },
         "options": {
             "steps": outcome.options.steps,
@@ -28,12 +65,14 @@ def summary(outcome: Outcome) -> dict:
             "threads": outcome.options.threads,
             "device": outcome.options.device,
             "nproc_per_node": outcome.options.nproc_per_node,
+            "emulate_cuda": outcome.options.emulate_cuda,
         },
         "environment": trace.get("environment", {}),
     }
 
 
-def write(outcome: Outcome, directory: Path) -> list[Path]:
+def write(outcome: Outcome, directory: Path, require_amp: bool = False) -> list[Path]:
+    """Traces and summary.json always; loss.png where matplotlib is installed."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for side in (outcome.original, outcome.migrated):
@@ -43,9 +82,11 @@ def write(outcome: Outcome, directory: Path) -> list[Path]:
             path.write_text(json.dumps(trace, indent=1), encoding="utf-8")
             written.append(path)
     path = directory / "summary.json"
-    path.write_text(json.dumps(summary(outcome), indent=2, default=str), encoding="utf-8")
+    path.write_text(
+        json.dumps(summary(outcome, require_amp), indent=2, default=str), encoding="utf-8"
+    )
     written.append(path)
-    if outcome.original.traces and outcome.migrated.traces:
+    if outcome.original.traces and outcome.migrated.traces and not missing_plot():
         written.append(plot(outcome, directory / "loss.png"))
     return written
 
@@ -76,9 +117,10 @@ def plot(outcome: Outcome, path: Path) -> Path:
     loss_ax.set_ylabel("loss")
     loss_ax.legend()
     verdict = "match" if outcome.match else "MISMATCH"
-    loss_ax.set_title(
-        f"ampmigrate verify: {verdict} ({outcome.comparisons[0].tolerance.describe()})"
-    )
+    if outcome.inconclusive is not None:
+        verdict = "inconclusive"
+    tolerance = outcome.comparisons[0].tolerance.describe() if outcome.comparisons else ""
+    loss_ax.set_title(f"ampmigrate verify: {verdict} ({tolerance})")
     scale_ax.set_ylabel("loss scale")
     if scale_ax.has_data():
         scale_ax.set_yscale("log", base=2)
@@ -107,6 +149,8 @@ def write_fp32(result: Fp32Comparison, directory: Path) -> list[Path]:
     path = directory / "summary.json"
     path.write_text(json.dumps(result.to_dict(), indent=2), encoding="utf-8")
     written.append(path)
+    if missing_plot():
+        return written
 
     import matplotlib
 
