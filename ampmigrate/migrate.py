@@ -82,7 +82,7 @@ def apply_fixes(module: cst.Module, fixes: Sequence[Fix], keep_imports: bool = F
     from libcst.codemod import CodemodContext
     from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
-    module = module.visit(ReplaceNodes({fix.target: fix.build for fix in fixes}))
+    module = module.visit(ReplaceNodes({fix.cst_target: fix.cst_build for fix in fixes}))
     context = CodemodContext()
     removals = set() if keep_imports else {e for fix in fixes for e in fix.remove_imports}
     for edit in sorted(removals, key=repr):
