@@ -1,27 +1,33 @@
 """Where a GradScaler's calls sit relative to each other, for the correctness rules.
 
 Rules like "clip only after ``unscale_``" are about order within one training step, which a
-linter can only approximate. One pass records, per function, the calls that matter in source
-order, each with the loops and ``if`` branches around it, so that a check can ask "does this run
-on every iteration of that loop?" and "can these two ever run in the same pass?". Names are
-compared by their source text (``self.scaler``), the way a reader would.
+linter can only approximate. One pass over the ``ast`` records, per function, the calls that
+matter in source order, each with the loops and ``if`` branches around it, so that a check can
+ask "does this run on every iteration of that loop?" and "can these two ever run in the same
+pass?". Names are compared by their source text (``self.scaler``), the way a reader would.
 
 The judgments are deliberately one-sided: a finding needs the scaled backward and the offending
-call in the same function; code split across helpers is not flagged.
+call in the same function. Checkpoints are the exception: a checkpoint helper (a function of the
+same file, or of a sibling module when a tree is checked) is followed from the call that a
+scaler's owner makes to it, because that is where real projects write their checkpoints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-
-import libcst as cst
-from libcst.metadata import GlobalScope, ScopeProvider
+import ast
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ampmigrate.catalog import Rule
 from ampmigrate.checks import AUTOCAST
-from ampmigrate.findings import Finding, Fix
-from ampmigrate.renames import disabled_by_keyword, qualified_names
+from ampmigrate.engine.source import Source
+from ampmigrate.findings import Edit, Finding, Fix
+
+if TYPE_CHECKING:
+    from ampmigrate.engine import Settings
+    from ampmigrate.engine.names import Names
 
 GRAD_SCALER = frozenset(
     {
@@ -41,6 +47,14 @@ NORM = frozenset({"torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm"}
 SAVE = frozenset({"torch.save"})
 _OLD_CPU_AUTOCAST = frozenset(n for n in AUTOCAST if ".cpu." in n)
 _OLD_CUDA_AUTOCAST = frozenset(n for n in AUTOCAST if ".cuda." in n)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_SIMPLE = (
+    ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Delete, ast.Pass,
+    ast.Break, ast.Continue, ast.Raise, ast.Assert, ast.Import, ast.ImportFrom, ast.Global,
+    ast.Nonlocal,
+)  # fmt: skip
+_BLANK = re.compile(r"[ \t\f]*")
+_SPACE = re.compile(r"(?:[ \t\f\r\n]|\\\r?\n|#[^\r\n]*)*")
 
 # (the test of an `if`, "body" or "orelse"): two `if`s on the same test text are one decision,
 # as in `if amp: scaled backward ... if amp: scaler.step else: optimizer.step()`.
@@ -50,13 +64,14 @@ Branch = tuple[str, str]
 @dataclass(frozen=True)
 class Event:
     kind: str  # backward | unscale | clip | norm | step | update | call_step
-    node: cst.Call
+    node: ast.Call
     receiver: str  # the scaler (or, for call_step, the object whose .step() is called)
     arg: str  # the optimizer passed to step/unscale_
-    scope: cst.CSTNode
-    loops: tuple[cst.CSTNode, ...]
+    scope: ast.AST
+    loops: tuple[ast.AST, ...]
     branches: tuple[Branch, ...]
-    statement: cst.SimpleStatementLine | None
+    depths: tuple[int, ...]  # per branch: how many of ``loops`` were open when it was entered
+    statement: ast.stmt | None  # the statement when it is alone on its line (for a fix)
     order: int
 
     def exclusive(self, other: Event) -> bool:
@@ -64,30 +79,52 @@ class Event:
         mine = dict(self.branches)
         return any(mine.get(key, side) != side for key, side in other.branches)
 
+    def conditions_in(self, depth: int) -> set[Branch]:
+        """The branches entered inside the first ``depth`` loops (so decided per iteration)."""
+        return {b for b, d in zip(self.branches, self.depths, strict=True) if d >= depth}
+
+
+@dataclass(frozen=True)
+class Helper:
+    """What a module-level function does with checkpoints: picklable, so that a summary of a
+    sibling module can travel to the worker that checks its caller."""
+
+    name: str
+    params: tuple[str, ...]
+    save_line: int = 0  # a torch.save of model/optimizer state without the scaler's
+    passes: tuple[int, ...] = ()  # indices of parameters that reach torch.save as the payload
+    load: str = ""  # `X.load_state_dict` of an optimizer, without the scaler's
+    load_line: int = 0
+    scaler_state: bool = False  # it saves or restores a scaler's state itself
+
 
 @dataclass
 class Flow:
     """What one module does with scalers, optimizers and checkpoints."""
 
-    module: cst.Module
+    module: ast.Module
+    source: Source
     calls: list[Event] = field(default_factory=list)
     scalers: set[str] = field(default_factory=set)  # receivers that are GradScalers
-    constructions: list[tuple[cst.Call, bool]] = field(default_factory=list)  # (call, enabled)
+    constructions: list[tuple[ast.Call, bool]] = field(default_factory=list)  # (call, enabled)
     # Where a scaler lives, so that a checkpoint or cast is only judged next to it: functions
-    # (ids) that build or use one, classes with a `self.` scaler, and a module-level one.
-    scaler_scopes: set[int] = field(default_factory=set)
-    scaler_classes: set[int] = field(default_factory=set)
+    # (ids) that build or use one, classes with a `self.` scaler, and a module-level one; each
+    # with the scaler's name as the code spells it, for messages.
+    scaler_scopes: dict[int, str] = field(default_factory=dict)
+    scaler_classes: dict[int, str] = field(default_factory=dict)
     training_scopes: set[int] = field(default_factory=set)  # also: builds an optimizer
     where: dict[int, tuple[int, int]] = field(default_factory=dict)  # call id -> (scope, class)
     optimizers: set[str] = field(default_factory=set)
     autocast_dtypes: list[str] = field(default_factory=list)  # bf16 | fp16 | unknown
-    saves: list[tuple[cst.Call, cst.BaseExpression]] = field(default_factory=list)
+    saves: list[tuple[ast.Call, ast.expr, str]] = field(default_factory=list)  # payload, as passed
     state_dicts: list[str] = field(default_factory=list)  # receivers of .state_dict()
-    loads: list[tuple[cst.Call, str]] = field(default_factory=list)  # .load_state_dict()
+    loads: list[tuple[ast.Call, str]] = field(default_factory=list)  # .load_state_dict()
     models: set[str] = field(default_factory=set)  # receivers of .parameters()
-    casts: list[tuple[cst.Call, str]] = field(default_factory=list)  # fp16 casts, target
+    casts: list[tuple[ast.Call, str]] = field(default_factory=list)  # fp16 casts, target
     model_scopes: set[tuple[int, str]] = field(default_factory=set)  # (scope, M) of M.parameters()
-    dicts: dict[tuple[int, str], cst.Dict] = field(default_factory=dict)  # (scope, name) -> {}
+    dicts: dict[tuple[int, str], ast.Dict] = field(default_factory=dict)  # (scope, name) -> {}
+    plain_calls: list[tuple[ast.Call, str]] = field(default_factory=list)  # f(...), its name
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
 
     def events(self, kind: str) -> Iterator[Event]:
         return (e for e in self.calls if e.kind == kind)
@@ -95,133 +132,245 @@ class Flow:
     def in_scope(self, event: Event, kind: str) -> list[Event]:
         return [e for e in self.calls if e.kind == kind and e.scope is event.scope]
 
-    def scaler_near(self, call: cst.Call) -> bool:
+    def text(self, node: ast.AST) -> str:
+        return self.source.segment(node)
+
+    def scaler_near(self, call: ast.Call) -> bool:
         """A scaler is built or used in ``call``'s function, its class (``self.scaler``) or at
         module level: only then does a checkpoint or cast there concern it."""
+        return self.scaler_name(call) is not None
+
+    def scaler_name(self, call: ast.Call) -> str | None:
+        """The scaler next to ``call``, as the code names it (None: no scaler there)."""
         scope, cls = self.where[id(call)]
-        return (
-            scope in self.scaler_scopes
-            or (cls != 0 and cls in self.scaler_classes)
-            or id(self.module) in self.scaler_scopes
-        )
+        if scope in self.scaler_scopes:
+            return self.scaler_scopes[scope]
+        if cls != 0 and cls in self.scaler_classes:
+            return self.scaler_classes[cls]
+        return self.scaler_scopes.get(id(self.module))
 
 
-def _method(node: cst.Call) -> tuple[str, cst.BaseExpression] | None:
-    if isinstance(node.func, cst.Attribute):
-        return node.func.attr.value, node.func.value
+def _method(node: ast.Call) -> tuple[str, ast.expr] | None:
+    if isinstance(node.func, ast.Attribute):
+        return node.func.attr, node.func.value
     return None
 
 
-def _dtype_name(node: cst.BaseExpression | None) -> str:
-    if isinstance(node, cst.Attribute):
-        name = node.attr.value
-    elif isinstance(node, cst.SimpleString):
-        name = node.evaluated_value if isinstance(node.evaluated_value, str) else ""
+def _dtype_name(node: ast.expr | None) -> str:
+    if isinstance(node, ast.Attribute):
+        name = node.attr
+    elif isinstance(node, ast.Constant):
+        name = node.value if isinstance(node.value, str) else ""
     else:
         return "unknown"
     return {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}.get(name, "unknown")
 
 
-class _Collector(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (ScopeProvider,)
+@dataclass(frozen=True)
+class _Arg:
+    keyword: str | None
+    value: ast.expr
+    star: str  # "", "*" or "**"
 
-    def __init__(self, flow: Flow) -> None:
-        super().__init__()
+
+def _args(call: ast.Call) -> list[_Arg]:
+    """Positional and keyword arguments together in source order (as libcst lists them)."""
+    args = [
+        (a, _Arg(None, a.value, "*") if isinstance(a, ast.Starred) else _Arg(None, a, ""))
+        for a in call.args
+    ]
+    args += [(k, _Arg(k.arg, k.value, "" if k.arg else "**")) for k in call.keywords]
+    args.sort(key=lambda pair: (pair[0].lineno, pair[0].col_offset))
+    return [a for _, a in args]
+
+
+def _disabled(args: Sequence[_Arg]) -> bool:
+    """The call passes ``enabled=False`` literally."""
+    return any(
+        a.keyword == "enabled" and isinstance(a.value, ast.Constant) and a.value.value is False
+        for a in args
+    )
+
+
+class _Collector:
+    """One source-order walk (libcst's visiting order: decorators and defaults belong to the
+    function they decorate) that fills a :class:`Flow`."""
+
+    def __init__(self, flow: Flow, names: Names) -> None:
         self.flow = flow
-        self._scopes: list[cst.CSTNode] = [flow.module]
-        self._classes: list[cst.ClassDef] = []
-        self._loops: list[list[cst.CSTNode]] = [[]]
-        self._branches: list[list[Branch]] = [[]]
-        self._statement: cst.SimpleStatementLine | None = None
+        self.names = names
+        self.text = flow.source.text
+        self._scopes: list[ast.AST] = [flow.module]
+        self._classes: list[ast.ClassDef] = []
+        self._loops: list[list[ast.AST]] = [[]]
+        self._branches: list[list[tuple[Branch, int]]] = [[]]
+        self._statement: ast.stmt | None = None
         self._assigned: list[str] = []  # targets of the assignment being visited
-        self._norms: list[cst.Call] = []  # a norm inside a norm is one finding, not two
+        self._norms: list[ast.Call] = []  # a norm inside a norm is one finding, not two
 
-    def _code(self, node: cst.CSTNode) -> str:
-        return self.flow.module.code_for_node(node)
+    def _code(self, node: ast.AST) -> str:
+        return self.flow.source.segment(node)
 
-    def _names(self, node: cst.CSTNode) -> set[str]:
-        return qualified_names(self.get_metadata(ScopeProvider, node, None), node)
+    def _own(self, node: ast.AST, low: int, high: int) -> str:
+        """``node``'s text with the parentheses that belong to it (libcst counts them as part
+        of the expression; ast does not): those strictly inside (low, high)."""
+        start, end = self.flow.source.span(node)
+        while True:
+            before = self.text[:start].rstrip(" \t\f\r\n\\")
+            after = _SPACE.match(self.text, end).end()
+            left, right = len(before) - 1, after
+            if not (low < left and right < high and before.endswith("(")):
+                return self.text[start:end]
+            if self.text[right : right + 1] != ")":
+                return self.text[start:end]
+            start, end = left, right + 1
 
-    # -- where we are ------------------------------------------------------------------
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def _receiver(self, attribute: ast.Attribute) -> str:
+        start = self.flow.source.span(attribute)[0]
+        return self._own(attribute.value, start - 1, len(self.text))
+
+    def _arg_text(self, call: ast.Call, value: ast.expr) -> str:
+        end = self.flow.source.span(call)[1]
+        opening = _SPACE.match(self.text, self.flow.source.span(call.func)[1]).end()
+        while self.text[opening : opening + 1] == ")":  # `(f)(x)`: skip the callee's parens
+            opening = _SPACE.match(self.text, opening + 1).end()
+        return self._own(value, opening, end - 1)
+
+    def _names(self, node: ast.expr) -> set[str]:
+        return self.names.qualified(node)
+
+    # -- the walk, in source order -------------------------------------------------------
+    def visit(self, node: ast.AST) -> None:
+        method = getattr(self, "visit_" + type(node).__name__, None)
+        if method is not None:
+            method(node)
+        elif isinstance(node, _SIMPLE):
+            self._simple(node)
+        else:
+            self._children(node)
+
+    def _children(self, node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            self.visit(child)
+
+    def _all(self, nodes: Iterable[ast.AST | None]) -> None:
+        for node in nodes:
+            if node is not None:
+                self.visit(node)
+
+    def visit_Module(self, node: ast.Module) -> None:
+        self._all(node.body)
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        if self._scopes[-1] is self.flow.module:
+            self.flow.functions[node.name] = node
         self._scopes.append(node)
         self._loops.append([])
         self._branches.append([])
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._all(node.decorator_list)
+        self._arguments(node.args)
+        self._all([node.returns])
+        self._all(node.body)
         self._scopes.pop()
         self._loops.pop()
         self._branches.pop()
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._classes.append(node)
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
 
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+    def _arguments(self, args: ast.arguments) -> None:
+        every = [*args.posonlyargs, *args.args]
+        defaults: list[ast.AST | None] = [None] * (len(every) - len(args.defaults))
+        defaults += args.defaults
+        for arg, default in zip(every, defaults, strict=True):
+            self._all([arg.annotation, default])
+        self._all([args.vararg and args.vararg.annotation])
+        for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+            self._all([arg.annotation, default])
+        self._all([args.kwarg and args.kwarg.annotation])
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._classes.append(node)
+        self._all(node.decorator_list)
+        self._all(sorted([*node.bases, *node.keywords], key=_start))
+        self._all(node.body)
         self._classes.pop()
 
-    def _place(self, node: cst.Call) -> None:
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._arguments(node.args)
+        self.visit(node.body)
+
+    def _loop(self, node: ast.For | ast.AsyncFor | ast.While) -> None:
+        if isinstance(node, ast.While):
+            self.visit(node.test)
+        else:
+            self._all([node.target, node.iter])
+        self._loops[-1].append(node)
+        self._all(node.body)
+        self._loops[-1].pop()
+        self._all(node.orelse)
+
+    visit_For = visit_AsyncFor = visit_While = _loop
+
+    def visit_If(self, node: ast.If) -> None:
+        self.visit(node.test)
+        test = self._own(node.test, self.flow.source.span(node)[0], len(self.text))
+        for side, body in (("body", node.body), ("orelse", node.orelse)):
+            self._branches[-1].append(((test, side), len(self._loops[-1])))
+            self._all(body)
+            self._branches[-1].pop()
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self._all([node.body, node.test, node.orelse])
+
+    def visit_Dict(self, node: ast.Dict) -> None:
+        for key, value in zip(node.keys, node.values, strict=True):
+            self._all([key, value])
+
+    def _simple(self, node: ast.stmt) -> None:
+        self._statement = node if self._alone(node) else None
+        if isinstance(node, ast.Assign):
+            self._assigned = [self._code(t) for t in node.targets]
+            if isinstance(node.value, ast.Dict):
+                for target in self._assigned:
+                    self.flow.dicts[(id(self._scopes[-1]), target)] = node.value
+        elif isinstance(node, ast.AnnAssign):
+            self._assigned = [self._code(node.target)]
+        self._children(node)
+        self._assigned = []
+        self._statement = None
+
+    def _alone(self, node: ast.stmt) -> bool:
+        """Nothing else on the statement's lines: not after `if x:` or `a;`, nor before `; b`."""
+        start, end = self.flow.source.span(node)
+        line = self.flow.source.line_start(node.lineno)
+        if self.text[line:start].strip(" \t\f"):
+            return False
+        rest = _BLANK.match(self.text, end).end()
+        if not self.text.startswith(";", rest):
+            return True
+        rest = _BLANK.match(self.text, rest + 1).end()
+        return rest == len(self.text) or self.text[rest] in "\r\n#"
+
+    # -- where we are ----------------------------------------------------------------------
+    def _place(self, node: ast.Call) -> None:
         cls = id(self._classes[-1]) if self._classes else 0
         self.flow.where[id(node)] = (id(self._scopes[-1]), cls)
 
-    def _scaler_here(self, receiver: str, node: cst.CSTNode | None = None) -> None:
-        self.flow.scaler_scopes.add(id(self._scopes[-1]))
+    def _scaler_here(self, receiver: str, node: ast.expr | None = None) -> None:
+        self.flow.scaler_scopes.setdefault(id(self._scopes[-1]), receiver)
         self.flow.training_scopes.add(id(self._scopes[-1]))
         if receiver.startswith("self.") and self._classes:
-            self.flow.scaler_classes.add(id(self._classes[-1]))
-        if isinstance(node, cst.Name) and self._global(node):
-            self.flow.scaler_scopes.add(id(self.flow.module))
+            self.flow.scaler_classes.setdefault(id(self._classes[-1]), receiver)
+        if isinstance(node, ast.Name) and self._global(node):
+            self.flow.scaler_scopes.setdefault(id(self.flow.module), receiver)
 
-    def _global(self, name: cst.Name) -> bool:
+    def _global(self, name: ast.Name) -> bool:
         """A name bound at module level, or not bound in the file at all (a global)."""
-        scope = self.get_metadata(ScopeProvider, name, None)
-        if scope is None:
-            return False
-        assignments = scope[name.value]
-        return not assignments or all(isinstance(a.scope, GlobalScope) for a in assignments)
+        return all(b.scope.kind == "module" and not b.builtin for b in self.names.bindings(name))
 
-    def _enter_loop(self, node: cst.CSTNode) -> None:
-        self._loops[-1].append(node)
-
-    def _leave_loop(self, node: cst.CSTNode) -> None:
-        self._loops[-1].pop()
-
-    visit_For_body = visit_While_body = _enter_loop
-    leave_For_body = leave_While_body = _leave_loop
-
-    def visit_If_body(self, node: cst.If) -> None:
-        self._branches[-1].append((self._code(node.test), "body"))
-
-    def visit_If_orelse(self, node: cst.If) -> None:
-        self._branches[-1].append((self._code(node.test), "orelse"))
-
-    def _leave_branch(self, node: cst.If) -> None:
-        if self._branches[-1] and self._branches[-1][-1][0] == self._code(node.test):
-            self._branches[-1].pop()
-
-    leave_If_body = leave_If_orelse = _leave_branch
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        self._statement = node
-
-    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
-        self._statement = None
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        self._assigned = [self._code(t.target) for t in node.targets]
-        if isinstance(node.value, cst.Dict):
-            for target in self._assigned:
-                self.flow.dicts[(id(self._scopes[-1]), target)] = node.value
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._assigned = [self._code(node.target)]
-
-    def leave_Assign(self, original_node: cst.Assign) -> None:
-        self._assigned = []
-
-    leave_AnnAssign = leave_Assign
-
-    # -- what happens ------------------------------------------------------------------
-    def _event(self, kind: str, node: cst.Call, receiver: str = "", arg: str = "") -> None:
+    # -- what happens ----------------------------------------------------------------------
+    def _event(self, kind: str, node: ast.Call, receiver: str = "", arg: str = "") -> None:
+        branches = self._branches[-1]
         self.flow.calls.append(
             Event(
                 kind=kind,
@@ -230,73 +379,82 @@ class _Collector(cst.CSTVisitor):
                 arg=arg,
                 scope=self._scopes[-1],
                 loops=tuple(self._loops[-1]),
-                branches=tuple(self._branches[-1]),
+                branches=tuple(b for b, _ in branches),
+                depths=tuple(d for _, d in branches),
                 statement=self._statement,
                 order=len(self.flow.calls),
             )
         )
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
+        args = _args(node)
         names = self._names(node.func)
         if names & GRAD_SCALER:
-            enabled = not disabled_by_keyword(node.args)
+            enabled = not _disabled(args)
             self.flow.constructions.append((node, enabled))
             self.flow.scalers.update(self._assigned)
             for target in self._assigned if enabled else ():
                 self._scaler_here(target)
         elif names & AUTOCAST:
-            self.flow.autocast_dtypes.append(self._autocast_dtype(node, names))
+            self.flow.autocast_dtypes.append(self._autocast_dtype(args, names))
         elif names & CLIP:
             self._event("clip", node)
-        elif names & NORM and any(".grad" in self._code(a.value) for a in node.args):
+        elif names & NORM and any(".grad" in self._code(a.value) for a in args):
             self._norm(node)
-        elif names & SAVE and node.args:
-            self.flow.saves.append((node, self._saved(node.args[0].value)))
+        elif names & SAVE and args:
+            payload = args[0].value
+            self.flow.saves.append((node, self._saved(node, payload), payload))
             self._place(node)
         elif any(n.startswith("torch.optim.") and "lr_scheduler" not in n for n in names):
             self.flow.optimizers.update(self._assigned)
             self.flow.training_scopes.add(id(self._scopes[-1]))
         method = _method(node)
         if method is not None:
-            self._method_call(node, *method)
+            self._method_call(node, args, *method)
+        elif isinstance(node.func, ast.Name):
+            self._place(node)
+            self.flow.plain_calls.append((node, node.func.id))
+        self.visit(node.func)
+        self._all(a.value for a in args)
+        if self._norms and self._norms[-1] is node:
+            self._norms.pop()
 
-    def _norm(self, node: cst.Call) -> None:
+    def _norm(self, node: ast.Call) -> None:
         if not self._norms:
             self._event("norm", node)
         self._norms.append(node)
 
-    def leave_Call(self, original_node: cst.Call) -> None:
-        if self._norms and self._norms[-1] is original_node:
-            self._norms.pop()
-
-    def _saved(self, payload: cst.BaseExpression) -> cst.BaseExpression:
+    def _saved(self, call: ast.Call, payload: ast.expr) -> ast.expr:
         """The dict a ``torch.save`` writes, looked through one local name."""
-        if isinstance(payload, cst.Name | cst.Attribute):
-            found = self.flow.dicts.get((id(self._scopes[-1]), self._code(payload)))
+        if isinstance(payload, ast.Name | ast.Attribute):
+            key = (id(self._scopes[-1]), self._arg_text(call, payload))
+            found = self.flow.dicts.get(key)
             return found if found is not None else payload
         return payload
 
-    def _method_call(self, node: cst.Call, name: str, receiver: cst.BaseExpression) -> None:
-        text = self._code(receiver)
-        first = self._code(node.args[0].value) if node.args else ""
-        if name == "backward" and isinstance(receiver, cst.Call):
+    def _method_call(self, node: ast.Call, args: list[_Arg], name: str, receiver: ast.expr) -> None:
+        assert isinstance(node.func, ast.Attribute)
+        text = self._receiver(node.func)
+        first = self._arg_text(node, args[0].value) if args else ""
+        if name == "backward" and isinstance(receiver, ast.Call):
             inner = _method(receiver)
-            if inner and inner[0] == "scale" and len(receiver.args) == 1:
-                scaler = self._code(inner[1])
+            if inner and inner[0] == "scale" and len(_args(receiver)) == 1:
+                assert isinstance(receiver.func, ast.Attribute)
+                scaler = self._receiver(receiver.func)
                 self.flow.scalers.add(scaler)
                 self._scaler_here(scaler, inner[1])
                 self._event("backward", node, scaler)
-        elif name == "unscale_" and len(node.args) == 1:
+        elif name == "unscale_" and len(args) == 1:
             self.flow.scalers.add(text)
             self.flow.optimizers.add(first)
             self._event("unscale", node, text, first)
         elif name == "step":
             self._event("call_step", node, text, first)
-        elif name == "update" and len(node.args) <= 1:
+        elif name == "update" and len(args) <= 1:
             self._event("update", node, text, first)
         elif name == "norm" and ".grad" in text:
             self._norm(node)
-        elif name == "state_dict" and not node.args:
+        elif name == "state_dict" and not args:
             self.flow.state_dicts.append(text)
         elif name == "load_state_dict":
             self.flow.loads.append((node, text))
@@ -304,25 +462,26 @@ class _Collector(cst.CSTVisitor):
         elif name == "parameters":
             self.flow.models.add(text)
             self.flow.model_scopes.add((id(self._scopes[-1]), text))
-        elif (name == "half" and not node.args) or (name == "to" and self._to_fp16(node)):
+        elif (name == "half" and not args) or (name == "to" and self._to_fp16(args)):
             self._place(node)
             self.flow.casts.append((node, text))
             for target in self._assigned:
                 self.flow.casts.append((node, target))
 
     @staticmethod
-    def _to_fp16(node: cst.Call) -> bool:
+    def _to_fp16(args: list[_Arg]) -> bool:
         return any(
-            (not a.keyword or a.keyword.value == "dtype") and _dtype_name(a.value) == "fp16"
-            for a in node.args
+            (a.keyword is None or a.keyword == "dtype") and _dtype_name(a.value) == "fp16"
+            for a in args
         )
 
-    def _autocast_dtype(self, node: cst.Call, names: set[str]) -> str:
+    @staticmethod
+    def _autocast_dtype(args: list[_Arg], names: set[str]) -> str:
         """The dtype a region computes in, where the call spells it out; else unknown."""
         old = names & (_OLD_CPU_AUTOCAST | _OLD_CUDA_AUTOCAST)
-        keyword = {a.keyword.value: a.value for a in node.args if a.keyword}
-        positional = [a.value for a in node.args if not a.keyword and not a.star]
-        if any(a.star for a in node.args):
+        keyword = {a.keyword: a.value for a in args if a.keyword}
+        positional = [a.value for a in args if not a.keyword and not a.star]
+        if any(a.star for a in args):
             return "unknown"
         if "dtype" in keyword:
             return _dtype_name(keyword["dtype"])
@@ -331,20 +490,24 @@ class _Collector(cst.CSTVisitor):
         if old:
             return "bf16" if old & _OLD_CPU_AUTOCAST else "fp16"
         device = keyword.get("device_type", positional[0] if positional else None)
-        if isinstance(device, cst.SimpleString):
-            return {"cpu": "bf16", "cuda": "fp16"}.get(str(device.evaluated_value), "unknown")
+        if isinstance(device, ast.Constant) and isinstance(device.value, str):
+            return {"cpu": "bf16", "cuda": "fp16"}.get(device.value, "unknown")
         return "unknown"
 
 
-def build_flow(wrapper: cst.MetadataWrapper) -> Flow:
-    flow = Flow(module=wrapper.module)
-    wrapper.visit(_Collector(flow))
+def _start(node: ast.AST) -> tuple[int, int]:
+    return node.lineno, node.col_offset  # type: ignore[attr-defined]
+
+
+def build_flow(tree: ast.Module, source: Source, names: Names) -> Flow:
+    flow = Flow(module=tree, source=source)
+    _Collector(flow, names).visit(tree)
     # `.step(x)` / `.update()` mean the scaler's only on a known scaler.
     resolved = []
     for event in flow.calls:
         if event.kind == "call_step" and event.receiver in flow.scalers:
             flow.optimizers.add(event.arg)
-            event = Event(**{**event.__dict__, "kind": "step"})
+            event = replace(event, kind="step")
         elif event.kind == "update" and event.receiver not in flow.scalers:
             continue
         resolved.append(event)
@@ -393,25 +556,20 @@ def clip_before_unscale(flow: Flow, rule: Rule) -> list[Finding]:
 def _insert_unscale(flow: Flow, clip: Event, backward: Event) -> Fix | None:
     """``scaler.unscale_(opt)`` on the line before the clip, when the optimizer is certain."""
     statement = clip.statement
-    if statement is None or len(statement.body) != 1:
+    if not isinstance(statement, ast.Expr | ast.Assign | ast.AnnAssign):
         return None
-    small = statement.body[0]
-    value = getattr(small, "value", None)
-    if value is not clip.node or not isinstance(small, cst.Expr | cst.Assign | cst.AnnAssign):
+    if statement.value is not clip.node:
         return None
     optimizers = {
         e.arg for e in flow.in_scope(clip, "step") if e.receiver == backward.receiver and e.arg
     }
     if len(optimizers) != 1:
         return None
-    line = cst.parse_statement(f"{backward.receiver}.unscale_({optimizers.pop()})\n")
-
-    def build(updated: cst.CSTNode) -> cst.CSTNode:
-        assert isinstance(updated, cst.SimpleStatementLine)
-        first = line.with_changes(leading_lines=updated.leading_lines)
-        return cst.FlattenSentinel([first, updated.with_changes(leading_lines=())])
-
-    return Fix("unsafe", statement, build)
+    source = flow.source
+    newline = m.group() if (m := re.search(r"\r\n|\r|\n", source.text)) else "\n"
+    line = f"{source.line_indent(statement.lineno)}{backward.receiver}.unscale_({optimizers.pop()})"
+    at = source.line_start(statement.lineno)
+    return Fix("unsafe", edits=(Edit(at, at, line + newline),))
 
 
 def _update_missing(flow: Flow, event: Event) -> str:
@@ -523,8 +681,8 @@ def grad_scaler_with_bfloat16(flow: Flow, rule: Rule) -> list[Finding]:
     ]
 
 
-def _mentions_scaler(flow: Flow, payload: cst.BaseExpression) -> bool:
-    text = flow.module.code_for_node(payload).lower()
+def _mentions_scaler(flow: Flow, payload: ast.expr) -> bool:
+    text = flow.text(payload).lower()
     return "scaler" in text or any(s.lower() in text for s in flow.scalers)
 
 
@@ -532,8 +690,8 @@ def checkpoint_without_scaler_state(flow: Flow, rule: Rule) -> list[Finding]:
     findings = []
     saves_scaler = any(r in flow.scalers for r in flow.state_dicts)
     loads_scaler = any(r in flow.scalers for _, r in flow.loads)
-    for call, payload in flow.saves:
-        text = flow.module.code_for_node(payload)
+    for call, payload, _ in flow.saves:
+        text = flow.text(payload)
         if "state_dict()" not in text or saves_scaler or _mentions_scaler(flow, payload):
             continue
         if not flow.scaler_near(call):
@@ -583,3 +741,17 @@ FLOW_CHECKS: dict[str, FlowCheck] = {
     "checkpoint-without-scaler-state": checkpoint_without_scaler_state,
     "fp16-params-with-grad-scaler": fp16_params_with_grad_scaler,
 }
+
+
+def check(
+    tree: ast.Module, source: Source, names: Names, rules: Sequence[Rule], settings: Settings
+) -> list[Finding]:
+    """The scaler-flow findings of the selected rules (one shared walk of the file)."""
+    mine = [r for r in rules if r.check in FLOW_CHECKS]
+    if not mine:
+        return []
+    flow = build_flow(tree, source, names)
+    findings: list[Finding] = []
+    for rule in mine:
+        findings += FLOW_CHECKS[rule.check](flow, rule)
+    return findings
