@@ -588,6 +588,52 @@ def _update_missing(flow: Flow, event: Event) -> str:
     return ""
 
 
+def _update_only_if(flow: Flow, event: Event) -> str:
+    """The condition that every ``update()`` of ``event``'s scaler in its loop (or, outside
+    loops, its function) runs under while ``event`` does not, when that condition changes from
+    one iteration or call to the next (a ``%`` test, or a name the loop assigns): gradient
+    accumulation with ``unscale_`` left on every micro-batch. '' when there is none."""
+    depth = len(event.loops)
+    updates = [
+        u
+        for u in flow.in_scope(event, "update")
+        if u.receiver == event.receiver and not u.exclusive(event)
+    ]
+    # Those in the same loop; one in a loop of its own may run any number of times.
+    if any(u.loops[:depth] == event.loops and len(u.loops) > depth for u in updates):
+        return ""
+    updates = [u for u in updates if u.loops == event.loops]
+    mine = event.conditions_in(depth)
+    varying = _loop_assigned(flow, event.loops[-1]) if depth else set()
+    found = ""
+    for update in updates:
+        extra = [test for test, _ in update.conditions_in(depth) - mine]
+        changing = [t for t in extra if "%" in t or any(_mentions(t, n) for n in varying)]
+        if not changing:
+            return ""  # this update runs whenever the unscale_ does (as far as can be told)
+        found = found or " ".join(min(changing).split())
+    return found
+
+
+def _loop_assigned(flow: Flow, loop: ast.AST) -> set[str]:
+    """The names (as spelled: ``step``, ``self.it``) a loop's header or body assigns."""
+    nodes: list[ast.AST] = [loop.target] if isinstance(loop, ast.For | ast.AsyncFor) else []
+    nodes += loop.body  # type: ignore[attr-defined]
+    assigned = set()
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, (*_FUNCTIONS, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Name | ast.Attribute) and isinstance(node.ctx, ast.Store):
+            assigned.add(flow.text(node))
+        nodes.extend(ast.iter_child_nodes(node))
+    return assigned
+
+
+def _mentions(text: str, name: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text) is not None
+
+
 def double_unscale(flow: Flow, rule: Rule) -> list[Finding]:
     findings = []
     for event in flow.events("unscale"):
@@ -607,6 +653,14 @@ def double_unscale(flow: Flow, rule: Rule) -> list[Finding]:
                 f"`{event.receiver}.unscale_({event.arg})` runs on every iteration of this loop "
                 f"but `{event.receiver}.update()` runs outside it: the second iteration raises "
                 "RuntimeError (unscale_ once per optimizer step, just before clipping)"
+            )
+        elif condition := _update_only_if(flow, event):
+            where = "iteration of this loop" if event.loops else "call"
+            message = (
+                f"`{event.receiver}.unscale_({event.arg})` runs on every {where} but "
+                f"`{event.receiver}.update()` only under `if {condition}:`: the second unscale_ "
+                "before an update raises RuntimeError; call unscale_ (and clip) under the same "
+                f"condition as `{event.receiver}.step({event.arg})`"
             )
         else:
             continue

@@ -159,6 +159,80 @@ scaler.update()
         run(source)
 
 
+ACCUMULATE = """\
+for i, micro in enumerate(x.split(2)):
+    scaler.scale(model(micro).sum()).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if (i + 1) % 2 == 0:
+        scaler.step(optimizer)
+        scaler.update()
+"""
+
+
+def test_amp204_unscale_on_every_micro_batch_raises_until_it_moves_under_the_step():
+    """Gradient accumulation: `update()` only every second micro-batch, `unscale_` on each."""
+    source = SETUP + ACCUMULATE
+    assert "AMP204" in codes(source)
+    with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called"):
+        run(source)
+    moved = (
+        SETUP
+        + """\
+for i, micro in enumerate(x.split(2)):
+    scaler.scale(model(micro).sum()).backward()
+    if (i + 1) % 2 == 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+"""
+    )
+    assert codes(moved) == []
+    assert run(moved)["scaler"].get_scale() == 1024.0
+
+
+APEX_ACCUMULATION = """\
+import torch
+from apex import amp
+
+
+def train(model, optimizer, data, accumulate):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for i, (x, y) in enumerate(data):
+        loss = torch.nn.functional.mse_loss(model(x), y) / accumulate
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+        if (i + 1) % accumulate == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+
+
+def test_amp204_judges_the_apex_rewrite_of_accumulation_by_what_it_does():
+    """apex clipped on every micro-batch and stepped every second one: whatever the O1 rewrite
+    makes of it, AMP204 flags the result exactly when it raises on CPU (float16 autocast and a
+    CPU GradScaler behave as on CUDA here)."""
+    fixed, _, done = fix_source(APEX_ACCUMULATION, unsafe=True)
+    if "AMP303" not in {d.code for d in done}:
+        pytest.skip("the apex rewrite refuses this shape")
+    driver = """
+torch.manual_seed(0)
+net = torch.nn.Linear(4, 1)
+data = [(torch.randn(2, 4), torch.randn(2, 1)) for _ in range(4)]
+train(net, torch.optim.SGD(net.parameters(), lr=0.1), data, 2)
+"""
+    try:
+        run(fixed.replace('"cuda"', '"cpu"') + driver)
+    except RuntimeError as exc:
+        assert "unscale_() has already been called" in str(exc)
+        raised = True
+    else:
+        raised = False
+    assert ("AMP204" in codes(fixed)) == raised
+
+
 def test_amp205_step_without_update_raises_on_the_next_step():
     source = (
         SETUP
