@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ampmigrate.discover import discover
+from ampmigrate.engine.discover import discover
 
 
 def floor_hit(data: bytes) -> bool:

@@ -1,7 +1,11 @@
-"""The path of many files: read -> prefilter -> (in parallel) migrate -> results in order.
+"""The engine: many files through discover -> prefilter -> analyze -> [apply] -> results.
 
-libcst is imported only when some file passes the prefilter, so a clean tree is checked at the
-speed of reading it (what a pre-commit hook on unrelated files sees).
+Stages, one module each: ``discover`` (paths -> files), ``prefilter`` (bytes -> worth parsing?),
+``analyze`` (``ast`` -> findings and fix plans), ``apply`` (fix plans -> new text; libcst only to
+manage imports and for the apex planner), ``write`` (atomic writes), ``migrate`` (one file through
+analyze and apply until no fix applies). This module runs many files, in parallel where it pays.
+The analysis stage is imported only when some file passes the prefilter, so a clean tree is
+checked at the speed of reading it (what a pre-commit hook on unrelated files sees).
 """
 
 from __future__ import annotations
@@ -10,61 +14,26 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from ampmigrate import sourcefile
-from ampmigrate.catalog import Rule, Safety
-from ampmigrate.findings import Diagnostic, Fix
-from ampmigrate.prefilter import Prefilter
+from ampmigrate.engine.prefilter import Prefilter
+from ampmigrate.engine.settings import FileResult, Settings
+from ampmigrate.engine.write import read
+
+__all__ = ["CRASHED", "FileResult", "Settings", "run"]
 
 CRASHED = "internal error: the parser crashed on this file (please report it)"
+PARALLEL_MIN_BYTES = 200_000  # less than this is analysed faster than a pool starts
+Item = tuple[str, bytes, frozenset[str]]
 
 
-@dataclass(frozen=True)
-class Settings:
-    rules: tuple[Rule, ...]
-    fix: bool = False
-    unsafe_fixes: bool = False
-    target_torch: tuple[int, ...] | None = None
-    target_keras: int = 3  # Keras 3 is what TensorFlow ships since 2.16
-    max_file_size: int = 2_000_000  # bytes; 0: no limit (libcst needs ~25 s per MB)
-
-    def safety(self, fix: Fix | None) -> Safety | None:
-        """A fix's grade here: one that needs a newer torch than ``target_torch`` is unsafe."""
-        if fix is None:
-            return None
-        return "unsafe" if self.too_new(fix) else fix.safety
-
-    def too_new(self, fix: Fix) -> bool:
-        return self.target_torch is not None and self.target_torch < fix.min_torch
-
-    def applies(self, fix: Fix | None) -> bool:
-        return fix is not None and (self.safety(fix) == "safe" or self.unsafe_fixes)
-
-
-@dataclass
-class FileResult:
-    path: str
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    fixed: list[Diagnostic] = field(default_factory=list)
-    original: bytes | None = None
-    new_source: bytes | None = None
-    error: str | None = None
-    parsed: bool = False
-
-    @property
-    def changed(self) -> bool:
-        return self.new_source is not None and self.new_source != self.original
-
-
-def _process_batch(batch: list[tuple[str, bytes, frozenset[str]]], settings: Settings):
-    from ampmigrate.migrate import process_batch
+def _process_batch(batch: list[Item], settings: Settings) -> list[FileResult]:
+    from ampmigrate.engine.migrate import process_batch
 
     return process_batch(batch, settings)
 
 
-def _isolated(item: tuple[str, bytes, frozenset[str]], settings: Settings) -> FileResult:
+def _isolated(item: Item, settings: Settings) -> FileResult:
     """One file in a process of its own, after a worker died (a native crash in the parser):
     the file that kills it gets an error, the others their results."""
     try:
@@ -72,6 +41,23 @@ def _isolated(item: tuple[str, bytes, frozenset[str]], settings: Settings) -> Fi
             return pool.submit(_process_batch, [item], settings).result()[0]
     except BrokenProcessPool:
         return FileResult(path=item[0], original=item[1], error=CRASHED)
+
+
+def batches(items: list[Item], jobs: int) -> list[list[Item]]:
+    """Largest files first, each alone while it is big; the small ones gathered in batches of
+    about 1/(8 jobs) of the bytes, so no worker is left with a big file at the end while the
+    others idle, and the many small files do not each pay a round trip."""
+    items = sorted(items, key=lambda item: -len(item[1]))
+    target = max(1, sum(len(item[1]) for item in items) // (jobs * 8))
+    out: list[list[Item]] = []
+    size = target
+    for item in items:
+        if size >= target:
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += len(item[1])
+    return out
 
 
 def run(
@@ -84,15 +70,15 @@ def run(
     """Process files, in parallel where it pays; results come back in the order of ``paths``.
 
     ``ignored_codes`` gives the rules switched off for one file (per-file-ignores);
-    ``progress(done, total)`` hears about the parsed files as batches finish.
+    ``progress(done, total)`` hears how many of the files that passed the prefilter are done.
     """
     prefilter = Prefilter(t for r in settings.rules for t in r.triggers)
     results: dict[str, FileResult] = {}
-    candidates: list[tuple[str, bytes, frozenset[str]]] = []
+    candidates: list[Item] = []
     for path in paths:
         name = str(path)
         try:
-            source = sourcefile.read(path)
+            source = read(path)
         except OSError as exc:
             results[name] = FileResult(path=name, error=exc.strerror or str(exc))
             continue
@@ -102,21 +88,27 @@ def run(
         else:
             results[name] = FileResult(path=name, original=source)
     jobs = jobs or os.cpu_count() or 1
-    if jobs > 1 and len(candidates) > 1:
-        size = max(1, len(candidates) // (jobs * 4))
-        batches = [candidates[i : i + size] for i in range(0, len(candidates), size)]
-        with ProcessPoolExecutor(max_workers=min(jobs, len(batches))) as pool:
-            futures = {pool.submit(_process_batch, b, settings): b for b in batches}
+    total = len(candidates)
+    done = 0
+    if progress and total:
+        progress(0, total)
+    if jobs > 1 and total > 1 and sum(len(c[1]) for c in candidates) >= PARALLEL_MIN_BYTES:
+        work = batches(candidates, jobs)
+        with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
+            futures = {pool.submit(_process_batch, b, settings): b for b in work}
             for future in as_completed(futures):
                 try:
                     batch = future.result()
                 except BrokenProcessPool:
                     batch = [_isolated(item, settings) for item in futures[future]]
                 results.update((r.path, r) for r in batch)
+                done += len(batch)
                 if progress:
-                    progress(len(batch), len(candidates))
-    elif candidates:
-        results.update((r.path, r) for r in _process_batch(candidates, settings))
-        if progress:
-            progress(len(candidates), len(candidates))
+                    progress(done, total)
+    else:
+        for item in candidates:
+            results.update((r.path, r) for r in _process_batch([item], settings))
+            done += 1
+            if progress:
+                progress(done, total)
     return [results[str(p)] for p in paths]

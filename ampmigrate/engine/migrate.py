@@ -1,4 +1,4 @@
-"""One file's migration: parse once -> rules -> fixes -> re-parse, all in memory.
+"""One file's migration: analyze -> apply -> re-analyze until no fix applies, all in memory.
 
 Everything here is pure: it turns bytes into findings and new bytes. Writing and printing belong
 to the caller, so ``verify`` can migrate in memory with exactly the engine ``fix`` uses.
@@ -7,134 +7,18 @@ to the caller, so ``verify`` can migrate in memory with exactly the engine ``fix
 from __future__ import annotations
 
 import ast
-import functools
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
-
-from ampmigrate import sourcefile
-from ampmigrate.catalog import Rule
-from ampmigrate.checks import CHECKS
-from ampmigrate.engine import FileResult, Settings
-from ampmigrate.findings import Diagnostic, Finding, Fix
-from ampmigrate.keras import PathVisitor
-from ampmigrate.noqa import Suppressions
+from ampmigrate.engine.analyze import Analysis, parse
+from ampmigrate.engine.apply import FixError, apply, select
+from ampmigrate.engine.prefilter import Prefilter
+from ampmigrate.engine.settings import FileResult, Settings
+from ampmigrate.engine.write import read
+from ampmigrate.findings import Diagnostic
 from ampmigrate.notebook import Notebook, NotebookError
-from ampmigrate.prefilter import Prefilter
-from ampmigrate.renames import RenameVisitor
-from ampmigrate.replace import ReplaceNodes
-from ampmigrate.scalerflow import FLOW_CHECKS, build_flow
 
 MAX_FIX_PASSES = 10
-
-
-class FixError(Exception):
-    """A fix produced code that does not parse: a bug in a rule, never written to disk."""
-
-
-def analyze(
-    module: cst.Module, source: bytes, rules: Sequence[Rule], target_keras: int = 3
-) -> list[Finding]:
-    """Every finding of the selected rules in ``module``; nodes belong to ``module``.
-
-    One visitor serves every rename rule in a single pass; each code check adds one more, and
-    the scaler-flow rules share one. Metadata is computed once and shared.
-    """
-    # Each rule only where its own names occur: a file that passed the prefilter for one rule
-    # is not walked by the others (on a 460 KB file each walk costs seconds).
-    rules = [r for r in rules if rule_prefilter(r.triggers).may_match(source)]
-    visitors: list = []
-    symbols = [s for r in rules for s in r.symbols]
-    if symbols:
-        visitors.append(RenameVisitor(symbols, source))
-    paths = [p for r in rules for p in r.paths]
-    if paths:
-        visitors.append(PathVisitor(paths, target_keras))
-    visitors += [CHECKS[r.check](r, target_keras) for r in rules if r.check in CHECKS]
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    findings: list[Finding] = []
-    for visitor in visitors:
-        wrapper.visit(visitor)
-        findings += visitor.findings
-    flow_rules = [r for r in rules if r.check in FLOW_CHECKS]
-    if flow_rules:
-        flow = build_flow(wrapper)
-        for rule in flow_rules:
-            findings += FLOW_CHECKS[rule.check](flow, rule)
-    return findings
-
-
-@functools.cache
-def rule_prefilter(triggers: tuple[str, ...]) -> Prefilter:
-    return Prefilter(triggers)
-
-
-def apply_fixes(module: cst.Module, fixes: Sequence[Fix], keep_imports: bool = False) -> cst.Module:
-    """Rewrite the nodes, then drop imports made unused and add the ones now needed.
-
-    ``keep_imports`` is for a package's ``__init__.py``, whose imports are its public API:
-    other modules may import the name from it, so it stays even when unused here.
-    """
-    # libcst.codemod costs ~0.5 s to import; only runs that fix something pay for it.
-    from libcst.codemod import CodemodContext
-    from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
-
-    module = module.visit(ReplaceNodes({fix.cst_target: fix.cst_build for fix in fixes}))
-    context = CodemodContext()
-    removals = set() if keep_imports else {e for fix in fixes for e in fix.remove_imports}
-    for edit in sorted(removals, key=repr):
-        RemoveImportsVisitor.remove_unused_import(context, edit.module, edit.obj, edit.asname)
-    for name in sorted({name for fix in fixes for name in fix.add_imports}):
-        module_name, _, obj = name.partition(":")  # "a.b:c" is `from a.b import c`
-        AddImportsVisitor.add_needed_import(context, module_name, obj or None)
-    if removals:
-        module = RemoveImportsVisitor(context).transform_module(module)
-    if any(fix.add_imports for fix in fixes):
-        module = AddImportsVisitor(context).transform_module(module)
-    return module
-
-
-class FileAnalysis:
-    """One parsed file and its findings, before suppression is applied."""
-
-    def __init__(self, source: bytes, rules: Sequence[Rule], target_keras: int = 3) -> None:
-        self.module = cst.parse_module(source)
-        self.findings = analyze(self.module, source, rules, target_keras)
-        self._suppressions = Suppressions(self.module.code) if self.findings else None
-        self._positions = (
-            MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
-            if self.findings
-            else {}
-        )
-
-    def active(self, settings: Settings) -> list[tuple[Finding, Diagnostic]]:
-        """Unsuppressed findings with their reported form, in source order."""
-        out = []
-        for finding in self.findings:
-            where = self._positions[finding.node]
-            if self._suppressions.suppresses(where.start.line, finding.code):
-                continue
-            message = finding.message
-            if finding.fix is not None and settings.too_new(finding.fix):
-                needs = ".".join(map(str, finding.fix.min_torch))
-                target = ".".join(map(str, settings.target_torch))
-                message += f" (the fix needs torch >= {needs}; target-torch is {target})"
-            diagnostic = Diagnostic(
-                path="",
-                line=where.start.line,
-                col=where.start.column + 1,
-                end_line=where.end.line,
-                end_col=where.end.column + 1,
-                code=finding.code,
-                message=message,
-                fix=settings.safety(finding.fix),
-            )
-            out.append((finding, diagnostic))
-        out.sort(key=lambda pair: pair[1].sort_key)
-        return out
 
 
 def migrate_source(
@@ -142,40 +26,41 @@ def migrate_source(
 ) -> tuple[bytes, list[Diagnostic], list[Diagnostic]]:
     """(new source, remaining diagnostics, fixed diagnostics) for one file's bytes.
 
-    Fixes are applied and the result re-parsed and re-analysed until nothing more applies,
-    so what is reported as remaining is exactly what a second run would report.
+    Fixes are applied and the result re-parsed and re-analysed until nothing more applies
+    (fixes that overlap wait for the next pass), so what is reported as remaining is exactly
+    what a second run would report.
     """
-    _check_python(source)
-    analysis = FileAnalysis(source, settings.rules, settings.target_keras)
+    analysis = Analysis(source, settings, path, _check_python(source))
     keep_imports = Path(path).name == "__init__.py"
     fixed: list[Diagnostic] = []
     for _ in range(MAX_FIX_PASSES):
-        active = analysis.active(settings)
+        active = analysis.diagnostics(settings)
         to_apply = [(f, d) for f, d in active if settings.applies(f.fix)]
         if not settings.fix or not to_apply:
             return source, [d for _, d in active], fixed
-        new_module = apply_fixes(analysis.module, [f.fix for f, _ in to_apply], keep_imports)
-        new_source = new_module.bytes
+        chosen = select([f.fix for f, _ in to_apply])
+        applied = [(f, d) for f, d in to_apply if any(f.fix is c for c in chosen)]
+        codes = ", ".join(sorted({f.code for f, _ in applied}))
         try:
-            analysis = FileAnalysis(new_source, settings.rules, settings.target_keras)
-        except cst.ParserSyntaxError as exc:
-            codes = ", ".join(sorted({f.code for f, _ in to_apply}))
+            text = apply(analysis.source.text, chosen, analysis.cst_module, keep_imports)
+            new_source = analysis.source.encode(text)
+            analysis = Analysis(new_source, settings, path)
+        except (FixError, SyntaxError, ValueError) as exc:
             raise FixError(f"fixes for {codes} produced code that does not parse ({exc})") from exc
-        fixed += [d for _, d in to_apply]
+        fixed += [d for _, d in applied]
         source = new_source
-    return source, [d for _, d in analysis.active(settings)], fixed
+    return source, [d for _, d in analysis.diagnostics(settings)], fixed
 
 
 class InvalidSource(Exception):
     """The file is not Python that CPython would compile; the message says why."""
 
 
-def _check_python(source: bytes) -> None:
-    """CPython's own parser goes first. It is 20x faster than libcst, gives the messages users
-    know, and its nesting limits are far below the depth at which libcst's native parser
-    overflows its stack and kills the process (measured: ~8,000 chained operators)."""
+def _check_python(source: bytes) -> ast.Module:
+    """CPython's parser: the messages users know, and nesting limits far below any depth that
+    could overflow a native stack later."""
     try:
-        ast.parse(source)
+        return parse(source)
     except SyntaxError as exc:
         where = f" at {exc.lineno}:{exc.offset}" if exc.lineno else ""
         if exc.msg.startswith("(unicode error)") or "encoding" in exc.msg:
@@ -191,8 +76,6 @@ def _check_python(source: bytes) -> None:
 def _error_text(exc: BaseException) -> str:
     if isinstance(exc, InvalidSource | NotebookError):
         return str(exc)
-    if isinstance(exc, cst.ParserSyntaxError):
-        return f"syntax error at {exc.raw_line}:{exc.raw_column + 1}: {exc.message}"
     if isinstance(exc, OSError):
         return exc.strerror or str(exc)
     if isinstance(exc, RecursionError):
@@ -208,7 +91,7 @@ def process(
     result = FileResult(path=path)
     try:
         if source is None:
-            source = sourcefile.read(Path(path))
+            source = read(Path(path))
         result.original = source
         if prefilter is not None and not prefilter.may_match(source):
             return result

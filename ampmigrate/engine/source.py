@@ -28,21 +28,22 @@ def detect_encoding(data: bytes) -> str:
 
 class Source:
     """``text``: the decoded source (without a BOM); ``encoding`` turns edited text back into
-    bytes with :meth:`encode`."""
+    bytes with :meth:`encode`; ``path``: the file's path as given ("" for a source in memory)."""
 
-    def __init__(self, text: str, encoding: str = "utf-8") -> None:
+    def __init__(self, text: str, encoding: str = "utf-8", path: str = "") -> None:
         self.text = text
         self.encoding = encoding
+        self.path = path
         starts = [0]
         starts += (m.end() for m in _NEWLINE.finditer(text))
         self._starts = starts
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Source:
+    def from_bytes(cls, data: bytes, path: str = "") -> Source:
         """Decode as Python does; raises ``UnicodeDecodeError``/``LookupError`` where CPython
         would refuse the file (callers parse with ``ast`` first, which reports it better)."""
         encoding = detect_encoding(data)
-        return cls(data.decode(encoding), encoding)
+        return cls(data.decode(encoding), encoding, path)
 
     def encode(self, text: str | None = None) -> bytes:
         return (self.text if text is None else text).encode(self.encoding)

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ampmigrate.catalog import all_rules
-from ampmigrate.discover import EXCLUDED_DIRS
 from ampmigrate.engine import Settings, run
+from ampmigrate.engine.discover import EXCLUDED_DIRS
 from ampmigrate.harness.compare import Comparison, Divergence, Tolerance, compare
 
 BOOTSTRAP = Path(__file__).with_name("bootstrap.py")

@@ -1,0 +1,184 @@
+"""Analysis: one ``ast`` parse, the rule families, findings in their reported form.
+
+Each rule runs only where the file spells its trigger names (a file that passed the prefilter
+for one rule is not walked by the others). The families run on the stdlib ``ast`` with one
+shared ``Names``; AMP303 (apex O1) alone is planned on libcst, and only for files where the
+``ast`` tier sees ``apex.amp`` called through the imports: libcst is imported for those only.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+from typing import Any
+
+from ampmigrate.catalog import Rule
+from ampmigrate.engine.names import Names
+from ampmigrate.engine.prefilter import Prefilter
+from ampmigrate.engine.settings import Settings
+from ampmigrate.engine.source import Source
+from ampmigrate.findings import Diagnostic, Finding, Span
+from ampmigrate.noqa import Suppressions
+
+APEX_CHECK = "apex-o1-rewrite"
+APEX = "apex.amp."
+
+
+def family(rule: Rule) -> str:
+    """The module (beside the engine) whose ``check`` runs ``rule``."""
+    if rule.symbols:
+        return "renames"
+    if rule.paths or rule.code.startswith("AMP4"):
+        return "keras"
+    if rule.check == APEX_CHECK:
+        return "apex"
+    if rule.check == "backward-in-autocast":
+        return "checks"
+    return "scalerflow"
+
+
+@functools.cache
+def rule_prefilter(triggers: tuple[str, ...]) -> Prefilter:
+    return Prefilter(triggers)
+
+
+def parse(data: bytes) -> ast.Module:
+    """CPython's parser; raises ``SyntaxError`` (decoding errors included), ``ValueError``
+    (NUL bytes), ``RecursionError``/``MemoryError`` (nesting)."""
+    return ast.parse(data)
+
+
+class Analysis:
+    """One file's findings (before suppression) and, where the apex planner ran, the libcst
+    module its fixes refer to (``apply`` needs that very tree)."""
+
+    def __init__(
+        self, data: bytes, settings: Settings, path: str = "", tree: ast.Module | None = None
+    ) -> None:
+        self.tree = parse(data) if tree is None else tree
+        self.source = Source.from_bytes(data, path)
+        self.cst_module: Any = None
+        rules = [r for r in settings.rules if rule_prefilter(r.triggers).may_match(data)]
+        self.findings: list[Finding] = self._run(rules, settings) if rules else []
+
+    def _run(self, rules: list[Rule], settings: Settings) -> list[Finding]:
+        names = Names(self.tree)
+        groups: dict[str, list[Rule]] = {}
+        for rule in rules:
+            groups.setdefault(family(rule), []).append(rule)
+        findings: list[Finding] = []
+        legacy: dict[str, list[Rule]] = {}
+        for name, group in groups.items():
+            if name == "apex":
+                continue
+            module = importlib.import_module(f"ampmigrate.{name}")
+            if hasattr(module, "check"):
+                findings += module.check(self.tree, self.source, names, group, settings)
+            else:
+                legacy[name] = group
+        apex = groups.get("apex", [])
+        if apex and not self._uses_apex(names):
+            apex = []
+        if legacy or apex:
+            findings += self._libcst(legacy, apex, settings)
+        return findings
+
+    def _uses_apex(self, names: Names) -> bool:
+        """Some call's callee resolves to ``apex.amp.*`` (what the planner starts from)."""
+        return any(
+            isinstance(node, ast.Call)
+            and any(q.startswith(APEX) for q in names.qualified(node.func))
+            for node in ast.walk(self.tree)
+        )
+
+    def _libcst(
+        self, legacy: dict[str, list[Rule]], apex: list[Rule], settings: Settings
+    ) -> list[Finding]:
+        """The apex planner (and, TEMPORARILY, families not yet ported to ``ast``) on libcst;
+        their nodes are turned into ``Span``s here."""
+        import libcst as cst
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
+        from ampmigrate.apex import ApexO1
+
+        self.cst_module = cst.parse_module(self.source.text)
+        wrapper = MetadataWrapper(self.cst_module, unsafe_skip_copy=True)
+        visitors: list = [ApexO1(rule, settings.target_keras) for rule in apex]
+        visitors += _legacy_visitors(legacy, self.source, settings)
+        found: list[Finding] = []
+        for visitor in visitors:
+            wrapper.visit(visitor)
+            found += visitor.findings
+        if "scalerflow" in legacy:
+            from ampmigrate.scalerflow import FLOW_CHECKS, build_flow
+
+            flow = build_flow(wrapper)
+            for rule in legacy["scalerflow"]:
+                found += FLOW_CHECKS[rule.check](flow, rule)
+        positions = wrapper.resolve(PositionProvider)
+        for finding in found:
+            where = positions[finding.node]
+            finding.node = Span(
+                where.start.line, where.start.column + 1, where.end.line, where.end.column + 1
+            )
+        return found
+
+    def diagnostics(self, settings: Settings) -> list[tuple[Finding, Diagnostic]]:
+        """Unsuppressed findings with their reported form, in source order."""
+        if not self.findings:
+            return []
+        suppressions = Suppressions(self.source.text)
+        out = []
+        for finding in self.findings:
+            node = finding.node
+            if isinstance(node, Span):
+                line, col, end_line, end_col = node.line, node.col, node.end_line, node.end_col
+            else:
+                line, col, end_line, end_col = self.source.position(node)
+            if suppressions.suppresses(line, finding.code):
+                continue
+            message = finding.message
+            if finding.fix is not None and settings.too_new(finding.fix):
+                needs = ".".join(map(str, finding.fix.min_torch))
+                target = ".".join(map(str, settings.target_torch))
+                message += f" (the fix needs torch >= {needs}; target-torch is {target})"
+            diagnostic = Diagnostic(
+                path="",
+                line=line,
+                col=col,
+                end_line=end_line,
+                end_col=end_col,
+                code=finding.code,
+                message=message,
+                fix=settings.safety(finding.fix),
+            )
+            out.append((finding, diagnostic))
+        out.sort(key=lambda pair: pair[1].sort_key)
+        return out
+
+
+def _legacy_visitors(legacy: dict[str, list[Rule]], source: Source, settings: Settings) -> list:
+    """TEMPORARY bridge to the libcst visitors of the families not yet ported."""
+    visitors: list = []
+    if "renames" in legacy:
+        from ampmigrate.renames import RenameVisitor
+
+        symbols = [s for r in legacy["renames"] for s in r.symbols]
+        visitors.append(RenameVisitor(symbols, source.encode()))
+    if "keras" in legacy:
+        from ampmigrate.keras import KERAS_CHECKS, PathVisitor
+
+        paths = [p for r in legacy["keras"] for p in r.paths]
+        if paths:
+            visitors.append(PathVisitor(paths, settings.target_keras))
+        visitors += [
+            KERAS_CHECKS[r.check](r, settings.target_keras)
+            for r in legacy["keras"]
+            if r.check in KERAS_CHECKS
+        ]
+    if "checks" in legacy:
+        from ampmigrate.checks import CHECKS
+
+        visitors += [CHECKS[r.check](r, settings.target_keras) for r in legacy["checks"]]
+    return visitors
