@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 from pathlib import Path
 
 from ampmigrate.engine.prefilter import Prefilter
@@ -60,6 +61,23 @@ def batches(items: list[Item], jobs: int) -> list[list[Item]]:
     return out
 
 
+def _with_checkpoint_helpers(
+    settings: Settings, candidates: list[Item], paths: Sequence[Path]
+) -> Settings:
+    """AMP208 follows a checkpoint save/load into helper modules of the same tree: the
+    scaler-flow family summarises them once here, for every worker."""
+    from ampmigrate import scalerflow
+
+    summarize = getattr(scalerflow, "summarize_helpers", None)
+    if summarize is None:
+        return settings
+    scalers = [(n, s) for n, s, _ in candidates if b"GradScaler" in s or b".scale(" in s]
+    if not scalers:
+        return settings
+    helpers = summarize(scalers, [str(p) for p in paths])
+    return replace(settings, checkpoint_helpers=helpers)
+
+
 def run(
     paths: Sequence[Path],
     settings: Settings,
@@ -87,6 +105,8 @@ def run(
             candidates.append((name, source, ignored))
         else:
             results[name] = FileResult(path=name, original=source)
+    if len(paths) > 1 and candidates and any(r.code == "AMP208" for r in settings.rules):
+        settings = _with_checkpoint_helpers(settings, candidates, paths)
     jobs = jobs or os.cpu_count() or 1
     total = len(candidates)
     done = 0
