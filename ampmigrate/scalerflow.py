@@ -15,19 +15,20 @@ scaler's owner makes to it, because that is where real projects write their chec
 from __future__ import annotations
 
 import ast
+import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ampmigrate.catalog import Rule
 from ampmigrate.checks import AUTOCAST
+from ampmigrate.engine.names import Names
 from ampmigrate.engine.source import Source
 from ampmigrate.findings import Edit, Finding, Fix
 
 if TYPE_CHECKING:
     from ampmigrate.engine import Settings
-    from ampmigrate.engine.names import Names
 
 GRAD_SCALER = frozenset(
     {
@@ -86,16 +87,22 @@ class Event:
 
 @dataclass(frozen=True)
 class Helper:
-    """What a module-level function does with checkpoints: picklable, so that a summary of a
+    """What a module-level function does with checkpoints: picklable, so that the summary of a
     sibling module can travel to the worker that checks its caller."""
 
-    name: str
-    params: tuple[str, ...]
-    save_line: int = 0  # a torch.save of model/optimizer state without the scaler's
-    passes: tuple[int, ...] = ()  # indices of parameters that reach torch.save as the payload
-    load: str = ""  # `X.load_state_dict` of an optimizer, without the scaler's
+    module: str = ""  # the file name of a sibling module ("" for the file checked)
+    save_line: int = 0  # a torch.save of model/optimizer state without a scaler's
+    passes: tuple[int, ...] = ()  # parameters (by position) handed to torch.save as the payload
+    passes_line: int = 0
+    params: tuple[str, ...] = ()
+    load: str = ""  # the optimizer whose state it restores without a scaler's
     load_line: int = 0
     scaler_state: bool = False  # it saves or restores a scaler's state itself
+    judged: bool = False  # a scaler is next to its save/load there: flagged where it is
+
+    def at(self, line: int) -> str:
+        """Where ``line`` is, for a message."""
+        return f"{self.module}:{line}" if self.module else f"line {line}"
 
 
 @dataclass
@@ -123,7 +130,9 @@ class Flow:
     casts: list[tuple[ast.Call, str]] = field(default_factory=list)  # fp16 casts, target
     model_scopes: set[tuple[int, str]] = field(default_factory=set)  # (scope, M) of M.parameters()
     dicts: dict[tuple[int, str], ast.Dict] = field(default_factory=dict)  # (scope, name) -> {}
-    plain_calls: list[tuple[ast.Call, str]] = field(default_factory=list)  # f(...), its name
+    plain_calls: list[ast.Call] = field(default_factory=list)  # f(...) / mod.f(...): helpers?
+    names: Names | None = None
+    siblings: Mapping[str, Mapping[str, Helper]] = field(default_factory=dict)  # by abspath
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
 
     def events(self, kind: str) -> Iterator[Event]:
@@ -262,7 +271,7 @@ class _Collector:
         self._all(node.body)
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        if self._scopes[-1] is self.flow.module:
+        if self._scopes[-1] is self.flow.module and not self._classes:
             self.flow.functions[node.name] = node
         self._scopes.append(node)
         self._loops.append([])
@@ -411,9 +420,9 @@ class _Collector:
         method = _method(node)
         if method is not None:
             self._method_call(node, args, *method)
-        elif isinstance(node.func, ast.Name):
+        if isinstance(node.func, ast.Name | ast.Attribute) and not names & SAVE:
             self._place(node)
-            self.flow.plain_calls.append((node, node.func.id))
+            self.flow.plain_calls.append(node)
         self.visit(node.func)
         self._all(a.value for a in args)
         if self._norms and self._norms[-1] is node:
@@ -499,8 +508,15 @@ def _start(node: ast.AST) -> tuple[int, int]:
     return node.lineno, node.col_offset  # type: ignore[attr-defined]
 
 
-def build_flow(tree: ast.Module, source: Source, names: Names) -> Flow:
-    flow = Flow(module=tree, source=source)
+def build_flow(
+    tree: ast.Module,
+    source: Source,
+    names: Names,
+    siblings: Mapping[str, Mapping[str, Helper]] | None = None,
+) -> Flow:
+    """Everything the checks ask about one file; ``siblings``: the checkpoint helpers of the
+    other modules of the tree being checked (:func:`summarize_helpers`)."""
+    flow = Flow(module=tree, source=source, names=names, siblings=siblings or {})
     _Collector(flow, names).visit(tree)
     # `.step(x)` / `.update()` mean the scaler's only on a known scaler.
     resolved = []
@@ -740,20 +756,214 @@ def _mentions_scaler(flow: Flow, payload: ast.expr) -> bool:
     return "scaler" in text or any(s.lower() in text for s in flow.scalers)
 
 
+def _model_state(flow: Flow, payload: ast.expr) -> bool:
+    """A checkpoint of model/optimizer state that leaves the scaler's out."""
+    return "state_dict()" in flow.text(payload) and not _mentions_scaler(flow, payload)
+
+
+def _checkpoint_name(flow: Flow, load: ast.Call) -> str:
+    """``ckpt`` in ``optimizer.load_state_dict(ckpt["optimizer"])``, for the advice."""
+    argument = load.args[0] if load.args else None
+    if isinstance(argument, ast.Subscript) and isinstance(argument.value, ast.Name | ast.Attribute):
+        return flow.text(argument.value)
+    return "checkpoint"
+
+
+def helpers(flow: Flow, module: str = "") -> dict[str, Helper]:
+    """What each module-level function of ``flow``'s file does with checkpoints (``module``:
+    the file's name when it is a sibling of the file checked)."""
+    out = {}
+    for name, function in flow.functions.items():
+        scope = id(function)
+        params = tuple(a.arg for a in (*function.args.posonlyargs, *function.args.args))
+        saves = [s for s in flow.saves if flow.where[id(s[0])][0] == scope]
+        loads = [(c, r) for c, r in flow.loads if flow.where[id(c)][0] == scope]
+        writes = [c for c, payload, _ in saves if _model_state(flow, payload)]
+        passing = [
+            (c, params.index(raw.id))
+            for c, _, raw in saves
+            if isinstance(raw, ast.Name) and raw.id in params
+        ]
+        restores = [(c, r) for c, r in loads if r not in flow.scalers and _optimizer_like(flow, r)]
+        scaler_state = any(_mentions_scaler(flow, p) for _, p, _ in saves) or any(
+            r in flow.scalers or "scaler" in r.lower() for _, r in loads
+        )
+        if not (writes or passing or restores or scaler_state):
+            continue
+        out[name] = Helper(
+            module=module,
+            save_line=writes[0].lineno if writes else 0,
+            passes=tuple(i for _, i in passing),
+            passes_line=passing[0][0].lineno if passing else 0,
+            params=params,
+            load=restores[0][1] if restores else "",
+            load_line=restores[0][0].lineno if restores else 0,
+            scaler_state=scaler_state,
+            judged=any(flow.scaler_near(c) for c in [*writes, *(c for c, _ in restores)]),
+        )
+    return out
+
+
+def summarize_helpers(
+    candidates: Iterable[tuple[str, bytes]], checked: Iterable[str]
+) -> dict[str, dict[str, Helper]]:
+    """The checkpoint helpers of the sibling modules (its folder or below) that ``candidates``
+    (the files of a run that use a scaler: path, bytes) import, among the ``checked`` paths; by
+    absolute path. The engine
+    calls this once before it hands files to workers, so that a call into a sibling module is
+    judged. Cheap by construction: only the imported modules are read and parsed, and of those
+    only module-level code and the functions that spell a save or a restore are analysed."""
+    inside = {os.path.abspath(p) for p in checked}
+    wanted: set[str] = set()
+    for path, data in candidates:
+        folder = os.path.dirname(os.path.abspath(path)) + os.sep
+        for dots, module in _imported(data):
+            paths = _module_paths(path, dots, module)
+            wanted.update(c for c in paths if c in inside and c.startswith(folder))
+    summary = {}
+    for path in sorted(wanted):
+        try:
+            with open(path, "rb") as file:
+                data = file.read()
+        except OSError:
+            continue
+        found = _summarize(path, data)
+        if found:
+            summary[path] = found
+    return summary
+
+
+_IMPORT = re.compile(
+    rb"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([\w \t,]*)|import[ \t]+([\w. \t,]+))",
+    re.MULTILINE,
+)
+
+
+def _imported(data: bytes) -> Iterator[tuple[int, str]]:
+    """(leading dots, dotted module) of what a file imports, read off its bytes: for
+    ``from m import a`` both ``m`` and ``m.a`` (``a`` may be a submodule)."""
+    for match in _IMPORT.finditer(data):
+        dots, module, names, plain = (
+            g.decode("ascii", "replace") if g else "" for g in match.groups()
+        )
+        if plain:
+            for part in plain.split(","):
+                yield 0, part.split()[0] if part.split() else ""
+            continue
+        yield len(dots), module
+        for name in names.split(","):
+            words = name.split()
+            if words:
+                yield len(dots), f"{module}.{words[0]}" if module else words[0]
+
+
+def _module_paths(path: str, dots: int, module: str) -> Iterator[str]:
+    """Where ``module`` imported from ``path`` may live: next to it (or up ``dots`` - 1 levels
+    for a relative import), else, for an absolute import, next to a folder above it."""
+    if not module:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    for _ in range(max(dots - 1, 0)):
+        folder = os.path.dirname(folder)
+    relative = module.replace(".", os.sep)
+    while True:
+        yield os.path.join(folder, relative + ".py")
+        yield os.path.join(folder, relative, "__init__.py")
+        if dots or os.path.dirname(folder) == folder:
+            return
+        folder = os.path.dirname(folder)
+
+
+def _summarize(path: str, data: bytes) -> dict[str, Helper]:
+    if b"torch.save" not in data and b"load_state_dict" not in data:
+        return {}
+    try:
+        tree = ast.parse(data)
+        source = Source.from_bytes(data, path)
+    except (SyntaxError, ValueError, UnicodeDecodeError, LookupError):
+        return {}
+    tree.body = [s for s in tree.body if _may_help(source, s)]
+    if not any(isinstance(s, _FUNCTIONS) for s in tree.body):
+        return {}
+    return helpers(build_flow(tree, source, Names(tree)), os.path.basename(path))
+
+
+def _may_help(source: Source, statement: ast.stmt) -> bool:
+    """Module-level code stays (imports, a module-level scaler); of the definitions only the
+    functions that spell a save or a restore."""
+    if isinstance(statement, ast.ClassDef):
+        return False
+    if not isinstance(statement, _FUNCTIONS):
+        return True
+    text = source.segment(statement)
+    return "save" in text or "load_state_dict" in text
+
+
+def _sibling(flow: Flow, names: set[str], index: Mapping[str, Mapping[str, Helper]]) -> Helper:
+    """The helper a call's callee names in a summarized module of the checked tree
+    (``from utils import f``, ``from .utils import f``, ``import pkg.utils``)."""
+    for qualified in sorted(names):
+        dots = len(qualified) - len(qualified.lstrip("."))
+        module, _, function = qualified.lstrip(".").rpartition(".")
+        for candidate in _module_paths(flow.source.path, dots, module):
+            helper = index.get(candidate, {}).get(function)
+            if helper is not None:
+                return helper
+    return _NO_HELPER
+
+
+_NO_HELPER = Helper()
+
+
+def _helper_calls(flow: Flow) -> Iterator[tuple[ast.Call, Helper]]:
+    """Calls made next to a scaler to a checkpoint helper of this file or a sibling module."""
+    own = helpers(flow)
+    names = flow.names
+    assert names is not None
+    index = flow.siblings if flow.source.path else {}
+    for call in flow.plain_calls:
+        if not flow.scaler_near(call):
+            continue
+        func = call.func
+        local = isinstance(func, ast.Name) and func.id in own
+        if local and all(b.scope.kind == "module" for b in names.bindings(func)):
+            yield call, own[func.id]  # type: ignore[union-attr]
+            continue
+        if index:
+            helper = _sibling(flow, names.qualified(func), index)
+            if helper is not _NO_HELPER:
+                yield call, helper
+
+
+def _passed(call: ast.Call, helper: Helper) -> Iterator[ast.expr]:
+    """The arguments of ``call`` that the helper saves."""
+    for i in helper.passes:
+        if i < len(call.args) and not isinstance(call.args[i], ast.Starred):
+            yield call.args[i]
+        for keyword in call.keywords:
+            if keyword.arg == helper.params[i]:
+                yield keyword.value
+
+
 def checkpoint_without_scaler_state(flow: Flow, rule: Rule) -> list[Finding]:
+    """Checkpoints next to a scaler that leave its state out, written here or by a helper the
+    scaler's owner calls; a scaler state restored from checkpoints written without it."""
     findings = []
     saves_scaler = any(r in flow.scalers for r in flow.state_dicts)
     loads_scaler = any(r in flow.scalers for _, r in flow.loads)
-    for call, payload, _ in flow.saves:
-        text = flow.text(payload)
-        if "state_dict()" not in text or saves_scaler or _mentions_scaler(flow, payload):
+    writers: list[tuple[str | None, str]] = []  # (scaler, where) of checkpoints without its state
+    for call, payload, raw in flow.saves:
+        if not _model_state(flow, payload) or not flow.scaler_near(call):
             continue
-        if not flow.scaler_near(call):
+        scaler = flow.scaler_name(call)
+        writers.append((scaler, f"line {call.lineno}"))
+        if saves_scaler:
             continue
+        named = f" `{flow.text(raw)}`" if isinstance(raw, ast.Name | ast.Attribute) else ""
         message = (
-            "checkpoint saves model/optimizer state but not the GradScaler's: a resume restarts "
-            "the loss scale at its initial value and is not bit-exact; add "
-            '`"scaler": scaler.state_dict()`'
+            f"checkpoint{named} saves model/optimizer state but not the GradScaler's: a resume "
+            "restarts the loss scale at its initial value and is not bit-exact; add "
+            f'`"scaler": {scaler}.state_dict()`'
         )
         findings.append(Finding(rule.code, message, call, None))
     if not loads_scaler:
@@ -762,12 +972,76 @@ def checkpoint_without_scaler_state(flow: Flow, rule: Rule) -> list[Finding]:
                 continue
             if not flow.scaler_near(call):
                 continue
+            scaler, checkpoint = flow.scaler_name(call), _checkpoint_name(flow, call)
             message = (
                 f"`{receiver}` state is restored but the GradScaler's is not: the resumed run "
-                'restarts the loss scale; also call `scaler.load_state_dict(checkpoint["scaler"])`'
+                "restarts the loss scale; also call "
+                f'`{scaler}.load_state_dict({checkpoint}["scaler"])`'
+            )
+            findings.append(Finding(rule.code, message, call, None))
+    helper_scaler_state = False
+    for call, helper in _helper_calls(flow):
+        found, wrote = _helper_finding(flow, call, helper, saves_scaler, loads_scaler)
+        helper_scaler_state = helper_scaler_state or helper.scaler_state
+        writers += [(flow.scaler_name(call), wrote)] if wrote else []
+        findings += [Finding(rule.code, m, call, None) for m in found]
+    if saves_scaler or helper_scaler_state or not writers:
+        return findings
+    for call, receiver in flow.loads:
+        if receiver in flow.scalers and flow.scaler_near(call):
+            written = next((w for s, w in writers if s == receiver), writers[0][1])
+            message = (
+                f"`{receiver}.load_state_dict(...)` restores the GradScaler's state, but the "
+                f"checkpoint written at {written} does not hold it: the resume fails on the "
+                f'missing key; add `"scaler": {receiver}.state_dict()` to what is saved'
             )
             findings.append(Finding(rule.code, message, call, None))
     return findings
+
+
+def _helper_finding(
+    flow: Flow, call: ast.Call, helper: Helper, saves_scaler: bool, loads_scaler: bool
+) -> tuple[list[str], str]:
+    """(messages for a call to a checkpoint helper, where it writes a checkpoint without the
+    scaler's state or '')."""
+    if helper.scaler_state or any(_mentions_scaler(flow, a) for a in (*call.args, *call.keywords)):
+        return [], ""
+    scaler = flow.scaler_name(call)
+    name = flow.text(call.func)
+    messages, wrote = [], ""
+    if helper.save_line and not helper.judged:
+        wrote = helper.at(helper.save_line)
+        if not saves_scaler:
+            messages.append(
+                f"`{name}(...)` saves model/optimizer state without the GradScaler's "
+                f"(`torch.save` at {wrote}): a resume restarts the loss scale at its "
+                f'initial value; pass `{scaler}` to `{name}` and save `"scaler": '
+                f"{scaler}.state_dict()` with the rest"
+            )
+    for argument in _passed(call, helper):
+        payload = argument
+        if isinstance(argument, ast.Name | ast.Attribute):
+            where = flow.where[id(call)][0]
+            payload = flow.dicts.get((where, flow.text(argument)), argument)
+        if not isinstance(payload, ast.Dict) or not _model_state(flow, payload):
+            continue
+        wrote = wrote or f"line {call.lineno}"
+        held = f"`{flow.text(argument)}`" if payload is not argument else "the dict"
+        if not saves_scaler:
+            messages.append(
+                f"{held} holds model/optimizer state but not the GradScaler's and `{name}` "
+                f"saves it (`torch.save` at {helper.at(helper.passes_line)}): a resume "
+                "restarts the loss scale at its initial value; add "
+                f'`"scaler": {scaler}.state_dict()` to it'
+            )
+    if helper.load and not helper.judged and not loads_scaler:
+        messages.append(
+            f"`{name}(...)` restores `{helper.load}` state but not the GradScaler's "
+            f"(`load_state_dict` at {helper.at(helper.load_line)}): the resumed run restarts "
+            f"the loss scale; pass `{scaler}` to `{name}` and restore "
+            f"`{scaler}.load_state_dict(...)` there too"
+        )
+    return messages, wrote
 
 
 def fp16_params_with_grad_scaler(flow: Flow, rule: Rule) -> list[Finding]:
@@ -804,7 +1078,7 @@ def check(
     mine = [r for r in rules if r.check in FLOW_CHECKS]
     if not mine:
         return []
-    flow = build_flow(tree, source, names)
+    flow = build_flow(tree, source, names, settings.checkpoint_helpers)
     findings: list[Finding] = []
     for rule in mine:
         findings += FLOW_CHECKS[rule.check](flow, rule)
