@@ -410,8 +410,7 @@ def test_amp208_follows_a_helper_into_a_sibling_module(tmp_path):
     """`from utils import save_checkpoint` next to the training script: judged when the tree is
     checked (the engine summarizes the imported siblings before it hands files to workers)."""
     from ampmigrate.engine import Settings
-    from ampmigrate.engine.migrate import migrate_source
-    from ampmigrate.scalerflow import summarize_helpers
+    from ampmigrate.engine import run as run_engine
 
     utils = "import torch\n\n\n" + HELPER_TRAIN.split("\n\n\n")[1] + "\n"
     train = (
@@ -419,15 +418,14 @@ def test_amp208_follows_a_helper_into_a_sibling_module(tmp_path):
     )
     (tmp_path / "utils.py").write_text(utils)
     (tmp_path / "train.py").write_text(train)
-    paths = [str(tmp_path / "train.py"), str(tmp_path / "utils.py")]
-    helpers = summarize_helpers([(paths[0], train.encode())], paths)
-    assert list(helpers) == [paths[1]]
-    settings = Settings(rules=tuple(all_rules().values()), checkpoint_helpers=helpers)
-    _, found, _ = migrate_source(train.encode(), settings, paths[0])
-    assert [(d.code, d.line) for d in found] == [("AMP208", 12)]
+    settings = Settings(rules=tuple(all_rules().values()))
+    tree = run_engine([tmp_path / "train.py", tmp_path / "utils.py"], settings, jobs=1)
+    found = [d for result in tree for d in result.diagnostics]
+    assert [(d.path, d.code, d.line) for d in found] == [(str(tmp_path / "train.py"), "AMP208", 12)]
+    assert "`save_checkpoint(...)`" in found[0].message
     assert "`torch.save` at utils.py:5" in found[0].message
-    alone = Settings(rules=tuple(all_rules().values()))
-    assert migrate_source(train.encode(), alone, paths[0])[1] == []
+    alone = run_engine([tmp_path / "train.py"], settings, jobs=1)
+    assert alone[0].diagnostics == []
 
 
 def test_amp209_fp16_model_cannot_be_unscaled():
