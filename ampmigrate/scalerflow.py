@@ -81,7 +81,8 @@ class Event:
         return any(mine.get(key, side) != side for key, side in other.branches)
 
     def conditions_in(self, depth: int) -> set[Branch]:
-        """The branches entered inside the first ``depth`` loops (so decided per iteration)."""
+        """The branches entered once ``depth`` loops were open: inside the innermost of them,
+        so decided afresh on each of its iterations (``depth`` 0: every branch)."""
         return {b for b, d in zip(self.branches, self.depths, strict=True) if d >= depth}
 
 
@@ -899,7 +900,9 @@ def _may_help(source: Source, statement: ast.stmt) -> bool:
     return "save" in text or "load_state_dict" in text
 
 
-def _sibling(flow: Flow, names: set[str], index: Mapping[str, Mapping[str, Helper]]) -> Helper:
+def _sibling(
+    flow: Flow, names: set[str], index: Mapping[str, Mapping[str, Helper]]
+) -> Helper | None:
     """The helper a call's callee names in a summarized module of the checked tree
     (``from utils import f``, ``from .utils import f``, ``import pkg.utils``)."""
     for qualified in sorted(names):
@@ -909,10 +912,7 @@ def _sibling(flow: Flow, names: set[str], index: Mapping[str, Mapping[str, Helpe
             helper = index.get(candidate, {}).get(function)
             if helper is not None:
                 return helper
-    return _NO_HELPER
-
-
-_NO_HELPER = Helper()
+    return None
 
 
 def _helper_calls(flow: Flow) -> Iterator[tuple[ast.Call, Helper]]:
@@ -925,14 +925,11 @@ def _helper_calls(flow: Flow) -> Iterator[tuple[ast.Call, Helper]]:
         if not flow.scaler_near(call):
             continue
         func = call.func
-        local = isinstance(func, ast.Name) and func.id in own
-        if local and all(b.scope.kind == "module" for b in names.bindings(func)):
-            yield call, own[func.id]  # type: ignore[union-attr]
-            continue
-        if index:
-            helper = _sibling(flow, names.qualified(func), index)
-            if helper is not _NO_HELPER:
-                yield call, helper
+        helper = own.get(func.id) if isinstance(func, ast.Name) else None
+        if helper is None or any(b.scope.kind != "module" for b in names.bindings(func)):
+            helper = _sibling(flow, names.qualified(func), index) if index else None
+        if helper is not None:
+            yield call, helper
 
 
 def _passed(call: ast.Call, helper: Helper) -> Iterator[ast.expr]:
