@@ -779,7 +779,8 @@ def helpers(flow: Flow, module: str = "") -> dict[str, Helper]:
         params = tuple(a.arg for a in (*function.args.posonlyargs, *function.args.args))
         saves = [s for s in flow.saves if flow.where[id(s[0])][0] == scope]
         loads = [(c, r) for c, r in flow.loads if flow.where[id(c)][0] == scope]
-        writes = [c for c, payload, _ in saves if _model_state(flow, payload)]
+        # A checkpoint is a dict of states; `torch.save(model.state_dict(), path)` exports weights.
+        writes = [c for c, p, _ in saves if isinstance(p, ast.Dict) and _model_state(flow, p)]
         passing = [
             (c, params.index(raw.id))
             for c, _, raw in saves
@@ -953,7 +954,8 @@ def checkpoint_without_scaler_state(flow: Flow, rule: Rule) -> list[Finding]:
         if not _model_state(flow, payload) or not flow.scaler_near(call):
             continue
         scaler = flow.scaler_name(call)
-        writers.append((scaler, f"line {call.lineno}"))
+        if isinstance(payload, ast.Dict):
+            writers.append((scaler, f"line {call.lineno}"))
         if saves_scaler:
             continue
         named = f" `{flow.text(raw)}`" if isinstance(raw, ast.Name | ast.Attribute) else ""
