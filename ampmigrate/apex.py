@@ -23,8 +23,8 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
 from ampmigrate.catalog import Rule
+from ampmigrate.cstnames import qualified_names
 from ampmigrate.findings import Finding, Fix
-from ampmigrate.renames import qualified_names
 from ampmigrate.replace import Build, ReplaceNodes
 
 APEX = "apex.amp"
