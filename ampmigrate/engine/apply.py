@@ -2,8 +2,9 @@
 
 Text edits come from ``ast`` positions and are applied to the decoded text; a fix whose edits
 overlap one already taken waits for the next pass (the caller re-analyses and comes back).
-libcst is used only where imports are added or dropped (its codemod visitors know where an
-import goes and whether a name is still used) and for the apex planner's node replacements.
+Imports are added and dropped by ``imports`` where it can do exactly what libcst's codemod
+visitors do (the common cases); libcst runs only for the other cases (they know where an import
+goes and whether a name is still used) and for the apex planner's node replacements.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ampmigrate.engine import imports
 from ampmigrate.findings import Edit, Fix
 
 
@@ -67,6 +69,11 @@ def apply(
     additions = {name for fix in fixes for name in fix.add_imports}
     if not builds and not removals and not additions:
         return text
+    if not builds:
+        fast = imports.remove_unused(text, sorted(removals, key=repr))
+        fast = imports.add_needed(fast, additions) if fast is not None else None
+        if fast is not None:
+            return fast
     # libcst (and its codemod package, ~0.5 s to import) only for runs that need it.
     import libcst as cst
     from libcst.codemod import CodemodContext
