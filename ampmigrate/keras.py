@@ -289,27 +289,9 @@ def _call(source: Source, node: ast.Call, cache: dict[int, _Call]) -> _Call:
 # -- the walk shared by every check -------------------------------------------------------------
 
 
-def _children(node: ast.AST) -> list[ast.AST]:
-    """Child nodes in the order they are written (libcst visited in source order)."""
-    kind = type(node)
-    if kind in _FUNCTIONS:
-        out = [*node.decorator_list, node.args]
-        return [*out, node.returns, *node.body] if node.returns else [*out, *node.body]
-    if kind is ast.ClassDef:
-        return [*node.decorator_list, *node.bases, *node.keywords, *node.body]
-    if kind is ast.IfExp:
-        return [node.body, node.test, node.orelse]
-    if kind is ast.Dict:
-        return [c for pair in zip(node.keys, node.values, strict=True) for c in pair if c]
-    if kind is ast.Call:
-        args = sorted([*node.args, *node.keywords], key=lambda a: (a.lineno, a.col_offset))
-        return [node.func, *args]
-    return list(ast.iter_child_nodes(node))
-
-
 class _Check:
-    """One rule's logic: ``enter_<Type>``/``leave_<Type>`` methods see nodes in source order,
-    ``finish`` runs after the walk."""
+    """One rule's logic: ``enter_<Type>`` methods see the nodes of that type in the order libcst
+    visited them (source order, a node before the nodes inside it), ``finish`` runs after."""
 
     def __init__(self, ctx: _Context) -> None:
         self.ctx = ctx
@@ -357,29 +339,28 @@ class _Context:
         start, end = self.own_span(node)
         return self.source.text[start:end]
 
+    def function(self, node: ast.AST) -> ast.AST | None:
+        """The innermost def around ``node`` (its decorators and defaults included)."""
+        return next((a for a in self.names.ancestors(node) if isinstance(a, _FUNCTIONS)), None)
 
-def _walk(tree: ast.Module, checks: Sequence[_Check]) -> None:
+
+def _walk(tree: ast.Module, names: Names, checks: Sequence[_Check]) -> None:
+    """Call each check's ``enter_<Type>`` on the nodes of the types it handles.
+
+    The checks that remember what they saw (imported aliases, a scaled loss before a clip) need
+    libcst's order; sorting the few nodes they handle by start, the enclosing node first, gives
+    it without a walk of our own.
+    """
     enter: dict[type, list[Callable]] = {}
-    leave: dict[type, list[Callable]] = {}
     for check in checks:
         for attr in dir(check):
-            kind, _, name = attr.partition("_")
-            if kind in ("enter", "leave") and name and hasattr(ast, name):
-                table = enter if kind == "enter" else leave
-                table.setdefault(getattr(ast, name), []).append(getattr(check, attr))
-    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
-    while stack:
-        node, leaving = stack.pop()
-        kind = type(node)
-        if leaving:
-            for handler in leave[kind]:
-                handler(node)
-            continue
-        for handler in enter.get(kind, ()):
+            if attr.startswith("enter_"):
+                enter.setdefault(getattr(ast, attr[6:]), []).append(getattr(check, attr))
+    nodes = [n for n in ast.walk(tree) if type(n) in enter]
+    nodes.sort(key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset))
+    for node in nodes:
+        for handler in enter[type(node)]:
             handler(node)
-        if kind in leave:
-            stack.append((node, True))
-        stack.extend((child, False) for child in reversed(_children(node)))
 
 
 class _CheapNames(_Check):
@@ -774,20 +755,7 @@ class Keras3Optimizer(_CheapNames):
         self._receivers: set[str] = set()
         # (node, member name, receiver, enclosing function)
         self._pending: list[tuple[ast.expr, str, ast.expr, ast.AST | None]] = []
-        self._functions: list[ast.AST] = []
         self._processing: set[int] = set()  # functions that clip or reduce gradients
-
-    def enter_FunctionDef(self, node: ast.AST) -> None:
-        self._functions.append(node)
-
-    def leave_FunctionDef(self, node: ast.AST) -> None:
-        self._functions.pop()
-
-    enter_AsyncFunctionDef = enter_FunctionDef
-    leave_AsyncFunctionDef = leave_FunctionDef
-
-    def _function(self) -> ast.AST | None:
-        return self._functions[-1] if self._functions else None
 
     def _is_lso(self, node: ast.expr) -> bool:
         return self.wanted(node) and bool(self.names.qualified(node) & LOSS_SCALE_OPTIMIZERS)
@@ -802,13 +770,13 @@ class Keras3Optimizer(_CheapNames):
         if self._is_lso(node.func):
             self._constructor(node)
         elif isinstance(node.func, ast.Attribute):
-            self._pending.append((node, node.func.attr, node.func.value, self._function()))
+            self._pending.append((node, node.func.attr, node.func.value, self.ctx.function(node)))
         if self.wanted(node.func) and self.names.qualified(node.func) & GRADIENT_PROCESSING:
-            self._processing.add(id(self._function()))
+            self._processing.add(id(self.ctx.function(node)))
 
     def enter_Attribute(self, node: ast.Attribute) -> None:
         if self.active and node.attr in ("loss_scale", "dynamic_counter", "dynamic"):
-            self._pending.append((node, node.attr, node.value, self._function()))
+            self._pending.append((node, node.attr, node.value, self.ctx.function(node)))
 
     def finish(self) -> None:
         if not self.active:
@@ -929,16 +897,16 @@ class AutoMixedPrecisionVariable(_Check):
     def __init__(self, ctx: _Context, rule: Rule) -> None:
         super().__init__(ctx)
         self.rule = rule
-        self._parts: set[int] = set()  # the literal pieces of f-strings
 
     def enter_JoinedStr(self, node: ast.JoinedStr) -> None:
-        self._parts.update(id(v) for v in node.values)
         if _ENV_NAME in self.source.segment(node):
             self._tokens(node)  # plain strings concatenated with an f-string
 
     def enter_Constant(self, node: ast.Constant) -> None:
-        if id(node) in self._parts or not isinstance(node.value, str):
+        if not isinstance(node.value, str) or _ENV_NAME not in node.value:
             return
+        if isinstance(self.names.parent(node), ast.JoinedStr):
+            return  # a literal piece of an f-string
         if _ENV_NAME not in node.value:
             return
         if _single_string(self.source, node):
@@ -983,26 +951,17 @@ class ScaledGradients(_CheapNames):
         super().__init__(ctx)
         self.rule = rule
         self.keras = ctx.target_keras
-        self._state: list[str] = [""]  # per function: "", "scaled" or "unscaled"
-
-    def enter_FunctionDef(self, node: ast.AST) -> None:
-        self._state.append("")
-
-    def leave_FunctionDef(self, node: ast.AST) -> None:
-        self._state.pop()
-
-    enter_AsyncFunctionDef = enter_FunctionDef
-    leave_AsyncFunctionDef = leave_FunctionDef
+        self._state: dict[int, str] = {}  # per function: "scaled" or "unscaled"
 
     def enter_Call(self, node: ast.Call) -> None:
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else ""
         if name in ("get_scaled_loss", "scale_loss"):
-            self._state[-1] = "scaled"
+            self._state[id(self.ctx.function(node))] = "scaled"
         elif name == "get_unscaled_gradients":
-            self._state[-1] = "unscaled"
+            self._state[id(self.ctx.function(node))] = "unscaled"
         elif (
-            self._state[-1] == "scaled"
+            self._state.get(id(self.ctx.function(node))) == "scaled"
             and self.wanted(func)
             and self.names.qualified(func) & GRADIENT_PROCESSING
         ):
@@ -1190,7 +1149,7 @@ def check(
     ctx = _Context(source, names, settings.target_keras, {})
     checks: list[_Check] = [_Paths(ctx, paths)] if paths else []
     checks += [KERAS_CHECKS[r.check](ctx, r) for r in mine]
-    _walk(tree, checks)
+    _walk(tree, names, checks)
     findings: list[Finding] = []
     for c in checks:
         c.finish()
