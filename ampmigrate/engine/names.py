@@ -104,6 +104,7 @@ class Binding:
     alias: ast.alias | None = None
     order: tuple[int, int] = _START  # from where on the name is bound (see the module docstring)
     builtin: bool = False
+    hidden: tuple[tuple[int, int], tuple[int, int]] | None = None  # not bound in [start, end)
 
     @property
     def is_import(self) -> bool:
@@ -293,7 +294,7 @@ class Names:
         before it (if there are none, the enclosing scope's)."""
         found = scope.resolve(name)
         where = (node.lineno, node.col_offset)
-        seen = [b for b in found if b.scope is not scope or b.order <= where]
+        seen = [b for b in found if b.scope is not scope or _before(b, where)]
         if not seen and found and scope.parent is not None:
             seen = scope.parent.resolve(name, scope)
         return seen
@@ -302,7 +303,10 @@ class Names:
 
     def _bind(self, scope: Scope, name: str, node: ast.AST, order, alias=None) -> None:
         target = scope.target(name)
-        binding = Binding(name, node, target, alias, order)
+        hidden = None
+        if len(order) == 4:  # a later comprehension target: unbound in its own generator
+            order, hidden = _START, (order[:2], order[2:])
+        binding = Binding(name, node, target, alias, order, hidden=hidden)
         target.bindings.setdefault(name, []).append(binding)
         if alias is not None:
             self._imports.append(binding)
@@ -427,10 +431,15 @@ class Names:
         """The first iterable is evaluated outside; the targets bind inside, before the rest."""
         inner = Scope(node, scope, "comprehension", _join(scope.prefix, "<comprehension>"))
         children: list = []
+        last = node.generators[-1]
+        tail = last.ifs[-1] if last.ifs else last.iter  # (comprehension nodes have no position)
+        end = (tail.end_lineno, tail.end_col_offset)
         for i, gen in enumerate(node.generators):
             self._parents[gen] = node
             self._scopes[gen] = inner
-            children.append((gen.target, gen, inner, _START))
+            # libcst counted a later generator's targets as bound once all of it was read
+            order = _START if i == 0 else (gen.target.lineno, gen.target.col_offset, *end)
+            children.append((gen.target, gen, inner, order))
             children.append((gen.iter, gen, scope if i == 0 else inner, None))
             children += [(c, gen, inner, None) for c in gen.ifs]
         if isinstance(node, ast.DictComp):
@@ -438,6 +447,12 @@ class Names:
         else:
             children.append((node.elt, node, inner, None))
         return children
+
+
+def _before(binding: Binding, where: tuple[int, int]) -> bool:
+    if binding.hidden is not None:
+        return not binding.hidden[0] <= where < binding.hidden[1]
+    return binding.order <= where
 
 
 def _join(*parts: str) -> str:
