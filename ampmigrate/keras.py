@@ -87,21 +87,28 @@ def _is_const(node: ast.expr | None, value: bool) -> bool:
 # -- source text of calls and strings ----------------------------------------------------------
 
 
-def _string_tokens(text: str) -> list[tokenize.TokenInfo] | None:
-    """The tokens of an expression's text, or None when it does not tokenize on its own."""
+def _string_tokens(text: str) -> list[tuple[int, str, int, int, int, int]] | None:
+    """The tokens of an expression's text as (type, string, row, col, end row, end col), rows
+    from 1 and columns as in ``text``; None when it does not tokenize. The text is tokenized
+    in parentheses, so that its later lines are no indentation."""
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+        tokens = list(tokenize.generate_tokens(io.StringIO(f"({text})").readline))
     except (tokenize.TokenError, SyntaxError):
         return None
     skip = (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER, tokenize.COMMENT)
-    return [t for t in tokens if t.type not in skip]
+    inside = [t for t in tokens if t.type not in skip][1:-1]  # without our parentheses
+    return [
+        (t.type, t.string, t.start[0], t.start[1] - (t.start[0] == 1),
+         t.end[0], t.end[1] - (t.end[0] == 1))
+        for t in inside
+    ]  # fmt: skip
 
 
 def _single_string(source: Source, node: ast.Constant) -> tuple[str, str] | None:
     """(prefix, quote) when ``node`` is one string literal, not an implicit concatenation."""
     text = source.segment(node)
     tokens = _string_tokens(text)
-    if not tokens or len(tokens) != 1 or tokens[0].type != tokenize.STRING:
+    if not tokens or len(tokens) != 1 or tokens[0][0] != tokenize.STRING:
         return None
     match = re.match(r"([A-Za-z]*)('''|\"\"\"|'|\")", text)
     return (match.group(1), match.group(2)) if match else None
@@ -254,7 +261,8 @@ def _join(original: Sequence[_Arg], new: Sequence[_Arg], fresh: set[int]) -> str
             comma = sep
         else:
             comma = arg.comma
-        out.append(arg.text + (comma or "") + arg.space_after)  # libcst printed it so
+        # libcst wrote a last argument's space before ")" after whatever comma it gets now
+        out.append(arg.text + (comma or "") + arg.space_after)
     return "".join(out)
 
 
@@ -277,13 +285,6 @@ def _inner_with_keywords(source: Source, inner: _Arg, extra: Sequence[tuple[str,
     start, end = call.region()
     text = source.text
     return text[inner.start : start] + _keywords_text(call, extra) + text[end : inner.end]
-
-
-def _call(source: Source, node: ast.Call, cache: dict[int, _Call]) -> _Call:
-    found = cache.get(id(node))
-    if found is None:
-        found = cache[id(node)] = _Call(source, node)
-    return found
 
 
 # -- the walk shared by every check -------------------------------------------------------------
@@ -311,7 +312,10 @@ class _Context:
     calls: dict[int, _Call]
 
     def call(self, node: ast.Call) -> _Call:
-        return _call(self.source, node, self.calls)
+        found = self.calls.get(id(node))
+        if found is None:
+            found = self.calls[id(node)] = _Call(self.source, node)
+        return found
 
     def own_span(self, node: ast.AST) -> tuple[int, int]:
         """``node``'s span with the parentheses around it that are its own: libcst kept them on
@@ -918,12 +922,10 @@ class AutoMixedPrecisionVariable(_Check):
         """Each plain string literal of an implicit concatenation on its own."""
         text = self.source.segment(node)
         line0, col0 = node.lineno, self.source.char_col(node.lineno, node.col_offset)
-        for token in _string_tokens(text) or ():
-            if token.type != tokenize.STRING or not re.match(r"[rRuU]?['\"]", token.string):
+        for kind, string, row, col, end_row, end_col in _string_tokens(text) or ():
+            if kind != tokenize.STRING or not re.match(r"[rRuU]?['\"]", string):
                 continue
-            value = ast.literal_eval(token.string)
-            if _ENV_NAME in value:
-                (row, col), (end_row, end_col) = token.start, token.end
+            if _ENV_NAME in ast.literal_eval(string):
                 self._report(
                     Span(
                         line0 + row - 1,
