@@ -143,17 +143,20 @@ class CallText:
 
 
 def _separator(text: str, open_: int, args: Sequence[Arg]) -> str:
-    """The call's own separator: the one between its first two arguments, or (one argument on a
-    line of its own) a comma, a newline and that argument's indentation."""
+    """The call's own separator: the one between its first two arguments, or (arguments on lines
+    of their own, comments or not) a comma, a newline and the indentation of the first argument."""
+    if not args:
+        return ", "
+    gap = text[open_ : args[0].start]
     if len(args) > 1:
-        between = text[args[0].end : args[1].start]
-        if between.strip() == "," and "\\" not in between:
-            return between
-    if args:
-        lead = text[open_ : args[0].start]
-        if "\n" in lead and not lead.strip():
-            i = lead.rindex("\n")
-            return ("\r\n" if lead[i - 1 : i] == "\r" else "\n").join([",", lead[i + 1 :]])
+        gap = text[args[0].end : args[1].start]
+        if gap.strip() == "," and "\\" not in gap:
+            return gap
+    if "\n" in gap:
+        i = gap.rindex("\n")
+        indent = gap[i + 1 :]
+        if not indent.strip():
+            return ("\r\n" if gap[i - 1 : i] == "\r" else "\n").join([",", indent])
     return ", "
 
 
@@ -172,8 +175,7 @@ def _pure(node: ast.AST) -> bool:
 class _Plan:
     """Text edits to one call's arguments; insertions at one place are joined in order."""
 
-    def __init__(self, source: Source, call: CallText) -> None:
-        self.source = source
+    def __init__(self, call: CallText) -> None:
         self.call = call
         self.inserts: dict[int, list[str]] = {}
         self.replaces: dict[int, tuple[int, str]] = {}
@@ -375,10 +377,10 @@ class _Renames:
         try:
             call = CallText.read(self.source, node)
             torch_name, _ = self._binding(node, "torch")
-            exact = self._map_args(sym, _Plan(self.source, call), call.args, torch_name)
+            exact = self._map_args(sym, _Plan(call), call.args, torch_name)
 
             def edits(torch_name: str) -> list[Edit]:
-                plan = _Plan(self.source, call)
+                plan = _Plan(call)
                 self._map_args(sym, plan, call.args, torch_name)
                 start, end = self.source.span(node.func)
                 return [Edit(start, end, self._new_expr(sym.new, torch_name)), *plan.edits()]
@@ -405,7 +407,7 @@ class _Renames:
             return
         try:
             call = CallText.read(self.source, node)
-            plan = _Plan(self.source, call)
+            plan = _Plan(call)
             # Only string literals are inserted: no import is needed, none is touched.
             self._map_args(sym, plan, call.args, "torch")
         except NoFix:
@@ -423,10 +425,10 @@ class _Renames:
         try:
             call = CallText.read(self.source, node)
             torch_name, _ = self._binding(node, "torch")
-            self._map_args(sym, _Plan(self.source, call), call.args[1:], torch_name)
+            self._map_args(sym, _Plan(call), call.args[1:], torch_name)
 
             def edits(torch_name: str) -> list[Edit]:
-                plan = _Plan(self.source, call)
+                plan = _Plan(call)
                 self._map_args(sym, plan, call.args[1:], torch_name)
                 start, end = self.source.span(ref)
                 return [Edit(start, end, self._new_expr(sym.new, torch_name)), *plan.edits()]
