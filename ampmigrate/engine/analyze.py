@@ -85,9 +85,21 @@ class Analysis:
         return findings
 
     def _uses_apex(self, names: Names) -> bool:
-        """Some call's callee resolves to ``apex.amp.*`` (what the planner starts from)."""
+        """Some call's callee resolves to ``apex.amp.*`` (what the planner starts from). Only
+        calls rooted at a name an ``apex`` import binds are resolved."""
+        roots = set()
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                roots.update(
+                    a.asname or a.name.partition(".")[0] for a in node.names if _apex(a.name)
+                )
+            elif isinstance(node, ast.ImportFrom) and _apex(node.module or ""):
+                roots.update(a.asname or a.name for a in node.names)
+        if not roots:
+            return False
         return any(
             isinstance(node, ast.Call)
+            and _root(node.func) in roots
             and any(q.startswith(APEX) for q in names.qualified(node.func))
             for node in ast.walk(self.tree)
         )
@@ -156,6 +168,16 @@ class Analysis:
             out.append((finding, diagnostic))
         out.sort(key=lambda pair: pair[1].sort_key)
         return out
+
+
+def _apex(module: str) -> bool:
+    return module == "apex" or module.startswith("apex.")
+
+
+def _root(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _legacy_visitors(legacy: dict[str, list[Rule]], source: Source, settings: Settings) -> list:
