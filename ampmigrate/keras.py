@@ -360,7 +360,11 @@ def _walk(tree: ast.Module, names: Names, checks: Sequence[_Check]) -> None:
         for attr in dir(check):
             if attr.startswith("enter_"):
                 enter.setdefault(getattr(ast, attr[6:]), []).append(getattr(check, attr))
-    nodes = [n for n in ast.walk(tree) if type(n) in enter]
+    nodes = [
+        n
+        for n in (names.nodes() if hasattr(names, "nodes") else ast.walk(tree))
+        if type(n) in enter
+    ]
     nodes.sort(key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset))
     for node in nodes:
         for handler in enter[type(node)]:
@@ -757,8 +761,8 @@ class Keras3Optimizer(_CheapNames):
         self.rule = rule
         self.active = ctx.target_keras == 3
         self._receivers: set[str] = set()
-        # (node, member name, receiver, enclosing function)
-        self._pending: list[tuple[ast.expr, str, ast.expr, ast.AST | None]] = []
+        # (node, member name, receiver)
+        self._pending: list[tuple[ast.expr, str, ast.expr]] = []
         self._processing: set[int] = set()  # functions that clip or reduce gradients
 
     def _is_lso(self, node: ast.expr) -> bool:
@@ -774,24 +778,24 @@ class Keras3Optimizer(_CheapNames):
         if self._is_lso(node.func):
             self._constructor(node)
         elif isinstance(node.func, ast.Attribute):
-            self._pending.append((node, node.func.attr, node.func.value, self.ctx.function(node)))
+            self._pending.append((node, node.func.attr, node.func.value))
         if self.wanted(node.func) and self.names.qualified(node.func) & GRADIENT_PROCESSING:
             self._processing.add(id(self.ctx.function(node)))
 
     def enter_Attribute(self, node: ast.Attribute) -> None:
         if self.active and node.attr in ("loss_scale", "dynamic_counter", "dynamic"):
-            self._pending.append((node, node.attr, node.value, self.ctx.function(node)))
+            self._pending.append((node, node.attr, node.value))
 
     def finish(self) -> None:
-        if not self.active:
+        if not self.active or not self._receivers:
             return
         calls = {id(n.func) for n, *_ in self._pending if isinstance(n, ast.Call)}
-        for node, name, receiver, function in self._pending:
+        for node, name, receiver in self._pending:
             if self.ctx.own_text(receiver) not in self._receivers:
                 continue
             if isinstance(node, ast.Attribute) and id(node) in calls:
                 continue  # the method call itself is judged
-            self._member(node, name, id(function) in self._processing)
+            self._member(node, name, id(self.ctx.function(node)) in self._processing)
 
     def _attr_edit(self, node: ast.Attribute, new: str) -> Edit:
         end = self.source.span(node)[1]
