@@ -26,6 +26,7 @@ from ampmigrate.checks import AUTOCAST
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.source import Source
 from ampmigrate.findings import Edit, Finding, Fix
+from ampmigrate.renames import disabled_by_keyword
 
 if TYPE_CHECKING:
     from ampmigrate.engine import Settings
@@ -192,14 +193,6 @@ def _args(call: ast.Call) -> list[_Arg]:
     args += [(k, _Arg(k.arg, k.value, "" if k.arg else "**")) for k in call.keywords]
     args.sort(key=lambda pair: (pair[0].lineno, pair[0].col_offset))
     return [a for _, a in args]
-
-
-def _disabled(args: Sequence[_Arg]) -> bool:
-    """The call passes ``enabled=False`` literally."""
-    return any(
-        a.keyword == "enabled" and isinstance(a.value, ast.Constant) and a.value.value is False
-        for a in args
-    )
 
 
 class _Collector:
@@ -400,7 +393,7 @@ class _Collector:
         args = _args(node)
         names = self._names(node.func)
         if names & GRAD_SCALER:
-            enabled = not _disabled(args)
+            enabled = not disabled_by_keyword(node.keywords)
             self.flow.constructions.append((node, enabled))
             self.flow.scalers.update(self._assigned)
             for target in self._assigned if enabled else ():
