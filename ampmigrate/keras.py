@@ -348,6 +348,11 @@ class _Context:
         return next((a for a in self.names.ancestors(node) if isinstance(a, _FUNCTIONS)), None)
 
 
+def _order(node: ast.AST) -> tuple[int, int, int, int]:
+    """libcst's visiting order: by start, a node before the nodes inside it."""
+    return (node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset)
+
+
 def _walk(tree: ast.Module, names: Names, checks: Sequence[_Check]) -> None:
     """Call each check's ``enter_<Type>`` on the nodes of the types it handles.
 
@@ -365,7 +370,7 @@ def _walk(tree: ast.Module, names: Names, checks: Sequence[_Check]) -> None:
         for n in (names.nodes() if hasattr(names, "nodes") else ast.walk(tree))
         if type(n) in enter
     ]
-    nodes.sort(key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset))
+    nodes.sort(key=_order)
     for node in nodes:
         for handler in enter[type(node)]:
             handler(node)
@@ -957,32 +962,44 @@ class ScaledGradients(_CheapNames):
         super().__init__(ctx)
         self.rule = rule
         self.keras = ctx.target_keras
-        self._state: dict[int, str] = {}  # per function: "scaled" or "unscaled"
+        self._calls: list[tuple[ast.Call, str]] = []  # scaling, unscaling, maybe processing
 
     def enter_Call(self, node: ast.Call) -> None:
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else ""
-        if name in ("get_scaled_loss", "scale_loss"):
-            self._state[id(self.ctx.function(node))] = "scaled"
-        elif name == "get_unscaled_gradients":
-            self._state[id(self.ctx.function(node))] = "unscaled"
-        elif (
-            self._state.get(id(self.ctx.function(node))) == "scaled"
-            and self.wanted(func)
-            and self.names.qualified(func) & GRADIENT_PROCESSING
-        ):
-            where = (
-                "move the clipping onto the inner optimizer (`global_clipnorm=` / `clipnorm=` / "
-                "`clipvalue=`), which sees unscaled gradients, or divide by `opt.dynamic_scale` "
-                "first"
-                if self.keras == 3
-                else "do it after `opt.get_unscaled_gradients(grads)`"
-            )
-            message = (
-                "gradients of a scaled loss are clipped or reduced while still multiplied by the "
-                "loss scale (measured on Keras 3: training stalls); " + where
-            )
-            self.findings.append(Finding(self.rule.code, message, node, None))
+        if name in ("get_scaled_loss", "scale_loss", "get_unscaled_gradients"):
+            self._calls.append((node, name))
+        elif self.wanted(func):  # by the aliases imported so far, as libcst's visitor saw them
+            self._calls.append((node, ""))
+
+    def finish(self) -> None:
+        """The calls of each def in the order they are written, the loss scaled or not."""
+        state: dict[int, str] = {}  # per def: "scaled" or "unscaled"
+        self._calls.sort(key=lambda c: _order(c[0]))
+        for node, name in self._calls:
+            function = id(self.ctx.function(node))
+            if name == "get_unscaled_gradients":
+                state[function] = "unscaled"
+            elif name:
+                state[function] = "scaled"
+            elif state.get(function) == "scaled" and (
+                self.names.qualified(node.func) & GRADIENT_PROCESSING
+            ):
+                self._report(node)
+
+    def _report(self, node: ast.Call) -> None:
+        where = (
+            "move the clipping onto the inner optimizer (`global_clipnorm=` / `clipnorm=` / "
+            "`clipvalue=`), which sees unscaled gradients, or divide by `opt.dynamic_scale` "
+            "first"
+            if self.keras == 3
+            else "do it after `opt.get_unscaled_gradients(grads)`"
+        )
+        message = (
+            "gradients of a scaled loss are clipped or reduced while still multiplied by the "
+            "loss scale (measured on Keras 3: training stalls); " + where
+        )
+        self.findings.append(Finding(self.rule.code, message, node, None))
 
 
 _POLICY_SETTERS = frozenset(
@@ -1109,10 +1126,14 @@ class LegacyOptimizer(_Check):
         if module and module.endswith("optimizers.legacy") and node.names[0].name != "*":
             self._imported |= {a.asname or a.name for a in node.names}
 
-    # Only names that can be a legacy optimizer are resolved (resolving every name is slow).
+    # Only names that can be a legacy optimizer are resolved (resolving every name is slow):
+    # a dotted name with `.legacy.` inside, or one whose root was imported from a legacy module.
     def enter_Attribute(self, node: ast.Attribute) -> None:
-        text = dotted(node) or ""
-        if ".legacy." in text or text.split(".", 1)[0] in self._imported:
+        inner, legacy = node.value, False
+        while isinstance(inner, ast.Attribute):
+            legacy = legacy or inner.attr == "legacy"
+            inner = inner.value
+        if isinstance(inner, ast.Name) and (legacy or inner.id in self._imported):
             self._check(node)
 
     def enter_Name(self, node: ast.Name) -> None:
