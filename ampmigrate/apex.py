@@ -572,6 +572,6 @@ class ApexO1(cst.CSTVisitor):
             "`amp.initialize`, an autocast region around the forward pass and loss, "
             "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`" + notes
         )
-        fix = Fix("unsafe", node, rewrite, add_imports=frozenset({"torch"}))
+        fix = Fix("unsafe", cst_target=node, cst_build=rewrite, add_imports=frozenset({"torch"}))
         self.findings.append(Finding(self.rule.code, message, found.anchor, fix))
         return False

@@ -45,7 +45,7 @@ class Span:
     end_col: int
 
 
-@dataclass(init=False)
+@dataclass
 class Fix:
     """What applying a finding's fix means.
 
@@ -63,31 +63,6 @@ class Fix:
     min_torch: tuple[int, ...] = ()  # the oldest torch the rewritten code runs on
     cst_target: Any = None
     cst_build: Callable[[Any], Any] | None = None
-
-    def __init__(  # TEMPORARY legacy form, removed when every family is on ast
-        self,
-        safety: Safety,
-        edits: tuple[Edit, ...] = (),
-        *legacy: Any,
-        add_imports: frozenset[str] = frozenset(),
-        remove_imports: tuple[ImportEdit, ...] = (),
-        min_torch: tuple[int, ...] = (),
-        cst_target: Any = None,
-        cst_build: Callable[[Any], Any] | None = None,
-        target: Any = None,
-        build: Any = None,
-    ) -> None:
-        if not isinstance(edits, tuple):  # a family still on libcst: Fix(safety, node, build)
-            edits, cst_target, cst_build = (), edits, legacy[0]
-        if target is not None:  # ... or Fix(safety, target=node, build=build)
-            cst_target, cst_build = target, build
-        self.safety = safety
-        self.edits = edits
-        self.add_imports = add_imports
-        self.remove_imports = remove_imports
-        self.min_torch = min_torch
-        self.cst_target = cst_target
-        self.cst_build = cst_build
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Analysis: one ``ast`` parse, the rule families, findings in their reported form.
 
 Each rule runs only where the file spells its trigger names (a file that passed the prefilter
-for one rule is not walked by the others). The families run on the stdlib ``ast`` with one
-shared ``Names``; AMP303 (apex O1) alone is planned on libcst, and only for files where the
+for one rule is not walked by the others). The families (``renames``, ``checks``, ``scalerflow``,
+``keras``: each a ``check(tree, source, names, rules, settings)``) run on the stdlib ``ast`` with
+one shared ``Names``; AMP303 (apex O1) alone is planned on libcst, and only for files where the
 ``ast`` tier sees ``apex.amp`` called through the imports: libcst is imported for those only.
 """
 
@@ -68,20 +69,13 @@ class Analysis:
         for rule in rules:
             groups.setdefault(family(rule), []).append(rule)
         findings: list[Finding] = []
-        legacy: dict[str, list[Rule]] = {}
         for name, group in groups.items():
-            if name == "apex":
-                continue
-            module = importlib.import_module(f"ampmigrate.{name}")
-            if hasattr(module, "check"):
+            if name != "apex":
+                module = importlib.import_module(f"ampmigrate.{name}")
                 findings += module.check(self.tree, self.source, names, group, settings)
-            else:
-                legacy[name] = group
         apex = groups.get("apex", [])
-        if apex and not self._uses_apex(names):
-            apex = []
-        if legacy or apex:
-            findings += self._libcst(legacy, apex, settings)
+        if apex and self._uses_apex(names):
+            findings += self._apex(apex, settings)
         return findings
 
     def _uses_apex(self, names: Names) -> bool:
@@ -104,11 +98,9 @@ class Analysis:
             for node in ast.walk(self.tree)
         )
 
-    def _libcst(
-        self, legacy: dict[str, list[Rule]], apex: list[Rule], settings: Settings
-    ) -> list[Finding]:
-        """The apex planner (and, TEMPORARILY, families not yet ported to ``ast``) on libcst;
-        their nodes are turned into ``Span``s here."""
+    def _apex(self, rules: list[Rule], settings: Settings) -> list[Finding]:
+        """The apex O1 planner (libcst, imported here only): the one place the engine calls it.
+        Its nodes become ``Span``s; its fixes keep libcst nodes of ``self.cst_module``."""
         import libcst as cst
         from libcst.metadata import MetadataWrapper, PositionProvider
 
@@ -116,18 +108,11 @@ class Analysis:
 
         self.cst_module = cst.parse_module(self.source.text)
         wrapper = MetadataWrapper(self.cst_module, unsafe_skip_copy=True)
-        visitors: list = [ApexO1(rule, settings.target_keras) for rule in apex]
-        visitors += _legacy_visitors(legacy, self.source, settings)
         found: list[Finding] = []
-        for visitor in visitors:
+        for rule in rules:
+            visitor = ApexO1(rule, settings.target_keras)
             wrapper.visit(visitor)
             found += visitor.findings
-        if "scalerflow" in legacy:
-            from ampmigrate.scalerflow import FLOW_CHECKS, build_flow
-
-            flow = build_flow(wrapper)
-            for rule in legacy["scalerflow"]:
-                found += FLOW_CHECKS[rule.check](flow, rule)
         positions = wrapper.resolve(PositionProvider)
         for finding in found:
             where = positions[finding.node]
@@ -178,29 +163,3 @@ def _root(node: ast.expr) -> str | None:
     while isinstance(node, ast.Attribute):
         node = node.value
     return node.id if isinstance(node, ast.Name) else None
-
-
-def _legacy_visitors(legacy: dict[str, list[Rule]], source: Source, settings: Settings) -> list:
-    """TEMPORARY bridge to the libcst visitors of the families not yet ported."""
-    visitors: list = []
-    if "renames" in legacy:
-        from ampmigrate.renames import RenameVisitor
-
-        symbols = [s for r in legacy["renames"] for s in r.symbols]
-        visitors.append(RenameVisitor(symbols, source.encode()))
-    if "keras" in legacy:
-        from ampmigrate.keras import KERAS_CHECKS, PathVisitor
-
-        paths = [p for r in legacy["keras"] for p in r.paths]
-        if paths:
-            visitors.append(PathVisitor(paths, settings.target_keras))
-        visitors += [
-            KERAS_CHECKS[r.check](r, settings.target_keras)
-            for r in legacy["keras"]
-            if r.check in KERAS_CHECKS
-        ]
-    if "checks" in legacy:
-        from ampmigrate.checks import CHECKS
-
-        visitors += [CHECKS[r.check](r, settings.target_keras) for r in legacy["checks"]]
-    return visitors
