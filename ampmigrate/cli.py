@@ -7,7 +7,6 @@ changes to show, 2 an error (a file that cannot be read or parsed, a bad option)
 from __future__ import annotations
 
 import collections
-import difflib
 import io
 import sys
 import threading
@@ -253,6 +252,8 @@ def _diff(result: FileResult) -> str:
         ]
     out = []
     for label, old, new in units:
+        import difflib  # only for --diff: it costs start-up time on every run
+
         lines = difflib.unified_diff(
             old.splitlines(), new.splitlines(), f"a/{label}", f"b/{label}", lineterm=""
         )

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,6 +35,9 @@ def _process_batch(batch: list[Item], settings: Settings) -> list[FileResult]:
 def _isolated(item: Item, settings: Settings) -> FileResult:
     """One file in a process of its own, after a worker died (a native crash in the parser):
     the file that kills it gets an error, the others their results."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     try:
         with ProcessPoolExecutor(max_workers=1) as pool:
             return pool.submit(_process_batch, [item], settings).result()[0]
@@ -113,6 +114,10 @@ def run(
     if progress and total:
         progress(0, total)
     if jobs > 1 and total > 1 and sum(len(c[1]) for c in candidates) >= PARALLEL_MIN_BYTES:
+        # imported here: a run that parses little (a pre-commit hook) does not pay for them
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
         work = batches(candidates, jobs)
         with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
             futures = {pool.submit(_process_batch, b, settings): b for b in work}

@@ -82,13 +82,11 @@ class Analysis:
         """Some call's callee resolves to ``apex.amp.*`` (what the planner starts from). Only
         calls rooted at a name an ``apex`` import binds are resolved."""
         roots = set()
-        for node in ast.walk(self.tree):
-            if isinstance(node, ast.Import):
-                roots.update(
-                    a.asname or a.name.partition(".")[0] for a in node.names if _apex(a.name)
-                )
-            elif isinstance(node, ast.ImportFrom) and _apex(node.module or ""):
-                roots.update(a.asname or a.name for a in node.names)
+        for binding in names.imports():
+            stmt, alias = binding.node, binding.alias
+            module = alias.name if isinstance(stmt, ast.Import) else stmt.module or ""
+            if _apex(module):
+                roots.add(binding.name.partition(".")[0])
         if not roots:
             return False
         return any(

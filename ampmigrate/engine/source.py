@@ -34,6 +34,7 @@ class Source:
         self.text = text
         self.encoding = encoding
         self.path = path
+        self._ascii = text.isascii()  # then a byte column is a character column
         starts = [0]
         starts += (m.end() for m in _NEWLINE.finditer(text))
         self._starts = starts
@@ -60,8 +61,8 @@ class Source:
     def offset(self, line: int, byte_col: int) -> int:
         """Character offset in ``text`` of ast's (1-based line, UTF-8 byte column)."""
         start = self._starts[line - 1]
-        if byte_col == 0:
-            return start
+        if byte_col == 0 or self._ascii:
+            return start + byte_col
         text = self.line(line)
         if text.isascii():
             return start + byte_col
