@@ -217,15 +217,15 @@ class _Collector:
     def _own(self, node: ast.AST, low: int, high: int) -> str:
         """``node``'s text with the parentheses that belong to it (libcst counts them as part
         of the expression; ast does not): those strictly inside (low, high)."""
+        text = self.text
         start, end = self.flow.source.span(node)
         while True:
-            before = self.text[:start].rstrip(" \t\f\r\n\\")
-            after = _SPACE.match(self.text, end).end()
-            left, right = len(before) - 1, after
-            if not (low < left and right < high and before.endswith("(")):
-                return self.text[start:end]
-            if self.text[right : right + 1] != ")":
-                return self.text[start:end]
+            left = start - 1
+            while left > low and text[left] in " \t\f\r\n\\":
+                left -= 1
+            right = _SPACE.match(text, end).end()
+            if not (low < left and right < high and text[left] == "(" and text[right] == ")"):
+                return text[start:end]
             start, end = left, right + 1
 
     def _receiver(self, attribute: ast.Attribute) -> str:
@@ -244,17 +244,24 @@ class _Collector:
 
     # -- the walk, in source order -------------------------------------------------------
     def visit(self, node: ast.AST) -> None:
-        method = getattr(self, "visit_" + type(node).__name__, None)
-        if method is not None:
-            method(node)
-        elif isinstance(node, _SIMPLE):
-            self._simple(node)
-        else:
-            self._children(node)
+        kind = type(node)
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            handler = _HANDLERS[kind] = _handler(kind)
+        handler(self, node)
 
     def _children(self, node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            self.visit(child)
+        for name in node._fields:
+            value = getattr(node, name)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
+
+    def _skip(self, node: ast.AST) -> None:
+        """Nothing the checks ask about can be inside (names, literals, operators, imports)."""
 
     def _all(self, nodes: Iterable[ast.AST | None]) -> None:
         for node in nodes:
@@ -496,6 +503,23 @@ class _Collector:
         if isinstance(device, ast.Constant) and isinstance(device.value, str):
             return {"cpu": "bf16", "cuda": "fp16"}.get(device.value, "unknown")
         return "unknown"
+
+
+_LEAVES = (
+    ast.Name, ast.Constant, ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop,
+    ast.Import, ast.ImportFrom, ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal,
+)  # fmt: skip
+_HANDLERS: dict[type, Callable[[_Collector, ast.AST], None]] = {}
+
+
+def _handler(kind: type) -> Callable[[_Collector, ast.AST], None]:
+    """How the walk treats a node type (looked up once per type: the walk visits every node)."""
+    method = getattr(_Collector, "visit_" + kind.__name__, None)
+    if method is not None:
+        return method
+    if issubclass(kind, _LEAVES):
+        return _Collector._skip
+    return _Collector._simple if issubclass(kind, _SIMPLE) else _Collector._children
 
 
 def _start(node: ast.AST) -> tuple[int, int]:
