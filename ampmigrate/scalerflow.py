@@ -582,28 +582,42 @@ def clip_before_unscale(flow: Flow, rule: Rule) -> list[Finding]:
             f"{what} gradients still multiplied by the loss scale (after "
             f"`{scaler}.scale(loss).backward()`): call `{scaler}.unscale_(optimizer)` first"
         )
-        fix = _insert_unscale(flow, event, backward) if event.kind == "clip" else None
+        fix = None
+        if event.kind == "clip":
+            fix, refused = _insert_unscale(flow, event, backward)
+            message += refused
         findings.append(Finding(rule.code, message, event.node, fix))
     return findings
 
 
-def _insert_unscale(flow: Flow, clip: Event, backward: Event) -> Fix | None:
-    """``scaler.unscale_(opt)`` on the line before the clip, when the optimizer is certain."""
+def _insert_unscale(flow: Flow, clip: Event, backward: Event) -> tuple[Fix | None, str]:
+    """``scaler.unscale_(opt)`` on the line before the clip, when the optimizer is certain;
+    and why not, for the message, when that line would run more than once per ``update()``
+    (the clip of an accumulation loop on every micro-batch): AMP204 would flag the result."""
     statement = clip.statement
     if not isinstance(statement, ast.Expr | ast.Assign | ast.AnnAssign):
-        return None
+        return None, ""
     if statement.value is not clip.node:
-        return None
+        return None, ""
     optimizers = {
         e.arg for e in flow.in_scope(clip, "step") if e.receiver == backward.receiver and e.arg
     }
     if len(optimizers) != 1:
-        return None
+        return None, ""
+    optimizer = optimizers.pop()
+    unscale = replace(clip, kind="unscale", receiver=backward.receiver, arg=optimizer)
+    condition = _update_only_if(flow, unscale)
+    if condition or _update_missing(flow, unscale) == "loop":
+        where = f"under `if {condition}:`" if condition else "outside this loop"
+        return None, (
+            f" (no fix: an unscale_ here would run on every iteration while "
+            f"`{backward.receiver}.update()` runs {where}; unscale_ and clip where the step is)"
+        )
     source = flow.source
     newline = m.group() if (m := re.search(r"\r\n|\r|\n", source.text)) else "\n"
-    line = f"{source.line_indent(statement.lineno)}{backward.receiver}.unscale_({optimizers.pop()})"
+    line = f"{source.line_indent(statement.lineno)}{backward.receiver}.unscale_({optimizer})"
     at = source.line_start(statement.lineno)
-    return Fix("unsafe", edits=(Edit(at, at, line + newline),))
+    return Fix("unsafe", edits=(Edit(at, at, line + newline),)), ""
 
 
 def _update_missing(flow: Flow, event: Event) -> str:

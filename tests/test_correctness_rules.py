@@ -193,6 +193,19 @@ for i, micro in enumerate(x.split(2)):
     assert run(moved)["scaler"].get_scale() == 1024.0
 
 
+def test_amp203_gives_no_fix_that_amp204_would_flag():
+    """A clip on every micro-batch of an accumulation loop: inserting `unscale_` before it would
+    raise on the second micro-batch, so AMP203 says where to move it instead of fixing."""
+    source = SETUP + ACCUMULATE.replace("    scaler.unscale_(optimizer)\n", "")
+    found = [d for d in check_source(source) if d.code == "AMP203"]
+    assert len(found) == 1 and found[0].fix is None
+    assert "no fix: an unscale_ here would run on every iteration" in found[0].message
+    assert fix_source(source, unsafe=True)[0] == source
+    run(source)  # as it stands it runs (clipping scaled gradients): the inserted line would not
+    with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called"):
+        run(SETUP + ACCUMULATE)
+
+
 APEX_ACCUMULATION = """\
 import torch
 from apex import amp
