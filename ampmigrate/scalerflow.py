@@ -113,6 +113,7 @@ class Flow:
 
     module: ast.Module
     source: Source
+    names: Names
     calls: list[Event] = field(default_factory=list)
     scalers: set[str] = field(default_factory=set)  # receivers that are GradScalers
     constructions: list[tuple[ast.Call, bool]] = field(default_factory=list)  # (call, enabled)
@@ -125,7 +126,8 @@ class Flow:
     where: dict[int, tuple[int, int]] = field(default_factory=dict)  # call id -> (scope, class)
     optimizers: set[str] = field(default_factory=set)
     autocast_dtypes: list[str] = field(default_factory=list)  # bf16 | fp16 | unknown
-    saves: list[tuple[ast.Call, ast.expr, str]] = field(default_factory=list)  # payload, as passed
+    # torch.save calls: (call, the payload looked through a local dict name, the payload as passed)
+    saves: list[tuple[ast.Call, ast.expr, ast.expr]] = field(default_factory=list)
     state_dicts: list[str] = field(default_factory=list)  # receivers of .state_dict()
     loads: list[tuple[ast.Call, str]] = field(default_factory=list)  # .load_state_dict()
     models: set[str] = field(default_factory=set)  # receivers of .parameters()
@@ -133,7 +135,6 @@ class Flow:
     model_scopes: set[tuple[int, str]] = field(default_factory=set)  # (scope, M) of M.parameters()
     dicts: dict[tuple[int, str], ast.Dict] = field(default_factory=dict)  # (scope, name) -> {}
     plain_calls: list[ast.Call] = field(default_factory=list)  # f(...) / mod.f(...): helpers?
-    names: Names | None = None
     siblings: Mapping[str, Mapping[str, Helper]] = field(default_factory=dict)  # by abspath
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
 
@@ -783,7 +784,7 @@ def grad_scaler_with_bfloat16(flow: Flow, rule: Rule) -> list[Finding]:
     ]
 
 
-def _mentions_scaler(flow: Flow, payload: ast.expr) -> bool:
+def _mentions_scaler(flow: Flow, payload: ast.AST) -> bool:
     text = flow.text(payload).lower()
     return "scaler" in text or any(s.lower() in text for s in flow.scalers)
 
@@ -842,10 +843,10 @@ def summarize_helpers(
 ) -> dict[str, dict[str, Helper]]:
     """The checkpoint helpers of the sibling modules (its folder or below) that ``candidates``
     (the files of a run that use a scaler: path, bytes) import, among the ``checked`` paths; by
-    absolute path. The engine
-    calls this once before it hands files to workers, so that a call into a sibling module is
-    judged. Cheap by construction: only the imported modules are read and parsed, and of those
-    only module-level code and the functions that spell a save or a restore are analysed."""
+    absolute path. The engine calls this once before it hands files to workers, so that a call
+    into a sibling module is judged. Cheap by construction: only the imported modules are read
+    and parsed, and of those only module-level code and the functions that spell a save or a
+    restore are analysed."""
     inside = {os.path.abspath(p) for p in checked}
     wanted: set[str] = set()
     for path, data in candidates:
@@ -951,7 +952,6 @@ def _helper_calls(flow: Flow) -> Iterator[tuple[ast.Call, Helper]]:
     """Calls made next to a scaler to a checkpoint helper of this file or a sibling module."""
     own = helpers(flow)
     names = flow.names
-    assert names is not None
     index = flow.siblings if flow.source.path else {}
     for call in flow.plain_calls:
         if not flow.scaler_near(call):
