@@ -231,19 +231,13 @@ class _Renames:
         self.findings: list[Finding] = []
         self._last_segments = {name.rsplit(".", 1)[-1] for name in self.table}
         self._aliases = set(_ALIAS.findall(source.text))
-        self._consumed: set[ast.AST] = set()
-        self._type_context: set[ast.AST] = set()
-        self._annotation_depth = 0
-        self._version_gates: list[bool] = []
-        self._probes: list[bool] = []
-        self._containers = 0
+        self._stopped: set[ast.AST] = set()  # matched: nothing inside is looked at
+        self._gates: dict[ast.AST, bool] = {}
 
     # ---- name resolution -------------------------------------------------------------------
 
     def _match(self, node: ast.AST) -> tuple[Symbol, bool] | None:
         """The symbol ``node`` refers to, and whether the binding is unconditional."""
-        if any(self._version_gates):
-            return None
         if isinstance(node, ast.Attribute):
             if node.attr not in self._last_segments:
                 return None
@@ -251,6 +245,8 @@ class _Renames:
             if node.id not in self._last_segments and node.id not in self._aliases:
                 return None
         else:
+            return None
+        if self._gated(node):
             return None
         names = self.names.qualified(node)
         hits = [self.table[n] for n in sorted(names) if n in self.table]  # deterministic
@@ -446,7 +442,7 @@ class _Renames:
         A conditionally bound name (``except ImportError: GradScaler = None``) read as a value is
         a feature check, not a use: it is left alone, and so is the import it reads.
         """
-        typed = node in self._type_context or self._annotation_depth
+        typed = self._typed(node)
         if not unconditional and not typed:
             return
         if sym.kind == "manual":
@@ -478,19 +474,19 @@ class _Renames:
         except NoFix as reason:
             self._report(sym, node, f"no automatic fix: {reason}", None)
 
-    def _decorator(self, node: ast.expr) -> None:
+    def _decorator(self, node: ast.expr) -> bool:
+        """A bare decorator (``@old``) becomes a call; whether ``node`` was one."""
         match = self._match(node)
         if not match or match[0].when_missing:
-            return
+            return False
         sym, unconditional = match
-        self._consumed.add(node)
         if sym.kind == "manual":
             self._report(sym, node, "", None)
-            return
+            return True
         if sym.kind != "decorator":
             message = "a bare class decorator passes the function as `enabled`"
             self._report(sym, node, f"no automatic fix: {message}", None)
-            return
+            return True
         start, end = self.source.span(node)
         try:
 
@@ -504,72 +500,164 @@ class _Renames:
             self._report(sym, node, "", fix)
         except NoFix as reason:
             self._report(sym, node, f"no automatic fix: {reason}", None)
+        return True
 
-    def _bases(self, node: ast.ClassDef) -> None:
-        for base in node.bases:
-            match = self._match(base)
-            if match and not match[0].when_missing:
-                sym, _ = match
-                self._consumed.add(base)
-                if sym.kind == "manual":
-                    self._report(sym, base, "", None)
-                    continue
-                detail = (
-                    "no automatic fix: a subclass's constructor arguments shift when its base "
-                    f'becomes `{sym.new}`; rebase it and pass "{sym.device}" as the first argument'
-                )
-                self._report(sym, base, detail, None)
+    def _base(self, base: ast.expr) -> bool:
+        """A class's base: reported, never fixed; whether ``base`` was a symbol."""
+        match = self._match(base)
+        if not match or match[0].when_missing:
+            return False
+        sym, _ = match
+        if sym.kind == "manual":
+            self._report(sym, base, "", None)
+            return True
+        detail = (
+            "no automatic fix: a subclass's constructor arguments shift when its base "
+            f'becomes `{sym.new}`; rebase it and pass "{sym.device}" as the first argument'
+        )
+        self._report(sym, base, detail, None)
+        return True
 
-    def _visit_call(self, node: ast.Call) -> None:
-        match = self._match(node.func)
-        if match:
-            self._consumed.add(node.func)
-            if match[0].when_missing:
-                self._missing_argument(node, *match)
-            elif match[0].kind == "manual":
-                self._report(match[0], node, "", None)
-            else:
-                self._call(node, *match)
+    # ---- contexts of a reference, read off its ancestors --------------------------------------
+
+    def _gated(self, node: ast.AST) -> bool:
+        """Inside compatibility code: a branch on the torch version whose other side uses the
+        new API, or an ``except AttributeError:``-style fallback (its clause included)."""
+        for above in self.names.ancestors(node):
+            kind = type(above)
+            if kind is ast.If or kind is ast.IfExp or kind is ast.ExceptHandler:
+                gate = self._gates.get(above)
+                if gate is None:
+                    if kind is ast.ExceptHandler:
+                        gate = _catches_missing_api(above.type, _FALLBACK)
+                    else:
+                        gate = self._gate(above)
+                    self._gates[above] = gate
+                if gate:
+                    return True
+        return False
+
+    def _probed(self, node: ast.AST) -> bool:
+        """Read in the body of a ``try:`` that catches a missing API: a feature probe."""
+        child = node
+        for above in self.names.ancestors(node):
+            if (
+                type(above) is ast.Try
+                and any(child is s for s in above.body)
+                and any(_catches_missing_api(h.type) for h in above.handlers)
+            ):
+                return True
+            child = above
+        return False
+
+    def _contained(self, node: ast.AST) -> bool:
+        """Compared or registered (`f in [old, new]`), never called."""
+        return any(isinstance(above, _CONTAINERS) for above in self.names.ancestors(node))
+
+    def _typed(self, node: ast.AST) -> bool:
+        """A type position: an annotation, an ``except`` clause, ``isinstance``'s classes."""
+        child = node
+        marked = True  # still on the chain of tuples that `_mark_types` followed
+        for above in self.names.ancestors(node):
+            kind = type(above)
+            if kind is ast.arg or kind is ast.AnnAssign:
+                if above.annotation is child:
+                    return True
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                if above.returns is child:
+                    return True
+            elif marked and (kind is ast.ExceptHandler or kind is ast.Call):
+                classes = above.type if kind is ast.ExceptHandler else self._classes(above)
+                if classes is child:
+                    return True
+            if kind is not ast.Tuple:
+                marked = False
+            child = above
+        return False
+
+    def _classes(self, call: ast.Call) -> ast.AST | None:
+        """The second argument of ``isinstance``/``issubclass`` (two arguments)."""
+        args = _ordered(call)
+        if len(args) != 2 or self._match(call.func):
+            return None
+        return _value(args[1]) if self.names.qualified(call.func) & _TYPE_CHECKS else None
+
+    # ---- the walk ----------------------------------------------------------------------------
+
+    def run(self, tree: ast.Module) -> None:
+        """Only names spelled like a symbol are candidates; each one's context is read off its
+        ancestors, outer candidates first (a matched one hides what is inside it)."""
+        segments, aliases = self._last_segments, self._aliases
+        for node in self.names.nodes():
+            kind = type(node)
+            if kind is ast.Attribute:
+                if node.attr in segments:
+                    self._candidate(node)
+            elif kind is ast.Name and (node.id in segments or node.id in aliases):
+                self._candidate(node)
+
+    def _candidate(self, node: ast.expr) -> None:
+        if self._stopped and any(a in self._stopped for a in self.names.ancestors(node)):
             return
-        args = sorted([*node.args, *node.keywords], key=lambda n: (n.lineno, n.col_offset))
-        names = self.names.qualified(node.func) if args else set()
-        if names & _TYPE_CHECKS and len(args) == 2:
-            self._mark_types(_value(args[1]))
-        elif _PARTIAL in names:
-            first = args[0]
-            if isinstance(first, ast.keyword | ast.Starred):
+        parent = self.names.parent(node)
+        kind = type(parent)
+        if kind is ast.Call:
+            if parent.func is node:
+                if self._visit_call(parent):
+                    self._stopped.add(node)
+                    return
+            elif self._visit_partial(parent, node):
+                self._stopped.add(node)
                 return
-            match = self._match(first)
-            if match and match[0].when_missing:
+        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            if any(node is d for d in parent.decorator_list) and self._decorator(node):
+                self._stopped.add(node)
                 return
-            if match:
-                self._consumed.add(first)
-                self._partial(node, *match)
+            if kind is ast.ClassDef and any(node is b for b in parent.bases) and self._base(node):
+                self._stopped.add(node)
+                return
+        if self._visit_reference(node):
+            self._stopped.add(node)
 
-    def _mark_types(self, node: ast.expr) -> None:
-        """``isinstance``'s second argument and ``except`` clauses: a class or a tuple of them."""
-        if isinstance(node, ast.Tuple):
-            for element in node.elts:
-                self._mark_types(element)
+    def _visit_call(self, node: ast.Call) -> bool:
+        """A call of a symbol; whether it was one."""
+        match = self._match(node.func)
+        if not match:
+            return False
+        if match[0].when_missing:
+            self._missing_argument(node, *match)
+        elif match[0].kind == "manual":
+            self._report(match[0], node, "", None)
         else:
-            self._type_context.add(node)
+            self._call(node, *match)
+        return True
+
+    def _visit_partial(self, node: ast.Call, first: ast.expr) -> bool:
+        """``functools.partial(symbol, ...)``; whether ``first`` was taken as its symbol."""
+        args = _ordered(node)
+        if args[0] is not first or self._match(node.func):
+            return False
+        if _PARTIAL not in self.names.qualified(node.func):
+            return False
+        match = self._match(first)
+        if not match or match[0].when_missing:
+            return False
+        self._partial(node, *match)
+        return True
 
     def _visit_reference(self, node: ast.expr) -> bool:
-        """Whether to walk into ``node``'s children."""
-        if node in self._consumed:
-            return False
+        """A symbol read here; whether the walk stops at ``node`` (it matched)."""
         match = self._match(node)
         if match is None:
-            return True
+            return False
         if match[0].when_missing:
-            return False  # only calls can miss an argument
-        if not (node in self._type_context or self._annotation_depth):
-            if any(self._probes):
-                return False  # `try: torch.cpu.amp.autocast except AttributeError`: a probe
-            if self._containers:
-                return False  # `func in [torch.cuda.amp.autocast, ...]`: identity, not a use
+            return True  # only calls can miss an argument
+        if not self._typed(node) and (self._probed(node) or self._contained(node)):
+            # `try: torch.cpu.amp.autocast except AttributeError`: a probe;
+            # `func in [torch.cuda.amp.autocast, ...]`: identity, not a use.
+            return True
         self._reference(node, *match)
-        return False
+        return True
 
     # Compatibility code is left alone: a branch chosen by the torch version, and a value
     # read inside `try:` to probe for the API. Rewriting either defeats its purpose.
@@ -594,83 +682,12 @@ class _Renames:
             line -= 1
         return "\n".join(reversed(lines))
 
-    # ---- the walk ----------------------------------------------------------------------------
 
-    def run(self, tree: ast.Module) -> None:
-        """Visit every node in source order; ``leave`` callbacks close what a node opened."""
-        stack: list = [tree]
-        while stack:
-            item = stack.pop()
-            if callable(item):
-                item()
-                continue
-            children = self._enter(item)
-            if children is not None:
-                stack.extend(reversed(children))
-
-    def _enter(self, node: ast.AST) -> list | None:
-        """React to ``node``; the children to walk next (and leave callbacks), or None."""
-        kind = type(node)
-        if kind is ast.Import or kind is ast.ImportFrom:
-            return None
-        if kind is ast.Attribute or kind is ast.Name:
-            walk = self._visit_reference(node)
-            return [node.value] if walk and kind is ast.Attribute else None
-        children: list = list(ast.iter_child_nodes(node))
-        if kind is ast.Call:
-            self._visit_call(node)
-        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
-            for decorator in node.decorator_list:
-                self._decorator(decorator)
-            if kind is ast.ClassDef:
-                self._bases(node)
-            else:
-                children = self._annotated(children, [node.returns])
-        elif kind is ast.arguments:
-            children = []
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.arg) and child.annotation is not None:
-                    children += self._annotated([child.annotation], [child.annotation])
-                elif not isinstance(child, ast.arg):
-                    children.append(child)
-        elif kind is ast.AnnAssign:
-            children = self._annotated(children, [node.annotation])
-        elif kind is ast.ExceptHandler:
-            if node.type is not None:
-                self._mark_types(node.type)
-            # `except AttributeError:` runs on a torch without the new API: a fallback path.
-            self._version_gates.append(_catches_missing_api(node.type, _FALLBACK))
-            children.append(self._version_gates.pop)
-        elif kind is ast.If or kind is ast.IfExp:
-            self._version_gates.append(self._gate(node))
-            children.append(self._version_gates.pop)
-        elif kind is ast.Try:
-            probe = any(_catches_missing_api(h.type) for h in node.handlers)
-            body = [lambda: self._probes.append(probe), *node.body, self._probes.pop]
-            children = body + node.handlers + node.orelse + node.finalbody
-        elif kind in _CONTAINERS:
-            self._containers += 1
-            children.append(self._leave_container)
-        return children
-
-    def _leave_container(self) -> None:
-        self._containers -= 1
-
-    def _annotated(self, children: list, annotations: list) -> list:
-        """Walk the ``annotations`` among ``children`` as type positions."""
-        out = []
-        for child in children:
-            if child is not None and any(child is a for a in annotations):
-                out += [self._enter_annotation, child, self._leave_annotation]
-            else:
-                out.append(child)
-        return out
-
-    def _enter_annotation(self) -> None:
-        self._annotation_depth += 1
-
-    def _leave_annotation(self) -> None:
-        self._annotation_depth -= 1
+def _ordered(call: ast.Call) -> list[ast.expr | ast.keyword]:
+    """A call's arguments in source order (positional and keyword ones may interleave)."""
+    if not call.keywords:
+        return list(call.args)
+    return sorted([*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset))
 
 
 def _value(node: ast.AST | None) -> ast.AST | None:

@@ -28,13 +28,19 @@ from __future__ import annotations
 
 import ast
 import builtins
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ampmigrate.findings import ImportEdit
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+# Shared singletons that carry no names: never walked, never anybody's child in ``parents``.
+_LEAVES = frozenset(
+    c
+    for base in (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
+    for c in base.__subclasses__()
+)
 _START = (0, 0)  # bound before anything in the scope is evaluated (parameters, loop targets)
 
 
@@ -192,6 +198,10 @@ class Names:
     def parent(self, node: ast.AST) -> ast.AST | None:
         return self._parents.get(node)
 
+    def nodes(self) -> Iterable[ast.AST]:
+        """Every node below the module (contexts and operators aside), each after its parent."""
+        return self._parents.keys()
+
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         parent = self._parents.get(node)
         while parent is not None:
@@ -318,10 +328,12 @@ class Names:
         stack: list[tuple] = [(self.tree, None, self.module_scope, None)]
         while stack:
             node, parent, scope, order = stack.pop()
+            kind = type(node)
+            if kind in _LEAVES:
+                continue
             if parent is not None:
                 parents[node] = parent
             scopes[node] = scope
-            kind = type(node)
             if kind is ast.Name:
                 if type(node.ctx) is ast.Store:
                     end = order or (node.end_lineno, node.end_col_offset)
