@@ -291,8 +291,8 @@ def _inner_with_keywords(source: Source, inner: _Arg, extra: Sequence[tuple[str,
 
 
 class _Check:
-    """One rule's logic: ``enter_<Type>`` methods see the nodes of that type in the order libcst
-    visited them (source order, a node before the nodes inside it), ``finish`` runs after."""
+    """One rule's logic: ``enter_<Type>`` methods see the nodes of that type (see ``_walk``),
+    ``finish`` runs after."""
 
     def __init__(self, ctx: _Context) -> None:
         self.ctx = ctx
@@ -353,26 +353,18 @@ def _order(node: ast.AST) -> tuple[int, int, int, int]:
     return (node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset)
 
 
-def _walk(tree: ast.Module, names: Names, checks: Sequence[_Check]) -> None:
-    """Call each check's ``enter_<Type>`` on the nodes of the types it handles.
-
-    The checks that remember what they saw (imported aliases, a scaled loss before a clip) need
-    libcst's order; sorting the few nodes they handle by start, the enclosing node first, gives
-    it without a walk of our own.
-    """
+def _walk(names: Names, checks: Sequence[_Check]) -> None:
+    """Call each check's ``enter_<Type>`` on the nodes of the types it handles, in the order of
+    Names' walk: statements in source order, each node before the nodes inside it. That is the
+    order the checks that remember what they saw (imported aliases) need; AMP407, which needs
+    the calls inside one statement in source order too, sorts its own."""
     enter: dict[type, list[Callable]] = {}
     for check in checks:
         for attr in dir(check):
             if attr.startswith("enter_"):
                 enter.setdefault(getattr(ast, attr[6:]), []).append(getattr(check, attr))
-    nodes = [
-        n
-        for n in (names.nodes() if hasattr(names, "nodes") else ast.walk(tree))
-        if type(n) in enter
-    ]
-    nodes.sort(key=_order)
-    for node in nodes:
-        for handler in enter[type(node)]:
+    for node in names.nodes():
+        for handler in enter.get(type(node), ()):
             handler(node)
 
 
@@ -1176,7 +1168,7 @@ def check(
     ctx = _Context(source, names, settings.target_keras, {})
     checks: list[_Check] = [_Paths(ctx, paths)] if paths else []
     checks += [KERAS_CHECKS[r.check](ctx, r) for r in mine]
-    _walk(tree, names, checks)
+    _walk(names, checks)
     findings: list[Finding] = []
     for c in checks:
         c.finish()
