@@ -363,9 +363,12 @@ def _walk(names: Names, checks: Sequence[_Check]) -> None:
         for attr in dir(check):
             if attr.startswith("enter_"):
                 enter.setdefault(getattr(ast, attr[6:]), []).append(getattr(check, attr))
+    handlers_of = enter.get
     for node in names.nodes():
-        for handler in enter.get(type(node), ()):
-            handler(node)
+        handlers = handlers_of(node.__class__)
+        if handlers:
+            for handler in handlers:
+                handler(node)
 
 
 class _CheapNames(_Check):
