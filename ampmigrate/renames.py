@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 _MODERN_PREFIXES = ("torch.amp.", "torch.autocast", "torch.GradScaler")
 _TYPE_CHECKS = {"builtins.isinstance", "builtins.issubclass"}
 _PARTIAL = "functools.partial"
-_ALIAS = re.compile(r"\bas\s+([A-Za-z_]\w*)", re.ASCII)
 _VERSION_TEST = re.compile(r"version|hasattr|getattr|greater|less|torch_?\d", re.IGNORECASE)
 _MODERN_USE = re.compile(
     r"\bamp\.(?:autocast|GradScaler|custom_fwd|custom_bwd)\(\s*(?:[\"']|device)"
@@ -219,7 +218,7 @@ def check(
     if not symbols:
         return []
     visitor = _Renames(symbols, source, names)
-    visitor.run(tree)
+    visitor.run()
     return visitor.findings
 
 
@@ -230,7 +229,8 @@ class _Renames:
         self.names = names
         self.findings: list[Finding] = []
         self._last_segments = {name.rsplit(".", 1)[-1] for name in self.table}
-        self._aliases = set(_ALIAS.findall(source.text))
+        # Names a symbol may be imported as (`from torch.cuda.amp import autocast as ac`).
+        self._aliases = {b.alias.asname for b in names.imports() if b.alias and b.alias.asname}
         self._stopped: set[ast.AST] = set()  # matched: nothing inside is looked at
         self._gates: dict[ast.AST, bool] = {}
 
@@ -584,17 +584,13 @@ class _Renames:
 
     # ---- the walk ----------------------------------------------------------------------------
 
-    def run(self, tree: ast.Module) -> None:
+    def run(self) -> None:
         """Only names spelled like a symbol are candidates; each one's context is read off its
         ancestors, outer candidates first (a matched one hides what is inside it)."""
-        segments, aliases = self._last_segments, self._aliases
-        for node in self.names.nodes():
-            kind = type(node)
-            if kind is ast.Attribute:
-                if node.attr in segments:
-                    self._candidate(node)
-            elif kind is ast.Name and (node.id in segments or node.id in aliases):
-                self._candidate(node)
+        found = [n for s in self._last_segments for n in self.names.spelled(s)]
+        found += [n for a in self._aliases for n in self.names.spelled(a) if type(n) is ast.Name]
+        for node in sorted(set(found), key=_outer_first):
+            self._candidate(node)
 
     def _candidate(self, node: ast.expr) -> None:
         if self._stopped and any(a in self._stopped for a in self.names.ancestors(node)):
@@ -681,6 +677,11 @@ class _Renames:
             lines.append(text)
             line -= 1
         return "\n".join(reversed(lines))
+
+
+def _outer_first(node: ast.AST) -> tuple[int, int, int, int]:
+    """Source order, an ancestor before what it contains (it starts no later, ends no earlier)."""
+    return (node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset)
 
 
 def _ordered(call: ast.Call) -> list[ast.expr | ast.keyword]:

@@ -190,6 +190,7 @@ class Names:
         self._parents: dict[ast.AST, ast.AST] = {}
         self._scopes: dict[ast.AST, Scope] = {}
         self._imports: list[Binding] = []
+        self._spelled: dict[str, list[ast.Name | ast.Attribute]] = {}
         self.module_scope = Scope(tree, None, "module", "")
         self._walk()
 
@@ -201,6 +202,10 @@ class Names:
     def nodes(self) -> Iterable[ast.AST]:
         """Every node below the module (contexts and operators aside), each after its parent."""
         return self._parents.keys()
+
+    def spelled(self, identifier: str) -> list[ast.Name | ast.Attribute]:
+        """The names ``identifier`` and the attributes ``x.identifier``, each after its parent."""
+        return self._spelled.get(identifier, [])
 
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         parent = self._parents.get(node)
@@ -324,6 +329,7 @@ class Names:
     def _walk(self) -> None:
         parents = self._parents
         scopes = self._scopes
+        spelled = self._spelled
         # (node, parent, scope, from where on a Store name here is bound)
         stack: list[tuple] = [(self.tree, None, self.module_scope, None)]
         while stack:
@@ -335,11 +341,13 @@ class Names:
                 parents[node] = parent
             scopes[node] = scope
             if kind is ast.Name:
+                spelled.setdefault(node.id, []).append(node)
                 if type(node.ctx) is ast.Store:
                     end = order or (node.end_lineno, node.end_col_offset)
                     self._bind(scope, node.id, node, end)
                 continue
             if kind is ast.Attribute:
+                spelled.setdefault(node.attr, []).append(node)
                 stack.append((node.value, node, scope, None))
                 continue
             if kind is ast.Import or kind is ast.ImportFrom:
