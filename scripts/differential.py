@@ -209,10 +209,13 @@ def differing(old: dict[str, dict], new: dict[str, dict]) -> set[str]:
 
 
 def stale(old: dict[str, dict], new: dict[str, dict], allow: dict[str, str]) -> list[str]:
-    """Allowed differences that are no longer differences (to be dropped from the list)."""
+    """Allowed differences of inputs in ``old`` that are no longer differences (to be dropped
+    from the list)."""
     found = differing(old, new)
     keys = {d.partition("#")[0] for d in found}
-    return sorted(k for k in allow if k not in found and k not in keys)
+    return sorted(
+        k for k in allow if k.partition("#")[0] in old and k not in found and k not in keys
+    )
 
 
 def compare(old: dict[str, dict], new: dict[str, dict], allow: dict[str, str]) -> list[str]:
@@ -260,15 +263,12 @@ def main() -> int:
     if args.ecosystem:
         old = load(ECOSYSTEM)
         new = collect_ecosystem([p for p in packages if p in old], args.jobs)
-        problems = [
-            f"{name}/{p}"
-            for name in new
-            for p in compare(
-                old[name],
-                new[name],
-                {k.removeprefix(f"{name}/"): v for k, v in allow.items() if k.startswith(name)},
-            )
-        ]
+        problems = []
+        for name in new:
+            mine = {k.removeprefix(f"{name}/"): v for k, v in allow.items() if k.startswith(name)}
+            problems += [f"{name}/{p}" for p in compare(old[name], new[name], mine)]
+            problems += [f"{name}/{k}: allowed, but no longer differs" for k in stale(
+                old[name], new[name], mine)]  # fmt: skip
     else:
         old = load(SNAPSHOT)
         inputs = [(k, r["text"], r["target_keras"]) for k, r in old.items() if "text" in r]
