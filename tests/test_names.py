@@ -158,3 +158,40 @@ def test_import_edits_and_bindings() -> None:
     assert names.qualified_text(amp_ref, "torch") == set()
     assert [b.node for b in names.bindings(amp_ref.value)] == [tree.body[1]]
     assert names.parent(amp_ref) is tree.body[3] and names.scope(amp_ref) is tree
+
+
+def _libcst_names(data: bytes) -> dict[tuple, set[str]]:
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
+
+    wrapper = MetadataWrapper(cst.parse_module(data), unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    out = {}
+    for node, scope in wrapper.resolve(ScopeProvider).items():
+        if isinstance(node, cst.Name | cst.Attribute) and scope is not None and node in positions:
+            p = positions[node]
+            key = (type(node).__name__, p.start.line, p.start.column, p.end.line, p.end.column)
+            out[key] = {q.name for q in scope.get_qualified_names_for(node)}
+    return out
+
+
+def test_same_answers_as_libcst_on_the_fixtures() -> None:
+    """What the rules were snapshotted with: libcst's ``get_qualified_names_for``."""
+    from ampmigrate.engine.source import Source
+
+    from conftest import FIXTURES
+
+    compared = 0
+    for path in sorted(FIXTURES.rglob("*.py")):
+        data = path.read_bytes()
+        source, tree = Source.from_bytes(data), ast.parse(data)
+        names = Names(tree)
+        expected = _libcst_names(data)
+        for node in names.nodes():
+            if isinstance(node, ast.Name | ast.Attribute):
+                line, col, end_line, end_col = source.position(node)
+                key = (type(node).__name__, line, col - 1, end_line, end_col - 1)
+                if key in expected:
+                    assert names.qualified(node) == expected[key], (path.name, key)
+                    compared += 1
+    assert compared > 3000
