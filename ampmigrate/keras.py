@@ -300,6 +300,10 @@ class _Check:
         self.names = ctx.names
         self.findings: list[Finding] = []
 
+    def identifiers(self, aliases: Sequence[_Alias]) -> set[str]:
+        """The names whose nodes (and the attributes and calls around them) the check reads."""
+        return set()
+
     def finish(self) -> None:
         return None
 
@@ -349,26 +353,52 @@ class _Context:
 
 
 def _order(node: ast.AST) -> tuple[int, int, int, int]:
-    """libcst's visiting order: by start, a node before the nodes inside it."""
+    """libcst's visiting order: by start, a node before the nodes inside it (the same start:
+    a call before its callee, an attribute before its value)."""
     return (node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset)
 
 
+_Alias = tuple[str, str, str | None]  # (module, name, asname) of a from-import
+
+
 def _walk(names: Names, checks: Sequence[_Check]) -> None:
-    """Call each check's ``enter_<Type>`` on the nodes of the types it handles, in the order of
-    Names' walk: statements in source order, each node before the nodes inside it. That is the
-    order the checks that remember what they saw (imported aliases) need; AMP407, which needs
-    the calls inside one statement in source order too, sorts its own."""
+    """Call each check's ``enter_<Type>`` on the nodes of that type that can matter to it: the
+    imports, the names and attributes spelled as one of the check's identifiers, the attribute
+    chains above them and the call (and the assignment of that call) they are the callee of.
+    In source order, a node before the nodes inside it, as libcst visited them: the checks that
+    remember what they saw (aliases imported so far, a scaled loss) depend on it."""
     enter: dict[type, list[Callable]] = {}
     for check in checks:
         for attr in dir(check):
             if attr.startswith("enter_"):
                 enter.setdefault(getattr(ast, attr[6:]), []).append(getattr(check, attr))
-    handlers_of = enter.get
-    for node in names.nodes():
-        handlers = handlers_of(node.__class__)
-        if handlers:
-            for handler in handlers:
-                handler(node)
+    found: dict[int, ast.AST] = {id(b.node): b.node for b in names.imports() if b.node}
+    aliases = [
+        (stmt.module or "", alias.name, alias.asname)
+        for stmt in found.values()
+        if isinstance(stmt, ast.ImportFrom)
+        for alias in stmt.names
+    ]
+    identifiers: set[str] = set()
+    for check in checks:
+        identifiers |= check.identifiers(aliases)
+    parent_of = names.parent
+    for identifier in identifiers:
+        for node in names.spelled(identifier):
+            top: ast.AST = node
+            found[id(top)] = top
+            parent = parent_of(top)
+            while isinstance(parent, ast.Attribute):
+                top = found[id(parent)] = parent
+                parent = parent_of(top)
+            if isinstance(parent, ast.Call) and parent.func is top:
+                found[id(parent)] = parent
+                above = parent_of(parent)
+                if isinstance(above, ast.Assign) and above.value is parent:
+                    found[id(above)] = above
+    for node in sorted(found.values(), key=_order):
+        for handler in enter.get(type(node), ()):
+            handler(node)
 
 
 class _CheapNames(_Check):
@@ -376,10 +406,15 @@ class _CheapNames(_Check):
     is one a check cares about are resolved."""
 
     WANTED: frozenset[str] = frozenset()
+    METHODS: frozenset[str] = frozenset()  # method names read whatever the receiver
 
     def __init__(self, ctx: _Context) -> None:
         super().__init__(ctx)
         self._aliases: dict[str, str] = {}
+
+    def identifiers(self, aliases: Sequence[_Alias]) -> set[str]:
+        imported = {asname for _, name, asname in aliases if asname and name in self.WANTED}
+        return self.WANTED | self.METHODS | imported
 
     def enter_ImportFrom(self, node: ast.ImportFrom) -> None:
         for alias in node.names:
@@ -416,6 +451,10 @@ class _Paths(_Check):
         self.last_names = {p.old.rsplit(".", 1)[-1] for p in self.table.values()}
         self.target_keras = ctx.target_keras
         self._done: set[int] = set()
+
+    def identifiers(self, aliases: Sequence[_Alias]) -> set[str]:
+        renamed = {a for m, name, a in aliases if a and f"{m}.{name}" in self.table}
+        return self.last_names | renamed
 
     # -- imports -------------------------------------------------------------------------------
     def enter_Import(self, node: ast.Import) -> None:
@@ -755,6 +794,9 @@ class Keras3Optimizer(_CheapNames):
     """
 
     WANTED = _LSO_NAMES | _PROCESSING_NAMES
+    METHODS = frozenset(
+        {"get_scaled_loss", "get_unscaled_gradients", "loss_scale", "dynamic_counter", "dynamic"}
+    )
 
     def __init__(self, ctx: _Context, rule: Rule) -> None:
         super().__init__(ctx)
@@ -906,21 +948,22 @@ class AutoMixedPrecisionVariable(_Check):
         super().__init__(ctx)
         self.rule = rule
 
-    def enter_JoinedStr(self, node: ast.JoinedStr) -> None:
-        if _ENV_NAME in self.source.segment(node):
-            self._tokens(node)  # plain strings concatenated with an f-string
-
-    def enter_Constant(self, node: ast.Constant) -> None:
-        if not isinstance(node.value, str) or _ENV_NAME not in node.value:
+    def finish(self) -> None:
+        if _ENV_NAME not in self.source.text:
             return
-        if isinstance(self.names.parent(node), ast.JoinedStr):
-            return  # a literal piece of an f-string
-        if _ENV_NAME not in node.value:
-            return
-        if _single_string(self.source, node):
-            self._report(node)
-        else:
-            self._tokens(node)
+        for node in self.names.nodes():
+            if isinstance(node, ast.JoinedStr) and _ENV_NAME in self.source.segment(node):
+                self._tokens(node)  # plain strings concatenated with an f-string
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and _ENV_NAME in node.value
+                and not isinstance(self.names.parent(node), ast.JoinedStr)  # an f-string's piece
+            ):
+                if _single_string(self.source, node):
+                    self._report(node)
+                else:
+                    self._tokens(node)
 
     def _tokens(self, node: ast.expr) -> None:
         """Each plain string literal of an implicit concatenation on its own."""
@@ -952,6 +995,7 @@ class ScaledGradients(_CheapNames):
     """Gradients of a scaled loss clipped or reduced before they are unscaled (per function)."""
 
     WANTED = _PROCESSING_NAMES
+    METHODS = frozenset({"get_scaled_loss", "scale_loss", "get_unscaled_gradients"})
 
     def __init__(self, ctx: _Context, rule: Rule) -> None:
         super().__init__(ctx)
@@ -1021,6 +1065,7 @@ class _Policies(_CheapNames):
     WANTED = frozenset(
         name.rsplit(".", 1)[-1] for name in _POLICY_SETTERS | _TPU_OR_CPU | LOSS_SCALE_OPTIMIZERS
     ) | {"enable_mixed_precision_graph_rewrite", "GradientTape", "device"}
+    METHODS = frozenset({"scale_loss", "get_scaled_loss"})
 
     def __init__(self, ctx: _Context, rule: Rule) -> None:
         super().__init__(ctx)
@@ -1115,6 +1160,10 @@ class LegacyOptimizer(_Check):
         self.rule = rule
         self.active = ctx.target_keras == 3
         self._imported: set[str] = set()  # names bound by `from ...legacy import X`
+
+    def identifiers(self, aliases: Sequence[_Alias]) -> set[str]:
+        legacy = {a or n for m, n, a in aliases if m.endswith("optimizers.legacy")}
+        return {"legacy"} | legacy
 
     def enter_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
