@@ -160,3 +160,18 @@ def test_check_imports_no_libcst_unless_apex_amp_is_used(tmp_path):
     assert _modules_after_check(tmp_path, torch_amp) == set()
     apex = "from apex import amp\nmodel, opt = amp.initialize(model, opt, opt_level='O1')\n"
     assert "libcst" in _modules_after_check(tmp_path, apex)
+
+
+def test_a_fix_folded_into_an_enclosing_fix_counts_as_fixed():
+    from conftest import fix_source
+
+    source = (
+        "import tensorflow as tf\n\n"
+        "opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(\n"
+        "    tf.keras.optimizers.SGD(),\n"
+        "    loss_scale=tf.mixed_precision.experimental.DynamicLossScale(),\n"
+        ")\n"
+    )
+    out, remaining, fixed = fix_source(source, unsafe=True)
+    assert "DynamicLossScale" not in out and not remaining
+    assert sorted(d.code for d in fixed) == ["AMP401", "AMP403"]  # the libcst engine's count

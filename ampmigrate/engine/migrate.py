@@ -15,7 +15,7 @@ from ampmigrate.engine.apply import FixError, apply, select
 from ampmigrate.engine.prefilter import Prefilter
 from ampmigrate.engine.settings import FileResult, Settings
 from ampmigrate.engine.write import read
-from ampmigrate.findings import Diagnostic
+from ampmigrate.findings import Diagnostic, Fix
 from ampmigrate.notebook import Notebook, NotebookError
 
 MAX_FIX_PASSES = 10
@@ -40,6 +40,8 @@ def migrate_source(
             return source, [d for _, d in active], fixed
         chosen = select([f.fix for f, _ in to_apply])
         applied = [(f, d) for f, d in to_apply if any(f.fix is c for c in chosen)]
+        waiting = [(f, d) for f, d in to_apply if not any(f.fix is c for c in chosen)]
+        folded = _folded(waiting, chosen)
         codes = ", ".join(sorted({f.code for f, _ in applied}))
         try:
             text = apply(analysis.source.text, chosen, analysis.cst_module, keep_imports)
@@ -47,9 +49,23 @@ def migrate_source(
             analysis = Analysis(new_source, settings, path)
         except (FixError, SyntaxError, ValueError) as exc:
             raise FixError(f"fixes for {codes} produced code that does not parse ({exc})") from exc
-        fixed += [d for _, d in applied]
+        left = {(f.code, f.message) for f in analysis.findings}
+        fixed += [d for _, d in applied] + [d for f, d in folded if (f.code, f.message) not in left]
         source = new_source
     return source, [d for _, d in analysis.diagnostics(settings)], fixed
+
+
+def _folded(waiting: list, chosen: list[Fix]) -> list:
+    """The waiting fixes that lie inside a chosen fix's edit: that edit rewrites their code (an
+    argument fixed on its own inside a call that is rewritten whole). They count as fixed unless
+    the next analysis still finds them."""
+    spans = [(e.start, e.end) for fix in chosen for e in fix.edits]
+    return [
+        (f, d)
+        for f, d in waiting
+        if f.fix.edits
+        and all(any(s <= e.start and e.end <= t for s, t in spans) for e in f.fix.edits)
+    ]
 
 
 class InvalidSource(Exception):
