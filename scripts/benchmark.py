@@ -89,8 +89,9 @@ def synthesize(root: Path, count: int, seed: int = 0) -> None:
         (package / f"mod{i:05d}.py").write_text(template.format(i=i, w=rng.choice([64, 128])))
 
 
-def timed(command: list[str], cwd: Path | None = None) -> tuple[float, float, str]:
-    """(seconds, peak resident MB, stdout) of one subprocess, start-up included."""
+def timed(command: list[str], cwd: Path | None = None) -> tuple[float, float, str, float]:
+    """(seconds, peak resident MB, stdout, CPU seconds) of one subprocess (and the children it
+    waited for), start-up included. On a loaded machine the CPU time is the steadier figure."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         process = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=err)
@@ -101,7 +102,8 @@ def timed(command: list[str], cwd: Path | None = None) -> tuple[float, float, st
         err.seek(0)
         if process.returncode == 2:
             print(err.read().decode(errors="replace"), file=sys.stderr)
-        return elapsed, usage.ru_maxrss / 1024, out.read().decode(errors="replace")
+        cpu = usage.ru_utime + usage.ru_stime
+        return elapsed, usage.ru_maxrss / 1024, out.read().decode(errors="replace"), cpu
 
 
 def scan(root: Path) -> int:
@@ -109,7 +111,7 @@ def scan(root: Path) -> int:
     return sum(1 for f in discover([root]) if floor_hit(f.read_bytes()))
 
 
-def check(root: Path, jobs: int | None, action: str = "check") -> tuple[float, float, str]:
+def check(root: Path, jobs: int | None, action: str = "check") -> tuple[float, float, str, float]:
     command = [sys.executable, "-m", "ampmigrate", action, "--statistics", str(root)]
     if action == "check":
         command.insert(4, "--max-file-size=0")
@@ -134,9 +136,11 @@ def main() -> None:
     if args.file:
         runs = [check(args.file, None) for _ in range(args.repeat)]
         seconds = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[3] for r in runs)
         size = args.file.stat().st_size / 1e3
         print(
-            f"pre-commit, one file ({args.file}, {size:.0f} KB): check {seconds:.3f} s "
+            f"pre-commit, one file ({args.file}, {size:.0f} KB): check {seconds:.3f} s, "
+            f"cpu {cpu:.3f} s "
             f"(median of {args.repeat}, start-up included), peak {max(r[1] for r in runs):.0f} MB"
         )
         print("findings per rule :", runs[-1][2].strip().replace("\n", "; ") or "none")
@@ -168,8 +172,12 @@ def main() -> None:
         ):
             if runs:
                 t = statistics.median(r[0] for r in runs)
+                cpu = statistics.median(r[3] for r in runs)
                 peak = max(r[1] for r in runs)
-                print(f"{name:<17}: {t:8.3f} s  {n / t:10.0f} files/s  peak {peak:5.0f} MB")
+                print(
+                    f"{name:<17}: {t:8.3f} s  {n / t:10.0f} files/s  cpu {cpu:7.3f} s"
+                    f"  peak {peak:5.0f} MB"
+                )
         if fixes:
             ratio = statistics.median(r[0] for r in fixes) / statistics.median(r[0] for r in checks)
             print(f"fix / check      : {ratio:.2f}x")

@@ -226,12 +226,14 @@ def bench(name: str, cache: Path, repeat: int = 3) -> dict:
     for label, command in contenders.items():
         runs = [timed(command, cwd=tree) for _ in range(repeat)]
         seconds = statistics.median(r[0] for r in runs)
-        figures[label] = (n / seconds, max(r[1] for r in runs))
-    line = f"{name:<20} {n:>6} files"
-    for label, (rate, peak) in figures.items():
-        line += f"  {label} {rate:7.0f}/s {peak:4.0f} MB"
+        cpu = statistics.median(r[3] for r in runs)
+        figures[label] = (n / seconds, max(r[1] for r in runs), cpu)
+    line = f"{name:<18} {n:>5} files"
+    for label, (rate, peak, cpu) in figures.items():
+        line += f" | {label} {rate:6.0f}/s {peak:3.0f} MB cpu {cpu:5.2f} s"
     if "ruff TID251" in figures:
-        line += f"  check/ruff {figures['check'][0] / figures['ruff TID251'][0]:5.0%}"
+        check, ruff = figures["check"], figures["ruff TID251"]
+        line += f" | check/ruff {check[0] / ruff[0]:4.0%} (cpu {ruff[2] / check[2]:4.0%})"
     print(line, flush=True)
     return figures
 

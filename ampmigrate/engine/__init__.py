@@ -118,6 +118,9 @@ def run(
         from concurrent.futures import ProcessPoolExecutor, as_completed
         from concurrent.futures.process import BrokenProcessPool
 
+        from ampmigrate.engine import analyze, migrate  # noqa: F401 (inherited by the workers)
+
+        analyze.preload()
         work = batches(candidates, jobs)
         with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
             futures = {pool.submit(_process_batch, b, settings): b for b in work}

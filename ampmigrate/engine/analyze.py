@@ -26,6 +26,16 @@ APEX_CHECK = "apex-o1-rewrite"
 APEX = "apex.amp."
 
 
+FAMILIES = ("renames", "checks", "scalerflow", "keras")  # on ast; "apex" is the libcst planner
+
+
+def preload() -> None:
+    """Import the families now: a process pool forked after this inherits them instead of
+    importing them once per worker."""
+    for name in FAMILIES:
+        importlib.import_module(f"ampmigrate.{name}")
+
+
 def family(rule: Rule) -> str:
     """The module (beside the engine) whose ``check`` runs ``rule``."""
     if rule.symbols:
