@@ -16,8 +16,9 @@ shared with other jobs, best of 3, so only the ratios mean anything): ``ast.pars
 ``beniget`` DefUseChains + Ancestors 31.9 s (8x slower, and flow-sensitive: a rebinding kills the
 import before it, where libcst kept both, so its answers differ from the snapshotted findings),
 ``ast-grep-py`` parse + one pattern 3.7 s with no import resolution at all (it would still have to
-be written on top, over a second parse). Checked against libcst's answers for every Name and
-Attribute of the fixtures and 150 ecosystem files that use AMP APIs (see tests/test_names.py).
+be written on top, over a second parse). Same answers as libcst for every Name and Attribute of
+the fixtures (tests/test_names.py) and of 150 ecosystem files that use AMP APIs (249,167 nodes, 0
+differences); the one deliberate difference: a ``match`` capture (``case x:``) binds its name here.
 
 Positions: the order of a binding and a use in one scope is decided on ``ast`` positions (a
 binding counts from the end of its statement; parameters and comprehension targets from the start
