@@ -84,13 +84,14 @@ class Analysis:
                 module = importlib.import_module(f"ampmigrate.{name}")
                 findings += module.check(self.tree, self.source, names, group, settings)
         apex = groups.get("apex", [])
-        if apex and self._uses_apex(names):
-            findings += self._apex(apex, settings)
+        calls = self._apex_calls(names) if apex else []
+        if calls:
+            findings += self._apex(apex, settings, calls)
         return findings
 
-    def _uses_apex(self, names: Names) -> bool:
-        """Some call's callee resolves to ``apex.amp.*`` (what the planner starts from). Only
-        calls rooted at a name an ``apex`` import binds are resolved."""
+    def _apex_calls(self, names: Names) -> list[ast.Call]:
+        """The calls whose callee resolves to ``apex.amp.*`` (what the planner starts from).
+        Only calls rooted at a name an ``apex`` import binds are resolved."""
         roots = set()
         for binding in names.imports():
             stmt, alias = binding.node, binding.alias
@@ -98,15 +99,16 @@ class Analysis:
             if _apex(module):
                 roots.add(binding.name.partition(".")[0])
         if not roots:
-            return False
-        return any(
-            isinstance(node, ast.Call)
+            return []
+        return [
+            node
+            for node in ast.walk(self.tree)
+            if isinstance(node, ast.Call)
             and _root(node.func) in roots
             and any(q.startswith(APEX) for q in names.qualified(node.func))
-            for node in ast.walk(self.tree)
-        )
+        ]
 
-    def _apex(self, rules: list[Rule], settings: Settings) -> list[Finding]:
+    def _apex(self, rules: list[Rule], settings: Settings, calls: list[ast.Call]) -> list[Finding]:
         """The apex O1 planner (libcst, imported here only): the one place the engine calls it.
         Its nodes become ``Span``s; its fixes keep libcst nodes of ``self.cst_module``."""
         import libcst as cst
@@ -121,8 +123,18 @@ class Analysis:
             visitor = ApexO1(rule, settings.target_keras)
             wrapper.visit(visitor)
             found += visitor.findings
-        positions = wrapper.resolve(PositionProvider)
+        # Where a finding sits is one of ``calls`` whose text is unique (an ast lookup); only
+        # otherwise libcst's positions, which cost a code generation pass over the whole module.
+        by_text: dict[str, list[ast.Call]] = {}
+        for call in calls:
+            by_text.setdefault(self.source.segment(call), []).append(call)
+        positions = None
         for finding in found:
+            same = by_text.get(self.cst_module.code_for_node(finding.node), [])
+            if len(same) == 1:
+                finding.node = Span(*self.source.position(same[0]))
+                continue
+            positions = positions or wrapper.resolve(PositionProvider)
             where = positions[finding.node]
             finding.node = Span(
                 where.start.line, where.start.column + 1, where.end.line, where.end.column + 1
