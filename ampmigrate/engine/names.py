@@ -36,13 +36,23 @@ from ampmigrate.findings import ImportEdit
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_SCOPES = frozenset({*_FUNCTIONS, ast.Lambda, ast.ClassDef, *_COMPREHENSIONS})
 # Shared singletons that carry no names: never walked, never anybody's child in ``parents``.
 _LEAVES = frozenset(
     c
     for base in (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
     for c in base.__subclasses__()
 )
-_START = (0, 0)  # bound before anything in the scope is evaluated (parameters, loop targets)
+_START = (0, 0)
+# What the walk treats specially; anything else just has its children walked.
+_SPECIAL = frozenset(
+    {
+        ast.Name, ast.Attribute, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal,
+        ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, *_COMPREHENSIONS,
+        ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.withitem,
+        ast.NamedExpr, ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMapping,
+    }
+)  # fmt: skip  # bound before anything in the scope is evaluated (parameters, loop targets)
 
 
 @dataclass(eq=False)
@@ -221,7 +231,12 @@ class Names:
         return self.scope_of(node).node
 
     def scope_of(self, node: ast.AST) -> Scope:
-        return self._scopes.get(node, self.module_scope)
+        scopes, parents = self._scopes, self._parents
+        while node not in scopes:  # written down only where it changes
+            node = parents.get(node)
+            if node is None:
+                return self.module_scope
+        return scopes[node]
 
     def qualified(self, node: ast.AST) -> set[str]:
         """The dotted names a Name, an attribute chain or a call's callee may refer to (libcst's
@@ -329,8 +344,8 @@ class Names:
 
     def _walk(self) -> None:
         parents = self._parents
-        scopes = self._scopes
         spelled = self._spelled
+        self._scopes[self.tree] = self.module_scope
         # (node, parent, scope, from where on a Store name here is bound)
         stack: list[tuple] = [(self.tree, None, self.module_scope, None)]
         while stack:
@@ -340,7 +355,11 @@ class Names:
                 continue
             if parent is not None:
                 parents[node] = parent
-            scopes[node] = scope
+            if kind not in _SPECIAL:  # most nodes: their children, in the same scope
+                if kind is not ast.Constant:
+                    children = [(c, node, scope, order) for c in ast.iter_child_nodes(node)]
+                    stack.extend(reversed(children))
+                continue
             if kind is ast.Name:
                 spelled.setdefault(node.id, []).append(node)
                 if type(node.ctx) is ast.Store:
@@ -364,6 +383,9 @@ class Names:
                 children = self._scope_children(node, scope)
             elif kind in _COMPREHENSIONS:
                 children = self._comprehension_children(node, scope)
+            if kind in _SCOPES:  # where the scope changes, each child's is written down
+                for child, _, child_scope, _ in children:
+                    self._scopes[child] = child_scope
             elif kind is ast.Assign or kind is ast.AugAssign or kind is ast.AnnAssign:
                 end = (node.end_lineno, node.end_col_offset)
                 targets = node.targets if kind is ast.Assign else [node.target]
