@@ -10,12 +10,12 @@ a.b as c`` binds ``c`` only, builtins resolve to ``builtins.X`` and other local 
 ``<locals>``-style name (so a parameter that shadows ``torch`` is not ``torch``). Cross-module
 re-exports are not followed (as before): a package's ``__init__.py`` keeps its imports on ``fix``.
 
-Why hand-written: measured on the 5 largest files of torch 2.x (3.3 MB; this machine, 2 cores
-shared with other jobs, best of 3, so only the ratios mean anything): ``ast.parse`` 12.5 s,
-``Names(tree)`` 4.0 s (one walk: parents, scopes, bindings; names are resolved per query),
-``beniget`` DefUseChains + Ancestors 31.9 s (8x slower, and flow-sensitive: a rebinding kills the
-import before it, where libcst kept both, so its answers differ from the snapshotted findings),
-``ast-grep-py`` parse + one pattern 3.7 s with no import resolution at all (it would still have to
+Why hand-written: measured on the 5 largest files of torch 2.x (3.3 MB; best of 3, load 2 on a
+2-core machine): ``ast.parse`` 1.36 s, ``Names(tree)`` 0.22 s (one walk: parents, scopes where they
+change, bindings, an index by spelling; names are resolved per query), ``beniget`` DefUseChains +
+Ancestors 3.67 s (17x slower, and flow-sensitive: a rebinding kills the import before it, where
+libcst kept both, so its answers differ from the snapshotted findings), ``ast-grep-py`` parse + one
+pattern 0.43 s with no import resolution at all (it would still have to
 be written on top, over a second parse). Same answers as libcst for every Name and Attribute of
 the fixtures (tests/test_names.py) and of 150 ecosystem files that use AMP APIs (249,167 nodes, 0
 differences); the one deliberate difference: a ``match`` capture (``case x:``) binds its name here.
