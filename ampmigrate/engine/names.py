@@ -15,10 +15,10 @@ Why hand-written: measured on the 5 largest files of torch 2.x (3.3 MB; best of 
 change, bindings, an index by spelling; names are resolved per query), ``beniget`` DefUseChains +
 Ancestors 3.67 s (17x slower, and flow-sensitive: a rebinding kills the import before it, where
 libcst kept both, so its answers differ from the snapshotted findings), ``ast-grep-py`` parse + one
-pattern 0.43 s with no import resolution at all (it would still have to
-be written on top, over a second parse). Same answers as libcst for every Name and Attribute of
-the fixtures (tests/test_names.py) and of 150 ecosystem files that use AMP APIs (249,167 nodes, 0
-differences); the one deliberate difference: a ``match`` capture (``case x:``) binds its name here.
+pattern 0.43 s with no import resolution at all (it would still have to be written on top, over a
+second parse). Same answers as libcst for every Name and Attribute of the fixtures
+(tests/test_names.py) and of 150 ecosystem files that use AMP APIs (249,167 nodes, 0 differences);
+the one deliberate difference: a ``match`` capture (``case x:``) binds its name here.
 
 Positions: the order of a binding and a use in one scope is decided on ``ast`` positions (a
 binding counts from the end of its statement; parameters and comprehension targets from the start
