@@ -23,8 +23,8 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
 from ampmigrate.catalog import Rule
+from ampmigrate.cstnames import qualified_names
 from ampmigrate.findings import Finding, Fix
-from ampmigrate.renames import qualified_names
 from ampmigrate.replace import Build, ReplaceNodes
 
 APEX = "apex.amp"
@@ -572,6 +572,6 @@ class ApexO1(cst.CSTVisitor):
             "`amp.initialize`, an autocast region around the forward pass and loss, "
             "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`" + notes
         )
-        fix = Fix("unsafe", node, rewrite, add_imports=frozenset({"torch"}))
+        fix = Fix("unsafe", cst_target=node, cst_build=rewrite, add_imports=frozenset({"torch"}))
         self.findings.append(Finding(self.rule.code, message, found.anchor, fix))
         return False

@@ -30,6 +30,7 @@ class Symbol:
     guidance: str = ""  # "manual" symbols: what to do instead; they never get a fix
     when_missing: str = ""  # a current API, flagged only when called without this parameter
     params: tuple[str, ...] = ()
+    signature: tuple[str, ...] = ()  # the replacement's parameters, for placing written keywords
     keyword_only: tuple[str, ...] = ()
     required: int = 0
     positional: Literal["keep", "keywords"] = "keep"
@@ -111,6 +112,7 @@ def _symbols(code: str, entries: list[dict]) -> tuple[Symbol, ...]:
                     guidance=entry.get("guidance", ""),
                     when_missing=entry.get("when_missing", ""),
                     params=tuple(entry.get("params", ())),
+                    signature=tuple(entry.get("signature", ())),
                     keyword_only=tuple(entry.get("keyword_only", ())),
                     required=entry.get("required", 0),
                     positional=entry.get("positional", "keep"),

@@ -7,9 +7,10 @@ changes to show, 2 an error (a file that cannot be read or parsed, a bad option)
 from __future__ import annotations
 
 import collections
-import difflib
 import io
 import sys
+import threading
+import time
 import tokenize
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -18,12 +19,13 @@ from typing import NoReturn
 
 import click
 
-from ampmigrate import __version__, sourcefile
+from ampmigrate import __version__
 from ampmigrate.catalog import all_rules, select_rules
 from ampmigrate.config import Config, ConfigError, parse_version
 from ampmigrate.config import resolve as resolve_config
-from ampmigrate.discover import EXCLUDED_DIRS, discover
 from ampmigrate.engine import FileResult, Settings, run
+from ampmigrate.engine.discover import EXCLUDED_DIRS, discover
+from ampmigrate.engine.write import write_atomic
 from ampmigrate.findings import Diagnostic
 from ampmigrate.floor import find as torch_floor
 from ampmigrate.notebook import cell_sources
@@ -212,25 +214,51 @@ def _collect(paths: tuple[Path, ...], options: LintOptions, fix: bool) -> Run:
 
 
 class _Progress:
-    """A bar on stderr for long runs, only on a terminal (never in CI logs or pipes)."""
+    """``Parsing: done/total`` on stderr once a run has taken ``DELAY`` seconds, on a terminal
+    only (never in CI logs or pipes), whatever the file count: one huge file is as slow as many
+    small ones, so a timer shows the line even while no file has finished."""
 
-    MIN_FILES = 200
+    DELAY = 1.0
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.bar = None
+        self.start = time.monotonic()
+        self.counts = (0, 0)
+        self.timer: threading.Timer | None = None
+        self.shown = False
+        self.lock = threading.Lock()
 
-    def __call__(self, step: int, total: int) -> None:
-        if not self.enabled or total < self.MIN_FILES:
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
             return
-        if self.bar is None:
-            self.bar = click.progressbar(length=total, label="Parsing", file=sys.stderr)
-            self.bar.__enter__()
-        self.bar.update(step)
+        with self.lock:
+            self.counts = (done, total)
+            if self.shown:
+                self._write()
+        if self.timer is None:
+            wait = max(0.0, self.DELAY - (time.monotonic() - self.start))
+            self.timer = threading.Timer(wait, self._show)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def _show(self) -> None:
+        with self.lock:
+            self.shown = True
+            self._write()
+
+    def _write(self) -> None:
+        done, total = self.counts
+        sys.stderr.write(f"\rParsing: {done}/{total} files")
+        sys.stderr.flush()
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
+        if self.timer is not None:
+            self.timer.cancel()
+        with self.lock:
+            if self.shown:
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
+            self.shown = False
 
 
 def _print_errors(results: Sequence[FileResult]) -> bool:
@@ -309,6 +337,8 @@ def _diff(result: FileResult) -> str:
         ]
     out = []
     for label, old, new in units:
+        import difflib  # only for --diff: it costs start-up time on every run
+
         lines = difflib.unified_diff(
             old.splitlines(), new.splitlines(), f"a/{label}", f"b/{label}", lineterm=""
         )
@@ -345,7 +375,7 @@ def fix(paths: tuple[Path, ...], diff: bool, report_file: Path | None, **options
     else:
         for result in changed:
             try:
-                sourcefile.write_atomic(Path(result.path), result.new_source)
+                write_atomic(Path(result.path), result.new_source)
             except OSError as exc:
                 click.echo(f"{result.path}: error: cannot write: {exc.strerror or exc}", err=True)
                 had_errors = True

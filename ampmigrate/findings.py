@@ -1,15 +1,17 @@
-"""What analysis produces: findings, optionally with a fix, and their serialisable form."""
+"""What analysis produces: findings, optionally with a fix, and their serialisable form.
+
+A fix is planned on ``ast`` positions as text edits (``Edit``) plus the imports it needs or makes
+unused; the apex planner alone still plans on libcst nodes (``cst_target``/``cst_build``).
+"""
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ampmigrate.catalog import Safety
-
-if TYPE_CHECKING:  # libcst is imported only once a file passes the prefilter
-    import libcst as cst
 
 
 @dataclass(frozen=True)
@@ -22,27 +24,52 @@ class ImportEdit:
     asname: str | None = None
 
 
+@dataclass(frozen=True)
+class Edit:
+    """Replace ``text[start:end]`` of the decoded source by ``text`` (character offsets, from
+    ``Source.span``/``Source.offset``; never ast's UTF-8 byte columns)."""
+
+    start: int
+    end: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Span:
+    """A reported place that is not an ``ast`` node: 1-based lines, 1-based character columns,
+    the end exclusive (as libcst's positions + 1)."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+
 @dataclass
 class Fix:
-    """Replace ``target`` (a node of the original tree) by ``build(updated_target)``.
+    """What applying a finding's fix means.
 
-    Building from the *updated* node lets nested fixes compose: an argument fixed on its own
-    line survives the rewrite of the call around it.
+    ``edits`` are non-overlapping text edits; fixes whose edits overlap another applied fix's
+    wait for the next pass. ``add_imports`` are added ("module" or "module:name" for a
+    from-import), ``remove_imports`` dropped if unused once the edits are made. Only the apex
+    planner sets ``cst_target``/``cst_build``: replace that libcst node (of the tree the planner
+    was given) by ``cst_build(updated_node)``.
     """
 
     safety: Safety
-    target: cst.CSTNode
-    build: Callable[[cst.CSTNode], cst.CSTNode]
-    add_imports: frozenset[str] = frozenset()  # "module", or "module:name" for a from-import
+    edits: tuple[Edit, ...] = ()
+    add_imports: frozenset[str] = frozenset()
     remove_imports: tuple[ImportEdit, ...] = ()
     min_torch: tuple[int, ...] = ()  # the oldest torch the rewritten code runs on
+    cst_target: Any = None
+    cst_build: Callable[[Any], Any] | None = None
 
 
 @dataclass
 class Finding:
     code: str
     message: str
-    node: cst.CSTNode
+    node: ast.AST | Span  # where it is reported
     fix: Fix | None = None
 
 

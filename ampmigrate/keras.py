@@ -7,27 +7,29 @@ symbol itself gets a from-import of the new place instead, and the old import go
 Loss-scale arguments and the Keras 3 LossScaleOptimizer differ by target (``target-keras``):
 what a fix writes for Keras 2 (tf-keras) raises on Keras 3 and the other way round (reference:
 tf-keras-mixed-precision.md, rows 7 and 21).
+
+Analysis runs on stdlib ``ast`` in one source-ordered walk shared by every check (the checks
+that remember what they saw, such as imported aliases or a scaled loss, depend on that order);
+fixes are text edits on the original source (:class:`ampmigrate.findings.Edit`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import libcst as cst
-from libcst.metadata import ScopeProvider
+import ast
+import io
+import re
+import tokenize
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ampmigrate.catalog import KERAS_ROOTS, PathRename, Rule
-from ampmigrate.findings import Finding, Fix, ImportEdit
-from ampmigrate.renames import (
-    NoFix,
-    _dotted,
-    _join,
-    _kw,
-    _root_name,
-    import_edits,
-    is_name,
-    qualified_names,
-)
+from ampmigrate.engine.names import Names, dotted
+from ampmigrate.engine.source import Source
+from ampmigrate.findings import Edit, Finding, Fix, ImportEdit, Span
+
+if TYPE_CHECKING:
+    from ampmigrate.engine import Settings
 
 LOSS_SCALE_OPTIMIZERS = frozenset(
     f"{root}.{path}"
@@ -57,6 +59,13 @@ GRADIENT_PROCESSING = frozenset(
 )  # fmt: skip
 # Keyword arguments the Keras 3 wrapper refuses: "set it on the inner_optimizer".
 _INNER_ONLY = ("clipnorm", "global_clipnorm", "clipvalue", "weight_decay", "use_ema")
+_NAME = re.compile(r"[^\W\d]\w*(?:\s*\.\s*[^\W\d]\w*)*")  # a dotted name as written
+_FROM = re.compile(r"from(?:\s|\\\r?\n)+")
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+class NoFix(Exception):
+    """Raised while building a fix to say why there is none; the text joins the message."""
 
 
 def _shown(name: str) -> str:
@@ -64,149 +73,497 @@ def _shown(name: str) -> str:
     return "tf." + name.removeprefix("tensorflow.") if name.startswith("tensorflow.") else name
 
 
-def _qualified(visitor: cst.CSTVisitor, node: cst.CSTNode) -> set[str]:
-    return qualified_names(visitor.get_metadata(ScopeProvider, node, None), node)
+def _root_name(node: ast.expr) -> ast.Name | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node if isinstance(node, ast.Name) else None
 
 
-def _literal(node: cst.BaseExpression) -> object:
+def _is_const(node: ast.expr | None, value: bool) -> bool:
+    """``True``/``False`` written literally (libcst's ``Name("True")``)."""
+    return isinstance(node, ast.Constant) and node.value is value
+
+
+# -- source text of calls and strings ----------------------------------------------------------
+
+
+def _string_tokens(text: str) -> list[tuple[int, str, int, int, int, int]] | None:
+    """The tokens of an expression's text as (type, string, row, col, end row, end col), rows
+    from 1 and columns as in ``text``; None when it does not tokenize. The text is tokenized
+    in parentheses, so that its later lines are no indentation."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(f"({text})").readline))
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    skip = (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER, tokenize.COMMENT)
+    inside = [t for t in tokens if t.type not in skip][1:-1]  # without our parentheses
+    return [
+        (t.type, t.string, t.start[0], t.start[1] - (t.start[0] == 1),
+         t.end[0], t.end[1] - (t.end[0] == 1))
+        for t in inside
+    ]  # fmt: skip
+
+
+def _single_string(source: Source, node: ast.Constant) -> tuple[str, str] | None:
+    """(prefix, quote) when ``node`` is one string literal, not an implicit concatenation."""
+    text = source.segment(node)
+    tokens = _string_tokens(text)
+    if not tokens or len(tokens) != 1 or tokens[0][0] != tokenize.STRING:
+        return None
+    match = re.match(r"([A-Za-z]*)('''|\"\"\"|'|\")", text)
+    return (match.group(1), match.group(2)) if match else None
+
+
+def _literal(source: Source, node: ast.expr) -> object:
     """The value of a string or number literal (with a sign), else a sentinel."""
-    if isinstance(node, cst.SimpleString):
-        return node.evaluated_value
-    if isinstance(node, cst.Integer | cst.Float):
-        return node.evaluated_value
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        inner = _literal(node.expression)
+    if isinstance(node, ast.Constant):
+        value = node.value
+        if isinstance(value, str | bytes):
+            return value if _single_string(source, node) else _literal
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+        return _literal
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _literal(source, node.operand)
         return -inner if isinstance(inner, int | float) else _literal
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
-        base, exp = _literal(node.left), _literal(node.right)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        base, exp = _literal(source, node.left), _literal(source, node.right)
         if isinstance(base, int) and isinstance(exp, int) and 0 <= exp < 64:
             return base**exp
     return _literal  # not a literal
 
 
-def _arg(args: Sequence[cst.Arg], position: int, name: str) -> cst.Arg | None:
-    positional = [a for a in args if not a.keyword and not a.star]
-    for a in args:
-        if a.keyword and a.keyword.value == name:
-            return a
-    return positional[position] if position < len(positional) else None
+def _skip_space(text: str, i: int, step: int, limit: int) -> int:
+    """The first index from ``i`` (moving by ``step``, not past ``limit``) that is not space."""
+    while (i < limit if step > 0 else i > limit) and text[i] in " \t\r\n\f\\":
+        i += step
+    return i
 
 
-def _without(args: Sequence[cst.Arg], drop: cst.Arg) -> list[cst.Arg]:
-    kept = [a for a in args if a is not drop]
-    return _join(args, kept, set())
+@dataclass(eq=False)
+class _Arg:
+    """One argument of a call as libcst split it: its text, the comma after it (with the space
+    around it) and, for a last argument without a comma, the space before the parenthesis."""
+
+    text: str
+    value: str  # the value's text, with its own parentheses
+    node: ast.AST | None = None  # the value node (None for an inserted argument)
+    keyword: str | None = None
+    star: bool = False
+    comma: str | None = None
+    space_after: str = ""
+    start: int = 0
+    end: int = 0
+    value_start: int = 0
 
 
-class PathVisitor(cst.CSTVisitor):
+class _Call:
+    """A call's arguments in source order, and where its parentheses are."""
+
+    def __init__(self, source: Source, call: ast.Call) -> None:
+        text = source.text
+        self.source = source
+        self.start, self.end = source.span(call)
+        self.close = self.end - 1  # ast's call ends after its ")"
+        i = source.span(call.func)[1]
+        while text[i] != "(":  # past the callee's own closing parentheses
+            i += 1
+        self.open = i
+        self.func_end = _skip_space(text, i - 1, -1, self.start) + 1
+        items: list[_Arg] = []
+        for node in [*call.args, *call.keywords]:
+            start, end = source.span(node)
+            if isinstance(node, ast.keyword):
+                value_start = start
+                if node.arg is not None:  # after `name =`
+                    value_start = _skip_space(text, text.index("=", start) + 1, 1, end)
+                items.append(
+                    _Arg(text[start:end], text[value_start:end], node.value, node.arg,
+                         node.arg is None, start=start, end=end, value_start=value_start)
+                )  # fmt: skip
+                continue
+            while True:  # the value's own parentheses belong to it
+                before = _skip_space(text, start - 1, -1, self.open)
+                after = _skip_space(text, end, 1, self.close)
+                if before > self.open and text[before] == "(" and text[after] == ")":
+                    start, end = before, after + 1
+                else:
+                    break
+            star = isinstance(node, ast.Starred)
+            value = node.value if star else node
+            items.append(
+                _Arg(text[start:end], text[start:end], value, None, star, start=start, end=end,
+                     value_start=start)
+            )  # fmt: skip
+        items.sort(key=lambda a: a.start)
+        for arg, following in zip(items, [*items[1:], None], strict=False):
+            gap = text[arg.end : following.start if following else self.close]
+            if following is not None or "," in gap:
+                arg.comma = gap
+            else:
+                arg.space_after = gap
+        self.args = items
+
+    def arg(self, position: int, name: str) -> _Arg | None:
+        """libcst-era lookup: the keyword ``name``, else the ``position``-th plain positional."""
+        for a in self.args:
+            if a.keyword == name:
+                return a
+        positional = [a for a in self.args if a.keyword is None and not a.star]
+        return positional[position] if position < len(positional) else None
+
+    def find(self, name: str) -> _Arg:
+        return next(a for a in self.args if a.keyword == name)
+
+    def region(self) -> tuple[int, int]:
+        """What an argument list rewrite replaces: from the first argument to the ``)``."""
+        return (self.args[0].start if self.args else self.close, self.close)
+
+    def rewritten(self, new: list[_Arg], fresh: set[int]) -> Edit:
+        start, end = self.region()
+        return _minimal(self.source.text, start, end, _join(self.args, new, fresh))
+
+
+def _minimal(text: str, start: int, end: int, new: str) -> Edit:
+    """Replace ``text[start:end]`` by ``new``, as an edit of only the part that changes: edits of
+    other fixes beside it (a policy's name in an argument list that loses another argument) then
+    do not overlap it and apply in the same pass, as nested libcst rewrites composed."""
+    old = text[start:end]
+    prefix = 0
+    limit = min(len(old), len(new))
+    while prefix < limit and old[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    limit -= prefix
+    while suffix < limit and old[-1 - suffix] == new[-1 - suffix]:
+        suffix += 1
+    return Edit(start + prefix, end - suffix, new[prefix : len(new) - suffix])
+
+
+def _kw(name: str, value: str) -> _Arg:
+    return _Arg(f"{name}={value}", value, keyword=name)
+
+
+def _join(original: Sequence[_Arg], new: Sequence[_Arg], fresh: set[int]) -> str:
+    """The text of ``new`` with commas that keep the layout of ``original`` (one line or one
+    per line): arguments carried over keep their own comma (and its comments) unless they were
+    last; inserted ones (indices in ``fresh``) copy the separator the call already uses."""
+    sep = ", "
+    if len(original) > 1 and original[0].comma is not None:
+        sep = original[0].comma
+    trailing = original[-1].comma if original else None
+    last_original = original[-1] if original else None
+    out = []
+    for i, arg in enumerate(new):
+        if i == len(new) - 1:
+            comma = trailing
+        elif i in fresh or arg.comma is None or arg is last_original:
+            comma = sep
+        else:
+            comma = arg.comma
+        # libcst wrote a last argument's space before ")" after whatever comma it gets now
+        out.append(arg.text + (comma or "") + arg.space_after)
+    return "".join(out)
+
+
+def _with_keywords(kept: Sequence[_Arg], extra: Sequence[tuple[str, str]]) -> list[_Arg]:
+    """``kept`` plus ``extra`` as keyword arguments (name, value text)."""
+    return [*kept, *(_kw(name, value) for name, value in extra)]
+
+
+def _keywords_text(call: _Call, extra: Sequence[tuple[str, str]]) -> str:
+    """The call's argument list (the region) with ``extra`` keyword arguments appended."""
+    fresh = set(range(len(call.args), len(call.args) + len(extra)))
+    return _join(call.args, _with_keywords(call.args, extra), fresh)
+
+
+def _inner_with_keywords(source: Source, inner: _Arg, extra: Sequence[tuple[str, str]]) -> str:
+    """The text of an argument whose value is an optimizer call, with ``extra`` appended to that
+    call's arguments (the value keeps its own parentheses)."""
+    assert isinstance(inner.node, ast.Call)
+    call = _Call(source, inner.node)
+    start, end = call.region()
+    text = source.text
+    return text[inner.start : start] + _keywords_text(call, extra) + text[end : inner.end]
+
+
+# -- the walk shared by every check -------------------------------------------------------------
+
+
+class _Check:
+    """One rule's logic: ``enter_<Type>`` methods see the nodes of that type (see ``_walk``),
+    ``finish`` runs after."""
+
+    def __init__(self, ctx: _Context) -> None:
+        self.ctx = ctx
+        self.source = ctx.source
+        self.names = ctx.names
+        self.findings: list[Finding] = []
+
+    def identifiers(self, aliases: Sequence[_Alias]) -> set[str]:
+        """The names whose nodes (and the attributes and calls around them) the check reads."""
+        return set()
+
+    def finish(self) -> None:
+        return None
+
+
+@dataclass
+class _Context:
+    source: Source
+    names: Names
+    target_keras: int
+    calls: dict[int, _Call]
+
+    def call(self, node: ast.Call) -> _Call:
+        found = self.calls.get(id(node))
+        if found is None:
+            found = self.calls[id(node)] = _Call(self.source, node)
+        return found
+
+    def own_span(self, node: ast.AST) -> tuple[int, int]:
+        """``node``'s span with the parentheses around it that are its own: libcst kept them on
+        the node, so they went with a replaced node and were part of its source text."""
+        start, end = self.source.span(node)
+        parent = self.names.parent(node)
+        if parent is None or not hasattr(parent, "lineno") or isinstance(parent, ast.ClassDef):
+            return start, end
+        if isinstance(parent, ast.Call) and node is not parent.func:
+            call = self.call(parent)
+            lo, hi = call.open, call.close
+        else:
+            lo, hi = self.source.span(parent)
+            lo -= 1
+        text = self.source.text
+        while True:
+            before = _skip_space(text, start - 1, -1, lo)
+            after = _skip_space(text, end, 1, hi)
+            if lo < before and after < hi and text[before] == "(" and text[after] == ")":
+                start, end = before, after + 1
+            else:
+                return start, end
+
+    def own_text(self, node: ast.AST) -> str:
+        start, end = self.own_span(node)
+        return self.source.text[start:end]
+
+    def function(self, node: ast.AST) -> ast.AST | None:
+        """The innermost def around ``node`` (its decorators and defaults included)."""
+        return next((a for a in self.names.ancestors(node) if isinstance(a, _FUNCTIONS)), None)
+
+
+def _order(node: ast.AST) -> tuple[int, int, int, int]:
+    """libcst's visiting order: by start, a node before the nodes inside it (the same start:
+    a call before its callee, an attribute before its value)."""
+    return (node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset)
+
+
+_Alias = tuple[str, str, str | None]  # (module, name, asname) of a from-import
+
+
+def _walk(names: Names, checks: Sequence[_Check]) -> None:
+    """Call each check's ``enter_<Type>`` on the nodes of that type that can matter to it: the
+    imports, the names and attributes spelled as one of the check's identifiers, the attribute
+    chains above them and the call (and the assignment of that call) they are the callee of.
+    In source order, a node before the nodes inside it, as libcst visited them: the checks that
+    remember what they saw (aliases imported so far, a scaled loss) depend on it."""
+    enter: dict[type, list[Callable]] = {}
+    for check in checks:
+        for attr in dir(check):
+            if attr.startswith("enter_"):
+                enter.setdefault(getattr(ast, attr[6:]), []).append(getattr(check, attr))
+    found: dict[int, ast.AST] = {id(b.node): b.node for b in names.imports() if b.node}
+    aliases = [
+        (stmt.module or "", alias.name, alias.asname)
+        for stmt in found.values()
+        if isinstance(stmt, ast.ImportFrom)
+        for alias in stmt.names
+    ]
+    identifiers: set[str] = set()
+    for check in checks:
+        identifiers |= check.identifiers(aliases)
+    parent_of = names.parent
+    for identifier in identifiers:
+        for node in names.spelled(identifier):
+            top: ast.AST = node
+            found[id(top)] = top
+            parent = parent_of(top)
+            while isinstance(parent, ast.Attribute):
+                top = found[id(parent)] = parent
+                parent = parent_of(top)
+            if isinstance(parent, ast.Call) and parent.func is top:
+                found[id(parent)] = parent
+                above = parent_of(parent)
+                if isinstance(above, ast.Assign) and above.value is parent:
+                    found[id(above)] = above
+    for node in sorted(found.values(), key=_order):
+        for handler in enter.get(type(node), ()):
+            handler(node)
+
+
+class _CheapNames(_Check):
+    """Resolving a qualified name costs; only nodes whose last name (through an import alias)
+    is one a check cares about are resolved."""
+
+    WANTED: frozenset[str] = frozenset()
+    METHODS: frozenset[str] = frozenset()  # method names read whatever the receiver
+
+    def __init__(self, ctx: _Context) -> None:
+        super().__init__(ctx)
+        self._aliases: dict[str, str] = {}
+
+    def identifiers(self, aliases: Sequence[_Alias]) -> set[str]:
+        imported = {asname for _, name, asname in aliases if asname and name in self.WANTED}
+        return self.WANTED | self.METHODS | imported
+
+    def enter_ImportFrom(self, node: ast.ImportFrom) -> None:
+        for alias in node.names:
+            if alias.asname is not None and alias.name != "*":
+                self._aliases[alias.asname] = alias.name
+
+    def wanted(self, node: ast.expr) -> bool:
+        if isinstance(node, ast.Attribute):
+            return node.attr in self.WANTED
+        if isinstance(node, ast.Name):
+            return self._aliases.get(node.id, node.id) in self.WANTED
+        return False
+
+
+def _first_value(call: ast.Call) -> ast.expr | None:
+    """The value of the call's first argument as written (positional, starred or keyword)."""
+    first = sorted([*call.args, *call.keywords], key=lambda a: (a.lineno, a.col_offset))
+    if not first:
+        return None
+    arg = first[0]
+    return arg.value if isinstance(arg, ast.keyword | ast.Starred) else arg
+
+
+# -- moved names (`[[paths]]` and `[[modules]]`) ------------------------------------------------
+
+
+class _Paths(_Check):
     """Every reference to a moved TF/Keras name, with its fix (``[[paths]]`` in the rules)."""
 
-    METADATA_DEPENDENCIES = (ScopeProvider,)
-
-    def __init__(self, paths: Sequence[PathRename], target_keras: int) -> None:
-        super().__init__()
+    def __init__(self, ctx: _Context, paths: Sequence[PathRename]) -> None:
+        super().__init__(ctx)
         self.table = {p.old: p for p in paths if p.kind != "module"}
         self.modules = {p.old: p for p in paths if p.kind == "module"}
         self.last_names = {p.old.rsplit(".", 1)[-1] for p in self.table.values()}
-        self.target_keras = target_keras
-        self.findings: list[Finding] = []
-        self._in_import = 0
+        self.target_keras = ctx.target_keras
         self._done: set[int] = set()
 
-    def visit_Import(self, node: cst.Import) -> None:
-        self._in_import += 1
+    def identifiers(self, aliases: Sequence[_Alias]) -> set[str]:
+        renamed = {a for m, name, a in aliases if a and f"{m}.{name}" in self.table}
+        return self.last_names | renamed
+
+    # -- imports -------------------------------------------------------------------------------
+    def enter_Import(self, node: ast.Import) -> None:
         if len(node.names) != 1:
             return
         alias = node.names[0]
-        moved = self.modules.get(_dotted(alias.name) or "")
+        moved = self.modules.get(alias.name)
         if moved is not None:
-            new = alias.with_changes(name=cst.parse_expression(moved.new))
-            self._module_finding(moved, node, node.with_changes(names=[new]))
+            start = self.source.span(alias)[0]
+            name = _NAME.match(self.source.text, start)
+            assert name is not None
+            self._module_finding(moved, node, (Edit(start, name.end(), moved.new),))
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self._in_import += 1
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+    def enter_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level or node.module is None or node.names[0].name == "*":
             return
         for alias in node.names:  # `import X as Y`: references are spelled Y
-            if alias.asname and f"{_dotted(node.module)}.{alias.evaluated_name}" in self.table:
-                self.last_names.add(alias.evaluated_alias)
+            if alias.asname and f"{node.module}.{alias.name}" in self.table:
+                self.last_names.add(alias.asname)
         renamed = self._symbol_import(node)
         if renamed is not None:
-            path = self.table[f"{_dotted(node.module)}.{node.names[0].evaluated_name}"]
+            path = self.table[f"{node.module}.{node.names[0].name}"]
             old, new = path.old.rpartition(".")[0], path.new.rpartition(".")[0]
             message = f"`{old}` was removed: import from `{new}`"
-            self.findings.append(
-                Finding(path.code, message, node, Fix("safe", node, lambda _u: renamed))
-            )
+            self.findings.append(Finding(path.code, message, node, Fix("safe", edits=renamed)))
             return
         for alias in node.names:
-            moved = self.modules.get(f"{_dotted(node.module)}.{alias.evaluated_name}")
+            moved = self.modules.get(f"{node.module}.{alias.name}")
             if moved is None:
                 continue
             parent, _, name = moved.new.rpartition(".")
-            bound = alias.evaluated_alias or alias.evaluated_name
-            asname = None if bound == name else cst.AsName(name=cst.Name(bound))
-            replacement = None
+            bound = alias.asname or alias.name
+            edits = None
             if len(node.names) == 1:
-                new_alias = cst.ImportAlias(name=cst.Name(name), asname=asname)
-                replacement = node.with_changes(
-                    module=cst.parse_expression(parent), names=[new_alias]
-                )
-            self._module_finding(moved, node, replacement)
+                start, end = self._alias_span(node, alias)
+                written = name if bound == name else f"{name} as {bound}"
+                edits = (self._module_edit(node, parent), Edit(start, end, written))
+            self._module_finding(moved, node, edits)
 
-    def _symbol_import(self, node: cst.ImportFrom) -> cst.ImportFrom | None:
+    def _module_edit(self, node: ast.ImportFrom, module: str) -> Edit:
+        """Replace the module of ``from <module> import ...``."""
+        text = self.source.text
+        start = self.source.span(node)[0]
+        keyword = _FROM.match(text, start)
+        assert keyword is not None
+        name = _NAME.match(text, keyword.end())
+        assert name is not None
+        return Edit(name.start(), name.end(), module)
+
+    def _alias_span(self, node: ast.ImportFrom, alias: ast.alias) -> tuple[int, int]:
+        """The only alias of ``node`` with its trailing comma, up to the ``)`` (libcst's rebuilt
+        alias had no comma, and the space after the comma went with it)."""
+        start, end = self.source.span(alias)
+        text = self.source.text
+        after = _skip_space(text, end, 1, len(text))
+        if after < len(text) and text[after] == ",":
+            return start, self.source.span(node)[1] - 1
+        return start, end
+
+    def _symbol_import(self, node: ast.ImportFrom) -> tuple[Edit, ...] | None:
         """``from old import a, b as c`` -> ``from new import a2, b2 as c`` when every name moved
         to the same module by a plain rename; else None."""
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-            return None
-        module = _dotted(node.module)
-        paths = [self.table.get(f"{module}.{alias.evaluated_name}") for alias in node.names]
+        paths = [self.table.get(f"{node.module}.{alias.name}") for alias in node.names]
         if any(p is None or p.kind != "rename" for p in paths):
             return None
         parents = {p.new.rpartition(".")[0] for p in paths}
         if len(parents) != 1:
             return None
-        aliases = [
-            alias.with_changes(name=cst.Name(path.new.rpartition(".")[2]))
-            for alias, path in zip(node.names, paths, strict=True)
-        ]
-        return node.with_changes(module=cst.parse_expression(parents.pop()), names=aliases)
+        edits = [self._module_edit(node, parents.pop())]
+        for alias, path in zip(node.names, paths, strict=True):
+            start = self.source.span(alias)[0]
+            name = _NAME.match(self.source.text, start)
+            assert name is not None
+            edits.append(Edit(start, name.end(), path.new.rpartition(".")[2]))
+        return tuple(edits)
 
-    def _module_finding(self, moved: PathRename, node: cst.CSTNode, replacement) -> None:
+    def _module_finding(
+        self, moved: PathRename, node: ast.stmt, edits: tuple[Edit, ...] | None
+    ) -> None:
         message = f"module `{moved.old}` was removed: import `{moved.new}` instead"
         fix = None
-        if replacement is None:
+        if edits is None:
             message += " (no automatic fix: the import names other things too)"
         else:
-            fix = Fix("safe", node, lambda _u: replacement)
+            fix = Fix("safe", edits=edits)
         self.findings.append(Finding(moved.code, message, node, fix))
 
-    def leave_Import(self, original_node: cst.Import) -> None:
-        self._in_import -= 1
-
-    leave_ImportFrom = leave_Import
-
-    def _match(self, node: cst.BaseExpression) -> PathRename | None:
-        last = node.attr.value if isinstance(node, cst.Attribute) else getattr(node, "value", "")
-        if self._in_import or last not in self.last_names:
+    # -- references ------------------------------------------------------------------------------
+    def _match(self, node: ast.expr) -> PathRename | None:
+        last = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+        if last not in self.last_names:
             return None
-        found = [self.table[q] for q in sorted(_qualified(self, node)) if q in self.table]
+        found = [self.table[q] for q in sorted(self.names.qualified(node)) if q in self.table]
         return found[0] if found else None
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def enter_Call(self, node: ast.Call) -> None:
         path = self._match(node.func)
         if path is None:
             return
         self._done.add(id(node.func))
         self._report(path, node, node.func, call=node)
 
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        self._reference(node)
-        return True
-
-    def visit_Name(self, node: cst.Name) -> None:
+    def enter_Attribute(self, node: ast.Attribute) -> None:
         self._reference(node)
 
-    def _reference(self, node: cst.BaseExpression) -> None:
+    def enter_Name(self, node: ast.Name) -> None:
+        self._reference(node)
+
+    def _reference(self, node: ast.expr) -> None:
         if id(node) in self._done:
             return
         path = self._match(node)
@@ -214,259 +571,215 @@ class PathVisitor(cst.CSTVisitor):
             self._done.add(id(node))
             self._report(path, node, node)
 
-    # -- findings and fixes --------------------------------------------------------------
+    # -- findings and fixes ----------------------------------------------------------------------
     def _report(
-        self, path: PathRename, target: cst.CSTNode, ref: cst.BaseExpression, call=None
+        self, path: PathRename, target: ast.expr, ref: ast.expr, call: ast.Call | None = None
     ) -> None:
         message = f"`{_shown(path.old)}` " + (path.guidance or f"moved: use `{_shown(path.new)}`")
         fix = None
         if path.kind != "manual":
             try:
-                fix = self._fix(path, target, ref, call)
+                fix = self._fix(path, ref, call)
             except NoFix as reason:
                 message += f" (no automatic fix: {reason})"
         self.findings.append(Finding(path.code, message, target, fix))
 
-    def _fix(self, path: PathRename, target, ref, call: cst.Call | None) -> Fix:
+    def _fix(self, path: PathRename, ref: ast.expr, call: ast.Call | None) -> Fix:
         if path.kind == "attribute":  # get_layer_policy(layer) -> layer.dtype_policy
             if call is None:
                 raise NoFix("it is not called")
-            positional = [a for a in call.args if not a.keyword and not a.star]
-            if len(call.args) != 1 or len(positional) != 1:
+            args = self.ctx.call(call).args
+            positional = [a for a in args if a.keyword is None and not a.star]
+            if len(args) != 1 or len(positional) != 1:
                 raise NoFix("it takes exactly one layer")
-            layer = positional[0].value
-            if not isinstance(layer, cst.Name | cst.Attribute | cst.Call | cst.Subscript):
+            layer = positional[0]
+            if not isinstance(layer.node, ast.Name | ast.Attribute | ast.Call | ast.Subscript):
                 raise NoFix("the layer is not a simple expression")
-            attribute = cst.Attribute(value=layer, attr=cst.Name(path.new))
+            start, end = self.ctx.own_span(call)
             root = _root_name(ref)
-            removals = self._import_edits(root) if root is not None else ()
-            return Fix("safe", call, lambda _updated: attribute, remove_imports=removals)
+            removals = self.names.import_edits(root) if root is not None else ()
+            edit = Edit(start, end, f"{layer.value}.{path.new}")
+            return Fix("safe", edits=(edit,), remove_imports=removals)
         spelled, imports, removals = self._spelling(path.new, ref)
+        start, end = self.ctx.own_span(ref)
+        edits = [Edit(start, end, spelled)]
         safety = "safe"
         if call is not None and path.args:
-            build_call, safety = self._call_builder(path, call)
-        else:
-
-            def build_call(updated):
-                return updated
-
-        def build(updated: cst.CSTNode) -> cst.CSTNode:
-            if isinstance(updated, cst.Call):
-                return build_call(updated.with_changes(func=spelled))
-            return spelled
-
-        return Fix(safety, target, build, add_imports=imports, remove_imports=removals)
+            more, safety, whole = self._call_edits(path, call)
+            if whole:  # the wrapper goes: the whole call is rewritten
+                edits = []
+            edits += [more] if more is not None else []
+        return Fix(safety, edits=tuple(edits), add_imports=imports, remove_imports=removals)
 
     def _spelling(
-        self, new: str, ref: cst.BaseExpression
-    ) -> tuple[cst.BaseExpression, frozenset[str], tuple[ImportEdit, ...]]:
+        self, new: str, ref: ast.expr
+    ) -> tuple[str, frozenset[str], tuple[ImportEdit, ...]]:
         """How to write ``new`` here: through the same root name, or via a fresh from-import."""
         root = _root_name(ref)
-        text = _dotted(ref)
-        if root is None or text is None:
+        if root is None or dotted(ref) is None:
             raise NoFix("the reference is not a dotted name")
-        for bound in sorted(_qualified(self, root)):
-            direct = isinstance(ref, cst.Attribute) and ref.value is root
+        for bound in sorted(self.names.qualified(root)):
+            direct = isinstance(ref, ast.Attribute) and ref.value is root
             if bound in self.modules and direct and self._import_rewritten(root):
                 bound = self.modules[bound].new  # its import is rewritten alongside
             if new.startswith(bound + "."):
-                return cst.parse_expression(root.value + new[len(bound) :]), frozenset(), ()
+                return root.id + new[len(bound) :], frozenset(), ()
         module, _, name = new.rpartition(".")
         statement = self._binding_import(root)
-        if isinstance(ref, cst.Name) and statement and self._symbol_import(statement):
+        if isinstance(ref, ast.Name) and statement and self._symbol_import(statement):
             # its import is rewritten by its own finding; an `as` alias stays the bound name
-            [alias] = [
-                a for a in statement.names if (a.evaluated_alias or a.evaluated_name) == root.value
-            ]
-            return cst.Name(root.value if alias.asname else name), frozenset(), ()
-        if isinstance(ref, cst.Attribute):
+            [alias] = [a for a in statement.names if (a.asname or a.name) == root.id]
+            return (root.id if alias.asname else name), frozenset(), ()
+        if isinstance(ref, ast.Attribute):
             # `mp.set_policy` with `mp` the old module: import the new module's parent instead
             module, _, name = module.rpartition(".")
             written = name + new[len(module) + len(name) + 1 :]
         else:
             written = name
-        scope = self.get_metadata(ScopeProvider, ref, None)
-        if scope is not None and name in scope and name != root.value:
+        if self.names.is_bound(ref, name) and name != root.id:
             raise NoFix(f"`{name}` is already bound here")
-        return (
-            cst.parse_expression(written),
-            frozenset({f"{module}:{name}"}),
-            self._import_edits(root),
-        )
+        return written, frozenset({f"{module}:{name}"}), self.names.import_edits(root)
 
-    def _binding_import(self, root: cst.Name) -> cst.ImportFrom | None:
-        scope = self.get_metadata(ScopeProvider, root, None)
-        if scope is None or root.value not in scope:
-            return None
-        statements = {id(a.node): a.node for a in scope[root.value]}
+    def _binding_import(self, root: ast.Name) -> ast.ImportFrom | None:
+        statements = {id(b.node): b.node for b in self.names.bindings(root)}
         if len(statements) != 1:
             return None
         statement = next(iter(statements.values()))
-        return statement if isinstance(statement, cst.ImportFrom) else None
+        return statement if isinstance(statement, ast.ImportFrom) else None
 
-    def _import_rewritten(self, root: cst.Name) -> bool:
+    def _import_rewritten(self, root: ast.Name) -> bool:
         """``root`` is bound only by one-name imports, which the module finding rewrites."""
-        scope = self.get_metadata(ScopeProvider, root, None)
-        if scope is None or root.value not in scope:
-            return False
-        statements = [a.node for a in scope[root.value]]
-        return all(
-            isinstance(s, cst.Import | cst.ImportFrom)
-            and not isinstance(s.names, cst.ImportStar)
-            and len(s.names) == 1
-            for s in statements
+        bindings = self.names.bindings(root)
+        return bool(bindings) and all(
+            isinstance(b.node, ast.Import | ast.ImportFrom)
+            and b.node.names[0].name != "*"
+            and len(b.node.names) == 1
+            for b in bindings
         )
 
-    def _import_edits(self, root: cst.Name) -> tuple[ImportEdit, ...]:
-        return import_edits(self.get_metadata(ScopeProvider, root, None), root)
-
-    def _call_builder(self, path: PathRename, call: cst.Call):
-        """The argument rewrite for calls whose signature changed with the move."""
+    def _call_edits(self, path: PathRename, node: ast.Call) -> tuple[Edit | None, str, bool]:
+        """The argument rewrite for calls whose signature changed with the move: an edit of the
+        argument list, or of the whole call (then True) when the wrapper goes."""
+        call = self.ctx.call(node)
         if any(a.star for a in call.args):
             raise NoFix("a `*`/`**` splat hides the arguments")
         if path.args == "policy":
-            loss_scale = _arg(call.args, 1, "loss_scale")
+            loss_scale = call.arg(1, "loss_scale")
             if loss_scale is None:
-                return (lambda updated: updated), "safe"
-            if _literal(loss_scale.value) not in ("dynamic", "auto"):
+                return None, "safe", False
+            if _literal(self.source, loss_scale.node) not in ("dynamic", "auto"):
                 raise NoFix(
                     "a Policy no longer carries a loss scale: pass it to "
                     "`LossScaleOptimizer(opt, initial_scale=...)`; `loss_scale=None` is "
                     "`model.compile(..., auto_scale_loss=False)` on Keras 3"
                 )
-            return (lambda updated: updated.with_changes(args=_without(updated.args, _arg(
-                updated.args, 1, "loss_scale")))), "safe"  # fmt: skip
-        return self._loss_scale_optimizer(call)
+            kept = [a for a in call.args if a is not loss_scale]
+            return call.rewritten(kept, set()), "safe", False
+        return self._loss_scale_optimizer(node, call)
 
-    def _loss_scale_optimizer(self, call: cst.Call):
+    def _loss_scale_optimizer(self, node: ast.Call, call: _Call) -> tuple[Edit | None, str, bool]:
         """experimental LossScaleOptimizer(opt, loss_scale) -> the stable class's arguments."""
-        loss_scale = _arg(call.args, 1, "loss_scale")
+        loss_scale = call.arg(1, "loss_scale")
         if loss_scale is None:
-            return (lambda updated: updated), "safe"
-        value = loss_scale.value
-        literal = _literal(value)
-        extra: list[tuple[str, cst.BaseExpression]]
+            return None, "safe", False
+        value = loss_scale.node
+        literal = _literal(self.source, value)
+        extra: list[tuple[str, str]]
         if literal == "dynamic":
             extra = []
         elif isinstance(literal, int | float) and not isinstance(literal, bool):
-            return self._fixed_scale(call, value)
-        elif isinstance(value, cst.Call) and self._loss_scale_class(value) in _FIXED:
-            scale = _arg(value.args, 0, "loss_scale_value")
-            if scale is None or len(value.args) != 1:
+            return self._fixed_scale(node, call, loss_scale.value)
+        elif isinstance(value, ast.Call) and self._loss_scale_class(value) in _FIXED:
+            inner = self.ctx.call(value)
+            scale = inner.arg(0, "loss_scale_value")
+            if scale is None or len(inner.args) != 1:
                 raise NoFix("FixedLossScale takes exactly one value")
-            return self._fixed_scale(call, scale.value)
-        elif isinstance(value, cst.Call) and self._loss_scale_class(value) in _DYNAMIC:
-            extra = self._dynamic(value)
+            return self._fixed_scale(node, call, scale.value)
+        elif isinstance(value, ast.Call) and self._loss_scale_class(value) in _DYNAMIC:
+            extra = self._dynamic(self.ctx.call(value))
         else:
             raise NoFix("the loss scale is not a literal: map it to `initial_scale=` by hand")
+        return _replace_loss_scale(call, loss_scale, extra), "safe", False
 
-        def build(updated: cst.Call) -> cst.Call:
-            return updated.with_changes(args=_replace_loss_scale(updated.args, extra))
-
-        return build, "safe"
-
-    def _loss_scale_class(self, call: cst.Call) -> str:
-        for name in _qualified(self, call.func):
+    def _loss_scale_class(self, call: ast.Call) -> str:
+        for name in self.names.qualified(call.func):
             if name.startswith(_LOSS_SCALE_MODULES):
                 return name.rsplit(".", 1)[-1]
         return ""
 
-    @staticmethod
-    def _dynamic(value: cst.Call) -> list[tuple[str, cst.BaseExpression]]:
+    def _dynamic(self, value: _Call) -> list[tuple[str, str]]:
         names = ("initial_loss_scale", "increment_period", "multiplier")
         if len(value.args) > len(names) or any(a.star for a in value.args):
             raise NoFix("DynamicLossScale's arguments cannot be read")
         extra = []
         for i, new in enumerate(("initial_scale", "dynamic_growth_steps", "")):
-            arg = _arg(value.args, i, names[i])
+            arg = value.arg(i, names[i])
             if arg is None:
                 continue
             if not new:
-                if _literal(arg.value) not in (2, 2.0):
+                if _literal(self.source, arg.node) not in (2, 2.0):
                     raise NoFix("only multiplier=2 exists in the stable LossScaleOptimizer")
                 continue
             extra.append((new, arg.value))
-        known = {a.keyword.value for a in value.args if a.keyword}
+        known = {a.keyword for a in value.args if a.keyword}
         if known - set(names):
             raise NoFix("DynamicLossScale got unknown arguments")
         return extra
 
-    def _fixed_scale(self, call: cst.Call, value: cst.BaseExpression):
+    def _fixed_scale(self, node: ast.Call, call: _Call, value: str) -> tuple[Edit, str, bool]:
         """A fixed scale: `dynamic=False, initial_scale=N` on Keras 2; on Keras 3 there is no
         wrapper for it, the inner optimizer takes `loss_scale_factor=N`."""
         if self.target_keras == 2:
-
-            def build(updated: cst.Call) -> cst.Call:
-                extra = [("dynamic", cst.Name("False")), ("initial_scale", value)]
-                return updated.with_changes(args=_replace_loss_scale(updated.args, extra))
-
-            return build, "safe"
-        inner = _arg(call.args, 0, "optimizer")
-        if inner is None or not isinstance(inner.value, cst.Call) or len(call.args) != 2:
+            extra = [("dynamic", "False"), ("initial_scale", value)]
+            return _replace_loss_scale(call, call.arg(1, "loss_scale"), extra), "safe", False
+        inner = call.arg(0, "optimizer")
+        if inner is None or not isinstance(inner.node, ast.Call) or len(call.args) != 2:
             raise NoFix(
                 "Keras 3 has no fixed-scale LossScaleOptimizer: set `loss_scale_factor=N` on the "
                 "optimizer and drop the wrapper"
             )
-        return _move_to_inner([("loss_scale_factor", value)]), "unsafe"
+        edit = _move_to_inner(call, self.ctx.own_span(node), inner, [("loss_scale_factor", value)])
+        return edit, "unsafe", True
 
 
-def _with_keywords(
-    layout: Sequence[cst.Arg],
-    kept: Sequence[cst.Arg],
-    extra: Sequence[tuple[str, cst.BaseExpression]],
-) -> list[cst.Arg]:
-    """``kept`` plus ``extra`` as keyword arguments, with the commas of ``layout``."""
-    fresh = set(range(len(kept), len(kept) + len(extra)))
-    return _join(layout, [*kept, *(_kw(name, value) for name, value in extra)], fresh)
-
-
-def _replace_loss_scale(
-    args: Sequence[cst.Arg], extra: list[tuple[str, cst.BaseExpression]]
-) -> list[cst.Arg]:
+def _replace_loss_scale(call: _Call, dropped: _Arg | None, extra: list[tuple[str, str]]) -> Edit:
     """The call's arguments without ``loss_scale``, plus ``extra``, in the call's layout."""
-    dropped = _arg(args, 1, "loss_scale")
-    new = _with_keywords(args, [a for a in args if a is not dropped], extra)
+    args = call.args
+    kept = [a for a in args if a is not dropped]
+    new = _with_keywords(kept, extra)
     if new and dropped is args[-1]:  # keep what stood before the closing parenthesis
-        new[-1] = new[-1].with_changes(whitespace_after_arg=dropped.whitespace_after_arg)
-    return new
+        last = new[-1]
+        new[-1] = _Arg(last.text, last.value, last.node, last.keyword, last.star, last.comma,
+                       dropped.space_after)  # fmt: skip
+    return call.rewritten(new, set(range(len(kept), len(new))))
 
 
-def _move_to_inner(extra: list[tuple[str, cst.BaseExpression]]):
-    """Drop the wrapper call: its inner optimizer call gets ``extra`` keyword arguments."""
-
-    def build(updated: cst.Call) -> cst.BaseExpression:
-        inner = cst.ensure_type(
-            _arg(updated.args, 0, "inner_optimizer") or updated.args[0], cst.Arg
-        )
-        optimizer = cst.ensure_type(inner.value, cst.Call)
-        return optimizer.with_changes(args=_with_keywords(optimizer.args, optimizer.args, extra))
-
-    return build
+def _move_to_inner(
+    call: _Call, span: tuple[int, int], inner: _Arg, extra: list[tuple[str, str]]
+) -> Edit:
+    """Drop the wrapper call (``span``: with its own parentheses): its inner optimizer call
+    (``inner``) gets ``extra`` keyword arguments."""
+    value = _Arg(inner.value, inner.value, inner.node, start=inner.value_start, end=inner.end)
+    return Edit(*span, _inner_with_keywords(call.source, value, extra))
 
 
-class _CheapNames(cst.CSTVisitor):
-    """Resolving a qualified name is slow; only calls whose last name (through an import alias)
-    is one a check cares about are resolved."""
+def _move_kwargs(call: _Call, inner: _Arg, names: list[str]) -> Edit:
+    """Keep the wrapper; move ``names`` from its arguments into the inner optimizer call."""
+    moving = [call.find(n) for n in names]
+    extra = [(a.keyword or "", a.value) for a in moving]
+    value = _Arg(inner.value, inner.value, inner.node, start=inner.value_start, end=inner.end)
+    text = call.source.text
+    rebuilt = text[inner.start : inner.value_start] + _inner_with_keywords(
+        call.source, value, extra
+    )
+    moved = _Arg(rebuilt, rebuilt, inner.node, inner.keyword, inner.star, inner.comma,
+                 inner.space_after)  # fmt: skip
+    kept = [moved if a is inner else a for a in call.args if a not in moving]
+    start, end = call.region()
+    return _minimal(text, start, end, _join(call.args, kept, set()))
 
-    WANTED: frozenset[str] = frozenset()
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._aliases: dict[str, str] = {}
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if not isinstance(node.names, cst.ImportStar):
-            for alias in node.names:
-                if alias.asname is not None:
-                    self._aliases[alias.evaluated_alias] = alias.evaluated_name
-
-    def wanted(self, node: cst.BaseExpression) -> bool:
-        if isinstance(node, cst.Attribute):
-            return node.attr.value in self.WANTED
-        if isinstance(node, cst.Name):
-            return self._aliases.get(node.value, node.value) in self.WANTED
-        return False
-
+# -- the Keras 3 LossScaleOptimizer (AMP406) ---------------------------------------------------
 
 _LSO_NAMES = frozenset({"LossScaleOptimizer"})
 _PROCESSING_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in GRADIENT_PROCESSING)
@@ -480,130 +793,123 @@ class Keras3Optimizer(_CheapNames):
     rename on anything else.
     """
 
-    METADATA_DEPENDENCIES = (ScopeProvider,)
     WANTED = _LSO_NAMES | _PROCESSING_NAMES
+    METHODS = frozenset(
+        {"get_scaled_loss", "get_unscaled_gradients", "loss_scale", "dynamic_counter", "dynamic"}
+    )
 
-    def __init__(self, rule: Rule, target_keras: int = 3) -> None:
-        super().__init__()
+    def __init__(self, ctx: _Context, rule: Rule) -> None:
+        super().__init__(ctx)
         self.rule = rule
-        self.active = target_keras == 3
-        self.findings: list[Finding] = []
-        self._module: cst.Module | None = None
+        self.active = ctx.target_keras == 3
         self._receivers: set[str] = set()
-        # (node, member name, receiver, enclosing function)
-        self._pending: list[tuple[cst.CSTNode, str, cst.CSTNode, cst.CSTNode | None]] = []
-        self._functions: list[cst.FunctionDef] = []
+        # (node, member name, receiver)
+        self._pending: list[tuple[ast.expr, str, ast.expr]] = []
         self._processing: set[int] = set()  # functions that clip or reduce gradients
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._functions.append(node)
+    def _is_lso(self, node: ast.expr) -> bool:
+        return self.wanted(node) and bool(self.names.qualified(node) & LOSS_SCALE_OPTIMIZERS)
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._functions.pop()
+    def enter_Assign(self, node: ast.Assign) -> None:
+        if isinstance(node.value, ast.Call) and self._is_lso(node.value.func):
+            self._receivers.update(self.ctx.own_text(t) for t in node.targets)
 
-    def _function(self) -> cst.FunctionDef | None:
-        return self._functions[-1] if self._functions else None
-
-    def visit_Module(self, node: cst.Module) -> None:
-        self._module = node
-
-    def _code(self, node: cst.CSTNode) -> str:
-        assert self._module is not None
-        return self._module.code_for_node(node)
-
-    def _is_lso(self, node: cst.BaseExpression) -> bool:
-        return self.wanted(node) and bool(_qualified(self, node) & LOSS_SCALE_OPTIMIZERS)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if isinstance(node.value, cst.Call) and self._is_lso(node.value.func):
-            self._receivers.update(self._code(t.target) for t in node.targets)
-
-    def visit_Call(self, node: cst.Call) -> None:
+    def enter_Call(self, node: ast.Call) -> None:
         if not self.active:
             return
         if self._is_lso(node.func):
             self._constructor(node)
-        elif isinstance(node.func, cst.Attribute):
-            self._pending.append((node, node.func.attr.value, node.func.value, self._function()))
-        if self.wanted(node.func) and _qualified(self, node.func) & GRADIENT_PROCESSING:
-            self._processing.add(id(self._function()))
+        elif isinstance(node.func, ast.Attribute):
+            self._pending.append((node, node.func.attr, node.func.value))
+        if self.wanted(node.func) and self.names.qualified(node.func) & GRADIENT_PROCESSING:
+            self._processing.add(id(self.ctx.function(node)))
 
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if self.active and node.attr.value in ("loss_scale", "dynamic_counter", "dynamic"):
-            self._pending.append((node, node.attr.value, node.value, self._function()))
+    def enter_Attribute(self, node: ast.Attribute) -> None:
+        if self.active and node.attr in ("loss_scale", "dynamic_counter", "dynamic"):
+            self._pending.append((node, node.attr, node.value))
 
-    def leave_Module(self, original_node: cst.Module) -> None:
-        if not self.active:
+    def finish(self) -> None:
+        if not self.active or not self._receivers:
             return
-        calls = {id(n.func) for n, *_ in self._pending if isinstance(n, cst.Call)}
-        for node, name, receiver, function in self._pending:
-            if self._code(receiver) not in self._receivers:
+        calls = {id(n.func) for n, *_ in self._pending if isinstance(n, ast.Call)}
+        for node, name, receiver in self._pending:
+            if self.ctx.own_text(receiver) not in self._receivers:
                 continue
-            if isinstance(node, cst.Attribute) and id(node) in calls:
+            if isinstance(node, ast.Attribute) and id(node) in calls:
                 continue  # the method call itself is judged
-            self._member(node, name, id(function) in self._processing)
+            self._member(node, name, id(self.ctx.function(node)) in self._processing)
 
-    def _member(self, node: cst.CSTNode, name: str, processed: bool) -> None:
+    def _attr_edit(self, node: ast.Attribute, new: str) -> Edit:
+        end = self.source.span(node)[1]
+        return Edit(end - len(node.attr), end, new)
+
+    def _member(self, node: ast.expr, name: str, processed: bool) -> None:
         code = self.rule.code
-        if isinstance(node, cst.Call) and name == "get_scaled_loss":
-            fix = Fix(
-                "safe",
-                node.func,
-                lambda u: u.with_changes(attr=cst.Name("scale_loss")),
-            )
+        if isinstance(node, ast.Call) and name == "get_scaled_loss":
+            assert isinstance(node.func, ast.Attribute)
+            fix = Fix("safe", edits=(self._attr_edit(node.func, "scale_loss"),))
             message = "Keras 3's LossScaleOptimizer has no `get_scaled_loss`: use `scale_loss`"
             self.findings.append(Finding(code, message, node, fix))
-        elif isinstance(node, cst.Call) and name == "get_unscaled_gradients":
+        elif isinstance(node, ast.Call) and name == "get_unscaled_gradients":
             message = (
                 "Keras 3's LossScaleOptimizer has no `get_unscaled_gradients`: "
                 "`apply_gradients` unscales (and skips non-finite steps) itself"
             )
             fix = None
+            args = self.ctx.call(node).args
             if processed:
                 message += (
                     "; not removed automatically: this function clips or reduces the gradients, "
                     "which in Keras 3 would then see them still scaled (see AMP407)"
                 )
-            elif len(node.args) == 1 and not node.args[0].keyword and not node.args[0].star:
-                grads = node.args[0].value
-                fix = Fix("safe", node, lambda _u, grads=grads: grads)
+            elif len(args) == 1 and args[0].keyword is None and not args[0].star:
+                start, end = self.ctx.own_span(node)
+                fix = Fix("safe", edits=(Edit(start, end, args[0].value),))
             self.findings.append(Finding(code, message, node, fix))
-        elif isinstance(node, cst.Call) and name == "loss_scale":  # the TF <= 2.3 method
-            fix = Fix("safe", node, lambda u: cst.ensure_type(u.func, cst.Attribute).with_changes(
-                attr=cst.Name("dynamic_scale")))  # fmt: skip
+        elif isinstance(node, ast.Call) and name == "loss_scale":  # the TF <= 2.3 method
+            assert isinstance(node.func, ast.Attribute)
+            call = self.ctx.call(node)
+            callee = self.source.text[call.start : call.func_end]
+            offset = self.source.span(node.func)[1] - call.start
+            renamed = callee[: offset - len(node.func.attr)] + "dynamic_scale" + callee[offset:]
+            fix = Fix("safe", edits=(Edit(*self.ctx.own_span(node), renamed),))
             message = "`loss_scale()` is gone (a tensor since TF 2.4); Keras 3: `dynamic_scale`"
             self.findings.append(Finding(code, message, node, fix))
-        elif isinstance(node, cst.Attribute) and name in ("loss_scale", "dynamic_counter"):
+        elif isinstance(node, ast.Attribute) and name in ("loss_scale", "dynamic_counter"):
             new = {"loss_scale": "dynamic_scale", "dynamic_counter": "step_counter"}[name]
-            fix = Fix("safe", node, lambda u, new=new: u.with_changes(attr=cst.Name(new)))
+            fix = Fix("safe", edits=(self._attr_edit(node, new),))
             message = f"Keras 3's LossScaleOptimizer renamed `{name}` to `{new}`"
             self.findings.append(Finding(code, message, node, fix))
-        elif isinstance(node, cst.Attribute) and name == "dynamic":
+        elif isinstance(node, ast.Attribute) and name == "dynamic":
             message = (
                 "Keras 3's LossScaleOptimizer has no `dynamic` (it is always dynamic; a fixed "
                 "scale is `loss_scale_factor` on the optimizer)"
             )
             self.findings.append(Finding(code, message, node, None))
 
-    def _constructor(self, node: cst.Call) -> None:
+    def _constructor(self, node: ast.Call) -> None:
         """LossScaleOptimizer(opt, dynamic=..., initial_scale=..., clipnorm=...) on Keras 3."""
-        keywords = {a.keyword.value: a for a in node.args if a.keyword}
+        call = self.ctx.call(node)
+        keywords: dict[str, _Arg] = {}
+        for a in call.args:
+            if a.keyword is not None:
+                keywords[a.keyword] = a
         dynamic = keywords.get("dynamic")
         inner_only = [keywords[k] for k in _INNER_ONLY if k in keywords]
         if dynamic is None and not inner_only:
             return
-        inner = _arg(node.args, 0, "inner_optimizer")
-        inline = inner is not None and isinstance(inner.value, cst.Call)
+        inner = call.arg(0, "inner_optimizer")
+        inline = inner is not None and isinstance(inner.node, ast.Call)
         code = self.rule.code
-        if dynamic is not None and is_name(dynamic.value, "True"):
-            fix = Fix("safe", node, lambda u: u.with_changes(
-                args=_without(u.args, _find(u.args, "dynamic"))))  # fmt: skip
+        if dynamic is not None and _is_const(dynamic.node, True):
+            dropped = call.find("dynamic")
+            edit = call.rewritten([a for a in call.args if a is not dropped], set())
             message = "`dynamic=True` is the only mode in Keras 3: drop it"
-            self.findings.append(Finding(code, message, node, fix))
+            self.findings.append(Finding(code, message, node, Fix("safe", edits=(edit,))))
             return
-        moved: list[tuple[str, cst.BaseExpression]] = []
+        moved: list[tuple[str, str]] = []
         what = []
-        if dynamic is not None and not is_name(dynamic.value, "False"):
+        if dynamic is not None and not _is_const(dynamic.node, False):
             message = (
                 "`dynamic=` is not accepted by Keras 3 (always dynamic; a fixed scale is "
                 "`loss_scale_factor=N` on the inner optimizer)"
@@ -618,102 +924,121 @@ class Keras3Optimizer(_CheapNames):
                 return
             moved.append(("loss_scale_factor", scale.value))
         for arg in inner_only:
-            what.append(f"`{arg.keyword.value}=` is rejected by the Keras 3 wrapper")
-            moved.append((arg.keyword.value, arg.value))
+            what.append(f"`{arg.keyword}=` is rejected by the Keras 3 wrapper")
+            moved.append((arg.keyword or "", arg.value))
         message = "; ".join(what) + ": set it on the inner optimizer"
         fix = None
-        if inline and dynamic is not None and len(node.args) == 1 + len(moved) + 1:
-            fix = Fix("unsafe", node, _move_to_inner(moved))
-        elif inline and dynamic is None:
-            fix = Fix("safe", node, _move_kwargs([n for n, _ in moved]))
+        if inline and inner and dynamic is not None and len(call.args) == len(moved) + 2:
+            edit = _move_to_inner(call, self.ctx.own_span(node), inner, moved)
+            fix = Fix("unsafe", edits=(edit,))
+        elif inline and inner and dynamic is None:
+            fix = Fix("safe", edits=(_move_kwargs(call, inner, [n for n, _ in moved]),))
         self.findings.append(Finding(code, message, node, fix))
 
 
-def _find(args: Sequence[cst.Arg], name: str) -> cst.Arg:
-    return next(a for a in args if a.keyword and a.keyword.value == name)
+# -- the other TF checks -------------------------------------------------------------------------
+
+_ENV_NAME = "TF_ENABLE_AUTO_MIXED_PRECISION"
 
 
-def _move_kwargs(names: list[str]):
-    """Keep the wrapper; move ``names`` from its arguments into the inner optimizer call."""
-
-    def build(updated: cst.Call) -> cst.Call:
-        moving = [_find(updated.args, n) for n in names]
-        inner_arg = updated.args[0]
-        optimizer = cst.ensure_type(inner_arg.value, cst.Call)
-        extra = [(a.keyword.value, a.value) for a in moving]
-        optimizer = optimizer.with_changes(
-            args=_with_keywords(optimizer.args, optimizer.args, extra)
-        )
-        kept = [inner_arg.with_changes(value=optimizer)] + [
-            a for a in updated.args[1:] if a not in moving
-        ]
-        return updated.with_changes(args=_join(updated.args, kept, set()))
-
-    return build
-
-
-class AutoMixedPrecisionVariable(cst.CSTVisitor):
+class AutoMixedPrecisionVariable(_Check):
     """The NVIDIA-container-only ``TF_ENABLE_AUTO_MIXED_PRECISION`` switch, in any string."""
 
-    def __init__(self, rule: Rule, target_keras: int = 3) -> None:
-        super().__init__()
+    def __init__(self, ctx: _Context, rule: Rule) -> None:
+        super().__init__(ctx)
         self.rule = rule
-        self.findings: list[Finding] = []
 
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        value = node.evaluated_value
-        if isinstance(value, str) and "TF_ENABLE_AUTO_MIXED_PRECISION" in value:
-            message = (
-                "`TF_ENABLE_AUTO_MIXED_PRECISION` is read only by NVIDIA's TensorFlow 1 builds: "
-                "upstream TensorFlow ignores it, so this enables nothing; use "
-                "`tf.keras.mixed_precision.set_global_policy('mixed_float16')`"
-            )
-            self.findings.append(Finding(self.rule.code, message, node, None))
+    def finish(self) -> None:
+        if _ENV_NAME not in self.source.text:
+            return
+        for node in self.names.nodes():
+            if isinstance(node, ast.JoinedStr) and _ENV_NAME in self.source.segment(node):
+                self._tokens(node)  # plain strings concatenated with an f-string
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and _ENV_NAME in node.value
+                and not isinstance(self.names.parent(node), ast.JoinedStr)  # an f-string's piece
+            ):
+                if _single_string(self.source, node):
+                    self._report(node)
+                else:
+                    self._tokens(node)
+
+    def _tokens(self, node: ast.expr) -> None:
+        """Each plain string literal of an implicit concatenation on its own."""
+        text = self.source.segment(node)
+        line0, col0 = node.lineno, self.source.char_col(node.lineno, node.col_offset)
+        for kind, string, row, col, end_row, end_col in _string_tokens(text) or ():
+            if kind != tokenize.STRING or not re.match(r"[rRuU]?['\"]", string):
+                continue
+            if _ENV_NAME in ast.literal_eval(string):
+                self._report(
+                    Span(
+                        line0 + row - 1,
+                        (col0 if row == 1 else 0) + col + 1,
+                        line0 + end_row - 1,
+                        (col0 if end_row == 1 else 0) + end_col + 1,
+                    )
+                )
+
+    def _report(self, where: ast.AST | Span) -> None:
+        message = (
+            "`TF_ENABLE_AUTO_MIXED_PRECISION` is read only by NVIDIA's TensorFlow 1 builds: "
+            "upstream TensorFlow ignores it, so this enables nothing; use "
+            "`tf.keras.mixed_precision.set_global_policy('mixed_float16')`"
+        )
+        self.findings.append(Finding(self.rule.code, message, where, None))
 
 
 class ScaledGradients(_CheapNames):
     """Gradients of a scaled loss clipped or reduced before they are unscaled (per function)."""
 
-    METADATA_DEPENDENCIES = (ScopeProvider,)
     WANTED = _PROCESSING_NAMES
+    METHODS = frozenset({"get_scaled_loss", "scale_loss", "get_unscaled_gradients"})
 
-    def __init__(self, rule: Rule, target_keras: int = 3) -> None:
-        super().__init__()
+    def __init__(self, ctx: _Context, rule: Rule) -> None:
+        super().__init__(ctx)
         self.rule = rule
-        self.keras = target_keras
-        self.findings: list[Finding] = []
-        self._state: list[str] = [""]  # per function: "", "scaled" or "unscaled"
+        self.keras = ctx.target_keras
+        self._calls: list[tuple[ast.Call, str]] = []  # scaling, unscaling, maybe processing
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._state.append("")
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._state.pop()
-
-    def visit_Call(self, node: cst.Call) -> None:
+    def enter_Call(self, node: ast.Call) -> None:
         func = node.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else ""
-        if name in ("get_scaled_loss", "scale_loss"):
-            self._state[-1] = "scaled"
-        elif name == "get_unscaled_gradients":
-            self._state[-1] = "unscaled"
-        elif (
-            self._state[-1] == "scaled"
-            and self.wanted(func)
-            and _qualified(self, func) & GRADIENT_PROCESSING
-        ):
-            where = (
-                "move the clipping onto the inner optimizer (`global_clipnorm=` / `clipnorm=` / "
-                "`clipvalue=`), which sees unscaled gradients, or divide by `opt.dynamic_scale` "
-                "first"
-                if self.keras == 3
-                else "do it after `opt.get_unscaled_gradients(grads)`"
-            )
-            message = (
-                "gradients of a scaled loss are clipped or reduced while still multiplied by the "
-                "loss scale (measured on Keras 3: training stalls); " + where
-            )
-            self.findings.append(Finding(self.rule.code, message, node, None))
+        name = func.attr if isinstance(func, ast.Attribute) else ""
+        if name in ("get_scaled_loss", "scale_loss", "get_unscaled_gradients"):
+            self._calls.append((node, name))
+        elif self.wanted(func):  # by the aliases imported so far, as libcst's visitor saw them
+            self._calls.append((node, ""))
+
+    def finish(self) -> None:
+        """The calls of each def in the order they are written, the loss scaled or not."""
+        state: dict[int, str] = {}  # per def: "scaled" or "unscaled"
+        self._calls.sort(key=lambda c: _order(c[0]))
+        for node, name in self._calls:
+            function = id(self.ctx.function(node))
+            if name == "get_unscaled_gradients":
+                state[function] = "unscaled"
+            elif name:
+                state[function] = "scaled"
+            elif state.get(function) == "scaled" and (
+                self.names.qualified(node.func) & GRADIENT_PROCESSING
+            ):
+                self._report(node)
+
+    def _report(self, node: ast.Call) -> None:
+        where = (
+            "move the clipping onto the inner optimizer (`global_clipnorm=` / `clipnorm=` / "
+            "`clipvalue=`), which sees unscaled gradients, or divide by `opt.dynamic_scale` "
+            "first"
+            if self.keras == 3
+            else "do it after `opt.get_unscaled_gradients(grads)`"
+        )
+        message = (
+            "gradients of a scaled loss are clipped or reduced while still multiplied by the "
+            "loss scale (measured on Keras 3: training stalls); " + where
+        )
+        self.findings.append(Finding(self.rule.code, message, node, None))
 
 
 _POLICY_SETTERS = frozenset(
@@ -737,34 +1062,34 @@ _TPU_OR_CPU = frozenset(
 class _Policies(_CheapNames):
     """What a TF program sets up: mixed policies, the graph rewrite, custom loops, devices."""
 
-    METADATA_DEPENDENCIES = (ScopeProvider,)
     WANTED = frozenset(
         name.rsplit(".", 1)[-1] for name in _POLICY_SETTERS | _TPU_OR_CPU | LOSS_SCALE_OPTIMIZERS
     ) | {"enable_mixed_precision_graph_rewrite", "GradientTape", "device"}
+    METHODS = frozenset({"scale_loss", "get_scaled_loss"})
 
-    def __init__(self, rule: Rule, target_keras: int = 3) -> None:
-        super().__init__()
+    def __init__(self, ctx: _Context, rule: Rule) -> None:
+        super().__init__(ctx)
         self.rule = rule
-        self.findings: list[Finding] = []
-        self.policies: list[tuple[cst.Call, cst.SimpleString, str]] = []
-        self.graph_rewrites: list[cst.Call] = []
+        self.policies: list[tuple[ast.Call, ast.Constant, str]] = []
+        self.graph_rewrites: list[ast.Call] = []
         self.custom_loop = False
         self.loss_scaling = False
         self.tpu_or_cpu: list[str] = []
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value in (
+    def enter_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Attribute) and node.func.attr in (
             "scale_loss", "get_scaled_loss",
         ):  # fmt: skip
             self.loss_scaling = True
         if not self.wanted(node.func):
             return
-        names = _qualified(self, node.func)
-        if names & _POLICY_SETTERS and node.args:
-            value = node.args[0].value
-            literal = _literal(value)
+        names = self.names.qualified(node.func)
+        first = _first_value(node)
+        if names & _POLICY_SETTERS and first is not None:
+            literal = _literal(self.source, first)
             if isinstance(literal, str) and literal.startswith("mixed_"):
-                self.policies.append((node, cst.ensure_type(value, cst.SimpleString), literal))
+                assert isinstance(first, ast.Constant)
+                self.policies.append((node, first, literal))
         if any(n.endswith(".enable_mixed_precision_graph_rewrite") for n in names):
             self.graph_rewrites.append(node)
         if "tensorflow.GradientTape" in names:
@@ -773,17 +1098,17 @@ class _Policies(_CheapNames):
             self.loss_scaling = True
         if names & _TPU_OR_CPU:
             self.tpu_or_cpu.append("a TPU strategy")
-        if "tensorflow.device" in names and node.args:
-            device = _literal(node.args[0].value)
+        if "tensorflow.device" in names and first is not None:
+            device = _literal(self.source, first)
             if isinstance(device, str) and "cpu" in device.lower():
                 self.tpu_or_cpu.append(f"`tf.device({device!r})`")
 
-    def float16_policies(self) -> list[tuple[cst.Call, cst.SimpleString, str]]:
+    def float16_policies(self) -> list[tuple[ast.Call, ast.Constant, str]]:
         return [p for p in self.policies if p[2] == "mixed_float16"]
 
 
 class GraphRewriteWithPolicy(_Policies):
-    def leave_Module(self, original_node: cst.Module) -> None:
+    def finish(self) -> None:
         if not self.policies:
             return
         message = (
@@ -795,7 +1120,7 @@ class GraphRewriteWithPolicy(_Policies):
 
 
 class Float16WithoutLossScaling(_Policies):
-    def leave_Module(self, original_node: cst.Module) -> None:
+    def finish(self) -> None:
         if not self.custom_loop or self.loss_scaling:
             return
         message = (
@@ -808,7 +1133,7 @@ class Float16WithoutLossScaling(_Policies):
 
 
 class Float16OnCpuOrTpu(_Policies):
-    def leave_Module(self, original_node: cst.Module) -> None:
+    def finish(self) -> None:
         if not self.tpu_or_cpu or any(name == "mixed_bfloat16" for *_, name in self.policies):
             return  # the program already picks bfloat16 where it runs on a TPU/CPU
         message = (
@@ -816,60 +1141,53 @@ class Float16OnCpuOrTpu(_Policies):
             "format (TPUs and most CPUs run it slowly or emulate it); use 'mixed_bfloat16'"
         )
         for call, string, _ in self.float16_policies():
-            quote = string.quote
-            bf16 = string.with_changes(value=f"{string.prefix}{quote}mixed_bfloat16{quote}")
-            fix = Fix("unsafe", string, lambda _u, bf16=bf16: bf16)
-            self.findings.append(Finding(self.rule.code, message, call, fix))
+            prefix, quote = _single_string(self.source, string) or ("", '"')
+            start, end = self.source.span(string)
+            edit = Edit(start, end, f"{prefix}{quote}mixed_bfloat16{quote}")
+            self.findings.append(
+                Finding(self.rule.code, message, call, Fix("unsafe", edits=(edit,)))
+            )
 
 
 _LEGACY_OPTIMIZERS = tuple(f"{root}.optimizers.legacy." for root in KERAS_ROOTS)
 
 
-class LegacyOptimizer(cst.CSTVisitor):
+class LegacyOptimizer(_Check):
     """``tf.keras.optimizers.legacy.*`` under Keras 3, where the module does not exist."""
 
-    METADATA_DEPENDENCIES = (ScopeProvider,)
-
-    def __init__(self, rule: Rule, target_keras: int = 3) -> None:
-        super().__init__()
+    def __init__(self, ctx: _Context, rule: Rule) -> None:
+        super().__init__(ctx)
         self.rule = rule
-        self.active = target_keras == 3
-        self.findings: list[Finding] = []
-        self._in_import = 0
+        self.active = ctx.target_keras == 3
         self._imported: set[str] = set()  # names bound by `from ...legacy import X`
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self._in_import += 1
-        module = _dotted(node.module) if node.module else ""
-        if (
-            module
-            and module.endswith("optimizers.legacy")
-            and not isinstance(node.names, cst.ImportStar)
-        ):
-            self._imported |= {a.evaluated_alias or a.evaluated_name for a in node.names}
+    def identifiers(self, aliases: Sequence[_Alias]) -> set[str]:
+        legacy = {a or n for m, n, a in aliases if m.endswith("optimizers.legacy")}
+        return {"legacy"} | legacy
 
-    def leave_ImportFrom(self, original_node: cst.ImportFrom) -> None:
-        self._in_import -= 1
+    def enter_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if module and module.endswith("optimizers.legacy") and node.names[0].name != "*":
+            self._imported |= {a.asname or a.name for a in node.names}
 
-    def visit_Import(self, node: cst.Import) -> None:
-        self._in_import += 1
-
-    leave_Import = leave_ImportFrom
-
-    # Only names that can be a legacy optimizer are resolved (resolving every name is slow).
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        text = _dotted(node) or ""
-        if ".legacy." in text or text.split(".", 1)[0] in self._imported:
+    # Only names that can be a legacy optimizer are resolved (resolving every name is slow):
+    # a dotted name with `.legacy.` inside, or one whose root was imported from a legacy module.
+    def enter_Attribute(self, node: ast.Attribute) -> None:
+        inner, legacy = node.value, False
+        while isinstance(inner, ast.Attribute):
+            legacy = legacy or inner.attr == "legacy"
+            inner = inner.value
+        if isinstance(inner, ast.Name) and (legacy or inner.id in self._imported):
             self._check(node)
 
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value in self._imported:
+    def enter_Name(self, node: ast.Name) -> None:
+        if node.id in self._imported:
             self._check(node)
 
-    def _check(self, node: cst.BaseExpression) -> None:
-        if not self.active or self._in_import:
+    def _check(self, node: ast.expr) -> None:
+        if not self.active:
             return
-        names = [n for n in _qualified(self, node) if n.startswith(_LEGACY_OPTIMIZERS)]
+        names = [n for n in self.names.qualified(node) if n.startswith(_LEGACY_OPTIMIZERS)]
         if names and "." not in names[0].split("optimizers.legacy.", 1)[1]:
             message = (
                 f"`{_shown(names[0])}` does not exist in Keras 3 (ImportError on TF >= 2.16; "
@@ -879,7 +1197,7 @@ class LegacyOptimizer(cst.CSTVisitor):
             self.findings.append(Finding(self.rule.code, message, node, None))
 
 
-KERAS_CHECKS = {
+KERAS_CHECKS: dict[str, Callable[[_Context, Rule], _Check]] = {
     "keras3-legacy-optimizer": LegacyOptimizer,
     "keras3-loss-scale-optimizer": Keras3Optimizer,
     "auto-mixed-precision-variable": AutoMixedPrecisionVariable,
@@ -888,3 +1206,23 @@ KERAS_CHECKS = {
     "float16-without-loss-scaling": Float16WithoutLossScaling,
     "float16-on-cpu-or-tpu": Float16OnCpuOrTpu,
 }
+
+
+def check(
+    tree: ast.Module, source: Source, names: Names, rules: Sequence[Rule], settings: Settings
+) -> list[Finding]:
+    """Every TF/Keras finding in one file: the moved-name tables of the selected rules and their
+    code checks, in one walk."""
+    paths = [p for r in rules for p in r.paths]
+    mine = [r for r in rules if r.check in KERAS_CHECKS]
+    if not paths and not mine:
+        return []
+    ctx = _Context(source, names, settings.target_keras, {})
+    checks: list[_Check] = [_Paths(ctx, paths)] if paths else []
+    checks += [KERAS_CHECKS[r.check](ctx, r) for r in mine]
+    _walk(names, checks)
+    findings: list[Finding] = []
+    for c in checks:
+        c.finish()
+        findings += c.findings
+    return findings

@@ -1,255 +1,306 @@
-"""The generic engine behind every rename rule: resolve names, map arguments, build fixes.
+"""The generic engine behind every rename rule: resolve names, map arguments, plan text edits.
 
-The rules themselves are data (``rules/AMP1xx.toml``). This visitor finds every reference whose
-qualified name is in their symbol table, through any import form, and decides per context
-(call, decorator, ``functools.partial``, type position, subclass, other value) what the
-replacement is and how safe it is.
+The rules themselves are data (``rules/AMP1xx.toml``, AMP201, AMP301/AMP302). One walk of the
+``ast`` finds every reference whose qualified name is in their symbol table, through any import
+form, and decides per context (call, decorator, ``functools.partial``, type position, subclass,
+other value) what the replacement is and how safe it is. A fix changes only what changes: the
+callee, the arguments that become keywords, and what is inserted (the device first, written-out
+defaults where the new signature has them), so a call keeps its layout and comments.
 """
 
 from __future__ import annotations
 
-import functools
+import ast
+import io
 import re
-from collections.abc import Iterable, Sequence
+import tokenize
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import libcst as cst
-from libcst.metadata import (
-    ImportAssignment,
-    QualifiedName,
-    Scope,
-    ScopeProvider,
-)
+from ampmigrate.catalog import Rule, Symbol
+from ampmigrate.engine.names import Names, dotted
+from ampmigrate.engine.source import Source
+from ampmigrate.findings import Edit, Finding, Fix
 
-from ampmigrate.catalog import Symbol
-from ampmigrate.findings import Finding, Fix, ImportEdit
+if TYPE_CHECKING:
+    from ampmigrate.engine import Settings
 
 # Names whose presence among a reference's qualified names marks a compatibility shim
 # (``try: from torch.amp import X except ImportError: from torch.cuda.amp import X``).
 _MODERN_PREFIXES = ("torch.amp.", "torch.autocast", "torch.GradScaler")
 _TYPE_CHECKS = {"builtins.isinstance", "builtins.issubclass"}
 _PARTIAL = "functools.partial"
-_ALIAS = re.compile(rb"\bas\s+([A-Za-z_]\w*)")
 _VERSION_TEST = re.compile(r"version|hasattr|getattr|greater|less|torch_?\d", re.IGNORECASE)
 _MODERN_USE = re.compile(
     r"\bamp\.(?:autocast|GradScaler|custom_fwd|custom_bwd)\(\s*(?:[\"']|device)"
     r"|\btorch\.(?:autocast|GradScaler)\b|_autocast_dtype\(\s*\w|is_autocast_enabled\(\s*\w"
 )
 # Inside these a reference is compared or registered, never called (`f in [old, new]`).
-_CONTAINERS = (cst.Comparison, cst.List, cst.Set, cst.Dict)
+_CONTAINERS = (ast.Compare, ast.List, ast.Set, ast.Dict)
 _MISSING_API = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "Exception"})
 _FALLBACK = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "TypeError"})
+_OPEN, _CLOSE = {"(", "[", "{"}, {")", "]", "}"}
+_SKIP = {tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT}
+
+
+def is_constant(node: ast.AST | None, value: object) -> bool:
+    """``node`` is the literal ``True``/``False``/``None`` given as ``value``."""
+    return isinstance(node, ast.Constant) and node.value is value
+
+
+def disabled_by_keyword(keywords: Iterable[ast.keyword]) -> bool:
+    """The call passes ``enabled=False`` literally."""
+    return any(k.arg == "enabled" and is_constant(k.value, False) for k in keywords)
 
 
 def _catches_missing_api(
-    handler_type: cst.BaseExpression | None, kinds: frozenset[str] = _MISSING_API
+    handler_type: ast.expr | None, kinds: frozenset[str] = _MISSING_API
 ) -> bool:
     if handler_type is None:
         return kinds is _MISSING_API  # a bare except probes, but is no fallback
-    if isinstance(handler_type, cst.Tuple):
-        names = [element.value for element in handler_type.elements]
-    else:
-        names = [handler_type]
-    return any((_dotted(n) or "").rsplit(".", 1)[-1] in kinds for n in names)
-
-
-@functools.cache
-def _expr(source: str) -> cst.BaseExpression:
-    return cst.parse_expression(source)
-
-
-def _dotted(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        head = _dotted(node.value)
-        return f"{head}.{node.attr.value}" if head else None
-    return None
-
-
-def qualified_names(scope: Scope | None, node: cst.CSTNode) -> set[str]:
-    """The dotted names ``node`` may refer to through the file's imports."""
-    return {q.name for q in scope.get_qualified_names_for(node)} if scope is not None else set()
-
-
-def is_name(node: cst.BaseExpression, value: str) -> bool:
-    return isinstance(node, cst.Name) and node.value == value
-
-
-def disabled_by_keyword(args: Sequence[cst.Arg]) -> bool:
-    """The call passes ``enabled=False`` literally."""
-    return any(
-        a.keyword and a.keyword.value == "enabled" and is_name(a.value, "False") for a in args
-    )
-
-
-def _root_name(node: cst.BaseExpression) -> cst.Name | None:
-    while isinstance(node, cst.Attribute):
-        node = node.value
-    return node if isinstance(node, cst.Name) else None
-
-
-def _kw(name: str, value: cst.BaseExpression, comma=cst.MaybeSentinel.DEFAULT) -> cst.Arg:
-    return cst.Arg(
-        value=value,
-        keyword=cst.Name(name),
-        equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        ),
-        comma=comma,
-    )
-
-
-def _join(original: Sequence[cst.Arg], new: list[cst.Arg], fresh: set[int]) -> list[cst.Arg]:
-    """Give ``new`` commas that keep the layout of ``original`` (one line or one per line).
-
-    Arguments carried over keep their own comma (and its comments) unless they were last;
-    inserted ones (indices in ``fresh``) copy the separator the call already uses.
-    """
-    sep: cst.Comma | cst.MaybeSentinel = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    if len(original) > 1 and isinstance(original[0].comma, cst.Comma):
-        sep = original[0].comma
-    trailing = original[-1].comma if original else cst.MaybeSentinel.DEFAULT
-    last_original = original[-1] if original else None
-    out = []
-    for i, arg in enumerate(new):
-        if i == len(new) - 1:
-            comma = trailing
-        elif i in fresh or arg.comma is cst.MaybeSentinel.DEFAULT or arg is last_original:
-            comma = sep
-        else:
-            comma = arg.comma
-        out.append(arg.with_changes(comma=comma))
-    return out
-
-
-def import_edits(scope: Scope | None, root: cst.Name | None) -> tuple[ImportEdit, ...]:
-    """The imports that bind ``root`` in ``scope``, as edits to apply once they are unused."""
-    if root is None or scope is None:
-        return ()
-    edits = []
-    for assignment in scope[root.value]:
-        if not isinstance(assignment, ImportAssignment):
-            continue
-        stmt = assignment.node
-        if isinstance(stmt.names, cst.ImportStar):
-            continue
-        for alias in stmt.names:
-            if (alias.evaluated_alias or alias.evaluated_name) != root.value:
-                continue
-            if isinstance(stmt, cst.Import):
-                if alias.asname is None:
-                    continue  # `import torch.cuda.amp` binds `torch`, which stays in use
-                edits.append(ImportEdit(alias.evaluated_name, None, alias.evaluated_alias))
-            elif stmt.module is not None and not stmt.relative:
-                module = _dotted(stmt.module)
-                edits.append(ImportEdit(module, alias.evaluated_name, alias.evaluated_alias))
-    return tuple(edits)
+    names = handler_type.elts if isinstance(handler_type, ast.Tuple) else [handler_type]
+    return any((dotted(n) or "").rsplit(".", 1)[-1] in kinds for n in names)
 
 
 class NoFix(Exception):
-    """Raised while building a fix to say why there is none; the text joins the message."""
+    """Raised while planning a fix to say why there is none; the text joins the message."""
 
 
-class RenameVisitor(cst.CSTVisitor):
-    # Qualified names are asked of the scope for the few candidate nodes only: libcst's
-    # QualifiedNameProvider would resolve every name in the file first (a third of the time).
-    METADATA_DEPENDENCIES = (ScopeProvider,)
+# ---- a call's arguments as text ------------------------------------------------------------
 
-    def __init__(self, symbols: Iterable[Symbol], source: bytes) -> None:
-        super().__init__()
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a call as written: its text's extent (parentheses around it included)."""
+
+    node: ast.expr | ast.keyword
+    start: int
+    end: int
+    keyword: str | None
+    star: str  # "", "*" or "**"
+
+
+@dataclass(frozen=True)
+class CallText:
+    """Where a call's arguments are in the text: after ``(`` at ``open``, before ``)``."""
+
+    open: int
+    close: int
+    args: tuple[Arg, ...]
+    separator: str  # what goes between two arguments in this call's layout
+
+    @classmethod
+    def read(cls, source: Source, call: ast.Call) -> CallText:
+        text = source.text
+        i = source.span(call.func)[1]
+        while text[i] != "(":  # past `)` of a parenthesised callee, comments, continuations
+            i = text.index("\n", i) if text[i] == "#" else i + 1
+        open_ = i + 1
+        close = source.span(call)[1] - 1
+        region = text[open_:close]
+        starts = [0] + [m.end() for m in re.finditer("\n", region)]
+        slots: list[list[int]] = []
+        current: list[int] | None = None
+        depth = 0
+        try:
+            tokens = list(tokenize.generate_tokens(io.StringIO(f"({region})").readline))
+        except (tokenize.TokenError, SyntaxError) as exc:
+            raise NoFix("cannot read the call's arguments") from exc
+        for tok in tokens:
+            if tok.type in _SKIP or tok.type == tokenize.ENDMARKER:
+                continue
+            (row, col), (erow, ecol) = tok.start, tok.end
+            start = starts[row - 1] + col - (1 if row == 1 else 0)
+            end = starts[erow - 1] + ecol - (1 if erow == 1 else 0)
+            if tok.type == tokenize.OP and tok.string in _OPEN:
+                depth += 1
+                if depth == 1:
+                    continue
+            elif tok.type == tokenize.OP and tok.string in _CLOSE:
+                depth -= 1
+                if depth == 0:
+                    continue
+            elif depth == 1 and tok.string == ",":
+                current = None
+                continue
+            if current is None:
+                current = [start, end]
+                slots.append(current)
+            current[1] = end
+        nodes = sorted([*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset))
+        if len(nodes) != len(slots):
+            raise NoFix("cannot read the call's arguments")
+        args = []
+        for node, (start, end) in zip(nodes, slots, strict=True):
+            keyword = node.arg if isinstance(node, ast.keyword) else None
+            star = "*" if isinstance(node, ast.Starred) else ""
+            if isinstance(node, ast.keyword) and node.arg is None:
+                star = "**"
+            args.append(Arg(node, open_ + start, open_ + end, keyword, star))
+        return cls(open_, close, tuple(args), _separator(text, open_, args))
+
+
+def _separator(text: str, open_: int, args: Sequence[Arg]) -> str:
+    """The call's own separator: the one between its first two arguments, or (arguments on lines
+    of their own, comments or not) a comma, a newline and the indentation of the first argument."""
+    if not args:
+        return ", "
+    gap = text[open_ : args[0].start]
+    if len(args) > 1:
+        gap = text[args[0].end : args[1].start]
+        if gap.strip() == "," and "\\" not in gap:
+            return gap
+    if "\n" in gap:
+        i = gap.rindex("\n")
+        indent = gap[i + 1 :]
+        if not indent.strip():
+            return ("\r\n" if gap[i - 1 : i] == "\r" else "\n").join([",", indent])
+    return ", "
+
+
+_SIMPLE = (ast.Constant, ast.Name, ast.Attribute)
+
+
+def _pure(node: ast.AST) -> bool:
+    """Evaluating ``node`` has no side effect, so it may move among the arguments."""
+    if isinstance(node, ast.UnaryOp):
+        return _pure(node.operand)
+    if isinstance(node, ast.Attribute):
+        return _pure(node.value)
+    return isinstance(node, _SIMPLE)
+
+
+class _Plan:
+    """Text edits to one call's arguments; insertions at one place are joined in order."""
+
+    def __init__(self, call: CallText) -> None:
+        self.call = call
+        self.inserts: dict[int, list[str]] = {}
+        self.replaces: dict[int, tuple[int, str]] = {}
+
+    def before(self, arg: Arg | None, text: str) -> None:
+        """``text`` as an argument of its own before ``arg`` (None: after the last argument)."""
+        sep = self.call.separator
+        if arg is not None:
+            self.inserts.setdefault(arg.start, []).append(text + sep)
+        elif self.call.args:
+            self.inserts.setdefault(self.call.args[-1].end, []).append(sep + text)
+        else:
+            self.inserts.setdefault(self.call.open, []).append(
+                (", " if self.inserts.get(self.call.open) else "") + text
+            )
+
+    def replace(self, start: int, end: int, text: str) -> None:
+        self.replaces[start] = (end, text)
+
+    def edits(self) -> list[Edit]:
+        out = []
+        for start in sorted(self.inserts.keys() | self.replaces.keys()):
+            prefix = "".join(self.inserts.get(start, ()))
+            end, text = self.replaces.get(start, (start, ""))
+            out.append(Edit(start, end, prefix + text))
+        return out
+
+
+# ---- the rule family -----------------------------------------------------------------------
+
+
+def check(
+    tree: ast.Module,
+    source: Source,
+    names: Names,
+    rules: Sequence[Rule],
+    settings: Settings,
+) -> list[Finding]:
+    """Every finding of the symbol-table rules in ``rules``."""
+    symbols = [s for r in rules for s in r.symbols]
+    if not symbols:
+        return []
+    visitor = _Renames(symbols, source, names)
+    visitor.run()
+    return visitor.findings
+
+
+class _Renames:
+    def __init__(self, symbols: Iterable[Symbol], source: Source, names: Names) -> None:
         self.table = {s.old: s for s in symbols}
+        self.source = source
+        self.names = names
         self.findings: list[Finding] = []
         self._last_segments = {name.rsplit(".", 1)[-1] for name in self.table}
-        self._aliases = {m.decode() for m in _ALIAS.findall(source)}
-        self._consumed: set[cst.CSTNode] = set()
-        self._type_context: set[cst.CSTNode] = set()
-        self._annotation_depth = 0
-        self._version_gates: list[bool] = []
-        self._probes: list[bool] = []
-        self._containers = 0
+        # Names a symbol may be imported as (`from torch.cuda.amp import autocast as ac`).
+        self._aliases = {b.alias.asname for b in names.imports() if b.alias and b.alias.asname}
+        self._stopped: set[ast.AST] = set()  # matched: nothing inside is looked at
+        self._gates: dict[ast.AST, bool] = {}
 
     # ---- name resolution -------------------------------------------------------------------
 
-    def _qualified(self, node: cst.CSTNode) -> set[QualifiedName]:
-        scope = self.get_metadata(ScopeProvider, node, None)
-        return scope.get_qualified_names_for(node) if scope is not None else set()
-
-    def _match(self, node: cst.BaseExpression) -> tuple[Symbol, bool] | None:
+    def _match(self, node: ast.AST) -> tuple[Symbol, bool] | None:
         """The symbol ``node`` refers to, and whether the binding is unconditional."""
-        if any(self._version_gates):
-            return None
-        if isinstance(node, cst.Attribute):
-            if node.attr.value not in self._last_segments:
+        if isinstance(node, ast.Attribute):
+            if node.attr not in self._last_segments:
                 return None
-        elif isinstance(node, cst.Name):
-            if node.value not in self._last_segments and node.value not in self._aliases:
+        elif isinstance(node, ast.Name):
+            if node.id not in self._last_segments and node.id not in self._aliases:
                 return None
         else:
             return None
-        names = {q.name for q in self._qualified(node)}
+        if self._gated(node):
+            return None
+        names = self.names.qualified(node)
         hits = [self.table[n] for n in sorted(names) if n in self.table]  # deterministic
         if not hits:
             return None
         if hits[0].when_missing:  # a current API, checked for an argument it should have
-            return (hits[0], len(names) == 1) if len(names) == 1 else None
+            return (hits[0], True) if len(names) == 1 else None
         if any(n.startswith(_MODERN_PREFIXES) for n in names):
             return None  # a compatibility shim: bound to the new API on current torch
         return hits[0], len(names) == 1
 
-    def _binding(self, node: cst.CSTNode, module: str) -> tuple[str, bool]:
+    def _binding(self, node: ast.AST, module: str) -> tuple[str, bool]:
         """A name bound to ``module`` where ``node`` is, and whether an import must be added."""
-        scope: Scope | None = self.get_metadata(ScopeProvider, node, None)
-        if scope is None:
-            raise NoFix("cannot resolve the scope")
-        candidates = [module, *sorted(self._aliases)]
-        for name in candidates:
-            qualified = scope.get_qualified_names_for(name)
-            if qualified and {q.name for q in qualified} == {module}:
+        for name in [module, *sorted(self._aliases)]:
+            qualified = self.names.qualified_text(node, name)
+            if qualified and qualified == {module}:
                 return name, False
-        if not scope[module]:
+        if not self.names.bindings(node, module):
             return module, True
         raise NoFix(f"`{module}` is bound to something else here")
 
-    def _import_edits(self, node: cst.BaseExpression) -> tuple[ImportEdit, ...]:
-        """Imports that bound the root of ``node`` and may become unused after the fix."""
-        root = _root_name(node)
-        return import_edits(self.get_metadata(ScopeProvider, node, None), root)
+    # ---- planning replacements ---------------------------------------------------------------
 
-    # ---- building replacements -------------------------------------------------------------
-
-    def _new_expr(self, source: str, torch_name: str) -> cst.BaseExpression:
-        if source.startswith("torch.") and torch_name != "torch":
-            source = torch_name + source[len("torch") :]
-        return _expr(source)
+    @staticmethod
+    def _new_expr(text: str, torch_name: str) -> str:
+        if text.startswith("torch.") and torch_name != "torch":
+            return torch_name + text[len("torch") :]
+        return text
 
     def _fix(
         self,
         sym: Symbol,
-        node: cst.CSTNode,
-        ref: cst.BaseExpression,
+        node: ast.AST,
+        ref: ast.AST,
         safety: str,
-        build,
+        edits: Callable[[str], list[Edit]],
         unconditional: bool,
         extra_imports: frozenset[str] = frozenset(),
     ) -> Fix:
         torch_name, add_torch = self._binding(node, "torch")
-        if not unconditional:
-            safety = "unsafe"
         return Fix(
-            safety=safety,
-            target=node,
-            build=lambda updated: build(updated, torch_name),
+            safety if unconditional else "unsafe",
+            edits=tuple(edits(torch_name)),
             add_imports=extra_imports | ({"torch"} if add_torch else set()),
-            remove_imports=self._import_edits(ref),
+            remove_imports=self.names.import_edits(ref),
             min_torch=sym.min_torch,
         )
 
-    def _map_args(
-        self, sym: Symbol, args: Sequence[cst.Arg], torch_name: str, bare: bool = False
-    ) -> tuple[list[cst.Arg], bool]:
-        """Old call arguments -> new ones; returns (arguments, exact).
+    def _map_args(self, sym: Symbol, plan: _Plan, args: Sequence[Arg], torch_name: str) -> bool:
+        """Plan the old call arguments -> the new ones; returns whether the mapping is exact.
 
-        ``bare`` is a decorator without parentheses: the decorated function is the first argument.
+        Kept arguments stay where they are; positional ones that become keywords get their name
+        (and, when they are side-effect free, the new signature's order); inserted keywords go
+        where the new signature puts them among the call's keywords.
         """
         if any(a.star == "*" for a in args):
             raise NoFix("a `*args` splat cannot be mapped to the new signature")
@@ -259,41 +310,53 @@ class RenameVisitor(cst.CSTVisitor):
         if len(positional) > len(sym.params):
             raise NoFix(f"takes at most {len(sym.params)} positional argument(s)")
         given = {sym.params[i] for i in range(len(positional))}
-        given |= {a.keyword.value for a in named if a.keyword}
+        given |= {a.keyword for a in named if a.keyword}
         required = set(sym.params[: sym.required])
-        if not has_splat and not bare and not required <= given:
+        if not has_splat and not required <= given:
             raise NoFix("the call is missing a required argument and already fails")
-        new: list[cst.Arg] = []
-        fresh: set[int] = set()
-        for source in sym.prepend:
-            fresh.add(len(new))
-            new.append(cst.Arg(value=self._new_expr(source, torch_name)))
-        for i, arg in enumerate(positional):
-            new.append(
-                arg if sym.positional == "keep" else _kw(sym.params[i], arg.value, arg.comma)
-            )
-        for name, source in sym.keywords:
-            if name not in given:
-                fresh.add(len(new))
-                new.append(_kw(name, self._new_expr(source, torch_name)))
-        splats = [a for a in named if a.star == "**"]
-        new.extend(a for a in named if not a.star)
+        for text in sym.prepend:
+            plan.before(args[0] if args else None, self._new_expr(text, torch_name))
+        order = sym.signature or sym.params
+        rank = {name: i for i, name in enumerate(order)}
+        keywords: list[tuple[str, Arg]] = [(a.keyword, a) for a in named if a.keyword]
+        values = {a.keyword: _value(a.node) for a in named if a.keyword}
+        if sym.positional == "keywords":
+            values |= {sym.params[i]: a.node for i, a in enumerate(positional)}
+        if sym.positional == "keywords" and positional:
+            slots = [(sym.params[i], a) for i, a in enumerate(positional)]
+            moved = sorted(slots, key=lambda s: rank.get(s[0], len(order)))
+            if moved != slots and all(_pure(a.node) for _, a in slots):
+                for (_, slot), (name, arg) in zip(slots, moved, strict=True):
+                    text = self.source.text[arg.start : arg.end]
+                    plan.replace(slot.start, slot.end, f"{name}={text}")
+                keywords = [(name, slot) for (_, slot), (name, _) in zip(slots, moved, strict=True)]
+                keywords += [(a.keyword, a) for a in named if a.keyword]
+            else:
+                for name, arg in slots:
+                    plan.replace(arg.start, arg.start, f"{name}=")
+                keywords = slots + keywords
+        disabled = is_constant(values.get("enabled"), False)
+        inserted = [(k, v) for k, v in sym.keywords if k not in given]
         exact = True
-        disabled = disabled_by_keyword(new)
-        for name, source in sym.defaults:
+        for name, text in sym.defaults:
             if name in given or disabled:
                 continue
             if has_splat:
                 exact = False  # the default may come from the splat; adding it could clash
                 continue
-            fresh.add(len(new))
-            new.append(_kw(name, self._new_expr(source, torch_name)))
-        new.extend(splats)
-        return _join(args, new, fresh), exact
+            inserted.append((name, text))
+        first_splat = next((a for a in args if a.star == "**"), None)
+        for name, text in sorted(inserted, key=lambda kv: rank.get(kv[0], len(order))):
+            later = [a for k, a in keywords if rank.get(k, len(order)) > rank.get(name, len(order))]
+            at = min(later, key=lambda a: a.start, default=first_splat)
+            if at is not None and first_splat is not None and first_splat.start < at.start:
+                at = first_splat
+            plan.before(at, f"{name}={self._new_expr(text, torch_name)}")
+        return exact
 
-    # ---- contexts ---------------------------------------------------------------------------
+    # ---- contexts ----------------------------------------------------------------------------
 
-    def _report(self, sym: Symbol, node: cst.CSTNode, detail: str, fix: Fix | None) -> None:
+    def _report(self, sym: Symbol, node: ast.AST, detail: str, fix: Fix | None) -> None:
         if sym.kind == "manual":
             self.findings.append(Finding(sym.code, f"`{sym.old}`: {sym.guidance}", node, None))
             return
@@ -306,17 +369,20 @@ class RenameVisitor(cst.CSTVisitor):
             message += f"; {detail}"
         self.findings.append(Finding(sym.code, message, node, fix))
 
-    def _call(self, node: cst.Call, sym: Symbol, unconditional: bool) -> None:
+    def _call(self, node: ast.Call, sym: Symbol, unconditional: bool) -> None:
         try:
+            call = CallText.read(self.source, node)
             torch_name, _ = self._binding(node, "torch")
-            _, exact = self._map_args(sym, node.args, torch_name)
+            exact = self._map_args(sym, _Plan(call), call.args, torch_name)
 
-            def build(updated: cst.Call, torch_name: str) -> cst.Call:
-                args, _ = self._map_args(sym, updated.args, torch_name)
-                return updated.with_changes(func=self._new_expr(sym.new, torch_name), args=args)
+            def edits(torch_name: str) -> list[Edit]:
+                plan = _Plan(call)
+                self._map_args(sym, plan, call.args, torch_name)
+                start, end = self.source.span(node.func)
+                return [Edit(start, end, self._new_expr(sym.new, torch_name)), *plan.edits()]
 
             fix = self._fix(
-                sym, node, node.func, "safe" if exact else "unsafe", build, unconditional
+                sym, node, node.func, "safe" if exact else "unsafe", edits, unconditional
             )
             notes = [] if exact else ["a `**` splat hides whether the old dtype default applies"]
             if not unconditional:
@@ -325,236 +391,313 @@ class RenameVisitor(cst.CSTVisitor):
         except NoFix as reason:
             self._report(sym, node, f"no automatic fix: {reason}", None)
 
-    def _missing_argument(self, node: cst.Call, sym: Symbol, unconditional: bool) -> None:
+    def _missing_argument(self, node: ast.Call, sym: Symbol, unconditional: bool) -> None:
         """A current API called without an argument whose default is about to change."""
         name = sym.when_missing
         index = sym.params.index(name)
-        positional = [a for a in node.args if not a.keyword and not a.star]
-        if any(a.star for a in node.args) or len(positional) > index:
+        if any(isinstance(a, ast.Starred) for a in node.args) or len(node.args) > index:
             return  # given positionally, or possibly through a splat
-        if any(a.keyword and a.keyword.value == name for a in node.args):
+        if any(k.arg is None for k in node.keywords):
             return
-
-        def build(updated: cst.Call) -> cst.Call:
+        if any(k.arg == name for k in node.keywords):
+            return
+        try:
+            call = CallText.read(self.source, node)
+            plan = _Plan(call)
             # Only string literals are inserted: no import is needed, none is touched.
-            args, _ = self._map_args(sym, updated.args, "torch")
-            return updated.with_changes(args=args)
-
-        fix = Fix(
-            safety="safe" if unconditional else "unsafe",
-            target=node,
-            build=build,
-            min_torch=sym.min_torch,
-        )
+            self._map_args(sym, plan, call.args, "torch")
+        except NoFix:
+            return
+        safety = "safe" if unconditional else "unsafe"
+        fix = Fix(safety, edits=tuple(plan.edits()), min_torch=sym.min_torch)
         self.findings.append(Finding(sym.code, sym.guidance, node, fix))
 
-    def _partial(self, node: cst.Call, sym: Symbol, unconditional: bool) -> None:
+    def _partial(self, node: ast.Call, sym: Symbol, unconditional: bool) -> None:
         """``functools.partial(old, ...)``: the bound arguments map like a call's."""
-        ref = node.args[0].value
+        ref = node.args[0]
         if sym.kind == "manual":
             self._report(sym, ref, "", None)
             return
         try:
+            call = CallText.read(self.source, node)
             torch_name, _ = self._binding(node, "torch")
-            self._map_args(sym, node.args[1:], torch_name)
+            self._map_args(sym, _Plan(call), call.args[1:], torch_name)
 
-            def build(updated: cst.Call, torch_name: str) -> cst.Call:
-                first, *rest = updated.args
-                mapped, _ = self._map_args(sym, rest, torch_name)
-                new_first = first.with_changes(value=self._new_expr(sym.new, torch_name))
-                return updated.with_changes(args=_join(updated.args, [new_first, *mapped], set()))
+            def edits(torch_name: str) -> list[Edit]:
+                plan = _Plan(call)
+                self._map_args(sym, plan, call.args[1:], torch_name)
+                start, end = self.source.span(ref)
+                return [Edit(start, end, self._new_expr(sym.new, torch_name)), *plan.edits()]
 
             # Positional arguments at the partial's call sites would land in new parameters.
             safety = "unsafe" if sym.positional == "keywords" else "safe"
-            fix = self._fix(sym, node, ref, safety, build, unconditional)
+            fix = self._fix(sym, node, ref, safety, edits, unconditional)
             self._report(sym, ref, "", fix)
         except NoFix as reason:
             self._report(sym, ref, f"no automatic fix: {reason}", None)
 
-    def _reference(self, node: cst.BaseExpression, sym: Symbol, unconditional: bool) -> None:
+    def _reference(self, node: ast.expr, sym: Symbol, unconditional: bool) -> None:
         """A reference that is not called here.
 
         A conditionally bound name (``except ImportError: GradScaler = None``) read as a value is
         a feature check, not a use: it is left alone, and so is the import it reads.
         """
-        if not unconditional and not (node in self._type_context or self._annotation_depth):
+        typed = self._typed(node)
+        if not unconditional and not typed:
             return
         if sym.kind == "manual":
             self._report(sym, node, "", None)
             return
+        start, end = self.source.span(node)
         try:
-            if node in self._type_context or self._annotation_depth:
+            if typed:
                 if sym.kind != "class":
                     raise NoFix("a function used as a type")
 
-                def build_type(updated, torch_name):
-                    return self._new_expr(sym.new, torch_name)
+                def as_type(torch_name: str) -> list[Edit]:
+                    return [Edit(start, end, self._new_expr(sym.new, torch_name))]
 
-                fix = self._fix(sym, node, node, "safe", build_type, unconditional)
+                fix = self._fix(sym, node, node, "safe", as_type, unconditional)
                 self._report(sym, node, "", fix)
                 return
             functools_name, add_functools = self._binding(node, "functools")
 
-            def build(updated, torch_name):
-                args = [cst.Arg(self._new_expr(sym.new, torch_name))]
-                args += [cst.Arg(self._new_expr(s, torch_name)) for s in sym.prepend]
-                args += [_kw(k, self._new_expr(v, torch_name)) for k, v in sym.keywords]
-                args += [_kw(k, self._new_expr(v, torch_name)) for k, v in sym.defaults]
-                return cst.Call(_expr(f"{functools_name}.partial"), _join([], args, set()))
+            def as_partial(torch_name: str) -> list[Edit]:
+                args = [self._new_expr(sym.new, torch_name)]
+                args += [self._new_expr(s, torch_name) for s in sym.prepend]
+                args += _keywords(sym, sym.keywords + sym.defaults, torch_name, self._new_expr)
+                return [Edit(start, end, f"{functools_name}.partial({', '.join(args)})")]
 
             extra = frozenset({"functools"} if add_functools else ())
-            fix = self._fix(sym, node, node, "unsafe", build, unconditional, extra)
+            fix = self._fix(sym, node, node, "unsafe", as_partial, unconditional, extra)
             self._report(sym, node, "used as a value: becomes a `functools.partial`", fix)
         except NoFix as reason:
             self._report(sym, node, f"no automatic fix: {reason}", None)
 
-    # ---- visitor ------------------------------------------------------------------------------
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def visit_Call(self, node: cst.Call) -> None:
-        match = self._match(node.func)
-        if match:
-            self._consumed.add(node.func)
-            if match[0].when_missing:
-                self._missing_argument(node, *match)
-            elif match[0].kind == "manual":
-                self._report(match[0], node, "", None)
-            else:
-                self._call(node, *match)
-            return
-        names = {q.name for q in self._qualified(node.func)} if node.args else set()
-        if names & _TYPE_CHECKS and len(node.args) == 2:
-            self._mark_types(node.args[1].value)
-        elif _PARTIAL in names:
-            match = self._match(node.args[0].value)
-            if match and match[0].when_missing:
-                return
-            if match and not node.args[0].keyword and not node.args[0].star:
-                self._consumed.add(node.args[0].value)
-                self._partial(node, *match)
-
-    def visit_Decorator(self, node: cst.Decorator) -> None:
-        match = self._match(node.decorator)
+    def _decorator(self, node: ast.expr) -> bool:
+        """A bare decorator (``@old``) becomes a call; whether ``node`` was one."""
+        match = self._match(node)
         if not match or match[0].when_missing:
-            return
+            return False
         sym, unconditional = match
-        self._consumed.add(node.decorator)
         if sym.kind == "manual":
-            self._report(sym, node.decorator, "", None)
-            return
+            self._report(sym, node, "", None)
+            return True
         if sym.kind != "decorator":
             message = "a bare class decorator passes the function as `enabled`"
-            self._report(sym, node.decorator, f"no automatic fix: {message}", None)
-            return
+            self._report(sym, node, f"no automatic fix: {message}", None)
+            return True
+        start, end = self.source.span(node)
         try:
 
-            def build(updated, torch_name):
-                args, _ = self._map_args(sym, [], torch_name, bare=True)
-                return cst.Call(func=self._new_expr(sym.new, torch_name), args=args)
+            def as_call(torch_name: str) -> list[Edit]:
+                args = [self._new_expr(s, torch_name) for s in sym.prepend]
+                args += _keywords(sym, sym.keywords + sym.defaults, torch_name, self._new_expr)
+                callee = self._new_expr(sym.new, torch_name)
+                return [Edit(start, end, f"{callee}({', '.join(args)})")]
 
-            fix = self._fix(sym, node.decorator, node.decorator, "safe", build, unconditional)
-            self._report(sym, node.decorator, "", fix)
+            fix = self._fix(sym, node, node, "safe", as_call, unconditional)
+            self._report(sym, node, "", fix)
         except NoFix as reason:
-            self._report(sym, node.decorator, f"no automatic fix: {reason}", None)
+            self._report(sym, node, f"no automatic fix: {reason}", None)
+        return True
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        for base in node.bases:
-            match = self._match(base.value)
-            if match and not match[0].when_missing:
-                sym, _ = match
-                self._consumed.add(base.value)
-                if sym.kind == "manual":
-                    self._report(sym, base.value, "", None)
-                    continue
-                detail = (
-                    "no automatic fix: a subclass's constructor arguments shift when its base "
-                    f'becomes `{sym.new}`; rebase it and pass "{sym.device}" as the first argument'
-                )
-                self._report(sym, base.value, detail, None)
-
-    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
-        if node.type is not None:
-            self._mark_types(node.type)
-        # `except AttributeError:` runs on a torch without the new API: a fallback path.
-        self._version_gates.append(_catches_missing_api(node.type, _FALLBACK))
-
-    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
-        self._version_gates.pop()
-
-    def _mark_types(self, node: cst.BaseExpression) -> None:
-        """``isinstance``'s second argument and ``except`` clauses: a class or a tuple of them."""
-        if isinstance(node, cst.Tuple):
-            for element in node.elements:
-                self._mark_types(element.value)
-        else:
-            self._type_context.add(node)
-
-    def visit_Annotation(self, node: cst.Annotation) -> None:
-        self._annotation_depth += 1
-
-    def leave_Annotation(self, original_node: cst.Annotation) -> None:
-        self._annotation_depth -= 1
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        return self._visit_reference(node)
-
-    def visit_Name(self, node: cst.Name) -> bool:
-        return self._visit_reference(node)
-
-    def _visit_reference(self, node: cst.BaseExpression) -> bool:
-        if node in self._consumed:
+    def _base(self, base: ast.expr) -> bool:
+        """A class's base: reported, never fixed; whether ``base`` was a symbol."""
+        match = self._match(base)
+        if not match or match[0].when_missing:
             return False
-        match = self._match(node)
-        if match is None:
+        sym, _ = match
+        if sym.kind == "manual":
+            self._report(sym, base, "", None)
             return True
-        if match[0].when_missing:
-            return False  # only calls can miss an argument
-        if not (node in self._type_context or self._annotation_depth):
-            if any(self._probes):
-                return False  # `try: torch.cpu.amp.autocast except AttributeError`: a probe
-            if self._containers:
-                return False  # `func in [torch.cuda.amp.autocast, ...]`: identity, not a use
-        self._reference(node, *match)
+        detail = (
+            "no automatic fix: a subclass's constructor arguments shift when its base "
+            f'becomes `{sym.new}`; rebase it and pass "{sym.device}" as the first argument'
+        )
+        self._report(sym, base, detail, None)
+        return True
+
+    # ---- contexts of a reference, read off its ancestors --------------------------------------
+
+    def _gated(self, node: ast.AST) -> bool:
+        """Inside compatibility code: a branch on the torch version whose other side uses the
+        new API, or an ``except AttributeError:``-style fallback (its clause included)."""
+        for above in self.names.ancestors(node):
+            kind = type(above)
+            if kind is ast.If or kind is ast.IfExp or kind is ast.ExceptHandler:
+                gate = self._gates.get(above)
+                if gate is None:
+                    if kind is ast.ExceptHandler:
+                        gate = _catches_missing_api(above.type, _FALLBACK)
+                    else:
+                        gate = self._gate(above)
+                    self._gates[above] = gate
+                if gate:
+                    return True
         return False
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, _CONTAINERS):
-            self._containers += 1
-        return super().on_visit(node)
+    def _probed(self, node: ast.AST) -> bool:
+        """Read in the body of a ``try:`` that catches a missing API: a feature probe."""
+        child = node
+        for above in self.names.ancestors(node):
+            if (
+                type(above) is ast.Try
+                and any(child is s for s in above.body)
+                and any(_catches_missing_api(h.type) for h in above.handlers)
+            ):
+                return True
+            child = above
+        return False
 
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        if isinstance(original_node, _CONTAINERS):
-            self._containers -= 1
-        super().on_leave(original_node)
+    def _contained(self, node: ast.AST) -> bool:
+        """Compared or registered (`f in [old, new]`), never called."""
+        return any(isinstance(above, _CONTAINERS) for above in self.names.ancestors(node))
+
+    def _typed(self, node: ast.AST) -> bool:
+        """A type position: an annotation, an ``except`` clause, ``isinstance``'s classes."""
+        child = node
+        marked = True  # still on the chain of tuples that `_mark_types` followed
+        for above in self.names.ancestors(node):
+            kind = type(above)
+            if kind is ast.arg or kind is ast.AnnAssign:
+                if above.annotation is child:
+                    return True
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                if above.returns is child:
+                    return True
+            elif marked and (kind is ast.ExceptHandler or kind is ast.Call):
+                classes = above.type if kind is ast.ExceptHandler else self._classes(above)
+                if classes is child:
+                    return True
+            if kind is not ast.Tuple:
+                marked = False
+            child = above
+        return False
+
+    def _classes(self, call: ast.Call) -> ast.AST | None:
+        """The second argument of ``isinstance``/``issubclass`` (two arguments)."""
+        args = _ordered(call)
+        if len(args) != 2 or self._match(call.func):
+            return None
+        return _value(args[1]) if self.names.qualified(call.func) & _TYPE_CHECKS else None
+
+    # ---- the walk ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Only names spelled like a symbol are candidates; each one's context is read off its
+        ancestors, outer candidates first (a matched one hides what is inside it)."""
+        found = [n for s in self._last_segments for n in self.names.spelled(s)]
+        found += [n for a in self._aliases for n in self.names.spelled(a) if type(n) is ast.Name]
+        for node in sorted(set(found), key=_outer_first):
+            self._candidate(node)
+
+    def _candidate(self, node: ast.expr) -> None:
+        if self._stopped and any(a in self._stopped for a in self.names.ancestors(node)):
+            return
+        parent = self.names.parent(node)
+        kind = type(parent)
+        if kind is ast.Call:
+            if parent.func is node:
+                if self._visit_call(parent):
+                    self._stopped.add(node)
+                    return
+            elif self._visit_partial(parent, node):
+                self._stopped.add(node)
+                return
+        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            if any(node is d for d in parent.decorator_list) and self._decorator(node):
+                self._stopped.add(node)
+                return
+            if kind is ast.ClassDef and any(node is b for b in parent.bases) and self._base(node):
+                self._stopped.add(node)
+                return
+        if self._visit_reference(node):
+            self._stopped.add(node)
+
+    def _visit_call(self, node: ast.Call) -> bool:
+        """A call of a symbol; whether it was one."""
+        match = self._match(node.func)
+        if not match:
+            return False
+        if match[0].when_missing:
+            self._missing_argument(node, *match)
+        elif match[0].kind == "manual":
+            self._report(match[0], node, "", None)
+        else:
+            self._call(node, *match)
+        return True
+
+    def _visit_partial(self, node: ast.Call, first: ast.expr) -> bool:
+        """``functools.partial(symbol, ...)``; whether ``first`` was taken as its symbol."""
+        args = _ordered(node)
+        if args[0] is not first or self._match(node.func):
+            return False
+        if _PARTIAL not in self.names.qualified(node.func):
+            return False
+        match = self._match(first)
+        if not match or match[0].when_missing:
+            return False
+        self._partial(node, *match)
+        return True
+
+    def _visit_reference(self, node: ast.expr) -> bool:
+        """A symbol read here; whether the walk stops at ``node`` (it matched)."""
+        match = self._match(node)
+        if match is None:
+            return False
+        if match[0].when_missing:
+            return True  # only calls can miss an argument
+        if not self._typed(node) and (self._probed(node) or self._contained(node)):
+            # `try: torch.cpu.amp.autocast except AttributeError`: a probe;
+            # `func in [torch.cuda.amp.autocast, ...]`: identity, not a use.
+            return True
+        self._reference(node, *match)
+        return True
 
     # Compatibility code is left alone: a branch chosen by the torch version, and a value
     # read inside `try:` to probe for the API. Rewriting either defeats its purpose.
 
-    def _gate(self, node: cst.If | cst.IfExp) -> None:
+    def _gate(self, node: ast.If | ast.IfExp) -> bool:
         """A branch on the torch version (or on ``hasattr``) whose other side uses the new API."""
-        code = cst.Module([]).code_for_node
-        gated = bool(_VERSION_TEST.search(code(node.test))) and bool(_MODERN_USE.search(code(node)))
-        self._version_gates.append(gated)
+        if not _VERSION_TEST.search(self.source.segment(node.test)):
+            return False
+        return bool(_MODERN_USE.search(self._leading_comments(node) + self.source.segment(node)))
 
-    def visit_If(self, node: cst.If) -> None:
-        self._gate(node)
+    def _leading_comments(self, node: ast.stmt | ast.expr) -> str:
+        """The comment lines right above a statement (libcst counted them as part of it)."""
+        if not isinstance(node, ast.stmt):
+            return ""
+        lines = []
+        line = node.lineno - 1
+        while line >= 1:
+            text = self.source.line(line).strip()
+            if text and not text.startswith("#"):
+                break
+            lines.append(text)
+            line -= 1
+        return "\n".join(reversed(lines))
 
-    def leave_If(self, original_node: cst.If) -> None:
-        self._version_gates.pop()
 
-    def visit_IfExp(self, node: cst.IfExp) -> None:
-        self._gate(node)
+def _outer_first(node: ast.AST) -> tuple[int, int, int, int]:
+    """Source order, an ancestor before what it contains (it starts no later, ends no earlier)."""
+    return (node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset)
 
-    def leave_IfExp(self, original_node: cst.IfExp) -> None:
-        self._version_gates.pop()
 
-    def visit_Try_body(self, node: cst.Try) -> None:
-        self._probes.append(any(_catches_missing_api(h.type) for h in node.handlers))
+def _ordered(call: ast.Call) -> list[ast.expr | ast.keyword]:
+    """A call's arguments in source order (positional and keyword ones may interleave)."""
+    if not call.keywords:
+        return list(call.args)
+    return sorted([*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset))
 
-    def leave_Try_body(self, node: cst.Try) -> None:
-        self._probes.pop()
+
+def _value(node: ast.AST | None) -> ast.AST | None:
+    return node.value if isinstance(node, ast.keyword) else node
+
+
+def _keywords(sym: Symbol, pairs, torch_name: str, new_expr) -> list[str]:
+    """``name=value`` for each pair, in the new signature's order."""
+    order = sym.signature or sym.params
+    rank = {name: i for i, name in enumerate(order)}
+    ordered = sorted(pairs, key=lambda kv: rank.get(kv[0], len(order)))
+    return [f"{k}={new_expr(v, torch_name)}" for k, v in ordered]

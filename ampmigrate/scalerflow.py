@@ -1,27 +1,35 @@
 """Where a GradScaler's calls sit relative to each other, for the correctness rules.
 
 Rules like "clip only after ``unscale_``" are about order within one training step, which a
-linter can only approximate. One pass records, per function, the calls that matter in source
-order, each with the loops and ``if`` branches around it, so that a check can ask "does this run
-on every iteration of that loop?" and "can these two ever run in the same pass?". Names are
-compared by their source text (``self.scaler``), the way a reader would.
+linter can only approximate. One pass over the ``ast`` records, per function, the calls that
+matter in source order, each with the loops and ``if`` branches around it, so that a check can
+ask "does this run on every iteration of that loop?" and "can these two ever run in the same
+pass?". Names are compared by their source text (``self.scaler``), the way a reader would.
 
 The judgments are deliberately one-sided: a finding needs the scaled backward and the offending
-call in the same function; code split across helpers is not flagged.
+call in the same function. Checkpoints are the exception: a checkpoint helper (a function of the
+same file, or of a sibling module when a tree is checked) is followed from the call that a
+scaler's owner makes to it, because that is where real projects write their checkpoints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-
-import libcst as cst
-from libcst.metadata import GlobalScope, ScopeProvider
+import ast
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ampmigrate.catalog import Rule
 from ampmigrate.checks import AUTOCAST
-from ampmigrate.findings import Finding, Fix
-from ampmigrate.renames import disabled_by_keyword, qualified_names
+from ampmigrate.engine.names import Names
+from ampmigrate.engine.source import Source
+from ampmigrate.findings import Edit, Finding, Fix
+from ampmigrate.renames import disabled_by_keyword
+
+if TYPE_CHECKING:
+    from ampmigrate.engine import Settings
 
 GRAD_SCALER = frozenset(
     {
@@ -41,6 +49,14 @@ NORM = frozenset({"torch.norm", "torch.linalg.norm", "torch.linalg.vector_norm"}
 SAVE = frozenset({"torch.save"})
 _OLD_CPU_AUTOCAST = frozenset(n for n in AUTOCAST if ".cpu." in n)
 _OLD_CUDA_AUTOCAST = frozenset(n for n in AUTOCAST if ".cuda." in n)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_SIMPLE = (
+    ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Delete, ast.Pass,
+    ast.Break, ast.Continue, ast.Raise, ast.Assert, ast.Import, ast.ImportFrom, ast.Global,
+    ast.Nonlocal,
+)  # fmt: skip
+_BLANK = re.compile(r"[ \t\f]*")
+_SPACE = re.compile(r"(?:[ \t\f\r\n]|\\\r?\n|#[^\r\n]*)*")
 
 # (the test of an `if`, "body" or "orelse"): two `if`s on the same test text are one decision,
 # as in `if amp: scaled backward ... if amp: scaler.step else: optimizer.step()`.
@@ -50,13 +66,14 @@ Branch = tuple[str, str]
 @dataclass(frozen=True)
 class Event:
     kind: str  # backward | unscale | clip | norm | step | update | call_step
-    node: cst.Call
+    node: ast.Call
     receiver: str  # the scaler (or, for call_step, the object whose .step() is called)
     arg: str  # the optimizer passed to step/unscale_
-    scope: cst.CSTNode
-    loops: tuple[cst.CSTNode, ...]
+    scope: ast.AST
+    loops: tuple[ast.AST, ...]
     branches: tuple[Branch, ...]
-    statement: cst.SimpleStatementLine | None
+    depths: tuple[int, ...]  # per branch: how many of ``loops`` were open when it was entered
+    statement: ast.stmt | None  # the statement when it is alone on its line (for a fix)
     order: int
 
     def exclusive(self, other: Event) -> bool:
@@ -64,30 +81,62 @@ class Event:
         mine = dict(self.branches)
         return any(mine.get(key, side) != side for key, side in other.branches)
 
+    def conditions_in(self, depth: int) -> set[Branch]:
+        """The branches entered once ``depth`` loops were open: inside the innermost of them,
+        so decided afresh on each of its iterations (``depth`` 0: every branch)."""
+        return {b for b, d in zip(self.branches, self.depths, strict=True) if d >= depth}
+
+
+@dataclass(frozen=True)
+class Helper:
+    """What a module-level function does with checkpoints: picklable, so that the summary of a
+    sibling module can travel to the worker that checks its caller."""
+
+    module: str = ""  # the file name of a sibling module ("" for the file checked)
+    save_line: int = 0  # a torch.save of model/optimizer state without a scaler's
+    passes: tuple[int, ...] = ()  # parameters (by position) handed to torch.save as the payload
+    passes_line: int = 0
+    params: tuple[str, ...] = ()
+    load: str = ""  # the optimizer whose state it restores without a scaler's
+    load_line: int = 0
+    scaler_state: bool = False  # it saves or restores a scaler's state itself
+    judged: bool = False  # a scaler is next to its save/load there: flagged where it is
+
+    def at(self, line: int) -> str:
+        """Where ``line`` is, for a message."""
+        return f"{self.module}:{line}" if self.module else f"line {line}"
+
 
 @dataclass
 class Flow:
     """What one module does with scalers, optimizers and checkpoints."""
 
-    module: cst.Module
+    module: ast.Module
+    source: Source
+    names: Names
     calls: list[Event] = field(default_factory=list)
     scalers: set[str] = field(default_factory=set)  # receivers that are GradScalers
-    constructions: list[tuple[cst.Call, bool]] = field(default_factory=list)  # (call, enabled)
+    constructions: list[tuple[ast.Call, bool]] = field(default_factory=list)  # (call, enabled)
     # Where a scaler lives, so that a checkpoint or cast is only judged next to it: functions
-    # (ids) that build or use one, classes with a `self.` scaler, and a module-level one.
-    scaler_scopes: set[int] = field(default_factory=set)
-    scaler_classes: set[int] = field(default_factory=set)
+    # (ids) that build or use one, classes with a `self.` scaler, and a module-level one; each
+    # with the scaler's name as the code spells it, for messages.
+    scaler_scopes: dict[int, str] = field(default_factory=dict)
+    scaler_classes: dict[int, str] = field(default_factory=dict)
     training_scopes: set[int] = field(default_factory=set)  # also: builds an optimizer
     where: dict[int, tuple[int, int]] = field(default_factory=dict)  # call id -> (scope, class)
     optimizers: set[str] = field(default_factory=set)
     autocast_dtypes: list[str] = field(default_factory=list)  # bf16 | fp16 | unknown
-    saves: list[tuple[cst.Call, cst.BaseExpression]] = field(default_factory=list)
+    # torch.save calls: (call, the payload looked through a local dict name, the payload as passed)
+    saves: list[tuple[ast.Call, ast.expr, ast.expr]] = field(default_factory=list)
     state_dicts: list[str] = field(default_factory=list)  # receivers of .state_dict()
-    loads: list[tuple[cst.Call, str]] = field(default_factory=list)  # .load_state_dict()
+    loads: list[tuple[ast.Call, str]] = field(default_factory=list)  # .load_state_dict()
     models: set[str] = field(default_factory=set)  # receivers of .parameters()
-    casts: list[tuple[cst.Call, str]] = field(default_factory=list)  # fp16 casts, target
+    casts: list[tuple[ast.Call, str]] = field(default_factory=list)  # fp16 casts, target
     model_scopes: set[tuple[int, str]] = field(default_factory=set)  # (scope, M) of M.parameters()
-    dicts: dict[tuple[int, str], cst.Dict] = field(default_factory=dict)  # (scope, name) -> {}
+    dicts: dict[tuple[int, str], ast.Dict] = field(default_factory=dict)  # (scope, name) -> {}
+    plain_calls: list[ast.Call] = field(default_factory=list)  # f(...) / mod.f(...): helpers?
+    siblings: Mapping[str, Mapping[str, Helper]] = field(default_factory=dict)  # by abspath
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
 
     def events(self, kind: str) -> Iterator[Event]:
         return (e for e in self.calls if e.kind == kind)
@@ -95,133 +144,244 @@ class Flow:
     def in_scope(self, event: Event, kind: str) -> list[Event]:
         return [e for e in self.calls if e.kind == kind and e.scope is event.scope]
 
-    def scaler_near(self, call: cst.Call) -> bool:
+    def text(self, node: ast.AST) -> str:
+        return self.source.segment(node)
+
+    def scaler_near(self, call: ast.Call) -> bool:
         """A scaler is built or used in ``call``'s function, its class (``self.scaler``) or at
         module level: only then does a checkpoint or cast there concern it."""
+        return self.scaler_name(call) is not None
+
+    def scaler_name(self, call: ast.Call) -> str | None:
+        """The scaler next to ``call``, as the code names it (None: no scaler there)."""
         scope, cls = self.where[id(call)]
-        return (
-            scope in self.scaler_scopes
-            or (cls != 0 and cls in self.scaler_classes)
-            or id(self.module) in self.scaler_scopes
-        )
+        if scope in self.scaler_scopes:
+            return self.scaler_scopes[scope]
+        if cls != 0 and cls in self.scaler_classes:
+            return self.scaler_classes[cls]
+        return self.scaler_scopes.get(id(self.module))
 
 
-def _method(node: cst.Call) -> tuple[str, cst.BaseExpression] | None:
-    if isinstance(node.func, cst.Attribute):
-        return node.func.attr.value, node.func.value
+def _method(node: ast.Call) -> tuple[str, ast.expr] | None:
+    if isinstance(node.func, ast.Attribute):
+        return node.func.attr, node.func.value
     return None
 
 
-def _dtype_name(node: cst.BaseExpression | None) -> str:
-    if isinstance(node, cst.Attribute):
-        name = node.attr.value
-    elif isinstance(node, cst.SimpleString):
-        name = node.evaluated_value if isinstance(node.evaluated_value, str) else ""
+def _dtype_name(node: ast.expr | None) -> str:
+    if isinstance(node, ast.Attribute):
+        name = node.attr
+    elif isinstance(node, ast.Constant):
+        name = node.value if isinstance(node.value, str) else ""
     else:
         return "unknown"
     return {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}.get(name, "unknown")
 
 
-class _Collector(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (ScopeProvider,)
+@dataclass(frozen=True)
+class _Arg:
+    keyword: str | None
+    value: ast.expr
+    star: str  # "", "*" or "**"
 
-    def __init__(self, flow: Flow) -> None:
-        super().__init__()
+
+def _args(call: ast.Call) -> list[_Arg]:
+    """Positional and keyword arguments together in source order (as libcst lists them)."""
+    args = [
+        (a, _Arg(None, a.value, "*") if isinstance(a, ast.Starred) else _Arg(None, a, ""))
+        for a in call.args
+    ]
+    args += [(k, _Arg(k.arg, k.value, "" if k.arg else "**")) for k in call.keywords]
+    args.sort(key=lambda pair: (pair[0].lineno, pair[0].col_offset))
+    return [a for _, a in args]
+
+
+class _Collector:
+    """One source-order walk (libcst's visiting order: decorators and defaults belong to the
+    function they decorate) that fills a :class:`Flow`."""
+
+    def __init__(self, flow: Flow, names: Names) -> None:
         self.flow = flow
-        self._scopes: list[cst.CSTNode] = [flow.module]
-        self._classes: list[cst.ClassDef] = []
-        self._loops: list[list[cst.CSTNode]] = [[]]
-        self._branches: list[list[Branch]] = [[]]
-        self._statement: cst.SimpleStatementLine | None = None
+        self.names = names
+        self.text = flow.source.text
+        self._scopes: list[ast.AST] = [flow.module]
+        self._classes: list[ast.ClassDef] = []
+        self._loops: list[list[ast.AST]] = [[]]
+        self._branches: list[list[tuple[Branch, int]]] = [[]]
+        self._statement: ast.stmt | None = None
         self._assigned: list[str] = []  # targets of the assignment being visited
-        self._norms: list[cst.Call] = []  # a norm inside a norm is one finding, not two
+        self._norms: list[ast.Call] = []  # a norm inside a norm is one finding, not two
 
-    def _code(self, node: cst.CSTNode) -> str:
-        return self.flow.module.code_for_node(node)
+    def _code(self, node: ast.AST) -> str:
+        return self.flow.source.segment(node)
 
-    def _names(self, node: cst.CSTNode) -> set[str]:
-        return qualified_names(self.get_metadata(ScopeProvider, node, None), node)
+    def _own(self, node: ast.AST, low: int, high: int) -> str:
+        """``node``'s text with the parentheses that belong to it (libcst counts them as part
+        of the expression; ast does not): those strictly inside (low, high)."""
+        text = self.text
+        start, end = self.flow.source.span(node)
+        while True:
+            left = start - 1
+            while left > low and text[left] in " \t\f\r\n\\":
+                left -= 1
+            right = _SPACE.match(text, end).end()
+            if not (low < left and right < high and text[left] == "(" and text[right] == ")"):
+                return text[start:end]
+            start, end = left, right + 1
 
-    # -- where we are ------------------------------------------------------------------
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def _receiver(self, attribute: ast.Attribute) -> str:
+        start = self.flow.source.span(attribute)[0]
+        return self._own(attribute.value, start - 1, len(self.text))
+
+    def _arg_text(self, call: ast.Call, value: ast.expr) -> str:
+        end = self.flow.source.span(call)[1]
+        opening = _SPACE.match(self.text, self.flow.source.span(call.func)[1]).end()
+        while self.text[opening : opening + 1] == ")":  # `(f)(x)`: skip the callee's parens
+            opening = _SPACE.match(self.text, opening + 1).end()
+        return self._own(value, opening, end - 1)
+
+    def _names(self, node: ast.expr) -> set[str]:
+        return self.names.qualified(node)
+
+    # -- the walk, in source order -------------------------------------------------------
+    def visit(self, node: ast.AST) -> None:
+        kind = type(node)
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            handler = _HANDLERS[kind] = _handler(kind)
+        handler(self, node)
+
+    def _children(self, node: ast.AST) -> None:
+        for name in node._fields:
+            value = getattr(node, name)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
+
+    def _skip(self, node: ast.AST) -> None:
+        """Nothing the checks ask about can be inside (names, literals, operators, imports)."""
+
+    def _all(self, nodes: Iterable[ast.AST | None]) -> None:
+        for node in nodes:
+            if node is not None:
+                self.visit(node)
+
+    def visit_Module(self, node: ast.Module) -> None:
+        self._all(node.body)
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        if self._scopes[-1] is self.flow.module and not self._classes:
+            self.flow.functions[node.name] = node
         self._scopes.append(node)
         self._loops.append([])
         self._branches.append([])
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._all(node.decorator_list)
+        self._arguments(node.args)
+        self._all([node.returns])
+        self._all(node.body)
         self._scopes.pop()
         self._loops.pop()
         self._branches.pop()
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._classes.append(node)
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
 
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+    def _arguments(self, args: ast.arguments) -> None:
+        every = [*args.posonlyargs, *args.args]
+        defaults: list[ast.AST | None] = [None] * (len(every) - len(args.defaults))
+        defaults += args.defaults
+        for arg, default in zip(every, defaults, strict=True):
+            self._all([arg.annotation, default])
+        self._all([args.vararg and args.vararg.annotation])
+        for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+            self._all([arg.annotation, default])
+        self._all([args.kwarg and args.kwarg.annotation])
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._classes.append(node)
+        self._all(node.decorator_list)
+        self._all(sorted([*node.bases, *node.keywords], key=_start))
+        self._all(node.body)
         self._classes.pop()
 
-    def _place(self, node: cst.Call) -> None:
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._arguments(node.args)
+        self.visit(node.body)
+
+    def _loop(self, node: ast.For | ast.AsyncFor | ast.While) -> None:
+        if isinstance(node, ast.While):
+            self.visit(node.test)
+        else:
+            self._all([node.target, node.iter])
+        self._loops[-1].append(node)
+        self._all(node.body)
+        self._loops[-1].pop()
+        self._all(node.orelse)
+
+    visit_For = visit_AsyncFor = visit_While = _loop
+
+    def visit_If(self, node: ast.If) -> None:
+        self.visit(node.test)
+        test = self._own(node.test, self.flow.source.span(node)[0], len(self.text))
+        for side, body in (("body", node.body), ("orelse", node.orelse)):
+            self._branches[-1].append(((test, side), len(self._loops[-1])))
+            self._all(body)
+            self._branches[-1].pop()
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self._all([node.body, node.test, node.orelse])
+
+    def visit_Dict(self, node: ast.Dict) -> None:
+        for key, value in zip(node.keys, node.values, strict=True):
+            self._all([key, value])
+
+    def _simple(self, node: ast.stmt) -> None:
+        self._statement = node if self._alone(node) else None
+        if isinstance(node, ast.Assign):
+            self._assigned = [self._code(t) for t in node.targets]
+            if isinstance(node.value, ast.Dict):
+                for target in self._assigned:
+                    self.flow.dicts[(id(self._scopes[-1]), target)] = node.value
+        elif isinstance(node, ast.AnnAssign):
+            self._assigned = [self._code(node.target)]
+        self._children(node)
+        self._assigned = []
+        self._statement = None
+
+    def _alone(self, node: ast.stmt) -> bool:
+        """Nothing else on the statement's lines: not after `if x:` or `a;`, nor before `; b`."""
+        start, end = self.flow.source.span(node)
+        line = self.flow.source.line_start(node.lineno)
+        if self.text[line:start].strip(" \t\f"):
+            return False
+        rest = _BLANK.match(self.text, end).end()
+        if not self.text.startswith(";", rest):
+            return True
+        rest = _BLANK.match(self.text, rest + 1).end()
+        return rest == len(self.text) or self.text[rest] in "\r\n#"
+
+    # -- where we are ----------------------------------------------------------------------
+    def _place(self, node: ast.Call) -> None:
         cls = id(self._classes[-1]) if self._classes else 0
         self.flow.where[id(node)] = (id(self._scopes[-1]), cls)
 
-    def _scaler_here(self, receiver: str, node: cst.CSTNode | None = None) -> None:
-        self.flow.scaler_scopes.add(id(self._scopes[-1]))
+    def _scaler_here(self, receiver: str, node: ast.expr | None = None) -> None:
+        self.flow.scaler_scopes.setdefault(id(self._scopes[-1]), receiver)
         self.flow.training_scopes.add(id(self._scopes[-1]))
         if receiver.startswith("self.") and self._classes:
-            self.flow.scaler_classes.add(id(self._classes[-1]))
-        if isinstance(node, cst.Name) and self._global(node):
-            self.flow.scaler_scopes.add(id(self.flow.module))
+            self.flow.scaler_classes.setdefault(id(self._classes[-1]), receiver)
+        if isinstance(node, ast.Name) and self._global(node):
+            self.flow.scaler_scopes.setdefault(id(self.flow.module), receiver)
 
-    def _global(self, name: cst.Name) -> bool:
+    def _global(self, name: ast.Name) -> bool:
         """A name bound at module level, or not bound in the file at all (a global)."""
-        scope = self.get_metadata(ScopeProvider, name, None)
-        if scope is None:
-            return False
-        assignments = scope[name.value]
-        return not assignments or all(isinstance(a.scope, GlobalScope) for a in assignments)
+        return all(b.scope.kind == "module" and not b.builtin for b in self.names.bindings(name))
 
-    def _enter_loop(self, node: cst.CSTNode) -> None:
-        self._loops[-1].append(node)
-
-    def _leave_loop(self, node: cst.CSTNode) -> None:
-        self._loops[-1].pop()
-
-    visit_For_body = visit_While_body = _enter_loop
-    leave_For_body = leave_While_body = _leave_loop
-
-    def visit_If_body(self, node: cst.If) -> None:
-        self._branches[-1].append((self._code(node.test), "body"))
-
-    def visit_If_orelse(self, node: cst.If) -> None:
-        self._branches[-1].append((self._code(node.test), "orelse"))
-
-    def _leave_branch(self, node: cst.If) -> None:
-        if self._branches[-1] and self._branches[-1][-1][0] == self._code(node.test):
-            self._branches[-1].pop()
-
-    leave_If_body = leave_If_orelse = _leave_branch
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        self._statement = node
-
-    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
-        self._statement = None
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        self._assigned = [self._code(t.target) for t in node.targets]
-        if isinstance(node.value, cst.Dict):
-            for target in self._assigned:
-                self.flow.dicts[(id(self._scopes[-1]), target)] = node.value
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._assigned = [self._code(node.target)]
-
-    def leave_Assign(self, original_node: cst.Assign) -> None:
-        self._assigned = []
-
-    leave_AnnAssign = leave_Assign
-
-    # -- what happens ------------------------------------------------------------------
-    def _event(self, kind: str, node: cst.Call, receiver: str = "", arg: str = "") -> None:
+    # -- what happens ----------------------------------------------------------------------
+    def _event(self, kind: str, node: ast.Call, receiver: str = "", arg: str = "") -> None:
+        branches = self._branches[-1]
         self.flow.calls.append(
             Event(
                 kind=kind,
@@ -230,73 +390,82 @@ class _Collector(cst.CSTVisitor):
                 arg=arg,
                 scope=self._scopes[-1],
                 loops=tuple(self._loops[-1]),
-                branches=tuple(self._branches[-1]),
+                branches=tuple(b for b, _ in branches),
+                depths=tuple(d for _, d in branches),
                 statement=self._statement,
                 order=len(self.flow.calls),
             )
         )
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> None:
+        args = _args(node)
         names = self._names(node.func)
         if names & GRAD_SCALER:
-            enabled = not disabled_by_keyword(node.args)
+            enabled = not disabled_by_keyword(node.keywords)
             self.flow.constructions.append((node, enabled))
             self.flow.scalers.update(self._assigned)
             for target in self._assigned if enabled else ():
                 self._scaler_here(target)
         elif names & AUTOCAST:
-            self.flow.autocast_dtypes.append(self._autocast_dtype(node, names))
+            self.flow.autocast_dtypes.append(self._autocast_dtype(args, names))
         elif names & CLIP:
             self._event("clip", node)
-        elif names & NORM and any(".grad" in self._code(a.value) for a in node.args):
+        elif names & NORM and any(".grad" in self._code(a.value) for a in args):
             self._norm(node)
-        elif names & SAVE and node.args:
-            self.flow.saves.append((node, self._saved(node.args[0].value)))
+        elif names & SAVE and args:
+            payload = args[0].value
+            self.flow.saves.append((node, self._saved(node, payload), payload))
             self._place(node)
         elif any(n.startswith("torch.optim.") and "lr_scheduler" not in n for n in names):
             self.flow.optimizers.update(self._assigned)
             self.flow.training_scopes.add(id(self._scopes[-1]))
         method = _method(node)
         if method is not None:
-            self._method_call(node, *method)
+            self._method_call(node, args, *method)
+        if isinstance(node.func, ast.Name | ast.Attribute) and not names & SAVE:
+            self._place(node)
+            self.flow.plain_calls.append(node)
+        self.visit(node.func)
+        self._all(a.value for a in args)
+        if self._norms and self._norms[-1] is node:
+            self._norms.pop()
 
-    def _norm(self, node: cst.Call) -> None:
+    def _norm(self, node: ast.Call) -> None:
         if not self._norms:
             self._event("norm", node)
         self._norms.append(node)
 
-    def leave_Call(self, original_node: cst.Call) -> None:
-        if self._norms and self._norms[-1] is original_node:
-            self._norms.pop()
-
-    def _saved(self, payload: cst.BaseExpression) -> cst.BaseExpression:
+    def _saved(self, call: ast.Call, payload: ast.expr) -> ast.expr:
         """The dict a ``torch.save`` writes, looked through one local name."""
-        if isinstance(payload, cst.Name | cst.Attribute):
-            found = self.flow.dicts.get((id(self._scopes[-1]), self._code(payload)))
+        if isinstance(payload, ast.Name | ast.Attribute):
+            key = (id(self._scopes[-1]), self._arg_text(call, payload))
+            found = self.flow.dicts.get(key)
             return found if found is not None else payload
         return payload
 
-    def _method_call(self, node: cst.Call, name: str, receiver: cst.BaseExpression) -> None:
-        text = self._code(receiver)
-        first = self._code(node.args[0].value) if node.args else ""
-        if name == "backward" and isinstance(receiver, cst.Call):
+    def _method_call(self, node: ast.Call, args: list[_Arg], name: str, receiver: ast.expr) -> None:
+        assert isinstance(node.func, ast.Attribute)
+        text = self._receiver(node.func)
+        first = self._arg_text(node, args[0].value) if args else ""
+        if name == "backward" and isinstance(receiver, ast.Call):
             inner = _method(receiver)
-            if inner and inner[0] == "scale" and len(receiver.args) == 1:
-                scaler = self._code(inner[1])
+            if inner and inner[0] == "scale" and len(_args(receiver)) == 1:
+                assert isinstance(receiver.func, ast.Attribute)
+                scaler = self._receiver(receiver.func)
                 self.flow.scalers.add(scaler)
                 self._scaler_here(scaler, inner[1])
                 self._event("backward", node, scaler)
-        elif name == "unscale_" and len(node.args) == 1:
+        elif name == "unscale_" and len(args) == 1:
             self.flow.scalers.add(text)
             self.flow.optimizers.add(first)
             self._event("unscale", node, text, first)
         elif name == "step":
             self._event("call_step", node, text, first)
-        elif name == "update" and len(node.args) <= 1:
+        elif name == "update" and len(args) <= 1:
             self._event("update", node, text, first)
         elif name == "norm" and ".grad" in text:
             self._norm(node)
-        elif name == "state_dict" and not node.args:
+        elif name == "state_dict" and not args:
             self.flow.state_dicts.append(text)
         elif name == "load_state_dict":
             self.flow.loads.append((node, text))
@@ -304,25 +473,26 @@ class _Collector(cst.CSTVisitor):
         elif name == "parameters":
             self.flow.models.add(text)
             self.flow.model_scopes.add((id(self._scopes[-1]), text))
-        elif (name == "half" and not node.args) or (name == "to" and self._to_fp16(node)):
+        elif (name == "half" and not args) or (name == "to" and self._to_fp16(args)):
             self._place(node)
             self.flow.casts.append((node, text))
             for target in self._assigned:
                 self.flow.casts.append((node, target))
 
     @staticmethod
-    def _to_fp16(node: cst.Call) -> bool:
+    def _to_fp16(args: list[_Arg]) -> bool:
         return any(
-            (not a.keyword or a.keyword.value == "dtype") and _dtype_name(a.value) == "fp16"
-            for a in node.args
+            (a.keyword is None or a.keyword == "dtype") and _dtype_name(a.value) == "fp16"
+            for a in args
         )
 
-    def _autocast_dtype(self, node: cst.Call, names: set[str]) -> str:
+    @staticmethod
+    def _autocast_dtype(args: list[_Arg], names: set[str]) -> str:
         """The dtype a region computes in, where the call spells it out; else unknown."""
         old = names & (_OLD_CPU_AUTOCAST | _OLD_CUDA_AUTOCAST)
-        keyword = {a.keyword.value: a.value for a in node.args if a.keyword}
-        positional = [a.value for a in node.args if not a.keyword and not a.star]
-        if any(a.star for a in node.args):
+        keyword = {a.keyword: a.value for a in args if a.keyword}
+        positional = [a.value for a in args if not a.keyword and not a.star]
+        if any(a.star for a in args):
             return "unknown"
         if "dtype" in keyword:
             return _dtype_name(keyword["dtype"])
@@ -331,20 +501,48 @@ class _Collector(cst.CSTVisitor):
         if old:
             return "bf16" if old & _OLD_CPU_AUTOCAST else "fp16"
         device = keyword.get("device_type", positional[0] if positional else None)
-        if isinstance(device, cst.SimpleString):
-            return {"cpu": "bf16", "cuda": "fp16"}.get(str(device.evaluated_value), "unknown")
+        if isinstance(device, ast.Constant) and isinstance(device.value, str):
+            return {"cpu": "bf16", "cuda": "fp16"}.get(device.value, "unknown")
         return "unknown"
 
 
-def build_flow(wrapper: cst.MetadataWrapper) -> Flow:
-    flow = Flow(module=wrapper.module)
-    wrapper.visit(_Collector(flow))
+_LEAVES = (
+    ast.Name, ast.Constant, ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop,
+    ast.Import, ast.ImportFrom, ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal,
+)  # fmt: skip
+_HANDLERS: dict[type, Callable[[_Collector, ast.AST], None]] = {}
+
+
+def _handler(kind: type) -> Callable[[_Collector, ast.AST], None]:
+    """How the walk treats a node type (looked up once per type: the walk visits every node)."""
+    method = getattr(_Collector, "visit_" + kind.__name__, None)
+    if method is not None:
+        return method
+    if issubclass(kind, _LEAVES):
+        return _Collector._skip
+    return _Collector._simple if issubclass(kind, _SIMPLE) else _Collector._children
+
+
+def _start(node: ast.AST) -> tuple[int, int]:
+    return node.lineno, node.col_offset  # type: ignore[attr-defined]
+
+
+def build_flow(
+    tree: ast.Module,
+    source: Source,
+    names: Names,
+    siblings: Mapping[str, Mapping[str, Helper]] | None = None,
+) -> Flow:
+    """Everything the checks ask about one file; ``siblings``: the checkpoint helpers of the
+    other modules of the tree being checked (:func:`summarize_helpers`)."""
+    flow = Flow(module=tree, source=source, names=names, siblings=siblings or {})
+    _Collector(flow, names).visit(tree)
     # `.step(x)` / `.update()` mean the scaler's only on a known scaler.
     resolved = []
     for event in flow.calls:
         if event.kind == "call_step" and event.receiver in flow.scalers:
             flow.optimizers.add(event.arg)
-            event = Event(**{**event.__dict__, "kind": "step"})
+            event = replace(event, kind="step")
         elif event.kind == "update" and event.receiver not in flow.scalers:
             continue
         resolved.append(event)
@@ -385,33 +583,42 @@ def clip_before_unscale(flow: Flow, rule: Rule) -> list[Finding]:
             f"{what} gradients still multiplied by the loss scale (after "
             f"`{scaler}.scale(loss).backward()`): call `{scaler}.unscale_(optimizer)` first"
         )
-        fix = _insert_unscale(flow, event, backward) if event.kind == "clip" else None
+        fix = None
+        if event.kind == "clip":
+            fix, refused = _insert_unscale(flow, event, backward)
+            message += refused
         findings.append(Finding(rule.code, message, event.node, fix))
     return findings
 
 
-def _insert_unscale(flow: Flow, clip: Event, backward: Event) -> Fix | None:
-    """``scaler.unscale_(opt)`` on the line before the clip, when the optimizer is certain."""
+def _insert_unscale(flow: Flow, clip: Event, backward: Event) -> tuple[Fix | None, str]:
+    """``scaler.unscale_(opt)`` on the line before the clip, when the optimizer is certain;
+    and why not, for the message, when that line would run more than once per ``update()``
+    (the clip of an accumulation loop on every micro-batch): AMP204 would flag the result."""
     statement = clip.statement
-    if statement is None or len(statement.body) != 1:
-        return None
-    small = statement.body[0]
-    value = getattr(small, "value", None)
-    if value is not clip.node or not isinstance(small, cst.Expr | cst.Assign | cst.AnnAssign):
-        return None
+    if not isinstance(statement, ast.Expr | ast.Assign | ast.AnnAssign):
+        return None, ""
+    if statement.value is not clip.node:
+        return None, ""
     optimizers = {
         e.arg for e in flow.in_scope(clip, "step") if e.receiver == backward.receiver and e.arg
     }
     if len(optimizers) != 1:
-        return None
-    line = cst.parse_statement(f"{backward.receiver}.unscale_({optimizers.pop()})\n")
-
-    def build(updated: cst.CSTNode) -> cst.CSTNode:
-        assert isinstance(updated, cst.SimpleStatementLine)
-        first = line.with_changes(leading_lines=updated.leading_lines)
-        return cst.FlattenSentinel([first, updated.with_changes(leading_lines=())])
-
-    return Fix("unsafe", statement, build)
+        return None, ""
+    optimizer = optimizers.pop()
+    unscale = replace(clip, kind="unscale", receiver=backward.receiver, arg=optimizer)
+    condition = _update_only_if(flow, unscale)
+    if condition or _update_missing(flow, unscale) == "loop":
+        where = f"under `if {condition}:`" if condition else "outside this loop"
+        return None, (
+            f" (no fix: an unscale_ here would run on every iteration while "
+            f"`{backward.receiver}.update()` runs {where}; unscale_ and clip where the step is)"
+        )
+    source = flow.source
+    newline = m.group() if (m := re.search(r"\r\n|\r|\n", source.text)) else "\n"
+    line = f"{source.line_indent(statement.lineno)}{backward.receiver}.unscale_({optimizer})"
+    at = source.line_start(statement.lineno)
+    return Fix("unsafe", edits=(Edit(at, at, line + newline),)), ""
 
 
 def _update_missing(flow: Flow, event: Event) -> str:
@@ -428,6 +635,52 @@ def _update_missing(flow: Flow, event: Event) -> str:
     if not any(u.order > event.order for u in updates) and event.kind == "step":
         return "none"
     return ""
+
+
+def _update_only_if(flow: Flow, event: Event) -> str:
+    """The condition that every ``update()`` of ``event``'s scaler in its loop (or, outside
+    loops, its function) runs under while ``event`` does not, when that condition changes from
+    one iteration or call to the next (a ``%`` test, or a name the loop assigns): gradient
+    accumulation with ``unscale_`` left on every micro-batch. '' when there is none."""
+    depth = len(event.loops)
+    updates = [
+        u
+        for u in flow.in_scope(event, "update")
+        if u.receiver == event.receiver and not u.exclusive(event)
+    ]
+    # Those in the same loop; one in a loop of its own may run any number of times.
+    if any(u.loops[:depth] == event.loops and len(u.loops) > depth for u in updates):
+        return ""
+    updates = [u for u in updates if u.loops == event.loops]
+    mine = event.conditions_in(depth)
+    varying = _loop_assigned(flow, event.loops[-1]) if depth else set()
+    found = ""
+    for update in updates:
+        extra = [test for test, _ in update.conditions_in(depth) - mine]
+        changing = [t for t in extra if "%" in t or any(_mentions(t, n) for n in varying)]
+        if not changing:
+            return ""  # this update runs whenever the unscale_ does (as far as can be told)
+        found = found or " ".join(min(changing).split())
+    return found
+
+
+def _loop_assigned(flow: Flow, loop: ast.AST) -> set[str]:
+    """The names (as spelled: ``step``, ``self.it``) a loop's header or body assigns."""
+    nodes: list[ast.AST] = [loop.target] if isinstance(loop, ast.For | ast.AsyncFor) else []
+    nodes += loop.body  # type: ignore[attr-defined]
+    assigned = set()
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, (*_FUNCTIONS, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Name | ast.Attribute) and isinstance(node.ctx, ast.Store):
+            assigned.add(flow.text(node))
+        nodes.extend(ast.iter_child_nodes(node))
+    return assigned
+
+
+def _mentions(text: str, name: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text) is not None
 
 
 def double_unscale(flow: Flow, rule: Rule) -> list[Finding]:
@@ -449,6 +702,14 @@ def double_unscale(flow: Flow, rule: Rule) -> list[Finding]:
                 f"`{event.receiver}.unscale_({event.arg})` runs on every iteration of this loop "
                 f"but `{event.receiver}.update()` runs outside it: the second iteration raises "
                 "RuntimeError (unscale_ once per optimizer step, just before clipping)"
+            )
+        elif condition := _update_only_if(flow, event):
+            where = "iteration of this loop" if event.loops else "call"
+            message = (
+                f"`{event.receiver}.unscale_({event.arg})` runs on every {where} but "
+                f"`{event.receiver}.update()` only under `if {condition}:`: the second unscale_ "
+                "before an update raises RuntimeError; call unscale_ (and clip) under the same "
+                f"condition as `{event.receiver}.step({event.arg})`"
             )
         else:
             continue
@@ -523,25 +784,216 @@ def grad_scaler_with_bfloat16(flow: Flow, rule: Rule) -> list[Finding]:
     ]
 
 
-def _mentions_scaler(flow: Flow, payload: cst.BaseExpression) -> bool:
-    text = flow.module.code_for_node(payload).lower()
+def _mentions_scaler(flow: Flow, payload: ast.AST) -> bool:
+    text = flow.text(payload).lower()
     return "scaler" in text or any(s.lower() in text for s in flow.scalers)
 
 
+def _model_state(flow: Flow, payload: ast.expr) -> bool:
+    """A checkpoint of model/optimizer state that leaves the scaler's out."""
+    return "state_dict()" in flow.text(payload) and not _mentions_scaler(flow, payload)
+
+
+def _checkpoint_name(flow: Flow, load: ast.Call) -> str:
+    """``ckpt`` in ``optimizer.load_state_dict(ckpt["optimizer"])``, for the advice."""
+    argument = load.args[0] if load.args else None
+    if isinstance(argument, ast.Subscript) and isinstance(argument.value, ast.Name | ast.Attribute):
+        return flow.text(argument.value)
+    return "checkpoint"
+
+
+def helpers(flow: Flow, module: str = "") -> dict[str, Helper]:
+    """What each module-level function of ``flow``'s file does with checkpoints (``module``:
+    the file's name when it is a sibling of the file checked)."""
+    out = {}
+    for name, function in flow.functions.items():
+        scope = id(function)
+        params = tuple(a.arg for a in (*function.args.posonlyargs, *function.args.args))
+        saves = [s for s in flow.saves if flow.where[id(s[0])][0] == scope]
+        loads = [(c, r) for c, r in flow.loads if flow.where[id(c)][0] == scope]
+        # A checkpoint is a dict of states; `torch.save(model.state_dict(), path)` exports weights.
+        writes = [c for c, p, _ in saves if isinstance(p, ast.Dict) and _model_state(flow, p)]
+        passing = [
+            (c, params.index(raw.id))
+            for c, _, raw in saves
+            if isinstance(raw, ast.Name) and raw.id in params
+        ]
+        restores = [(c, r) for c, r in loads if r not in flow.scalers and _optimizer_like(flow, r)]
+        scaler_state = any(_mentions_scaler(flow, p) for _, p, _ in saves) or any(
+            r in flow.scalers or "scaler" in r.lower() for _, r in loads
+        )
+        if not (writes or passing or restores or scaler_state):
+            continue
+        out[name] = Helper(
+            module=module,
+            save_line=writes[0].lineno if writes else 0,
+            passes=tuple(i for _, i in passing),
+            passes_line=passing[0][0].lineno if passing else 0,
+            params=params,
+            load=restores[0][1] if restores else "",
+            load_line=restores[0][0].lineno if restores else 0,
+            scaler_state=scaler_state,
+            judged=any(flow.scaler_near(c) for c in [*writes, *(c for c, _ in restores)]),
+        )
+    return out
+
+
+def summarize_helpers(
+    candidates: Iterable[tuple[str, bytes]], checked: Iterable[str]
+) -> dict[str, dict[str, Helper]]:
+    """The checkpoint helpers of the sibling modules (its folder or below) that ``candidates``
+    (the files of a run that use a scaler: path, bytes) import, among the ``checked`` paths; by
+    absolute path. The engine calls this once before it hands files to workers, so that a call
+    into a sibling module is judged. Cheap by construction: only the imported modules are read
+    and parsed, and of those only module-level code and the functions that spell a save or a
+    restore are analysed."""
+    inside = {os.path.abspath(p) for p in checked}
+    wanted: set[str] = set()
+    for path, data in candidates:
+        folder = os.path.dirname(os.path.abspath(path)) + os.sep
+        for dots, module in _imported(data):
+            paths = _module_paths(path, dots, module)
+            wanted.update(c for c in paths if c in inside and c.startswith(folder))
+    summary = {}
+    for path in sorted(wanted):
+        try:
+            with open(path, "rb") as file:
+                data = file.read()
+        except OSError:
+            continue
+        found = _summarize(path, data)
+        if found:
+            summary[path] = found
+    return summary
+
+
+_IMPORT = re.compile(
+    rb"^[ \t]*(?:from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([\w \t,]*)|import[ \t]+([\w. \t,]+))",
+    re.MULTILINE,
+)
+
+
+def _imported(data: bytes) -> Iterator[tuple[int, str]]:
+    """(leading dots, dotted module) of what a file imports, read off its bytes: for
+    ``from m import a`` both ``m`` and ``m.a`` (``a`` may be a submodule)."""
+    for match in _IMPORT.finditer(data):
+        dots, module, names, plain = (
+            g.decode("ascii", "replace") if g else "" for g in match.groups()
+        )
+        if plain:
+            for part in plain.split(","):
+                yield 0, part.split()[0] if part.split() else ""
+            continue
+        yield len(dots), module
+        for name in names.split(","):
+            words = name.split()
+            if words:
+                yield len(dots), f"{module}.{words[0]}" if module else words[0]
+
+
+def _module_paths(path: str, dots: int, module: str) -> Iterator[str]:
+    """Where ``module`` imported from ``path`` may live: next to it (or up ``dots`` - 1 levels
+    for a relative import), else, for an absolute import, next to a folder above it."""
+    if not module:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    for _ in range(max(dots - 1, 0)):
+        folder = os.path.dirname(folder)
+    relative = module.replace(".", os.sep)
+    while True:
+        yield os.path.join(folder, relative + ".py")
+        yield os.path.join(folder, relative, "__init__.py")
+        if dots or os.path.dirname(folder) == folder:
+            return
+        folder = os.path.dirname(folder)
+
+
+def _summarize(path: str, data: bytes) -> dict[str, Helper]:
+    if b"torch.save" not in data and b"load_state_dict" not in data:
+        return {}
+    try:
+        tree = ast.parse(data)
+        source = Source.from_bytes(data, path)
+    except (SyntaxError, ValueError, UnicodeDecodeError, LookupError):
+        return {}
+    tree.body = [s for s in tree.body if _may_help(source, s)]
+    if not any(isinstance(s, _FUNCTIONS) for s in tree.body):
+        return {}
+    return helpers(build_flow(tree, source, Names(tree)), os.path.basename(path))
+
+
+def _may_help(source: Source, statement: ast.stmt) -> bool:
+    """Module-level code stays (imports, a module-level scaler); of the definitions only the
+    functions that spell a save or a restore."""
+    if isinstance(statement, ast.ClassDef):
+        return False
+    if not isinstance(statement, _FUNCTIONS):
+        return True
+    text = source.segment(statement)
+    return "save" in text or "load_state_dict" in text
+
+
+def _sibling(
+    flow: Flow, names: set[str], index: Mapping[str, Mapping[str, Helper]]
+) -> Helper | None:
+    """The helper a call's callee names in a summarized module of the checked tree
+    (``from utils import f``, ``from .utils import f``, ``import pkg.utils``)."""
+    for qualified in sorted(names):
+        dots = len(qualified) - len(qualified.lstrip("."))
+        module, _, function = qualified.lstrip(".").rpartition(".")
+        for candidate in _module_paths(flow.source.path, dots, module):
+            helper = index.get(candidate, {}).get(function)
+            if helper is not None:
+                return helper
+    return None
+
+
+def _helper_calls(flow: Flow) -> Iterator[tuple[ast.Call, Helper]]:
+    """Calls made next to a scaler to a checkpoint helper of this file or a sibling module."""
+    own = helpers(flow)
+    names = flow.names
+    index = flow.siblings if flow.source.path else {}
+    for call in flow.plain_calls:
+        if not flow.scaler_near(call):
+            continue
+        func = call.func
+        helper = own.get(func.id) if isinstance(func, ast.Name) else None
+        if helper is None or any(b.scope.kind != "module" for b in names.bindings(func)):
+            helper = _sibling(flow, names.qualified(func), index) if index else None
+        if helper is not None:
+            yield call, helper
+
+
+def _passed(call: ast.Call, helper: Helper) -> Iterator[ast.expr]:
+    """The arguments of ``call`` that the helper saves."""
+    for i in helper.passes:
+        if i < len(call.args) and not isinstance(call.args[i], ast.Starred):
+            yield call.args[i]
+        for keyword in call.keywords:
+            if keyword.arg == helper.params[i]:
+                yield keyword.value
+
+
 def checkpoint_without_scaler_state(flow: Flow, rule: Rule) -> list[Finding]:
+    """Checkpoints next to a scaler that leave its state out, written here or by a helper the
+    scaler's owner calls; a scaler state restored from checkpoints written without it."""
     findings = []
     saves_scaler = any(r in flow.scalers for r in flow.state_dicts)
     loads_scaler = any(r in flow.scalers for _, r in flow.loads)
-    for call, payload in flow.saves:
-        text = flow.module.code_for_node(payload)
-        if "state_dict()" not in text or saves_scaler or _mentions_scaler(flow, payload):
+    writers: list[tuple[str | None, str]] = []  # (scaler, where) of checkpoints without its state
+    for call, payload, raw in flow.saves:
+        if not _model_state(flow, payload) or not flow.scaler_near(call):
             continue
-        if not flow.scaler_near(call):
+        scaler = flow.scaler_name(call)
+        if isinstance(payload, ast.Dict):
+            writers.append((scaler, f"line {call.lineno}"))
+        if saves_scaler:
             continue
+        named = f" `{flow.text(raw)}`" if isinstance(raw, ast.Name | ast.Attribute) else ""
         message = (
-            "checkpoint saves model/optimizer state but not the GradScaler's: a resume restarts "
-            "the loss scale at its initial value and is not bit-exact; add "
-            '`"scaler": scaler.state_dict()`'
+            f"checkpoint{named} saves model/optimizer state but not the GradScaler's: a resume "
+            "restarts the loss scale at its initial value and is not bit-exact; add "
+            f'`"scaler": {scaler}.state_dict()`'
         )
         findings.append(Finding(rule.code, message, call, None))
     if not loads_scaler:
@@ -550,12 +1002,76 @@ def checkpoint_without_scaler_state(flow: Flow, rule: Rule) -> list[Finding]:
                 continue
             if not flow.scaler_near(call):
                 continue
+            scaler, checkpoint = flow.scaler_name(call), _checkpoint_name(flow, call)
             message = (
                 f"`{receiver}` state is restored but the GradScaler's is not: the resumed run "
-                'restarts the loss scale; also call `scaler.load_state_dict(checkpoint["scaler"])`'
+                "restarts the loss scale; also call "
+                f'`{scaler}.load_state_dict({checkpoint}["scaler"])`'
+            )
+            findings.append(Finding(rule.code, message, call, None))
+    helper_scaler_state = False
+    for call, helper in _helper_calls(flow):
+        found, wrote = _helper_finding(flow, call, helper, saves_scaler, loads_scaler)
+        helper_scaler_state = helper_scaler_state or helper.scaler_state
+        writers += [(flow.scaler_name(call), wrote)] if wrote else []
+        findings += [Finding(rule.code, m, call, None) for m in found]
+    if saves_scaler or helper_scaler_state or not writers:
+        return findings
+    for call, receiver in flow.loads:
+        if receiver in flow.scalers and flow.scaler_near(call):
+            written = next((w for s, w in writers if s == receiver), writers[0][1])
+            message = (
+                f"`{receiver}.load_state_dict(...)` restores the GradScaler's state, but the "
+                f"checkpoint written at {written} does not hold it: the resume fails on the "
+                f'missing key; add `"scaler": {receiver}.state_dict()` to what is saved'
             )
             findings.append(Finding(rule.code, message, call, None))
     return findings
+
+
+def _helper_finding(
+    flow: Flow, call: ast.Call, helper: Helper, saves_scaler: bool, loads_scaler: bool
+) -> tuple[list[str], str]:
+    """(messages for a call to a checkpoint helper, where it writes a checkpoint without the
+    scaler's state or '')."""
+    if helper.scaler_state or any(_mentions_scaler(flow, a) for a in (*call.args, *call.keywords)):
+        return [], ""
+    scaler = flow.scaler_name(call)
+    name = flow.text(call.func)
+    messages, wrote = [], ""
+    if helper.save_line and not helper.judged:
+        wrote = helper.at(helper.save_line)
+        if not saves_scaler:
+            messages.append(
+                f"`{name}(...)` saves model/optimizer state without the GradScaler's "
+                f"(`torch.save` at {wrote}): a resume restarts the loss scale at its "
+                f'initial value; pass `{scaler}` to `{name}` and save `"scaler": '
+                f"{scaler}.state_dict()` with the rest"
+            )
+    for argument in _passed(call, helper):
+        payload = argument
+        if isinstance(argument, ast.Name | ast.Attribute):
+            where = flow.where[id(call)][0]
+            payload = flow.dicts.get((where, flow.text(argument)), argument)
+        if not isinstance(payload, ast.Dict) or not _model_state(flow, payload):
+            continue
+        wrote = wrote or f"line {call.lineno}"
+        held = f"`{flow.text(argument)}`" if payload is not argument else "the dict"
+        if not saves_scaler:
+            messages.append(
+                f"{held} holds model/optimizer state but not the GradScaler's and `{name}` "
+                f"saves it (`torch.save` at {helper.at(helper.passes_line)}): a resume "
+                "restarts the loss scale at its initial value; add "
+                f'`"scaler": {scaler}.state_dict()` to it'
+            )
+    if helper.load and not helper.judged and not loads_scaler:
+        messages.append(
+            f"`{name}(...)` restores `{helper.load}` state but not the GradScaler's "
+            f"(`load_state_dict` at {helper.at(helper.load_line)}): the resumed run restarts "
+            f"the loss scale; pass `{scaler}` to `{name}` and restore "
+            f"`{scaler}.load_state_dict(...)` there too"
+        )
+    return messages, wrote
 
 
 def fp16_params_with_grad_scaler(flow: Flow, rule: Rule) -> list[Finding]:
@@ -583,3 +1099,17 @@ FLOW_CHECKS: dict[str, FlowCheck] = {
     "checkpoint-without-scaler-state": checkpoint_without_scaler_state,
     "fp16-params-with-grad-scaler": fp16_params_with_grad_scaler,
 }
+
+
+def check(
+    tree: ast.Module, source: Source, names: Names, rules: Sequence[Rule], settings: Settings
+) -> list[Finding]:
+    """The scaler-flow findings of the selected rules (one shared walk of the file)."""
+    mine = [r for r in rules if r.check in FLOW_CHECKS]
+    if not mine:
+        return []
+    flow = build_flow(tree, source, names, settings.checkpoint_helpers)
+    findings: list[Finding] = []
+    for rule in mine:
+        findings += FLOW_CHECKS[rule.check](flow, rule)
+    return findings

@@ -1,20 +1,26 @@
 """Files per second of ``ampmigrate check`` on a tree, next to a plain text scan (the floor).
 
-    python scripts/benchmark.py PATH [--jobs N] [--repeat R]
-    python scripts/benchmark.py --synthetic 10000 [--jobs N]
+    python scripts/benchmark.py PATH [--jobs N] [--repeat R] [--fix]
+    python scripts/benchmark.py --synthetic 10000 [--jobs N] [--fix]
+    python scripts/benchmark.py --file PATH [--repeat R]    # one file, as a pre-commit hook
+    python scripts/benchmark.py --scan PATH                 # the text scan alone (a subprocess)
 
 The floor reads every file ``check`` would see and searches it for the deprecated namespaces
 (a substring scan); it resolves nothing and fixes nothing, so no real checker can beat it.
 ``check`` runs as a subprocess, start-up included, exactly as CI or pre-commit would run it.
 ``--synthetic N`` builds a throwaway tree of N files shaped like a training code base (2 % of
-them use the deprecated API).
+them use the deprecated API); ``--fix`` also times ``fix`` on a fresh copy of the tree each time.
+Every command runs as a subprocess; its peak memory is the largest resident set of the process
+(``wait4``'s ``ru_maxrss``; ``check``'s worker processes are children it waits for).
 Not a test: timings are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -22,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ampmigrate.discover import discover
+from ampmigrate.engine.discover import discover
 
 
 def floor_hit(data: bytes) -> bool:
@@ -83,22 +89,35 @@ def synthesize(root: Path, count: int, seed: int = 0) -> None:
         (package / f"mod{i:05d}.py").write_text(template.format(i=i, w=rng.choice([64, 128])))
 
 
-def floor(files: list[Path]) -> tuple[float, int]:
-    start = time.perf_counter()
-    hits = sum(1 for f in files if floor_hit(f.read_bytes()))
-    return time.perf_counter() - start, hits
+def timed(command: list[str], cwd: Path | None = None) -> tuple[float, float, str, float]:
+    """(seconds, peak resident MB, stdout, CPU seconds) of one subprocess (and the children it
+    waited for), start-up included. On a loaded machine the CPU time is the steadier figure."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        process = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(process.pid, 0)
+        elapsed = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if process.returncode == 2:
+            print(err.read().decode(errors="replace"), file=sys.stderr)
+        cpu = usage.ru_utime + usage.ru_stime
+        return elapsed, usage.ru_maxrss / 1024, out.read().decode(errors="replace"), cpu
 
 
-def check(root: Path, jobs: int | None) -> tuple[float, str]:
-    command = [sys.executable, "-m", "ampmigrate", "check", "--statistics", str(root)]
+def scan(root: Path) -> int:
+    """The text scan as a program of its own: discover, read, search."""
+    return sum(1 for f in discover([root]) if floor_hit(f.read_bytes()))
+
+
+def check(root: Path, jobs: int | None, action: str = "check") -> tuple[float, float, str, float]:
+    command = [sys.executable, "-m", "ampmigrate", action, "--statistics", str(root)]
+    if action == "check":
+        command.insert(4, "--max-file-size=0")
     if jobs:
         command += ["--jobs", str(jobs)]
-    start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
-    if result.returncode == 2:
-        print(result.stderr, file=sys.stderr)
-    return elapsed, result.stdout.strip()
+    return timed(command)
 
 
 def main() -> None:
@@ -107,7 +126,25 @@ def main() -> None:
     parser.add_argument("--synthetic", type=int, metavar="N")
     parser.add_argument("--jobs", type=int)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--fix", action="store_true", help="also time `fix` on a copy")
+    parser.add_argument("--file", type=Path, help="one file, as a pre-commit hook runs it")
+    parser.add_argument("--scan", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.scan:
+        print(scan(args.scan))
+        return
+    if args.file:
+        runs = [check(args.file, None) for _ in range(args.repeat)]
+        seconds = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[3] for r in runs)
+        size = args.file.stat().st_size / 1e3
+        print(
+            f"pre-commit, one file ({args.file}, {size:.0f} KB): check {seconds:.3f} s, "
+            f"cpu {cpu:.3f} s "
+            f"(median of {args.repeat}, start-up included), peak {max(r[1] for r in runs):.0f} MB"
+        )
+        print("findings per rule :", runs[-1][2].strip().replace("\n", "; ") or "none")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         if args.synthetic:
             root = Path(tmp) / "synthetic"
@@ -115,19 +152,36 @@ def main() -> None:
         elif args.path:
             root = args.path
         else:
-            parser.error("give a PATH or --synthetic N")
+            parser.error("give a PATH, --synthetic N or --file PATH")
         files = discover([root])
-        floor_times, check_times = [], []
+        scans, checks, fixes = [], [], []
         for _ in range(args.repeat):
-            seconds, hits = floor(files)
-            floor_times.append(seconds)
-            seconds, stats = check(root, args.jobs)
-            check_times.append(seconds)
-        f, c = statistics.median(floor_times), statistics.median(check_times)
-        print(f"tree: {root} ({len(files)} files, {hits} contain a deprecated module path)")
-        print(f"text-scan floor   : {f:8.3f} s  {len(files) / f:10.0f} files/s")
-        print(f"ampmigrate check  : {c:8.3f} s  {len(files) / c:10.0f} files/s  (incl. start-up)")
-        print("findings per rule :", stats.replace("\n", "; ") or "none")
+            scans.append(timed([sys.executable, __file__, "--scan", str(root)]))
+            checks.append(check(root, args.jobs))
+            if args.fix:
+                copy = Path(tmp) / "copy"
+                shutil.rmtree(copy, ignore_errors=True)
+                shutil.copytree(root, copy)
+                fixes.append(check(copy, args.jobs, "fix"))
+        n = len(files)
+        print(f"tree: {root} ({n} files, {scans[-1][2].strip()} contain a deprecated module path)")
+        for name, runs in (
+            ("text scan", scans),
+            ("ampmigrate check", checks),
+            ("ampmigrate fix", fixes),
+        ):
+            if runs:
+                t = statistics.median(r[0] for r in runs)
+                cpu = statistics.median(r[3] for r in runs)
+                peak = max(r[1] for r in runs)
+                print(
+                    f"{name:<17}: {t:8.3f} s  {n / t:10.0f} files/s  cpu {cpu:7.3f} s"
+                    f"  peak {peak:5.0f} MB"
+                )
+        if fixes:
+            ratio = statistics.median(r[0] for r in fixes) / statistics.median(r[0] for r in checks)
+            print(f"fix / check      : {ratio:.2f}x")
+        print("findings per rule :", checks[-1][2].strip().replace("\n", "; ") or "none")
 
 
 if __name__ == "__main__":

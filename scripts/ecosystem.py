@@ -16,8 +16,10 @@ cache (never committed), unpacks its Python files, copies them to a scratch tree
 
 Findings per rule are compared with the committed baseline (scripts/ecosystem-baseline.json),
 like Ruff's ecosystem check, so a rule change shows its real effect. ``--sample N`` prints N
-random findings per rule with context for a precision review; ``--bench`` times ``check`` against
-a plain text scan and ``ruff check --select TID251`` banning the same modules.
+random findings per rule with context for a precision review; ``--bench`` (``--bench-only``: only
+that) prints, per package in one run, files/s and peak memory of ``check`` (all rules), a plain
+text scan and ``ruff check --select TID251`` banning the same modules (scripts/benchmark.py
+measures them), and check's share of Ruff's files/s (the target is >= 50 %).
 Exit status 1 if an invariant is broken.
 """
 
@@ -30,14 +32,14 @@ import json
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
-import time
 import zipfile
 from pathlib import Path
 
-from benchmark import floor_hit
+from benchmark import timed
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {
@@ -198,19 +200,18 @@ def sample(results: dict, count: int, seed: int = 0) -> None:
                 print(f"{'>' if number == row else ' '} {number:5} {lines[number - 1]}")
 
 
-def bench(name: str, cache: Path) -> None:
+def bench(name: str, cache: Path, repeat: int = 3) -> dict:
+    """files/s and peak memory of ``check`` (all rules), the text scan and Ruff's TID251 ban of
+    the same modules, each a subprocess, start-up included, median of ``repeat`` runs."""
     tree = fetch(name, cache)
     files = [p for p in tree.rglob("*.py") if p.is_file()]
     for p in files:  # warm the page cache so no contender pays for the disk
         p.read_bytes()
-    start = time.perf_counter()
-    sum(1 for p in files if floor_hit(p.read_bytes()))
-    floor = time.perf_counter() - start
-    start = time.perf_counter()
-    ampmigrate("check", "--max-file-size", "0", ".", cwd=tree)
-    ours = time.perf_counter() - start
     ruff = shutil.which("ruff") or shutil.which("ruff", path=str(Path(sys.executable).parent))
-    ruff_time = None
+    contenders = {
+        "text scan": [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--scan", "."],
+        "check": [sys.executable, "-m", "ampmigrate", "check", "--max-file-size", "0", "."],
+    }
     if ruff:
         banned = [
             f'lint.flake8-tidy-imports.banned-api."{m}".msg = "deprecated"'
@@ -219,14 +220,22 @@ def bench(name: str, cache: Path) -> None:
         args = [ruff, "check", "--isolated", "--no-cache", "--select", "TID251", "--exit-zero"]
         for option in banned:
             args += ["--config", option]
-        start = time.perf_counter()
-        subprocess.run([*args, "."], cwd=tree, capture_output=True, check=False)
-        ruff_time = time.perf_counter() - start
+        contenders["ruff TID251"] = [*args, "."]
     n = len(files)
-    line = f"{name:<20} {n:>6} files  text scan {n / floor:9.0f}/s  check {n / ours:8.0f}/s"
-    if ruff_time:
-        line += f"  ruff TID251 {n / ruff_time:8.0f}/s"
-    print(line)
+    figures = {}
+    for label, command in contenders.items():
+        runs = [timed(command, cwd=tree) for _ in range(repeat)]
+        seconds = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[3] for r in runs)
+        figures[label] = (n / seconds, max(r[1] for r in runs), cpu)
+    line = f"{name:<18} {n:>5} files"
+    for label, (rate, peak, cpu) in figures.items():
+        line += f" | {label} {rate:6.0f}/s {peak:3.0f} MB cpu {cpu:5.2f} s"
+    if "ruff TID251" in figures:
+        check, ruff = figures["check"], figures["ruff TID251"]
+        line += f" | check/ruff {check[0] / ruff[0]:4.0%} (cpu {ruff[2] / check[2]:4.0%})"
+    print(line, flush=True)
+    return figures
 
 
 def main() -> int:

@@ -9,7 +9,7 @@ import pytest
 
 from ampmigrate.catalog import all_rules
 from ampmigrate.engine import Settings
-from ampmigrate.migrate import migrate_source
+from ampmigrate.engine.migrate import migrate_source
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

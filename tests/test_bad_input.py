@@ -105,7 +105,7 @@ def test_file_deleted_during_the_run(tmp_path):
 
 def test_a_worker_crash_costs_only_its_file(tmp_path, monkeypatch):
     """A native crash (segfault) in a worker: the other files still get their results."""
-    import ampmigrate.migrate as migrate_module
+    import ampmigrate.engine.migrate as migrate_module
 
     paths = []
     for i in range(6):
@@ -120,6 +120,7 @@ def test_a_worker_crash_costs_only_its_file(tmp_path, monkeypatch):
         return real(path, source, *args, **kwargs)
 
     monkeypatch.setattr(migrate_module, "process", crashing)
+    monkeypatch.setattr("ampmigrate.engine.PARALLEL_MIN_BYTES", 0)  # small files: a pool anyway
     results = run(paths, Settings(rules=tuple(all_rules().values())), jobs=2)
     assert [r.error is not None for r in results] == [False, False, False, True, False, False]
     assert "parser crashed" in results[3].error

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -273,7 +274,26 @@ def test_progress_callback_counts_every_parsed_file(tmp_path):
         2,
         progress=lambda n, t: seen.append((n, t)),
     )
-    assert sum(n for n, _ in seen) == 9 and {t for _, t in seen} == {9}
+    done = [n for n, _ in seen]
+    assert done[0] == 0 and done[-1] == 9 and done == sorted(done)
+    assert {t for _, t in seen} == {9}
+
+
+def test_progress_line_shows_after_a_second_even_before_a_file_is_done(monkeypatch, capsys):
+    from ampmigrate import cli
+
+    monkeypatch.setattr(cli._Progress, "DELAY", 0.05)
+    bar = cli._Progress(enabled=True)
+    bar(0, 3)
+    time.sleep(0.3)
+    bar(1, 3)
+    bar.close()
+    err = capsys.readouterr().err
+    assert "Parsing: 0/3 files" in err and "Parsing: 1/3 files" in err
+    quiet = cli._Progress(enabled=False)
+    quiet(0, 3)
+    quiet.close()
+    assert capsys.readouterr().err == ""
 
 
 def test_sarif_validates_against_the_sarif_2_1_0_model(cli, tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ampmigrate.catalog import all_rules
-from ampmigrate.checks import CHECKS
+from ampmigrate.engine.analyze import family
 from ampmigrate.scalerflow import FLOW_CHECKS
 
 from conftest import FIXTURES, check_source, fix_source
@@ -18,11 +18,12 @@ def codes(source: str) -> list[str]:
     return [d.code for d in check_source(source)]
 
 
-def test_every_named_check_exists():
-    for code, rule in all_rules().items():
-        known = CHECKS.keys() | FLOW_CHECKS.keys()
-        assert not rule.check or rule.check in known, code
-    assert len(CORRECTNESS) == len(FLOW_CHECKS)
+def test_every_flow_check_has_its_rule():
+    """The engine hands these rules to scalerflow: each names a check it has, and each check
+    has a rule."""
+    routed = [code for code, rule in all_rules().items() if family(rule) == "scalerflow"]
+    assert routed == CORRECTNESS
+    assert sorted(all_rules()[code].check for code in CORRECTNESS) == sorted(FLOW_CHECKS)
 
 
 def test_canonical_pytorch_examples_are_clean():
@@ -159,6 +160,93 @@ scaler.update()
         run(source)
 
 
+ACCUMULATE = """\
+for i, micro in enumerate(x.split(2)):
+    scaler.scale(model(micro).sum()).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if (i + 1) % 2 == 0:
+        scaler.step(optimizer)
+        scaler.update()
+"""
+
+
+def test_amp204_unscale_on_every_micro_batch_raises_until_it_moves_under_the_step():
+    """Gradient accumulation: `update()` only every second micro-batch, `unscale_` on each."""
+    source = SETUP + ACCUMULATE
+    assert "AMP204" in codes(source)
+    with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called"):
+        run(source)
+    moved = (
+        SETUP
+        + """\
+for i, micro in enumerate(x.split(2)):
+    scaler.scale(model(micro).sum()).backward()
+    if (i + 1) % 2 == 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+"""
+    )
+    assert codes(moved) == []
+    assert run(moved)["scaler"].get_scale() == 1024.0
+
+
+def test_amp203_gives_no_fix_that_amp204_would_flag():
+    """A clip on every micro-batch of an accumulation loop: inserting `unscale_` before it would
+    raise on the second micro-batch, so AMP203 says where to move it instead of fixing."""
+    source = SETUP + ACCUMULATE.replace("    scaler.unscale_(optimizer)\n", "")
+    found = [d for d in check_source(source) if d.code == "AMP203"]
+    assert len(found) == 1 and found[0].fix is None
+    assert "no fix: an unscale_ here would run on every iteration" in found[0].message
+    assert fix_source(source, unsafe=True)[0] == source
+    run(source)  # as it stands it runs (clipping scaled gradients): the inserted line would not
+    with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called"):
+        run(SETUP + ACCUMULATE)
+
+
+APEX_ACCUMULATION = """\
+import torch
+from apex import amp
+
+
+def train(model, optimizer, data, accumulate):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for i, (x, y) in enumerate(data):
+        loss = torch.nn.functional.mse_loss(model(x), y) / accumulate
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+        if (i + 1) % accumulate == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+
+
+def test_amp204_judges_the_apex_rewrite_of_accumulation_by_what_it_does():
+    """apex clipped on every micro-batch and stepped every second one: whatever the O1 rewrite
+    makes of it, AMP204 flags the result exactly when it raises on CPU (float16 autocast and a
+    CPU GradScaler behave as on CUDA here)."""
+    fixed, _, done = fix_source(APEX_ACCUMULATION, unsafe=True)
+    if "AMP303" not in {d.code for d in done}:
+        pytest.skip("the apex rewrite refuses this shape")
+    driver = """
+torch.manual_seed(0)
+net = torch.nn.Linear(4, 1)
+data = [(torch.randn(2, 4), torch.randn(2, 1)) for _ in range(4)]
+train(net, torch.optim.SGD(net.parameters(), lr=0.1), data, 2)
+"""
+    try:
+        run(fixed.replace('"cuda"', '"cpu"') + driver)
+    except RuntimeError as exc:
+        assert "unscale_() has already been called" in str(exc)
+        raised = True
+    else:
+        raised = False
+    assert ("AMP204" in codes(fixed)) == raised
+
+
 def test_amp205_step_without_update_raises_on_the_next_step():
     source = (
         SETUP
@@ -228,6 +316,129 @@ resumed = torch.amp.GradScaler("cpu", init_scale=1024.0)
     namespace = run(source)
     assert namespace["scaler"].get_scale() == 128.0
     assert namespace["resumed"].get_scale() == 1024.0
+
+
+HELPER_TRAIN = """\
+import torch
+
+
+def save_checkpoint(model, optimizer, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+
+
+def train(model, optimizer, x, path):
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    for _ in range(3):
+        scaler.scale(model(x).sum() * float("inf")).backward()  # overflow: the scale backs off
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    save_checkpoint(model, optimizer, path)
+    return scaler
+
+
+def resume(model, optimizer, path):
+    state = torch.load(path)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return torch.amp.GradScaler("cpu", init_scale=1024.0)
+"""
+
+
+def test_amp208_follows_a_checkpoint_helper_of_the_same_file(tmp_path):
+    """`train()` owns the scaler and calls a module-level helper that saves model and optimizer
+    state only: reported at the call, naming the helper; a resume really loses the scale."""
+    found = [d for d in check_source(HELPER_TRAIN) if d.code == "AMP208"]
+    assert [(d.line, d.col) for d in found] == [(15, 5)]
+    assert "`save_checkpoint(...)`" in found[0].message and "line 5" in found[0].message
+    namespace = run(HELPER_TRAIN)
+    path = str(tmp_path / "last.pt")
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = namespace["train"](model, optimizer, torch.randn(8, 4), path)
+    assert scaler.get_scale() == 128.0
+    assert namespace["resume"](model, optimizer, path).get_scale() == 1024.0
+    passed = HELPER_TRAIN.replace("optimizer, path)", "optimizer, scaler, path)", 1).replace(
+        '"optimizer": optimizer.state_dict()}',
+        '"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}',
+    )
+    passed = passed.replace(
+        "save_checkpoint(model, optimizer, path)", "save_checkpoint(model, optimizer, scaler, path)"
+    )
+    assert "AMP208" not in codes(passed)
+
+
+TRAINER = """\
+import torch
+
+
+def save_checkpoint(state, path):
+    torch.save(state, path)
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+        self.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+
+    def save(self, path):
+        ckpt_state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        save_checkpoint(ckpt_state, path)
+
+    def resume(self, path):
+        ckpt = torch.load(path)
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scaler.load_state_dict(ckpt["scaler"])
+"""
+
+
+def test_amp208_judges_save_and_load_together(tmp_path):
+    """A detection-trainer shape: the class owns `self.scaler`, hands a `ckpt_state` dict to a
+    utility that saves it, and restores `self.scaler` from it: both ends are reported, with the
+    code's names, and the resume really fails on the missing key."""
+    found = {d.line: d.message for d in check_source(TRAINER) if d.code == "AMP208"}
+    assert sorted(found) == [15, 21]
+    assert found[15].startswith("`ckpt_state` holds model/optimizer state")
+    assert '`"scaler": self.scaler.state_dict()`' in found[15]
+    assert found[21].startswith("`self.scaler.load_state_dict(...)` restores")
+    trainer = run(TRAINER)["Trainer"]
+    model = torch.nn.Linear(4, 1)
+    first = trainer(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    first.save(str(tmp_path / "last.pt"))
+    with pytest.raises(KeyError, match="scaler"):
+        trainer(model, torch.optim.SGD(model.parameters(), lr=0.1)).resume(
+            str(tmp_path / "last.pt")
+        )
+    fixed = TRAINER.replace(
+        '"optimizer": self.optimizer.state_dict()}',
+        '"optimizer": self.optimizer.state_dict(),\n'
+        + 12 * " "
+        + '"scaler": self.scaler.state_dict()}',
+    )
+    assert "AMP208" not in codes(fixed)
+
+
+def test_amp208_follows_a_helper_into_a_sibling_module(tmp_path):
+    """`from utils import save_checkpoint` next to the training script: judged when the tree is
+    checked (the engine summarizes the imported siblings before it hands files to workers)."""
+    from ampmigrate.engine import Settings
+    from ampmigrate.engine import run as run_engine
+
+    utils = "import torch\n\n\n" + HELPER_TRAIN.split("\n\n\n")[1] + "\n"
+    train = (
+        "import torch\nfrom utils import save_checkpoint\n\n\n" + HELPER_TRAIN.split("\n\n\n")[2]
+    )
+    (tmp_path / "utils.py").write_text(utils)
+    (tmp_path / "train.py").write_text(train)
+    settings = Settings(rules=tuple(all_rules().values()))
+    tree = run_engine([tmp_path / "train.py", tmp_path / "utils.py"], settings, jobs=1)
+    found = [d for result in tree for d in result.diagnostics]
+    assert [(d.path, d.code, d.line) for d in found] == [(str(tmp_path / "train.py"), "AMP208", 12)]
+    assert "`save_checkpoint(...)`" in found[0].message
+    assert "`torch.save` at utils.py:5" in found[0].message
+    alone = run_engine([tmp_path / "train.py"], settings, jobs=1)
+    assert alone[0].diagnostics == []
 
 
 def test_amp209_fp16_model_cannot_be_unscaled():

@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from ampmigrate.discover import discover
+from ampmigrate.engine.discover import discover
 
 
 def touch(path: Path, text: str = "x = 1\n") -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ampmigrate.catalog import all_rules
-from ampmigrate.prefilter import Prefilter
+from ampmigrate.engine.prefilter import Prefilter
 
 from conftest import check_source, fix_source
 

@@ -115,3 +115,71 @@ def test_migrated_trains_like_the_modern_equivalent(runs, name, keras):
     assert modern.returncode == 0, modern.stderr[-2000:]
     assert "loss" in migrated.stdout and "policy mixed_float16" in migrated.stdout
     assert migrated.stdout == modern.stdout
+
+
+# -- fixes as text edits: what they keep of the code around them ---------------------------
+def test_fixes_keep_the_layout_of_the_call():
+    """Arguments dropped or added keep the call's line breaks and its comments."""
+    source = (
+        "import tensorflow as tf\n\n"
+        "opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(\n"
+        "    tf.keras.optimizers.SGD(0.1),\n"
+        "    loss_scale=tf.mixed_precision.experimental.DynamicLossScale(2**10, 500),\n"
+        ")\n"
+        "mixed = tf.keras.mixed_precision.LossScaleOptimizer(\n"
+        "    tf.keras.optimizers.Adam(1e-3),\n"
+        "    clipnorm=1.0,  # rejected by Keras 3\n"
+        "    dynamic=True,\n"
+        ")\n"
+    )
+    out, remaining, _ = fix_source(source, unsafe=True)
+    assert out == (
+        "import tensorflow as tf\n\n"
+        "opt = tf.keras.mixed_precision.LossScaleOptimizer(\n"
+        "    tf.keras.optimizers.SGD(0.1),\n"
+        "    initial_scale=2**10,\n"
+        "    dynamic_growth_steps=500,\n"
+        ")\n"
+        "mixed = tf.keras.mixed_precision.LossScaleOptimizer(\n"
+        "    tf.keras.optimizers.Adam(1e-3, clipnorm=1.0),\n"
+        ")\n"
+    )
+    assert not remaining
+
+
+@pytest.mark.parametrize(
+    ("keras", "expected"),
+    [
+        (3, "opt = tf.keras.optimizers.SGD(0.1, loss_scale_factor=128)\n"),
+        (2, "opt = tf.keras.mixed_precision.LossScaleOptimizer(\n"
+            "    optimizer=tf.keras.optimizers.SGD(0.1),\n    dynamic=False,\n"
+            "    initial_scale=128,\n)\n"),
+    ],
+)  # fmt: skip
+def test_fixed_scale_with_the_optimizer_passed_by_keyword(keras, expected):
+    """The libcst engine crashed here on Keras 3 (it took the first argument for the optimizer)."""
+    source = (
+        "import tensorflow as tf\n\n"
+        "opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(\n"
+        "    loss_scale=128,\n    optimizer=tf.keras.optimizers.SGD(0.1),\n)\n"
+    )
+    out, remaining, fixed = fix_source(source, unsafe=True, target_keras=keras)
+    assert out == "import tensorflow as tf\n\n" + expected
+    assert [d.code for d in fixed] == ["AMP401"] and not remaining
+
+
+def test_replaced_expressions_take_their_parentheses_along():
+    """A replaced call or name takes the parentheses that were its own along, a renamed
+    attribute keeps them (as libcst wrote it); a receiver in parentheses is not the receiver a
+    LossScaleOptimizer was assigned to."""
+    source = (
+        "import tensorflow as tf\n\n"
+        "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner)\n"
+        "print((opt).loss_scale, (tf.keras.mixed_precision.experimental.get_layer_policy)((l)))\n"
+        "print(opt.get_unscaled_gradients((grads)), (opt.loss_scale)())\n"
+    )
+    out, _, _ = fix_source(source, unsafe=True)
+    assert out.splitlines()[3:] == [
+        "print((opt).loss_scale, (l).dtype_policy)",
+        "print((grads), (opt.dynamic_scale))",
+    ]

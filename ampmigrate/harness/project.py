@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ampmigrate.discover import EXCLUDED_DIRS
+from ampmigrate.engine.discover import EXCLUDED_DIRS
 from ampmigrate.findings import Diagnostic
 
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
@@ -81,7 +81,7 @@ def migrate_source(source: bytes, path: str, unsafe: bool) -> Migrated:
     """The engine's fix, in memory, with every rule (the one place the harness calls it)."""
     from ampmigrate.catalog import all_rules
     from ampmigrate.engine import Settings
-    from ampmigrate.migrate import migrate_source as engine_migrate
+    from ampmigrate.engine.migrate import migrate_source as engine_migrate
 
     settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=unsafe)
     try:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ampmigrate.discover import EXCLUDED_DIRS
+from ampmigrate.engine.discover import EXCLUDED_DIRS
 from ampmigrate.harness import emulate
 from ampmigrate.harness.compare import Comparison, Divergence, Tolerance, compare
 from ampmigrate.harness.coverage import (

@@ -1,4 +1,4 @@
-"""Reading and writing source files without losing a byte."""
+"""The write stage: read and write source files without losing a byte."""
 
 from __future__ import annotations
 

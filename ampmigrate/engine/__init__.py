@@ -1,0 +1,142 @@
+"""The engine: many files through discover -> prefilter -> analyze -> [apply] -> results.
+
+Stages, one module each: ``discover`` (paths -> files), ``prefilter`` (bytes -> worth parsing?),
+``analyze`` (``ast`` -> findings and fix plans), ``apply`` (fix plans -> new text; libcst only to
+manage imports and for the apex planner), ``write`` (atomic writes), ``migrate`` (one file through
+analyze and apply until no fix applies). This module runs many files, in parallel where it pays.
+The analysis stage is imported only when some file passes the prefilter, so a clean tree is
+checked at the speed of reading it (what a pre-commit hook on unrelated files sees).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ampmigrate.engine.prefilter import Prefilter
+from ampmigrate.engine.settings import FileResult, Settings
+from ampmigrate.engine.write import read
+
+__all__ = ["CRASHED", "FileResult", "Settings", "run"]
+
+CRASHED = "internal error: the parser crashed on this file (please report it)"
+PARALLEL_MIN_BYTES = 200_000  # less than this is analysed faster than a pool starts
+Item = tuple[str, bytes, frozenset[str]]
+
+
+def _process_batch(batch: list[Item], settings: Settings) -> list[FileResult]:
+    from ampmigrate.engine.migrate import process_batch
+
+    return process_batch(batch, settings)
+
+
+def _isolated(item: Item, settings: Settings) -> FileResult:
+    """One file in a process of its own, after a worker died (a native crash in the parser):
+    the file that kills it gets an error, the others their results."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        with ProcessPoolExecutor(max_workers=1) as pool:
+            return pool.submit(_process_batch, [item], settings).result()[0]
+    except BrokenProcessPool:
+        return FileResult(path=item[0], original=item[1], error=CRASHED)
+
+
+def batches(items: list[Item], jobs: int) -> list[list[Item]]:
+    """Largest files first, each alone while it is big; the small ones gathered in batches of
+    about 1/(8 jobs) of the bytes, so no worker is left with a big file at the end while the
+    others idle, and the many small files do not each pay a round trip."""
+    items = sorted(items, key=lambda item: -len(item[1]))
+    target = max(1, sum(len(item[1]) for item in items) // (jobs * 8))
+    out: list[list[Item]] = []
+    size = target
+    for item in items:
+        if size >= target:
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += len(item[1])
+    return out
+
+
+def _with_checkpoint_helpers(
+    settings: Settings, candidates: list[Item], paths: Sequence[Path]
+) -> Settings:
+    """AMP208 follows a checkpoint save/load into helper modules of the same tree: the
+    scaler-flow family summarises them once here, for every worker."""
+    from ampmigrate import scalerflow
+
+    summarize = getattr(scalerflow, "summarize_helpers", None)
+    if summarize is None:
+        return settings
+    scalers = [(n, s) for n, s, _ in candidates if b"GradScaler" in s or b".scale(" in s]
+    if not scalers:
+        return settings
+    helpers = summarize(scalers, [str(p) for p in paths])
+    return replace(settings, checkpoint_helpers=helpers)
+
+
+def run(
+    paths: Sequence[Path],
+    settings: Settings,
+    jobs: int | None = None,
+    ignored_codes: Callable[[Path], frozenset[str]] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[FileResult]:
+    """Process files, in parallel where it pays; results come back in the order of ``paths``.
+
+    ``ignored_codes`` gives the rules switched off for one file (per-file-ignores);
+    ``progress(done, total)`` hears how many of the files that passed the prefilter are done.
+    """
+    prefilter = Prefilter(t for r in settings.rules for t in r.triggers)
+    results: dict[str, FileResult] = {}
+    candidates: list[Item] = []
+    for path in paths:
+        name = str(path)
+        try:
+            source = read(path)
+        except OSError as exc:
+            results[name] = FileResult(path=name, error=exc.strerror or str(exc))
+            continue
+        if prefilter.may_match(source):
+            ignored = ignored_codes(path) if ignored_codes else frozenset()
+            candidates.append((name, source, ignored))
+        else:
+            results[name] = FileResult(path=name, original=source)
+    if len(paths) > 1 and candidates and any(r.code == "AMP208" for r in settings.rules):
+        settings = _with_checkpoint_helpers(settings, candidates, paths)
+    jobs = jobs or os.cpu_count() or 1
+    total = len(candidates)
+    done = 0
+    if progress and total:
+        progress(0, total)
+    if jobs > 1 and total > 1 and sum(len(c[1]) for c in candidates) >= PARALLEL_MIN_BYTES:
+        # imported here: a run that parses little (a pre-commit hook) does not pay for them
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
+        from ampmigrate.engine import analyze, migrate  # noqa: F401 (inherited by the workers)
+
+        analyze.preload()
+        work = batches(candidates, jobs)
+        with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
+            futures = {pool.submit(_process_batch, b, settings): b for b in work}
+            for future in as_completed(futures):
+                try:
+                    batch = future.result()
+                except BrokenProcessPool:
+                    batch = [_isolated(item, settings) for item in futures[future]]
+                results.update((r.path, r) for r in batch)
+                done += len(batch)
+                if progress:
+                    progress(done, total)
+    else:
+        for item in candidates:
+            results.update((r.path, r) for r in _process_batch([item], settings))
+            done += 1
+            if progress:
+                progress(done, total)
+    return [results[str(p)] for p in paths]

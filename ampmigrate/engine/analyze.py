@@ -1,0 +1,185 @@
+"""Analysis: one ``ast`` parse, the rule families, findings in their reported form.
+
+Each rule runs only where the file spells its trigger names (a file that passed the prefilter
+for one rule is not walked by the others). The families (``renames``, ``checks``, ``scalerflow``,
+``keras``: each a ``check(tree, source, names, rules, settings)``) run on the stdlib ``ast`` with
+one shared ``Names``; AMP303 (apex O1) alone is planned on libcst, and only for files where the
+``ast`` tier sees ``apex.amp`` called through the imports: libcst is imported for those only.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+from typing import Any
+
+from ampmigrate.catalog import Rule
+from ampmigrate.engine.names import Names
+from ampmigrate.engine.prefilter import Prefilter
+from ampmigrate.engine.settings import Settings
+from ampmigrate.engine.source import Source
+from ampmigrate.findings import Diagnostic, Finding, Span
+from ampmigrate.noqa import Suppressions
+
+APEX_CHECK = "apex-o1-rewrite"
+APEX = "apex.amp."
+
+
+FAMILIES = ("renames", "checks", "scalerflow", "keras")  # on ast; "apex" is the libcst planner
+
+
+def preload() -> None:
+    """Import the families now: a process pool forked after this inherits them instead of
+    importing them once per worker."""
+    for name in FAMILIES:
+        importlib.import_module(f"ampmigrate.{name}")
+
+
+def family(rule: Rule) -> str:
+    """The module (beside the engine) whose ``check`` runs ``rule``."""
+    if rule.symbols:
+        return "renames"
+    if rule.paths or rule.code.startswith("AMP4"):
+        return "keras"
+    if rule.check == APEX_CHECK:
+        return "apex"
+    if rule.check == "backward-in-autocast":
+        return "checks"
+    return "scalerflow"
+
+
+@functools.cache
+def rule_prefilter(triggers: tuple[str, ...]) -> Prefilter:
+    return Prefilter(triggers)
+
+
+def parse(data: bytes) -> ast.Module:
+    """CPython's parser; raises ``SyntaxError`` (decoding errors included), ``ValueError``
+    (NUL bytes), ``RecursionError``/``MemoryError`` (nesting)."""
+    return ast.parse(data)
+
+
+class Analysis:
+    """One file's findings (before suppression) and, where the apex planner ran, the libcst
+    module its fixes refer to (``apply`` needs that very tree)."""
+
+    def __init__(
+        self, data: bytes, settings: Settings, path: str = "", tree: ast.Module | None = None
+    ) -> None:
+        self.tree = parse(data) if tree is None else tree
+        self.source = Source.from_bytes(data, path)
+        self.cst_module: Any = None
+        rules = [r for r in settings.rules if rule_prefilter(r.triggers).may_match(data)]
+        self.findings: list[Finding] = self._run(rules, settings) if rules else []
+
+    def _run(self, rules: list[Rule], settings: Settings) -> list[Finding]:
+        names = Names(self.tree)
+        groups: dict[str, list[Rule]] = {}
+        for rule in rules:
+            groups.setdefault(family(rule), []).append(rule)
+        findings: list[Finding] = []
+        for name, group in groups.items():
+            if name != "apex":
+                module = importlib.import_module(f"ampmigrate.{name}")
+                findings += module.check(self.tree, self.source, names, group, settings)
+        apex = groups.get("apex", [])
+        calls = self._apex_calls(names) if apex else []
+        if calls:
+            findings += self._apex(apex, settings, calls)
+        return findings
+
+    def _apex_calls(self, names: Names) -> list[ast.Call]:
+        """The calls whose callee resolves to ``apex.amp.*`` (what the planner starts from).
+        Only calls rooted at a name an ``apex`` import binds are resolved."""
+        roots = set()
+        for binding in names.imports():
+            stmt, alias = binding.node, binding.alias
+            module = alias.name if isinstance(stmt, ast.Import) else stmt.module or ""
+            if _apex(module):
+                roots.add(binding.name.partition(".")[0])
+        if not roots:
+            return []
+        return [
+            node
+            for node in ast.walk(self.tree)
+            if isinstance(node, ast.Call)
+            and _root(node.func) in roots
+            and any(q.startswith(APEX) for q in names.qualified(node.func))
+        ]
+
+    def _apex(self, rules: list[Rule], settings: Settings, calls: list[ast.Call]) -> list[Finding]:
+        """The apex O1 planner (libcst, imported here only): the one place the engine calls it.
+        Its nodes become ``Span``s; its fixes keep libcst nodes of ``self.cst_module``."""
+        import libcst as cst
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
+        from ampmigrate.apex import ApexO1
+
+        self.cst_module = cst.parse_module(self.source.text)
+        wrapper = MetadataWrapper(self.cst_module, unsafe_skip_copy=True)
+        found: list[Finding] = []
+        for rule in rules:
+            visitor = ApexO1(rule, settings.target_keras)
+            wrapper.visit(visitor)
+            found += visitor.findings
+        # Where a finding sits is one of ``calls`` whose text is unique (an ast lookup); only
+        # otherwise libcst's positions, which cost a code generation pass over the whole module.
+        by_text: dict[str, list[ast.Call]] = {}
+        for call in calls:
+            by_text.setdefault(self.source.segment(call), []).append(call)
+        positions = None
+        for finding in found:
+            same = by_text.get(self.cst_module.code_for_node(finding.node), [])
+            if len(same) == 1:
+                finding.node = Span(*self.source.position(same[0]))
+                continue
+            positions = positions or wrapper.resolve(PositionProvider)
+            where = positions[finding.node]
+            finding.node = Span(
+                where.start.line, where.start.column + 1, where.end.line, where.end.column + 1
+            )
+        return found
+
+    def diagnostics(self, settings: Settings) -> list[tuple[Finding, Diagnostic]]:
+        """Unsuppressed findings with their reported form, in source order."""
+        if not self.findings:
+            return []
+        suppressions = Suppressions(self.source.text)
+        out = []
+        for finding in self.findings:
+            node = finding.node
+            if isinstance(node, Span):
+                line, col, end_line, end_col = node.line, node.col, node.end_line, node.end_col
+            else:
+                line, col, end_line, end_col = self.source.position(node)
+            if suppressions.suppresses(line, finding.code):
+                continue
+            message = finding.message
+            if finding.fix is not None and settings.too_new(finding.fix):
+                needs = ".".join(map(str, finding.fix.min_torch))
+                target = ".".join(map(str, settings.target_torch))
+                message += f" (the fix needs torch >= {needs}; target-torch is {target})"
+            diagnostic = Diagnostic(
+                path="",
+                line=line,
+                col=col,
+                end_line=end_line,
+                end_col=end_col,
+                code=finding.code,
+                message=message,
+                fix=settings.safety(finding.fix),
+            )
+            out.append((finding, diagnostic))
+        out.sort(key=lambda pair: pair[1].sort_key)
+        return out
+
+
+def _apex(module: str) -> bool:
+    return module == "apex" or module.startswith("apex.")
+
+
+def _root(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None

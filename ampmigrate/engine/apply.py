@@ -1,0 +1,101 @@
+"""Apply fix plans to a file's text: the text edits, then the imports, in memory.
+
+Text edits come from ``ast`` positions and are applied to the decoded text; a fix whose edits
+overlap one already taken waits for the next pass (the caller re-analyses and comes back).
+Imports are added and dropped by ``imports`` where it can do exactly what libcst's codemod
+visitors do (the common cases); libcst runs only for the other cases (they know where an import
+goes and whether a name is still used) and for the apex planner's node replacements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ampmigrate.engine import imports
+from ampmigrate.findings import Edit, Fix
+
+
+class FixError(Exception):
+    """A fix produced code that does not parse: a bug in a rule, never written to disk."""
+
+
+def _overlaps(edit: Edit, taken: list[Edit]) -> bool:
+    return any(
+        edit.start == other.start or (edit.start < other.end and other.start < edit.end)
+        for other in taken
+    )
+
+
+def select(fixes: Sequence[Fix]) -> list[Fix]:
+    """The fixes one pass applies: text fixes in order while they do not overlap an earlier
+    one; the libcst ones (apex) only in a pass without text edits, as their tree is the text
+    before any edit."""
+    taken: list[Edit] = []
+    chosen: list[Fix] = []
+    for fix in fixes:
+        if fix.cst_target is not None:
+            continue
+        if any(_overlaps(edit, taken) for edit in fix.edits):
+            continue
+        taken += fix.edits
+        chosen.append(fix)
+    if not taken:
+        chosen += [fix for fix in fixes if fix.cst_target is not None]
+    return chosen
+
+
+def apply(
+    text: str, fixes: Sequence[Fix], cst_module: Any = None, keep_imports: bool = False
+) -> str:
+    """``text`` with ``fixes`` (as chosen by :func:`select`) applied.
+
+    ``cst_module`` is the libcst tree of ``text`` that the fixes' ``cst_target`` nodes belong
+    to. ``keep_imports`` is for a package's ``__init__.py``, whose imports are its public API:
+    other modules may import the name from it, so it stays even when unused here.
+    """
+    edits = sorted((e for fix in fixes for e in fix.edits), key=lambda e: (e.start, e.end))
+    parts = []
+    end = len(text)
+    for edit in reversed(edits):
+        parts.append(text[edit.end : end])
+        parts.append(edit.text)
+        end = edit.start
+    parts.append(text[:end])
+    text = "".join(reversed(parts))
+
+    builds = {fix.cst_target: fix.cst_build for fix in fixes if fix.cst_target is not None}
+    removals = set() if keep_imports else {e for fix in fixes for e in fix.remove_imports}
+    additions = {name for fix in fixes for name in fix.add_imports}
+    if not builds and not removals and not additions:
+        return text
+    if not builds:
+        fast = imports.remove_unused(text, sorted(removals, key=repr))
+        fast = imports.add_needed(fast, additions) if fast is not None else None
+        if fast is not None:
+            return fast
+    # libcst (and its codemod package, ~0.5 s to import) only for runs that need it.
+    import libcst as cst
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+
+    from ampmigrate.replace import ReplaceNodes
+
+    if builds:
+        module = cst_module.visit(ReplaceNodes(builds))
+    else:
+        try:
+            module = cst.parse_module(text)
+        except cst.ParserSyntaxError as exc:
+            raise FixError(f"produced code that does not parse ({exc})") from exc
+    context = CodemodContext()
+    for edit in sorted(removals, key=repr):
+        RemoveImportsVisitor.remove_unused_import(context, edit.module, edit.obj, edit.asname)
+    for name in sorted(additions):
+        module_name, _, obj = name.partition(":")  # "a.b:c" is `from a.b import c`
+        AddImportsVisitor.add_needed_import(context, module_name, obj or None)
+    if removals:
+        module = RemoveImportsVisitor(context).transform_module(module)
+    if additions:
+        module = AddImportsVisitor(context).transform_module(module)
+    return module.code

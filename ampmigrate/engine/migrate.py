@@ -1,0 +1,170 @@
+"""One file's migration: analyze -> apply -> re-analyze until no fix applies, all in memory.
+
+Everything here is pure: it turns bytes into findings and new bytes. Writing and printing belong
+to the caller, so ``verify`` can migrate in memory with exactly the engine ``fix`` uses.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+
+from ampmigrate.engine.analyze import Analysis, parse
+from ampmigrate.engine.apply import FixError, apply, select
+from ampmigrate.engine.prefilter import Prefilter
+from ampmigrate.engine.settings import FileResult, Settings
+from ampmigrate.engine.write import read
+from ampmigrate.findings import Diagnostic, Fix
+from ampmigrate.notebook import Notebook, NotebookError
+
+MAX_FIX_PASSES = 10
+
+
+def migrate_source(
+    source: bytes, settings: Settings, path: str = ""
+) -> tuple[bytes, list[Diagnostic], list[Diagnostic]]:
+    """(new source, remaining diagnostics, fixed diagnostics) for one file's bytes.
+
+    Fixes are applied and the result re-parsed and re-analysed until nothing more applies
+    (fixes that overlap wait for the next pass), so what is reported as remaining is exactly
+    what a second run would report.
+    """
+    analysis = Analysis(source, settings, path, _check_python(source))
+    keep_imports = Path(path).name == "__init__.py"
+    fixed: list[Diagnostic] = []
+    for _ in range(MAX_FIX_PASSES):
+        active = analysis.diagnostics(settings)
+        to_apply = [(f, d) for f, d in active if settings.applies(f.fix)]
+        if not settings.fix or not to_apply:
+            return source, [d for _, d in active], fixed
+        chosen = select([f.fix for f, _ in to_apply])
+        applied = [(f, d) for f, d in to_apply if any(f.fix is c for c in chosen)]
+        waiting = [(f, d) for f, d in to_apply if not any(f.fix is c for c in chosen)]
+        folded = _folded(waiting, chosen)
+        codes = ", ".join(sorted({f.code for f, _ in applied}))
+        try:
+            text = apply(analysis.source.text, chosen, analysis.cst_module, keep_imports)
+            new_source = analysis.source.encode(text)
+            analysis = Analysis(new_source, settings, path)
+        except (FixError, SyntaxError, ValueError) as exc:
+            raise FixError(f"fixes for {codes} produced code that does not parse ({exc})") from exc
+        left = {(f.code, f.message) for f in analysis.findings}
+        fixed += [d for _, d in applied] + [d for f, d in folded if (f.code, f.message) not in left]
+        source = new_source
+    return source, [d for _, d in analysis.diagnostics(settings)], fixed
+
+
+def _folded(waiting: list, chosen: list[Fix]) -> list:
+    """The waiting fixes that lie inside a chosen fix's edit: that edit rewrites their code (an
+    argument fixed on its own inside a call that is rewritten whole). They count as fixed unless
+    the next analysis still finds them."""
+    spans = [(e.start, e.end) for fix in chosen for e in fix.edits]
+    return [
+        (f, d)
+        for f, d in waiting
+        if f.fix.edits
+        and all(any(s <= e.start and e.end <= t for s, t in spans) for e in f.fix.edits)
+    ]
+
+
+class InvalidSource(Exception):
+    """The file is not Python that CPython would compile; the message says why."""
+
+
+def _check_python(source: bytes) -> ast.Module:
+    """CPython's parser: the messages users know, and nesting limits far below any depth that
+    could overflow a native stack later."""
+    try:
+        return parse(source)
+    except SyntaxError as exc:
+        where = f" at {exc.lineno}:{exc.offset}" if exc.lineno else ""
+        if exc.msg.startswith("(unicode error)") or "encoding" in exc.msg:
+            message = exc.msg.removeprefix("(unicode error) ")
+            raise InvalidSource(f"cannot decode{where}: {message}") from exc
+        raise InvalidSource(f"syntax error{where}: {exc.msg}") from exc
+    except (RecursionError, MemoryError) as exc:
+        raise InvalidSource("too deeply nested to parse") from exc
+    except ValueError as exc:  # NUL bytes (Python 3.11)
+        raise InvalidSource(f"not Python source: {exc}") from exc
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, InvalidSource | NotebookError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    if isinstance(exc, RecursionError):
+        return "too deeply nested to parse"
+    return f"internal error ({type(exc).__name__}: {exc}); please report this file".splitlines()[0]
+
+
+def process(
+    path: str, source: bytes | None, settings: Settings, prefilter: Prefilter | None = None
+) -> FileResult:
+    """Run one file through the pipeline; never raises. Without ``prefilter`` the caller has
+    already decided the file is worth parsing."""
+    result = FileResult(path=path)
+    try:
+        if source is None:
+            source = read(Path(path))
+        result.original = source
+        if prefilter is not None and not prefilter.may_match(source):
+            return result
+        limit = settings.max_file_size
+        if limit and len(source) > limit:
+            raise InvalidSource(
+                f"too large to parse ({len(source) / 1e6:.1f} MB > {limit / 1e6:g} MB); "
+                "raise the limit with --max-file-size"
+            )
+        result.parsed = True
+        if path.endswith(".ipynb"):
+            return _process_notebook(result, source, settings)
+        new_source, remaining, fixed = migrate_source(source, settings, path)
+    except Exception as exc:  # one bad file must not stop the run
+        result.error = _error_text(exc)
+        return result
+    result.new_source = new_source
+    result.diagnostics = [_at(d, path) for d in remaining]
+    result.fixed = [_at(d, path) for d in fixed]
+    return result
+
+
+def _process_notebook(result: FileResult, raw: bytes, settings: Settings) -> FileResult:
+    notebook = Notebook.parse(raw)
+    module = notebook.module()
+    try:
+        new_module, remaining, fixed = migrate_source(module.encode(), settings, result.path)
+    except InvalidSource as exc:
+        syntax = exc.__cause__ if isinstance(exc.__cause__, SyntaxError) else None
+        if syntax is None or not syntax.lineno:
+            raise
+        cell, line = notebook.locate(syntax.lineno, module)
+        result.error = f"syntax error at cell {cell}:{line}:{syntax.offset}: {syntax.msg}"
+        return result
+    new_text = new_module.decode()
+
+    def placed(d: Diagnostic, text: str) -> Diagnostic:
+        cell, line = notebook.locate(d.line, text)
+        _, end_line = notebook.locate(d.end_line, text)
+        fields = {**d.__dict__, "path": result.path, "cell": cell}
+        return Diagnostic(**{**fields, "line": line, "end_line": end_line})
+
+    result.diagnostics = [placed(d, new_text) for d in remaining]
+    result.fixed = [placed(d, module) for d in fixed]
+    result.new_source = notebook.rebuild(new_text) if new_text != module else raw
+    return result
+
+
+def _at(diagnostic: Diagnostic, path: str) -> Diagnostic:
+    return Diagnostic(**{**diagnostic.__dict__, "path": path})
+
+
+def process_batch(
+    batch: list[tuple[str, bytes, frozenset[str]]], settings: Settings
+) -> list[FileResult]:
+    out = []
+    for path, source, ignored in batch:
+        rules = tuple(r for r in settings.rules if r.code not in ignored)
+        out.append(process(path, source, replace(settings, rules=rules) if ignored else settings))
+    return out

@@ -1,0 +1,49 @@
+"""What a run is asked to do (``Settings``) and what it found in one file (``FileResult``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ampmigrate.catalog import Rule, Safety
+from ampmigrate.findings import Diagnostic, Fix
+
+
+@dataclass(frozen=True)
+class Settings:
+    rules: tuple[Rule, ...]
+    fix: bool = False
+    unsafe_fixes: bool = False
+    target_torch: tuple[int, ...] | None = None
+    target_keras: int = 3  # Keras 3 is what TensorFlow ships since 2.16
+    max_file_size: int = 2_000_000  # bytes; 0: no limit
+    # AMP208 across modules: scalerflow.summarize_helpers over the checked tree (run() fills it)
+    checkpoint_helpers: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def safety(self, fix: Fix | None) -> Safety | None:
+        """A fix's grade here: one that needs a newer torch than ``target_torch`` is unsafe."""
+        if fix is None:
+            return None
+        return "unsafe" if self.too_new(fix) else fix.safety
+
+    def too_new(self, fix: Fix) -> bool:
+        return self.target_torch is not None and self.target_torch < fix.min_torch
+
+    def applies(self, fix: Fix | None) -> bool:
+        return fix is not None and (self.safety(fix) == "safe" or self.unsafe_fixes)
+
+
+@dataclass
+class FileResult:
+    path: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    fixed: list[Diagnostic] = field(default_factory=list)
+    original: bytes | None = None
+    new_source: bytes | None = None
+    error: str | None = None
+    parsed: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.new_source is not None and self.new_source != self.original
