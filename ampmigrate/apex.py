@@ -221,8 +221,9 @@ class _Planner:
 
     def free_name(self, preferred: str) -> str | None:
         """A name the file does not use anywhere, so the new binding shadows nothing."""
+        taken = {n.value for n in self.nodes if isinstance(n, cst.Name)}
         for name in (preferred, f"grad_{preferred}", f"amp_{preferred}"):
-            if not re.search(rf"\b{name}\b", self.module.code):
+            if name not in taken and not re.search(rf"[\"']{name}[\"']", self.module.code):
                 return name
         return None
 
@@ -774,7 +775,11 @@ class _Planner:
         loss = keywords.get("loss", positional[0] if positional else None)
         optimizer = keywords.get("optimizers", positional[1] if len(positional) > 1 else None)
         if set(keywords) - {"loss", "optimizers", "delay_unscale"} or len(positional) > 2:
-            self.problem(call, "`amp.scale_loss` with `loss_id`/`model`/more arguments")
+            self.problem(
+                call,
+                "`amp.scale_loss` with `loss_id`/`model`/more arguments: one GradScaler scales "
+                "every loss; drop them by hand if one scale may serve all losses",
+            )
             return
         if not isinstance(loss, cst.Name) or not isinstance(optimizer, cst.Name | cst.Attribute):
             self.problem(
