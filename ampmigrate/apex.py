@@ -27,6 +27,7 @@ The plan, in the order it is built:
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -160,6 +161,24 @@ class _Planner:
         self.requests: list[tuple[cst.With, str, cst.CSTNode, str | None]] = []
         self.moved: set[int] = set()
         self.dropped: set[int] = set()  # statements removed with the apex import
+        self.bound: set[str] = set()  # names the removed apex imports bound
+
+    def verify(self) -> None:
+        """The last guard against a wrong rewrite: apply the plan in memory; the result must
+        compile and must not read a name only apex bound."""
+        code = self.module.visit(ReplaceNodes(self.plan.edits)).code
+        try:
+            tree = ast.parse(code)
+        except SyntaxError as exc:  # a bug in the plan; refuse rather than write it
+            self.plan.problems.append(f"internal: the rewrite does not compile ({exc.msg})")
+            return
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in self.bound:
+                self.plan.problems.append(
+                    f"line {node.lineno} of the rewrite still reads `{node.id}`: replace that "
+                    "use of apex by hand"
+                )
+                return
 
     # -- tree helpers ----------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -312,6 +331,8 @@ class _Planner:
             )
         self._regions(setup)
         self._helper_notes()
+        if not self.plan.problems:
+            self.verify()
         return self.plan
 
     def _no_initialize(self, calls: dict[str, list[cst.Call]]) -> None:
@@ -346,49 +367,59 @@ class _Planner:
     # -- imports and availability checks -------------------------------------------------------
     def _imports(self) -> None:
         """Remove ``from apex import amp`` / ``import apex``, and a try/except that only
-        guarded it (keeping assignments like ``has_apex = True``: native AMP is always there)."""
+        guarded them (keeping assignments like ``has_apex = True``: native AMP is always there)."""
+        lines: list[cst.BaseStatement] = []
         for node in self.nodes:
             if isinstance(node, cst.ImportFrom) and node.module is not None:
                 module = _code(self.module, node.module)
                 names = [] if isinstance(node.names, cst.ImportStar) else node.names
                 only_amp = module == "apex" and [a.evaluated_name for a in names] == ["amp"]
                 if only_amp or module.startswith("apex.amp"):
-                    self._remove_import(node)
+                    lines.append(self.statement(node))
+                    self.bound |= {a.evaluated_alias or a.evaluated_name for a in names}
                 elif module == "apex" or module.startswith("apex."):
                     self.problem(node, f"`from {module} import ...` needs apex: replace it first")
             elif isinstance(node, cst.Import):
                 names = [_code(self.module, a.name) for a in node.names]
                 if any(n == "apex" or n.startswith("apex.") for n in names):
                     if all(n in ("apex", "apex.amp") for n in names):
-                        self._remove_import(node)
+                        lines.append(self.statement(node))
+                        self.bound |= {
+                            a.evaluated_alias or _code(self.module, a.name).split(".")[0]
+                            for a in node.names
+                        }
                     else:
                         self.problem(node, "`import apex...` of modules besides amp")
-
-    def _remove_import(self, node: cst.CSTNode) -> None:
-        line = self.statement(node)
-        try_node = self.parent(self.parent(line))
-        if isinstance(try_node, cst.Try) and self.parent(line) is try_node.body:
-            if not self._guard_only(try_node, line):
-                self.problem(try_node, "the `try` around the apex import does more than guard it")
-                return
-            self.dropped.add(id(try_node))
-            kept = [s for s in try_node.body.body if s is not line]
-            if try_node.orelse is not None:
-                kept += list(try_node.orelse.body.body)
-            if kept:
-                first = kept[0].with_changes(leading_lines=try_node.leading_lines)
-                self.plan.edits[try_node] = lambda _u, k=[first, *kept[1:]]: cst.FlattenSentinel(k)
+        guarded: dict[cst.Try, list[cst.BaseStatement]] = {}
+        for line in lines:
+            try_node = self.parent(self.parent(line))
+            if isinstance(try_node, cst.Try) and self.parent(line) is try_node.body:
+                guarded.setdefault(try_node, []).append(line)
             else:
-                self._remove_statement(try_node)
-            return
-        self._remove_statement(line)
+                self._remove_statement(line)
+        for try_node, imports in guarded.items():
+            self._remove_guard(try_node, imports)
 
-    def _guard_only(self, node: cst.Try, line: cst.CSTNode) -> bool:
+    def _remove_guard(self, try_node: cst.Try, imports: list[cst.BaseStatement]) -> None:
+        if not self._guard_only(try_node, imports):
+            self.problem(try_node, "the `try` around the apex import does more than guard it")
+            return
+        self.dropped.add(id(try_node))
+        kept = [s for s in try_node.body.body if s not in imports]
+        if try_node.orelse is not None:
+            kept += list(try_node.orelse.body.body)
+        if kept:
+            first = kept[0].with_changes(leading_lines=try_node.leading_lines)
+            self.plan.edits[try_node] = lambda _u, k=[first, *kept[1:]]: cst.FlattenSentinel(k)
+        else:
+            self._remove_statement(try_node)
+
+    def _guard_only(self, node: cst.Try, imports: list[cst.BaseStatement]) -> bool:
         """Only the import and flags in the ``try``, handlers for import errors (or bare) that
         bind nothing the ``try`` does not (``amp = None``, ``has_apex = False``, a print)."""
         if node.finalbody is not None:
             return False
-        body = [s for s in node.body.body if s is not line]
+        body = [s for s in node.body.body if s not in imports]
         if node.orelse is not None:
             body += list(node.orelse.body.body)
         if not all(isinstance(s, cst.SimpleStatementLine) for s in body):
@@ -587,7 +618,8 @@ class _Planner:
             if holder.orelse is not None or self.block_of(holder) is None:
                 self.problem(init, "`amp.initialize` sits in an if/else or elif")
                 return None
-            condition = _code(self.module, holder.test)
+            # with the availability checks folded (`amp is not None and x` is `x`)
+            condition = _code(self.module, holder.test.visit(ReplaceNodes(self.plan.edits)))
         elif not (isinstance(holder, cst.FunctionDef) or self.parent(statement) is self.module):
             self.problem(init, "`amp.initialize` is nested in a block other than an `if`")
             return None
@@ -1222,9 +1254,14 @@ class _Planner:
         header = f'with torch.amp.autocast("cuda", dtype=torch.float16{flag}):\n    pass\n'
         template = cst.ensure_type(cst.parse_statement(header), cst.With)
         updated: dict[int, cst.CSTNode] = {}
+
+        def keep(u: cst.CSTNode, statement: cst.CSTNode) -> cst.CSTNode:
+            updated[id(statement)] = u
+            return u
+
         for run in runs:
             for statement in run:
-                self.plan.edits[statement] = lambda u, s=statement: updated.setdefault(id(s), u)
+                self.plan.edits[statement] = lambda u, s=statement: keep(u, s)
 
         def regroup(u: cst.CSTNode) -> cst.CSTNode:
             starts = {id(updated[id(r[0])]): r for r in runs}
