@@ -146,7 +146,7 @@ class _Planner:
         self.module = module
         self.scopes = scopes
         self.parents = parents
-        self.nodes = list(self.parents)  # every node but the module, in source order
+        self.nodes = list(self._subtree(module))[1:]  # every node but the module, in source order
         self.order = {id(n): i for i, n in enumerate(self.nodes)}
         self.plan = Plan()
         self.removed: set[cst.CSTNode] = set()  # statements the plan deletes outright
@@ -254,7 +254,7 @@ class _Planner:
     def top_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         """The module-level function around ``node`` (None in a class or at module level)."""
         outer = None
-        for ancestor in self.ancestors(node):
+        for ancestor in [node, *self.ancestors(node)]:
             if isinstance(ancestor, cst.FunctionDef):
                 outer = ancestor
             elif isinstance(ancestor, cst.ClassDef):
@@ -424,7 +424,9 @@ class _Planner:
             body += list(node.orelse.body.body)
         if not all(isinstance(s, cst.SimpleStatementLine) for s in body):
             return False
-        bound = {n for s in body for n in self.facts(s).assigned} | {"amp", "apex"}
+        located = self.block_of(node)
+        before = _statements(located[0])[: located[1]] if located else []
+        bound = {n for s in [*before, *body] for n in self.facts(s).assigned} | {"amp", "apex"}
         for handler in node.handlers:
             kinds = handler.type
             names = kinds.elements if isinstance(kinds, cst.Tuple) else [kinds] if kinds else []
@@ -992,6 +994,7 @@ class _Planner:
         reads = [
             n for n in self._subtree(function)
             if isinstance(n, cst.Name) and n.value in facts.assigned and id(n) not in inside
+            and not isinstance(self.parent(n), cst.AssignTarget | cst.AnnAssign | cst.AugAssign)
         ]  # fmt: skip
         steps = [p for group in self.steps.values() for p in group]
         blockers = facts.backward or any(
@@ -999,13 +1002,20 @@ class _Planner:
         )
         step = nested[0]
         if reads or blockers:
-            used = f"; its result `{reads[0].value}` is used at line {self.line(reads[0])}"
+            own = self.facts(statement).assigned
+            used = [n for n in reads if n.value in own]
+            why = (
+                f"; its result `{used[0].value}` is used at line {self.line(used[0])}"
+                if used
+                else "; it shares a block with the scaled backward"
+                if blockers
+                else f"; `{reads[0].value}` from its block is used at line {self.line(reads[0])}"
+            )
             self.problem(
                 statement,
-                f"the clip of `amp.master_params` runs on every micro-batch while "
-                f"`optimizer.step()` (line {self.line(step)}) runs under a condition"
-                f"{used if reads else ''}: move the clip under the step's condition (after "
-                "`scaler.unscale_(optimizer)`) by hand",
+                "the clip of `amp.master_params` runs on every micro-batch while "
+                f"`optimizer.step()` (line {self.line(step)}) runs under a condition{why}: move "
+                "the clip under the step's condition (after `scaler.unscale_(optimizer)`) by hand",
             )
             return
         if id(unit) in self.moved:  # another use in the same moved block
