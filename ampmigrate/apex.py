@@ -324,16 +324,39 @@ class _Planner:
             for call in calls.get(member, []):
                 self._state(call, member)
         if not calls.get("scale_loss"):
-            self.problem(
-                initialize[0],
-                "no `amp.scale_loss` in this file: where the loss is scaled and the optimizer "
-                "stepped is not visible here",
-            )
+            self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))
         self._regions(setup)
         self._helper_notes()
         if not self.plan.problems:
             self.verify()
         return self.plan
+
+    def _scaled_elsewhere(self, init: cst.Call) -> str:
+        """The blocker for a file that initializes but scales the loss in another file: name
+        the calls that receive the optimizer, where the GradScaler has to be passed."""
+        text = (
+            "no `amp.scale_loss` in this file: the loss is scaled and the optimizer stepped in "
+            "another file; create the GradScaler here and pass it there"
+        )
+        args = {a.keyword.value: a.value for a in init.args if a.keyword}
+        positional = [a.value for a in init.args if not a.keyword]
+        optimizer = args.get("optimizers", positional[1] if len(positional) > 1 else None)
+        if optimizer is None:
+            return text
+        name = _code(self.module, optimizer)
+        home = self.function(init)
+        calls = [
+            n for n in self._subtree(home)
+            if isinstance(n, cst.Call) and self.order[id(n)] > self.order[id(init)]
+            and any(_code(self.module, a.value) == name for a in n.args)
+            and not _is_call_of(n, "step")
+        ]  # fmt: skip
+        if not calls:
+            return text
+        listed = ", ".join(
+            f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in calls[:3]
+        )
+        return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
 
     def _no_initialize(self, calls: dict[str, list[cst.Call]]) -> None:
         """A module that only uses the scaler (a checkpoint helper, a ``do_train`` called from
@@ -616,13 +639,21 @@ class _Planner:
             return None
         holder = self.parent(self.parent(statement))
         condition = None
+        if isinstance(holder, cst.If) and re.fullmatch(
+            r"__name__ *== *['\"]__main__['\"]", _code(self.module, holder.test)
+        ):
+            holder = None  # the script's main block: not a condition on mixed precision
         if isinstance(holder, cst.If):
             if holder.orelse is not None or self.block_of(holder) is None:
                 self.problem(init, "`amp.initialize` sits in an if/else or elif")
                 return None
             # with the availability checks folded (`amp is not None and x` is `x`)
             condition = _code(self.module, holder.test.visit(ReplaceNodes(self.plan.edits)))
-        elif not (isinstance(holder, cst.FunctionDef) or self.parent(statement) is self.module):
+        elif not (
+            holder is None
+            or isinstance(holder, cst.FunctionDef)
+            or self.parent(statement) is self.module
+        ):
             self.problem(init, "`amp.initialize` is nested in a block other than an `if`")
             return None
         enabled = args.get("enabled")

@@ -430,3 +430,38 @@ def test_original_needs_apex_and_the_migration_does_not(tmp_path):
     pytest.importorskip("torch")
     original = _run(APEX / "module_try_import.py", ["ckpt.pt"], tmp_path)
     assert original.returncode != 0 and "NameError" in original.stderr  # `amp` never imported
+
+
+def test_initialize_in_another_file_names_where_to_pass_the_scaler():
+    message = _message("""
+        from apex import amp
+        from engine import do_train
+
+
+        def main(model, optimizer, loader):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            do_train(model, loader, optimizer)
+    """)
+    assert "line 7: no `amp.scale_loss` in this file" in message
+    assert "`do_train` (line 8): add a `scaler` argument there" in message
+
+
+def test_main_block_is_not_a_condition():
+    out, _, fixed = fix_source(
+        textwrap.dedent("""
+        from apex import amp
+
+        if __name__ == "__main__":
+            model, optimizer = build()
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in loader:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """),
+        unsafe=True,
+    )
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert '    scaler = torch.amp.GradScaler("cuda")\n' in out
+    assert 'with torch.amp.autocast("cuda", dtype=torch.float16):' in out
