@@ -116,9 +116,6 @@ class _Facts(cst.CSTVisitor):
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
         self.assigned |= _targets(node.target)
 
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self.assigned |= _targets(node.target)
-
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self.assigned |= _targets(node.target)
 
@@ -130,6 +127,13 @@ class _Facts(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.used.add(node.value)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        self.calls |= isinstance(node.operator, cst.MatrixMultiply)  # autocast casts `@`
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.assigned |= _targets(node.target)
+        self.calls |= isinstance(node.operator, cst.MatrixMultiplyAssign)
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls = True
@@ -660,6 +664,13 @@ class _Planner:
         if enabled is not None:
             text = _code(self.module, enabled)
             condition = f"({condition}) and ({text})" if condition else text
+        level_text = _code(self.module, level) if level is not None else None
+        if condition is not None and level_text is not None and level_text in condition:
+            tests = [holder.test if isinstance(holder, cst.If) else None, enabled]
+            if any(_code(self.module, t) == level_text for t in tests if t is not None):
+                # `if args.fp16:` where args.fp16 is the opt level ("" or "O1"): autocast
+                # takes only a bool
+                condition = f"bool({condition})"
         name = self.free_name("scaler")
         if name is None:
             self.problem(init, "no free name for the GradScaler")
@@ -671,7 +682,8 @@ class _Planner:
             elements = target.elements if isinstance(target, cst.Tuple | cst.List) else [target]
             if elements:
                 first = elements[0]
-                targets.add(_code(self.module, getattr(first, "value", first)))
+                first = first.value if isinstance(first, cst.Element) else first
+                targets.add(_code(self.module, first))
         setup = _Setup(
             statement, self.function(init), {_code(self.module, models), *targets}, condition
         )
@@ -1019,6 +1031,12 @@ class _Planner:
         if len(nested) != 1:
             self.problem(statement, "the clip is followed by several conditional steps")
             return
+        step = nested[0]
+        conditions: list[cst.BaseExpression] = []
+        if self._blocks_move(unit):  # the clip shares its block with the backward
+            narrowed = self._narrow(statement, unit)
+            if narrowed is not None:
+                unit, conditions = narrowed
         facts = self.facts(unit)
         inside = {id(n) for n in self._subtree(unit)}
         function = self.function(unit)
@@ -1027,11 +1045,7 @@ class _Planner:
             if isinstance(n, cst.Name) and n.value in facts.assigned and id(n) not in inside
             and not isinstance(self.parent(n), cst.AssignTarget | cst.AnnAssign | cst.AugAssign)
         ]  # fmt: skip
-        steps = [p for group in self.steps.values() for p in group]
-        blockers = facts.backward or any(
-            id(n) in inside for n in [*steps, *(s for s, _, _, _ in self.requests)]
-        )
-        step = nested[0]
+        blockers = self._blocks_move(unit)
         if reads or blockers:
             own = self.facts(statement).assigned
             used = [n for n in reads if n.value in own]
@@ -1055,24 +1069,68 @@ class _Planner:
             return
         self.moved.add(id(unit))
         moved: dict[str, cst.CSTNode] = {}
+        alone = len(_statements(self.block_of(unit)[0])) == 1
 
-        def take(u: cst.CSTNode) -> cst.RemovalSentinel:
-            moved["unit"] = u
-            return cst.RemoveFromParent()
+        def take(u: cst.CSTNode) -> cst.CSTNode | cst.RemovalSentinel:
+            moved["unit"] = u.with_changes(leading_lines=())
+            return cst.parse_statement("pass\n") if alone else cst.RemoveFromParent()
 
-        if unit is statement:
-            self.plan.edits[unit] = take
-            lines = lambda: [cst.parse_statement(unscale), moved["unit"]]  # noqa: E731
-        else:
+        def lines() -> list[cst.BaseStatement]:
+            body = [cst.parse_statement(unscale)] if unit is statement else []
+            body.append(moved["unit"])
+            for test in reversed(conditions):  # under the conditions it ran under
+                header = cst.ensure_type(
+                    cst.parse_statement(f"if {_code(self.module, test)}:\n    pass\n"), cst.If
+                )
+                body = [header.with_changes(body=header.body.with_changes(body=body))]
+            return body
+
+        if unit is not statement:
             self._unscale_before(statement, unscale)
-            self.plan.edits[unit] = take
-            lines = lambda: [moved["unit"]]  # noqa: E731
+        self.plan.edits[unit] = take
         self.before_step[step].append(lines)
         self.plan.notes.append(
             f"behaviour change: apex clipped `amp.master_params` on every micro-batch (line "
             f"{self.line(statement)}); the clip now runs once per optimizer step, under the "
             f"step's condition (line {self.line(step)}), after `scaler.unscale_`"
         )
+
+    def _blocks_move(self, unit: cst.CSTNode) -> bool:
+        """``unit`` holds a backward, a scaled loss or a step: it cannot move to the step."""
+        inside = {id(n) for n in self._subtree(unit)}
+        steps = [p for group in self.steps.values() for p in group]
+        return self.facts(unit).backward or any(
+            id(n) in inside for n in [*steps, *(s for s, _, _, _ in self.requests)]
+        )
+
+    def _narrow(self, statement, unit) -> tuple[cst.CSTNode, list] | None:
+        """The largest statement around the clip, inside ``unit``, that can move alone, and
+        the ``if`` tests (without calls) it sits under there: ``if args.fp16: <backward>;
+        clip(...)`` moves as ``if args.fp16: unscale_; clip(...)``."""
+        chain = [statement, *self.ancestors(statement)]
+        chain = chain[: next(i for i, n in enumerate(chain) if n is unit)]
+        movable = [n for n in chain if isinstance(n, cst.BaseStatement)]
+        movable = [n for n in movable if not self._blocks_move(n)]
+        if not movable:
+            return None
+        top = movable[-1]
+        conditions = []
+        previous = top
+        for node in chain[chain.index(top) + 1 :]:
+            if isinstance(node, cst.IndentedBlock):
+                previous = node
+                continue
+            if not (isinstance(node, cst.If) and node.body is previous):
+                return None
+            if self.facts(node.test).calls:
+                return None
+            conditions.insert(0, node.test)
+            previous = node
+        if isinstance(unit, cst.If) and unit.body is previous and not self.facts(unit.test).calls:
+            conditions.insert(0, unit.test)
+        else:
+            return None
+        return top, conditions
 
     def _subtree(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         nodes: list[cst.CSTNode] = []
@@ -1242,7 +1300,7 @@ class _Planner:
                 if calling:  # from the forward (or the first call feeding the loss) on
                     picked = True
                     indices, feeds, _ = chosen.setdefault(block, (set(), set(), enabled))
-                    indices.update(range(min(forward or calling), max(feeding) + 1))
+                    indices.update(range(min(forward or calling), max(calling) + 1))
                     feeds.update(feeding)
                 owner = self.owner(block)
                 if owner is None or owner is function or (isinstance(owner, Loop) and picked):

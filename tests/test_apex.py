@@ -26,6 +26,7 @@ REWRITTEN = [
     "closure_update",
     "trainer_class",
     "accumulation_clip",
+    "accumulation_clip_in_branch",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, `num_losses`",
@@ -283,6 +284,7 @@ CASES = {
     "closure_update": [[], ["--amp"]],
     "trainer_class": [[], ["--fp16"]],
     "accumulation_clip": [[], ["--amp"]],
+    "accumulation_clip_in_branch": [[], ["O1"]],
 }
 
 
