@@ -308,14 +308,11 @@ class _Planner:
             self.problem(node, f"`amp.{member}` has no O1 rewrite ({hint})")
         self._imports()
         self._values(calls)
-        if len(initialize) != 1:
-            if initialize:
-                for extra in initialize[1:]:
-                    self.problem(extra, "`amp.initialize` is called more than once: one "
-                                 "GradScaler per optimizer must be placed by hand")  # fmt: skip
-            else:
-                self._no_initialize(calls)
+        if not initialize:
+            self._no_initialize(calls)
             return self.plan
+        for extra in initialize[1:]:
+            self._reinitialize(initialize[0], extra)
         setup = self._initialize(initialize[0])
         if setup is None:
             return self.plan
@@ -334,6 +331,31 @@ class _Planner:
         if not self.plan.problems:
             self.verify()
         return self.plan
+
+    def _reinitialize(self, first: cst.Call, extra: cst.Call) -> None:
+        """``a, b = amp.initialize(a, b, <same options>)`` again (allennlp does it before
+        ``amp.load_state_dict``, as apex's docs advised): a no-op for native AMP, so it goes.
+        Any other second initialize blocks."""
+        statement = self.statement(extra)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        same = (
+            isinstance(small, cst.Assign)
+            and len(statement.body) == 1
+            and small.value is extra
+            and _code(self.module, extra.with_changes(func=first.func)) == _code(self.module, first)
+        )
+        if same:
+            targets = _code(self.module, small.targets[0].target).replace(" ", "").strip("()")
+            values = [_code(self.module, a.value) for a in extra.args if not a.keyword][:2]
+            same = targets == ",".join(values)
+        if same:
+            self._remove_statement(statement)
+            return
+        self.problem(
+            extra,
+            "`amp.initialize` is called more than once: one GradScaler per optimizer must be "
+            "placed by hand",
+        )
 
     def _scaled_elsewhere(self, init: cst.Call) -> str:
         """The blocker for a file that initializes but scales the loss in another file: name
@@ -986,6 +1008,11 @@ class _Planner:
             if f is function and self.order[id(s)] < self.order[id(statement)]
         ]  # fmt: skip
         if not steps or not scaled:
+            caller = self._helper_call(function, opt)
+            if caller is not None:  # a helper called once per step: unscale before the call
+                call_statement, outer = caller
+                self._place_unscale(call_statement, opt, outer, self.access(outer))
+                return
             self.problem(
                 statement,
                 f"`amp.master_params` is not between a scaled backward and `{opt}.step()` in "
@@ -999,7 +1026,7 @@ class _Planner:
                 break
             block, index = located
             later = _statements(block)[index + 1 :]
-            if any(s in steps for s in later):
+            if any(self._always_steps(s, steps) for s in later):
                 self._unscale_before(statement, unscale)
                 return
             nested = [p for p in steps if any(self.within(p, s) for s in later)]
@@ -1015,6 +1042,48 @@ class _Planner:
             f"`amp.master_params` is not followed by `{opt}.step()` in the same step: place "
             "`scaler.unscale_` by hand",
         )
+
+    def _always_steps(self, statement: cst.CSTNode, steps: list) -> bool:
+        """``statement`` is a step, or an if/else whose every branch always steps."""
+        if statement in steps:
+            return True
+        if not isinstance(statement, cst.If) or statement.orelse is None:
+            return False
+        branches = [statement.body]
+        orelse = statement.orelse
+        if isinstance(orelse, cst.If):
+            return any(self._always_steps(s, steps) for s in statement.body.body) and (
+                self._always_steps(orelse, steps)
+            )
+        branches.append(orelse.body)
+        return all(any(self._always_steps(s, steps) for s in b.body) for b in branches)
+
+    def _helper_call(self, function, opt: str) -> tuple[cst.CSTNode, cst.CSTNode] | None:
+        """``function`` (allennlp's ``rescale_gradients``) is called exactly once in the file,
+        as a statement of a function that scales the loss and steps ``opt``, and uses
+        ``master_params`` outside any loop: its one call is where unscale_ goes."""
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        name = function.name.value
+        references = [
+            n for n in self.nodes
+            if (isinstance(n, cst.Attribute) and n.attr.value == name)
+            or (isinstance(n, cst.Name) and n.value == name
+                and not isinstance(self.parent(n), cst.Attribute | cst.FunctionDef))
+        ]  # fmt: skip
+        if len(references) != 1:
+            return None
+        call = self.parent(references[0])
+        if not isinstance(call, cst.Call) or call.func is not references[0]:
+            return None
+        outer = self.function(call)
+        if outer is function or not self.steps.get((id(outer), opt)):
+            return None
+        if any(isinstance(n, Loop) for n in self._subtree(function)):
+            return None
+        if self.access(outer) is None:
+            return None
+        return self.statement(call), outer
 
     def _unscale_before(self, statement: cst.CSTNode, unscale: str) -> None:
         self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
