@@ -324,6 +324,8 @@ class _Planner:
         for member in ("state_dict", "load_state_dict"):
             for call in calls.get(member, []):
                 self._state(call, member)
+        if not calls.get("state_dict") and not calls.get("load_state_dict"):
+            self._resume_state(setup, initialize[0])
         if not calls.get("scale_loss"):
             self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))
         self._regions(setup)
@@ -1233,6 +1235,69 @@ class _Planner:
         )
         if note not in self.plan.notes:
             self.plan.notes.append(note)
+
+    def _resume_state(self, setup: _Setup, init: cst.Call) -> None:
+        """apex's loss scale was never checkpointed here; the optimizer's is. Put the
+        GradScaler's state next to it, under its own key, where the scaler exists: a dict
+        literal holding ``opt.state_dict()`` gains ``"scaler": scaler.state_dict()``, and
+        ``opt.load_state_dict(ckpt[...])`` is followed by a guarded ``scaler.load_state_dict``
+        (old checkpoints have no such key)."""
+        args = {a.keyword.value: a.value for a in init.args if a.keyword}
+        positional = [a.value for a in init.args if not a.keyword]
+        optimizer = args.get("optimizers", positional[1] if len(positional) > 1 else None)
+        opt = _code(self.module, optimizer)
+        created = self.order[id(setup.statement)]
+
+        def reachable(node: cst.CSTNode) -> str | None:
+            function = self.function(node)
+            access = self.access(function)
+            if access is None or (function is setup.home and self.order[id(node)] < created):
+                return None
+            return access
+
+        for node in self.nodes:
+            if _is_call_of(node, "state_dict") and _code(self.module, node.func.value) == opt:
+                holder = next((a for a in self.ancestors(node) if isinstance(a, cst.Dict)), None)
+                access = reachable(node) if holder is not None else None
+                if access is None or holder in self.plan.edits:
+                    continue
+                keys = [e.key for e in holder.elements if isinstance(e, cst.DictElement)]
+                if not keys or not all(isinstance(k, cst.SimpleString) for k in keys):
+                    continue
+                quote = keys[0].quote
+                element = cst.DictElement(
+                    cst.SimpleString(f"{quote}{self.name}{quote}"),
+                    cst.parse_expression(f"{access}.state_dict()"),
+                )
+                self.plan.edits[holder] = lambda u, e=element: u.with_changes(
+                    elements=[*u.elements, e]
+                )
+            elif (
+                _is_call_of(node, "load_state_dict") and _code(self.module, node.func.value) == opt
+            ):
+                statement = self.statement(node)
+                source = node.args[0].value if len(node.args) == 1 else None
+                access = reachable(node)
+                if (
+                    access is None
+                    or not isinstance(source, cst.Subscript)
+                    or not isinstance(source.value, cst.Name | cst.Attribute)
+                    or not isinstance(statement, cst.SimpleStatementLine)
+                    or statement.body[0] is not self.parent(node)
+                    or statement in self.plan.edits
+                ):
+                    continue
+                container = _code(self.module, source.value)
+                quote = '"'
+                load = cst.parse_statement(
+                    f"if {quote}{self.name}{quote} in {container}:\n"
+                    f"    {access}.load_state_dict({container}[{quote}{self.name}{quote}])\n"
+                )
+                self.plan.edits[statement] = lambda u, load=load: cst.FlattenSentinel([u, load])
+                self.plan.notes.append(
+                    f"the GradScaler's state is restored after `{opt}`'s (line "
+                    f"{self.line(statement)}) when the checkpoint has it"
+                )
 
     def _new_key(self, node: cst.SimpleString) -> None:
         quote = node.quote

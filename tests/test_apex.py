@@ -467,3 +467,34 @@ def test_main_block_is_not_a_condition():
     assert [d.code for d in fixed] == ["AMP303"]
     assert '    scaler = torch.amp.GradScaler("cuda")\n' in out
     assert 'with torch.amp.autocast("cuda", dtype=torch.float16):' in out
+
+
+def test_scaler_state_goes_next_to_the_optimizer_state():
+    """apex never checkpointed its loss scale here; the rewrite saves the GradScaler's under its
+    own key next to the optimizer's, and restores it when a checkpoint has it."""
+    out, _, fixed = fix_source(
+        textwrap.dedent("""
+        import torch
+        from apex import amp
+
+
+        def train(model, optimizer, loader, path):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            ckpt = torch.load(path)
+            optimizer.load_state_dict(ckpt['optimizer'])
+            for x in loader:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            torch.save({'model': model.state_dict(), 'optimizer': optimizer.state_dict()}, path)
+        """),
+        unsafe=True,
+    )
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert "'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict()}" in out
+    assert (
+        "    optimizer.load_state_dict(ckpt['optimizer'])\n"
+        '    if "scaler" in ckpt:\n'
+        '        scaler.load_state_dict(ckpt["scaler"])\n'
+    ) in out
