@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "scripts" / "apex-corpus.json"
 ALLOWED_AMP = {"initialize", "scale_loss", "master_params", "state_dict", "load_state_dict"}
 ALLOWED_INIT_KEYWORDS = {"opt_level", "enabled", "verbosity"}
-REFUSAL_PREFIX = "apex O1 cannot be rewritten automatically here: "
+REFUSAL_PREFIX = "apex O1 cannot be rewritten automatically here"
 
 # ---------------------------------------------------------------------------------------------
 # The region invariant, on stdlib ast only (independent of ampmigrate's libcst code).
@@ -436,7 +436,7 @@ def ampmigrate(*args: str) -> tuple[list[dict], dict[str, str]]:
 
 
 def shorten(message: str, width: int = 140) -> str:
-    text = message.removeprefix(REFUSAL_PREFIX).replace("\n", " ")
+    text = message.removeprefix(REFUSAL_PREFIX).removeprefix(": ").strip().replace("\n", " ")
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -495,6 +495,8 @@ class Row:
 def classify(corpus: Path, manifest: dict, keep: Path | None = None) -> tuple[list[Row], str]:
     """Run fix on a scratch copy of the corpus and classify every benchmarked file; `keep`
     receives a copy of the migrated corpus (to diff against the original)."""
+    version = _version()
+    started = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}"
     with tempfile.TemporaryDirectory(prefix="apexbench-") as tmp:
         scratch = Path(tmp) / "corpus"
         shutil.copytree(corpus, scratch)
@@ -572,7 +574,7 @@ def classify(corpus: Path, manifest: dict, keep: Path | None = None) -> tuple[li
         if keep:
             shutil.rmtree(keep, ignore_errors=True)
             shutil.copytree(scratch, keep)
-    return rows, f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}, {_version()}"
+    return rows, f"{started}, {version}"
 
 
 def _version() -> str:
@@ -652,7 +654,9 @@ def report(rows: list[Row], stamp: str, markdown: bool) -> str:
                 else ("yes" if r.eligible else f"no ({r.why_ineligible})")
             )
             reason = r.reason.replace("|", "\\|")
-            lines.append(f"| `{r.file}` | {mark} | {r.outcome} | {reason} |")
+            repo, _, path = r.file.partition("/")
+            name = f"{repo.replace('+', '/', 1)} `{path}`"
+            lines.append(f"| {name} | {mark} | {r.outcome} | {reason} |")
     else:
         for r in rows:
             mark = "sibling" if r.eligible is None else ("yes" if r.eligible else "no")
