@@ -164,6 +164,7 @@ class _Planner:
         self.before_step: dict[cst.CSTNode, list[Callable[[], list]]] = {}
         self.requests: list[tuple[cst.With, str, cst.CSTNode, str | None]] = []
         self.moved: set[int] = set()
+        self.unscales: list[cst.CSTNode] = []  # where an unscale_ is placed (before, or a step)
         self.dropped: set[int] = set()  # statements removed with the apex import
         self.bound: set[str] = set()  # names the removed apex imports bound
 
@@ -321,6 +322,7 @@ class _Planner:
         for call in calls.get("scale_loss", []):
             self._scale_loss(call, setup)
         self._master_params(calls.get("master_params", []))
+        self._one_unscale_per_step()
         for member in ("state_dict", "load_state_dict"):
             for call in calls.get(member, []):
                 self._state(call, member)
@@ -1002,7 +1004,24 @@ class _Planner:
         child_b = path_b[[id(n) for n in path_b].index(id(common)) - 1]
         return {id(child_a), id(child_b)} == {id(common.body), id(common.orelse)}
 
-    def _place_unscale(self, statement, opt: str, function, access: str) -> None:
+    def _one_unscale_per_step(self) -> None:
+        """Two unscale_ that can run in one step raise at the second: every pair placed in one
+        function must sit in different branches of an ``if``."""
+        placed = list(dict.fromkeys(self.unscales))
+        for i, later in enumerate(placed):
+            for earlier in placed[:i]:
+                same = self.function(earlier) is self.function(later)
+                if same and not self._exclusive(earlier, later):
+                    self.problem(
+                        later,
+                        "`scaler.unscale_` would run twice in one step (before lines "
+                        f"{min(self.line(earlier), self.line(later))} and "
+                        f"{max(self.line(earlier), self.line(later))}; apex's `master_params` is "
+                        "read twice): unscale once, before the first use, by hand",
+                    )
+                    return
+
+    def _place_unscale(self, statement, opt: str, function, access: str, depth: int = 0) -> None:
         steps = self.steps.get((id(function), opt), [])
         unscale = f"{access}.unscale_({opt})\n"
         scaled = [
@@ -1010,10 +1029,10 @@ class _Planner:
             if f is function and self.order[id(s)] < self.order[id(statement)]
         ]  # fmt: skip
         if not steps or not scaled:
-            caller = self._helper_call(function, opt)
+            caller = self._helper_call(function, opt) if depth < 3 else None
             if caller is not None:  # a helper called once per step: unscale before the call
                 call_statement, outer = caller
-                self._place_unscale(call_statement, opt, outer, self.access(outer))
+                self._place_unscale(call_statement, opt, outer, self.access(outer), depth + 1)
                 return
             self.problem(
                 statement,
@@ -1088,6 +1107,7 @@ class _Planner:
         return self.statement(call), outer
 
     def _unscale_before(self, statement: cst.CSTNode, unscale: str) -> None:
+        self.unscales.append(statement)
         self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
             [
                 cst.parse_statement(unscale).with_changes(leading_lines=u.leading_lines),
@@ -1160,6 +1180,8 @@ class _Planner:
             self._unscale_before(statement, unscale)
         self.plan.edits[unit] = take
         self.before_step[step].append(lines)
+        if unit is statement:
+            self.unscales.append(step)
         self.plan.notes.append(
             f"behaviour change: apex clipped `amp.master_params` on every micro-batch (line "
             f"{self.line(statement)}); the clip now runs once per optimizer step, under the "

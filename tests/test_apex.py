@@ -498,3 +498,26 @@ def test_scaler_state_goes_next_to_the_optimizer_state():
         '    if "scaler" in ckpt:\n'
         '        scaler.load_state_dict(ckpt["scaler"])\n'
     ) in out
+
+
+def test_unscale_never_twice_in_one_step():
+    message = _message("""
+        from apex import amp
+
+
+        class Trainer:
+            def __init__(self, model, optimizer):
+                self.model, self.optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+            def total_norm(self):
+                return sum(p.grad.norm() for p in amp.master_params(self.optimizer))
+
+            def step(self, x):
+                loss = self.model(x).sum()
+                with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                torch.nn.utils.clip_grad_norm_(amp.master_params(self.optimizer), 1.0)
+                print(self.total_norm())
+                self.optimizer.step()
+    """)
+    assert "`scaler.unscale_` would run twice in one step (before lines 16 and 17" in message
