@@ -154,9 +154,10 @@ def _names(node: ast.AST) -> set[str]:
     return found - {None, "self", "cls"}
 
 
-def _loss_slice(func: Function, losses: list[ast.expr]) -> set[ast.AST]:
+def _loss_slice(func: Function, losses: list[ast.expr], models: set[str]) -> set[ast.AST]:
     """The assignments the scaled losses depend on, by name and earlier line, to a fixed point:
-    the statements whose helper calls compute the forward pass."""
+    the statements whose helper calls compute the forward pass. The models are not followed:
+    where the model object came from (`model = DataParallel(model)`) is not loss data."""
     needed: dict[str, int] = {}
     for loss in losses:
         for name in _names(loss):
@@ -175,7 +176,7 @@ def _loss_slice(func: Function, losses: list[ast.expr]) -> set[ast.AST]:
             names = set().union(*(_target_names(t) for t in targets))
             if any(needed.get(n, 0) > stmt.lineno for n in names):
                 chosen.add(stmt)
-                for name in _names(stmt.value):
+                for name in _names(stmt.value) - models:
                     needed[name] = max(needed.get(name, 0), stmt.lineno)
                 changed = True
     return chosen
@@ -231,7 +232,7 @@ def region_violations(source: str, models: set[str]) -> list[str]:
     training = {q: fc for q, fc in functions.items() if _scale_receivers(fc[0])}
     helper_sites: dict[str, list[bool]] = {}
     for qualified, (func, cls) in training.items():
-        relevant = _loss_slice(func, _scale_receivers(func))
+        relevant = _loss_slice(func, _scale_receivers(func), models)
         relevant_calls = {
             id(c) for stmt in relevant for c in ast.walk(stmt) if isinstance(c, ast.Call)
         }
@@ -243,6 +244,15 @@ def region_violations(source: str, models: set[str]) -> list[str]:
                 )
             if isinstance(call.func, ast.Attribute) and call.func.attr == "backward" and inside:
                 problems.append(f"line {call.lineno}: `.backward()` in {qualified} is in autocast")
+            passed = [
+                dotted(a) for a in [*call.args, *(k.value for k in call.keywords)] if dotted(a)
+            ]
+            given = sorted(set(passed) & models)
+            if given and id(call) in relevant_calls and not inside and name not in models:
+                problems.append(
+                    f"line {call.lineno}: `{name or 'call'}(..., {given[0]}, ...)` in {qualified}"
+                    " computes the scaled loss with the model outside autocast"
+                )
             target = _resolve(call, cls, functions)
             if target and target not in training and id(call) in relevant_calls:
                 helper_sites.setdefault(target, []).append(inside)
@@ -625,8 +635,8 @@ def judge(
     if error:
         problems.append(error)
     problems += new_after.get(rel, [])
+    models = use.models or repo_models
     if error is None:
-        models = use.models or repo_models
         problems += region_violations(output, models)
     if problems:
         return Row(rel, eligible, "wrong", problems[0], why, problems)
@@ -635,7 +645,11 @@ def judge(
             sorted(amp_left)
         )
         return Row(rel, eligible, "refused", reason, why)
-    return Row(rel, eligible, "rewritten", "", why)
+    # The invariant must see a forward to vouch for the region: the original, without autocast,
+    # shows each forward it checks as a violation.
+    checked = "scale_loss" not in use.amp_calls or region_violations(original, models)
+    note = "" if checked else "invariant found no model call to check"
+    return Row(rel, eligible, "rewritten", note, why)
 
 
 def report(rows: list[Row], stamp: str, markdown: bool) -> str:

@@ -250,3 +250,18 @@ def test_a_wrapped_or_aliased_model_is_judged_too():
     assert violations(source, {"self.model"}) == [
         "line 8: `self._pytorch_model(...)` in Trainer.train_step runs outside autocast"
     ]
+
+
+def test_a_forward_helper_given_the_model_must_run_in_the_region():
+    source = """
+        def train(model, scaler, batches):
+            for batch in batches:
+                out = forward(model=model, batch=batch)
+                loss = out.loss
+                scaler.scale(loss).backward()
+                log(model, loss)
+    """
+    assert violations(source, {"model"}) == [
+        "line 4: `forward(..., model, ...)` in train computes the scaled loss with the model"
+        " outside autocast"
+    ]
