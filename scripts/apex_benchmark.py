@@ -19,7 +19,8 @@ sibling modules are updated as ``fix`` on a project would, and classifies each b
   optimizers, fp16_utils), O0/O2/O3, property overrides or multiple loss ids make it ineligible;
 - outcome: ``rewritten`` (no apex amp left), ``refused`` (the AMP303 blocker, shortened) or
   ``wrong``: the output does not compile, ``check`` reports a code the original did not have,
-  or the region invariant breaks (``region_violations``).
+  the region invariant breaks (``region_violations``), or a parameter the rewrite added to a
+  function is not passed by one of its callers in the project (``missed_callers``).
 
 Other files that ``fix`` changed are checked the same way and listed when wrong. Exit status 1
 when a rewrite is wrong.
@@ -424,6 +425,116 @@ def _initialize_blockers(call: ast.Call) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Call sites: a rewrite that adds a required parameter must find every caller.
+
+
+def _required_params(func: Function) -> list[str]:
+    """Positional parameters without a default, then keyword-only ones without a default."""
+    positional = [*func.args.posonlyargs, *func.args.args]
+    required = [a.arg for a in positional[: len(positional) - len(func.args.defaults)]]
+    kw_defaults = zip(func.args.kwonlyargs, func.args.kw_defaults, strict=True)
+    return required + [a.arg for a, default in kw_defaults if default is None]
+
+
+def added_parameters(original: str, output: str) -> dict[str, tuple[Function, list[str]]]:
+    """Functions (by simple name) whose rewrite gained required parameters."""
+    before = {q: f for q, (f, _) in _functions(ast.parse(original)).items()}
+    added = {}
+    for qualified, (func, _) in _functions(ast.parse(output)).items():
+        if qualified in before:
+            new = [
+                p for p in _required_params(func) if p not in _required_params(before[qualified])
+            ]
+            if new:
+                added[func.name] = (func, new)
+    return added
+
+
+def missed_callers(name: str, func: Function, new: list[str], source: str) -> list[int]:
+    """Lines of calls in `source` to `name` (or a variable bound to it) that do not pass every
+    parameter in `new`, by keyword or by position."""
+    tree = ast.parse(source)
+    aliases = {name}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and name in _levels_names(node.value):
+            aliases |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    params = [a.arg for a in [*func.args.posonlyargs, *func.args.args]]
+    method = params[:1] == ["self"]
+    modules = {
+        (alias.asname or alias.name).split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = node.func
+        if isinstance(callee, ast.Name):
+            called = callee.id
+        elif isinstance(callee, ast.Attribute) and (method or dotted(callee.value) in modules):
+            called = callee.attr
+        else:
+            continue
+        bound = isinstance(callee, ast.Attribute) and method
+        if called not in aliases:
+            continue
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(
+            k.arg is None for k in node.keywords
+        ):
+            continue
+        given = set(params[int(bound) : int(bound) + len(node.args)])
+        given |= {k.arg for k in node.keywords}
+        if not set(new) <= given:
+            lines.append(node.lineno)
+    return lines
+
+
+def _levels_names(value: ast.expr) -> set[str]:
+    """The plain names an assigned value can be (`f`, `f if fast else g`)."""
+    if isinstance(value, ast.Name):
+        return {value.id}
+    if isinstance(value, ast.IfExp):
+        return _levels_names(value.body) | _levels_names(value.orelse)
+    return set()
+
+
+def signature_breaks(
+    scratch: Path, corpus: Path, changed: list[str], scope: dict[str, list[str]]
+) -> dict[str, list[str]]:
+    """For each changed file, the callers (in its project: `scope` maps a file to the subtrees
+    its manifest entry brings) that a parameter added by the rewrite leaves without an argument:
+    a TypeError at run time."""
+    problems: dict[str, list[str]] = {}
+    for rel in changed:
+        try:
+            added = added_parameters(
+                (corpus / rel).read_text(encoding="utf-8", errors="replace"),
+                (scratch / rel).read_text(encoding="utf-8", errors="replace"),
+            )
+        except SyntaxError:
+            continue
+        for name, (func, new) in added.items():
+            paths = [scratch / root for root in scope[rel]]
+            files = [f for p in paths for f in (sorted(p.rglob("*.py")) if p.is_dir() else [p])]
+            for path in files:
+                text = path.read_text(encoding="utf-8", errors="replace")
+                if name not in text:
+                    continue
+                try:
+                    lines = missed_callers(name, func, new, text)
+                except SyntaxError:
+                    continue
+                where = path.relative_to(scratch).as_posix()
+                problems.setdefault(rel, []).extend(
+                    f"`{name}` gained `{', '.join(new)}` but {where}:{line} does not pass it"
+                    for line in lines
+                )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
 # Running ampmigrate and classifying.
 
 
@@ -552,6 +663,13 @@ def classify(corpus: Path, manifest: dict, keep: Path | None = None) -> tuple[li
             by_file.setdefault(rel, []).append(
                 {"code": "AMP303", "message": f"fix crashed: {message}", "fix": None}
             )
+        scope = {}
+        for rel in changed:
+            entry = next((i for p, i in prefixes if rel.startswith(p)), None)
+            roots = [p for p, i in prefixes if i == entry] or [rel.split("/", 1)[0]]
+            scope[rel] = [root.rstrip("/") for root in roots]
+        for rel, broken in signature_breaks(scratch, corpus, changed, scope).items():
+            new_after.setdefault(rel, [])[:0] = broken
         models_by_repo: dict[int, set[str]] = {}
         uses: dict[str, ApexUse] = {}
         init_blockers: dict[int, set[str]] = {}

@@ -265,3 +265,24 @@ def test_a_forward_helper_given_the_model_must_run_in_the_region():
         "line 4: `forward(..., model, ...)` in train computes the scaled loss with the model"
         " outside autocast"
     ]
+
+
+def test_a_parameter_added_by_the_rewrite_must_reach_every_caller():
+    original = "def do_train(model, optimizer):\n    pass\n"
+    output = "def do_train(model, optimizer, scaler):\n    pass\n"
+    added = bench.added_parameters(original, output)
+    func, new = added["do_train"]
+    assert new == ["scaler"]
+    caller = textwrap.dedent(
+        """
+        import trainer
+        from trainer import do_train
+        run = do_train
+        do_train(m, o)
+        do_train(m, o, scaler)
+        trainer.do_train(m, o, scaler=scaler)
+        run(m, o)
+        net.do_train(m, o)
+        """
+    )
+    assert bench.missed_callers("do_train", func, new, caller) == [5, 8]
