@@ -1488,11 +1488,10 @@ class _Planner:
             return forbidden[id(statement)]
 
         chosen: dict[cst.CSTNode, tuple[set[int], set[int], str | None]] = {}
-        checks: list[tuple[list[cst.CSTNode], str]] = []
+        checks: list[tuple[cst.CSTNode, str]] = []
         for scale, loss, function, enabled in self.requests:
             needed = {loss}
             current: cst.CSTNode = scale
-            before: list[cst.CSTNode] = []
             picked = False
             while True:
                 located = self.block_of(current)
@@ -1500,7 +1499,6 @@ class _Planner:
                     break
                 block, index = located
                 body = _statements(block)
-                before += body[:index]
                 feeding, calling, forward = [], [], []
                 for i in range(index - 1, -1, -1):
                     facts = self.facts(body[i], setup.models)
@@ -1524,7 +1522,7 @@ class _Planner:
                     f"`{loss}` is not computed before its `scale_loss` in this function: place "
                     '`torch.amp.autocast("cuda", dtype=torch.float16)` around the forward by hand',
                 )
-            checks.append((before, loss))
+            checks.append((function, loss))
         wrapped: set[int] = set()
         for block, (indices, feeds, enabled) in chosen.items():
             body = _statements(block)
@@ -1546,16 +1544,20 @@ class _Planner:
             for run in runs:
                 wrapped.update(id(body[i]) for i in run)
             self._wrap(block, [[body[i] for i in run] for run in runs], enabled)
-        for before, loss in checks:
-            for statement in before:
-                for call in self.facts(statement, setup.models).model_calls:
-                    if not any(id(a) in wrapped for a in self.ancestors(call)):
-                        self.problem(
-                            call,
-                            f"`{_code(self.module, call.func)}(...)` runs before the scaled "
-                            f"backward but does not feed `{loss}`, so it would leave the "
-                            "autocast region: wrap it by hand",
-                        )
+        seen: set[int] = set()
+        for function, loss in checks:
+            body = function.body if isinstance(function, cst.FunctionDef) else function
+            for call in self.facts(body, setup.models).model_calls:
+                if id(call) in seen or self.function(call) is not function:
+                    continue
+                seen.add(id(call))
+                if not any(id(a) in wrapped for a in self.ancestors(call)):
+                    self.problem(
+                        call,
+                        f"`{_code(self.module, call.func)}(...)` runs in the function that scales "
+                        f"`{loss}` but not in the autocast region of its forward (apex O1 ran it "
+                        "in float16 too): wrap it in `torch.amp.autocast` by hand",
+                    )
 
     def _wrap(self, block: cst.CSTNode, runs: list[list[cst.BaseStatement]], enabled) -> None:
         """One ``with autocast`` per run; the block regroups its updated statements."""

@@ -165,7 +165,7 @@ def test_forward_outside_the_data_flow_blocks():
                     scaled_loss.backward()
                 optimizer.step()
     """)
-    assert "line 8: `model(...)` runs before the scaled backward but does not feed `loss`" in (
+    assert "line 8: `model(...)` runs in the function that scales `loss` but not in the" in (
         message
     )
 
