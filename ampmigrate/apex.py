@@ -963,9 +963,11 @@ class _Planner:
                 value=cst.parse_expression(f"{access}.scale({loss.value})")
             )
         )
-        lines = [first.with_changes(body=[backward.with_changes(value=new_backward)],
-                                    leading_lines=statement.leading_lines), *body[1:]]  # fmt: skip
-        self.plan.edits[statement] = lambda _u: cst.FlattenSentinel(lines)
+        head = first.with_changes(
+            body=[backward.with_changes(value=new_backward)], leading_lines=statement.leading_lines
+        )
+        # the rest of the body as updated (it may hold other edits, e.g. a region)
+        self.plan.edits[statement] = lambda u: cst.FlattenSentinel([head, *u.body.body[1:]])
         self._steps(_code(self.module, optimizer), access, function, call)
         if function is setup.home:
             enabled = setup.condition
@@ -1488,7 +1490,7 @@ class _Planner:
             return forbidden[id(statement)]
 
         chosen: dict[cst.CSTNode, tuple[set[int], set[int], str | None]] = {}
-        checks: list[tuple[cst.CSTNode, str]] = []
+        checks: list[tuple[cst.CSTNode, str, str | None]] = []
         for scale, loss, function, enabled in self.requests:
             needed = {loss}
             current: cst.CSTNode = scale
@@ -1522,8 +1524,9 @@ class _Planner:
                     f"`{loss}` is not computed before its `scale_loss` in this function: place "
                     '`torch.amp.autocast("cuda", dtype=torch.float16)` around the forward by hand',
                 )
-            checks.append((function, loss))
+            checks.append((function, loss, enabled))
         wrapped: set[int] = set()
+        planned: dict[cst.CSTNode, tuple[list[list[cst.BaseStatement]], str | None]] = {}
         for block, (indices, feeds, enabled) in chosen.items():
             body = _statements(block)
             runs: list[list[int]] = []
@@ -1543,21 +1546,44 @@ class _Planner:
             runs = [r for r in runs if feeds & set(r)]
             for run in runs:
                 wrapped.update(id(body[i]) for i in run)
-            self._wrap(block, [[body[i] for i in run] for run in runs], enabled)
+            planned[block] = ([[body[i] for i in run] for run in runs], enabled)
         seen: set[int] = set()
-        for function, loss in checks:
+        for function, loss, enabled in checks:
             body = function.body if isinstance(function, cst.FunctionDef) else function
             for call in self.facts(body, setup.models).model_calls:
                 if id(call) in seen or self.function(call) is not function:
                     continue
                 seen.add(id(call))
-                if not any(id(a) in wrapped for a in self.ancestors(call)):
+                if any(id(a) in wrapped for a in self.ancestors(call)):
+                    continue
+                # Another forward of the model in the training function (in-loop validation):
+                # apex O1 ran it in float16 too, so its simple statement gets a region.
+                statement = self.statement(call)
+                located = self.block_of(statement)
+                if (
+                    isinstance(statement, cst.SimpleStatementLine)
+                    and located is not None
+                    and not blocked(statement)
+                ):
+                    runs, _ = planned.setdefault(located[0], ([], enabled))
+                    runs.append([statement])
+                    wrapped.add(id(statement))
+                    note = (
+                        "other calls of the model in the training function (e.g. validation) "
+                        "get their own autocast region, as apex O1 ran them in float16"
+                    )
+                    if note not in self.plan.notes:
+                        self.plan.notes.append(note)
+                else:
                     self.problem(
                         call,
                         f"`{_code(self.module, call.func)}(...)` runs in the function that scales "
                         f"`{loss}` but not in the autocast region of its forward (apex O1 ran it "
                         "in float16 too): wrap it in `torch.amp.autocast` by hand",
                     )
+        for block, (runs, enabled) in planned.items():
+            order = {id(s): i for i, s in enumerate(_statements(block))}
+            self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
 
     def _wrap(self, block: cst.CSTNode, runs: list[list[cst.BaseStatement]], enabled) -> None:
         """One ``with autocast`` per run; the block regroups its updated statements."""

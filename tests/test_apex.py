@@ -151,21 +151,47 @@ def test_sibling_checkpoint_helper_is_named():
     assert "pass `scaler=scaler` here" in message
 
 
-def test_forward_outside_the_data_flow_blocks():
+def test_every_forward_in_the_training_function_gets_a_region():
+    """A forward that does not feed the loss (in-loop validation) ran in float16 under apex O1
+    too: it gets its own region; one in a compound statement's header blocks."""
+    out, _, fixed = fix_source(
+        textwrap.dedent("""
+        from apex import amp
+
+
+        def main(model, optimizer, loader, val):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in loader:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+                with torch.no_grad():
+                    score = model(val).mean()
+        """),
+        unsafe=True,
+    )
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert (
+        "        with torch.no_grad():\n"
+        '            with torch.amp.autocast("cuda", dtype=torch.float16):\n'
+        "                score = model(val).mean()\n"
+    ) in out
     message = _message("""
         from apex import amp
 
 
-        def main(model, teacher, optimizer, loader):
+        def main(model, optimizer, loader):
             model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
             for x in loader:
-                features = model(x)
-                loss = teacher(x).sum()
+                loss = model(x).sum()
                 with amp.scale_loss(loss, optimizer) as scaled_loss:
                     scaled_loss.backward()
                 optimizer.step()
+                for part in model(x):
+                    print(part)
     """)
-    assert "line 8: `model(...)` runs in the function that scales `loss` but not in the" in (
+    assert "line 12: `model(...)` runs in the function that scales `loss` but not in the" in (
         message
     )
 
