@@ -310,10 +310,7 @@ class _Planner:
         self._imports()
         self._values(calls)
         if not initialize:
-            if calls.get("scale_loss") and not others:
-                self._scaled_here(calls)
-            else:
-                self._no_initialize(calls)
+            self._no_initialize(calls)
             return self.plan
         for extra in initialize[1:]:
             self._reinitialize(initialize[0], extra)
@@ -390,54 +387,6 @@ class _Planner:
             f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in calls[:3]
         )
         return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
-
-    def _scaled_here(self, calls: dict[str, list[cst.Call]]) -> None:
-        """A training function whose ``amp.initialize`` is in another file (maskrcnn's
-        ``do_train``): it gets a required ``scaler`` parameter, which the caller, refused in
-        its own file until it creates the GradScaler, must pass; autocast follows
-        ``scaler.is_enabled()``."""
-        uses = [c for m in SUPPORTED - {"initialize"} for c in calls.get(m, [])]
-        self.plan.anchor = calls["scale_loss"][0]
-        name = self.free_name("scaler")
-        if name is None:
-            self.problem(self.plan.anchor, "no free name for the GradScaler")
-            return
-        self.name, self.mode, self.home = name, "function", None
-        pending = []
-        for use in uses:
-            top = self.top_function(use)
-            if top is None:
-                self._no_initialize({"scale_loss": [use]})
-            else:
-                pending.append(top)
-        if self.plan.problems:
-            return
-        self._thread(pending, None)
-        models = set()
-        for function in self.threaded:  # the parameters it calls: the models it was given
-            params = {p.name.value for p in function.params.params}
-            calls_in = [n for n in self._subtree(function) if isinstance(n, cst.Call)]
-            models |= {
-                n.func.value for n in calls_in
-                if isinstance(n.func, cst.Name) and n.func.value in params
-            }  # fmt: skip
-        setup = _Setup(None, None, models, "the caller's")
-        for call in calls["scale_loss"]:
-            self._scale_loss(call, setup)
-        self._master_params(calls.get("master_params", []))
-        self._one_unscale_per_step()
-        for member in ("state_dict", "load_state_dict"):
-            for call in calls.get(member, []):
-                self._state(call, member)
-        self._regions(setup)
-        self.plan.notes = [
-            f"`amp.initialize` is in another file: create `{name} = "
-            'torch.amp.GradScaler("cuda", enabled=...)` there and pass '
-            f"`{name}={name}` to {', '.join(f'`{f.name.value}`' for f in self.threaded)}",
-            *[n for n in self.plan.notes if "callers in other files" not in n],
-        ]
-        if not self.plan.problems:
-            self.verify()
 
     def _no_initialize(self, calls: dict[str, list[cst.Call]]) -> None:
         """A module that only uses the scaler (a checkpoint helper, a ``do_train`` called from

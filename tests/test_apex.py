@@ -36,11 +36,7 @@ BLOCKED = {
 }
 
 
-# Rewritten, but only runnable through a caller in another file (see the test below).
-PAIRS = ["scaled_elsewhere_trainer"]
-
-
-@pytest.mark.parametrize("name", [*REWRITTEN, *PAIRS, *BLOCKED, "blocked_decorators_fp16_utils"])
+@pytest.mark.parametrize("name", [*REWRITTEN, *BLOCKED, "blocked_decorators_fp16_utils"])
 def test_pair_is_exact_and_idempotent(name):
     before = (APEX / f"{name}.py").read_text()
     out, _, _ = fix_source(before, unsafe=True)
@@ -51,7 +47,7 @@ def test_pair_is_exact_and_idempotent(name):
     assert again == out and not fixed
 
 
-@pytest.mark.parametrize("name", [*REWRITTEN, *PAIRS])
+@pytest.mark.parametrize("name", REWRITTEN)
 def test_rewrite_leaves_nothing_of_apex(name):
     before = (APEX / f"{name}.py").read_text()
     out, remaining, fixed = fix_source(before, unsafe=True)
@@ -425,12 +421,11 @@ def _own_nodes(function: ast.AST):
             yield from _own_nodes(child)
 
 
-@pytest.mark.parametrize("name", [*REWRITTEN, *PAIRS])
+@pytest.mark.parametrize("name", REWRITTEN)
 def test_region_invariant(name):
     """Every call of an initialized model in a function that scales a loss runs inside an
     autocast region, and no backward() does."""
-    original = ast.parse((APEX / f"{name}.py").read_text())
-    models = {"model"} if name in PAIRS else _models(original)
+    models = _models(ast.parse((APEX / f"{name}.py").read_text()))
     tree = ast.parse((APEX / f"{name}.fixed.py").read_text())
     inside: set[int] = set()
     for node in ast.walk(tree):
@@ -552,69 +547,3 @@ def test_unscale_never_twice_in_one_step():
                 self.optimizer.step()
     """)
     assert "`scaler.unscale_` would run twice in one step (before lines 16 and 17" in message
-
-
-CALLER = """
-import sys
-import torch
-import trainer_module
-
-device = sys.argv[1]
-
-
-class Detector(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(8, 1)
-
-    def forward(self, images, targets):
-        out = self.linear(images)
-        return {"a": (out - targets[0]).pow(2).mean(), "b": out.abs().mean()}
-
-
-torch.manual_seed(0)
-model = Detector()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
-loader = [(torch.randn(4, 8), [torch.randn(4, 1)], None) for _ in range(4)]
-if device == "apex":
-    from apex import amp
-
-    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
-    trainer_module.do_train(model, loader, optimizer, scheduler, "cpu", {"iteration": 0})
-else:
-    scaler = torch.amp.GradScaler(device)
-    arguments = {"iteration": 0}
-    trainer_module.do_train(model, loader, optimizer, scheduler, "cpu", arguments, scaler=scaler)
-"""
-
-
-@pytest.mark.torch
-def test_sibling_trainer_runs_with_the_callers_scaler(stub, tmp_path):
-    """The rewritten `do_train` trains like the original when its caller passes the GradScaler
-    that replaces `amp.initialize`; with "cpu" it really runs float16 autocast + GradScaler."""
-    pytest.importorskip("torch")
-    specs = []
-    for kind, source in [
-        ("apex", APEX / "scaled_elsewhere_trainer.py"),
-        ("cuda", APEX / "scaled_elsewhere_trainer.fixed.py"),
-        ("cpu", APEX / "scaled_elsewhere_trainer.fixed.py"),
-    ]:
-        folder = tmp_path / kind
-        folder.mkdir()
-        text = source.read_text()
-        (folder / "trainer_module.py").write_text(
-            text.replace('"cuda"', '"cpu"') if kind == "cpu" else text
-        )
-        caller = folder / "caller.py"  # imports the module next to it
-        caller.write_text(f"import sys\nsys.path.insert(0, {str(folder)!r})\n{CALLER}")
-        specs.append((caller, [kind], stub if kind == "apex" else None, kind == "cpu"))
-    (apex, apex_out, apex_err), (cuda, cuda_out, cuda_err), (cpu, cpu_out, cpu_err) = _runs(
-        specs, tmp_path
-    )
-    assert apex == 0, apex_err
-    assert "iteration 3 loss" in apex_out
-    assert cuda == 0, cuda_err
-    assert cuda_out == apex_out
-    assert cpu == 0, cpu_err
-    assert "forward dtypes: ['torch.float16']" in cpu_out, cpu_out
