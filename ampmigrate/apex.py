@@ -4,19 +4,33 @@ apex O1 patched torch globally from ``initialize`` on; native AMP needs an expli
 region and a GradScaler. The rewrite is planned for the whole file and applied only when every
 piece is exact, because a partial one leaves code that runs but silently lost mixed precision
 (a scaled backward without ``scaler.step`` applies scaled gradients). When something blocks it,
-the finding lists what, and the per-use guidance of AMP301 stays.
+the finding lists every blocker with its line, and the per-use guidance of AMP301 stays.
 
-What the plan needs (the shape of the reference's patterns P1-P3, P5-P7, P11, P14-P15):
-one ``initialize(model, optimizer, opt_level="O1" | a variable)`` at module level or in the
-function that also holds every ``scale_loss``; each ``with amp.scale_loss(loss, opt) as s:``
-starting with ``s.backward(...)``; the loss computed in that function; ``opt.step()`` there too;
-``amp.master_params(opt)`` only in a statement before that step; the apex import removable.
+The plan, in the order it is built:
+
+- the apex imports and availability checks (``amp is None``, ``assert amp is not None``) go;
+- ``initialize(model, optimizer, opt_level="O1" | a variable)`` becomes the GradScaler, created
+  where it was (before its ``if``, disabled when the condition is false);
+- the scaler reaches every function that needs it: directly (same function, closures, module
+  level), as ``self.<name>`` in the methods of one class, or through a new parameter of a
+  same-file function passed at every call site;
+- each ``with amp.scale_loss(loss, opt) as s: s.backward()`` becomes ``scaler.scale(loss)
+  .backward()``; ``opt.step()`` becomes ``scaler.step(opt)`` + ``scaler.update()``;
+- ``amp.master_params(opt)`` gets one ``scaler.unscale_(opt)`` per step, under the step's
+  condition (a clip that ran every micro-batch moves there: a stated behaviour change);
+- ``amp.state_dict()``/``load_state_dict()`` become the scaler's, under a key of their own;
+- last, the autocast regions: found from the data flow into each scaled loss, level by level
+  up to the loop body, so a forward in the loop body and a loss in nested branches are both
+  covered; no ``backward()`` is ever inside one, and a call of an initialized model before the
+  backward that stays outside blocks the rewrite.
 """
 
 from __future__ import annotations
 
+import ast
+import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -29,8 +43,15 @@ from ampmigrate.replace import Build, ReplaceNodes
 
 APEX = "apex.amp"
 SUPPORTED = {"initialize", "scale_loss", "master_params", "state_dict", "load_state_dict"}
-_IGNORED_KWARGS = {"verbosity", "opt_level", "loss_scale"}
-_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception"}
+_KNOWN_KWARGS = {"models", "optimizers", "verbosity", "opt_level", "loss_scale", "enabled"}
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+_HINTS = {
+    "half_function": "see AMP301: `torch.amp.custom_fwd(cast_inputs=...)`",
+    "float_function": "see AMP301: `torch.amp.custom_fwd(cast_inputs=torch.float32)`",
+    "disable_casts": 'use `torch.amp.autocast("cuda", enabled=False)` by hand',
+}
+_HELPER = re.compile(r"checkpoint|^(save|load|resume)", re.IGNORECASE)
+Loop = cst.For | cst.While
 
 
 @dataclass
@@ -41,6 +62,16 @@ class Plan:
     edits: dict[cst.CSTNode, Build] = field(default_factory=dict)
 
 
+@dataclass
+class _Setup:
+    """What ``initialize`` tells the rest of the plan."""
+
+    statement: cst.SimpleStatementLine
+    home: cst.CSTNode  # the function (or module) holding it
+    models: set[str]  # spellings of the initialized models (`model`, `self.model`)
+    condition: str | None  # apex was enabled under this expression (None: always)
+
+
 def _code(module: cst.Module, node: cst.CSTNode) -> str:
     return module.code_for_node(node)
 
@@ -49,20 +80,116 @@ def _statements(block: cst.CSTNode) -> list[cst.BaseStatement] | None:
     return list(block.body) if isinstance(block, cst.Module | cst.IndentedBlock) else None
 
 
+def _targets(node: cst.BaseExpression) -> set[str]:
+    if isinstance(node, cst.Name):
+        return {node.value}
+    if isinstance(node, cst.Tuple | cst.List):
+        return {n for e in node.elements for n in _targets(e.value)}
+    return set()
+
+
+def _is_call_of(node: cst.CSTNode, attr: str) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == attr
+    )
+
+
+_NO_SPACE = cst.AssignEqual(
+    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+)
+
+
+class _Facts(cst.CSTVisitor):
+    """Names a statement binds and reads, and the calls it makes (data flow of the loss)."""
+
+    def __init__(self, module: cst.Module, models: set[str]) -> None:
+        super().__init__()
+        self.module, self.models = module, models
+        self.assigned: set[str] = set()
+        self.used: set[str] = set()
+        self.calls = False
+        self.model_calls: list[cst.Call] = []
+        self.backward = False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.assigned |= _targets(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.assigned |= _targets(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.assigned |= _targets(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self.assigned |= _targets(node.name)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.used.add(node.value)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        self.calls |= isinstance(node.operator, cst.MatrixMultiply)  # autocast casts `@`
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.assigned |= _targets(node.target)
+        self.calls |= isinstance(node.operator, cst.MatrixMultiplyAssign)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls = True
+        func = _code(self.module, node.func)
+        base, _, attr = func.rpartition(".")
+        if func in self.models or (base in self.models and attr in ("forward", "module")):
+            self.model_calls.append(node)
+        if _is_call_of(node, "backward"):
+            self.backward = True
+
+
 class _Planner:
     def __init__(self, module: cst.Module, scopes: Mapping, parents: Mapping) -> None:
         self.module = module
         self.scopes = scopes
         self.parents = parents
-        self.nodes = list(self.parents)  # every node but the module, in source order
+        self.nodes = list(self._subtree(module))[1:]  # every node but the module, in source order
+        self.order = {id(n): i for i, n in enumerate(self.nodes)}
         self.plan = Plan()
         self.removed: set[cst.CSTNode] = set()  # statements the plan deletes outright
+        self._positions: Mapping | None = None
+        self.mode = "module"  # where the scaler lives: "module", "function" or "class"
+        self.home: cst.CSTNode = module
+        self.cls: cst.ClassDef | None = None
+        self.threaded: set[cst.FunctionDef] = set()
+        self.name = "scaler"
+        self.steps: dict[tuple[int, str], list[cst.SimpleStatementLine]] = {}
+        self.before_step: dict[cst.CSTNode, list[Callable[[], list]]] = {}
+        self.requests: list[tuple[cst.With, str, cst.CSTNode, str | None]] = []
+        self.moved: set[int] = set()
+        self.unscales: list[cst.CSTNode] = []  # where an unscale_ is placed (before, or a step)
+        self.dropped: set[int] = set()  # statements removed with the apex import
+        self.bound: set[str] = set()  # names the removed apex imports bound
+
+    def verify(self) -> None:
+        """The last guard against a wrong rewrite: apply the plan in memory; the result must
+        compile and must not read a name only apex bound."""
+        code = self.module.visit(ReplaceNodes(self.plan.edits)).code
+        try:
+            tree = ast.parse(code)
+        except SyntaxError as exc:  # a bug in the plan; refuse rather than write it
+            self.plan.problems.append(f"internal: the rewrite does not compile ({exc.msg})")
+            return
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in self.bound:
+                self.plan.problems.append(
+                    f"line {node.lineno} of the rewrite still reads `{node.id}`: replace that "
+                    "use of apex by hand"
+                )
+                return
 
     # -- tree helpers ----------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
 
-    def ancestors(self, node: cst.CSTNode):
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = self.parent(node)
         while current is not None:
             yield current
@@ -74,6 +201,9 @@ class _Planner:
                 return ancestor
         return self.module
 
+    def within(self, node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+        return node is outer or any(a is outer for a in self.ancestors(node))
+
     def statement(self, node: cst.CSTNode) -> cst.BaseStatement:
         """The statement (simple line or compound) that contains ``node``."""
         current = node
@@ -81,27 +211,85 @@ class _Planner:
             current = self.parent(current)
         return current
 
-    def block_of(self, statement: cst.BaseStatement) -> tuple[cst.CSTNode, int] | None:
-        block = self.parent(statement)
-        body = _statements(block) if block is not None else None
-        if body is None:
-            return None
-        return block, next(i for i, s in enumerate(body) if s is statement)
+    def block_of(self, statement: cst.CSTNode) -> tuple[cst.CSTNode, int] | None:
+        """The block holding ``statement`` and its index there (an ``elif`` climbs to its
+        ``if``)."""
+        while statement is not None:
+            block = self.parent(statement)
+            body = _statements(block) if block is not None else None
+            if body is not None:
+                return block, next(i for i, s in enumerate(body) if s is statement)
+            if not isinstance(block, cst.If):
+                return None
+            statement = block
+        return None
+
+    def owner(self, block: cst.CSTNode) -> cst.CSTNode | None:
+        """The statement whose body ``block`` is (None for the module)."""
+        for ancestor in self.ancestors(block):
+            if isinstance(ancestor, cst.BaseStatement):
+                return ancestor
+        return None
 
     def qualified(self, node: cst.CSTNode) -> set[str]:
         return qualified_names(self.scopes.get(node), node)
 
+    def line(self, node: cst.CSTNode) -> int:
+        if self._positions is None:  # resolved only when a message needs a line
+            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+            self._positions = wrapper.resolve(PositionProvider)
+        return self._positions[node].start.line
+
+    def problem(self, node: cst.CSTNode, text: str) -> None:
+        self.plan.problems.append(f"line {self.line(node)}: {text}")
+
     def free_name(self, preferred: str) -> str | None:
         """A name the file does not use anywhere, so the new binding shadows nothing."""
+        taken = {n.value for n in self.nodes if isinstance(n, cst.Name)}
         for name in (preferred, f"grad_{preferred}", f"amp_{preferred}"):
-            if not re.search(rf"\b{name}\b", self.module.code):
+            if name not in taken and not re.search(rf"[\"']{name}[\"']", self.module.code):
                 return name
+        return None
+
+    def facts(self, statement: cst.CSTNode, models: set[str] = frozenset()) -> _Facts:
+        found = _Facts(self.module, models)
+        statement.visit(found)
+        return found
+
+    def top_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        """The module-level function around ``node`` (None in a class or at module level)."""
+        outer = None
+        for ancestor in [node, *self.ancestors(node)]:
+            if isinstance(ancestor, cst.FunctionDef):
+                outer = ancestor
+            elif isinstance(ancestor, cst.ClassDef):
+                return None
+        return outer
+
+    def method_of(self, node: cst.CSTNode, cls: cst.ClassDef) -> cst.FunctionDef | None:
+        """The method of ``cls`` around ``node``."""
+        nodes = [node, *self.ancestors(node)]
+        for inner, outer in itertools.pairwise(nodes):
+            if outer is cls.body and isinstance(inner, cst.FunctionDef):
+                return inner
+        return None
+
+    def access(self, where: cst.CSTNode) -> str | None:
+        """How code in ``where`` reaches the scaler (None: it cannot)."""
+        if self.mode == "module":
+            return self.name
+        if self.mode == "class":
+            method = self.method_of(where, self.cls)
+            params = method.params.params if method is not None else ()
+            return f"{params[0].name.value}.{self.name}" if params else None
+        if self.within(where, self.home) or any(self.within(where, f) for f in self.threaded):
+            return self.name
         return None
 
     # -- the plan --------------------------------------------------------------------------
     def build(self) -> Plan | None:
         calls: dict[str, list[cst.Call]] = {}
-        others: list[cst.CSTNode] = []
+        others: list[tuple[cst.Call, str]] = []
         for node in self.nodes:
             if not isinstance(node, cst.Call):
                 continue
@@ -111,143 +299,351 @@ class _Planner:
                     if member in SUPPORTED:
                         calls.setdefault(member, []).append(node)
                     else:
-                        others.append(node)
-                        self.plan.problems.append(f"`amp.{member}` has no O1 rewrite")
+                        others.append((node, member))
         if not calls and not others:
             return None
+        initialize = calls.get("initialize", [])
+        self.plan.anchor = (initialize or [c for c, _ in others] or next(iter(calls.values())))[0]
+        for node, member in others:
+            hint = _HINTS.get(member, "see AMP301's guidance")
+            self.problem(node, f"`amp.{member}` has no O1 rewrite ({hint})")
         self._imports()
         self._values(calls)
-        initialize = calls.get("initialize", [])
-        if len(initialize) != 1:
-            self.plan.anchor = (initialize or others or [next(iter(calls.values()))[0]])[0]
-            self.plan.problems.append(
-                "no `amp.initialize` call in this file"
-                if not initialize
-                else "`amp.initialize` is called more than once"
-            )
+        if not initialize:
+            self._no_initialize(calls)
             return self.plan
-        init = initialize[0]
-        self.plan.anchor = init
-        setup = self._initialize(init)
+        for extra in initialize[1:]:
+            self._reinitialize(initialize[0], extra)
+        setup = self._initialize(initialize[0])
         if setup is None:
             return self.plan
-        scaler, condition, home = setup
+        uses = [c for m in SUPPORTED - {"initialize"} for c in calls.get(m, [])]
+        self._scope(setup, uses)
         for call in calls.get("scale_loss", []):
-            self._scale_loss(call, scaler, condition, home)
-        for call in calls.get("master_params", []):
-            self._master_params(call, scaler, home)
+            self._scale_loss(call, setup)
+        self._master_params(calls.get("master_params", []))
+        self._one_unscale_per_step()
         for member in ("state_dict", "load_state_dict"):
             for call in calls.get(member, []):
-                self._state(call, scaler, home)
+                self._state(call, member)
+        if not calls.get("state_dict") and not calls.get("load_state_dict"):
+            self._resume_state(setup, initialize[0])
         if not calls.get("scale_loss"):
-            self.plan.problems.append(
-                "no `amp.scale_loss` in this file: where the loss is scaled and the optimizer "
-                "stepped is not visible here"
-            )
+            self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))
+        self._regions(setup)
+        self._helper_notes()
+        if not self.plan.problems:
+            self.verify()
         return self.plan
 
-    def _values(self, calls: dict[str, list[cst.Call]]) -> None:
-        """``amp`` used other than by a supported call (``amp is None``, passed along)."""
-        funcs = {id(c.func) for group in calls.values() for c in group}
-        for node in self.nodes:
-            if isinstance(node, cst.Name | cst.Attribute) and id(node) not in funcs:
-                if isinstance(self.parent(node), cst.Attribute):
-                    continue  # part of a longer name, judged there
-                if isinstance(node, cst.Name) and isinstance(self.parent(node), cst.ImportAlias):
-                    continue
-                if APEX in self.qualified(node) and not self._in_import(node):
-                    self.plan.problems.append(
-                        f"`{_code(self.module, node)}` is used as a value (line "
-                        f"{self._line(node)}): remove the apex availability checks first"
+    def _reinitialize(self, first: cst.Call, extra: cst.Call) -> None:
+        """``a, b = amp.initialize(a, b, <same options>)`` again (allennlp does it before
+        ``amp.load_state_dict``, as apex's docs advised): a no-op for native AMP, so it goes.
+        Any other second initialize blocks."""
+        statement = self.statement(extra)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        same = (
+            isinstance(small, cst.Assign)
+            and len(statement.body) == 1
+            and small.value is extra
+            and _code(self.module, extra.with_changes(func=first.func)) == _code(self.module, first)
+        )
+        if same:
+            targets = _code(self.module, small.targets[0].target).replace(" ", "").strip("()")
+            values = [_code(self.module, a.value) for a in extra.args if not a.keyword][:2]
+            same = targets == ",".join(values)
+        if same:
+            self._remove_statement(statement)
+            return
+        self.problem(
+            extra,
+            "`amp.initialize` is called more than once: one GradScaler per optimizer must be "
+            "placed by hand",
+        )
+
+    def _scaled_elsewhere(self, init: cst.Call) -> str:
+        """The blocker for a file that initializes but scales the loss in another file: name
+        the calls that receive the optimizer, where the GradScaler has to be passed."""
+        text = (
+            "no `amp.scale_loss` in this file: the loss is scaled and the optimizer stepped in "
+            "another file; create the GradScaler here and pass it there"
+        )
+        args = {a.keyword.value: a.value for a in init.args if a.keyword}
+        positional = [a.value for a in init.args if not a.keyword]
+        optimizer = args.get("optimizers", positional[1] if len(positional) > 1 else None)
+        if optimizer is None:
+            return text
+        name = _code(self.module, optimizer)
+        home = self.function(init)
+        calls = [
+            n for n in self._subtree(home)
+            if isinstance(n, cst.Call) and self.order[id(n)] > self.order[id(init)]
+            and any(_code(self.module, a.value) == name for a in n.args)
+            and not _is_call_of(n, "step")
+        ]  # fmt: skip
+        if not calls:
+            return text
+        listed = ", ".join(
+            f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in calls[:3]
+        )
+        return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
+
+    def _no_initialize(self, calls: dict[str, list[cst.Call]]) -> None:
+        """A module that only uses the scaler (a checkpoint helper, a ``do_train`` called from
+        another file): the rewrite needs the GradScaler passed in; say exactly where."""
+        for member, group in calls.items():
+            for call in group:
+                function = self.function(call)
+                where = (
+                    f"`{function.name.value}`"
+                    if isinstance(function, cst.FunctionDef)
+                    else "module-level code"
+                )
+                if member in ("state_dict", "load_state_dict"):
+                    what = (
+                        f"{where} uses `amp.{member}` but `amp.initialize` is not in this file: "
+                        f"give {where} a `scaler` parameter, use `scaler.{member}(...)` under the "
+                        'checkpoint key "scaler" (never feed the old "amp" entry to '
+                        "GradScaler; old checkpoints: `ampmigrate convert-checkpoint`), and pass "
+                        "the GradScaler at its call sites"
                     )
+                else:
+                    what = (
+                        f"{where} uses `amp.{member}` but `amp.initialize` is in another file: "
+                        f"give {where} a `scaler` parameter (`scaler.scale(loss).backward()`, "
+                        "`scaler.step(optimizer)` + `scaler.update()`, the forward under "
+                        '`torch.amp.autocast("cuda", dtype=torch.float16)`) and pass it the '
+                        "GradScaler that replaces `amp.initialize`"
+                    )
+                self.problem(call, what)
 
-    def _in_import(self, node: cst.CSTNode) -> bool:
-        return any(isinstance(a, cst.Import | cst.ImportFrom) for a in self.ancestors(node))
-
-    def _line(self, node: cst.CSTNode) -> int:
-        """Only for a problem's message: positions are not resolved otherwise."""
-        wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-        return wrapper.resolve(PositionProvider)[node].start.line
-
+    # -- imports and availability checks -------------------------------------------------------
     def _imports(self) -> None:
         """Remove ``from apex import amp`` / ``import apex``, and a try/except that only
-        guarded it (keeping assignments like ``has_apex = True``: native AMP is always there)."""
+        guarded them (keeping assignments like ``has_apex = True``: native AMP is always there)."""
+        lines: list[cst.BaseStatement] = []
         for node in self.nodes:
             if isinstance(node, cst.ImportFrom) and node.module is not None:
                 module = _code(self.module, node.module)
                 names = [] if isinstance(node.names, cst.ImportStar) else node.names
                 only_amp = module == "apex" and [a.evaluated_name for a in names] == ["amp"]
                 if only_amp or module.startswith("apex.amp"):
-                    self._remove_import(node)
+                    lines.append(self.statement(node))
+                    self.bound |= {a.evaluated_alias or a.evaluated_name for a in names}
                 elif module == "apex" or module.startswith("apex."):
-                    self.plan.problems.append(f"`from {module} import ...` needs apex")
+                    self.problem(node, f"`from {module} import ...` needs apex: replace it first")
             elif isinstance(node, cst.Import):
                 names = [_code(self.module, a.name) for a in node.names]
                 if any(n == "apex" or n.startswith("apex.") for n in names):
                     if all(n in ("apex", "apex.amp") for n in names):
-                        self._remove_import(node)
+                        lines.append(self.statement(node))
+                        self.bound |= {
+                            a.evaluated_alias or _code(self.module, a.name).split(".")[0]
+                            for a in node.names
+                        }
                     else:
-                        self.plan.problems.append("`import apex...` of modules besides amp")
-
-    def _remove_import(self, node: cst.CSTNode) -> None:
-        line = self.statement(node)
-        try_node = self.parent(self.parent(line))
-        if isinstance(try_node, cst.Try) and self._guard_only(try_node, line):
-            kept = [s for s in try_node.body.body if s is not line]
-            if kept:
-                first = kept[0].with_changes(leading_lines=try_node.leading_lines)
-                self.plan.edits[try_node] = lambda _u, k=[first, *kept[1:]]: cst.FlattenSentinel(k)
+                        self.problem(node, "`import apex...` of modules besides amp")
+        guarded: dict[cst.Try, list[cst.BaseStatement]] = {}
+        for line in lines:
+            try_node = self.parent(self.parent(line))
+            if isinstance(try_node, cst.Try) and self.parent(line) is try_node.body:
+                guarded.setdefault(try_node, []).append(line)
             else:
-                self.plan.edits[try_node] = lambda _u: cst.RemoveFromParent()
-                self.removed.add(try_node)
-            return
-        self.plan.edits[line] = lambda _u: cst.RemoveFromParent()
-        self.removed.add(line)
+                self._remove_statement(line)
+        for try_node, imports in guarded.items():
+            self._remove_guard(try_node, imports)
 
-    def _guard_only(self, node: cst.Try, line: cst.CSTNode) -> bool:
-        if node.orelse is not None or node.finalbody is not None:
+    def _remove_guard(self, try_node: cst.Try, imports: list[cst.BaseStatement]) -> None:
+        if not self._guard_only(try_node, imports):
+            self.problem(try_node, "the `try` around the apex import does more than guard it")
+            return
+        self.dropped.add(id(try_node))
+        kept = [s for s in try_node.body.body if s not in imports]
+        if try_node.orelse is not None:
+            kept += list(try_node.orelse.body.body)
+        if kept:
+            first = kept[0].with_changes(leading_lines=try_node.leading_lines)
+            self.plan.edits[try_node] = lambda _u, k=[first, *kept[1:]]: cst.FlattenSentinel(k)
+        else:
+            self._remove_statement(try_node)
+
+    def _guard_only(self, node: cst.Try, imports: list[cst.BaseStatement]) -> bool:
+        """Only the import and flags in the ``try``, handlers for import errors (or bare) that
+        bind nothing the ``try`` does not (``amp = None``, ``has_apex = False``, a print)."""
+        if node.finalbody is not None:
             return False
+        body = [s for s in node.body.body if s not in imports]
+        if node.orelse is not None:
+            body += list(node.orelse.body.body)
+        if not all(isinstance(s, cst.SimpleStatementLine) for s in body):
+            return False
+        located = self.block_of(node)
+        before = _statements(located[0])[: located[1]] if located else []
+        bound = {n for s in [*before, *body] for n in self.facts(s).assigned} | {"amp", "apex"}
         for handler in node.handlers:
             kinds = handler.type
             names = kinds.elements if isinstance(kinds, cst.Tuple) else [kinds] if kinds else []
-            if not names or any(
+            if any(
                 _code(self.module, n.value if isinstance(n, cst.Element) else n).rsplit(".", 1)[-1]
                 not in _IMPORT_ERRORS
                 for n in names
             ):
                 return False
-        others = [s for s in node.body.body if s is not line]
-        return all(isinstance(s, cst.SimpleStatementLine) for s in others)
+            statements = list(handler.body.body)
+            if not all(isinstance(s, cst.SimpleStatementLine) for s in statements):
+                return False
+            if {n for s in statements for n in self.facts(s).assigned} - bound:
+                return False
+        return True
 
-    def _initialize(self, init: cst.Call):
-        """``model, opt = amp.initialize(model, opt, ...)`` -> ``scaler = GradScaler(...)``."""
+    def _remove_statement(self, statement: cst.BaseStatement) -> None:
+        """Delete ``statement``; when that empties its block, delete the ``if`` around it too
+        (a test without calls), or leave ``pass`` (never an empty block)."""
+        self.removed.add(statement)
+        located = self.block_of(statement)
+        if located is not None:
+            block, _ = located
+            left = [s for s in _statements(block) if s not in self.removed]
+            owner = self.owner(block)
+            if not left and not isinstance(block, cst.Module):
+                if (
+                    isinstance(owner, cst.If)
+                    and owner.orelse is None
+                    and owner.body is block
+                    and not self.facts(owner.test).calls
+                    and self.block_of(owner) is not None
+                ):
+                    self.plan.edits[statement] = lambda _u: cst.RemoveFromParent()
+                    self._remove_statement(owner)
+                    return
+                self.plan.edits[statement] = lambda _u: cst.parse_statement("pass\n")
+                return
+        self.plan.edits[statement] = lambda _u: cst.RemoveFromParent()
+
+    def _values(self, calls: dict[str, list[cst.Call]]) -> None:
+        """``amp`` used other than by a supported call: availability checks fold away
+        (``amp is not None`` is true now); anything else blocks."""
+        funcs = {id(c.func) for group in calls.values() for c in group}
+        for node in self.nodes:
+            if isinstance(node, cst.Name | cst.Attribute) and id(node) not in funcs:
+                if isinstance(self.parent(node), cst.Attribute):
+                    continue  # part of a longer name, judged there
+                if isinstance(self.parent(node), cst.ImportAlias | cst.AsName):
+                    continue
+                if any(id(a) in self.dropped for a in self.ancestors(node)):
+                    continue
+                if APEX in self.qualified(node) and not self._in_import(node):
+                    self._guard(node)
+
+    def _guard(self, node: cst.CSTNode) -> None:
+        parent = self.parent(node)
+        expr: cst.CSTNode = node
+        value = True  # `amp` itself is truthy now
+        if isinstance(parent, cst.Comparison) and parent.left is node:
+            target = parent.comparisons[0] if len(parent.comparisons) == 1 else None
+            if (
+                target is not None
+                and isinstance(target.operator, cst.Is | cst.IsNot)
+                and isinstance(target.comparator, cst.Name)
+                and target.comparator.value == "None"
+            ):
+                expr, value = parent, isinstance(target.operator, cst.IsNot)
+            else:
+                parent = None
+        elif not isinstance(
+            parent, cst.If | cst.Assert | cst.BooleanOperation | cst.UnaryOperation
+        ):
+            parent = None
+        if parent is None:
+            self.problem(
+                node, f"`{_code(self.module, node)}` is used as a value: replace it by hand"
+            )
+            return
+        while True:
+            parent = self.parent(expr)
+            if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+                expr, value = parent, not value
+            elif isinstance(parent, cst.BooleanOperation):
+                other = parent.right if parent.left is expr else parent.left
+                neutral = value == isinstance(parent.operator, cst.And)
+                if neutral:  # `x and True` is `x`
+                    self.plan.edits[parent] = lambda _u, o=other, p=parent: (
+                        o.with_changes(lpar=p.lpar, rpar=p.rpar) if p.lpar else o
+                    )
+                    return
+                expr = parent
+            else:
+                break
+        if isinstance(parent, cst.If) and parent.test is expr:
+            if value:
+                self.plan.edits[parent] = lambda u: cst.FlattenSentinel(
+                    [
+                        u.body.body[0].with_changes(leading_lines=u.leading_lines),
+                        *u.body.body[1:],
+                    ]
+                )
+            elif isinstance(parent.orelse, cst.Else):
+                self.plan.edits[parent] = lambda u: cst.FlattenSentinel(
+                    [
+                        u.orelse.body.body[0].with_changes(leading_lines=u.leading_lines),
+                        *u.orelse.body.body[1:],
+                    ]
+                )
+            elif isinstance(parent.orelse, cst.If):
+                self.plan.edits[parent] = lambda u: u.orelse.with_changes(
+                    leading_lines=u.leading_lines
+                )
+            else:
+                self._remove_statement(parent)
+        elif isinstance(parent, cst.Assert) and parent.test is expr and value:
+            self._remove_statement(self.statement(parent))
+        elif isinstance(parent, cst.Assert):
+            self.problem(parent, "an assertion that apex is missing: remove it by hand")
+        else:
+            self.plan.edits[expr] = lambda _u, v=value: cst.Name(str(v))
+
+    def _in_import(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(a, cst.Import | cst.ImportFrom) for a in self.ancestors(node))
+
+    # -- initialize ---------------------------------------------------------------------------
+    def _initialize(self, init: cst.Call) -> _Setup | None:
+        """``model, opt = amp.initialize(model, opt, ...)`` -> ``scaler = GradScaler(...)``.
+        Problems that do not stop the rest of the plan are only recorded."""
         args = {a.keyword.value: a.value for a in init.args if a.keyword}
         positional = [a.value for a in init.args if not a.keyword and not a.star]
         if any(a.star for a in init.args):
-            self.plan.problems.append("`amp.initialize` gets `*args`/`**kwargs`")
+            self.problem(init, "`amp.initialize` gets `*args`/`**kwargs`: spell them out")
             return None
-        if len(positional) > 2 or ("optimizers" not in args and len(positional) < 2):
-            self.plan.problems.append("`amp.initialize` without an optimizer (inference only)")
-            return None
-        unknown = sorted(set(args) - _IGNORED_KWARGS - {"models", "optimizers"})
-        if unknown:
-            listed = ", ".join(f"`{k}`" for k in unknown)
-            self.plan.problems.append(f"`amp.initialize` sets {listed}, which O1 cannot express")
-            return None
+        models = args.get("models", positional[0] if positional else None)
+        optimizer = args.get("optimizers", positional[1] if len(positional) > 1 else None)
         level = args.get("opt_level")
-        if isinstance(level, cst.SimpleString):
-            if level.evaluated_value != "O1":
-                self.plan.problems.append(
-                    f"opt_level {level.evaluated_value}: only O1 (autocast + GradScaler) exists "
-                    "in torch.amp; O2/O3 cast the model, which native AMP does not do"
-                )
-                return None
-        elif level is None:
-            self.plan.problems.append(
-                "`amp.initialize` without opt_level (apex's default O1 is implicit here; write "
-                "it to confirm)"
+        if optimizer is None or len(positional) > 2:
+            self.problem(
+                init,
+                "`amp.initialize` without an optimizer (inference only): nothing is scaled, so "
+                "no GradScaler; delete it and run the forward under "
+                '`torch.amp.autocast("cuda", dtype=torch.float16)` (O1), or call `model.half()` '
+                "and feed half inputs (O2/O3)",
             )
             return None
+        unknown = sorted(set(args) - _KNOWN_KWARGS)
+        if unknown:
+            listed = ", ".join(f"`{k}`" for k in unknown)
+            self.problem(init, f"`amp.initialize` sets {listed}, which O1 cannot express")
+        if isinstance(level, cst.SimpleString):
+            if level.evaluated_value != "O1":
+                self.problem(
+                    init,
+                    f"opt_level {level.evaluated_value}: only O1 (autocast + GradScaler) exists "
+                    "in torch.amp; O2/O3 cast the model, which native AMP does not do (switch "
+                    "to O1 first if that is acceptable)",
+                )
+        elif level is None:
+            self.problem(
+                init,
+                "`amp.initialize` without opt_level (apex's default O1 is implicit here; write "
+                '`opt_level="O1"` to confirm)',
+            )
         else:
             self.plan.notes.append(
                 f"opt_level `{_code(self.module, level)}` is not a literal: rewritten as O1"
@@ -256,58 +652,99 @@ class _Planner:
         if scale is not None and not (
             isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic"
         ):
-            self.plan.problems.append("a static `loss_scale`: GradScaler is always dynamic")
-            return None
-        models = args.get("models", positional[0] if positional else None)
-        optimizer = args.get("optimizers", positional[1] if len(positional) > 1 else None)
+            self.problem(init, "a static `loss_scale`: GradScaler is always dynamic")
         if not isinstance(optimizer, cst.Name | cst.Attribute) or not isinstance(
             models, cst.Name | cst.Attribute
         ):
-            self.plan.problems.append("lists of models or optimizers in `amp.initialize`")
+            self.problem(
+                init,
+                "lists of models or optimizers in `amp.initialize`: one GradScaler steps each "
+                "optimizer (`scaler.step(o)` for each, one `scaler.update()`); place them by hand",
+            )
             return None
         statement = self.statement(init)
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         if small is None or len(statement.body) != 1 or getattr(small, "value", None) is not init:
-            self.plan.problems.append("`amp.initialize` is not a statement of its own")
+            self.problem(init, "`amp.initialize` is not a statement of its own")
             return None
-        home = self.function(init)
-        condition: cst.BaseExpression | None = None
-        placed = statement
         holder = self.parent(self.parent(statement))
+        condition = None
+        if isinstance(holder, cst.If) and re.fullmatch(
+            r"__name__ *== *['\"]__main__['\"]", _code(self.module, holder.test)
+        ):
+            holder = None  # the script's main block: not a condition on mixed precision
         if isinstance(holder, cst.If):
-            if holder.orelse is not None:
-                self.plan.problems.append("`amp.initialize` sits in an if/else")
+            if holder.orelse is not None or self.block_of(holder) is None:
+                self.problem(init, "`amp.initialize` sits in an if/else or elif")
                 return None
-            condition, placed = holder.test, holder
-        elif not (isinstance(holder, cst.FunctionDef) or self.parent(statement) is self.module):
-            self.plan.problems.append("`amp.initialize` is nested in a block other than an `if`")
+            # with the availability checks folded (`amp is not None and x` is `x`)
+            condition = _code(self.module, holder.test.visit(ReplaceNodes(self.plan.edits)))
+        elif not (
+            holder is None
+            or isinstance(holder, cst.FunctionDef)
+            or self.parent(statement) is self.module
+        ):
+            self.problem(init, "`amp.initialize` is nested in a block other than an `if`")
             return None
+        enabled = args.get("enabled")
+        if enabled is not None:
+            text = _code(self.module, enabled)
+            condition = f"({condition}) and ({text})" if condition else text
+        level_text = _code(self.module, level) if level is not None else None
+        if condition is not None and level_text is not None and level_text in condition:
+            tests = [holder.test if isinstance(holder, cst.If) else None, enabled]
+            if any(_code(self.module, t) == level_text for t in tests if t is not None):
+                # `if args.fp16:` where args.fp16 is the opt level ("" or "O1"): autocast
+                # takes only a bool
+                condition = f"bool({condition})"
         name = self.free_name("scaler")
         if name is None:
-            self.plan.problems.append("no free name for the GradScaler")
+            self.problem(init, "no free name for the GradScaler")
             return None
-        enabled = f", enabled={_code(self.module, condition)}" if condition is not None else ""
-        scaler_line = cst.parse_statement(f'{name} = torch.amp.GradScaler("cuda"{enabled})\n')
+        self.name = name
+        targets = set()
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target = small.targets[0].target
+            elements = target.elements if isinstance(target, cst.Tuple | cst.List) else [target]
+            if elements:
+                first = elements[0]
+                first = first.value if isinstance(first, cst.Element) else first
+                targets.add(_code(self.module, first))
+        setup = _Setup(
+            statement, self.function(init), {_code(self.module, models), *targets}, condition
+        )
+        self._place_scaler(setup, small, models, optimizer, holder)
+        return setup
+
+    def _place_scaler(self, setup: _Setup, small, models, optimizer, holder) -> None:
+        """The GradScaler goes where ``initialize`` was; its line is built at apply time,
+        once the plan knows whether it is ``self.scaler``."""
+        statement = setup.statement
+        enabled = f", enabled={setup.condition}" if setup.condition else ""
+
+        def scaler_line(leading) -> cst.SimpleStatementLine:
+            target = self.access(setup.home) or self.name
+            code = f'{target} = torch.amp.GradScaler("cuda"{enabled})\n'
+            return cst.parse_statement(code).with_changes(leading_lines=leading)
+
         assigned = self._rebind(small, models, optimizer)
-        if placed is statement:
-            lines = [scaler_line.with_changes(leading_lines=statement.leading_lines), *assigned]
-            self.plan.edits[statement] = lambda _u: cst.FlattenSentinel(lines)
-        else:
-            # The scaler must exist on both paths: build it before the `if`, disabled when the
-            # condition is false, and drop the initialize (and the if, when nothing is left).
-            self.plan.edits[statement] = lambda _u: (
-                cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
+        if not isinstance(holder, cst.If):
+            self.plan.edits[statement] = lambda _u: cst.FlattenSentinel(
+                [scaler_line(statement.leading_lines), *assigned]
             )
-            body = [s for s in holder.body.body if s is not statement]
-            rest = [s for s in body if s not in self.removed]
-            line = scaler_line.with_changes(leading_lines=holder.leading_lines)
-            if rest or assigned:
-                self.plan.edits[holder] = lambda u: cst.FlattenSentinel(
-                    [line, u.with_changes(leading_lines=())]
-                )
-            else:
-                self.plan.edits[holder] = lambda _u: line
-        return name, condition, home
+            return
+        # The scaler must exist on both paths: build it before the `if`, disabled when the
+        # condition is false, and drop the initialize (and the if, when nothing is left).
+        self.plan.edits[statement] = lambda _u: (
+            cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
+        )
+        rest = [s for s in holder.body.body if s is not statement and s not in self.removed]
+        if rest or assigned:
+            self.plan.edits[holder] = lambda u: cst.FlattenSentinel(
+                [scaler_line(holder.leading_lines), u.with_changes(leading_lines=())]
+            )
+        else:
+            self.plan.edits[holder] = lambda _u: scaler_line(holder.leading_lines)
 
     def _rebind(self, small, models, optimizer) -> list[cst.SimpleStatementLine]:
         """``a, b = amp.initialize(m, o)``: keep ``a, b = m, o`` unless the names are the same."""
@@ -324,215 +761,818 @@ class _Planner:
         source = _code(self.module, models) if single else values
         return [cst.parse_statement(f"{targets} = {source}\n")]
 
-    def _scale_loss(self, call: cst.Call, scaler: str, condition, home) -> None:
+    # -- where the scaler lives -----------------------------------------------------------------
+    def _scope(self, setup: _Setup, uses: list[cst.Call]) -> None:
+        home = self.home = setup.home
+        if home is self.module:
+            return
+        outside = [u for u in uses if not self.within(u, home)]
+        self.mode = "function"
+        if not outside:
+            return
+        holder = self.parent(self.parent(home))
+        if isinstance(holder, cst.ClassDef) and home.params.params:
+            self.mode, self.cls = "class", holder
+            for use in outside:
+                if self.method_of(use, holder) is None:
+                    self.problem(
+                        use,
+                        f"`amp` is used outside class `{holder.name.value}`, whose "
+                        "`self.scaler` replaces `amp.initialize`: pass the GradScaler by hand",
+                    )
+            return
+        pending: list[cst.FunctionDef] = []
+        for use in outside:
+            top = self.top_function(use)
+            if top is None:
+                self.problem(use, "`amp` is used in a class while `amp.initialize` is not")
+            else:
+                pending.append(top)
+        self._thread(pending, home)
+
+    def _thread(self, pending: list[cst.FunctionDef], home: cst.CSTNode | None) -> None:
+        """Give each function in ``pending`` a scaler parameter and pass it at every call in
+        the file, making the callers' functions take it too (up to ``home``)."""
+        while pending:
+            function = pending.pop()
+            if function in self.threaded:
+                continue
+            self.threaded.add(function)
+            for ref in self._references(function.name.value):
+                call = self.parent(ref)
+                if not (isinstance(call, cst.Call) and call.func is ref):
+                    self.problem(ref, f"`{function.name.value}` is used as a value, so the "
+                                 "GradScaler cannot be passed to it")  # fmt: skip
+                    continue
+                caller = self.function(call)
+                if caller is self.module:
+                    self.problem(call, f"`{function.name.value}` is called at module level, "
+                                 "where there is no GradScaler")  # fmt: skip
+                    continue
+                if not self.within(caller, home):
+                    top = self.top_function(caller)
+                    if top is None:
+                        self.problem(call, f"`{function.name.value}` is called from a method")
+                        continue
+                    pending.append(top)
+                self.plan.edits[call] = self._pass_scaler
+            self.plan.edits[function.params] = self._add_parameter
+        for function in sorted(self.threaded, key=lambda f: self.order[id(f)]):
+            self.plan.notes.append(
+                f"`{function.name.value}` gets a `{self.name}` parameter, passed at every call "
+                "in this file (callers in other files must pass it too)"
+            )
+
+    def _references(self, name: str) -> Iterator[cst.Name]:
+        for node in self.nodes:
+            if not isinstance(node, cst.Name) or node.value != name:
+                continue
+            parent = self.parent(node)
+            if (
+                (isinstance(parent, cst.Attribute) and parent.attr is node)
+                or (isinstance(parent, cst.Arg) and parent.keyword is node)
+                or isinstance(parent, cst.FunctionDef | cst.Param | cst.ImportAlias)
+            ):
+                continue
+            yield node
+
+    def _pass_scaler(self, call: cst.Call) -> cst.Call:
+        arg = cst.Arg(keyword=cst.Name(self.name), value=cst.Name(self.name), equal=_NO_SPACE)
+        args = list(call.args)
+        if args and isinstance(args[-1].comma, cst.Comma):  # trailing comma: keep the layout
+            arg = arg.with_changes(comma=args[-1].comma)
+            previous = args[-2].comma if len(args) > 1 else cst.Comma(
+                whitespace_after=cst.SimpleWhitespace(" ")
+            )  # fmt: skip
+            args[-1] = args[-1].with_changes(comma=previous)
+        return call.with_changes(args=[*args, arg])
+
+    def _add_parameter(self, params: cst.Parameters) -> cst.Parameters:
+        """A plain last parameter; keyword-only after defaults or ``*args``."""
+        new = cst.Param(cst.Name(self.name))
+        plain = not any(p.default for p in params.params) and not isinstance(
+            params.star_arg, cst.Param | cst.ParamStar
+        )
+        if plain and params.star_kwarg is None and not params.kwonly_params:
+            items = list(params.params)
+            if items and isinstance(items[-1].comma, cst.Comma):
+                new = new.with_changes(comma=items[-1].comma)
+                previous = items[-2].comma if len(items) > 1 else cst.Comma(
+                    whitespace_after=cst.SimpleWhitespace(" ")
+                )  # fmt: skip
+                items[-1] = items[-1].with_changes(comma=previous)
+            return params.with_changes(params=[*items, new])
+        star = params.star_arg if isinstance(params.star_arg, cst.Param) else cst.ParamStar()
+        return params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, new])
+
+    # -- the backward and the step ----------------------------------------------------------
+    def _scale_loss(self, call: cst.Call, setup: _Setup) -> None:
         statement = self.statement(call)
+        function = self.function(call)
+        access = self.access(function)
         if not isinstance(statement, cst.With) or len(statement.items) != 1:
-            self.plan.problems.append("`amp.scale_loss` is not the only item of a `with`")
+            self.problem(call, "`amp.scale_loss` is not the only item of a `with`")
             return
         item = statement.items[0]
         if item.item is not call or item.asname is None:
-            self.plan.problems.append("`amp.scale_loss` without `as name`")
+            self.problem(call, "`amp.scale_loss` without `as name`")
             return
         alias = _code(self.module, item.asname.name)
-        function = self.function(call)
-        if home is not self.module and function is not home:
-            self.plan.problems.append(
-                "`amp.initialize` and `amp.scale_loss` are in different functions: the "
-                "GradScaler has to be shared (e.g. `self.scaler`) by hand"
-            )
-            return
         positional = [a.value for a in call.args if not a.keyword]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword}
         loss = keywords.get("loss", positional[0] if positional else None)
         optimizer = keywords.get("optimizers", positional[1] if len(positional) > 1 else None)
         if set(keywords) - {"loss", "optimizers", "delay_unscale"} or len(positional) > 2:
-            self.plan.problems.append("`amp.scale_loss` with `loss_id`/`model`/more arguments")
+            self.problem(
+                call,
+                "`amp.scale_loss` with `loss_id`/`model`/more arguments: one GradScaler scales "
+                "every loss; drop them by hand if one scale may serve all losses",
+            )
             return
         if not isinstance(loss, cst.Name) or not isinstance(optimizer, cst.Name | cst.Attribute):
-            self.plan.problems.append("`amp.scale_loss` of an expression (not a named loss)")
+            self.problem(
+                call,
+                "`amp.scale_loss` of an expression: assign the loss to a name first (`loss = ...`)",
+            )
             return
         body = list(statement.body.body) if isinstance(statement.body, cst.IndentedBlock) else []
         first = body[0] if body else None
         backward = first.body[0] if isinstance(first, cst.SimpleStatementLine) else None
         if not (
             isinstance(backward, cst.Expr)
-            and isinstance(backward.value, cst.Call)
-            and isinstance(backward.value.func, cst.Attribute)
-            and backward.value.func.attr.value == "backward"
+            and _is_call_of(backward.value, "backward")
             and _code(self.module, backward.value.func.value) == alias
         ) or any(alias in _code(self.module, s) for s in body[1:]):
-            self.plan.problems.append("the `scale_loss` block does more than `backward()`")
+            self.problem(call, "the `scale_loss` block does more than `backward()`")
             return
-        opt = _code(self.module, optimizer)
+        if access is None:
+            return  # _scope said why
         new_backward = backward.value.with_changes(
             func=backward.value.func.with_changes(
-                value=cst.parse_expression(f"{scaler}.scale({loss.value})")
+                value=cst.parse_expression(f"{access}.scale({loss.value})")
             )
         )
-        lines = [first.with_changes(body=[backward.with_changes(value=new_backward)],
-                                    leading_lines=statement.leading_lines), *body[1:]]  # fmt: skip
-        self.plan.edits[statement] = lambda _u: cst.FlattenSentinel(lines)
-        self._steps(opt, scaler, function)
-        self._autocast(statement, loss.value, condition, function)
+        head = first.with_changes(
+            body=[backward.with_changes(value=new_backward)], leading_lines=statement.leading_lines
+        )
+        # the rest of the body as updated (it may hold other edits, e.g. a region)
+        self.plan.edits[statement] = lambda u: cst.FlattenSentinel([head, *u.body.body[1:]])
+        self._steps(_code(self.module, optimizer), access, function, call)
+        if function is setup.home:
+            enabled = setup.condition
+        else:  # another function: the condition's names may not exist there
+            enabled = f"{access}.is_enabled()" if setup.condition else None
+        self.requests.append((statement, loss.value, function, enabled))
 
-    def _steps(self, opt: str, scaler: str, function) -> None:
-        found = False
+    def _steps(self, opt: str, access: str, function: cst.CSTNode, call: cst.Call) -> None:
+        key = (id(function), opt)
+        if key in self.steps:
+            return
+        found = self.steps[key] = []
         for node in self.nodes:
             if not (
                 isinstance(node, cst.SimpleStatementLine)
                 and len(node.body) == 1
                 and isinstance(node.body[0], cst.Expr)
-                and isinstance(node.body[0].value, cst.Call)
-            ):
-                continue
-            call = node.body[0].value
-            if not (
-                isinstance(call.func, cst.Attribute)
-                and call.func.attr.value == "step"
-                and _code(self.module, call.func.value) == opt
+                and _is_call_of(node.body[0].value, "step")
+                and _code(self.module, node.body[0].value.func.value) == opt
                 and self.function(node) is function
             ):
                 continue
-            if call.args:
-                self.plan.problems.append(f"`{opt}.step(...)` with a closure")
+            if node.body[0].value.args:
+                self.problem(node, f"`{opt}.step(...)` with a closure")
                 continue
-            found = True
-            lines = [
-                cst.parse_statement(f"{scaler}.step({opt})\n").with_changes(
-                    leading_lines=node.leading_lines
-                ),
-                cst.parse_statement(f"{scaler}.update()\n"),
-            ]
-            self.plan.edits[node] = lambda _u, lines=lines: cst.FlattenSentinel(lines)
+            found.append(node)
+            self.before_step[node] = []
+
+            def build(_u, node=node):
+                lines = [
+                    *[s for make in self.before_step[node] for s in make()],
+                    cst.parse_statement(f"{access}.step({opt})\n"),
+                    cst.parse_statement(f"{access}.update()\n"),
+                ]
+                lines[0] = lines[0].with_changes(leading_lines=node.leading_lines)
+                return cst.FlattenSentinel(lines)
+
+            self.plan.edits[node] = build
         if not found:
-            self.plan.problems.append(
-                f"no `{opt}.step()` statement next to `amp.scale_loss`: scaled gradients must "
-                "be stepped through `scaler.step`"
+            self.problem(
+                call,
+                f"no `{opt}.step()` statement in the function that scales the loss: scaled "
+                "gradients must be stepped through `scaler.step`",
             )
 
-    def _autocast(self, scale_with: cst.With, loss: str, condition, function) -> None:
-        """Wrap the statements that compute ``loss`` (before the scale_loss) in autocast."""
-        statement: cst.CSTNode = scale_with
-        while statement is not None and statement is not function:
-            located = self.block_of(statement) if isinstance(statement, cst.BaseStatement) else None
-            if located is not None:
-                block, index = located
-                body = _statements(block) or []
-                region = self._region(body[:index], loss)
-                if region:
-                    self._wrap(region, condition)
+    # -- master_params: unscale once per step ---------------------------------------------------
+    def _master_params(self, calls: list[cst.Call]) -> None:
+        by_statement: dict[cst.CSTNode, list[cst.Call]] = {}
+        for call in calls:
+            positional = [a.value for a in call.args if not a.keyword]
+            statement = self.statement(call)
+            if len(call.args) != 1 or not positional:
+                self.problem(call, "`amp.master_params` with other arguments than the optimizer")
+                continue
+            if not isinstance(statement, cst.SimpleStatementLine):
+                self.problem(call, "`amp.master_params` outside a simple statement")
+                continue
+            opt = _code(self.module, positional[0])
+            params = cst.parse_expression(
+                f'(p for group in {opt}.param_groups for p in group["params"])'
+            )
+            self.plan.edits[call] = lambda _u, params=params: params
+            by_statement.setdefault(statement, []).append(opt)
+        per_function: dict[cst.CSTNode, list[tuple[cst.CSTNode, str]]] = {}
+        for statement, opts in by_statement.items():
+            function = self.function(statement)
+            if self.access(function) is None:
+                continue  # _scope said why
+            per_function.setdefault(function, []).append((statement, opts[0]))
+        for function, statements in per_function.items():
+            access = self.access(function)
+            for i, (statement, opt) in enumerate(statements):
+                earlier = [s for s, _ in statements[:i] if not self._exclusive(s, statement)]
+                if earlier:
+                    self.problem(
+                        statement,
+                        f"`amp.master_params` again after line {self.line(earlier[0])} in the "
+                        "same step: `scaler.unscale_` may run only once per step; unscale "
+                        "before the first use by hand",
+                    )
+                    continue
+                self._place_unscale(statement, opt, function, access)
+
+    def _exclusive(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+        """``a`` and ``b`` are in different branches of one ``if``."""
+        path_a = [a, *self.ancestors(a)]
+        path_b = [b, *self.ancestors(b)]
+        common = next(n for n in path_a if any(n is m for m in path_b))
+        if not isinstance(common, cst.If):
+            return False
+        child_a = path_a[path_a.index(common) - 1]
+        child_b = path_b[[id(n) for n in path_b].index(id(common)) - 1]
+        return {id(child_a), id(child_b)} == {id(common.body), id(common.orelse)}
+
+    def _one_unscale_per_step(self) -> None:
+        """Two unscale_ that can run in one step raise at the second: every pair placed in one
+        function must sit in different branches of an ``if``."""
+        placed = list(dict.fromkeys(self.unscales))
+        for i, later in enumerate(placed):
+            for earlier in placed[:i]:
+                same = self.function(earlier) is self.function(later)
+                if same and not self._exclusive(earlier, later):
+                    self.problem(
+                        later,
+                        "`scaler.unscale_` would run twice in one step (before lines "
+                        f"{min(self.line(earlier), self.line(later))} and "
+                        f"{max(self.line(earlier), self.line(later))}; apex's `master_params` is "
+                        "read twice): unscale once, before the first use, by hand",
+                    )
                     return
-            statement = self.parent(statement)
-        self.plan.problems.append(
-            f"`{loss}` is not computed in the function that scales it: place "
-            '`torch.amp.autocast("cuda", dtype=torch.float16)` around the forward by hand'
-        )
 
-    def _region(self, before: list[cst.BaseStatement], loss: str) -> list[cst.BaseStatement]:
-        """The forward pass and loss: the statements feeding ``loss``, walking back from the
-        scale. Statements that do not feed it are crossed only if they call nothing (`last =
-        step % n == 0`); ones that do (`optimizer.zero_grad()`) end the walk."""
-        needed: set[str] = {loss}
-        feeding: list[int] = []
-        starts: list[int] = []  # feeding statements that call something
-        for i in range(len(before) - 1, -1, -1):
-            assigned, used, calls = self._names(before[i])
-            if assigned & needed:
-                needed |= used
-                feeding.append(i)
-                if calls:
-                    starts.append(i)
-            elif calls:
-                break
-        # From the first feeding statement that calls something to the last feeding one.
-        if not starts:
-            return []
-        return before[min(starts) : max(feeding) + 1]
-
-    def _names(self, statement: cst.CSTNode) -> tuple[set[str], set[str], bool]:
-        assigned: set[str] = set()
-        used: set[str] = set()
-        calls = False
-
-        class Names(cst.CSTVisitor):
-            def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-                assigned.update(_targets(node.target))
-
-            def visit_AugAssign(self, node: cst.AugAssign) -> None:
-                assigned.update(_targets(node.target))
-
-            def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-                assigned.update(_targets(node.target))
-
-            def visit_Name(self, node: cst.Name) -> None:
-                used.add(node.value)
-
-            def visit_Call(self, node: cst.Call) -> None:
-                nonlocal calls
-                calls = True
-
-        statement.visit(Names())
-        return assigned, used, calls
-
-    def _wrap(self, region: list[cst.BaseStatement], condition) -> None:
-        if any(s in self.plan.edits for s in region):
-            self.plan.problems.append("the forward pass overlaps another rewritten statement")
-            return
-        enabled = f", enabled={_code(self.module, condition)}" if condition is not None else ""
-        header = f'with torch.amp.autocast("cuda", dtype=torch.float16{enabled}):\n    pass\n'
-        with_node = cst.ensure_type(cst.parse_statement(header), cst.With)
-        first, rest = region[0], region[1:]
-        inner = [first.with_changes(leading_lines=()), *rest]
-        wrapped = with_node.with_changes(
-            body=with_node.body.with_changes(body=inner), leading_lines=first.leading_lines
-        )
-        self.plan.edits[first] = lambda _u: wrapped
-        for statement in rest:
-            self.plan.edits[statement] = lambda _u: cst.RemoveFromParent()
-
-    def _master_params(self, call: cst.Call, scaler: str, home) -> None:
-        statement = self.statement(call)
-        positional = [a.value for a in call.args if not a.keyword]
-        if (
-            len(call.args) != 1
-            or not positional
-            or not isinstance(statement, cst.SimpleStatementLine)
-        ):
-            self.plan.problems.append("`amp.master_params` outside a simple statement")
-            return
-        if home is not self.module and self.function(call) is not home:
-            self.plan.problems.append("`amp.master_params` in another function than initialize")
-            return
-        opt = _code(self.module, positional[0])
-        params = cst.parse_expression(
-            f'(p for group in {opt}.param_groups for p in group["params"])'
-        )
-        self.plan.edits[call] = lambda _u: params
-        unscale = cst.parse_statement(f"{scaler}.unscale_({opt})\n")
-        self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
-            [unscale.with_changes(leading_lines=u.leading_lines), u.with_changes(leading_lines=())]
-        )
-
-    def _state(self, call: cst.Call, scaler: str, home) -> None:
-        if home is not self.module and self.function(call) is not home:
-            self.plan.problems.append(
-                "`amp.state_dict`/`load_state_dict` in another function than initialize"
+    def _place_unscale(self, statement, opt: str, function, access: str, depth: int = 0) -> None:
+        steps = self.steps.get((id(function), opt), [])
+        unscale = f"{access}.unscale_({opt})\n"
+        scaled = [
+            s for s, _, f, _ in self.requests
+            if f is function and self.order[id(s)] < self.order[id(statement)]
+        ]  # fmt: skip
+        if not steps or not scaled:
+            caller = self._helper_call(function, opt) if depth < 3 else None
+            if caller is not None:  # a helper called once per step: unscale before the call
+                call_statement, outer = caller
+                self._place_unscale(call_statement, opt, outer, self.access(outer), depth + 1)
+                return
+            self.problem(
+                statement,
+                f"`amp.master_params` is not between a scaled backward and `{opt}.step()` in "
+                "this function: place `scaler.unscale_` by hand",
             )
             return
-        member = cst.ensure_type(call.func, cst.Attribute).attr.value
-        func = cst.parse_expression(f"{scaler}.{member}")
-        self.plan.edits[call] = lambda u: u.with_changes(func=func)
-        self.plan.notes.append(
-            "checkpoints saved by apex need `ampmigrate convert-checkpoint` before loading"
+        current = statement
+        while True:
+            located = self.block_of(current)
+            if located is None:
+                break
+            block, index = located
+            later = _statements(block)[index + 1 :]
+            if any(self._always_steps(s, steps) for s in later):
+                self._unscale_before(statement, unscale)
+                return
+            nested = [p for p in steps if any(self.within(p, s) for s in later)]
+            if nested:
+                self._move_to_step(statement, _statements(block)[index], nested, unscale)
+                return
+            owner = self.owner(block)
+            if owner is None or owner is function or isinstance(owner, Loop):
+                break
+            current = owner
+        self.problem(
+            statement,
+            f"`amp.master_params` is not followed by `{opt}.step()` in the same step: place "
+            "`scaler.unscale_` by hand",
         )
 
+    def _always_steps(self, statement: cst.CSTNode, steps: list) -> bool:
+        """``statement`` is a step, or an if/else whose every branch always steps."""
+        if statement in steps:
+            return True
+        if not isinstance(statement, cst.If) or statement.orelse is None:
+            return False
+        branches = [statement.body]
+        orelse = statement.orelse
+        if isinstance(orelse, cst.If):
+            return any(self._always_steps(s, steps) for s in statement.body.body) and (
+                self._always_steps(orelse, steps)
+            )
+        branches.append(orelse.body)
+        return all(any(self._always_steps(s, steps) for s in b.body) for b in branches)
 
-def _targets(node: cst.BaseExpression) -> set[str]:
-    if isinstance(node, cst.Name):
-        return {node.value}
-    if isinstance(node, cst.Tuple | cst.List):
-        return {n for e in node.elements for n in _targets(e.value)}
-    return set()
+    def _helper_call(self, function, opt: str) -> tuple[cst.CSTNode, cst.CSTNode] | None:
+        """``function`` (allennlp's ``rescale_gradients``) is called exactly once in the file,
+        as a statement of a function that scales the loss and steps ``opt``, and uses
+        ``master_params`` outside any loop: its one call is where unscale_ goes."""
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        name = function.name.value
+        references = [
+            n for n in self.nodes
+            if (isinstance(n, cst.Attribute) and n.attr.value == name)
+            or (isinstance(n, cst.Name) and n.value == name
+                and not isinstance(self.parent(n), cst.Attribute | cst.FunctionDef))
+        ]  # fmt: skip
+        if len(references) != 1:
+            return None
+        call = self.parent(references[0])
+        if not isinstance(call, cst.Call) or call.func is not references[0]:
+            return None
+        outer = self.function(call)
+        if outer is function or not self.steps.get((id(outer), opt)):
+            return None
+        if any(isinstance(n, Loop) for n in self._subtree(function)):
+            return None
+        if self.access(outer) is None:
+            return None
+        return self.statement(call), outer
+
+    def _unscale_before(self, statement: cst.CSTNode, unscale: str) -> None:
+        self.unscales.append(statement)
+        self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
+            [
+                cst.parse_statement(unscale).with_changes(leading_lines=u.leading_lines),
+                u.with_changes(leading_lines=()),
+            ]
+        )
+
+    def _move_to_step(self, statement, unit, nested: list, unscale: str) -> None:
+        """The clip ran every micro-batch (apex unscaled at each ``scale_loss`` exit); with a
+        GradScaler, unscale_ may run once per ``update()``: move it under the step's
+        condition, right before the step."""
+        if len(nested) != 1:
+            self.problem(statement, "the clip is followed by several conditional steps")
+            return
+        step = nested[0]
+        conditions: list[cst.BaseExpression] = []
+        if self._blocks_move(unit):  # the clip shares its block with the backward
+            narrowed = self._narrow(statement, unit)
+            if narrowed is not None:
+                unit, conditions = narrowed
+        facts = self.facts(unit)
+        inside = {id(n) for n in self._subtree(unit)}
+        function = self.function(unit)
+        reads = [
+            n for n in self._subtree(function)
+            if isinstance(n, cst.Name) and n.value in facts.assigned and id(n) not in inside
+            and not isinstance(self.parent(n), cst.AssignTarget | cst.AnnAssign | cst.AugAssign)
+        ]  # fmt: skip
+        blockers = self._blocks_move(unit)
+        if reads or blockers:
+            own = self.facts(statement).assigned
+            used = [n for n in reads if n.value in own]
+            why = (
+                f"; its result `{used[0].value}` is used at line {self.line(used[0])}"
+                if used
+                else "; it shares a block with the scaled backward"
+                if blockers
+                else f"; `{reads[0].value}` from its block is used at line {self.line(reads[0])}"
+            )
+            self.problem(
+                statement,
+                "the clip of `amp.master_params` runs on every micro-batch while "
+                f"`optimizer.step()` (line {self.line(step)}) runs under a condition{why}: move "
+                "the clip under the step's condition (after `scaler.unscale_(optimizer)`) by hand",
+            )
+            return
+        if id(unit) in self.moved:  # another use in the same moved block
+            if unit is not statement:
+                self._unscale_before(statement, unscale)
+            return
+        self.moved.add(id(unit))
+        moved: dict[str, cst.CSTNode] = {}
+        alone = len(_statements(self.block_of(unit)[0])) == 1
+
+        def take(u: cst.CSTNode) -> cst.CSTNode | cst.RemovalSentinel:
+            moved["unit"] = u.with_changes(leading_lines=())
+            return cst.parse_statement("pass\n") if alone else cst.RemoveFromParent()
+
+        def lines() -> list[cst.BaseStatement]:
+            body = [cst.parse_statement(unscale)] if unit is statement else []
+            body.append(moved["unit"])
+            for test in reversed(conditions):  # under the conditions it ran under
+                header = cst.ensure_type(
+                    cst.parse_statement(f"if {_code(self.module, test)}:\n    pass\n"), cst.If
+                )
+                body = [header.with_changes(body=header.body.with_changes(body=body))]
+            return body
+
+        if unit is not statement:
+            self._unscale_before(statement, unscale)
+        self.plan.edits[unit] = take
+        self.before_step[step].append(lines)
+        if unit is statement:
+            self.unscales.append(step)
+        self.plan.notes.append(
+            f"behaviour change: apex clipped `amp.master_params` on every micro-batch (line "
+            f"{self.line(statement)}); the clip now runs once per optimizer step, under the "
+            f"step's condition (line {self.line(step)}), after `scaler.unscale_`"
+        )
+
+    def _blocks_move(self, unit: cst.CSTNode) -> bool:
+        """``unit`` holds a backward, a scaled loss or a step: it cannot move to the step."""
+        inside = {id(n) for n in self._subtree(unit)}
+        steps = [p for group in self.steps.values() for p in group]
+        return self.facts(unit).backward or any(
+            id(n) in inside for n in [*steps, *(s for s, _, _, _ in self.requests)]
+        )
+
+    def _narrow(self, statement, unit) -> tuple[cst.CSTNode, list] | None:
+        """The largest statement around the clip, inside ``unit``, that can move alone, and
+        the ``if`` tests (without calls) it sits under there: ``if args.fp16: <backward>;
+        clip(...)`` moves as ``if args.fp16: unscale_; clip(...)``."""
+        chain = [statement, *self.ancestors(statement)]
+        chain = chain[: next(i for i, n in enumerate(chain) if n is unit)]
+        movable = [n for n in chain if isinstance(n, cst.BaseStatement)]
+        movable = [n for n in movable if not self._blocks_move(n)]
+        if not movable:
+            return None
+        top = movable[-1]
+        conditions = []
+        previous = top
+        for node in chain[chain.index(top) + 1 :]:
+            if isinstance(node, cst.IndentedBlock):
+                previous = node
+                continue
+            if not (isinstance(node, cst.If) and node.body is previous):
+                return None
+            if self.facts(node.test).calls:
+                return None
+            conditions.insert(0, node.test)
+            previous = node
+        if isinstance(unit, cst.If) and unit.body is previous and not self.facts(unit.test).calls:
+            conditions.insert(0, unit.test)
+        else:
+            return None
+        return top, conditions
+
+    def _subtree(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        nodes: list[cst.CSTNode] = []
+
+        class Collect(cst.CSTVisitor):
+            def on_visit(self, n: cst.CSTNode) -> bool:
+                nodes.append(n)
+                return True
+
+        node.visit(Collect())
+        return iter(nodes)
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def _state(self, call: cst.Call, member: str) -> None:
+        access = self.access(self.function(call))
+        if access is None:
+            return  # _scope said why
+        if member == "state_dict" and call.args:
+            self.problem(call, "`amp.state_dict(destination)`: GradScaler has no destination")
+            return
+        func = cst.parse_expression(f"{access}.{member}")
+        self.plan.edits[call] = lambda u: u.with_changes(func=func)
+        if member == "state_dict":
+            self._rename_saved_key(call)
+        else:
+            self._rename_loaded_key(call)
+        note = (
+            f'the GradScaler state is saved under "{self.name}"; checkpoints saved by apex keep '
+            "apex's state under their old key: convert them with `ampmigrate convert-checkpoint` "
+            f'and store the result under "{self.name}"'
+        )
+        if note not in self.plan.notes:
+            self.plan.notes.append(note)
+
+    def _resume_state(self, setup: _Setup, init: cst.Call) -> None:
+        """apex's loss scale was never checkpointed here; the optimizer's is. Put the
+        GradScaler's state next to it, under its own key, where the scaler exists: a dict
+        literal holding ``opt.state_dict()`` gains ``"scaler": scaler.state_dict()``, and
+        ``opt.load_state_dict(ckpt[...])`` is followed by a guarded ``scaler.load_state_dict``
+        (old checkpoints have no such key)."""
+        args = {a.keyword.value: a.value for a in init.args if a.keyword}
+        positional = [a.value for a in init.args if not a.keyword]
+        optimizer = args.get("optimizers", positional[1] if len(positional) > 1 else None)
+        opt = _code(self.module, optimizer)
+        created = self.order[id(setup.statement)]
+
+        def reachable(node: cst.CSTNode) -> str | None:
+            function = self.function(node)
+            access = self.access(function)
+            if access is None or (function is setup.home and self.order[id(node)] < created):
+                return None
+            return access
+
+        for node in self.nodes:
+            if _is_call_of(node, "state_dict") and _code(self.module, node.func.value) == opt:
+                holder = next((a for a in self.ancestors(node) if isinstance(a, cst.Dict)), None)
+                access = reachable(node) if holder is not None else None
+                if access is None or holder in self.plan.edits:
+                    continue
+                keys = [e.key for e in holder.elements if isinstance(e, cst.DictElement)]
+                if not keys or not all(isinstance(k, cst.SimpleString) for k in keys):
+                    continue
+                quote = keys[0].quote
+                element = cst.DictElement(
+                    cst.SimpleString(f"{quote}{self.name}{quote}"),
+                    cst.parse_expression(f"{access}.state_dict()"),
+                )
+                self.plan.edits[holder] = lambda u, e=element: u.with_changes(
+                    elements=[*u.elements, e]
+                )
+            elif (
+                _is_call_of(node, "load_state_dict") and _code(self.module, node.func.value) == opt
+            ):
+                statement = self.statement(node)
+                source = node.args[0].value if len(node.args) == 1 else None
+                access = reachable(node)
+                if (
+                    access is None
+                    or not isinstance(source, cst.Subscript)
+                    or not isinstance(source.value, cst.Name | cst.Attribute)
+                    or not isinstance(statement, cst.SimpleStatementLine)
+                    or statement.body[0] is not self.parent(node)
+                    or statement in self.plan.edits
+                ):
+                    continue
+                container = _code(self.module, source.value)
+                quote = '"'
+                load = cst.parse_statement(
+                    f"if {quote}{self.name}{quote} in {container}:\n"
+                    f"    {access}.load_state_dict({container}[{quote}{self.name}{quote}])\n"
+                )
+                self.plan.edits[statement] = lambda u, load=load: cst.FlattenSentinel([u, load])
+                self.plan.notes.append(
+                    f"the GradScaler's state is restored after `{opt}`'s (line "
+                    f"{self.line(statement)}) when the checkpoint has it"
+                )
+
+    def _new_key(self, node: cst.SimpleString) -> None:
+        quote = node.quote
+        self.plan.edits[node] = lambda _u: cst.SimpleString(f"{quote}{self.name}{quote}")
+
+    def _rename_saved_key(self, call: cst.Call) -> None:
+        parent = self.parent(call)
+        if isinstance(parent, cst.DictElement) and isinstance(parent.key, cst.SimpleString):
+            self._new_key(parent.key)
+            return
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            index = self._key_of(target)
+            if index is not None:
+                self._new_key(index)
+                return
+        self.plan.notes.append(
+            f"`amp.state_dict()` at line {self.line(call)} is not stored under a key: make "
+            "sure apex-format state is never fed to `scaler.load_state_dict`"
+        )
+
+    def _key_of(self, node: cst.CSTNode) -> cst.SimpleString | None:
+        """The string of ``x["amp"]`` or ``x.get("amp")``."""
+        if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+            index = node.slice[0].slice
+            if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+                return index.value
+        if (
+            _is_call_of(node, "get")
+            and node.args
+            and isinstance(node.args[0].value, cst.SimpleString)
+        ):
+            return node.args[0].value
+        return None
+
+    def _rename_loaded_key(self, call: cst.Call) -> None:
+        source = call.args[0].value if len(call.args) == 1 else None
+        key = self._key_of(source) if source is not None else None
+        if key is None:
+            self.problem(
+                call,
+                "`amp.load_state_dict` of a value not read from a checkpoint key here: load "
+                f'the GradScaler from its own key (`checkpoint["{self.name}"]`), never from '
+                "apex's old entry (convert old checkpoints with `ampmigrate convert-checkpoint`)",
+            )
+            return
+        self._new_key(key)
+        container = _code(self.module, source.value if isinstance(source, cst.Subscript)
+                          else source.func.value)  # fmt: skip
+        old = key.evaluated_value
+        for ancestor in self.ancestors(call):
+            if isinstance(ancestor, cst.FunctionDef):
+                break
+            if isinstance(ancestor, cst.If):
+                for node in self._subtree(ancestor.test):
+                    if (
+                        isinstance(node, cst.Comparison)
+                        and isinstance(node.left, cst.SimpleString)
+                        and node.left.evaluated_value == old
+                        and len(node.comparisons) == 1
+                        and isinstance(node.comparisons[0].operator, cst.In)
+                        and _code(self.module, node.comparisons[0].comparator) == container
+                    ):
+                        self._new_key(node.left)
+
+    def _helper_notes(self) -> None:
+        """Checkpoint helpers imported from sibling modules are not visible here."""
+        imported: dict[str, str] = {}
+        for node in self.nodes:
+            if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+                module = "." * len(node.relative) + (
+                    _code(self.module, node.module) if node.module else ""
+                )
+                if module.split(".")[0] in ("torch", "apex", "numpy", "os", "typing"):
+                    continue
+                for alias in node.names:
+                    imported[alias.evaluated_alias or alias.evaluated_name] = module
+        for name, module in imported.items():
+            if not _HELPER.search(name):
+                continue
+            for ref in self._references(name):
+                call = self.parent(ref)
+                reached = isinstance(call, cst.Call) and call.func is ref
+                if reached and self.access(self.function(call)) is not None:
+                    self.plan.notes.append(
+                        f"`{module}.{name}` (called at line {self.line(call)}) is in another "
+                        "module: if it saves or loads apex amp state, give it a "
+                        f"`{self.name}` parameter, pass `{self.name}={self.name}` here and "
+                        f'use the key "{self.name}"'
+                    )
+                    break
+
+    # -- the autocast regions ------------------------------------------------------------------
+    def _regions(self, setup: _Setup) -> None:
+        """Wrap the forward pass and loss of every scaled backward in autocast (see the
+        module docstring); then check the invariant: no initialized model is called before the
+        backward outside a region."""
+        forbidden: dict[int, bool] = {}
+        edited = set(map(id, self.plan.edits))
+
+        def blocked(statement: cst.CSTNode) -> bool:
+            if id(statement) not in forbidden:
+                nodes = list(self._subtree(statement))
+                forbidden[id(statement)] = any(
+                    id(n) in edited
+                    or _is_call_of(n, "backward")
+                    or isinstance(n, cst.FunctionDef | cst.ClassDef)
+                    for n in nodes
+                )
+            return forbidden[id(statement)]
+
+        chosen: dict[cst.CSTNode, tuple[set[int], set[int], str | None]] = {}
+        checks: list[tuple[cst.CSTNode, str, str | None]] = []
+        for scale, loss, function, enabled in self.requests:
+            needed = {loss}
+            current: cst.CSTNode = scale
+            picked = False
+            while True:
+                located = self.block_of(current)
+                if located is None:
+                    break
+                block, index = located
+                body = _statements(block)
+                feeding, calling, forward = [], [], []
+                for i in range(index - 1, -1, -1):
+                    facts = self.facts(body[i], setup.models)
+                    if facts.assigned & needed:
+                        needed |= facts.used
+                        feeding.append(i)
+                        calling += [i] if facts.calls else []
+                        forward += [i] if facts.model_calls else []
+                if calling:  # from the forward (or the first call feeding the loss) on
+                    picked = True
+                    indices, feeds, _ = chosen.setdefault(block, (set(), set(), enabled))
+                    indices.update(range(min(forward or calling), max(calling) + 1))
+                    feeds.update(feeding)
+                owner = self.owner(block)
+                if owner is None or owner is function or (isinstance(owner, Loop) and picked):
+                    break
+                current = owner
+            if not picked:
+                self.problem(
+                    scale,
+                    f"`{loss}` is not computed before its `scale_loss` in this function: place "
+                    '`torch.amp.autocast("cuda", dtype=torch.float16)` around the forward by hand',
+                )
+            checks.append((function, loss, enabled))
+        wrapped: set[int] = set()
+        planned: dict[cst.CSTNode, tuple[list[list[cst.BaseStatement]], str | None]] = {}
+        for block, (indices, feeds, enabled) in chosen.items():
+            body = _statements(block)
+            runs: list[list[int]] = []
+            for i in sorted(indices):
+                if blocked(body[i]):
+                    if i in feeds and self.facts(body[i], setup.models).model_calls:
+                        self.problem(
+                            body[i],
+                            "the forward pass shares a statement with the backward or another "
+                            "rewritten line: split it so autocast can cover only the forward",
+                        )
+                    continue
+                if runs and runs[-1][-1] == i - 1:
+                    runs[-1].append(i)
+                else:
+                    runs.append([i])
+            runs = [r for r in runs if feeds & set(r)]
+            for run in runs:
+                wrapped.update(id(body[i]) for i in run)
+            planned[block] = ([[body[i] for i in run] for run in runs], enabled)
+        seen: set[int] = set()
+        for function, loss, enabled in checks:
+            body = function.body if isinstance(function, cst.FunctionDef) else function
+            for call in self.facts(body, setup.models).model_calls:
+                if id(call) in seen or self.function(call) is not function:
+                    continue
+                seen.add(id(call))
+                if any(id(a) in wrapped for a in self.ancestors(call)):
+                    continue
+                # Another forward of the model in the training function (in-loop validation):
+                # apex O1 ran it in float16 too, so its simple statement gets a region.
+                statement = self.statement(call)
+                located = self.block_of(statement)
+                if (
+                    isinstance(statement, cst.SimpleStatementLine)
+                    and located is not None
+                    and not blocked(statement)
+                ):
+                    runs, _ = planned.setdefault(located[0], ([], enabled))
+                    runs.append([statement])
+                    wrapped.add(id(statement))
+                    note = (
+                        "other calls of the model in the training function (e.g. validation) "
+                        "get their own autocast region, as apex O1 ran them in float16"
+                    )
+                    if note not in self.plan.notes:
+                        self.plan.notes.append(note)
+                else:
+                    self.problem(
+                        call,
+                        f"`{_code(self.module, call.func)}(...)` runs in the function that scales "
+                        f"`{loss}` but not in the autocast region of its forward (apex O1 ran it "
+                        "in float16 too): wrap it in `torch.amp.autocast` by hand",
+                    )
+        for block, (runs, enabled) in planned.items():
+            order = {id(s): i for i, s in enumerate(_statements(block))}
+            self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
+
+    def _wrap(self, block: cst.CSTNode, runs: list[list[cst.BaseStatement]], enabled) -> None:
+        """One ``with autocast`` per run; the block regroups its updated statements."""
+        if not runs:
+            return
+        flag = f", enabled={enabled}" if enabled else ""
+        header = f'with torch.amp.autocast("cuda", dtype=torch.float16{flag}):\n    pass\n'
+        template = cst.ensure_type(cst.parse_statement(header), cst.With)
+        updated: dict[int, cst.CSTNode] = {}
+
+        def keep(u: cst.CSTNode, statement: cst.CSTNode) -> cst.CSTNode:
+            updated[id(statement)] = u
+            return u
+
+        for run in runs:
+            for statement in run:
+                self.plan.edits[statement] = lambda u, s=statement: keep(u, s)
+
+        def regroup(u: cst.CSTNode) -> cst.CSTNode:
+            starts = {id(updated[id(r[0])]): r for r in runs}
+            skip = {id(updated[id(s)]) for r in runs for s in r[1:]}
+            body = []
+            for statement in u.body:
+                run = starts.get(id(statement))
+                if run is not None:
+                    inner = [updated[id(s)] for s in run]
+                    body.append(
+                        template.with_changes(
+                            body=template.body.with_changes(
+                                body=[inner[0].with_changes(leading_lines=()), *inner[1:]]
+                            ),
+                            leading_lines=inner[0].leading_lines,
+                        )
+                    )
+                elif id(statement) not in skip:
+                    body.append(statement)
+            return u.with_changes(body=body)
+
+        previous = self.plan.edits.get(block)
+        self.plan.edits[block] = regroup if previous is None else lambda u: regroup(previous(u))
 
 
 def rewrite(module: cst.Module) -> cst.Module:
@@ -546,7 +1586,7 @@ def rewrite(module: cst.Module) -> cst.Module:
 
 
 class ApexO1(cst.CSTVisitor):
-    """One finding per file that uses apex.amp: the O1 rewrite, or what blocks it."""
+    """One finding per file that uses apex.amp: the O1 rewrite, or every blocker with its line."""
 
     METADATA_DEPENDENCIES = (ScopeProvider, ParentNodeProvider)  # shared with the other rules
 
@@ -560,10 +1600,12 @@ class ApexO1(cst.CSTVisitor):
         found = _Planner(node, scopes, parents).build()
         if found is None or found.anchor is None:
             return False
-        notes = "".join(f"; note: {n}" for n in found.notes)
+        notes = "".join(f"; note: {n}" for n in dict.fromkeys(found.notes))
         if found.problems:
-            message = "apex O1 cannot be rewritten automatically here: " + "; ".join(
-                dict.fromkeys(found.problems)
+            blockers = list(dict.fromkeys(found.problems))
+            message = (
+                f"apex O1 cannot be rewritten automatically here ({len(blockers)} blocker"
+                f"{'s' if len(blockers) > 1 else ''}): " + "; ".join(blockers)
             )
             self.findings.append(Finding(self.rule.code, message, found.anchor, None))
             return False

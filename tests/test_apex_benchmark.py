@@ -1,0 +1,288 @@
+"""The apex benchmark's classifier (scripts/apex_benchmark.py) on hand-written snippets: the
+region invariant and the eligibility rules decide what the success rate means."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+
+from conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location(
+    "apex_benchmark", ROOT / "scripts" / "apex_benchmark.py"
+)
+bench = importlib.util.module_from_spec(_spec)
+sys.modules["apex_benchmark"] = bench
+_spec.loader.exec_module(bench)
+
+
+def violations(source: str, models: set[str]) -> list[str]:
+    return bench.region_violations(textwrap.dedent(source), models)
+
+
+def use(source: str):
+    return bench.apex_use(textwrap.dedent(source))
+
+
+GOOD_LOOP = """
+    def train(model, optimizer, scaler, batches):
+        for x, y in batches:
+            with torch.amp.autocast("cuda", dtype=torch.float16):
+                out = model(x)
+                loss = crit(out, y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+"""
+
+
+def test_forward_and_loss_in_the_region_and_backward_outside_pass():
+    assert violations(GOOD_LOOP, {"model"}) == []
+
+
+def test_forward_outside_the_region_is_reported_with_its_line():
+    source = """
+        def train(model, optimizer, scaler, batches):
+            for x, y in batches:
+                out = model(x)
+                if accumulate:
+                    with torch.autocast("cuda"):
+                        loss = crit(out, y) / 2
+                else:
+                    with torch.autocast("cuda"):
+                        loss = crit(out, y)
+                scaler.scale(loss).backward()
+    """
+    assert violations(source, {"model"}) == ["line 4: `model(...)` in train runs outside autocast"]
+
+
+def test_backward_inside_the_region_is_reported():
+    source = """
+        def train(model, scaler, x):
+            with torch.amp.autocast("cuda"):
+                loss = model(x).sum()
+                scaler.scale(loss).backward()
+    """
+    assert violations(source, {"model"}) == ["line 5: `.backward()` in train is in autocast"]
+
+
+def test_a_disabled_autocast_block_is_no_region():
+    source = """
+        def train(model, scaler, x):
+            with torch.amp.autocast("cuda", enabled=False):
+                loss = model(x).sum()
+            scaler.scale(loss).backward()
+    """
+    assert len(violations(source, {"model"})) == 1
+
+
+def test_only_initialized_models_and_training_functions_are_judged():
+    source = """
+        def train(model, teacher, scaler, x):
+            with teacher_context():
+                target = teacher(x)
+            with torch.amp.autocast("cuda"):
+                loss = (model(x) - target).sum()
+            scaler.scale(loss).backward()
+
+        def evaluate(model, x):
+            return model(x)
+    """
+    assert violations(source, {"model"}) == []
+
+
+def test_a_method_computing_the_scaled_loss_must_run_in_the_region():
+    source = """
+        class Trainer:
+            def batch_loss(self, batch):
+                return self.model(**batch)["loss"]
+
+            def validate(self, batch):
+                return self.model(**batch)
+
+            def train_step(self, batch):
+                loss = self.batch_loss(batch)
+                metrics = self.validate(batch)
+                self.scaler.scale(loss).backward()
+    """
+    assert violations(source, {"self.model"}) == [
+        "line 4: `self.model(...)` in Trainer.batch_loss (computes the scaled loss) runs"
+        " outside autocast"
+    ]
+    wrapped = source.replace(
+        "loss = self.batch_loss(batch)",
+        'with torch.amp.autocast("cuda"):\n                    loss = self.batch_loss(batch)',
+    )
+    assert violations(wrapped, {"self.model"}) == []
+
+
+def test_a_later_assignment_does_not_enter_the_loss_data_flow():
+    source = """
+        def train(model, scaler, batches, valset):
+            for x in batches:
+                with torch.amp.autocast("cuda"):
+                    pred = model(x)
+                    loss = crit(pred)
+                scaler.scale(loss).backward()
+                val_loss, pred = validation(model, valset)
+
+        def validation(model, valset):
+            return model(valset), None
+    """
+    assert violations(source, {"model"}) == []
+
+
+def test_a_closure_that_scales_the_loss_is_a_training_function():
+    source = """
+        def main(model, optimizer):
+            scaler = torch.amp.GradScaler("cuda")
+
+            def update(batch):
+                out = model(batch)
+                scaled = scaler.scale(out.sum())
+                scaled.backward()
+
+            return update
+    """
+    assert violations(source, {"model"}) == [
+        "line 6: `model(...)` in main.update runs outside autocast"
+    ]
+
+
+def test_unrewritten_apex_code_breaks_the_invariant():
+    source = """
+        def train(model, optimizer, x):
+            loss = model(x).sum()
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+    """
+    assert violations(source, {"model"}) == ["line 3: `model(...)` in train runs outside autocast"]
+
+
+def test_o1_with_a_variable_opt_level_and_state_dicts_is_eligible():
+    found = use(
+        """
+        from apex import amp
+
+        def main(args, model, optimizer):
+            model, optimizer = amp.initialize(model, optimizer, opt_level=args.opt_level)
+            torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+            torch.save({"amp": amp.state_dict()}, "c.pt")
+        """
+    )
+    assert found.blockers == []
+    assert found.models == {"model"}
+    assert found.amp_calls == {"initialize", "master_params", "state_dict"}
+
+
+def test_other_apex_features_make_a_file_ineligible():
+    found = use(
+        """
+        import apex
+        from apex.parallel import DistributedDataParallel
+        from apex import amp
+
+        class T:
+            def setup(self):
+                self.model, self.opt = amp.initialize(
+                    self.model, self.opt, opt_level="O2" if self.fast else "O1",
+                    keep_batchnorm_fp32=True, loss_scale=128.0,
+                )
+                amp.register_half_function(torch, "einsum")
+                self.fused = apex.optimizers.FusedAdam(self.params)
+        """
+    )
+    assert found.blockers == [
+        "amp.register_half_function",
+        "apex.optimizers",
+        "apex.parallel",
+        "initialize(keep_batchnorm_fp32=)",
+        "initialize(loss_scale=)",
+        "opt_level O2",
+    ]
+    assert found.models == {"self.model"}
+
+
+def test_inference_only_initialize_is_not_a_training_rewrite():
+    found = use(
+        """
+        from apex import amp
+        model = amp.initialize(model, None, opt_level="O1")
+        """
+    )
+    assert found.blockers == ["inference-only initialize (no optimizer)"]
+    assert found.models == {"model"}
+
+
+def test_a_torch_amp_module_named_amp_is_not_apex():
+    found = use(
+        """
+        from torch.cuda import amp
+        scaler = amp.GradScaler()
+        """
+    )
+    assert not found.uses_apex
+
+
+def test_opt_level_read_from_a_mapping_or_formatted_is_a_variable():
+    found = use(
+        """
+        from apex import amp
+        model, opt = amp.initialize(model, opt, opt_level=args["fp16_opt_level"])
+        model, opt = amp.initialize(model, opt, opt_level="O%i" % params.amp)
+        """
+    )
+    assert found.blockers == []
+
+
+def test_a_wrapped_or_aliased_model_is_judged_too():
+    source = """
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self._pytorch_model = DistributedDataParallel(self.model)
+
+            def train_step(self, batch):
+                loss = self._pytorch_model(**batch)["loss"]
+                self.scaler.scale(loss).backward()
+    """
+    assert violations(source, {"self.model"}) == [
+        "line 8: `self._pytorch_model(...)` in Trainer.train_step runs outside autocast"
+    ]
+
+
+def test_a_forward_helper_given_the_model_must_run_in_the_region():
+    source = """
+        def train(model, scaler, batches):
+            for batch in batches:
+                out = forward(model=model, batch=batch)
+                loss = out.loss
+                scaler.scale(loss).backward()
+                log(model, loss)
+    """
+    assert violations(source, {"model"}) == [
+        "line 4: `forward(..., model, ...)` in train computes the scaled loss with the model"
+        " outside autocast"
+    ]
+
+
+def test_a_parameter_added_by_the_rewrite_must_reach_every_caller():
+    original = "def do_train(model, optimizer):\n    pass\n"
+    output = "def do_train(model, optimizer, scaler):\n    pass\n"
+    added = bench.added_parameters(original, output)
+    func, new = added["do_train"]
+    assert new == ["scaler"]
+    caller = textwrap.dedent(
+        """
+        import trainer
+        from trainer import do_train
+        run = do_train
+        do_train(m, o)
+        do_train(m, o, scaler)
+        trainer.do_train(m, o, scaler=scaler)
+        run(m, o)
+        net.do_train(m, o)
+        """
+    )
+    assert bench.missed_callers("do_train", func, new, caller) == [5, 8]
