@@ -6,10 +6,11 @@ import ast
 import subprocess
 import sys
 
+import libcst as cst
 import pytest
 
 from ampmigrate.engine import batches
-from ampmigrate.engine.apply import apply, select
+from ampmigrate.engine.apply import apply, libcst_imports, select
 from ampmigrate.engine.imports import add_needed, remove_unused
 from ampmigrate.engine.prefilter import Prefilter
 from ampmigrate.engine.source import Source
@@ -35,24 +36,6 @@ def test_overlapping_fixes_wait_for_the_next_pass():
     chosen = select([outer, inner, apart])
     assert chosen == [outer, apart]
     assert apply(text, chosen) == "XYZ!"
-
-
-def _libcst(text: str, removals: list[ImportEdit], additions: list[str]) -> str:
-    import libcst as cst
-    from libcst.codemod import CodemodContext
-    from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
-
-    module, context = cst.parse_module(text), CodemodContext()
-    for e in removals:
-        RemoveImportsVisitor.remove_unused_import(context, e.module, e.obj, e.asname)
-    for name in additions:
-        module_name, _, obj = name.partition(":")
-        AddImportsVisitor.add_needed_import(context, module_name, obj or None)
-    if removals:
-        module = RemoveImportsVisitor(context).transform_module(module)
-    if additions:
-        module = AddImportsVisitor(context).transform_module(module)
-    return module.code
 
 
 AMP = ImportEdit("torch.cuda.amp", "autocast")
@@ -112,7 +95,7 @@ def test_import_fast_path_is_libcst_or_declines(case):
     if case in FAST:
         assert fast is not None, "a common shape went to libcst"
     if fast is not None:
-        assert fast == _libcst(text, removals, additions)
+        assert fast == libcst_imports(cst.parse_module(text), removals, additions)
 
 
 def test_batches_put_big_files_first_and_alone():

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ampmigrate.engine import imports
-from ampmigrate.findings import Edit, Fix
+from ampmigrate.findings import Edit, Fix, ImportEdit
 
 
 class FixError(Exception):
@@ -76,8 +76,6 @@ def apply(
             return fast
     # libcst (and its codemod package, ~0.5 s to import) only for runs that need it.
     import libcst as cst
-    from libcst.codemod import CodemodContext
-    from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
     from ampmigrate.replace import ReplaceNodes
 
@@ -88,10 +86,18 @@ def apply(
             module = cst.parse_module(text)
         except cst.ParserSyntaxError as exc:
             raise FixError(f"produced code that does not parse ({exc})") from exc
+    return libcst_imports(module, sorted(removals, key=repr), sorted(additions))
+
+
+def libcst_imports(module: Any, removals: Sequence[ImportEdit], additions: Sequence[str]) -> str:
+    """libcst's codemod import manager on ``module``: the reference the text fast path equals."""
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+
     context = CodemodContext()
-    for edit in sorted(removals, key=repr):
+    for edit in removals:
         RemoveImportsVisitor.remove_unused_import(context, edit.module, edit.obj, edit.asname)
-    for name in sorted(additions):
+    for name in additions:
         module_name, _, obj = name.partition(":")  # "a.b:c" is `from a.b import c`
         AddImportsVisitor.add_needed_import(context, module_name, obj or None)
     if removals:
