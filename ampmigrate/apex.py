@@ -1287,11 +1287,18 @@ class _Planner:
         for node in self.nodes:
             if _is_call_of(node, "state_dict") and _code(self.module, node.func.value) == opt:
                 holder = next((a for a in self.ancestors(node) if isinstance(a, cst.Dict)), None)
-                access = reachable(node) if holder is not None else None
-                if access is None or holder in self.plan.edits:
+                if holder is None or holder in self.plan.edits:
                     continue
+                access = reachable(node)
                 keys = [e.key for e in holder.elements if isinstance(e, cst.DictElement)]
-                if not keys or not all(isinstance(k, cst.SimpleString) for k in keys):
+                if access is None or not all(isinstance(k, cst.SimpleString) for k in keys):
+                    self.problem(
+                        node,
+                        f"a checkpoint dict saves `{opt}`'s state where the GradScaler cannot "
+                        f'be added under "{self.name}" (not created yet there, or not '
+                        "reachable, or not string keys): save its `state_dict()` beside the "
+                        "optimizer's by hand",
+                    )
                     continue
                 quote = keys[0].quote
                 element = cst.DictElement(
@@ -1307,14 +1314,36 @@ class _Planner:
                 statement = self.statement(node)
                 source = node.args[0].value if len(node.args) == 1 else None
                 access = reachable(node)
-                if (
-                    access is None
-                    or not isinstance(source, cst.Subscript)
-                    or not isinstance(source.value, cst.Name | cst.Attribute)
-                    or not isinstance(statement, cst.SimpleStatementLine)
-                    or statement.body[0] is not self.parent(node)
-                    or statement in self.plan.edits
+                if statement in self.plan.edits:
+                    continue
+                if not isinstance(source, cst.Subscript) or not isinstance(
+                    source.value, cst.Name | cst.Attribute
                 ):
+                    self.problem(
+                        node,
+                        f"`{opt}`'s state is restored from a value that is not a checkpoint "
+                        "key (a file of its own?): the GradScaler's state needs the same "
+                        "save and restore, which this rewrite cannot invent; add them by hand",
+                    )
+                    continue
+                if access is None:
+                    self.problem(
+                        node,
+                        f"`{opt}`'s state is restored before the GradScaler exists (it "
+                        f"replaces `amp.initialize` at line {self.line(setup.statement)}) or "
+                        "where it is not reachable: create the GradScaler before this line "
+                        f'and restore it after it (`if "{self.name}" in ckpt: '
+                        f'{self.name}.load_state_dict(ckpt["{self.name}"])`)',
+                    )
+                    continue
+                if not isinstance(statement, cst.SimpleStatementLine) or statement.body[
+                    0
+                ] is not self.parent(node):
+                    self.problem(
+                        node,
+                        f"`{opt}`'s state is restored inside an expression: restore the "
+                        "GradScaler's state after it by hand",
+                    )
                     continue
                 container = _code(self.module, source.value)
                 quote = '"'
