@@ -818,10 +818,12 @@ class _Planner:
                 self.plan.edits[call] = self._pass_scaler
             self.plan.edits[function.params] = self._add_parameter
         for function in sorted(self.threaded, key=lambda f: self.order[id(f)]):
-            self.plan.notes.append(
+            note = (
                 f"`{function.name.value}` gets a `{self.name}` parameter, passed at every call "
                 "in this file (callers in other files must pass it too)"
             )
+            if note not in self.plan.notes:
+                self.plan.notes.append(note)
 
     def _references(self, name: str) -> Iterator[cst.Name]:
         for node in self.nodes:
@@ -1277,8 +1279,32 @@ class _Planner:
         opt = _code(self.module, optimizer)
         created = self.order[id(setup.statement)]
 
+        def helper(function: cst.CSTNode) -> bool:
+            """A module-level checkpoint helper given ``opt`` only by the function holding the
+            scaler, after it exists: it can take the scaler as a parameter."""
+            if self.mode != "function" or not isinstance(function, cst.FunctionDef):
+                return False
+            if function in self.threaded or self.within(function, setup.home):
+                return function in self.threaded
+            if self.top_function(function) is not function:
+                return False
+            for ref in self._references(function.name.value):
+                call = self.parent(ref)
+                if not (
+                    isinstance(call, cst.Call)
+                    and call.func is ref
+                    and self.function(call) is setup.home
+                    and self.order[id(call)] > created
+                    and any(_code(self.module, a.value) == opt for a in call.args)
+                ):
+                    return False
+            self._thread([function], setup.home)
+            return True
+
         def reachable(node: cst.CSTNode) -> str | None:
             function = self.function(node)
+            if self.access(function) is None and helper(function):
+                return self.access(function)
             access = self.access(function)
             if access is None or (function is setup.home and self.order[id(node)] < created):
                 return None

@@ -28,6 +28,7 @@ REWRITTEN = [
     "accumulation_clip",
     "accumulation_clip_in_branch",
     "resume_checkpoint",
+    "checkpoint_helpers",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, `num_losses`",
@@ -315,6 +316,7 @@ CASES = {
     "accumulation_clip": [[], ["--amp"]],
     "accumulation_clip_in_branch": [[], ["O1"]],
     "resume_checkpoint": [["ckpt.pt"]],
+    "checkpoint_helpers": [[], ["--fp16"]],
 }
 
 
@@ -568,6 +570,26 @@ def test_optimizer_state_the_scaler_cannot_join_is_a_refusal():
     assert "line 7: a checkpoint dict saves `optimizer`'s state where the GradScaler" in (
         saved_before
     )
+    helper_before = _message("""
+        import torch
+        from apex import amp
+
+
+        def load_checkpoint(path, optimizer):
+            checkpoint = torch.load(path)
+            optimizer.load_state_dict(checkpoint["optimizer"])
+
+
+        def train(model, optimizer, loader, path):
+            load_checkpoint(path, optimizer)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in loader:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """)
+    assert "line 8: `optimizer`'s state is restored before the GradScaler exists" in helper_before
 
 
 def test_unscale_never_twice_in_one_step():
