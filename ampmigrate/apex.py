@@ -818,10 +818,12 @@ class _Planner:
                 self.plan.edits[call] = self._pass_scaler
             self.plan.edits[function.params] = self._add_parameter
         for function in sorted(self.threaded, key=lambda f: self.order[id(f)]):
-            self.plan.notes.append(
+            note = (
                 f"`{function.name.value}` gets a `{self.name}` parameter, passed at every call "
                 "in this file (callers in other files must pass it too)"
             )
+            if note not in self.plan.notes:
+                self.plan.notes.append(note)
 
     def _references(self, name: str) -> Iterator[cst.Name]:
         for node in self.nodes:
@@ -1277,8 +1279,32 @@ class _Planner:
         opt = _code(self.module, optimizer)
         created = self.order[id(setup.statement)]
 
+        def helper(function: cst.CSTNode) -> bool:
+            """A module-level checkpoint helper given ``opt`` only by the function holding the
+            scaler, after it exists: it can take the scaler as a parameter."""
+            if self.mode != "function" or not isinstance(function, cst.FunctionDef):
+                return False
+            if function in self.threaded or self.within(function, setup.home):
+                return function in self.threaded
+            if self.top_function(function) is not function:
+                return False
+            for ref in self._references(function.name.value):
+                call = self.parent(ref)
+                if not (
+                    isinstance(call, cst.Call)
+                    and call.func is ref
+                    and self.function(call) is setup.home
+                    and self.order[id(call)] > created
+                    and any(_code(self.module, a.value) == opt for a in call.args)
+                ):
+                    return False
+            self._thread([function], setup.home)
+            return True
+
         def reachable(node: cst.CSTNode) -> str | None:
             function = self.function(node)
+            if self.access(function) is None and helper(function):
+                return self.access(function)
             access = self.access(function)
             if access is None or (function is setup.home and self.order[id(node)] < created):
                 return None
@@ -1287,11 +1313,18 @@ class _Planner:
         for node in self.nodes:
             if _is_call_of(node, "state_dict") and _code(self.module, node.func.value) == opt:
                 holder = next((a for a in self.ancestors(node) if isinstance(a, cst.Dict)), None)
-                access = reachable(node) if holder is not None else None
-                if access is None or holder in self.plan.edits:
+                if holder is None or holder in self.plan.edits:
                     continue
+                access = reachable(node)
                 keys = [e.key for e in holder.elements if isinstance(e, cst.DictElement)]
-                if not keys or not all(isinstance(k, cst.SimpleString) for k in keys):
+                if access is None or not all(isinstance(k, cst.SimpleString) for k in keys):
+                    self.problem(
+                        node,
+                        f"a checkpoint dict saves `{opt}`'s state where the GradScaler cannot "
+                        f'be added under "{self.name}" (not created yet there, or not '
+                        "reachable, or not string keys): save its `state_dict()` beside the "
+                        "optimizer's by hand",
+                    )
                     continue
                 quote = keys[0].quote
                 element = cst.DictElement(
@@ -1307,14 +1340,36 @@ class _Planner:
                 statement = self.statement(node)
                 source = node.args[0].value if len(node.args) == 1 else None
                 access = reachable(node)
-                if (
-                    access is None
-                    or not isinstance(source, cst.Subscript)
-                    or not isinstance(source.value, cst.Name | cst.Attribute)
-                    or not isinstance(statement, cst.SimpleStatementLine)
-                    or statement.body[0] is not self.parent(node)
-                    or statement in self.plan.edits
+                if statement in self.plan.edits:
+                    continue
+                if not isinstance(source, cst.Subscript) or not isinstance(
+                    source.value, cst.Name | cst.Attribute
                 ):
+                    self.problem(
+                        node,
+                        f"`{opt}`'s state is restored from a value that is not a checkpoint "
+                        "key (a file of its own?): the GradScaler's state needs the same "
+                        "save and restore, which this rewrite cannot invent; add them by hand",
+                    )
+                    continue
+                if access is None:
+                    self.problem(
+                        node,
+                        f"`{opt}`'s state is restored before the GradScaler exists (it "
+                        f"replaces `amp.initialize` at line {self.line(setup.statement)}) or "
+                        "where it is not reachable: create the GradScaler before this line "
+                        f'and restore it after it (`if "{self.name}" in ckpt: '
+                        f'{self.name}.load_state_dict(ckpt["{self.name}"])`)',
+                    )
+                    continue
+                if not isinstance(statement, cst.SimpleStatementLine) or statement.body[
+                    0
+                ] is not self.parent(node):
+                    self.problem(
+                        node,
+                        f"`{opt}`'s state is restored inside an expression: restore the "
+                        "GradScaler's state after it by hand",
+                    )
                     continue
                 container = _code(self.module, source.value)
                 quote = '"'

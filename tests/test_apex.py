@@ -27,12 +27,16 @@ REWRITTEN = [
     "trainer_class",
     "accumulation_clip",
     "accumulation_clip_in_branch",
+    "resume_checkpoint",
+    "checkpoint_helpers",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, `num_losses`",
     "blocked_inference_only": "inference only",
     "blocked_sibling_helper": "give `save_checkpoint` a `scaler` parameter",
     "blocked_clip_result_used": "its result `grad_norm` is used at line 20",
+    "blocked_resume_before_initialize": "line 25: `optimizer`'s state is restored before the "
+    "GradScaler exists (it replaces `amp.initialize` at line 28)",
 }
 
 
@@ -311,6 +315,8 @@ CASES = {
     "trainer_class": [[], ["--fp16"]],
     "accumulation_clip": [[], ["--amp"]],
     "accumulation_clip_in_branch": [[], ["O1"]],
+    "resume_checkpoint": [["ckpt.pt"]],
+    "checkpoint_helpers": [[], ["--fp16"]],
 }
 
 
@@ -524,6 +530,66 @@ def test_scaler_state_goes_next_to_the_optimizer_state():
         '    if "scaler" in ckpt:\n'
         '        scaler.load_state_dict(ckpt["scaler"])\n'
     ) in out
+
+
+def test_optimizer_state_the_scaler_cannot_join_is_a_refusal():
+    """`check` flags (AMP208) an optimizer state saved or restored without the GradScaler's: the
+    rewrite refuses rather than produce that, naming the line and what to add."""
+    own_file = _message("""
+        import os
+        import torch
+        from apex import amp
+
+
+        def train(model, optimizer, loader, path):
+            optimizer.load_state_dict(torch.load(os.path.join(path, "optimizer.pt")))
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in loader:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """)
+    assert "line 8: `optimizer`'s state is restored from a value that is not a checkpoint key" in (
+        own_file
+    )
+    saved_before = _message("""
+        import torch
+        from apex import amp
+
+
+        def train(model, optimizer, loader, path):
+            torch.save({"optimizer": optimizer.state_dict()}, path)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in loader:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """)
+    assert "line 7: a checkpoint dict saves `optimizer`'s state where the GradScaler" in (
+        saved_before
+    )
+    helper_before = _message("""
+        import torch
+        from apex import amp
+
+
+        def load_checkpoint(path, optimizer):
+            checkpoint = torch.load(path)
+            optimizer.load_state_dict(checkpoint["optimizer"])
+
+
+        def train(model, optimizer, loader, path):
+            load_checkpoint(path, optimizer)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in loader:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """)
+    assert "line 8: `optimizer`'s state is restored before the GradScaler exists" in helper_before
 
 
 def test_unscale_never_twice_in_one_step():
