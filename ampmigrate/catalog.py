@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Literal
 
 Safety = Literal["safe", "unsafe"]
-CACHE_VERSION = 1  # bump when Rule, Symbol, PathRename or _load change shape or meaning
+CACHE_VERSION = 1  # bump when what the records mean changes outside this module
 DOCS_URL = "https://github.com/ampmigrate/ampmigrate/blob/main/docs/rules/{code}.md"
 
 
@@ -186,8 +186,9 @@ def all_rules() -> dict[str, Rule]:
     """Every rule in the catalog, keyed and ordered by code.
 
     Parsing the 27 TOML files is a third of a small run's start-up, so the parsed catalog is
-    kept as a pickle in the rules' ``__pycache__`` (like a ``.pyc``), keyed by each file's name,
-    size and mtime; any trouble with it (read-only install, stale or broken file) just parses."""
+    kept as a pickle in the rules' ``__pycache__`` (like a ``.pyc``), keyed by each file's path,
+    size and mtime (this module's too); any trouble with it (read-only install, stale or broken
+    file) just parses."""
     folder = resources.files("ampmigrate.rules")
     files = sorted((f for f in folder.iterdir() if f.name.endswith(".toml")), key=lambda f: f.name)
     cache = _cache_path(folder, files)
@@ -208,8 +209,11 @@ def _cache_path(folder: object, files: list) -> str | None:
     """Where the parsed catalog of exactly these rule files is cached (None: not a real folder)."""
     if not isinstance(folder, os.PathLike):
         return None
-    try:
-        stats = [(f.name, *((st := os.stat(f)).st_size, st.st_mtime_ns)) for f in files]
+    try:  # this module too: a change to the records or to _load makes a new key
+        stats = [
+            (os.fspath(f), *((st := os.stat(f)).st_size, st.st_mtime_ns))
+            for f in [*files, __file__]
+        ]
     except OSError:
         return None
     key = hashlib.sha1(repr((CACHE_VERSION, stats)).encode()).hexdigest()[:16]
