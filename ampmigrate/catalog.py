@@ -9,12 +9,16 @@ mapping for renames, guidance for ``manual`` symbols such as apex), moved TF/Ker
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import pickle
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
 
 Safety = Literal["safe", "unsafe"]
+CACHE_VERSION = 1  # bump when what the records mean changes outside this module
 DOCS_URL = "https://github.com/ampmigrate/ampmigrate/blob/main/docs/rules/{code}.md"
 
 
@@ -179,10 +183,53 @@ def _load(text: str) -> Rule:
 
 @functools.cache
 def all_rules() -> dict[str, Rule]:
-    """Every rule in the catalog, keyed and ordered by code."""
-    files = [f for f in resources.files("ampmigrate.rules").iterdir() if f.name.endswith(".toml")]
+    """Every rule in the catalog, keyed and ordered by code.
+
+    Parsing the 27 TOML files is a third of a small run's start-up, so the parsed catalog is
+    kept as a pickle in the rules' ``__pycache__`` (like a ``.pyc``), keyed by each file's path,
+    size and mtime (this module's too); any trouble with it (read-only install, stale or broken
+    file) just parses."""
+    folder = resources.files("ampmigrate.rules")
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".toml")), key=lambda f: f.name)
+    cache = _cache_path(folder, files)
+    if cache is not None:
+        try:
+            with open(cache, "rb") as handle:
+                return pickle.load(handle)
+        except Exception:  # a missing, stale or unreadable cache only costs a parse
+            pass
     rules = [_load(f.read_text(encoding="utf-8")) for f in files]
-    return {r.code: r for r in sorted(rules, key=lambda r: r.code)}
+    catalog = {r.code: r for r in sorted(rules, key=lambda r: r.code)}
+    if cache is not None:
+        _store(cache, catalog)
+    return catalog
+
+
+def _cache_path(folder: object, files: list) -> str | None:
+    """Where the parsed catalog of exactly these rule files is cached (None: not a real folder)."""
+    if not isinstance(folder, os.PathLike):
+        return None
+    try:  # this module too: a change to the records or to _load makes a new key
+        stats = [
+            (os.fspath(f), *((st := os.stat(f)).st_size, st.st_mtime_ns))
+            for f in [*files, __file__]
+        ]
+    except OSError:
+        return None
+    key = hashlib.sha1(repr((CACHE_VERSION, stats)).encode()).hexdigest()[:16]
+    return os.path.join(folder, "__pycache__", f"catalog-{key}.pickle")
+
+
+def _store(cache: str, catalog: dict[str, Rule]) -> None:
+    """Write the cache atomically; silently not at all where the folder is not writable."""
+    try:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        temporary = f"{cache}.{os.getpid()}.tmp"
+        with open(temporary, "wb") as handle:
+            pickle.dump(catalog, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(temporary, cache)
+    except OSError:
+        pass
 
 
 def select_rules(select: list[str] | None, ignore: list[str] | None) -> list[Rule]:

@@ -28,10 +28,7 @@ from ampmigrate.engine.discover import EXCLUDED_DIRS, discover
 from ampmigrate.engine.write import write_atomic
 from ampmigrate.findings import Diagnostic
 from ampmigrate.floor import find as torch_floor
-from ampmigrate.notebook import cell_sources
 from ampmigrate.report import FORMATS, RENDERERS, text
-from ampmigrate.ruledocs import render
-from ampmigrate.summary import markdown as markdown_report
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -325,6 +322,8 @@ def check(paths: tuple[Path, ...], **options) -> None:
 def _diff(result: FileResult) -> str:
     """A unified diff of one file's change: per cell for a notebook, else of the decoded text."""
     if result.path.endswith(".ipynb"):
+        from ampmigrate.notebook import cell_sources
+
         before, after = cell_sources(result.original), cell_sources(result.new_source)
         units = [
             (f"{result.path}:cell {cell}", before.get(cell, ""), after.get(cell, ""))
@@ -388,6 +387,8 @@ def fix(paths: tuple[Path, ...], diff: bool, report_file: Path | None, **options
         summary += f" ({unsafe} fixable with `--unsafe-fixes`)"
     click.echo(summary + ".", err=True)
     if report_file:
+        from ampmigrate.summary import markdown as markdown_report
+
         report_file.write_text(markdown_report(results, applied=not diff), encoding="utf-8")
         click.echo(f"Wrote {report_file}", err=True)
     _exit(remaining, had_errors, exit_zero, changes=diff and bool(changed))
@@ -407,6 +408,8 @@ def explain(code: str) -> None:
     rule = all_rules().get(code.upper())
     if rule is None:
         raise click.UsageError(f"unknown rule code: {code}")
+    from ampmigrate.ruledocs import render
+
     click.echo(render(rule), nl=False)
 
 

@@ -15,6 +15,7 @@ scaler's owner makes to it, because that is where real projects write their chec
 from __future__ import annotations
 
 import ast
+import itertools
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -852,7 +853,10 @@ def summarize_helpers(
     for path, data in candidates:
         folder = os.path.dirname(os.path.abspath(path)) + os.sep
         for dots, module in _imported(data):
-            paths = _module_paths(path, dots, module)
+            # a folder more levels above this file's than the module has parts cannot hold a
+            # path inside this file's folder: stop there instead of walking up to the root
+            levels = module.count(".") + 2
+            paths = itertools.islice(_module_paths(path, dots, module), 2 * levels)
             wanted.update(c for c in paths if c in inside and c.startswith(folder))
     summary = {}
     for path in sorted(wanted):
@@ -938,9 +942,12 @@ def _sibling(
 ) -> Helper | None:
     """The helper a call's callee names in a summarized module of the checked tree
     (``from utils import f``, ``from .utils import f``, ``import pkg.utils``)."""
+    functions = {f for helpers in index.values() for f in helpers}
     for qualified in sorted(names):
         dots = len(qualified) - len(qualified.lstrip("."))
         module, _, function = qualified.lstrip(".").rpartition(".")
+        if function not in functions:
+            continue  # no summarized module defines it: no path can name its helper
         for candidate in _module_paths(flow.source.path, dots, module):
             helper = index.get(candidate, {}).get(function)
             if helper is not None:

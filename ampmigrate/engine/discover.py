@@ -28,11 +28,18 @@ def _is_venv(directory: Path) -> bool:
     return (directory / "pyvenv.cfg").is_file()
 
 
-def _excluded(relative: Path, root: Path, dirs: frozenset[str]) -> bool:
+def _excluded(relative: Path, root: Path, dirs: frozenset[str], venvs: dict[Path, bool]) -> bool:
+    """``venvs`` remembers each folder's answer: a tree's files share their folders, so each
+    is asked about a ``pyvenv.cfg`` once, not once per file below it."""
     current = root
     for part in relative.parts[:-1]:
         current = current / part
-        if part in dirs or _is_venv(current):
+        if part in dirs:
+            return True
+        venv = venvs.get(current)
+        if venv is None:
+            venv = venvs[current] = _is_venv(current)
+        if venv:
             return True
     return False
 
@@ -102,10 +109,11 @@ def discover(
         candidates = _git_files(path)
         if candidates is None:
             candidates = list(_walk(path, excluded_dirs))
+        venvs: dict[Path, bool] = {}
         for file in sorted(candidates):
             if not file.name.endswith(suffixes):
                 continue
-            if _excluded(file.relative_to(path), path, excluded_dirs):
+            if _excluded(file.relative_to(path), path, excluded_dirs, venvs):
                 continue
             if excluded is not None and excluded(file):
                 continue
