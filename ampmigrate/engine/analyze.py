@@ -115,17 +115,12 @@ class Analysis:
         """The apex O1 planner (libcst, imported here only): the one place the engine calls it.
         Its nodes become ``Span``s; its fixes keep libcst nodes of ``self.cst_module``."""
         import libcst as cst
-        from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+        from libcst.metadata import MetadataWrapper, PositionProvider
 
         from ampmigrate.apex import ApexO1
 
         self.cst_module = cst.parse_module(self.source.text)
         wrapper = MetadataWrapper(self.cst_module, unsafe_skip_copy=True)
-        # The planner's parents, in one pass: libcst's ParentNodeProvider walks the module again
-        # and asks every node for its ``children`` (a further walk each), ~30 % of the planner's
-        # time on a 200 KB file; the mapping is the same (each node -> the node it was visited
-        # from), and a provider already in ``_metadata`` is not computed again.
-        wrapper._metadata[ParentNodeProvider] = _cst_parents(self.cst_module)
         found: list[Finding] = []
         for rule in rules:
             visitor = ApexO1(rule, settings.target_keras)
@@ -186,23 +181,3 @@ class Analysis:
 def _apex(module: str) -> bool:
     return module == "apex" or module.startswith("apex.")
 
-
-def _cst_parents(module: Any) -> dict[Any, Any]:
-    """libcst's ``ParentNodeProvider`` mapping (every node but the module -> its parent)."""
-    import libcst as cst
-
-    parents: dict[Any, Any] = {}
-    stack: list[Any] = []
-
-    class Parents(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if stack:
-                parents[node] = stack[-1]
-            stack.append(node)
-            return True
-
-        def on_leave(self, original_node: cst.CSTNode) -> None:
-            stack.pop()
-
-    module.visit(Parents())
-    return parents
