@@ -180,4 +180,3 @@ class Analysis:
 
 def _apex(module: str) -> bool:
     return module == "apex" or module.startswith("apex.")
-
