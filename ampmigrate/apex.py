@@ -30,7 +30,7 @@ from __future__ import annotations
 import ast
 import itertools
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -78,6 +78,18 @@ def _code(module: cst.Module, node: cst.CSTNode) -> str:
 
 def _statements(block: cst.CSTNode) -> list[cst.BaseStatement] | None:
     return list(block.body) if isinstance(block, cst.Module | cst.IndentedBlock) else None
+
+
+def _appended(items: Sequence[cst.Arg | cst.Param], new: cst.Arg | cst.Param) -> list:
+    """``items`` with ``new`` last; a trailing comma stays trailing (the layout is kept)."""
+    items = list(items)
+    if items and isinstance(items[-1].comma, cst.Comma):
+        new = new.with_changes(comma=items[-1].comma)
+        previous = items[-2].comma if len(items) > 1 else cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" ")
+        )  # fmt: skip
+        items[-1] = items[-1].with_changes(comma=previous)
+    return [*items, new]
 
 
 def _targets(node: cst.BaseExpression) -> set[str]:
@@ -840,14 +852,7 @@ class _Planner:
 
     def _pass_scaler(self, call: cst.Call) -> cst.Call:
         arg = cst.Arg(keyword=cst.Name(self.name), value=cst.Name(self.name), equal=_NO_SPACE)
-        args = list(call.args)
-        if args and isinstance(args[-1].comma, cst.Comma):  # trailing comma: keep the layout
-            arg = arg.with_changes(comma=args[-1].comma)
-            previous = args[-2].comma if len(args) > 1 else cst.Comma(
-                whitespace_after=cst.SimpleWhitespace(" ")
-            )  # fmt: skip
-            args[-1] = args[-1].with_changes(comma=previous)
-        return call.with_changes(args=[*args, arg])
+        return call.with_changes(args=_appended(call.args, arg))
 
     def _add_parameter(self, params: cst.Parameters) -> cst.Parameters:
         """A plain last parameter; keyword-only after defaults or ``*args``."""
@@ -856,14 +861,7 @@ class _Planner:
             params.star_arg, cst.Param | cst.ParamStar
         )
         if plain and params.star_kwarg is None and not params.kwonly_params:
-            items = list(params.params)
-            if items and isinstance(items[-1].comma, cst.Comma):
-                new = new.with_changes(comma=items[-1].comma)
-                previous = items[-2].comma if len(items) > 1 else cst.Comma(
-                    whitespace_after=cst.SimpleWhitespace(" ")
-                )  # fmt: skip
-                items[-1] = items[-1].with_changes(comma=previous)
-            return params.with_changes(params=[*items, new])
+            return params.with_changes(params=_appended(params.params, new))
         star = params.star_arg if isinstance(params.star_arg, cst.Param) else cst.ParamStar()
         return params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, new])
 

@@ -129,11 +129,16 @@ def load(path: Path) -> Config:
     )
 
 
-def find(paths: Sequence[Path]) -> Path | None:
-    """The nearest pyproject.toml with a [tool.ampmigrate] table above the paths (or cwd)."""
+def search_start(paths: Sequence[Path]) -> Path:
+    """The directory project files are looked for from: the paths' common folder (or cwd)."""
     starts: Iterable[Path] = [Path(os.path.abspath(p)) for p in paths] or [Path.cwd()]
     common = Path(os.path.commonpath([str(p) for p in starts]))
-    directory = common if common.is_dir() else common.parent
+    return common if common.is_dir() else common.parent
+
+
+def find(paths: Sequence[Path]) -> Path | None:
+    """The nearest pyproject.toml with a [tool.ampmigrate] table above the paths (or cwd)."""
+    directory = search_start(paths)
     for candidate in [directory, *directory.parents]:
         pyproject = candidate / "pyproject.toml"
         if pyproject.is_file():

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import ast
 import configparser
-import os
 import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from ampmigrate.config import search_start
 
 MARKERS = ("pyproject.toml", "setup.cfg", "setup.py")
 
@@ -136,9 +137,7 @@ def _setup_py_requirements(path: Path) -> list[str]:
 def project_dir(paths: Sequence[Path]) -> Path | None:
     """The nearest directory above the paths (or cwd) that is a project: it has a
     pyproject.toml, setup.cfg, setup.py or requirements*.txt."""
-    starts = [Path(os.path.abspath(p)) for p in paths] or [Path.cwd()]
-    common = Path(os.path.commonpath([str(p) for p in starts]))
-    directory = common if common.is_dir() else common.parent
+    directory = search_start(paths)
     for candidate in [directory, *directory.parents]:
         if any((candidate / m).is_file() for m in MARKERS) or any(
             candidate.glob("requirements*.txt")
