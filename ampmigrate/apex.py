@@ -28,6 +28,7 @@ The plan, in the order it is built:
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
+from ampmigrate.apexlinks import Link
 from ampmigrate.catalog import Rule
 from ampmigrate.cstnames import qualified_names
 from ampmigrate.findings import Finding, Fix
@@ -158,8 +160,16 @@ class _Facts(cst.CSTVisitor):
 
 
 class _Planner:
-    def __init__(self, module: cst.Module, scopes: Mapping, parents: Mapping) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        scopes: Mapping,
+        parents: Mapping,
+        link: tuple[Link, str] | None = None,
+    ) -> None:
         self.module = module
+        # the file is one side ("caller" or "callee") of a pair of modules (apexlinks)
+        self.link, self.role = link if link is not None else (None, None)
         self.scopes = scopes
         self.parents = parents
         self.nodes = list(self._subtree(module))[1:]  # every node but the module, in source order
@@ -321,12 +331,15 @@ class _Planner:
             self.problem(node, f"`amp.{member}` has no O1 rewrite ({hint})")
         self._imports()
         self._values(calls)
-        if not initialize:
+        role = self.role if self.link and not self.link.broken else None
+        if self.link and self.link.broken and self.link.broken_by != self.role:
+            self.problem(self.plan.anchor, self._broken())
+        if not initialize and role != "callee":
             self._no_initialize(calls)
             return self.plan
         for extra in initialize[1:]:
             self._reinitialize(initialize[0], extra)
-        setup = self._initialize(initialize[0])
+        setup = self._initialize(initialize[0]) if initialize else self._linked_setup()
         if setup is None:
             return self.plan
         uses = [c for m in SUPPORTED - {"initialize"} for c in calls.get(m, [])]
@@ -338,10 +351,13 @@ class _Planner:
         for member in ("state_dict", "load_state_dict"):
             for call in calls.get(member, []):
                 self._state(call, member)
-        if not calls.get("state_dict") and not calls.get("load_state_dict"):
+        if initialize and not calls.get("state_dict") and not calls.get("load_state_dict"):
             self._resume_state(setup, initialize[0])
-        if not calls.get("scale_loss"):
-            self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))
+        if initialize and not calls.get("scale_loss"):
+            if role == "caller":
+                self._pass_to_linked(setup, initialize[0])
+            else:
+                self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))
         self._regions(setup)
         self._helper_notes()
         if not self.plan.problems:
@@ -399,6 +415,65 @@ class _Planner:
             f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in calls[:3]
         )
         return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
+
+    def _broken(self) -> str:
+        return (
+            f"this file and {self.link.other(self.role)} (`{self.link.function}` and the "
+            "`amp.initialize` that feeds it) can only be rewritten together, and they are not: "
+            f"{self.link.broken}"
+        )
+
+    def _linked_setup(self) -> _Setup | None:
+        """The training function of a pair: it gets a ``scaler`` parameter, which the
+        initializing module passes (``_pass_to_linked`` there, in the same run)."""
+        function = next(
+            (
+                s
+                for s in self.module.body
+                if isinstance(s, cst.FunctionDef) and s.name.value == self.link.function
+            ),
+            None,
+        )
+        if function is None or self.free_name("scaler") != "scaler":
+            self.problem(
+                self.plan.anchor,
+                f"`{self.link.function}` cannot take a new `scaler` parameter (the name is in "
+                "use here): pass the GradScaler by hand",
+            )
+            return None
+        self.name = "scaler"
+        self.threaded.add(function)
+        self.plan.edits[function.params] = self._add_parameter
+        self.plan.notes.append(
+            f"`{self.link.function}` gets a `scaler` parameter, passed by "
+            f"{self.link.other(self.role)} in the same run"
+        )
+        return _Setup(function, function, {self.link.model}, "scaler.is_enabled()")
+
+    def _pass_to_linked(self, setup: _Setup, init: cst.Call) -> None:
+        """The initializing side of a pair: pass the GradScaler at each call of the training
+        function (the pre-pass counted them; a different count here blocks)."""
+        calls = [
+            n
+            for n in self._subtree(setup.home)
+            if isinstance(n, cst.Call)
+            and self.order[id(n)] > self.order[id(setup.statement)]
+            and _code(self.module, n.func) == self.link.spelling
+        ]
+        if len(calls) != self.link.calls:
+            self.problem(init, self._scaled_elsewhere(init))
+            return
+        for call in calls:
+            self.plan.edits[call] = lambda u: u.with_changes(
+                args=_appended(
+                    u.args,
+                    cst.Arg(keyword=cst.Name("scaler"), value=cst.Name(self.name), equal=_NO_SPACE),
+                )
+            )
+        self.plan.notes.append(
+            f"the GradScaler is passed to `{self.link.function}` "
+            f"({self.link.other(self.role)}), which is rewritten in the same run"
+        )
 
     def _no_initialize(self, calls: dict[str, list[cst.Call]]) -> None:
         """A module that only uses the scaler (a checkpoint helper, a ``do_train`` called from
@@ -657,9 +732,13 @@ class _Planner:
                 '`opt_level="O1"` to confirm)',
             )
         else:
-            self.plan.notes.append(
-                f"opt_level `{_code(self.module, level)}` is not a literal: rewritten as O1"
-            )
+            switch = self._level_switch(level, init)
+            if switch is None:
+                self.plan.notes.append(
+                    f"opt_level `{_code(self.module, level)}` is not a literal: rewritten as O1"
+                )
+            elif "enabled" not in args:
+                args["enabled"] = switch
         scale = args.get("loss_scale")
         if scale is not None and not (
             isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic"
@@ -727,6 +806,36 @@ class _Planner:
         )
         self._place_scaler(setup, small, models, optimizer, holder)
         return setup
+
+    def _level_switch(self, level: cst.CSTNode, init: cst.Call) -> cst.BaseExpression | None:
+        """``level = "O1" if x else "O0"`` used only by ``initialize``: O0 is apex switched
+        off, so the GradScaler and autocast are ``enabled=x`` and the assignment goes."""
+        if not isinstance(level, cst.Name):
+            return None
+        function = self.function(init)
+        spelled = [
+            n for n in self._subtree(function) if isinstance(n, cst.Name) and n.value == level.value
+        ]
+        assign = self.parent(self.parent(spelled[0])) if len(spelled) == 2 else None
+        if not (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and assign.targets[0].target is spelled[0]
+            and isinstance(assign.value, cst.IfExp)
+        ):
+            return None
+        branches = [assign.value.body, assign.value.orelse]
+        levels = [b.evaluated_value if isinstance(b, cst.SimpleString) else None for b in branches]
+        if levels == ["O1", "O0"]:
+            switch = assign.value.test
+        elif levels == ["O0", "O1"]:
+            switch = cst.UnaryOperation(cst.Not(), cst.parse_expression(
+                f"({_code(self.module, assign.value.test)})"
+            ))  # fmt: skip
+        else:
+            return None
+        self._remove_statement(self.statement(assign))
+        return switch
 
     def _place_scaler(self, setup: _Setup, small, models, optimizer, holder) -> None:
         """The GradScaler goes where ``initialize`` was; its line is built at apply time,
@@ -1628,11 +1737,11 @@ class _Planner:
         self.plan.edits[block] = regroup if previous is None else lambda u: regroup(previous(u))
 
 
-def rewrite(module: cst.Module) -> cst.Module:
+def rewrite(module: cst.Module, link: tuple[Link, str] | None = None) -> cst.Module:
     """Apply the plan to ``module`` (re-planned: other fixes may have changed it)."""
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     scopes, parents = wrapper.resolve(ScopeProvider), wrapper.resolve(ParentNodeProvider)
-    found = _Planner(module, scopes, parents).build()
+    found = _Planner(module, scopes, parents, link).build()
     if found is None or found.problems:
         return module
     return module.visit(ReplaceNodes(found.edits))
@@ -1643,14 +1752,15 @@ class ApexO1(cst.CSTVisitor):
 
     METADATA_DEPENDENCIES = (ScopeProvider, ParentNodeProvider)  # shared with the other rules
 
-    def __init__(self, rule: Rule, target_keras: int = 3) -> None:
+    def __init__(self, rule: Rule, link: tuple[Link, str] | None = None) -> None:
         super().__init__()
         self.rule = rule
+        self.link = link
         self.findings: list[Finding] = []
 
     def visit_Module(self, node: cst.Module) -> bool:
         scopes, parents = self.metadata[ScopeProvider], self.metadata[ParentNodeProvider]
-        found = _Planner(node, scopes, parents).build()
+        found = _Planner(node, scopes, parents, self.link).build()
         if found is None or found.anchor is None:
             return False
         notes = "".join(f"; note: {n}" for n in dict.fromkeys(found.notes))
@@ -1667,6 +1777,7 @@ class ApexO1(cst.CSTVisitor):
             "`amp.initialize`, an autocast region around the forward pass and loss, "
             "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`" + notes
         )
-        fix = Fix("unsafe", cst_target=node, cst_build=rewrite, add_imports=frozenset({"torch"}))
+        build = functools.partial(rewrite, link=self.link) if self.link else rewrite
+        fix = Fix("unsafe", cst_target=node, cst_build=build, add_imports=frozenset({"torch"}))
         self.findings.append(Finding(self.rule.code, message, found.anchor, fix))
         return False

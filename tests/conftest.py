@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,41 @@ class CLI:
 @pytest.fixture
 def cli() -> CLI:
     return CLI()
+
+
+# An O0 stand-in for apex (the tests that run the original apex scripts on CPU).
+STUB = '''
+"""apex.amp with enabled=False semantics (O0): what the original scripts do without a GPU."""
+import contextlib
+
+
+def initialize(models, optimizers=None, **kwargs):
+    return (models, optimizers) if optimizers is not None else models
+
+
+@contextlib.contextmanager
+def scale_loss(loss, optimizers, **kwargs):
+    yield loss
+
+
+def master_params(optimizer):
+    for group in optimizer.param_groups:
+        yield from group["params"]
+
+
+def state_dict():
+    return {"loss_scaler0": {"loss_scale": 1.0, "unskipped": 0}}
+
+
+def load_state_dict(state):
+    pass
+'''
+
+
+@pytest.fixture
+def stub(tmp_path) -> Path:
+    package = tmp_path / "stub" / "apex"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from . import amp\n")
+    (package / "amp.py").write_text(textwrap.dedent(STUB))
+    return tmp_path / "stub"

@@ -252,32 +252,6 @@ def test_branches_keep_working_without_apex():
 
 
 # -- running on CPU ------------------------------------------------------------------------
-STUB = '''
-"""apex.amp with enabled=False semantics (O0): what the original scripts do without a GPU."""
-import contextlib
-
-
-def initialize(models, optimizers=None, **kwargs):
-    return (models, optimizers) if optimizers is not None else models
-
-
-@contextlib.contextmanager
-def scale_loss(loss, optimizers, **kwargs):
-    yield loss
-
-
-def master_params(optimizer):
-    for group in optimizer.param_groups:
-        yield from group["params"]
-
-
-def state_dict():
-    return {"loss_scaler0": {"loss_scale": 1.0, "unskipped": 0}}
-
-
-def load_state_dict(state):
-    pass
-'''
 
 
 def _run(script: Path, args: list[str], cwd: Path, stub: Path | None = None):
@@ -289,15 +263,6 @@ def _run(script: Path, args: list[str], cwd: Path, stub: Path | None = None):
          str(script), *args],
         capture_output=True, text=True, cwd=cwd, env=env, timeout=300, check=False,
     )  # fmt: skip
-
-
-@pytest.fixture
-def stub(tmp_path) -> Path:
-    package = tmp_path / "stub" / "apex"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("from . import amp\n")
-    (package / "amp.py").write_text(textwrap.dedent(STUB))
-    return tmp_path / "stub"
 
 
 # Arguments that run each fixture with mixed precision off (when it has a switch) and on.

@@ -79,6 +79,57 @@ def _with_checkpoint_helpers(
     return replace(settings, checkpoint_helpers=helpers)
 
 
+def _with_apex_links(
+    settings: Settings, candidates: list[Item], results: dict[str, FileResult]
+) -> Settings:
+    """AMP303 across two modules: pair the file that calls ``amp.initialize`` with the one
+    whose training function scales the loss (apexlinks), checked against every file read."""
+    from ampmigrate import apexlinks
+
+    apex = [(n, s) for n, s, _ in candidates if b"apex" in s and b"amp" in s]
+    if len(apex) < 2:
+        return settings
+    everything = [(n, s) for n, s, _ in candidates]
+    everything += [(r.path, r.original) for r in results.values() if r.original is not None]
+    links = apexlinks.link(apex, everything)
+    return replace(settings, apex_links=links) if links else settings
+
+
+def _pair_state(result: FileResult) -> str:
+    """Where a file's AMP303 stands: "applied", "offered" (fixable, not applied) or "no"."""
+    if any(d.code == "AMP303" for d in result.fixed):
+        return "applied"
+    if any(d.code == "AMP303" and d.fix is not None for d in result.diagnostics):
+        return "offered"
+    return "no"
+
+
+def _settle_pairs(
+    settings: Settings, candidates: list[Item], results: dict[str, FileResult]
+) -> None:
+    """Both files of a pair rewritten (or both only offered), or neither: where the two sides
+    disagree (one refused, suppressed or ignored), both are run again with the pair broken, so
+    each refuses and says why."""
+    items = {os.path.abspath(item[0]): item for item in candidates}
+    broken: dict[str, object] = {}
+    for link in {id(v): v for v in settings.apex_links.values()}.values():
+        if link.broken or link.caller not in items or link.callee not in items:
+            continue
+        sides = [items[link.caller][0], items[link.callee][0]]
+        states = {_pair_state(results[name]) for name in sides}
+        if len(states) == 1 and states != {"no"}:
+            continue
+        refused = next(n for n in sides if _pair_state(results[n]) == "no")
+        reason = f"{link.shown(refused)} is not rewritten in this run (see its AMP303 finding)"
+        by = link.role(refused)
+        broken[link.caller] = broken[link.callee] = replace(link, broken=reason, broken_by=by)
+    if not broken:
+        return
+    again = replace(settings, apex_links={**settings.apex_links, **broken})
+    redo = [items[path] for path in broken]
+    results.update((r.path, r) for r in _process_batch(redo, again))
+
+
 def run(
     paths: Sequence[Path],
     settings: Settings,
@@ -108,6 +159,8 @@ def run(
             results[name] = FileResult(path=name, original=source)
     if len(paths) > 1 and candidates and any(r.code == "AMP208" for r in settings.rules):
         settings = _with_checkpoint_helpers(settings, candidates, paths)
+    if len(paths) > 1 and any(r.code == "AMP303" for r in settings.rules):
+        settings = _with_apex_links(settings, candidates, results)
     jobs = jobs or os.cpu_count() or 1
     total = len(candidates)
     done = 0
@@ -139,4 +192,6 @@ def run(
             done += 1
             if progress:
                 progress(done, total)
+    if settings.apex_links:
+        _settle_pairs(settings, candidates, results)
     return [results[str(p)] for p in paths]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import os
 from typing import Any
 
 from ampmigrate.catalog import Rule
@@ -23,7 +24,6 @@ from ampmigrate.findings import Diagnostic, Finding, Span
 from ampmigrate.noqa import Suppressions
 
 APEX_CHECK = "apex-o1-rewrite"
-APEX = "apex.amp."
 
 
 FAMILIES = ("renames", "checks", "scalerflow", "keras")  # on ast; "apex" is the libcst planner
@@ -90,26 +90,9 @@ class Analysis:
         return findings
 
     def _apex_calls(self, names: Names) -> list[ast.Call]:
-        """The calls whose callee resolves to ``apex.amp.*`` (what the planner starts from).
-        Only calls rooted at a name an ``apex`` import binds are resolved."""
-        roots = set()
-        for binding in names.imports():
-            stmt, alias = binding.node, binding.alias
-            module = alias.name if isinstance(stmt, ast.Import) else stmt.module or ""
-            if _apex(module):
-                roots.add(binding.name.partition(".")[0])
-        calls = []
-        for root in sorted(roots):  # from each use of the name up its attribute chain: no walk
-            for node in names.spelled(root):
-                if not isinstance(node, ast.Name) or node.id != root:
-                    continue
-                chain, parent = node, names.parent(node)
-                while isinstance(parent, ast.Attribute) and parent.value is chain:
-                    chain, parent = parent, names.parent(parent)
-                called = isinstance(parent, ast.Call) and parent.func is chain
-                if called and any(q.startswith(APEX) for q in names.qualified(chain)):
-                    calls.append(parent)
-        return calls
+        from ampmigrate.apexlinks import apex_calls
+
+        return apex_calls(names)
 
     def _apex(self, rules: list[Rule], settings: Settings, calls: list[ast.Call]) -> list[Finding]:
         """The apex O1 planner (libcst, imported here only): the one place the engine calls it.
@@ -122,8 +105,9 @@ class Analysis:
         self.cst_module = cst.parse_module(self.source.text)
         wrapper = MetadataWrapper(self.cst_module, unsafe_skip_copy=True)
         found: list[Finding] = []
+        link = settings.apex_links.get(os.path.abspath(self.source.path))
         for rule in rules:
-            visitor = ApexO1(rule, settings.target_keras)
+            visitor = ApexO1(rule, (link, link.role(self.source.path)) if link else None)
             wrapper.visit(visitor)
             found += visitor.findings
         # Where a finding sits is one of ``calls`` whose text is unique (an ast lookup); only
@@ -176,7 +160,3 @@ class Analysis:
             out.append((finding, diagnostic))
         out.sort(key=lambda pair: pair[1].sort_key)
         return out
-
-
-def _apex(module: str) -> bool:
-    return module == "apex" or module.startswith("apex.")

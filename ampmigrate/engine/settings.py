@@ -20,6 +20,8 @@ class Settings:
     max_file_size: int = 2_000_000  # bytes; 0: no limit
     # AMP208 across modules: scalerflow.summarize_helpers over the checked tree (run() fills it)
     checkpoint_helpers: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # AMP303 across two modules: apexlinks.link over the run, by absolute path (run() fills it)
+    apex_links: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def safety(self, fix: Fix | None) -> Safety | None:
         """A fix's grade here: one that needs a newer torch than ``target_torch`` is unsafe."""

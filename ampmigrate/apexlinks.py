@@ -1,0 +1,261 @@
+"""apex O1 across two modules: ``amp.initialize`` in one file, ``amp.scale_loss`` in the training
+function of another (maskrcnn-benchmark: ``tools/train_net.py`` initializes and calls
+``do_train`` from ``engine/trainer.py``, which scales the loss).
+
+Neither file can be rewritten alone: the training function needs a ``scaler`` parameter, and
+changing a signature whose callers are not updated breaks the program. So when a run holds both
+files, this pre-pass (stdlib ``ast``, in the main process, before the workers start) pairs them:
+the initializing file passes ``scaler=scaler`` at its calls, the training function takes the
+parameter. A pair is made only where every use of the function in the run is one of those calls;
+the engine then checks that both sides were rewritten (or both only offered) and otherwise
+re-runs both with the pair ``broken``, so each side refuses with the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+
+from ampmigrate.engine.names import Names
+from ampmigrate.scalerflow import _module_paths
+
+APEX = "apex.amp."
+
+
+@dataclass(frozen=True)
+class Link:
+    caller: str  # absolute path of the file that calls ``amp.initialize``
+    callee: str  # absolute path of the file whose ``function`` scales the loss
+    function: str
+    model: str  # the parameter of ``function`` that receives the initialized model
+    optimizer: str  # ... and the optimizer
+    calls: int  # how many calls of ``function`` the caller makes after ``initialize``
+    spelling: str  # how the caller spells the callee (``do_train``, ``trainer.do_train``)
+    broken: str | None = None  # why the two are not rewritten together
+    broken_by: str | None = None  # the side ("caller"/"callee") that refused, if one did
+
+    def role(self, path: str) -> str | None:
+        path = os.path.abspath(path)
+        return "caller" if path == self.caller else "callee" if path == self.callee else None
+
+    def other(self, role: str) -> str:
+        """The other side, as messages show it (relative to the folder holding both)."""
+        return self.shown(self.callee if role == "caller" else self.caller)
+
+    def shown(self, path: str) -> str:
+        base = os.path.commonpath([self.caller, self.callee])
+        return os.path.relpath(os.path.abspath(path), base)
+
+
+def apex_calls(names: Names) -> list[ast.Call]:
+    """The calls whose callee resolves to ``apex.amp.*``; only calls rooted at a name an
+    ``apex`` import binds are resolved."""
+    roots = set()
+    for binding in names.imports():
+        stmt, alias = binding.node, binding.alias
+        module = alias.name if isinstance(stmt, ast.Import) else stmt.module or ""
+        if module == "apex" or module.startswith("apex."):
+            roots.add(binding.name.partition(".")[0])
+    calls = []
+    for root in sorted(roots):  # from each use of the name up its attribute chain: no walk
+        for node in names.spelled(root):
+            if not isinstance(node, ast.Name) or node.id != root:
+                continue
+            chain, parent = node, names.parent(node)
+            while isinstance(parent, ast.Attribute) and parent.value is chain:
+                chain, parent = parent, names.parent(parent)
+            called = isinstance(parent, ast.Call) and parent.func is chain
+            if called and any(q.startswith(APEX) for q in names.qualified(chain)):
+                calls.append(parent)
+    return calls
+
+
+@dataclass
+class _File:
+    path: str
+    tree: ast.Module
+    names: Names
+    members: dict[str, list[ast.Call]]
+
+
+def _parsed(path: str, data: bytes) -> _File | None:
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    names = Names(tree)
+    members: dict[str, list[ast.Call]] = {}
+    for call in apex_calls(names):
+        for name in names.qualified(call.func):
+            if name.startswith(APEX):
+                members.setdefault(name[len(APEX) :], []).append(call)
+    return _File(os.path.abspath(path), tree, names, members)
+
+
+def _function(file: _File, node: ast.AST) -> ast.AST:
+    """The innermost function around ``node`` (the module at module level)."""
+    for ancestor in file.names.ancestors(node):
+        if isinstance(ancestor, ast.FunctionDef | ast.AsyncFunctionDef):
+            return ancestor
+    return file.tree
+
+
+def _training_function(file: _File) -> ast.FunctionDef | None:
+    """The one module-level function holding every ``scale_loss`` of a file without
+    ``initialize``."""
+    if "initialize" in file.members or not file.members.get("scale_loss"):
+        return None
+    homes = {_function(file, c) for c in file.members["scale_loss"]}
+    home = homes.pop() if len(homes) == 1 else None
+    if isinstance(home, ast.FunctionDef) and home in file.tree.body:
+        return home
+    return None
+
+
+def _argument(call: ast.Call, which: str) -> ast.expr | None:
+    keywords = {k.arg: k.value for k in call.keywords if k.arg}
+    positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+    index = 0 if which == "models" else 1
+    return keywords.get(which, positional[index] if len(positional) > index else None)
+
+
+def _spellings(file: _File, init: ast.Call) -> dict[str, set[str]]:
+    """How the initializing function spells the model and the optimizer afterwards."""
+    out = {"models": set(), "optimizers": set()}
+    for which in out:
+        value = _argument(init, which)
+        if value is not None:
+            out[which].add(ast.unparse(value))
+    assign = file.names.parent(init)
+    if isinstance(assign, ast.Assign) and len(assign.targets) == 1:
+        target = assign.targets[0]
+        if isinstance(target, ast.Tuple | ast.List) and len(target.elts) == 2:
+            out["models"].add(ast.unparse(target.elts[0]))
+            out["optimizers"].add(ast.unparse(target.elts[1]))
+    return out
+
+
+def _parameters(function: ast.FunctionDef, call: ast.Call, spelled: set[str]) -> set[str]:
+    """The parameters of ``function`` that ``call`` gives an expression spelled ``spelled``."""
+    plain = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+    found = set()
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        if i < len(plain) and ast.unparse(arg) in spelled:
+            found.add(plain[i])
+    found |= {k.arg for k in call.keywords if k.arg and ast.unparse(k.value) in spelled}
+    return found
+
+
+def _resolves(caller: _File, qualified: str, callee: _File, function: str) -> bool:
+    module, _, name = qualified.rpartition(".")
+    if name != function or not module:
+        return False
+    dots = len(module) - len(module.lstrip("."))
+    return callee.path in _module_paths(caller.path, dots, module.lstrip("."))
+
+
+def _uses(file: _File, callee: _File, function: str) -> Iterator[ast.Name | ast.Attribute]:
+    """Every Name or attribute in ``file`` that refers to ``callee``'s ``function``."""
+    for node in file.names.spelled(function):
+        if file is callee:
+            if isinstance(node, ast.Name) and any(
+                b.scope is file.names.module_scope for b in file.names.bindings(node)
+            ):
+                yield node
+            continue
+        if any(_resolves(file, q, callee, function) for q in file.names.qualified(node)):
+            yield node
+
+
+def link(apex_files: Iterable[tuple[str, bytes]], everything: Iterable[tuple[str, bytes]]):
+    """Pairs of an initializing file and a training-function file among ``apex_files`` (the
+    files of the run that mention apex), checked against every file of the run
+    (``everything``); by absolute path, both sides of a pair under the same ``Link``."""
+    files = [f for f in (_parsed(p, d) for p, d in apex_files) if f is not None and f.members]
+    callees = {f.path: (f, fn) for f in files if (fn := _training_function(f)) is not None}
+    callers = [
+        f
+        for f in files
+        if len(f.members.get("initialize", [])) == 1 and "scale_loss" not in f.members
+    ]
+    links: list[Link] = []
+    for caller in callers:
+        init = caller.members["initialize"][0]
+        home = _function(caller, init)
+        spelled = _spellings(caller, init)
+        found: dict[str, list[ast.Call]] = {}
+        for node in ast.walk(home):
+            if not isinstance(node, ast.Call) or (node.lineno, node.col_offset) <= (
+                init.lineno,
+                init.col_offset,
+            ):
+                continue
+            for path, (callee, function) in callees.items():
+                qualified = caller.names.qualified(node.func)
+                if any(_resolves(caller, q, callee, function.name) for q in qualified):
+                    found.setdefault(path, []).append(node)
+        if len(found) != 1:
+            continue
+        path, calls = next(iter(found.items()))
+        callee, function = callees[path]
+        models = {p for c in calls for p in _parameters(function, c, spelled["models"])}
+        optimizers = {p for c in calls for p in _parameters(function, c, spelled["optimizers"])}
+        spellings = {ast.unparse(c.func) for c in calls}
+        if len(models) != 1 or len(optimizers) != 1 or len(spellings) != 1:
+            continue
+        links.append(
+            Link(
+                caller=caller.path,
+                callee=callee.path,
+                function=function.name,
+                model=models.pop(),
+                optimizer=optimizers.pop(),
+                calls=len(calls),
+                spelling=spellings.pop(),
+            )
+        )
+    if not links:
+        return {}
+    by_path = {f.path: f for f in files}
+    out: dict[str, Link] = {}
+    taken = [p for item in links for p in (item.caller, item.callee)]
+    for item in links:
+        if taken.count(item.caller) > 1 or taken.count(item.callee) > 1:
+            continue  # one file in two pairs: each side refuses on its own
+        out[item.caller] = out[item.callee] = _checked(item, by_path, everything)
+    return out
+
+
+def _checked(item: Link, by_path: dict[str, _File], everything: Iterable[tuple[str, bytes]]):
+    """``item``, or ``item`` broken where the function is used beyond the calls it updates."""
+    callee = by_path[item.callee]
+    word = item.function.encode()
+    for path, data in everything:
+        path = os.path.abspath(path)
+        if word not in data:
+            continue
+        file = by_path.get(path) or _parsed(path, data)
+        if file is None:
+            continue
+        uses = list(_uses(file, callee, item.function))
+        if path == item.caller:
+            calls = [u for u in uses if isinstance(p := file.names.parent(u), ast.Call)
+                     and p.func is u]  # fmt: skip
+            extra = [u for u in uses if u not in calls]
+            if len(calls) == item.calls and not extra:
+                continue
+            where = extra[0] if extra else calls[0]
+        elif uses:
+            where = uses[0]
+        else:
+            continue
+        reason = (
+            f"`{item.function}` is also used at {item.shown(path)}:{where.lineno}, which "
+            "would not pass the GradScaler"
+        )
+        return replace(item, broken=reason)
+    return item

@@ -1,0 +1,146 @@
+"""apex O1 across two modules (AMP303 with apexlinks): ``amp.initialize`` in tools/train_net.py,
+``amp.scale_loss`` in the training function of detection/engine/trainer.py. Rewritten only
+together, in one run; each side alone, or with a caller the run cannot update, refuses."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+from test_apex import _runs
+
+from ampmigrate.catalog import all_rules
+from ampmigrate.engine import Settings, run
+
+from conftest import FIXTURES
+
+PROJECT = FIXTURES / "apex" / "two_modules"
+FILES = ["tools/train_net.py", "detection/engine/trainer.py"]
+
+
+def _settings(fix: bool = False) -> Settings:
+    return Settings(rules=tuple(all_rules().values()), fix=fix, unsafe_fixes=True)
+
+
+def _tree(tmp_path: Path, side: str = "before") -> Path:
+    root = tmp_path / side
+    shutil.copytree(PROJECT / side, root)
+    return root
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.py"))
+
+
+def _amp303(results) -> dict[str, object]:
+    return {
+        Path(r.path).name: next(d for d in [*r.fixed, *r.diagnostics] if d.code == "AMP303")
+        for r in results
+        if any(d.code == "AMP303" for d in [*r.fixed, *r.diagnostics])
+    }
+
+
+def test_both_modules_are_rewritten_together_exactly_and_once(tmp_path):
+    root = _tree(tmp_path)
+    results = run(_files(root), _settings(fix=True))
+    for result in results:
+        relative = Path(result.path).relative_to(root)
+        new = result.new_source if result.new_source is not None else result.original
+        assert new == (PROJECT / "after" / relative).read_bytes(), relative
+    assert sorted(d.code for r in results for d in r.fixed if d.code == "AMP303") == ["AMP303"] * 2
+    for result in results:
+        if result.changed:
+            Path(result.path).write_bytes(result.new_source)
+    again = run(_files(root), _settings(fix=True))
+    assert not [d for r in again for d in r.fixed] and not any(r.changed for r in again)
+    assert not [d for r in again for d in r.diagnostics if d.code.startswith(("AMP2", "AMP3"))]
+
+
+def test_check_offers_the_pair_and_names_the_other_side(tmp_path):
+    found = _amp303(run(_files(_tree(tmp_path)), _settings()))
+    assert found["trainer.py"].fix == found["train_net.py"].fix == "unsafe"
+    assert "`do_train` gets a `scaler` parameter, passed by tools/train_net.py" in (
+        found["trainer.py"].message
+    )
+    assert "passed to `do_train` (detection/engine/trainer.py)" in found["train_net.py"].message
+
+
+def test_one_side_alone_refuses(tmp_path):
+    root = _tree(tmp_path)
+    [result] = run([root / FILES[1]], _settings(fix=True))
+    assert not result.changed
+    [finding] = [d for d in result.diagnostics if d.code == "AMP303"]
+    assert finding.fix is None and "give `do_train` a `scaler` parameter" in finding.message
+
+
+def test_a_suppressed_side_keeps_the_other_from_changing(tmp_path):
+    """The caller's finding is suppressed (noqa): the trainer must not get a parameter that
+    nobody passes."""
+    root = _tree(tmp_path)
+    caller = root / FILES[0]
+    text = caller.read_text().replace("=amp_opt_level)", "=amp_opt_level)  # noqa: AMP303")
+    caller.write_text(text)
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    found = _amp303(results)
+    assert found["trainer.py"].fix is None
+    assert "can only be rewritten together, and they are not: tools/train_net.py is not " in (
+        found["trainer.py"].message
+    )
+
+
+def test_a_call_the_run_cannot_update_breaks_the_pair(tmp_path):
+    root = _tree(tmp_path)
+    (root / "tools" / "evaluate.py").write_text(
+        "from detection.engine.trainer import do_train\n\n\ndef again(m, d, o):\n"
+        "    do_train(m, d, o, 1)\n"
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["trainer.py"].message
+    assert "`do_train` is also used at tools/evaluate.py:5, which would not pass the " in message
+
+
+def test_training_function_regions_cover_every_forward():
+    tree = ast.parse((PROJECT / "after" / FILES[1]).read_text())
+    regions = [
+        n for n in ast.walk(tree)
+        if isinstance(n, ast.With) and "autocast" in ast.unparse(n.items[0].context_expr)
+    ]  # fmt: skip
+    inside = {id(n) for r in regions for n in ast.walk(r)}
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    forwards = [c for c in calls if ast.unparse(c.func) == "model"]
+    backwards = [c for c in calls if ast.unparse(c.func).endswith(".backward")]
+    assert len(forwards) == 2 and all(id(c) in inside for c in forwards)
+    assert backwards and not any(id(c) in inside for c in backwards)
+    switches = [ast.unparse(r.items[0].context_expr) for r in regions]
+    assert all("enabled=scaler.is_enabled()" in s for s in switches)
+
+
+@pytest.mark.torch
+def test_migrated_project_trains_like_the_original(tmp_path, stub):
+    """O0 stand-in for apex against the migrated pair, fp32 and fp16 switch: same prints; with
+    "cuda" replaced by "cpu" the fp16 run really computes the forward in float16 and the fp32
+    run does not (the O0 branch of the opt-level switch)."""
+    pytest.importorskip("torch")
+    before, after = _tree(tmp_path, "before"), _tree(tmp_path, "after")
+    shutil.copytree(stub / "apex", before / "apex")
+    cpu = tmp_path / "cpu"
+    shutil.copytree(after, cpu)
+    for path in _files(cpu):  # the stub is not there: the migrated pair needs no apex
+        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    specs = []
+    for dtype in ("float32", "float16"):
+        specs.append((before / FILES[0], ["--dtype", dtype], before, False))
+        specs.append((after / FILES[0], ["--dtype", dtype], after, False))
+        specs.append((cpu / FILES[0], ["--dtype", dtype], cpu, True))
+    results = _runs(specs, tmp_path)
+    for code, _, error in results:
+        assert code == 0, error
+    for i in (0, 3):
+        assert "iter 6 loss" in results[i][1]
+        assert results[i][1] == results[i + 1][1]
+    assert "forward dtypes: ['torch.float32']" in results[2][1]
+    assert "forward dtypes: ['torch.float16']" in results[5][1]
