@@ -94,6 +94,19 @@ def _appended(items: Sequence[cst.Arg | cst.Param], new: cst.Arg | cst.Param) ->
     return [*items, new]
 
 
+def _optimizers(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The optimizers ``initialize`` is given: a name, or a list/tuple of names (apex kept one
+    loss scale for all of them, updated after each ``scale_loss``, as ``scaler.update()``
+    after each ``scaler.step`` does)."""
+    if isinstance(node, cst.Name | cst.Attribute):
+        return [node]
+    if isinstance(node, cst.List | cst.Tuple) and node.elements:
+        values = [e.value for e in node.elements]
+        if all(isinstance(v, cst.Name | cst.Attribute) for v in values):
+            return values
+    return []
+
+
 def _targets(node: cst.BaseExpression) -> set[str]:
     if isinstance(node, cst.Name):
         return {node.value}
@@ -744,13 +757,12 @@ class _Planner:
             isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic"
         ):
             self.problem(init, "a static `loss_scale`: GradScaler is always dynamic")
-        if not isinstance(optimizer, cst.Name | cst.Attribute) or not isinstance(
-            models, cst.Name | cst.Attribute
-        ):
+        if not _optimizers(optimizer) or not isinstance(models, cst.Name | cst.Attribute):
             self.problem(
                 init,
-                "lists of models or optimizers in `amp.initialize`: one GradScaler steps each "
-                "optimizer (`scaler.step(o)` for each, one `scaler.update()`); place them by hand",
+                "lists of models in `amp.initialize` (or optimizers that are not names): one "
+                "GradScaler steps each optimizer (`scaler.step(o)` for each, one "
+                "`scaler.update()`); place them by hand",
             )
             return None
         statement = self.statement(init)
@@ -765,7 +777,13 @@ class _Planner:
         ):
             holder = None  # the script's main block: not a condition on mixed precision
         if isinstance(holder, cst.If):
-            if holder.orelse is not None or self.block_of(holder) is None:
+            # an `else:` stays as it is (the scaler is built before the `if`, disabled there)
+            # while the `if` keeps a body; an `elif` chain is not taken apart
+            kept = [s for s in holder.body.body if s is not statement]
+            if (
+                not (holder.orelse is None or (isinstance(holder.orelse, cst.Else) and kept))
+                or self.block_of(holder) is None
+            ):
                 self.problem(init, "`amp.initialize` sits in an if/else or elif")
                 return None
             # with the availability checks folded (`amp is not None and x` is `x`)
@@ -880,6 +898,14 @@ class _Planner:
             return []
         single = "," not in targets
         source = _code(self.module, models) if single else values
+        target = small.targets[0].target
+        if (
+            isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+            and _code(self.module, target.elements[0].value) == _code(self.module, models)
+        ):  # `model, [a, b] = amp.initialize(model, [...])`: only the optimizers are rebound
+            targets = _code(self.module, target.elements[1].value)
+            source = _code(self.module, optimizer)
         return [cst.parse_statement(f"{targets} = {source}\n")]
 
     # -- where the scaler lives -----------------------------------------------------------------
@@ -998,13 +1024,27 @@ class _Planner:
                 "every loss; drop them by hand if one scale may serve all losses",
             )
             return
-        if not isinstance(loss, cst.Name) or not isinstance(optimizer, cst.Name | cst.Attribute):
+        if not isinstance(loss, cst.Name):
             self.problem(
                 call,
                 "`amp.scale_loss` of an expression: assign the loss to a name first (`loss = ...`)",
             )
             return
-        body = list(statement.body.body) if isinstance(statement.body, cst.IndentedBlock) else []
+        if not isinstance(optimizer, cst.Name | cst.Attribute):
+            self.problem(
+                call,
+                "`amp.scale_loss` for several optimizers at once: after the backward, "
+                "`scaler.step(o)` for each and one `scaler.update()`; place them by hand",
+            )
+            return
+        suite = statement.body if isinstance(statement.body, cst.SimpleStatementSuite) else None
+        if suite is not None:  # `with amp.scale_loss(...) as s: s.backward()` on one line
+            first = cst.SimpleStatementLine(
+                body=suite.body[:1], trailing_whitespace=suite.trailing_whitespace
+            )
+            body = [first, *suite.body[1:]]
+        else:
+            body = list(statement.body.body)
         first = body[0] if body else None
         backward = first.body[0] if isinstance(first, cst.SimpleStatementLine) else None
         if not (
@@ -1025,7 +1065,9 @@ class _Planner:
             body=[backward.with_changes(value=new_backward)], leading_lines=statement.leading_lines
         )
         # the rest of the body as updated (it may hold other edits, e.g. a region)
-        self.plan.edits[statement] = lambda u: cst.FlattenSentinel([head, *u.body.body[1:]])
+        self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
+            [head] if suite is not None else [head, *u.body.body[1:]]
+        )
         self._steps(_code(self.module, optimizer), access, function, call)
         if function is setup.home:
             enabled = setup.condition

@@ -29,6 +29,7 @@ REWRITTEN = [
     "accumulation_clip_in_branch",
     "resume_checkpoint",
     "checkpoint_helpers",
+    "two_optimizers",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, `num_losses`",
@@ -282,6 +283,7 @@ CASES = {
     "accumulation_clip_in_branch": [[], ["O1"]],
     "resume_checkpoint": [["ckpt.pt"]],
     "checkpoint_helpers": [[], ["--fp16"]],
+    "two_optimizers": [[], ["--fp16"]],
 }
 
 
@@ -406,7 +408,7 @@ def test_region_invariant(name):
             inside |= {id(n) for n in ast.walk(node)}
     training = [
         f for f in ast.walk(tree)
-        if isinstance(f, ast.FunctionDef)
+        if isinstance(f, ast.FunctionDef | ast.Module)  # a script trains at module level
         and any(isinstance(n, ast.Attribute) and n.attr == "scale" for n in _own_nodes(f))
     ]  # fmt: skip
     assert training
@@ -578,3 +580,23 @@ def test_unscale_never_twice_in_one_step():
                 self.optimizer.step()
     """)
     assert "`scaler.unscale_` would run twice in one step (before lines 16 and 17" in message
+
+
+def test_one_loss_for_two_optimizers_is_a_refusal():
+    """Each optimizer of a list scaled by its own `scale_loss` maps to `scaler.step` +
+    `scaler.update()` (one update per scaled loss, as apex updated its one loss scale); one
+    `scale_loss` for the whole list would need one update after both steps: refused."""
+    message = _message("""
+        from apex import amp
+
+
+        def main(model, opt_a, opt_b, loader):
+            model, [opt_a, opt_b] = amp.initialize(model, [opt_a, opt_b], opt_level="O1")
+            for x in loader:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, [opt_a, opt_b]) as scaled_loss:
+                    scaled_loss.backward()
+                opt_a.step()
+                opt_b.step()
+    """)
+    assert "line 9: `amp.scale_loss` for several optimizers at once" in message
