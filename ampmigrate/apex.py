@@ -52,6 +52,9 @@ _HINTS = {
     "float_function": "see AMP301: `torch.amp.custom_fwd(cast_inputs=torch.float32)`",
     "disable_casts": 'use `torch.amp.autocast("cuda", enabled=False)` by hand',
 }
+# apex modules an O1 rewrite leaves alone: distributed wrappers, fused optimizers and layers
+# work on the fp32 parameters and gradients native AMP keeps (GradScaler unscales before step)
+_NOT_PRECISION = {"parallel", "optimizers", "normalization"}
 _HELPER = re.compile(r"checkpoint|^(save|load|resume)", re.IGNORECASE)
 Loop = cst.For | cst.While
 
@@ -72,6 +75,7 @@ class _Setup:
     home: cst.CSTNode  # the function (or module) holding it
     models: set[str]  # spellings of the initialized models (`model`, `self.model`)
     condition: str | None  # apex was enabled under this expression (None: always)
+    by_scaler: bool = False  # autocast asks the scaler (`enabled=scaler.is_enabled()`)
 
 
 def _code(module: cst.Module, node: cst.CSTNode) -> str:
@@ -461,7 +465,7 @@ class _Planner:
             f"`{self.link.function}` gets a `scaler` parameter, passed by "
             f"{self.link.other(self.role)} in the same run"
         )
-        return _Setup(function, function, {self.link.model}, "scaler.is_enabled()")
+        return _Setup(function, function, {self.link.model}, None, by_scaler=True)
 
     def _pass_to_linked(self, setup: _Setup, init: cst.Call) -> None:
         """The initializing side of a pair: pass the GradScaler at each call of the training
@@ -530,6 +534,12 @@ class _Planner:
                 if only_amp or module.startswith("apex.amp"):
                     lines.append(self.statement(node))
                     self.bound |= {a.evaluated_alias or a.evaluated_name for a in names}
+                elif module.partition(".")[2].partition(".")[0] in _NOT_PRECISION:
+                    self.plan.notes.append(
+                        f"`from {module} import ...` stays: it is not mixed precision, and "
+                        "runs with torch.amp as it ran with apex.amp (apex stays a dependency "
+                        "for it)"
+                    )
                 elif module == "apex" or module.startswith("apex."):
                     self.problem(node, f"`from {module} import ...` needs apex: replace it first")
             elif isinstance(node, cst.Import):
@@ -822,8 +832,37 @@ class _Planner:
         setup = _Setup(
             statement, self.function(init), {_code(self.module, models), *targets}, condition
         )
+        if (
+            isinstance(holder, cst.If)
+            and enabled is not None
+            and self._set_in(enabled, holder, statement)
+        ):
+            # the switch is computed inside the `if`: the GradScaler goes where initialize was,
+            # a disabled one before the `if` (the other path), and autocast asks the scaler
+            setup.condition = _code(self.module, enabled)
+            self._place_scaler(setup, small, models, optimizer, None)
+            self._disabled_before(setup, holder)
+            setup.condition, setup.by_scaler = None, True
+            return setup
         self._place_scaler(setup, small, models, optimizer, holder)
         return setup
+
+    def _set_in(self, expression: cst.CSTNode, holder: cst.If, statement: cst.CSTNode) -> bool:
+        """A name ``expression`` reads is assigned in ``holder``'s body before ``statement``."""
+        read = {n.value for n in self._subtree(expression) if isinstance(n, cst.Name)}
+        before = itertools.takewhile(lambda s: s is not statement, holder.body.body)
+        return any(self.facts(s).assigned & read for s in before)
+
+    def _disabled_before(self, setup: _Setup, holder: cst.If) -> None:
+        def build(u: cst.CSTNode) -> cst.FlattenSentinel:
+            target = self.access(setup.home) or self.name
+            line = cst.parse_statement(f'{target} = torch.amp.GradScaler("cuda", enabled=False)\n')
+            return cst.FlattenSentinel(
+                [line.with_changes(leading_lines=u.leading_lines), u.with_changes(leading_lines=())]
+            )
+
+        previous = self.plan.edits.get(holder)
+        self.plan.edits[holder] = build if previous is None else lambda u: build(previous(u))
 
     def _level_switch(self, level: cst.CSTNode, init: cst.Call) -> cst.BaseExpression | None:
         """``level = "O1" if x else "O0"`` used only by ``initialize``: O0 is apex switched
@@ -998,6 +1037,22 @@ class _Planner:
         if plain and params.star_kwarg is None and not params.kwonly_params:
             return params.with_changes(params=_appended(params.params, new))
         star = params.star_arg if isinstance(params.star_arg, cst.Param) else cst.ParamStar()
+        last = params.params[-1] if params.params else None
+        if (
+            isinstance(star, cst.ParamStar)
+            and not params.kwonly_params
+            and params.star_kwarg is None
+            and last is not None
+            and isinstance(last.comma, cst.Comma)
+        ):  # one parameter per line, trailing comma: `*,` and the new one on lines of their own
+            inner = params.params[-2].comma if len(params.params) > 1 else cst.Comma(
+                whitespace_after=cst.SimpleWhitespace(" ")
+            )  # fmt: skip
+            return params.with_changes(
+                params=[*params.params[:-1], last.with_changes(comma=inner)],
+                star_arg=cst.ParamStar(comma=inner),
+                kwonly_params=[new.with_changes(comma=last.comma)],
+            )
         return params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, new])
 
     # -- the backward and the step ----------------------------------------------------------
@@ -1069,10 +1124,10 @@ class _Planner:
             [head] if suite is not None else [head, *u.body.body[1:]]
         )
         self._steps(_code(self.module, optimizer), access, function, call)
-        if function is setup.home:
+        if function is setup.home and not setup.by_scaler:
             enabled = setup.condition
         else:  # another function: the condition's names may not exist there
-            enabled = f"{access}.is_enabled()" if setup.condition else None
+            enabled = f"{access}.is_enabled()" if setup.condition or setup.by_scaler else None
         self.requests.append((statement, loss.value, function, enabled))
 
     def _steps(self, opt: str, access: str, function: cst.CSTNode, call: cst.Call) -> None:

@@ -65,6 +65,10 @@ def test_check_offers_the_pair_and_names_the_other_side(tmp_path):
         found["trainer.py"].message
     )
     assert "passed to `do_train` (detection/engine/trainer.py)" in found["train_net.py"].message
+    # apex's DDP wrapper is not mixed precision: it stays, and does not block the rewrite
+    assert "`from apex.parallel import ...` stays: it is not mixed precision" in (
+        found["train_net.py"].message
+    )
 
 
 def test_one_side_alone_refuses(tmp_path):
