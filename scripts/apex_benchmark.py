@@ -97,7 +97,8 @@ def _calls(node: ast.AST, inside: bool = False):
 
 
 def _functions(tree: ast.AST) -> dict[str, tuple[Function, str | None]]:
-    """Every function by qualified name (`Trainer.train_step`, `main.update`), with its class."""
+    """Every function by qualified name (`Trainer.train_step`, `main.update`), with its class;
+    the module's own code as `<module>`."""
     found: dict[str, tuple[Function, str | None]] = {}
 
     def visit(node: ast.AST, prefix: str, cls: str | None) -> None:
@@ -111,6 +112,7 @@ def _functions(tree: ast.AST) -> dict[str, tuple[Function, str | None]]:
                 visit(child, prefix, cls)
 
     visit(tree, "", None)
+    found["<module>"] = (tree, None)  # a script that trains at module level (pix2pixHD)
     return found
 
 
@@ -441,7 +443,7 @@ def added_parameters(original: str, output: str) -> dict[str, tuple[Function, li
     before = {q: f for q, (f, _) in _functions(ast.parse(original)).items()}
     added = {}
     for qualified, (func, _) in _functions(ast.parse(output)).items():
-        if qualified in before:
+        if qualified in before and not isinstance(func, ast.Module):
             new = [
                 p for p in _required_params(func) if p not in _required_params(before[qualified])
             ]

@@ -57,6 +57,19 @@ def test_forward_outside_the_region_is_reported_with_its_line():
     assert violations(source, {"model"}) == ["line 4: `model(...)` in train runs outside autocast"]
 
 
+def test_a_script_training_at_module_level_is_judged():
+    source = """
+        for x, y in batches:
+            out = model(x)
+            with torch.autocast("cuda"):
+                loss = crit(out, y)
+            scaler.scale(loss).backward()
+    """
+    assert violations(source, {"model"}) == [
+        "line 3: `model(...)` in <module> runs outside autocast"
+    ]
+
+
 def test_backward_inside_the_region_is_reported():
     source = """
         def train(model, scaler, x):
