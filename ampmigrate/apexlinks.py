@@ -189,9 +189,10 @@ def link(apex_files: Iterable[tuple[str, bytes]], everything: Iterable[tuple[str
         spelled = _spellings(caller, init)
         found: dict[str, list[ast.Call]] = {}
         for node in ast.walk(home):
-            if not isinstance(node, ast.Call) or (node.lineno, node.col_offset) <= (
-                init.lineno,
-                init.col_offset,
+            if (
+                not isinstance(node, ast.Call)
+                or (node.lineno, node.col_offset) <= (init.lineno, init.col_offset)
+                or _function(caller, node) is not home  # a nested def may run at any time
             ):
                 continue
             for path, (callee, function) in callees.items():

@@ -87,9 +87,11 @@ def _with_apex_links(
     from ampmigrate import apexlinks
 
     apex = [(n, s) for n, s, _ in candidates if b"apex" in s and b"amp" in s]
-    apex = [(n, s) for n, s in apex if b"initialize" in s or b"scale_loss" in s]
-    if len(apex) < 2 or not all(any(w in s for _, s in apex) for w in (b"initialize", b"scale")):
+    initializing = {n for n, s in apex if b"initialize" in s}
+    scaling = {n for n, s in apex if b"scale_loss" in s}
+    if not initializing or not scaling or len(initializing | scaling) < 2:
         return settings  # no pair is possible: nothing to parse
+    apex = [(n, s) for n, s in apex if n in initializing | scaling]
     everything = [(n, s) for n, s, _ in candidates]
     everything += [(r.path, r.original) for r in results.values() if r.original is not None]
     links = apexlinks.link(apex, everything)
