@@ -148,3 +148,12 @@ def test_migrated_project_trains_like_the_original(tmp_path, stub):
         assert results[i][1] == results[i + 1][1]
     assert "forward dtypes: ['torch.float32']" in results[2][1]
     assert "forward dtypes: ['torch.float16']" in results[5][1]
+
+
+def test_two_initializing_files_for_one_training_function_pair_with_neither(tmp_path):
+    root = _tree(tmp_path)
+    shutil.copy(root / FILES[0], root / "tools" / "finetune_net.py")
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    found = _amp303(results)
+    assert all(found[name].fix is None for name in ("trainer.py", "train_net.py"))
