@@ -206,6 +206,8 @@ class _Planner:
         self.unscales: list[cst.CSTNode] = []  # where an unscale_ is placed (before, or a step)
         self.dropped: set[int] = set()  # statements removed with the apex import
         self.bound: set[str] = set()  # names the removed apex imports bound
+        self.early: cst.BaseStatement | None = None  # the scaler is created right before it
+        self.late: str | None = None  # why it cannot be created before an earlier restore
 
     def verify(self) -> None:
         """The last guard against a wrong rewrite: apply the plan in memory; the result must
@@ -840,11 +842,11 @@ class _Planner:
             # the switch is computed inside the `if`: the GradScaler goes where initialize was,
             # a disabled one before the `if` (the other path), and autocast asks the scaler
             setup.condition = _code(self.module, enabled)
-            self._place_scaler(setup, small, models, optimizer, None)
+            self._place_scaler(setup, small, models, optimizer, None, enabled)
             self._disabled_before(setup, holder)
             setup.condition, setup.by_scaler = None, True
             return setup
-        self._place_scaler(setup, small, models, optimizer, holder)
+        self._place_scaler(setup, small, models, optimizer, holder, enabled)
         return setup
 
     def _set_in(self, expression: cst.CSTNode, holder: cst.If, statement: cst.CSTNode) -> bool:
@@ -894,9 +896,10 @@ class _Planner:
         self._remove_statement(self.statement(assign))
         return switch
 
-    def _place_scaler(self, setup: _Setup, small, models, optimizer, holder) -> None:
-        """The GradScaler goes where ``initialize`` was; its line is built at apply time,
-        once the plan knows whether it is ``self.scaler``."""
+    def _place_scaler(self, setup: _Setup, small, models, optimizer, holder, switch) -> None:
+        """The GradScaler goes where ``initialize`` was, or earlier when the optimizer's state
+        is restored before it (see ``_early``); its line is built at apply time, once the plan
+        knows whether it is ``self.scaler``."""
         statement = setup.statement
         enabled = f", enabled={setup.condition}" if setup.condition else ""
 
@@ -906,6 +909,21 @@ class _Planner:
             return cst.parse_statement(code).with_changes(leading_lines=leading)
 
         assigned = self._rebind(small, models, optimizer)
+        tests = [holder.test if isinstance(holder, cst.If) else None, switch]
+        anchor = self._early(setup, _code(self.module, optimizer), holder, tests)
+        if anchor is not None:
+            self.early = anchor
+            self.plan.edits[anchor] = lambda u: cst.FlattenSentinel(
+                [scaler_line(anchor.leading_lines), u.with_changes(leading_lines=())]
+            )
+            self.plan.edits[statement] = lambda _u: (
+                cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
+            )
+            rest = [s for s in getattr(holder, "body", cst.IndentedBlock([])).body
+                    if s is not statement and s not in self.removed]  # fmt: skip
+            if isinstance(holder, cst.If) and not rest and not assigned:
+                self.plan.edits[holder] = lambda _u: cst.RemoveFromParent()
+            return
         if not isinstance(holder, cst.If):
             self.plan.edits[statement] = lambda _u: cst.FlattenSentinel(
                 [scaler_line(statement.leading_lines), *assigned]
@@ -946,6 +964,94 @@ class _Planner:
             targets = _code(self.module, target.elements[1].value)
             source = _code(self.module, optimizer)
         return [cst.parse_statement(f"{targets} = {source}\n")]
+
+    def _early(self, setup: _Setup, opt: str, holder, tests: list) -> cst.BaseStatement | None:
+        """The statement of the function holding ``initialize`` that first restores ``opt``'s
+        state before it (yolo, flowtron): the GradScaler is created right before it instead, so
+        its state can be restored beside the optimizer's. Only when that is exact: the
+        ``enabled`` condition has the same value there (plain names that nothing rebinds in
+        between), and ``initialize`` is a statement of that function or of one ``if`` in it.
+        Otherwise ``self.late`` says why and the restore stays a blocker."""
+        block = setup.home.body if isinstance(setup.home, cst.FunctionDef) else self.module
+        body = _statements(block) or []
+        top = next((a for a in [setup.statement, *self.ancestors(setup.statement)]
+                    if self.parent(a) is block), None)  # fmt: skip
+        index = next((i for i, s in enumerate(body) if s is top), len(body))
+        first = next((i for i in range(index) if self._restores(body[i], opt)), None)
+        if first is None:
+            return None
+        where = f"line {self.line(body[first])}"
+        if top is not setup.statement and top is not holder:
+            self.late = "`amp.initialize` is nested deeper than one `if` of its function"
+            return None
+        if body[first] in self.plan.edits:
+            self.late = f"{where} is rewritten itself"
+            return None
+        names = {"torch"}  # the GradScaler line reads `torch` and the condition
+        for test in tests:
+            for node in self._subtree(test) if test is not None else ():
+                if isinstance(node, cst.Name):
+                    names.add(node.value)
+                elif isinstance(node, cst.BaseExpression) and not isinstance(
+                    node, cst.BooleanOperation | cst.UnaryOperation | cst.Comparison
+                    | cst.Integer | cst.SimpleString
+                ):  # fmt: skip
+                    self.late = (
+                        f"the condition of `amp.initialize` reads `{_code(self.module, node)}`, "
+                        f"which may change between {where} and it"
+                    )
+                    return None
+        between = body[first:index]
+        for node in self.nodes:
+            declared = isinstance(node, cst.Global | cst.Nonlocal) and names & {
+                n.name.value for n in node.names
+            }
+            if declared:
+                self.late = (
+                    f"`{sorted(declared)[0]}` (in the condition of `amp.initialize`) is declared "
+                    f"`global`/`nonlocal` at line {self.line(node)}: a call may change it"
+                )
+                return None
+            if (
+                isinstance(node, cst.Del)
+                and names & _targets(node.target)
+                and any(self.within(node, s) for s in between)
+            ):
+                self.late = f"line {self.line(node)} deletes a name `amp.initialize` tests"
+                return None
+        scope = self.scopes.get(body[first])
+        for name in sorted(names):
+            for assignment in scope.assignments[name] if scope is not None else ():
+                bound = getattr(assignment, "node", None)
+                if bound is not None and any(self.within(bound, s) for s in between):
+                    self.late = (
+                        f"`{name}` (in the condition of `amp.initialize`) is assigned at line "
+                        f"{self.line(bound)}, between {where} and it"
+                    )
+                    return None
+        return body[first]
+
+    def _restores(self, statement: cst.CSTNode, opt: str) -> bool:
+        """``statement`` restores ``opt``'s state: itself, or by calling a module-level function
+        of this file that does, given ``opt``."""
+        functions = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
+
+        def direct(node: cst.CSTNode) -> bool:
+            return any(
+                _is_call_of(n, "load_state_dict") and _code(self.module, n.func.value) == opt
+                for n in self._subtree(node)
+            )
+
+        for node in self._subtree(statement):
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Name)
+                and node.func.value in functions
+                and any(_code(self.module, a.value) == opt for a in node.args)
+                and direct(functions[node.func.value])
+            ):
+                return True
+        return direct(statement)
 
     # -- where the scaler lives -----------------------------------------------------------------
     def _scope(self, setup: _Setup, uses: list[cst.Call]) -> None:
@@ -1476,12 +1582,14 @@ class _Planner:
         GradScaler's state next to it, under its own key, where the scaler exists: a dict
         literal holding ``opt.state_dict()`` gains ``"scaler": scaler.state_dict()``, and
         ``opt.load_state_dict(ckpt[...])`` is followed by a guarded ``scaler.load_state_dict``
-        (old checkpoints have no such key)."""
+        (old checkpoints have no such key; a disabled scaler saved ``{}``, which an enabled one
+        refuses to load)."""
         args = {a.keyword.value: a.value for a in init.args if a.keyword}
         positional = [a.value for a in init.args if not a.keyword]
         optimizer = args.get("optimizers", positional[1] if len(positional) > 1 else None)
         opt = _code(self.module, optimizer)
-        created = self.order[id(setup.statement)]
+        created = self.order[id(self.early or setup.statement)]
+        done: set[cst.CSTNode] = set()
 
         def helper(function: cst.CSTNode) -> bool:
             """A module-level checkpoint helper given ``opt`` only by the function holding the
@@ -1544,7 +1652,9 @@ class _Planner:
                 statement = self.statement(node)
                 source = node.args[0].value if len(node.args) == 1 else None
                 access = reachable(node)
-                if statement in self.plan.edits:
+                if statement in done or (
+                    statement in self.plan.edits and statement is not self.early
+                ):
                     continue
                 if not isinstance(source, cst.Subscript) or not isinstance(
                     source.value, cst.Name | cst.Attribute
@@ -1562,8 +1672,10 @@ class _Planner:
                         f"`{opt}`'s state is restored before the GradScaler exists (it "
                         f"replaces `amp.initialize` at line {self.line(setup.statement)}) or "
                         "where it is not reachable: create the GradScaler before this line "
-                        f'and restore it after it (`if "{self.name}" in ckpt: '
-                        f'{self.name}.load_state_dict(ckpt["{self.name}"])`)',
+                        f'and restore it after it (`if "{self.name}" in ckpt and '
+                        f'ckpt["{self.name}"]: '
+                        f'{self.name}.load_state_dict(ckpt["{self.name}"])`)'
+                        + (f"; it cannot be created there: {self.late}" if self.late else ""),
                     )
                     continue
                 if not isinstance(statement, cst.SimpleStatementLine) or statement.body[
@@ -1578,10 +1690,15 @@ class _Planner:
                 container = _code(self.module, source.value)
                 quote = '"'
                 load = cst.parse_statement(
-                    f"if {quote}{self.name}{quote} in {container}:\n"
+                    f"if {quote}{self.name}{quote} in {container} and "
+                    f"{container}[{quote}{self.name}{quote}]:\n"
                     f"    {access}.load_state_dict({container}[{quote}{self.name}{quote}])\n"
                 )
-                self.plan.edits[statement] = lambda u, load=load: cst.FlattenSentinel([u, load])
+                done.add(statement)
+                previous = self.plan.edits.get(statement)  # the early scaler line before it
+                self.plan.edits[statement] = lambda u, load=load, p=previous: cst.FlattenSentinel(
+                    [*(p(u).nodes if p else [u]), load]
+                )
                 self.plan.notes.append(
                     f"the GradScaler's state is restored after `{opt}`'s (line "
                     f"{self.line(statement)}) when the checkpoint has it"

@@ -30,14 +30,20 @@ REWRITTEN = [
     "resume_checkpoint",
     "checkpoint_helpers",
     "two_optimizers",
+    "resume_before_initialize",
+    "checkpoint_helper_before_initialize",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, `num_losses`",
     "blocked_inference_only": "inference only",
     "blocked_sibling_helper": "give `save_checkpoint` a `scaler` parameter",
     "blocked_clip_result_used": "its result `grad_norm` is used at line 20",
-    "blocked_resume_before_initialize": "line 25: `optimizer`'s state is restored before the "
-    "GradScaler exists (it replaces `amp.initialize` at line 28)",
+    "blocked_resume_before_initialize": "line 19: `optimizer`'s state is restored before the "
+    "GradScaler exists (it replaces `amp.initialize` at line 23) or where it is not reachable: "
+    'create the GradScaler before this line and restore it after it (`if "scaler" in ckpt and '
+    'ckpt["scaler"]: scaler.load_state_dict(ckpt["scaler"])`); it cannot be created there: '
+    "`use_amp` (in the condition of `amp.initialize`) is assigned at line 21, between line 16 "
+    "and it",
 }
 
 
@@ -284,6 +290,8 @@ CASES = {
     "resume_checkpoint": [["ckpt.pt"]],
     "checkpoint_helpers": [[], ["--fp16"]],
     "two_optimizers": [[], ["--fp16"]],
+    "resume_before_initialize": [["ckpt.pt"]],
+    "checkpoint_helper_before_initialize": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
 }
 
 
@@ -494,7 +502,7 @@ def test_scaler_state_goes_next_to_the_optimizer_state():
     assert "'optimizer': optimizer.state_dict(), 'scaler': scaler.state_dict()}" in out
     assert (
         "    optimizer.load_state_dict(ckpt['optimizer'])\n"
-        '    if "scaler" in ckpt:\n'
+        '    if "scaler" in ckpt and ckpt["scaler"]:\n'
         '        scaler.load_state_dict(ckpt["scaler"])\n'
     ) in out
 
@@ -537,7 +545,67 @@ def test_optimizer_state_the_scaler_cannot_join_is_a_refusal():
     assert "line 7: a checkpoint dict saves `optimizer`'s state where the GradScaler" in (
         saved_before
     )
-    helper_before = _message("""
+    attribute_condition = _message("""
+        import torch
+        from apex import amp
+
+
+        def load_checkpoint(path, optimizer):
+            checkpoint = torch.load(path)
+            optimizer.load_state_dict(checkpoint["optimizer"])
+
+
+        def train(args, model, optimizer, loader, path):
+            load_checkpoint(path, optimizer)
+            if args.fp16:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in loader:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """)
+    assert "line 8: `optimizer`'s state is restored before the GradScaler exists" in (
+        attribute_condition
+    )
+    assert (
+        "it cannot be created there: the condition of `amp.initialize` reads `args.fp16`, which "
+        "may change between line 12 and it"
+    ) in attribute_condition
+    global_condition = _message("""
+        import torch
+        from apex import amp
+
+        fp16 = True
+
+
+        def no_amp():
+            global fp16
+            fp16 = False
+
+
+        def train(model, optimizer, loader, path):
+            ckpt = torch.load(path)
+            optimizer.load_state_dict(ckpt["optimizer"])
+            if fp16:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in loader:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """)
+    assert (
+        "it cannot be created there: `fp16` (in the condition of `amp.initialize`) is declared "
+        "`global`/`nonlocal` at line 9: a call may change it"
+    ) in global_condition
+
+
+def test_scaler_is_created_before_an_earlier_restore():
+    """The optimizer's state restored (through a same-file helper) before an unconditional
+    `initialize`: the GradScaler is created right before the restoring call, which passes it."""
+    out, _, fixed = fix_source(
+        textwrap.dedent("""
         import torch
         from apex import amp
 
@@ -555,8 +623,21 @@ def test_optimizer_state_the_scaler_cannot_join_is_a_refusal():
                 with amp.scale_loss(loss, optimizer) as scaled_loss:
                     scaled_loss.backward()
                 optimizer.step()
-        """)
-    assert "line 8: `optimizer`'s state is restored before the GradScaler exists" in helper_before
+        """),
+        unsafe=True,
+    )
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert (
+        "def train(model, optimizer, loader, path):\n"
+        '    scaler = torch.amp.GradScaler("cuda")\n'
+        "    load_checkpoint(path, optimizer, scaler=scaler)\n"
+        "    for x in loader:\n"
+    ) in out
+    assert (
+        '    optimizer.load_state_dict(checkpoint["optimizer"])\n'
+        '    if "scaler" in checkpoint and checkpoint["scaler"]:\n'
+        '        scaler.load_state_dict(checkpoint["scaler"])\n'
+    ) in out
 
 
 def test_unscale_never_twice_in_one_step():
@@ -600,3 +681,77 @@ def test_one_loss_for_two_optimizers_is_a_refusal():
                 opt_b.step()
     """)
     assert "line 9: `amp.scale_loss` for several optimizers at once" in message
+
+
+RESUME = """
+import ast, runpy, sys
+import torch
+
+made, loaded = [], []
+init, load = torch.amp.GradScaler.__init__, torch.amp.GradScaler.load_state_dict
+
+
+def first_scale_differs(self, *args, **kwargs):
+    if not made:  # the first run's scaler starts where a fresh one does not
+        kwargs["init_scale"] = 1024.0
+    made.append(self)
+    init(self, *args, **kwargs)
+
+
+def record(self, state):
+    before = self.get_scale()
+    load(self, state)
+    loaded.append((before, state["scale"], self.get_scale()))
+
+
+torch.amp.GradScaler.__init__ = first_scale_differs
+torch.amp.GradScaler.load_state_dict = record
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+print(loaded)
+"""
+
+RESUMED = {
+    "resume_checkpoint": ["ckpt.pt"],
+    "checkpoint_helpers": ["--fp16"],
+    "resume_before_initialize": ["ckpt.pt"],
+    "checkpoint_helper_before_initialize": ["ckpt.pt", "--fp16"],
+}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("name", "args"), RESUMED.items())
+def test_resume_restores_the_scale(name, args, tmp_path):
+    """A run, then a resumed one, with the GradScaler really on (CPU): the resumed scaler gets
+    the saved scale back, not a fresh one's."""
+    pytest.importorskip("torch")
+    cpu = tmp_path / f"{name}_cpu.py"
+    cpu.write_text((APEX / f"{name}.fixed.py").read_text().replace('"cuda"', '"cpu"'))
+    (tmp_path / "resume.py").write_text(RESUME)
+    result = _run(tmp_path / "resume.py", [str(cpu), *args], tmp_path)
+    assert result.returncode == 0, result.stderr
+    loaded = ast.literal_eval(result.stdout.splitlines()[-1])
+    assert loaded, "the resumed run restores the scaler"
+    for before, saved, after in loaded:
+        assert after == saved != before
+
+
+@pytest.mark.torch
+def test_resume_with_amp_from_a_run_without(tmp_path):
+    """yolo turns mixed precision off on CPU: a checkpoint saved by the disabled scaler holds
+    `{}`, which an enabled GradScaler refuses to load; the resumed run starts a fresh scale
+    instead, as apex did."""
+    pytest.importorskip("torch")
+    cpu = tmp_path / "helper_cpu.py"
+    source = (APEX / "checkpoint_helper_before_initialize.fixed.py").read_text()
+    cpu.write_text(source.replace('"cuda"', '"cpu"'))
+    script = tmp_path / "off_then_on.py"
+    script.write_text(
+        "import runpy, sys\n"
+        "train = runpy.run_path(sys.argv[1])['train']\n"
+        "train('ckpt.pt', 3, '', False)\n"
+        "train('ckpt.pt', 6, 'ckpt.pt', True)\n"
+    )
+    result = _run(script, [str(cpu)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "5: loss" in result.stdout
