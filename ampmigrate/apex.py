@@ -1190,6 +1190,8 @@ class _Planner:
                 call,
                 "`amp.scale_loss` of an expression: assign the loss to a name first (`loss = ...`)",
             )
+            if isinstance(optimizer, cst.Name | cst.Attribute) and access is not None:
+                self._steps(_code(self.module, optimizer), access, function, call)  # all blockers
             return
         if not isinstance(optimizer, cst.Name | cst.Attribute):
             self.problem(
