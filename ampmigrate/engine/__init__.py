@@ -84,14 +84,13 @@ def _with_apex_links(
 ) -> Settings:
     """AMP303 across two modules: pair the file that calls ``amp.initialize`` with the one
     whose training function scales the loss (apexlinks), checked against every file read."""
-    from ampmigrate import apexlinks
-
     apex = [(n, s) for n, s, _ in candidates if b"apex" in s and b"amp" in s]
-    initializing = {n for n, s in apex if b"initialize" in s}
-    scaling = {n for n, s in apex if b"scale_loss" in s}
+    initializing = {n for n, s in apex if b".initialize(" in s}
+    scaling = {n for n, s in apex if b".scale_loss(" in s}
     if not initializing or not scaling or len(initializing | scaling) < 2:
         return settings  # no pair is possible: nothing to parse
     apex = [(n, s) for n, s in apex if n in initializing | scaling]
+    from ampmigrate import apexlinks  # here: most runs never get this far
     everything = [(n, s) for n, s, _ in candidates]
     everything += [(r.path, r.original) for r in results.values() if r.original is not None]
     links = apexlinks.link(apex, everything)
