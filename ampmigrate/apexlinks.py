@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from ampmigrate.engine.names import Names
@@ -171,10 +171,13 @@ def _uses(file: _File, callee: _File, function: str) -> Iterator[ast.Name | ast.
             yield node
 
 
-def link(apex_files: Iterable[tuple[str, bytes]], everything: Iterable[tuple[str, bytes]]):
+def link(
+    apex_files: Iterable[tuple[str, bytes]], everything: Callable[[], Iterable[tuple[str, bytes]]]
+) -> dict[str, Link]:
     """Pairs of an initializing file and a training-function file among ``apex_files`` (the
     files of the run that mention apex), checked against every file of the run
-    (``everything``); by absolute path, both sides of a pair under the same ``Link``."""
+    (``everything()``, read only when a pair is found); by absolute path, both sides of a pair
+    under the same ``Link``."""
     files = [f for f in (_parsed(p, d) for p, d in apex_files) if f is not None and f.members]
     callees = {f.path: (f, fn) for f in files if (fn := _training_function(f)) is not None}
     callers = [
@@ -231,11 +234,13 @@ def link(apex_files: Iterable[tuple[str, bytes]], everything: Iterable[tuple[str
     return out
 
 
-def _checked(item: Link, by_path: dict[str, _File], everything: Iterable[tuple[str, bytes]]):
+def _checked(
+    item: Link, by_path: dict[str, _File], everything: Callable[[], Iterable[tuple[str, bytes]]]
+) -> Link:
     """``item``, or ``item`` broken where the function is used beyond the calls it updates."""
     callee = by_path[item.callee]
     word = item.function.encode()
-    for path, data in everything:
+    for path, data in everything():
         path = os.path.abspath(path)
         if word not in data:
             continue

@@ -755,3 +755,36 @@ def test_resume_with_amp_from_a_run_without(tmp_path):
     result = _run(script, [str(cpu)], tmp_path)
     assert result.returncode == 0, result.stderr
     assert "5: loss" in result.stdout
+
+
+def test_a_switch_computed_inside_the_if_gets_a_disabled_scaler_before_it():
+    """`use_mp` exists only inside `if use_amp:`, so the GradScaler cannot be built before the
+    `if` from it: a disabled one goes there, the real one where `initialize` was, and autocast
+    asks the scaler."""
+    out, _, fixed = fix_source(
+        textwrap.dedent("""
+        from apex import amp
+
+
+        def train(cfg, use_amp, model, optimizer, loader):
+            if use_amp:
+                use_mp = cfg.dtype == "float16"
+                level = "O1" if use_mp else "O0"
+                model, optimizer = amp.initialize(model, optimizer, opt_level=level)
+            for x in loader:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """),
+        unsafe=True,
+    )
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert (
+        '    scaler = torch.amp.GradScaler("cuda", enabled=False)\n'
+        "    if use_amp:\n"
+        '        use_mp = cfg.dtype == "float16"\n'
+        '        scaler = torch.amp.GradScaler("cuda", enabled=use_mp)\n'
+    ) in out
+    assert 'autocast("cuda", dtype=torch.float16, enabled=scaler.is_enabled()):' in out
+    assert "level" not in out

@@ -11,7 +11,7 @@ checked at the speed of reading it (what a pre-commit hook on unrelated files se
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -79,9 +79,7 @@ def _with_checkpoint_helpers(
     return replace(settings, checkpoint_helpers=helpers)
 
 
-def _with_apex_links(
-    settings: Settings, candidates: list[Item], results: dict[str, FileResult]
-) -> Settings:
+def _with_apex_links(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -> Settings:
     """AMP303 across two modules: pair the file that calls ``amp.initialize`` with the one
     whose training function scales the loss (apexlinks), checked against every file read."""
     apex = [(n, s) for n, s, _ in candidates if b"apex" in s and b"amp" in s]
@@ -91,8 +89,20 @@ def _with_apex_links(
         return settings  # no pair is possible: nothing to parse
     apex = [(n, s) for n, s in apex if n in initializing | scaling]
     from ampmigrate import apexlinks  # here: most runs never get this far
-    everything = [(n, s) for n, s, _ in candidates]
-    everything += [(r.path, r.original) for r in results.values() if r.original is not None]
+
+    known = {n: s for n, s, _ in candidates}
+
+    def everything() -> Iterator[tuple[str, bytes]]:
+        """Every file of the run (the ones the prefilter dropped read again: rare, see above)."""
+        for path in map(str, paths):
+            if path in known:
+                yield path, known[path]
+                continue
+            try:
+                yield path, read(Path(path))
+            except OSError:
+                continue
+
     links = apexlinks.link(apex, everything)
     return replace(settings, apex_links=links) if links else settings
 
@@ -162,7 +172,7 @@ def run(
     if len(paths) > 1 and candidates and any(r.code == "AMP208" for r in settings.rules):
         settings = _with_checkpoint_helpers(settings, candidates, paths)
     if len(paths) > 1 and any(r.code == "AMP303" for r in settings.rules):
-        settings = _with_apex_links(settings, candidates, results)
+        settings = _with_apex_links(settings, candidates, paths)
     jobs = jobs or os.cpu_count() or 1
     total = len(candidates)
     done = 0
