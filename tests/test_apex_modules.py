@@ -157,3 +157,18 @@ def test_two_initializing_files_for_one_training_function_pair_with_neither(tmp_
     assert not any(r.changed for r in results)
     found = _amp303(results)
     assert all(found[name].fix is None for name in ("trainer.py", "train_net.py"))
+
+
+def test_relative_import_of_the_module_pairs_too(tmp_path):
+    """Inside a package: `from .engine import trainer` and `trainer.do_train(...)`."""
+    package = tmp_path / "pkg"
+    shutil.copytree(PROJECT / "before" / "detection", package)
+    caller = (PROJECT / "before" / FILES[0]).read_text()
+    caller = caller.replace(
+        "from detection.engine.trainer import do_train", "from .engine import trainer"
+    )
+    (package / "train_net.py").write_text(caller.replace("    do_train(", "    trainer.do_train("))
+    results = run(_files(package), _settings(fix=True))
+    assert sorted(d.code for r in results for d in r.fixed) == ["AMP303", "AMP303"]
+    [new] = [r.new_source.decode() for r in results if r.path.endswith("train_net.py")]
+    assert "        scaler=scaler,\n    )" in new
