@@ -12,9 +12,8 @@ import functools
 import hashlib
 import os
 import pickle
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 from typing import Literal
 
 Safety = Literal["safe", "unsafe"]
@@ -149,6 +148,8 @@ def _paths(code: str, entries: list[dict]) -> tuple[PathRename, ...]:
 
 
 def _load(text: str) -> Rule:
+    import tomllib  # only when the cached catalog is missing or stale
+
     data = tomllib.loads(text)
     code = data["code"]
     examples = data.get("examples", {})
@@ -189,7 +190,7 @@ def all_rules() -> dict[str, Rule]:
     kept as a pickle in the rules' ``__pycache__`` (like a ``.pyc``), keyed by each file's path,
     size and mtime (this module's too); any trouble with it (read-only install, stale or broken
     file) just parses."""
-    folder = resources.files("ampmigrate.rules")
+    folder = _rules_folder()
     files = sorted((f for f in folder.iterdir() if f.name.endswith(".toml")), key=lambda f: f.name)
     cache = _cache_path(folder, files)
     if cache is not None:
@@ -203,6 +204,19 @@ def all_rules() -> dict[str, Rule]:
     if cache is not None:
         _store(cache, catalog)
     return catalog
+
+
+def _rules_folder() -> object:
+    """The folder of the rule files: the package's own folder where it is one (no
+    ``importlib.resources``, ~6 ms of start-up), else whatever importlib.resources finds."""
+    import ampmigrate.rules
+
+    where = getattr(ampmigrate.rules, "__file__", None)
+    if where and os.path.isfile(where):
+        return Path(where).parent
+    from importlib import resources
+
+    return resources.files("ampmigrate.rules")
 
 
 def _cache_path(folder: object, files: list) -> str | None:
