@@ -41,7 +41,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from benchmark import timed
+from benchmark import compile_bytecode, timed
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {
@@ -259,6 +259,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown package(s): {', '.join(unknown)}; known: {', '.join(PACKAGES)}")
     if args.bench_only:
+        compile_bytecode()
         for name in names:
             bench(name, args.cache)
         return 0
@@ -307,6 +308,7 @@ def main() -> int:
         sample(results, args.sample)
     if args.bench:
         print()
+        compile_bytecode()
         for name in names:
             bench(name, args.cache)
     return 1 if broken else 0

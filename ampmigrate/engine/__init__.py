@@ -66,16 +66,14 @@ def _with_checkpoint_helpers(
     settings: Settings, candidates: list[Item], paths: Sequence[Path]
 ) -> Settings:
     """AMP208 follows a checkpoint save/load into helper modules of the same tree: the
-    scaler-flow family summarises them once here, for every worker."""
-    from ampmigrate import scalerflow
+    scaler-flow family names them here (from the import lines), for every worker; a worker
+    summarizes one when a call first leads into it."""
+    from ampmigrate.scalerflow import sibling_modules
 
-    summarize = getattr(scalerflow, "summarize_helpers", None)
-    if summarize is None:
-        return settings
     scalers = [(n, s) for n, s, _ in candidates if b"GradScaler" in s or b".scale(" in s]
     if not scalers:
         return settings
-    helpers = summarize(scalers, [str(p) for p in paths])
+    helpers = sibling_modules(scalers, [str(p) for p in paths])
     return replace(settings, checkpoint_helpers=helpers)
 
 

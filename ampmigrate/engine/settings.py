@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +17,8 @@ class Settings:
     target_torch: tuple[int, ...] | None = None
     target_keras: int = 3  # Keras 3 is what TensorFlow ships since 2.16
     max_file_size: int = 2_000_000  # bytes; 0: no limit
-    # AMP208 across modules: scalerflow.summarize_helpers over the checked tree (run() fills it)
-    checkpoint_helpers: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # AMP208 across modules: scalerflow.sibling_modules of the checked tree (run() fills it)
+    checkpoint_helpers: Any = field(default=None, compare=False)
 
     def safety(self, fix: Fix | None) -> Safety | None:
         """A fix's grade here: one that needs a newer torch than ``target_torch`` is unsafe."""
