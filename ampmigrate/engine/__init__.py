@@ -138,7 +138,7 @@ def _run(
 
         from ampmigrate.engine import analyze, migrate  # noqa: F401 (inherited by the workers)
 
-        analyze.preload()
+        analyze.preload(settings.rules)
         work = batches(candidates, jobs)
         with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
             futures = {pool.submit(_process_batch, b, settings): b for b in work}

@@ -12,11 +12,12 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+from collections.abc import Iterable
 from typing import Any
 
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
-from ampmigrate.engine.prefilter import Prefilter
+from ampmigrate.engine.prefilter import Prefilter, new_memo
 from ampmigrate.engine.settings import Settings
 from ampmigrate.engine.source import Source
 from ampmigrate.findings import Diagnostic, Finding, Span
@@ -29,11 +30,13 @@ APEX = "apex.amp."
 FAMILIES = ("renames", "checks", "scalerflow", "keras")  # on ast; "apex" is the libcst planner
 
 
-def preload() -> None:
-    """Import the families now: a process pool forked after this inherits them instead of
-    importing them once per worker."""
+def preload(rules: Iterable[Rule] = ()) -> None:
+    """Import the families and build the rules' prefilters now: a process pool forked after
+    this inherits them instead of making them once per worker."""
     for name in FAMILIES:
         importlib.import_module(f"ampmigrate.{name}")
+    for rule in rules:
+        rule_prefilter(rule.triggers)
 
 
 def family(rule: Rule) -> str:
@@ -70,7 +73,8 @@ class Analysis:
         self.tree = parse(data) if tree is None else tree
         self.source = Source.from_bytes(data, path)
         self.cst_module: Any = None
-        rules = [r for r in settings.rules if rule_prefilter(r.triggers).may_match(data)]
+        known = new_memo()  # the rules share anchors, words and shapes: test each once
+        rules = [r for r in settings.rules if rule_prefilter(r.triggers).may_match(data, known)]
         self.findings: list[Finding] = self._run(rules, settings) if rules else []
 
     def _run(self, rules: list[Rule], settings: Settings) -> list[Finding]:
