@@ -38,7 +38,7 @@ class FileResult:
     path: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
     fixed: list[Diagnostic] = field(default_factory=list)
-    original: bytes | None = None
+    original: bytes | None = None  # the bytes read, for a file that passed the prefilter
     new_source: bytes | None = None
     error: str | None = None
     parsed: bool = False
