@@ -3,9 +3,11 @@
 Stages, one module each: ``discover`` (paths -> files), ``prefilter`` (bytes -> worth parsing?),
 ``analyze`` (``ast`` -> findings and fix plans), ``apply`` (fix plans -> new text; libcst only to
 manage imports and for the apex planner), ``write`` (atomic writes), ``migrate`` (one file through
-analyze and apply until no fix applies). This module runs many files, in parallel where it pays.
-The analysis stage is imported only when some file passes the prefilter, so a clean tree is
-checked at the speed of reading it (what a pre-commit hook on unrelated files sees).
+analyze and apply until no fix applies). This module runs many files, in parallel where it pays:
+a big tree is read and prefiltered by the workers (a slice each), the files that pass are
+analysed in batches, biggest first. The analysis stage is imported only when some file passes
+the prefilter, so a clean tree is checked at the speed of reading it (what a pre-commit hook on
+unrelated files sees).
 """
 
 from __future__ import annotations
