@@ -121,11 +121,11 @@ class Siblings:
     def __bool__(self) -> bool:
         return bool(self.wanted)
 
-    def __getstate__(self) -> frozenset[str]:
-        return self.wanted
+    def __getstate__(self) -> tuple[frozenset[str]]:
+        return (self.wanted,)  # never a false value: pickle would skip __setstate__
 
-    def __setstate__(self, wanted: frozenset[str]) -> None:
-        self.__init__(wanted)
+    def __setstate__(self, state: tuple[frozenset[str]]) -> None:
+        self.__init__(state[0])
 
     def helpers(self, path: str) -> Mapping[str, Helper]:
         """What the module-level functions of ``path`` do with checkpoints ({} when it is not

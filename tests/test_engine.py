@@ -196,3 +196,31 @@ def test_a_big_tree_is_read_and_prefiltered_in_the_workers_with_the_same_results
     assert summary(parallel) == summary(serial)
     assert sum(bool(r.diagnostics) for r in serial) == 5
     assert serial[7].error and serial[0].original is not None and serial[1].original is None
+
+
+def test_sibling_modules_travel_by_name_and_are_summarized_when_asked(tmp_path):
+    """AMP208's sibling modules are named before the run and summarized (parsed) only when a
+    call leads into one, in the process that asks; pickled for a worker without summaries."""
+    import pickle
+
+    from ampmigrate.scalerflow import sibling_modules
+
+    utils = tmp_path / "utils.py"
+    utils.write_text(
+        "import torch\n\n\ndef save_checkpoint(model, optimizer, path):\n"
+        '    torch.save({"model": model.state_dict(), "opt": optimizer.state_dict()}, path)\n'
+    )
+    train = tmp_path / "train.py"
+    train.write_text(
+        "import torch\nfrom utils import save_checkpoint\n\nscaler = torch.amp.GradScaler()\n"
+    )
+    siblings = sibling_modules([(str(train), train.read_bytes())], [str(train), str(utils)])
+    assert siblings.wanted == {str(utils)}
+    for copy in (siblings, pickle.loads(pickle.dumps(siblings))):
+        assert copy.wanted == siblings.wanted and not copy._summaries
+        assert copy.helpers(str(utils))["save_checkpoint"].save_line == 5
+        assert copy.helpers(str(train)) == {}  # not a sibling module: never read
+        assert list(copy._summaries) == [str(utils)]
+    assert pickle.loads(pickle.dumps(siblings))._summaries == {}  # summaries stay where made
+    empty = pickle.loads(pickle.dumps(sibling_modules([], [str(train)])))
+    assert not empty and empty.helpers(str(utils)) == {}
