@@ -51,11 +51,15 @@ class Config:
             return None
 
     def excluded(self, path: Path) -> bool:
-        relative = self._relative(path)
         patterns = (self.exclude or ()) + self.extend_exclude
+        if not patterns:  # the common case: no path arithmetic per file
+            return False
+        relative = self._relative(path)
         return relative is not None and any(_matches(relative, p) for p in patterns)
 
     def ignored_codes(self, path: Path) -> frozenset[str]:
+        if not self.per_file_ignores:
+            return frozenset()
         relative = self._relative(path)
         if relative is None:
             return frozenset()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from ampmigrate import __version__
@@ -28,6 +27,8 @@ def text(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool = False) -> str:
 
 
 def as_json(diagnostics: Sequence[Diagnostic]) -> str:
+    import json  # only for this format: it costs start-up time on every run
+
     rules = all_rules()
     items = [
         {
@@ -69,6 +70,8 @@ def github(diagnostics: Sequence[Diagnostic]) -> str:
 
 def sarif(diagnostics: Sequence[Diagnostic]) -> str:
     """SARIF 2.1.0, as GitHub code scanning ingests it."""
+    import json
+
     rules = all_rules()
     codes = list(rules)
     driver_rules = [

@@ -108,6 +108,41 @@ class Helper:
         return f"{self.module}:{line}" if self.module else f"line {line}"
 
 
+class Siblings:
+    """The sibling modules a call next to a scaler may lead into (absolute paths), each read
+    and summarized (:func:`_summarize`) only when a call first leads there, in the process that
+    checks the caller: most are never asked about, and none is parsed before the run starts.
+    Pickled without the summaries (each worker makes the ones it needs)."""
+
+    def __init__(self, wanted: Iterable[str] = ()) -> None:
+        self.wanted = frozenset(wanted)
+        self._summaries: dict[str, dict[str, Helper]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.wanted)
+
+    def __getstate__(self) -> tuple[frozenset[str]]:
+        return (self.wanted,)  # never a false value: pickle would skip __setstate__
+
+    def __setstate__(self, state: tuple[frozenset[str]]) -> None:
+        self.__init__(state[0])
+
+    def helpers(self, path: str) -> Mapping[str, Helper]:
+        """What the module-level functions of ``path`` do with checkpoints ({} when it is not
+        one of the sibling modules)."""
+        if path not in self.wanted:
+            return {}
+        found = self._summaries.get(path)
+        if found is None:
+            try:
+                with open(path, "rb") as file:
+                    found = _summarize(path, file.read())
+            except OSError:
+                found = {}
+            self._summaries[path] = found
+        return found
+
+
 @dataclass
 class Flow:
     """What one module does with scalers, optimizers and checkpoints."""
@@ -136,7 +171,7 @@ class Flow:
     model_scopes: set[tuple[int, str]] = field(default_factory=set)  # (scope, M) of M.parameters()
     dicts: dict[tuple[int, str], ast.Dict] = field(default_factory=dict)  # (scope, name) -> {}
     plain_calls: list[ast.Call] = field(default_factory=list)  # f(...) / mod.f(...): helpers?
-    siblings: Mapping[str, Mapping[str, Helper]] = field(default_factory=dict)  # by abspath
+    siblings: Siblings = field(default_factory=Siblings)
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
 
     def events(self, kind: str) -> Iterator[Event]:
@@ -532,11 +567,11 @@ def build_flow(
     tree: ast.Module,
     source: Source,
     names: Names,
-    siblings: Mapping[str, Mapping[str, Helper]] | None = None,
+    siblings: Siblings | None = None,
 ) -> Flow:
-    """Everything the checks ask about one file; ``siblings``: the checkpoint helpers of the
-    other modules of the tree being checked (:func:`summarize_helpers`)."""
-    flow = Flow(module=tree, source=source, names=names, siblings=siblings or {})
+    """Everything the checks ask about one file; ``siblings``: the other modules of the tree
+    being checked whose checkpoint helpers it may call (:func:`sibling_modules`)."""
+    flow = Flow(module=tree, source=source, names=names, siblings=siblings or Siblings())
     _Collector(flow, names).visit(tree)
     # `.step(x)` / `.update()` mean the scaler's only on a known scaler.
     resolved = []
@@ -839,15 +874,12 @@ def helpers(flow: Flow, module: str = "") -> dict[str, Helper]:
     return out
 
 
-def summarize_helpers(
-    candidates: Iterable[tuple[str, bytes]], checked: Iterable[str]
-) -> dict[str, dict[str, Helper]]:
-    """The checkpoint helpers of the sibling modules (its folder or below) that ``candidates``
-    (the files of a run that use a scaler: path, bytes) import, among the ``checked`` paths; by
-    absolute path. The engine calls this once before it hands files to workers, so that a call
-    into a sibling module is judged. Cheap by construction: only the imported modules are read
-    and parsed, and of those only module-level code and the functions that spell a save or a
-    restore are analysed."""
+def sibling_modules(candidates: Iterable[tuple[str, bytes]], checked: Iterable[str]) -> Siblings:
+    """The sibling modules (its folder or below) that ``candidates`` (the files of a run that
+    use a scaler: path, bytes) import, among the ``checked`` paths: read off the import lines of
+    their bytes, before the run, so that a call into a sibling module is judged. Only those a
+    call leads into are then parsed, and of those only module-level code and the functions that
+    spell a save or a restore are analysed."""
     inside = {os.path.abspath(p) for p in checked}
     wanted: set[str] = set()
     for path, data in candidates:
@@ -858,17 +890,7 @@ def summarize_helpers(
             levels = module.count(".") + 2
             paths = itertools.islice(_module_paths(path, dots, module), 2 * levels)
             wanted.update(c for c in paths if c in inside and c.startswith(folder))
-    summary = {}
-    for path in sorted(wanted):
-        try:
-            with open(path, "rb") as file:
-                data = file.read()
-        except OSError:
-            continue
-        found = _summarize(path, data)
-        if found:
-            summary[path] = found
-    return summary
+    return Siblings(wanted)
 
 
 _IMPORT = re.compile(
@@ -937,19 +959,14 @@ def _may_help(source: Source, statement: ast.stmt) -> bool:
     return "save" in text or "load_state_dict" in text
 
 
-def _sibling(
-    flow: Flow, names: set[str], index: Mapping[str, Mapping[str, Helper]]
-) -> Helper | None:
-    """The helper a call's callee names in a summarized module of the checked tree
+def _sibling(flow: Flow, names: set[str], index: Siblings) -> Helper | None:
+    """The helper a call's callee names in a sibling module of the checked tree
     (``from utils import f``, ``from .utils import f``, ``import pkg.utils``)."""
-    functions = {f for helpers in index.values() for f in helpers}
     for qualified in sorted(names):
         dots = len(qualified) - len(qualified.lstrip("."))
         module, _, function = qualified.lstrip(".").rpartition(".")
-        if function not in functions:
-            continue  # no summarized module defines it: no path can name its helper
         for candidate in _module_paths(flow.source.path, dots, module):
-            helper = index.get(candidate, {}).get(function)
+            helper = index.helpers(candidate).get(function)
             if helper is not None:
                 return helper
     return None
@@ -959,7 +976,7 @@ def _helper_calls(flow: Flow) -> Iterator[tuple[ast.Call, Helper]]:
     """Calls made next to a scaler to a checkpoint helper of this file or a sibling module."""
     own = helpers(flow)
     names = flow.names
-    index = flow.siblings if flow.source.path else {}
+    index = flow.siblings if flow.source.path else Siblings()
     for call in flow.plain_calls:
         if not flow.scaler_near(call):
             continue

@@ -47,7 +47,7 @@ def test_both_modules_are_rewritten_together_exactly_and_once(tmp_path):
     results = run(_files(root), _settings(fix=True))
     for result in results:
         relative = Path(result.path).relative_to(root)
-        new = result.new_source if result.new_source is not None else result.original
+        new = result.new_source if result.changed else Path(result.path).read_bytes()
         assert new == (PROJECT / "after" / relative).read_bytes(), relative
     assert sorted(d.code for r in results for d in r.fixed if d.code == "AMP303") == ["AMP303"] * 2
     for result in results:

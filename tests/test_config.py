@@ -188,3 +188,44 @@ def test_bad_target_torch_option_is_a_usage_error(cli, tmp_path):
     project(tmp_path, "")
     result = cli("check", "--target-torch", "latest", "src", cwd=tmp_path)
     assert result.returncode == 2 and "target-torch must look like '2.4'" in result.stderr
+
+
+PLAIN = [
+    "torch", "torch>=2.4", "Torch >= 2.1, <3", "torch>2.4.1", "torch~=2.3", "torch==2",
+    "torch<=2.4", "torch != 2.0, >= 1.13", "torch\t>=2.1", "torchvision>=0.15", "torch-x>=2.1",
+]  # fmt: skip
+NOT_PLAIN = [
+    "torch~=2", "torch==2.4.*", "torch[cuda]>=2.1", "torch>=2.1; python_version>'3.8'",
+    "torch>=2.1,", "torch>=2.1rc1", "torch===2.4", "torch @ https://x/torch.whl", "torch,>=2",
+    "torch>=2,,<3", "torch>=2.1<3", "torch (>=2.1)", "torch>=2.1\n",
+]  # fmt: skip
+
+
+def _packaging_bound(requirement: str) -> tuple[int, ...] | None:
+    """What packaging reads as the torch lower bound (the reference for the fast path)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        parsed = Requirement(requirement)
+    except InvalidRequirement:
+        return None
+    if parsed.name.lower() != "torch":
+        return None
+    bounds = []
+    for spec in parsed.specifier:
+        if spec.operator in (">=", ">", "~=", "==", "==="):
+            try:
+                bounds.append((*Version(spec.version.removesuffix(".*")).release, 0)[:2])
+            except InvalidVersion:
+                continue
+    return max(bounds) if bounds else None
+
+
+@pytest.mark.parametrize("requirement", PLAIN + NOT_PLAIN)
+def test_torch_floor_without_packaging_reads_what_packaging_reads(requirement):
+    from ampmigrate import floor
+
+    assert floor.lower_bound(requirement) == _packaging_bound(requirement)
+    # plain declarations are read without importing packaging; the rest go through it
+    assert (floor._plain_bound(requirement) is not None) == (requirement in PLAIN)

@@ -158,3 +158,69 @@ def test_a_fix_folded_into_an_enclosing_fix_counts_as_fixed():
     out, remaining, fixed = fix_source(source, unsafe=True)
     assert "DynamicLossScale" not in out and not remaining
     assert sorted(d.code for d in fixed) == ["AMP401", "AMP403"]  # the libcst engine's count
+
+
+def test_a_big_tree_is_read_and_prefiltered_in_the_workers_with_the_same_results(
+    tmp_path, monkeypatch
+):
+    """Above PARALLEL_MIN_FILES files the workers read and prefilter slices of the tree (then
+    analyse the files that pass); the results (order, findings, errors, which files keep their
+    bytes) are those of one process."""
+    import ampmigrate.engine as engine
+    from ampmigrate.catalog import all_rules
+
+    paths = []
+    for i in range(24):
+        path = tmp_path / f"m{i:02}.py"
+        uses = i % 5 == 0
+        path.write_text(
+            "import torch\nwith torch.cuda.amp.autocast():\n    pass\n" if uses else "x = 1\n"
+        )
+        paths.append(path)
+    paths.insert(7, tmp_path / "missing.py")
+    settings = engine.Settings(rules=tuple(all_rules().values()))
+    serial = engine.run(paths, settings, jobs=1)
+    monkeypatch.setattr(engine, "PARALLEL_MIN_FILES", 4)
+    monkeypatch.setattr(engine, "PARALLEL_MIN_BYTES", 1)  # the same pool analyses them too
+    sliced, real = [], engine._scan_in
+    monkeypatch.setattr(engine, "_scan_in", lambda *args: sliced.append(args[1]) or real(*args))
+    parallel = engine.run(paths, settings, jobs=2)
+    assert sliced == [[str(p) for p in paths]]  # the workers read the tree
+
+    def summary(results):
+        return [
+            (r.path, [(d.code, d.line) for d in r.diagnostics], r.error, r.original is not None)
+            for r in results
+        ]
+
+    assert summary(parallel) == summary(serial)
+    assert sum(bool(r.diagnostics) for r in serial) == 5
+    assert serial[7].error and serial[0].original is not None and serial[1].original is None
+
+
+def test_sibling_modules_travel_by_name_and_are_summarized_when_asked(tmp_path):
+    """AMP208's sibling modules are named before the run and summarized (parsed) only when a
+    call leads into one, in the process that asks; pickled for a worker without summaries."""
+    import pickle
+
+    from ampmigrate.scalerflow import sibling_modules
+
+    utils = tmp_path / "utils.py"
+    utils.write_text(
+        "import torch\n\n\ndef save_checkpoint(model, optimizer, path):\n"
+        '    torch.save({"model": model.state_dict(), "opt": optimizer.state_dict()}, path)\n'
+    )
+    train = tmp_path / "train.py"
+    train.write_text(
+        "import torch\nfrom utils import save_checkpoint\n\nscaler = torch.amp.GradScaler()\n"
+    )
+    siblings = sibling_modules([(str(train), train.read_bytes())], [str(train), str(utils)])
+    assert siblings.wanted == {str(utils)}
+    for copy in (siblings, pickle.loads(pickle.dumps(siblings))):
+        assert copy.wanted == siblings.wanted and not copy._summaries
+        assert copy.helpers(str(utils))["save_checkpoint"].save_line == 5
+        assert copy.helpers(str(train)) == {}  # not a sibling module: never read
+        assert list(copy._summaries) == [str(utils)]
+    assert pickle.loads(pickle.dumps(siblings))._summaries == {}  # summaries stay where made
+    empty = pickle.loads(pickle.dumps(sibling_modules([], [str(train)])))
+    assert not empty and empty.helpers(str(utils)) == {}

@@ -3,17 +3,22 @@
 Stages, one module each: ``discover`` (paths -> files), ``prefilter`` (bytes -> worth parsing?),
 ``analyze`` (``ast`` -> findings and fix plans), ``apply`` (fix plans -> new text; libcst only to
 manage imports and for the apex planner), ``write`` (atomic writes), ``migrate`` (one file through
-analyze and apply until no fix applies). This module runs many files, in parallel where it pays.
-The analysis stage is imported only when some file passes the prefilter, so a clean tree is
-checked at the speed of reading it (what a pre-commit hook on unrelated files sees).
+analyze and apply until no fix applies). This module runs many files, in parallel where it pays:
+a big tree is read and prefiltered by the workers (a slice each), the files that pass are
+analysed in batches, biggest first. The analysis stage is imported only when some file passes
+the prefilter, so a clean tree is checked at the speed of reading it (what a pre-commit hook on
+unrelated files sees).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ampmigrate.engine.prefilter import Prefilter
 from ampmigrate.engine.settings import FileResult, Settings
@@ -23,6 +28,8 @@ __all__ = ["CRASHED", "FileResult", "Settings", "run"]
 
 CRASHED = "internal error: the parser crashed on this file (please report it)"
 PARALLEL_MIN_BYTES = 200_000  # less than this is analysed faster than a pool starts
+PARALLEL_MIN_FILES = 500  # fewer are read and prefiltered faster than a pool starts (measured)
+GC_THRESHOLD = 100_000  # allocations between young-generation collections (default 700)
 Item = tuple[str, bytes, frozenset[str]]
 
 
@@ -66,16 +73,14 @@ def _with_checkpoint_helpers(
     settings: Settings, candidates: list[Item], paths: Sequence[Path]
 ) -> Settings:
     """AMP208 follows a checkpoint save/load into helper modules of the same tree: the
-    scaler-flow family summarises them once here, for every worker."""
-    from ampmigrate import scalerflow
+    scaler-flow family names them here (from the import lines), for every worker; a worker
+    summarizes one when a call first leads into it."""
+    from ampmigrate.scalerflow import sibling_modules
 
-    summarize = getattr(scalerflow, "summarize_helpers", None)
-    if summarize is None:
-        return settings
     scalers = [(n, s) for n, s, _ in candidates if b"GradScaler" in s or b".scale(" in s]
     if not scalers:
         return settings
-    helpers = summarize(scalers, [str(p) for p in paths])
+    helpers = sibling_modules(scalers, [str(p) for p in paths])
     return replace(settings, checkpoint_helpers=helpers)
 
 
@@ -154,40 +159,72 @@ def run(
     ``ignored_codes`` gives the rules switched off for one file (per-file-ignores);
     ``progress(done, total)`` hears how many of the files that passed the prefilter are done.
     """
-    prefilter = Prefilter(t for r in settings.rules for t in r.triggers)
-    results: dict[str, FileResult] = {}
-    candidates: list[Item] = []
-    for path in paths:
-        name = str(path)
-        try:
-            source = read(path)
-        except OSError as exc:
-            results[name] = FileResult(path=name, error=exc.strerror or str(exc))
-            continue
-        if prefilter.may_match(source):
-            ignored = ignored_codes(path) if ignored_codes else frozenset()
-            candidates.append((name, source, ignored))
-        else:
-            results[name] = FileResult(path=name, original=source)
-    if len(paths) > 1 and candidates and any(r.code == "AMP208" for r in settings.rules):
-        settings = _with_checkpoint_helpers(settings, candidates, paths)
-    if len(paths) > 1 and any(r.code == "AMP303" for r in settings.rules):
-        settings = _with_apex_links(settings, candidates, paths)
+    # Syntax trees are millions of small objects that hold no reference cycles: the collector's
+    # default pace (a young collection per 700 allocations, each old object re-walked at every
+    # full one) costs 15-25 % of a run; a far larger first threshold keeps it bounded.
+    threshold = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD, *threshold[1:])
+    try:
+        return _run(paths, settings, jobs, ignored_codes, progress)
+    finally:
+        gc.set_threshold(*threshold)
+
+
+def _run(
+    paths: Sequence[Path],
+    settings: Settings,
+    jobs: int | None,
+    ignored_codes: Callable[[Path], frozenset[str]] | None,
+    progress: Callable[[int, int], None] | None,
+) -> list[FileResult]:
     jobs = jobs or os.cpu_count() or 1
-    total = len(candidates)
-    done = 0
-    if progress and total:
-        progress(0, total)
-    if jobs > 1 and total > 1 and sum(len(c[1]) for c in candidates) >= PARALLEL_MIN_BYTES:
-        # imported here: a run that parses little (a pre-commit hook) does not pay for them
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-        from concurrent.futures.process import BrokenProcessPool
+    triggers = tuple(t for r in settings.rules for t in r.triggers)
+    by_name = {str(p): p for p in paths}
+    with ExitStack() as stack:
+        pool: Any = None
 
-        from ampmigrate.engine import analyze, migrate  # noqa: F401 (inherited by the workers)
+        def start_pool(workers: int) -> Any:
+            # imported here: a run that parses little (a pre-commit hook) does not pay for it
+            from concurrent.futures import ProcessPoolExecutor
 
-        analyze.preload()
-        work = batches(candidates, jobs)
-        with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
+            return stack.enter_context(ProcessPoolExecutor(max_workers=workers))
+
+        if jobs > 1 and len(paths) >= PARALLEL_MIN_FILES:
+            _scanner(triggers)  # built before the workers fork: they inherit it
+            pool = start_pool(jobs)
+            scanned = _scan_in(pool, list(by_name), triggers, jobs)
+            if scanned is None:  # a worker died: read it all here
+                pool, scanned = None, _scan(list(by_name), triggers)
+        else:
+            scanned = _scan(list(by_name), triggers)
+        results: dict[str, FileResult] = {}
+        candidates: list[Item] = []
+        for name, source, error in scanned:
+            if error is not None:
+                results[name] = FileResult(path=name, error=error)
+            elif source is None:
+                results[name] = FileResult(path=name)
+            else:
+                ignored = ignored_codes(by_name[name]) if ignored_codes else frozenset()
+                candidates.append((name, source, ignored))
+        if len(paths) > 1 and candidates and any(r.code == "AMP208" for r in settings.rules):
+            settings = _with_checkpoint_helpers(settings, candidates, paths)
+        if len(paths) > 1 and any(r.code == "AMP303" for r in settings.rules):
+            settings = _with_apex_links(settings, candidates, paths)
+        total = len(candidates)
+        done = 0
+        if progress and total:
+            progress(0, total)
+        if jobs > 1 and total > 1 and sum(len(c[1]) for c in candidates) >= PARALLEL_MIN_BYTES:
+            from concurrent.futures import as_completed
+            from concurrent.futures.process import BrokenProcessPool
+
+            work = batches(candidates, jobs)
+            if pool is None:
+                from ampmigrate.engine import analyze, migrate  # noqa: F401 (the workers inherit)
+
+                analyze.preload(settings.rules)
+                pool = start_pool(min(jobs, len(work)))
             futures = {pool.submit(_process_batch, b, settings): b for b in work}
             for future in as_completed(futures):
                 try:
@@ -198,12 +235,55 @@ def run(
                 done += len(batch)
                 if progress:
                     progress(done, total)
-    else:
-        for item in candidates:
-            results.update((r.path, r) for r in _process_batch([item], settings))
-            done += 1
-            if progress:
-                progress(done, total)
-    if settings.apex_links:
-        _settle_pairs(settings, candidates, results)
+        else:
+            for item in candidates:
+                results.update((r.path, r) for r in _process_batch([item], settings))
+                done += 1
+                if progress:
+                    progress(done, total)
+        if settings.apex_links:
+            _settle_pairs(settings, candidates, results)
     return [results[str(p)] for p in paths]
+
+
+Scanned = tuple[str, bytes | None, str | None]  # (path, the bytes if worth parsing, error)
+_SCANNER: dict[tuple[str, ...], Prefilter] = {}
+
+
+def _scanner(triggers: tuple[str, ...]) -> Prefilter:
+    """The tree-wide prefilter of these triggers, made once per process."""
+    found = _SCANNER.get(triggers)
+    if found is None:
+        _SCANNER.clear()
+        found = _SCANNER[triggers] = Prefilter(triggers)
+    return found
+
+
+def _scan(names: list[str], triggers: tuple[str, ...]) -> list[Scanned]:
+    """Read each file and keep the bytes of those worth parsing (the others' are dropped here:
+    a tree's bytes are not held, nor sent between processes, for files nobody parses)."""
+    prefilter = _scanner(triggers)
+    out: list[Scanned] = []
+    for name in names:
+        try:
+            source = read(Path(name))
+        except OSError as exc:
+            out.append((name, None, exc.strerror or str(exc)))
+            continue
+        out.append((name, source if prefilter.may_match(source) else None, None))
+    return out
+
+
+def _scan_in(pool: Any, names: list[str], triggers: tuple[str, ...], jobs: int) -> Any:
+    """:func:`_scan` of a big tree in the workers, a slice each (in order), or None when one
+    died. Reading and the literal tests are most of a run on a tree that holds little AMP code."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    size = -(-len(names) // (jobs * 4))
+    futures = [
+        pool.submit(_scan, names[i : i + size], triggers) for i in range(0, len(names), size)
+    ]
+    try:
+        return [item for future in futures for item in future.result()]
+    except BrokenProcessPool:
+        return None

@@ -13,11 +13,12 @@ import ast
 import functools
 import importlib
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
-from ampmigrate.engine.prefilter import Prefilter
+from ampmigrate.engine.prefilter import Prefilter, new_memo
 from ampmigrate.engine.settings import Settings
 from ampmigrate.engine.source import Source
 from ampmigrate.findings import Diagnostic, Finding, Span
@@ -29,11 +30,13 @@ APEX_CHECK = "apex-o1-rewrite"
 FAMILIES = ("renames", "checks", "scalerflow", "keras")  # on ast; "apex" is the libcst planner
 
 
-def preload() -> None:
-    """Import the families now: a process pool forked after this inherits them instead of
-    importing them once per worker."""
+def preload(rules: Iterable[Rule] = ()) -> None:
+    """Import the families and build the rules' prefilters now: a process pool forked after
+    this inherits them instead of making them once per worker."""
     for name in FAMILIES:
         importlib.import_module(f"ampmigrate.{name}")
+    for rule in rules:
+        rule_prefilter(rule.triggers)
 
 
 def family(rule: Rule) -> str:
@@ -70,7 +73,8 @@ class Analysis:
         self.tree = parse(data) if tree is None else tree
         self.source = Source.from_bytes(data, path)
         self.cst_module: Any = None
-        rules = [r for r in settings.rules if rule_prefilter(r.triggers).may_match(data)]
+        known = new_memo()  # the rules share anchors, words and shapes: test each once
+        rules = [r for r in settings.rules if rule_prefilter(r.triggers).may_match(data, known)]
         self.findings: list[Finding] = self._run(rules, settings) if rules else []
 
     def _run(self, rules: list[Rule], settings: Settings) -> list[Finding]:
@@ -98,17 +102,25 @@ class Analysis:
         """The apex O1 planner (libcst, imported here only): the one place the engine calls it.
         Its nodes become ``Span``s; its fixes keep libcst nodes of ``self.cst_module``."""
         import libcst as cst
-        from libcst.metadata import MetadataWrapper, PositionProvider
+        from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
         from ampmigrate.apex import ApexO1
 
         self.cst_module = cst.parse_module(self.source.text)
         wrapper = MetadataWrapper(self.cst_module, unsafe_skip_copy=True)
         found: list[Finding] = []
+        parents = _parents(self.cst_module)
         link = settings.apex_links.get(os.path.abspath(self.source.path))
         for rule in rules:
             visitor = ApexO1(rule, (link, link.role(self.source.path)) if link else None)
-            wrapper.visit(visitor)
+            # What ``wrapper.visit`` does, but the parents come from one walk over
+            # ``CSTNode.children``: the very map libcst's ParentNodeProvider builds from them,
+            # at a third of its cost (0.65 s -> 0.23 s on a 193 KB file).
+            visitor.metadata = {
+                provider: parents if provider is ParentNodeProvider else wrapper.resolve(provider)
+                for provider in visitor.get_inherited_dependencies()
+            }
+            self.cst_module.visit(visitor)
             found += visitor.findings
         # Where a finding sits is one of ``calls`` whose text is unique (an ast lookup); only
         # otherwise libcst's positions, which cost a code generation pass over the whole module.
@@ -160,3 +172,16 @@ class Analysis:
             out.append((finding, diagnostic))
         out.sort(key=lambda pair: pair[1].sort_key)
         return out
+
+
+def _parents(module: Any) -> dict[Any, Any]:
+    """Each libcst node's parent, as ``ParentNodeProvider`` maps them (from ``children``)."""
+    parents = {}
+    stack = [module]
+    while stack:
+        node = stack.pop()
+        children = node.children
+        for child in children:
+            parents[child] = node
+        stack.extend(children)
+    return parents

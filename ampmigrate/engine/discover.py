@@ -10,6 +10,7 @@ Explicit file arguments are always checked, whatever their suffix or ignore stat
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,28 +25,30 @@ EXCLUDED_DIRS = frozenset(
 )  # fmt: skip
 
 
-def _is_venv(directory: Path) -> bool:
-    return (directory / "pyvenv.cfg").is_file()
+def _is_venv(directory: str | Path) -> bool:
+    return os.path.isfile(os.path.join(directory, "pyvenv.cfg"))
 
 
-def _excluded(relative: Path, root: Path, dirs: frozenset[str], venvs: dict[Path, bool]) -> bool:
-    """``venvs`` remembers each folder's answer: a tree's files share their folders, so each
-    is asked about a ``pyvenv.cfg`` once, not once per file below it."""
-    current = root
-    for part in relative.parts[:-1]:
-        current = current / part
-        if part in dirs:
-            return True
-        venv = venvs.get(current)
-        if venv is None:
-            venv = venvs[current] = _is_venv(current)
-        if venv:
-            return True
-    return False
+def _folder_excluded(folder: str, root: str, dirs: frozenset[str], known: dict[str, bool]) -> bool:
+    """Whether ``folder`` (relative to ``root``, ``/``-separated, "" for the root) or a folder
+    above it is skipped: an excluded name or a virtualenv. ``known`` remembers each folder's
+    answer: a tree's files share their folders, so each is asked once, not once per file."""
+    if not folder:
+        return False
+    answer = known.get(folder)
+    if answer is None:
+        parent, _, name = folder.rpartition("/")
+        answer = known[folder] = (
+            _folder_excluded(parent, root, dirs, known)
+            or name in dirs
+            or _is_venv(os.path.join(root, folder))
+        )
+    return answer
 
 
-def _git_files(directory: Path) -> list[Path] | None:
-    """Files git does not ignore under ``directory``, or None outside a work tree."""
+def _git_files(directory: Path) -> list[str] | None:
+    """Files git does not ignore under ``directory`` (relative, ``/``-separated), or None
+    outside a work tree."""
     try:
         result = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
@@ -60,7 +63,7 @@ def _git_files(directory: Path) -> list[Path] | None:
     names = [n for n in result.stdout.decode("utf-8", "surrogateescape").split("\0") if n]
     if not names and _ignored_by_git(directory):
         return None  # an ignored directory given explicitly is walked, like ripgrep does
-    return [directory / n for n in dict.fromkeys(names)]
+    return list(dict.fromkeys(names))
 
 
 def _ignored_by_git(directory: Path) -> bool:
@@ -68,17 +71,33 @@ def _ignored_by_git(directory: Path) -> bool:
     return check.returncode == 0
 
 
-def _walk(directory: Path, excluded_dirs: frozenset[str]) -> Iterable[Path]:
-    for current, dirs, files in os.walk(directory):
-        dirs[:] = sorted(
-            d
-            for d in dirs
-            if d not in excluded_dirs
-            and not (Path(current) / d).is_symlink()
-            and not _is_venv(Path(current) / d)
-        )
-        for name in sorted(files):
-            yield Path(current) / name
+def _walk(directory: Path, excluded_dirs: frozenset[str]) -> tuple[list[str], set[str]]:
+    """The files below ``directory`` (relative, ``/``-separated) and which of them are
+    symlinks, skipping excluded folders, virtualenvs and symlinked folders (one ``scandir`` per
+    folder: no stat per file)."""
+    names: list[str] = []
+    links: set[str] = set()
+    stack = [("", os.fspath(directory))]
+    while stack:
+        prefix, folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                skipped = entry.name in excluded_dirs or entry.is_symlink()
+                if not skipped and not _is_venv(entry.path):
+                    stack.append((f"{prefix}{entry.name}/", entry.path))
+                continue
+            names.append(prefix + entry.name)
+            if entry.is_symlink():
+                links.add(prefix + entry.name)
+    return names, links
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -106,19 +125,34 @@ def discover(
         if not path.is_dir():
             found[path] = None  # explicit files always; a missing one is reported later
             continue
-        candidates = _git_files(path)
-        if candidates is None:
-            candidates = list(_walk(path, excluded_dirs))
-        venvs: dict[Path, bool] = {}
-        for file in sorted(candidates):
-            if not file.name.endswith(suffixes):
+        names = _git_files(path)
+        links: set[str] | None = None  # known without a stat for a walked tree
+        if names is None:
+            names, links = _walk(path, excluded_dirs)
+        root = os.fspath(path)
+        known: dict[str, bool] = {}
+        # strings, not Paths, until a file is kept (a Path costs more than the tests); sorted
+        # part by part, as Paths sort
+        for name in sorted(names, key=_parts):
+            if not name.endswith(suffixes):
                 continue
-            if _excluded(file.relative_to(path), path, excluded_dirs, venvs):
+            if _folder_excluded(name.rpartition("/")[0], root, excluded_dirs, known):
                 continue
+            file = path / name
             if excluded is not None and excluded(file):
                 continue
-            if file.is_symlink() and not _inside(file, path):
+            if links is not None:
+                link = name in links
+            else:
+                try:  # one lstat: whether it is there (git lists deleted files), and a link
+                    link = stat.S_ISLNK(os.lstat(file).st_mode)
+                except OSError:
+                    continue
+            if link and not _inside(file, path):
                 continue
-            if file.exists() or file.is_symlink():
-                found[file] = None
+            found[file] = None
     return list(found)
+
+
+def _parts(name: str) -> list[str]:
+    return name.split("/")

@@ -128,20 +128,44 @@ def _seen(data: bytes, word: bytes, seen: dict[bytes, bool]) -> bool:
     return seen[word]
 
 
+# What one file's bytes were found to hold: (whole words, substrings, shapes by trigger).
+Memo = tuple[dict[bytes, bool], dict[bytes, bool] | None, dict[str, bool]]
+
+
+def new_memo() -> Memo:
+    """A fresh :data:`Memo` for one file's bytes."""
+    return {}, {}, {}
+
+
+class _Shape:
+    """A regex or named shape, remembered by its trigger text in a :data:`Memo`."""
+
+    def __init__(self, key: str, search: Callable[[bytes], object]) -> None:
+        self.key = key
+        self.search = search
+
+    def test(self, data: bytes, shaped: dict[str, bool]) -> bool:
+        hit = shaped.get(self.key)
+        if hit is None:
+            hit = shaped[self.key] = bool(self.search(data))
+        return hit
+
+
 class Prefilter:
     """``triggers``: dotted names (every segment must occur as a word), ``/regex/`` for a shape
     that words cannot pin down (``scaler.scale(loss).backward()``: both words are common), or
     ``@name`` for a function in ``SHAPES``."""
 
     def __init__(self, triggers: Iterable[str]) -> None:
-        shapes: dict[str, tuple[bytes, Callable[[bytes], object]]] = {}  # one per distinct shape
+        shapes: dict[str, tuple[bytes, _Shape]] = {}  # one per distinct shape
         names: list[list[bytes]] = []
         for name in triggers:  # read once: callers pass generators
             if name.startswith("@"):
-                shapes[name] = (SHAPE_ANCHORS[name[1:]], SHAPES[name[1:]])
+                shapes[name] = (SHAPE_ANCHORS[name[1:]], _Shape(name, SHAPES[name[1:]]))
             elif name.startswith("/") and name.endswith("/"):
                 pattern = name[1:-1]
-                shapes[name] = (_literal_head(pattern), re.compile(pattern.encode()).search)
+                search = re.compile(pattern.encode()).search
+                shapes[name] = (_literal_head(pattern), _Shape(name, search))
             else:
                 names.append(name.encode().split(b"."))
         # a regex trigger without a literal head has no anchor: every file gets the exact test
@@ -159,14 +183,22 @@ class Prefilter:
                 if any(anchor in segment for segment in segments):
                     self._names.setdefault(anchor, {})[entry] = None
 
-    def may_match(self, data: bytes) -> bool:
-        seen: dict[bytes, bool] = {}
-        if any(shape(data) for shape in self._always):
+    def may_match(self, data: bytes, memo: Memo | None = None) -> bool:
+        """``memo`` (one per ``data``) keeps what was learnt about ``data`` for the next
+        prefilter asked about it: the per-rule prefilters share anchors, words and shapes."""
+        seen, found, shaped = memo if memo is not None else ({}, None, {})
+        if any(shape.test(data, shaped) for shape in self._always):
             return True
         for anchor in self.anchors:
-            if anchor not in data:
+            if found is None:  # the tree-wide prefilter: each file is asked once
+                hit = anchor in data
+            else:
+                hit = found.get(anchor)
+                if hit is None:
+                    hit = found[anchor] = anchor in data
+            if not hit:
                 continue
-            if any(shape(data) for shape in self._shapes[anchor]):
+            if any(shape.test(data, shaped) for shape in self._shapes[anchor]):
                 return True
             for words in self._names.get(anchor, ()):
                 if all(_seen(data, word, seen) for word in words):

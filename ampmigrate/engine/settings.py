@@ -18,8 +18,8 @@ class Settings:
     target_torch: tuple[int, ...] | None = None
     target_keras: int = 3  # Keras 3 is what TensorFlow ships since 2.16
     max_file_size: int = 2_000_000  # bytes; 0: no limit
-    # AMP208 across modules: scalerflow.summarize_helpers over the checked tree (run() fills it)
-    checkpoint_helpers: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # AMP208 across modules: scalerflow.sibling_modules of the checked tree (run() fills it)
+    checkpoint_helpers: Any = field(default=None, compare=False)
     # AMP303 across two modules: apexlinks.link over the run, by absolute path (run() fills it)
     apex_links: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -41,7 +41,7 @@ class FileResult:
     path: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
     fixed: list[Diagnostic] = field(default_factory=list)
-    original: bytes | None = None
+    original: bytes | None = None  # the bytes read, for a file that passed the prefilter
     new_source: bytes | None = None
     error: str | None = None
     parsed: bool = False

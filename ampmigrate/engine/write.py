@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 
@@ -15,6 +14,8 @@ def read(path: Path) -> bytes:
 def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` by ``data`` via a temporary file in the same directory and a rename,
     so a crash or a full disk never leaves a half-written file; the mode bits are kept."""
+    import tempfile  # only when writing: it costs `check` start-up time
+
     target = path.resolve()
     mode = target.stat().st_mode
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
