@@ -103,11 +103,11 @@ def _function(file: _File, node: ast.AST) -> ast.AST:
 
 
 def _training_function(file: _File) -> ast.FunctionDef | None:
-    """The one module-level function holding every ``scale_loss`` of a file without
-    ``initialize``."""
+    """The one module-level function holding every apex call of a file without ``initialize``
+    (so the rewrite adds a parameter to it alone, whose every caller the pre-pass checks)."""
     if "initialize" in file.members or not file.members.get("scale_loss"):
         return None
-    homes = {_function(file, c) for c in file.members["scale_loss"]}
+    homes = {_function(file, c) for calls in file.members.values() for c in calls}
     home = homes.pop() if len(homes) == 1 else None
     if isinstance(home, ast.FunctionDef) and home in file.tree.body:
         return home

@@ -172,3 +172,17 @@ def test_relative_import_of_the_module_pairs_too(tmp_path):
     assert sorted(d.code for r in results for d in r.fixed) == ["AMP303", "AMP303"]
     [new] = [r.new_source.decode() for r in results if r.path.endswith("train_net.py")]
     assert "        scaler=scaler,\n    )" in new
+
+
+def test_no_pair_when_the_training_module_uses_apex_outside_the_function(tmp_path):
+    """A checkpoint helper of the training module would get a `scaler` parameter too, and its
+    callers in other files are not checked: no pair, both refuse."""
+    root = _tree(tmp_path)
+    trainer = root / FILES[1]
+    trainer.write_text(
+        trainer.read_text()
+        + "\n\ndef save(path):\n    torch.save({'amp': amp.state_dict()}, path)\n"
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    assert all(d.fix is None for d in _amp303(results).values())
