@@ -65,8 +65,12 @@ def lower_bound(requirement: str) -> tuple[int, ...] | None:
     if "torch" not in requirement.lower():
         return None  # not torch's: skip packaging's import (~30 ms of every run's start-up)
     plain = _plain_bound(requirement)
-    if plain is not None:
-        return plain[0]
+    return plain[0] if plain is not None else packaging_bound(requirement)
+
+
+def packaging_bound(requirement: str) -> tuple[int, ...] | None:
+    """``lower_bound`` by packaging's reading: any requirement syntax (the reference for the
+    fast path above)."""
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.version import InvalidVersion, Version
 

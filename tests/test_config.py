@@ -201,31 +201,10 @@ NOT_PLAIN = [
 ]  # fmt: skip
 
 
-def _packaging_bound(requirement: str) -> tuple[int, ...] | None:
-    """What packaging reads as the torch lower bound (the reference for the fast path)."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        parsed = Requirement(requirement)
-    except InvalidRequirement:
-        return None
-    if parsed.name.lower() != "torch":
-        return None
-    bounds = []
-    for spec in parsed.specifier:
-        if spec.operator in (">=", ">", "~=", "==", "==="):
-            try:
-                bounds.append((*Version(spec.version.removesuffix(".*")).release, 0)[:2])
-            except InvalidVersion:
-                continue
-    return max(bounds) if bounds else None
-
-
 @pytest.mark.parametrize("requirement", PLAIN + NOT_PLAIN)
 def test_torch_floor_without_packaging_reads_what_packaging_reads(requirement):
     from ampmigrate import floor
 
-    assert floor.lower_bound(requirement) == _packaging_bound(requirement)
+    assert floor.lower_bound(requirement) == floor.packaging_bound(requirement)
     # plain declarations are read without importing packaging; the rest go through it
     assert (floor._plain_bound(requirement) is not None) == (requirement in PLAIN)
