@@ -98,7 +98,30 @@ def _appended(items: Sequence[cst.Arg | cst.Param], new: cst.Arg | cst.Param) ->
     return [*items, new]
 
 
-def _optimizers(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+def _correctness(code: str) -> list:
+    """The AMP2xx diagnostics of ``code`` (the engine's own analysis, imported here: the
+    engine imports this module lazily)."""
+    from ampmigrate.catalog import all_rules
+    from ampmigrate.engine.analyze import Analysis
+    from ampmigrate.engine.settings import Settings
+
+    settings = Settings(rules=tuple(r for c, r in all_rules().items() if c.startswith("AMP2")))
+    try:
+        return [d for _, d in Analysis(code.encode("utf-8"), settings).diagnostics(settings)]
+    except (SyntaxError, ValueError, UnicodeError, LookupError, RecursionError):
+        return []
+
+
+def _argument(call: cst.Call, keyword: str, index: int) -> cst.BaseExpression | None:
+    """The argument of ``call`` passed as ``keyword=`` or at position ``index``."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [a.value for a in call.args if not a.keyword and not a.star]
+    return positional[index] if len(positional) > index else None
+
+
+def _optimizers(node: cst.BaseExpression | None) -> list[cst.BaseExpression]:
     """The optimizers ``initialize`` is given: a name, or a list/tuple of names (apex kept one
     loss scale for all of them, updated after each ``scale_loss``, as ``scaler.update()``
     after each ``scaler.step`` does)."""
@@ -211,7 +234,9 @@ class _Planner:
 
     def verify(self) -> None:
         """The last guard against a wrong rewrite: apply the plan in memory; the result must
-        compile and must not read a name only apex bound."""
+        compile, must not read a name only apex bound, and must not get a correctness finding
+        (AMP2xx: a clip of scaled gradients, a checkpoint without the scaler's state...) that
+        the original did not have."""
         code = self.module.visit(ReplaceNodes(self.plan.edits)).code
         try:
             tree = ast.parse(code)
@@ -225,6 +250,14 @@ class _Planner:
                     "use of apex by hand"
                 )
                 return
+        before = {d.code for d in _correctness(self.module.code)}
+        for found in _correctness(code):
+            if found.code not in before:
+                self.plan.problems.append(
+                    f"the rewrite would get {found.code} at its line {found.line} "
+                    f"({found.message}): change the original so that it does not, or migrate "
+                    "by hand"
+                )
 
     # -- tree helpers ----------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -365,7 +398,9 @@ class _Planner:
         self._scope(setup, uses)
         for call in calls.get("scale_loss", []):
             self._scale_loss(call, setup)
-        self._master_params(calls.get("master_params", []))
+        if initialize and len(_optimizers(_argument(initialize[0], "optimizers", 1))) > 1:
+            self._steps_in_turn(calls.get("scale_loss", []))
+        self._master_params(calls.get("master_params", []), self._grad_readers(calls))
         self._one_unscale_per_step()
         for member in ("state_dict", "load_state_dict"):
             for call in calls.get(member, []):
@@ -867,34 +902,65 @@ class _Planner:
         self.plan.edits[holder] = build if previous is None else lambda u: build(previous(u))
 
     def _level_switch(self, level: cst.CSTNode, init: cst.Call) -> cst.BaseExpression | None:
-        """``level = "O1" if x else "O0"`` used only by ``initialize``: O0 is apex switched
-        off, so the GradScaler and autocast are ``enabled=x`` and the assignment goes."""
+        """``level = "O1" if x else "O0"``, assigned once before ``initialize``: O0 is apex
+        switched off, so the GradScaler and autocast are ``enabled=x`` (and the assignment goes
+        when only ``initialize`` read it), else ``enabled=level == "O1"``. A branch naming
+        another level blocks; anything else is None (taken as O1, with a note)."""
         if not isinstance(level, cst.Name):
             return None
         function = self.function(init)
-        spelled = [
-            n for n in self._subtree(function) if isinstance(n, cst.Name) and n.value == level.value
+        refs = [
+            n
+            for n in self._subtree(function)
+            if isinstance(n, cst.Name)
+            and n.value == level.value
+            and not (isinstance(self.parent(n), cst.Arg) and self.parent(n).keyword is n)
+            and not (isinstance(self.parent(n), cst.Attribute) and self.parent(n).attr is n)
         ]
-        assign = self.parent(self.parent(spelled[0])) if len(spelled) == 2 else None
+        stores = [n for n in refs if not isinstance(self.parent(n), cst.Arg | cst.Attribute)
+                  and not self._read(n)]  # fmt: skip
+        assign = self.parent(self.parent(stores[0])) if len(stores) == 1 else None
         if not (
             isinstance(assign, cst.Assign)
             and len(assign.targets) == 1
-            and assign.targets[0].target is spelled[0]
+            and assign.targets[0].target is stores[0]
             and isinstance(assign.value, cst.IfExp)
+            and self.order[id(assign)] < self.order[id(init)]
         ):
             return None
         branches = [assign.value.body, assign.value.orelse]
         levels = [b.evaluated_value if isinstance(b, cst.SimpleString) else None for b in branches]
-        if levels == ["O1", "O0"]:
-            switch = assign.value.test
-        elif levels == ["O0", "O1"]:
-            switch = cst.UnaryOperation(cst.Not(), cst.parse_expression(
-                f"({_code(self.module, assign.value.test)})"
-            ))  # fmt: skip
-        else:
+        if None in levels:
             return None
+        other = [v for v in levels if v not in ("O0", "O1")]
+        if other:
+            self.problem(
+                assign,
+                f'opt_level `{level.value}` may be "{other[0]}": only O1 (autocast + '
+                "GradScaler) exists in torch.amp; O2/O3 cast the model, which native AMP does "
+                "not do",
+            )
+            return None
+        if set(levels) != {"O0", "O1"}:
+            return None  # one level either way: the plain reading (a note) says it
+        reads = [n for n in refs if n is not stores[0]]
+        if len(reads) != 1 or not self.within(reads[0], init):
+            return cst.parse_expression(f'{level.value} == "O1"')  # the name stays, read later
         self._remove_statement(self.statement(assign))
-        return switch
+        if levels == ["O1", "O0"]:
+            return assign.value.test
+        return cst.UnaryOperation(
+            cst.Not(), cst.parse_expression(f"({_code(self.module, assign.value.test)})")
+        )
+
+    def _read(self, name: cst.Name) -> bool:
+        """``name`` is not the target of an assignment (a plain read, a call argument...)."""
+        parent = self.parent(name)
+        return not isinstance(
+            parent,
+            cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For | cst.Param | cst.Element
+            | cst.AsName,
+        )  # fmt: skip
 
     def _place_scaler(self, setup: _Setup, small, models, optimizer, holder, switch) -> None:
         """The GradScaler goes where ``initialize`` was, or earlier when the optimizer's state
@@ -1277,7 +1343,114 @@ class _Planner:
             )
 
     # -- master_params: unscale once per step ---------------------------------------------------
-    def _master_params(self, calls: list[cst.Call]) -> None:
+    def _steps_in_turn(self, scales: list[cst.Call]) -> None:
+        """Several optimizers, one scale: each optimizer's ``scaler.step`` + ``update()`` must
+        come before another optimizer's loss is scaled, or the ``update()`` changes the scale
+        that the other's gradients were made with before they are unscaled."""
+        events: dict[int, list[tuple[int, str, str, cst.CSTNode]]] = {}
+        for call in scales:
+            opt = _argument(call, "optimizers", 1)
+            if opt is None:
+                continue
+            text = _code(self.module, opt)
+            statement = self.statement(call)
+            function = self.function(call)
+            events.setdefault(id(function), []).append(
+                (self.order[id(statement)], "scale", text, statement)
+            )
+            for step in self.steps.get((id(function), text), []):
+                events[id(function)].append((self.order[id(step)], "step", text, step))
+        for found in events.values():
+            pending: dict[str, cst.CSTNode] = {}
+            for _, kind, opt, node in sorted(found, key=lambda e: e[0]):
+                if kind == "step":
+                    pending.pop(opt, None)
+                    continue
+                other = next((o for o, n in pending.items() if o != opt
+                              and not self._exclusive(n, node)), None)  # fmt: skip
+                if other is not None:
+                    self.problem(
+                        node,
+                        f"`{opt}`'s loss is scaled before `{other}` has stepped: the "
+                        "GradScaler's `update()` after the first step would change the scale "
+                        "the other's gradients were made with; step each optimizer right after "
+                        "its own backward, or place the steps and one `update()` by hand",
+                    )
+                    return
+                pending[opt] = node
+
+    def _grad_readers(self, calls: dict[str, list[cst.Call]]) -> list[tuple[cst.CSTNode, str]]:
+        """Statements that read gradients between a scaled backward and its step (a clip of
+        ``model.parameters()``, a norm logged from ``p.grad``): apex had unscaled them when
+        ``scale_loss`` exited, so each needs ``scaler.unscale_`` before it, as ``master_params``
+        does. Not one in the ``else:`` of a ``master_params`` clip's ``if <the scaler's
+        condition>``: the scaler is disabled there."""
+        helpers = {
+            id(self.statement(c)): c for c in calls.get("master_params", [])
+        }  # statements already handled
+        found: dict[cst.CSTNode, str] = {}
+        for call in calls.get("scale_loss", []):
+            positional = [a.value for a in call.args if not a.keyword]
+            keywords = {a.keyword.value: a.value for a in call.args if a.keyword}
+            optimizer = keywords.get("optimizers", positional[1] if len(positional) > 1 else None)
+            if not isinstance(optimizer, cst.Name | cst.Attribute):
+                continue
+            opt, scaled, function = (
+                _code(self.module, optimizer),
+                self.statement(call),
+                self.function(call),
+            )
+            steps = self.steps.get((id(function), opt), [])
+            after = [self.order[id(s)] for s in steps if self.order[id(s)] > self.order[id(scaled)]]
+            if not after:
+                continue
+            for node in self.nodes[self.order[id(scaled)] + 1 : min(after)]:
+                if (
+                    isinstance(node, cst.SimpleStatementLine)
+                    and id(node) not in helpers
+                    and not self.within(node, scaled)
+                    and self.function(node) is function
+                    and node not in found
+                    and self._reads_gradients(node)
+                ):
+                    found[node] = opt
+        conditions = {
+            id(s): self.parent(self.parent(s))
+            for s in map(self.statement, calls.get("master_params", []))
+        }
+        out = []
+        for statement, opt in found.items():
+            skip = any(
+                isinstance(holder, cst.If)
+                and self.within(statement, holder)
+                and self._exclusive(statement, helper)
+                for helper_id, holder in conditions.items()
+                for helper in [next(n for n in self.nodes if id(n) == helper_id)]
+            )
+            if not skip:
+                out.append((statement, opt))
+        return out
+
+    def _reads_gradients(self, statement: cst.CSTNode) -> bool:
+        for node in self._subtree(statement):
+            if isinstance(node, cst.Attribute) and node.attr.value == "grad":
+                return True
+            if isinstance(node, cst.Call):
+                if any(q.startswith("torch.nn.utils.clip_grad") for q in self.qualified(node.func)):
+                    return True
+                for arg in node.args:
+                    value = arg.value
+                    if (
+                        isinstance(value, cst.Call)
+                        and isinstance(value.func, cst.Attribute)
+                        and (value.func.attr.value in ("parameters", "named_parameters"))
+                    ):
+                        return True
+        return False
+
+    def _master_params(
+        self, calls: list[cst.Call], readers: list[tuple[cst.CSTNode, str]] = ()
+    ) -> None:
         by_statement: dict[cst.CSTNode, list[cst.Call]] = {}
         for call in calls:
             positional = [a.value for a in call.args if not a.keyword]
@@ -1294,6 +1467,9 @@ class _Planner:
             )
             self.plan.edits[call] = lambda _u, params=params: params
             by_statement.setdefault(statement, []).append(opt)
+        for statement, opt in readers:
+            by_statement.setdefault(statement, []).append(opt)
+        by_statement = dict(sorted(by_statement.items(), key=lambda i: self.order[id(i[0])]))
         per_function: dict[cst.CSTNode, list[tuple[cst.CSTNode, str]]] = {}
         for statement, opts in by_statement.items():
             function = self.function(statement)
@@ -1994,6 +2170,12 @@ class ApexO1(cst.CSTVisitor):
             "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`" + notes
         )
         build = functools.partial(rewrite, link=self.link) if self.link else rewrite
-        fix = Fix("unsafe", cst_target=node, cst_build=build, add_imports=frozenset({"torch"}))
+        fix = Fix(
+            "unsafe",
+            cst_target=node,
+            cst_build=build,
+            add_imports=frozenset({"torch"}),
+            min_torch=(2, 3),  # torch.amp.GradScaler (AMP102's replacement)
+        )
         self.findings.append(Finding(self.rule.code, message, found.anchor, fix))
         return False

@@ -159,8 +159,13 @@ def _resolves(caller: _File, qualified: str, callee: _File, function: str) -> bo
 
 
 def _uses(file: _File, callee: _File, function: str) -> Iterator[ast.Name | ast.Attribute]:
-    """Every Name or attribute in ``file`` that refers to ``callee``'s ``function``."""
-    for node in file.names.spelled(function):
+    """Every Name or attribute in ``file`` that refers to ``callee``'s ``function`` (also
+    through ``from m import function as other``)."""
+    spellings = {function} | {
+        b.name for b in file.names.imports() if b.alias is not None and b.alias.name == function
+    }
+    nodes = [n for spelling in sorted(spellings) for n in file.names.spelled(spelling)]
+    for node in nodes:
         if file is callee:
             if isinstance(node, ast.Name) and any(
                 b.scope is file.names.module_scope for b in file.names.bindings(node)
@@ -254,7 +259,7 @@ def _checked(
             extra = [u for u in uses if u not in calls]
             if len(calls) == item.calls and not extra:
                 continue
-            where = extra[0] if extra else calls[0]
+            where = extra[0] if extra else calls[0] if calls else None
         elif uses:
             where = uses[0]
         else:
@@ -262,6 +267,8 @@ def _checked(
         reason = (
             f"`{item.function}` is also used at {item.shown(path)}:{where.lineno}, which "
             "would not pass the GradScaler"
+            if where is not None
+            else f"the calls of `{item.function}` in {item.shown(path)} are not all found"
         )
         return replace(item, broken=reason)
     return item

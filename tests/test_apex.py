@@ -788,3 +788,102 @@ def test_a_switch_computed_inside_the_if_gets_a_disabled_scaler_before_it():
     ) in out
     assert 'autocast("cuda", dtype=torch.float16, enabled=scaler.is_enabled()):' in out
     assert "level" not in out
+
+
+LOOP = """
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+"""
+
+
+def _apex_file(head: str, tail: str = "        optimizer.step()\n") -> str:
+    return "import os\nimport torch\nfrom apex import amp\n\n\n" + head + LOOP + tail
+
+
+def test_gradients_read_after_the_scaled_backward_are_unscaled_first():
+    """apex unscaled the gradients when `scale_loss` exited: a clip of `model.parameters()` or
+    a norm read from `.grad` before the step needs `scaler.unscale_` first."""
+    for reader in (
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+        "        norm = sum(p.grad.norm() for p in model.parameters())\n",
+    ):
+        source = _apex_file(
+            "def train(model, optimizer, loader):\n"
+            '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+            reader + "        optimizer.step()\n",
+        )
+        out, _, fixed = fix_source(source, unsafe=True)
+        assert [d.code for d in fixed] == ["AMP303"]
+        assert (
+            "        scaler.scale(loss).backward()\n        scaler.unscale_(optimizer)\n" + (reader)
+            in out
+        )
+        assert not [d for d in check_source(out) if d.code.startswith("AMP2")]
+
+
+def test_opt_level_variables_with_literal_levels():
+    head = "def train(model, optimizer, loader, full):\n"
+    init = "    model, optimizer = amp.initialize(model, optimizer, opt_level=opt_level)\n"
+    inverted, _, _ = fix_source(
+        _apex_file(head + '    opt_level = "O0" if full else "O1"\n' + init), unsafe=True
+    )
+    assert 'GradScaler("cuda", enabled=not (full))' in inverted and "opt_level" not in inverted
+    logged, _, _ = fix_source(
+        _apex_file(head + '    opt_level = "O1" if not full else "O0"\n    print(opt_level)\n'
+                   + init),
+        unsafe=True,
+    )  # fmt: skip
+    assert 'GradScaler("cuda", enabled=opt_level == "O1")' in logged
+    assert "print(opt_level)" in logged
+    message = _message(_apex_file(head + '    opt_level = "O1" if full else "O2"\n' + init))
+    assert 'line 7: opt_level `opt_level` may be "O2"' in message
+
+
+def test_two_optimizers_scaled_before_either_steps_is_a_refusal():
+    message = _message("""
+        from apex import amp
+
+
+        def train(model, opt_g, opt_d, loader):
+            model, [opt_g, opt_d] = amp.initialize(model, [opt_g, opt_d], opt_level="O1")
+            for x in loader:
+                loss_g, loss_d = model(x)
+                with amp.scale_loss(loss_g, opt_g) as s:
+                    s.backward(retain_graph=True)
+                with amp.scale_loss(loss_d, opt_d) as s:
+                    s.backward()
+                opt_g.step()
+                opt_d.step()
+    """)
+    assert "line 11: `opt_d`'s loss is scaled before `opt_g` has stepped" in message
+
+
+def test_a_correctness_finding_on_the_output_is_a_refusal():
+    """Only the optimizer's state is saved, to a file of its own: the output would get AMP208
+    (the scaler's state is lost on resume), so the rewrite is refused and says so."""
+    message = _message(
+        _apex_file(
+            "def train(model, optimizer, loader, out):\n"
+            '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+            "        optimizer.step()\n"
+            '    torch.save(optimizer.state_dict(), os.path.join(out, "optimizer.pt"))\n',
+        )
+    )
+    assert "the rewrite would get AMP208 at its line" in message
+
+
+def test_the_rewrite_says_which_torch_it_needs():
+    from ampmigrate.catalog import all_rules
+    from ampmigrate.engine import Settings
+    from ampmigrate.engine.migrate import migrate_source
+
+    settings = Settings(rules=(all_rules()["AMP303"],), target_torch=(1, 4))
+    source = _apex_file(
+        "def train(model, optimizer, loader):\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    )
+    _, [finding], _ = migrate_source(source.encode(), settings)
+    assert finding.message.endswith("(the fix needs torch >= 2.3; target-torch is 1.4)")

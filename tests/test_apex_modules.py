@@ -186,3 +186,18 @@ def test_no_pair_when_the_training_module_uses_apex_outside_the_function(tmp_pat
     results = run(_files(root), _settings(fix=True))
     assert not any(r.changed for r in results)
     assert all(d.fix is None for d in _amp303(results).values())
+
+
+def test_an_aliased_import_of_the_training_function_pairs(tmp_path):
+    root = _tree(tmp_path)
+    caller = root / FILES[0]
+    text = caller.read_text().replace("import do_train", "import do_train as run_loop")
+    caller.write_text(text.replace("    do_train(", "    run_loop("))
+    results = run(_files(root), _settings(fix=True))
+    assert sorted(d.code for r in results for d in r.fixed) == ["AMP303", "AMP303"]
+    (root / "tools" / "again.py").write_text(
+        "from detection.engine.trainer import do_train as loop\n\nloop(1, 2, 3)\n"
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    assert "is also used at tools/again.py:3" in _amp303(results)["trainer.py"].message
