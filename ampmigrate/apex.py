@@ -572,13 +572,27 @@ class _Planner:
                     lines.append(self.statement(node))
                     self.bound |= {a.evaluated_alias or a.evaluated_name for a in names}
                 elif module.partition(".")[2].partition(".")[0] in _NOT_PRECISION:
-                    self.plan.notes.append(
-                        f"`from {module} import ...` stays: it is not mixed precision, and "
-                        "runs with torch.amp as it ran with apex.amp (apex stays a dependency "
-                        "for it)"
-                    )
+                    self._stays(f"from {module} import ...")
+                elif module == "apex" and {a.evaluated_name for a in names} <= {
+                    "amp",
+                    *_NOT_PRECISION,
+                }:  # `from apex import amp, optimizers`: amp goes, the others stay
+                    kept = [a for a in names if a.evaluated_name != "amp"]
+                    self.bound |= {
+                        a.evaluated_alias or a.evaluated_name for a in names if a not in kept
+                    }
+                    listed = ", ".join(a.evaluated_name for a in kept)
+                    self._stays(f"from apex import {listed}")
+                    if len(kept) < len(names):
+                        last = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                        self.plan.edits[node] = lambda u, k=[*kept[:-1], last]: u.with_changes(
+                            names=k, lpar=None, rpar=None
+                        )
                 elif module == "apex" or module.startswith("apex."):
-                    self.problem(node, f"`from {module} import ...` needs apex: replace it first")
+                    listed = ", ".join(a.evaluated_name for a in names) or "*"
+                    self.problem(
+                        node, f"`from {module} import {listed}` needs apex: replace it first"
+                    )
             elif isinstance(node, cst.Import):
                 names = [_code(self.module, a.name) for a in node.names]
                 if any(n == "apex" or n.startswith("apex.") for n in names):
@@ -599,6 +613,12 @@ class _Planner:
                 self._remove_statement(line)
         for try_node, imports in guarded.items():
             self._remove_guard(try_node, imports)
+
+    def _stays(self, what: str) -> None:
+        self.plan.notes.append(
+            f"`{what}` stays: it is not mixed precision, and runs with torch.amp as it ran with "
+            "apex.amp (apex stays a dependency for it)"
+        )
 
     def _remove_guard(self, try_node: cst.Try, imports: list[cst.BaseStatement]) -> None:
         if not self._guard_only(try_node, imports):

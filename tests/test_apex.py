@@ -887,3 +887,21 @@ def test_the_rewrite_says_which_torch_it_needs():
     )
     _, [finding], _ = migrate_source(source.encode(), settings)
     assert finding.message.endswith("(the fix needs torch >= 2.3; target-torch is 1.4)")
+
+
+def test_amp_leaves_a_shared_import_and_other_apex_modules_stay():
+    source = (
+        (
+            "import torch\nfrom apex import amp, optimizers\n\n\n"
+            "def train(model, loader):\n"
+            "    optimizer = optimizers.FusedAdam(model.parameters())\n"
+            '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        )
+        + LOOP.replace("optimizer.zero_grad()", "pass")
+        + "        optimizer.step()\n"
+    )
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert "from apex import optimizers\n" in out and "amp." not in out.replace("torch.amp.", "")
+    message = _message(source.replace("amp, optimizers", "amp, fp16_utils"))
+    assert "`from apex import amp, fp16_utils` needs apex: replace it first" in message
