@@ -224,3 +224,15 @@ def test_sibling_modules_travel_by_name_and_are_summarized_when_asked(tmp_path):
     assert pickle.loads(pickle.dumps(siblings))._summaries == {}  # summaries stay where made
     empty = pickle.loads(pickle.dumps(sibling_modules([], [str(train)])))
     assert not empty and empty.helpers(str(utils)) == {}
+
+
+def test_a_module_imported_below_the_top_block_is_not_imported_again():
+    """`import sys; sys.path.insert(...); import torch`: libcst's import manager looks at the top
+    block only and would add a second `import torch` above `sys.path.insert`."""
+    late = "import sys\nsys.path.insert(0, '.')\nimport torch\n\nx = torch.ones(1)\n"
+    assert add_needed(late, ["torch"]) == late
+    module = cst.parse_module(late)
+    assert apply(late, [Fix("unsafe", cst_target=module, cst_build=lambda u: u,
+                            add_imports=frozenset({"torch"}))], module) == late  # fmt: skip
+    read_first = "import sys\nsys.path.insert(0, torch.__file__)\nimport torch\n"
+    assert add_needed(read_first, ["torch"]).startswith("import sys\nimport torch\n")

@@ -81,6 +81,7 @@ def apply(
 
     if builds:
         module = cst_module.visit(ReplaceNodes(builds))
+        additions -= imports.imported_below_the_top(module.code)
     else:
         try:
             module = cst.parse_module(text)

@@ -199,6 +199,7 @@ def add_needed(text: str, names: Iterable[str]) -> str | None:
     lines = _Lines(text)
     skip, block = _top_block(tree)
     modules = {a.name for s in block if isinstance(s, ast.Import) for a in s.names if not a.asname}
+    modules |= imported_below_the_top(text, tree)
     objects: dict[str, set[str]] = {}
     for stmt in block:
         if isinstance(stmt, ast.ImportFrom) and not stmt.level:
@@ -235,6 +236,26 @@ def add_needed(text: str, names: Iterable[str]) -> str | None:
         if not between or between.lstrip(" \t").startswith("#"):
             added += newline  # libcst: an empty line before the first statement after imports
     return text[:at] + added + text[at:]
+
+
+def imported_below_the_top(text: str, tree: ast.Module | None = None) -> set[str]:
+    """Modules a module-level ``import m`` below the top import block binds before any
+    module-level code reads ``m`` (``import sys; sys.path.insert(...); import torch``): libcst's
+    import manager looks at the top block only, and would import them again there."""
+    tree = ast.parse(text) if tree is None else tree
+    skip, block = _top_block(tree)
+    found: set[str] = set()
+    read: set[str] = set()
+    for stmt in tree.body[skip + len(block) :]:
+        if isinstance(stmt, ast.Import):
+            found |= {
+                a.name for a in stmt.names if not a.asname and a.name.split(".")[0] not in read
+            }
+            continue
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            break  # what runs later is not ordered by its position any more
+        read |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+    return found
 
 
 def _first_line(stmt: ast.stmt) -> int:
