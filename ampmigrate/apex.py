@@ -1699,10 +1699,16 @@ class _Planner:
         self.before_step[step].append(lines)
         if unit is statement:
             self.unscales.append(step)
+        around = (
+            f"; the whole statement at line {self.line(unit)} moves with it, so its other "
+            "branches (a clip for runs without mixed precision) run once per step too"
+            if unit is not statement and not isinstance(unit, cst.SimpleStatementLine)
+            else ""
+        )
         self.plan.notes.append(
             f"behaviour change: apex clipped `amp.master_params` on every micro-batch (line "
             f"{self.line(statement)}); the clip now runs once per optimizer step, under the "
-            f"step's condition (line {self.line(step)}), after `scaler.unscale_`"
+            f"step's condition (line {self.line(step)}), after `scaler.unscale_`{around}"
         )
 
     def _blocks_move(self, unit: cst.CSTNode) -> bool:

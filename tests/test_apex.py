@@ -905,3 +905,29 @@ def test_amp_leaves_a_shared_import_and_other_apex_modules_stay():
     assert "from apex import optimizers\n" in out and "amp." not in out.replace("torch.amp.", "")
     message = _message(source.replace("amp, optimizers", "amp, fp16_utils"))
     assert "`from apex import amp, fp16_utils` needs apex: replace it first" in message
+
+
+def test_a_moved_if_else_says_its_fp32_branch_moves_too():
+    message = _message("""
+        import torch
+        from apex import amp
+
+
+        def train(args, model, optimizer, loader):
+            if args.fp16:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for step, x in enumerate(loader):
+                loss = model(x).sum()
+                if args.fp16:
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                else:
+                    loss.backward()
+                if args.fp16:
+                    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+                else:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                if step % args.accum == 0:
+                    optimizer.step()
+    """)
+    assert "the whole statement at line 16 moves with it, so its other branches" in message
