@@ -517,13 +517,8 @@ class _Planner:
         if len(calls) != self.link.calls:
             self.problem(init, self._scaled_elsewhere(init))
             return
-        for call in calls:
-            self.plan.edits[call] = lambda u: u.with_changes(
-                args=_appended(
-                    u.args,
-                    cst.Arg(keyword=cst.Name("scaler"), value=cst.Name(self.name), equal=_NO_SPACE),
-                )
-            )
+        for call in calls:  # the training function's parameter is `scaler` (_linked_setup)
+            self.plan.edits[call] = functools.partial(self._pass_scaler, keyword="scaler")
         self.plan.notes.append(
             f"the GradScaler is passed to `{self.link.function}` "
             f"({self.link.other(self.role)}), which is rewritten in the same run"
@@ -937,8 +932,7 @@ class _Planner:
             and not (isinstance(self.parent(n), cst.Arg) and self.parent(n).keyword is n)
             and not (isinstance(self.parent(n), cst.Attribute) and self.parent(n).attr is n)
         ]
-        stores = [n for n in refs if not isinstance(self.parent(n), cst.Arg | cst.Attribute)
-                  and not self._read(n)]  # fmt: skip
+        stores = [n for n in refs if not self._read(n)]
         assign = self.parent(self.parent(stores[0])) if len(stores) == 1 else None
         if not (
             isinstance(assign, cst.Assign)
@@ -1216,8 +1210,10 @@ class _Planner:
                 continue
             yield node
 
-    def _pass_scaler(self, call: cst.Call) -> cst.Call:
-        arg = cst.Arg(keyword=cst.Name(self.name), value=cst.Name(self.name), equal=_NO_SPACE)
+    def _pass_scaler(self, call: cst.Call, keyword: str | None = None) -> cst.Call:
+        """``call`` with ``<keyword>=<the scaler>`` appended (keyword: the scaler's own name)."""
+        name = cst.Name(keyword or self.name)
+        arg = cst.Arg(keyword=name, value=cst.Name(self.name), equal=_NO_SPACE)
         return call.with_changes(args=_appended(call.args, arg))
 
     def _add_parameter(self, params: cst.Parameters) -> cst.Parameters:
@@ -1403,16 +1399,12 @@ class _Planner:
         """Statements that read gradients between a scaled backward and its step (a clip of
         ``model.parameters()``, a norm logged from ``p.grad``): apex had unscaled them when
         ``scale_loss`` exited, so each needs ``scaler.unscale_`` before it, as ``master_params``
-        does. Not one in the ``else:`` of a ``master_params`` clip's ``if <the scaler's
-        condition>``: the scaler is disabled there."""
-        helpers = {
-            id(self.statement(c)): c for c in calls.get("master_params", [])
-        }  # statements already handled
+        does. Not one in the other branch of the ``if`` whose body holds a ``master_params``
+        clip (that clip's branch unscales)."""
+        clips = [self.statement(c) for c in calls.get("master_params", [])]
         found: dict[cst.CSTNode, str] = {}
         for call in calls.get("scale_loss", []):
-            positional = [a.value for a in call.args if not a.keyword]
-            keywords = {a.keyword.value: a.value for a in call.args if a.keyword}
-            optimizer = keywords.get("optimizers", positional[1] if len(positional) > 1 else None)
+            optimizer = _argument(call, "optimizers", 1)
             if not isinstance(optimizer, cst.Name | cst.Attribute):
                 continue
             opt, scaled, function = (
@@ -1427,29 +1419,23 @@ class _Planner:
             for node in self.nodes[self.order[id(scaled)] + 1 : min(after)]:
                 if (
                     isinstance(node, cst.SimpleStatementLine)
-                    and id(node) not in helpers
+                    and node not in clips
                     and not self.within(node, scaled)
                     and self.function(node) is function
                     and node not in found
                     and self._reads_gradients(node)
                 ):
                     found[node] = opt
-        conditions = {
-            id(s): self.parent(self.parent(s))
-            for s in map(self.statement, calls.get("master_params", []))
-        }
-        out = []
-        for statement, opt in found.items():
-            skip = any(
-                isinstance(holder, cst.If)
+        return [
+            (statement, opt)
+            for statement, opt in found.items()
+            if not any(
+                isinstance(holder := self.parent(self.parent(clip)), cst.If)
                 and self.within(statement, holder)
-                and self._exclusive(statement, helper)
-                for helper_id, holder in conditions.items()
-                for helper in [next(n for n in self.nodes if id(n) == helper_id)]
+                and self._exclusive(statement, clip)
+                for clip in clips
             )
-            if not skip:
-                out.append((statement, opt))
-        return out
+        ]
 
     def _reads_gradients(self, statement: cst.CSTNode) -> bool:
         for node in self._subtree(statement):
