@@ -1399,9 +1399,16 @@ class _Planner:
         """Statements that read gradients between a scaled backward and its step (a clip of
         ``model.parameters()``, a norm logged from ``p.grad``): apex had unscaled them when
         ``scale_loss`` exited, so each needs ``scaler.unscale_`` before it, as ``master_params``
-        does. Not one in the other branch of the ``if`` whose body holds a ``master_params``
-        clip (that clip's branch unscales)."""
+        does. Not one in the ``else:`` of an ``if <test>:`` around a ``master_params`` clip
+        when the scaled backward itself runs only under an ``if <test>:`` (hf_glue's two ``if
+        args.fp16:``): on that path nothing was scaled."""
         clips = [self.statement(c) for c in calls.get("master_params", [])]
+        gates = {  # the tests the scaled backwards run under
+            _code(self.module, a.test)
+            for c in calls.get("scale_loss", [])
+            for a in self.ancestors(c)
+            if isinstance(a, cst.If) and self.within(c, a.body)
+        }
         found: dict[cst.CSTNode, str] = {}
         for call in calls.get("scale_loss", []):
             optimizer = _argument(call, "optimizers", 1)
@@ -1431,6 +1438,7 @@ class _Planner:
             for statement, opt in found.items()
             if not any(
                 isinstance(holder := self.parent(self.parent(clip)), cst.If)
+                and _code(self.module, holder.test) in gates
                 and self.within(statement, holder)
                 and self._exclusive(statement, clip)
                 for clip in clips

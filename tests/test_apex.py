@@ -931,3 +931,26 @@ def test_a_moved_if_else_says_its_fp32_branch_moves_too():
                     optimizer.step()
     """)
     assert "the whole statement at line 16 moves with it, so its other branches" in message
+
+
+def test_the_other_branch_of_a_master_params_clip_is_unscaled_when_it_was_scaled_too():
+    """The backward is scaled on both paths here (unlike hf_glue's `if args.fp16:`): the plain
+    clip in the `else:` reads scaled gradients too, so it gets its own `unscale_`."""
+    out, _, fixed = fix_source(
+        _apex_file(
+            "def train(args, model, optimizer, loader):\n"
+            '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+            "        if args.apex_clip:\n"
+            "            torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)\n"
+            "        else:\n"
+            "            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+            "        optimizer.step()\n",
+        ),
+        unsafe=True,
+    )
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert (
+        "        else:\n            scaler.unscale_(optimizer)\n"
+        "            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+    ) in out
+    assert not [d for d in check_source(out) if d.code.startswith("AMP2")]
