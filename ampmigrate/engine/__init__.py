@@ -132,11 +132,14 @@ def _settle_pairs(
     for link in {id(v): v for v in settings.apex_links.values()}.values():
         if link.broken or link.caller not in items or link.callee not in items:
             continue
-        sides = [items[link.caller][0], items[link.callee][0]]
-        states = {_pair_state(results[name]) for name in sides}
-        if len(states) == 1 and states != {"no"}:
+        state = {
+            name: _pair_state(results[name])
+            for name in (items[link.caller][0], items[link.callee][0])
+        }
+        if len(set(state.values())) == 1 and "no" not in state.values():
             continue
-        refused = next(n for n in sides if _pair_state(results[n]) == "no")
+        # the side that is not rewritten (the first, should they differ otherwise)
+        refused = next((n for n, s in state.items() if s == "no"), next(iter(state)))
         reason = f"{link.shown(refused)} is not rewritten in this run (see its AMP303 finding)"
         by = link.role(refused)
         broken[link.caller] = broken[link.callee] = replace(link, broken=reason, broken_by=by)
