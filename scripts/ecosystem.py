@@ -20,10 +20,12 @@ random findings per rule with context for a precision review; ``--bench`` (``--b
 that) prints, per package in one run, files/s and peak memory of ``check`` (all rules), a plain
 text scan and ``ruff check --select TID251`` banning the same modules (scripts/benchmark.py
 measures them), and check's share of Ruff's files/s (the target is >= 50 %); the interpreter's
-start-up (``python -c pass``) and a parse floor (start-up, reading every file and parsing with
-``ast`` those check's prefilter passes, nothing else) are timed too and printed as shares of
-Ruff's files/s: where the parse floor is below 50 %, a Python checker that parses those files
-cannot meet the target on that package.
+start-up (``python -c pass``), a parse floor (start-up, reading every file and parsing with
+``ast`` those check's prefilter passes, nothing else) and a cli floor (the same with ``click``
+imported) are timed too and printed as shares of Ruff's files/s: where the parse floor is below
+50 %, a Python checker that parses those files cannot meet the target on that package; where the
+cli floor is, no click command can. Every Python contender runs on ampmigrate installed as a
+user has it (``benchmark.installed_python``).
 Exit status 1 if an invariant is broken.
 """
 
@@ -45,7 +47,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from benchmark import compile_bytecode, timed
+from benchmark import installed_python, timed
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {
@@ -239,13 +241,15 @@ def _prefiltered(tree: Path, files: list[Path]) -> str:
     return "\0".join(os.path.join(".", f.relative_to(tree)) for f in passed)
 
 
-def _contenders(ruff: str | None, listing: Path) -> dict[str, list[str]]:
+def _contenders(python: str, ruff: str | None, listing: Path) -> dict[str, list[str]]:
     contenders = {
         # the floor of any Python tool: the interpreter's start-up (with site, as `check` runs)
-        "python start-up": [sys.executable, "-c", "pass"],
-        "text scan": [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--scan", "."],
-        "parse floor": [sys.executable, "-c", PARSE_FLOOR, str(listing)],
-        "check": [sys.executable, "-m", "ampmigrate", "check", "--max-file-size", "0", "."],
+        "python start-up": [python, "-c", "pass"],
+        "text scan": [python, str(ROOT / "scripts" / "benchmark.py"), "--scan", "."],
+        "parse floor": [python, "-c", PARSE_FLOOR, str(listing)],
+        # the same with the command-line library check is built on loaded: no click CLI is faster
+        "cli floor": [python, "-c", "import click\n" + PARSE_FLOOR, str(listing)],
+        "check": [python, "-P", "-m", "ampmigrate", "check", "--max-file-size", "0", "."],
     }
     if ruff:
         banned = [
@@ -259,7 +263,7 @@ def _contenders(ruff: str | None, listing: Path) -> dict[str, list[str]]:
     return contenders
 
 
-def bench(name: str, cache: Path, repeat: int = 3) -> dict:
+def bench(name: str, cache: Path, python: str, repeat: int = 3) -> dict:
     """files/s and peak memory of ``check`` (all rules), the floors and Ruff's TID251 ban of
     the same modules, each a subprocess, start-up included, median of ``repeat`` runs."""
     tree = fetch(name, cache)
@@ -272,7 +276,7 @@ def bench(name: str, cache: Path, repeat: int = 3) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         listing = Path(scratch) / "prefiltered"
         listing.write_text(_prefiltered(tree, files), encoding="utf-8")
-        for label, command in _contenders(ruff, listing).items():
+        for label, command in _contenders(python, ruff, listing).items():
             runs = [timed(command, cwd=tree) for _ in range(repeat)]
             seconds = statistics.median(r[0] for r in runs)
             cpu = statistics.median(r[3] for r in runs)
@@ -283,12 +287,25 @@ def bench(name: str, cache: Path, repeat: int = 3) -> dict:
     if "ruff TID251" in figures:
         check, ruff = figures["check"], figures["ruff TID251"]
         line += f" | check/ruff {check[0] / ruff[0]:4.0%} (cpu {ruff[2] / check[2]:4.0%})"
-        # the best shares a Python program could reach: the bare interpreter, and check's own
-        # floor (read every file, parse the ones its prefilter passes, nothing else)
+        # the best shares a Python program could reach: the bare interpreter, check's own floor
+        # (read every file, parse the ones its prefilter passes, nothing else), and that floor
+        # with click imported
         startup, floor = figures["python start-up"][0], figures["parse floor"][0]
-        line += f" | floors/ruff: start-up {startup / ruff[0]:4.0%}, parse {floor / ruff[0]:4.0%}"
+        cli = figures["cli floor"][0]
+        line += (
+            f" | floors/ruff: start-up {startup / ruff[0]:4.0%}, parse {floor / ruff[0]:4.0%}"
+            f", cli {cli / ruff[0]:4.0%}"
+        )
     print(line, flush=True)
     return figures
+
+
+def run_benches(names: list[str], cache: Path) -> None:
+    """:func:`bench` each package with ampmigrate installed as a user has it."""
+    with tempfile.TemporaryDirectory() as scratch:
+        python = installed_python(Path(scratch))
+        for name in names:
+            bench(name, cache, python)
 
 
 def main() -> int:
@@ -306,9 +323,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown package(s): {', '.join(unknown)}; known: {', '.join(PACKAGES)}")
     if args.bench_only:
-        compile_bytecode()
-        for name in names:
-            bench(name, args.cache)
+        run_benches(names, args.cache)
         return 0
     scratch = args.cache / "scratch"
     results = {name: check_package(name, args.cache, scratch) for name in names}
@@ -355,9 +370,7 @@ def main() -> int:
         sample(results, args.sample)
     if args.bench:
         print()
-        compile_bytecode()
-        for name in names:
-            bench(name, args.cache)
+        run_benches(names, args.cache)
     return 1 if broken else 0
 
 
