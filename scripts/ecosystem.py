@@ -47,7 +47,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from benchmark import installed_python, timed
+from benchmark import TEXT_SCAN, installed_python, timed
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {
@@ -245,7 +245,7 @@ def _contenders(python: str, ruff: str | None, listing: Path) -> dict[str, list[
     contenders = {
         # the floor of any Python tool: the interpreter's start-up (with site, as `check` runs)
         "python start-up": [python, "-c", "pass"],
-        "text scan": [python, str(ROOT / "scripts" / "benchmark.py"), "--scan", "."],
+        "text scan": [python, "-c", TEXT_SCAN, "."],
         "parse floor": [python, "-c", PARSE_FLOOR, str(listing)],
         # the same with the command-line library check is built on loaded: no click CLI is faster
         "cli floor": [python, "-c", "import click\n" + PARSE_FLOOR, str(listing)],
