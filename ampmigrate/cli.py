@@ -7,15 +7,12 @@ changes to show, 2 an error (a file that cannot be read or parsed, a bad option)
 from __future__ import annotations
 
 import collections
-import io
 import sys
-import threading
 import time
-import tokenize
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -221,22 +218,27 @@ class _Progress:
         self.enabled = enabled
         self.start = time.monotonic()
         self.counts = (0, 0)
-        self.timer: threading.Timer | None = None
+        self.timer: Any = None  # threading's Timer and Lock, from the first call on
+        self.lock: Any = None
         self.shown = False
-        self.lock = threading.Lock()
 
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled:
+            return
+        if self.timer is None:  # the first call (threading is imported for a terminal only)
+            import threading
+
+            self.counts = (done, total)
+            self.lock = threading.Lock()
+            wait = max(0.0, self.DELAY - (time.monotonic() - self.start))
+            self.timer = threading.Timer(wait, self._show)
+            self.timer.daemon = True
+            self.timer.start()
             return
         with self.lock:
             self.counts = (done, total)
             if self.shown:
                 self._write()
-        if self.timer is None:
-            wait = max(0.0, self.DELAY - (time.monotonic() - self.start))
-            self.timer = threading.Timer(wait, self._show)
-            self.timer.daemon = True
-            self.timer.start()
 
     def _show(self) -> None:
         with self.lock:
@@ -249,8 +251,9 @@ class _Progress:
         sys.stderr.flush()
 
     def close(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
+        if self.timer is None:  # never called, or not a terminal
+            return
+        self.timer.cancel()
         with self.lock:
             if self.shown:
                 sys.stderr.write("\r\033[K")
@@ -330,6 +333,9 @@ def _diff(result: FileResult) -> str:
             for cell in sorted(before.keys() | after.keys())
         ]
     else:
+        import io
+        import tokenize
+
         encoding, _ = tokenize.detect_encoding(io.BytesIO(result.original).readline)
         units = [
             (result.path, result.original.decode(encoding), result.new_source.decode(encoding))

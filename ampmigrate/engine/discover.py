@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -49,6 +48,8 @@ def _folder_excluded(folder: str, root: str, dirs: frozenset[str], known: dict[s
 def _git_files(directory: Path) -> list[str] | None:
     """Files git does not ignore under ``directory`` (relative, ``/``-separated), or None
     outside a work tree."""
+    import subprocess  # here: a run on files alone (a pre-commit hook) never asks git
+
     try:
         result = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
@@ -67,6 +68,8 @@ def _git_files(directory: Path) -> list[str] | None:
 
 
 def _ignored_by_git(directory: Path) -> bool:
+    import subprocess
+
     check = subprocess.run(["git", "check-ignore", "-q", "."], cwd=directory, check=False)
     return check.returncode == 0
 
