@@ -38,7 +38,7 @@ def planned(text: str) -> Result | None:
     return finding.message, span
 
 
-def judged(text: str) -> Result | None | str:
+def judged(text: str) -> Result | str | None:
     """The ``ast`` verdict on ``text``; "no calls" where the engine sees no apex call (and never
     runs AMP303), "planner" where the verdict leaves the file to libcst."""
     from ampmigrate.apexlinks import apex_calls

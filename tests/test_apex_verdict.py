@@ -14,10 +14,11 @@ import pytest
 
 from ampmigrate.catalog import all_rules
 from ampmigrate.engine.source import Source
+
 from conftest import FIXTURES, check_source, fix_source
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from apex_verdict import judged, planned  # noqa: E402
+from apex_verdict import judged, planned
 
 HELPER = """\
 import torch
@@ -226,7 +227,9 @@ JUDGED = {
         def save():
             return {"a": amp.state_dict(), "b": amp.state_dict()}
         """,
-    "unicode_tabs_crlf": "from apex import amp\r\n\r\ndef save():\r\n\tnote = 'é'; return amp.state_dict()\r\n",
+    "unicode_tabs_crlf": (
+        "from apex import amp\r\n\r\ndef save():\r\n\tnote = 'é'; return amp.state_dict()\r\n"
+    ),
     "first_call_is_a_default": """\
         from apex import amp
 
