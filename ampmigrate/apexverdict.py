@@ -157,7 +157,7 @@ class _Judge:
             raise _Unsure  # the planner would look at other calls than the engine found
         if any(member == "initialize" for _, member in found):
             return None
-        imports = self._scan(roots)
+        imports = self._scan()
         calls: dict[str, list[ast.Call]] = {}
         others = []
         for call, member in found:
@@ -224,9 +224,11 @@ class _Judge:
                 found.append((node, members[0]))
         return sorted(found, key=lambda pair: _order(pair[0]))
 
-    def _scan(self, roots: set[str]) -> list[ast.Import | ast.ImportFrom]:
+    def _scan(self) -> list[ast.Import | ast.ImportFrom]:
         """The imports in source order; unsure where libcst has a Name that ``ast`` has not
-        (a def, parameter, keyword, ``global``, match capture) spelled as an apex root."""
+        (a def, parameter, keyword, ``global``, match capture) spelled as a name an import
+        binds to ``apex.amp`` (libcst may resolve it to that import)."""
+        amp = {b.name for b in self.names.imports() if APEX in b.qualified(b.name)}
         imports = []
         for node in self.names.nodes():
             kind = type(node)
@@ -247,7 +249,7 @@ class _Judge:
                 spelled = node.kwd_attrs
             else:
                 continue
-            if any(s in roots for s in spelled):
+            if any(s in amp for s in spelled):
                 raise _Unsure
         return sorted(imports, key=_order)
 

@@ -1,18 +1,21 @@
 """Compare AMP303's ``ast`` verdict (ampmigrate/apexverdict.py) with the libcst planner's finding.
 
-    python scripts/apex_verdict.py PATH... [--verbose]
+    python scripts/apex_verdict.py PATH... [--verbose] [--drop-initialize]
 
 For every ``.py`` file under PATH whose apex calls the engine sees: the verdict on ``ast`` (a
 file without ``amp.initialize``) and the planner's finding, run directly on libcst, must have
 the same message and the same position. Prints the counts (judged on ast and equal, left to the
 planner with and without ``initialize``, unparsable) and every mismatch; exits 1 on a mismatch.
-The tests run the same comparison on the fixtures, the rule examples and in-test sources.
+``--drop-initialize`` first renames every ``amp.initialize(`` call (to ``amp_initialize(``), so
+the files that initialize (most of a corpus) become files the verdict judges too. The tests run
+the same comparison on the fixtures, the rule examples and in-test sources.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -70,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", type=Path)
     parser.add_argument("--verbose", action="store_true", help="name the files left to libcst")
+    parser.add_argument("--drop-initialize", action="store_true", help="rename amp.initialize")
     args = parser.parse_args(argv)
     files = [f for p in args.paths for f in ([p] if p.is_file() else sorted(p.rglob("*.py")))]
     counts = {"equal": 0, "planner (initialize)": 0, "planner (unsure)": 0, "unparsable": 0}
@@ -77,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in files:
         try:
             text = path.read_text(encoding="utf-8")
+            if args.drop_initialize:
+                text = re.sub(r"\bamp\.initialize\(", "amp_initialize(", text)
             result = judged(text)
         except (SyntaxError, ValueError, UnicodeDecodeError):
             counts["unparsable"] += 1

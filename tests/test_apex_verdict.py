@@ -5,6 +5,7 @@ examples and one source per blocker kind; the cases ``ast`` cannot be sure of go
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -230,6 +231,21 @@ JUDGED = {
     "unicode_tabs_crlf": (
         "from apex import amp\r\n\r\ndef save():\r\n\tnote = 'é'; return amp.state_dict()\r\n"
     ),
+    "parenthesized_and_spaced_calls": """\
+        from apex import amp
+        x = (amp.state_dict)()
+        y = (
+          amp
+          .load_state_dict
+        )(
+        )
+        z = f((amp.master_params(opt)))
+        w = [amp .state_dict ( ) , amp . load_state_dict(1)]
+        print(
+            amp,
+            (amp.state_dict()),
+        )
+        """,
     "first_call_is_a_default": """\
         from apex import amp
 
@@ -284,6 +300,17 @@ PLANNER = {
         """,
     "import_sharing_its_line": """\
         import torch; from apex import amp
+        amp.state_dict()
+        """,
+    "value_in_an_f_string": """\
+        from apex import amp
+        x = f"{amp}" + amp.state_dict()
+        """,
+    "value_after_a_comment": """\
+        from apex import amp
+        x = f(  # a comment (
+            amp
+        )
         amp.state_dict()
         """,
     "call_of_a_call": """\
@@ -351,6 +378,19 @@ def test_every_fixture_and_rule_example_without_initialize_matches_the_planner()
         assert on_ast == expected, name
         compared += 1
     assert compared >= 3  # blocked_sibling_helper, the trainer of two_modules, AMP303's example
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p for p in (FIXTURES / "apex").rglob("*.py") if ".fixed" not in p.name)
+)
+def test_fixtures_with_initialize_renamed_match_the_planner(path):
+    """Every apex fixture made a file without ``initialize`` (most of them initialize)."""
+    text = re.sub(r"\bamp\.initialize\(", "amp_initialize(", path.read_text())
+    on_ast, on_libcst = _compare(text)
+    if on_ast == "no calls":
+        assert on_libcst is None
+    else:
+        assert isinstance(on_ast, tuple) and on_ast == on_libcst
 
 
 def test_check_never_imports_libcst_for_a_file_without_initialize(tmp_path):
