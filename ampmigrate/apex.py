@@ -23,6 +23,11 @@ The plan, in the order it is built:
   up to the loop body, so a forward in the loop body and a loss in nested branches are both
   covered; no ``backward()`` is ever inside one, and a call of an initialized model before the
   backward that stays outside blocks the rewrite.
+
+A file without ``initialize`` that is not one side of a pair (:mod:`ampmigrate.apexlinks`) is
+only ever refused: the engine gets that refusal on ``ast`` from :mod:`ampmigrate.apexverdict`
+(which holds the blocker texts both use) and runs this planner for it only where ``ast`` is
+unsure.
 """
 
 from __future__ import annotations
