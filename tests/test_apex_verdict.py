@@ -5,6 +5,7 @@ examples and one source per blocker kind; the cases ``ast`` cannot be sure of go
 
 from __future__ import annotations
 
+import random
 import re
 import subprocess
 import sys
@@ -416,3 +417,76 @@ def test_fix_leaves_such_a_file_and_reports_the_same_finding():
     assert out == text and not fixed
     assert [d for d in remaining if d.code == "AMP303"] == before
     assert len(before) == 1 and before[0].message == planned(text)[0]
+
+
+_IMPORTS = [
+    "from apex import amp",
+    "import apex",
+    "import apex.amp",
+    "import apex.amp as amp",
+    "from apex import amp, parallel",
+    "from apex import fp16_utils",
+    "import apex.parallel, apex.amp",
+    "from apex.fp16_utils import *",
+    "from apex.amp import scale_loss",
+    "from apex import amp as apex_amp",
+    "try:\n    from apex import amp\n    has = 1\nexcept ImportError:\n    amp = None\n    has = 0",
+    "try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n    other = 1",
+    "try:\n    from apex import amp\nexcept ImportError:\n    print(0)\nelse:\n    print(amp)",
+    "try:\n    import apex\nexcept (ImportError, RuntimeError):\n    apex = None",
+    "try:\n    from apex import amp\nexcept ImportError:\n    pass\nfinally:\n    x = 1",
+    "try:\n    from apex import amp\n    if x:\n        y = 2\nexcept:\n    amp = None",
+]
+_USES = [
+    "amp.state_dict()",
+    "amp.load_state_dict(sd)",
+    "amp.master_params(opt)",
+    "with amp.scale_loss(loss, opt) as s:\n    s.backward()",
+    "amp.half_function(f)",
+    "amp.register_half_function(torch, 'mm')",
+    "x = amp",
+    "print(amp)",
+    "assert amp is not None",
+    "assert amp is None",
+    "assert not amp",
+    "if amp is None:\n    pass",
+    "y = amp is not None and z",
+    "if not amp or z:\n    pass",
+    "apex.amp.state_dict()",
+    "q = apex.amp",
+    "scale_loss(l, o)",
+    "apex_amp.master_params(o)",
+    "z = [amp.state_dict(), amp.state_dict()]",
+    "torch.nn.utils.clip_grad_norm_(amp.master_params(opt), 1.0)",
+    "del amp",
+    "with amp.disable_casts():\n    pass",
+]
+_HOMES = [
+    "{uses}",
+    "def f(loss, opt):\n{uses:4}",
+    "async def g(l, o):\n{uses:4}",
+    "class T:\n    def step(self, loss, opt):\n{uses:8}",
+    "def outer():\n    def inner(loss, opt):\n{uses:8}\n    return inner",
+]
+
+
+def test_random_combinations_match_the_planner():
+    """Seeded combinations of apex imports and uses in functions, methods and at module level:
+    the order and deduplication of the blockers, not only each kind alone."""
+    rng = random.Random(0)
+    compared = 0
+    for _ in range(60):
+        parts = rng.sample(_IMPORTS, rng.randint(1, 4))
+        for _ in range(rng.randint(1, 4)):
+            uses = "\n".join(rng.sample(_USES, rng.randint(1, 4)))
+            home = rng.choice(_HOMES)
+            for width in (4, 8):
+                home = home.replace(f"{{uses:{width}}}", textwrap.indent(uses, " " * width))
+            parts.append(home.replace("{uses}", uses))
+        text = "\n\n".join(parts) + "\n"
+        on_ast = judged(text)
+        if on_ast == "no calls":
+            continue
+        assert on_ast == planned(text), text
+        compared += 1
+    assert compared >= 30
