@@ -23,6 +23,11 @@ The plan, in the order it is built:
   up to the loop body, so a forward in the loop body and a loss in nested branches are both
   covered; no ``backward()`` is ever inside one, and a call of an initialized model before the
   backward that stays outside blocks the rewrite.
+
+A file without ``initialize`` that is not one side of a pair (:mod:`ampmigrate.apexlinks`) is
+only ever refused: the engine gets that refusal on ``ast`` from :mod:`ampmigrate.apexverdict`
+(which holds the blocker texts both use) and runs this planner for it only where ``ast`` is
+unsure.
 """
 
 from __future__ import annotations
@@ -38,23 +43,26 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
 from ampmigrate.apexlinks import Link
+from ampmigrate.apexverdict import (
+    APEX,
+    ASSERTS_MISSING,
+    BESIDES_AMP,
+    GUARD_DOES_MORE,
+    IMPORT_ERRORS,
+    NOT_PRECISION,
+    SUPPORTED,
+    needs_apex,
+    no_rewrite,
+    refusal,
+    used_as_value,
+    without_initialize,
+)
 from ampmigrate.catalog import Rule
 from ampmigrate.cstnames import qualified_names
 from ampmigrate.findings import Finding, Fix
 from ampmigrate.replace import Build, ReplaceNodes
 
-APEX = "apex.amp"
-SUPPORTED = {"initialize", "scale_loss", "master_params", "state_dict", "load_state_dict"}
 _KNOWN_KWARGS = {"models", "optimizers", "verbosity", "opt_level", "loss_scale", "enabled"}
-_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
-_HINTS = {
-    "half_function": "see AMP301: `torch.amp.custom_fwd(cast_inputs=...)`",
-    "float_function": "see AMP301: `torch.amp.custom_fwd(cast_inputs=torch.float32)`",
-    "disable_casts": 'use `torch.amp.autocast("cuda", enabled=False)` by hand',
-}
-# apex modules an O1 rewrite leaves alone: distributed wrappers, fused optimizers and layers
-# work on the fp32 parameters and gradients native AMP keeps (GradScaler unscales before step)
-_NOT_PRECISION = {"parallel", "optimizers", "normalization"}
 _HELPER = re.compile(r"checkpoint|^(save|load|resume)", re.IGNORECASE)
 Loop = cst.For | cst.While
 
@@ -379,8 +387,7 @@ class _Planner:
         initialize = calls.get("initialize", [])
         self.plan.anchor = (initialize or [c for c, _ in others] or next(iter(calls.values())))[0]
         for node, member in others:
-            hint = _HINTS.get(member, "see AMP301's guidance")
-            self.problem(node, f"`amp.{member}` has no O1 rewrite ({hint})")
+            self.problem(node, no_rewrite(member))
         self._imports()
         self._values(calls)
         role = self.role if self.link and not self.link.broken else None
@@ -535,23 +542,7 @@ class _Planner:
                     if isinstance(function, cst.FunctionDef)
                     else "module-level code"
                 )
-                if member in ("state_dict", "load_state_dict"):
-                    what = (
-                        f"{where} uses `amp.{member}` but `amp.initialize` is not in this file: "
-                        f"give {where} a `scaler` parameter, use `scaler.{member}(...)` under the "
-                        'checkpoint key "scaler" (never feed the old "amp" entry to '
-                        "GradScaler; old checkpoints: `ampmigrate convert-checkpoint`), and pass "
-                        "the GradScaler at its call sites"
-                    )
-                else:
-                    what = (
-                        f"{where} uses `amp.{member}` but `amp.initialize` is in another file: "
-                        f"give {where} a `scaler` parameter (`scaler.scale(loss).backward()`, "
-                        "`scaler.step(optimizer)` + `scaler.update()`, the forward under "
-                        '`torch.amp.autocast("cuda", dtype=torch.float16)`) and pass it the '
-                        "GradScaler that replaces `amp.initialize`"
-                    )
-                self.problem(call, what)
+                self.problem(call, without_initialize(where, member))
 
     # -- imports and availability checks -------------------------------------------------------
     def _imports(self) -> None:
@@ -566,11 +557,11 @@ class _Planner:
                 if only_amp or module.startswith("apex.amp"):
                     lines.append(self.statement(node))
                     self.bound |= {a.evaluated_alias or a.evaluated_name for a in names}
-                elif module.partition(".")[2].partition(".")[0] in _NOT_PRECISION:
+                elif module.partition(".")[2].partition(".")[0] in NOT_PRECISION:
                     self._stays(f"from {module} import ...")
                 elif module == "apex" and {a.evaluated_name for a in names} <= {
                     "amp",
-                    *_NOT_PRECISION,
+                    *NOT_PRECISION,
                 }:  # `from apex import amp, optimizers`: amp goes, the others stay
                     kept = [a for a in names if a.evaluated_name != "amp"]
                     self.bound |= {
@@ -585,9 +576,7 @@ class _Planner:
                         )
                 elif module == "apex" or module.startswith("apex."):
                     listed = ", ".join(a.evaluated_name for a in names) or "*"
-                    self.problem(
-                        node, f"`from {module} import {listed}` needs apex: replace it first"
-                    )
+                    self.problem(node, needs_apex(module, listed))
             elif isinstance(node, cst.Import):
                 names = [_code(self.module, a.name) for a in node.names]
                 if any(n == "apex" or n.startswith("apex.") for n in names):
@@ -598,7 +587,7 @@ class _Planner:
                             for a in node.names
                         }
                     else:
-                        self.problem(node, "`import apex...` of modules besides amp")
+                        self.problem(node, BESIDES_AMP)
         guarded: dict[cst.Try, list[cst.BaseStatement]] = {}
         for line in lines:
             try_node = self.parent(self.parent(line))
@@ -617,7 +606,7 @@ class _Planner:
 
     def _remove_guard(self, try_node: cst.Try, imports: list[cst.BaseStatement]) -> None:
         if not self._guard_only(try_node, imports):
-            self.problem(try_node, "the `try` around the apex import does more than guard it")
+            self.problem(try_node, GUARD_DOES_MORE)
             return
         self.dropped.add(id(try_node))
         kept = [s for s in try_node.body.body if s not in imports]
@@ -647,7 +636,7 @@ class _Planner:
             names = kinds.elements if isinstance(kinds, cst.Tuple) else [kinds] if kinds else []
             if any(
                 _code(self.module, n.value if isinstance(n, cst.Element) else n).rsplit(".", 1)[-1]
-                not in _IMPORT_ERRORS
+                not in IMPORT_ERRORS
                 for n in names
             ):
                 return False
@@ -717,9 +706,7 @@ class _Planner:
         ):
             parent = None
         if parent is None:
-            self.problem(
-                node, f"`{_code(self.module, node)}` is used as a value: replace it by hand"
-            )
+            self.problem(node, used_as_value(_code(self.module, node)))
             return
         while True:
             parent = self.parent(expr)
@@ -760,7 +747,7 @@ class _Planner:
         elif isinstance(parent, cst.Assert) and parent.test is expr and value:
             self._remove_statement(self.statement(parent))
         elif isinstance(parent, cst.Assert):
-            self.problem(parent, "an assertion that apex is missing: remove it by hand")
+            self.problem(parent, ASSERTS_MISSING)
         else:
             self.plan.edits[expr] = lambda _u, v=value: cst.Name(str(v))
 
@@ -2177,11 +2164,7 @@ class ApexO1(cst.CSTVisitor):
             return False
         notes = "".join(f"; note: {n}" for n in dict.fromkeys(found.notes))
         if found.problems:
-            blockers = list(dict.fromkeys(found.problems))
-            message = (
-                f"apex O1 cannot be rewritten automatically here ({len(blockers)} blocker"
-                f"{'s' if len(blockers) > 1 else ''}): " + "; ".join(blockers)
-            )
+            message = refusal(found.problems)
             self.findings.append(Finding(self.rule.code, message, found.anchor, None))
             return False
         message = (

@@ -4,7 +4,9 @@ Each rule runs only where the file spells its trigger names (a file that passed 
 for one rule is not walked by the others). The families (``renames``, ``checks``, ``scalerflow``,
 ``keras``: each a ``check(tree, source, names, rules, settings)``) run on the stdlib ``ast`` with
 one shared ``Names``; AMP303 (apex O1) alone is planned on libcst, and only for files where the
-``ast`` tier sees ``apex.amp`` called through the imports: libcst is imported for those only.
+``ast`` tier sees ``apex.amp`` called through the imports and that the planner might rewrite: a
+file without ``amp.initialize`` that is not one side of an apex pair is always refused, and that
+refusal is computed on ``ast`` (:mod:`ampmigrate.apexverdict`) without importing libcst.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class Analysis:
         apex = groups.get("apex", [])
         calls = self._apex_calls(names) if apex else []
         if calls:
-            findings += self._apex(apex, settings, calls)
+            findings += self._apex(apex, settings, calls, names)
         return findings
 
     def _apex_calls(self, names: Names) -> list[ast.Call]:
@@ -98,9 +100,21 @@ class Analysis:
 
         return apex_calls(names)
 
-    def _apex(self, rules: list[Rule], settings: Settings, calls: list[ast.Call]) -> list[Finding]:
+    def _apex(
+        self, rules: list[Rule], settings: Settings, calls: list[ast.Call], names: Names
+    ) -> list[Finding]:
         """The apex O1 planner (libcst, imported here only): the one place the engine calls it.
-        Its nodes become ``Span``s; its fixes keep libcst nodes of ``self.cst_module``."""
+        Its nodes become ``Span``s; its fixes keep libcst nodes of ``self.cst_module``. A file
+        it can only refuse (no ``initialize``, no pair) gets that refusal from ``ast``."""
+        link = settings.apex_links.get(os.path.abspath(self.source.path))
+        if link is None:
+            from ampmigrate.apexverdict import verdict
+
+            judged = verdict(names, self.source, calls)
+            if judged is not None:
+                message, anchor = judged
+                where = Span(*self.source.position(anchor))
+                return [Finding(rule.code, message, where) for rule in rules]
         import libcst as cst
         from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
@@ -110,7 +124,6 @@ class Analysis:
         wrapper = MetadataWrapper(self.cst_module, unsafe_skip_copy=True)
         found: list[Finding] = []
         parents = _parents(self.cst_module)
-        link = settings.apex_links.get(os.path.abspath(self.source.path))
         for rule in rules:
             visitor = ApexO1(rule, (link, link.role(self.source.path)) if link else None)
             # What ``wrapper.visit`` does, but the parents come from one walk over

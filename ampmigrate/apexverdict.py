@@ -1,0 +1,436 @@
+"""AMP303 on ``ast`` for the files the apex planner can only refuse, so ``check`` never loads libcst
+for them.
+
+A file that uses ``apex.amp`` but has no ``amp.initialize`` and is not one side of an apex pair
+(:mod:`ampmigrate.apexlinks`) is never rewritten: the planner (:mod:`ampmigrate.apex`) lists its
+blockers and proposes no fix (timm's ``ApexScaler``, a checkpoint helper). Here the same blockers
+are found on the engine's ``ast`` and ``Names``, in the planner's order and with its texts (the
+text builders below are the ones the planner uses): unsupported members, apex imports the
+rewrite could not drop, a ``try`` around the import that does more than guard it, ``amp`` used
+as a value or asserted missing, and each use of the scaler without ``initialize``.
+
+Where ``ast`` and libcst could see the file differently (a call whose callee is itself a call
+or a subscript, a name libcst has and ``ast`` has not, such as a parameter or keyword spelled like
+the ``amp`` import, an import sharing its line, a parenthesized value, a one-line ``except:``
+body), :func:`verdict` returns None and the planner decides: a slow answer beats a wrong one.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Sequence
+
+from ampmigrate.engine.names import Names
+from ampmigrate.engine.source import Source
+
+APEX = "apex.amp"
+SUPPORTED = {"initialize", "scale_loss", "master_params", "state_dict", "load_state_dict"}
+HINTS = {
+    "half_function": "see AMP301: `torch.amp.custom_fwd(cast_inputs=...)`",
+    "float_function": "see AMP301: `torch.amp.custom_fwd(cast_inputs=torch.float32)`",
+    "disable_casts": 'use `torch.amp.autocast("cuda", enabled=False)` by hand',
+}
+# apex modules an O1 rewrite leaves alone: distributed wrappers, fused optimizers and layers
+# work on the fp32 parameters and gradients native AMP keeps (GradScaler unscales before step)
+NOT_PRECISION = frozenset({"parallel", "optimizers", "normalization"})
+IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+
+BESIDES_AMP = "`import apex...` of modules besides amp"
+GUARD_DOES_MORE = "the `try` around the apex import does more than guard it"
+ASSERTS_MISSING = "an assertion that apex is missing: remove it by hand"
+
+
+def no_rewrite(member: str) -> str:
+    hint = HINTS.get(member, "see AMP301's guidance")
+    return f"`amp.{member}` has no O1 rewrite ({hint})"
+
+
+def without_initialize(where: str, member: str) -> str:
+    """A use of apex in a file without ``initialize``: the GradScaler must be passed in."""
+    if member in ("state_dict", "load_state_dict"):
+        return (
+            f"{where} uses `amp.{member}` but `amp.initialize` is not in this file: "
+            f"give {where} a `scaler` parameter, use `scaler.{member}(...)` under the "
+            'checkpoint key "scaler" (never feed the old "amp" entry to '
+            "GradScaler; old checkpoints: `ampmigrate convert-checkpoint`), and pass "
+            "the GradScaler at its call sites"
+        )
+    return (
+        f"{where} uses `amp.{member}` but `amp.initialize` is in another file: "
+        f"give {where} a `scaler` parameter (`scaler.scale(loss).backward()`, "
+        "`scaler.step(optimizer)` + `scaler.update()`, the forward under "
+        '`torch.amp.autocast("cuda", dtype=torch.float16)`) and pass it the '
+        "GradScaler that replaces `amp.initialize`"
+    )
+
+
+def needs_apex(module: str, listed: str) -> str:
+    return f"`from {module} import {listed}` needs apex: replace it first"
+
+
+def used_as_value(code: str) -> str:
+    return f"`{code}` is used as a value: replace it by hand"
+
+
+def refusal(problems: Iterable[str]) -> str:
+    """AMP303's message for a file that cannot be rewritten: every blocker once, in order."""
+    blockers = list(dict.fromkeys(problems))
+    return (
+        f"apex O1 cannot be rewritten automatically here ({len(blockers)} blocker"
+        f"{'s' if len(blockers) > 1 else ''}): " + "; ".join(blockers)
+    )
+
+
+def verdict(names: Names, source: Source, calls: Sequence[ast.Call]) -> tuple[str, ast.Call] | None:
+    """(message, anchor call) of the planner's refusal for a file without ``amp.initialize``
+    whose apex calls (``apexlinks.apex_calls``) are ``calls``; None: the planner decides (the
+    file has ``initialize``, or ``ast`` cannot be sure to see it as libcst does). The caller
+    checks that the file is not one side of an apex pair."""
+    try:
+        return _Judge(names, source).run(calls)
+    except _Unsure:
+        return None
+
+
+class _Unsure(Exception):
+    """``ast`` may not see this file as libcst does: leave it to the planner."""
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_COMPOUND = (
+    ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, *_FUNCTIONS, ast.ClassDef,
+    ast.Try, ast.TryStar, ast.Match,
+)  # fmt: skip  # libcst's compound statements; the others are a ``SimpleStatementLine``
+_LOOSE_DOT = re.compile(r"[\s\\]\.|\.[\s\\]")  # libcst keeps `apex . amp` as written
+
+
+def _order(node: ast.AST) -> tuple[int, int, int, int]:
+    """libcst's visiting order: by start, a node before the nodes inside it."""
+    return (node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset)
+
+
+def _targets(node: ast.AST) -> set[str]:
+    """The planner's ``_targets``: a name, or the names of a (nested) tuple or list."""
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.Tuple | ast.List):
+        elements = [e.value if isinstance(e, ast.Starred) else e for e in node.elts]
+        return {n for e in elements for n in _targets(e)}
+    return set()
+
+
+def _assigned(statements: Iterable[ast.stmt]) -> set[str]:
+    """The names the planner's ``_Facts`` sees assigned in ``statements`` (assignment targets,
+    loop targets, ``as`` names; not defs, parameters or walruses)."""
+    out: set[str] = set()
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    out |= _targets(target)
+            elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.For | ast.AsyncFor):
+                out |= _targets(node.target)
+            elif isinstance(node, ast.alias) and node.asname:
+                out.add(node.asname)
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                out |= _targets(node.optional_vars)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                out.add(node.name)
+    return out
+
+
+class _Judge:
+    def __init__(self, names: Names, source: Source) -> None:
+        self.names = names
+        self.source = source
+        self.text = source.text
+        self.problems: list[str] = []
+
+    def problem(self, node: ast.AST, text: str) -> None:
+        self.problems.append(f"line {node.lineno}: {text}")
+
+    def run(self, engine_calls: Sequence[ast.Call]) -> tuple[str, ast.Call] | None:
+        roots = self._roots()
+        found = self._calls(roots)
+        if {id(c) for c, _ in found} != {id(c) for c in engine_calls} or not found:
+            raise _Unsure  # the planner would look at other calls than the engine found
+        if any(member == "initialize" for _, member in found):
+            return None
+        imports = self._scan()
+        calls: dict[str, list[ast.Call]] = {}
+        others = []
+        for call, member in found:
+            if member in SUPPORTED:
+                calls.setdefault(member, []).append(call)
+            else:
+                others.append((call, member))
+        anchor = others[0][0] if others else next(iter(calls.values()))[0]
+        for call, member in others:
+            self.problem(call, no_rewrite(member))
+        dropped = self._imports(imports)
+        funcs = {id(c.func) for group in calls.values() for c in group}
+        self._values(roots, funcs, dropped)
+        for member, group in calls.items():
+            for call in group:
+                function = next(
+                    (a for a in self.names.ancestors(call) if isinstance(a, _FUNCTIONS)), None
+                )
+                where = f"`{function.name}`" if function is not None else "module-level code"
+                self.problem(call, without_initialize(where, member))
+        return refusal(self.problems), anchor
+
+    # -- what the planner looks at ---------------------------------------------------------
+    def _roots(self) -> set[str]:
+        """The names through which a dotted name can resolve to ``apex.amp...``: those an apex
+        import binds, and ``apex`` itself (a module-level ``apex`` resolves to ``apex``)."""
+        roots = {"apex"}
+        for binding in self.names.imports():
+            stmt, alias = binding.node, binding.alias
+            module = alias.name if isinstance(stmt, ast.Import) else stmt.module or ""
+            if module == "apex" or module.startswith("apex."):
+                roots.add(binding.name.partition(".")[0])
+        return roots
+
+    def _chains(self, roots: set[str]) -> list[ast.AST]:
+        """Every Name spelled as a root and every attribute, call and subscript whose full
+        name (libcst's ``get_full_name_for_node``) starts at one: nothing else can resolve to
+        ``apex.amp...``."""
+        out = []
+        for root in roots:
+            for node in self.names.spelled(root):
+                if not isinstance(node, ast.Name) or node.id != root:
+                    continue
+                out.append(node)
+                current, parent = node, self.names.parent(node)
+                while (
+                    isinstance(parent, ast.Attribute | ast.Subscript) and parent.value is current
+                ) or (isinstance(parent, ast.Call) and parent.func is current):
+                    out.append(parent)
+                    current, parent = parent, self.names.parent(parent)
+        return out
+
+    def _calls(self, roots: set[str]) -> list[tuple[ast.Call, str]]:
+        """The planner's apex calls with their member, in its order (source order)."""
+        found = []
+        for node in self._chains(roots):
+            if not isinstance(node, ast.Call):
+                continue
+            qualified = self.names.qualified(node.func)
+            members = [q[len(APEX) + 1 :] for q in qualified if q.startswith(APEX + ".")]
+            if len(members) > 1:
+                raise _Unsure  # the planner takes them in a set's order
+            if members:
+                found.append((node, members[0]))
+        return sorted(found, key=lambda pair: _order(pair[0]))
+
+    def _scan(self) -> list[ast.Import | ast.ImportFrom]:
+        """The imports in source order; unsure where libcst has a Name that ``ast`` has not
+        (a def, parameter, keyword, ``global``, match capture) spelled as a name an import
+        binds to ``apex.amp`` (libcst may resolve it to that import)."""
+        amp = {b.name for b in self.names.imports() if APEX in b.qualified(b.name)}
+        imports = []
+        for node in self.names.nodes():
+            kind = type(node)
+            if kind is ast.Import or kind is ast.ImportFrom:
+                imports.append(node)
+                continue
+            if kind in _FUNCTIONS or kind is ast.ClassDef:
+                spelled = [node.name]
+            elif kind is ast.arg or kind is ast.keyword:
+                spelled = [node.arg]
+            elif kind is ast.Global or kind is ast.Nonlocal:
+                spelled = node.names
+            elif kind is ast.MatchAs or kind is ast.MatchStar:
+                spelled = [node.name]
+            elif kind is ast.MatchMapping:
+                spelled = [node.rest]
+            elif kind is ast.MatchClass:
+                spelled = node.kwd_attrs
+            else:
+                continue
+            if any(s in amp for s in spelled):
+                raise _Unsure
+        return sorted(imports, key=_order)
+
+    # -- the planner's steps -----------------------------------------------------------------
+    def _imports(self, imports: list[ast.Import | ast.ImportFrom]) -> set[int]:
+        """The planner's ``_imports``: its problems, and the guarding ``try``s it drops."""
+        lines: list[ast.stmt] = []
+        for node in imports:
+            if isinstance(node, ast.ImportFrom):
+                module = node.module
+                if module is None:
+                    continue
+                star = [a.name for a in node.names] == ["*"]
+                listed = [] if star else [a.name for a in node.names]
+                if module.startswith("apex"):
+                    self._plain(node)
+                stays = module.partition(".")[2].partition(".")[0] in NOT_PRECISION or (
+                    module == "apex" and set(listed) <= {"amp", *NOT_PRECISION}
+                )  # only a note: `from apex.parallel import ...`, `from apex import optimizers`
+                if (module == "apex" and listed == ["amp"]) or module.startswith("apex.amp"):
+                    lines.append(node)
+                elif not stays and (module == "apex" or module.startswith("apex.")):
+                    self.problem(node, needs_apex(module, ", ".join(listed) or "*"))
+            else:
+                spelled = [a.name for a in node.names]
+                if any(n == "apex" or n.startswith("apex.") for n in spelled):
+                    self._plain(node)
+                    if all(n in ("apex", "apex.amp") for n in spelled):
+                        lines.append(node)
+                    else:
+                        self.problem(node, BESIDES_AMP)
+        guarded: dict[int, tuple[ast.Try, list[ast.stmt]]] = {}
+        for line in lines:
+            parent = self.names.parent(line)
+            if isinstance(parent, ast.Try) and any(s is line for s in parent.body):
+                guarded.setdefault(id(parent), (parent, []))[1].append(line)
+        dropped = set()
+        for try_node, guarded_imports in guarded.values():
+            if self._guard_only(try_node, guarded_imports):
+                dropped.add(id(try_node))
+            else:
+                self.problem(try_node, GUARD_DOES_MORE)
+        return dropped
+
+    def _plain(self, node: ast.Import | ast.ImportFrom) -> None:
+        """Unsure unless the import is a line of its own with its dotted names written plainly
+        (then libcst's statement and module text are ``ast``'s)."""
+        start, end = self.source.span(node)
+        line_start = self.source.line_start(node.lineno)
+        newline = self.text.find("\n", end)
+        after = self.text[end : newline if newline >= 0 else len(self.text)].strip()
+        if self.text[line_start:start].strip() or (after and not after.startswith("#")):
+            raise _Unsure
+        if _LOOSE_DOT.search(self.text[start:end]):
+            raise _Unsure
+
+    def _suite(self, header_end: int, first: ast.stmt) -> bool:
+        """Whether the body starting with ``first`` is on its header's line (libcst's
+        ``SimpleStatementSuite``, whose statements are not lines)."""
+        gap = self.text[header_end : self.source.span(first)[0]]
+        colon = gap.find(":")
+        if colon < 0 or "\\" in gap[colon:]:
+            raise _Unsure
+        return "\n" not in gap[colon:] and "\r" not in gap[colon:]
+
+    def _guard_only(self, node: ast.Try, imports: list[ast.stmt]) -> bool:
+        """The planner's ``_guard_only``: only the import and flags in the ``try``, handlers
+        for import errors (or bare) that bind nothing the ``try`` does not."""
+        if node.finalbody:
+            return False
+        body = [s for s in node.body if not any(s is i for i in imports)]
+        if node.orelse:
+            last = self.source.span(node.handlers[-1] if node.handlers else node.body[-1])[1]
+            gap = self.text[last : self.source.span(node.orelse[0])[0]]
+            found = re.search(r"^[ \t\f]*else[ \t\f]*:", gap, re.MULTILINE)
+            if found is None:
+                raise _Unsure
+            if self._suite(last + found.start(), node.orelse[0]):
+                return False
+            body += node.orelse
+        if any(isinstance(s, _COMPOUND) for s in body):
+            return False
+        parent = self.names.parent(node)
+        before: list[ast.stmt] = []
+        for _, value in ast.iter_fields(parent):
+            if isinstance(value, list) and any(s is node for s in value):
+                before = value[: next(i for i, s in enumerate(value) if s is node)]
+        bound = _assigned([*before, *body]) | {"amp", "apex"}
+        for handler in node.handlers:
+            start = self.source.span(handler)[0]
+            kinds = handler.type
+            if kinds is None:
+                header_end = start + len("except")
+            else:
+                header_end = self.source.span(kinds)[1]
+                if self.text[start + len("except") : self.source.span(kinds)[0]].strip():
+                    raise _Unsure  # `except (ImportError):`: libcst keeps the parentheses
+                if isinstance(kinds, ast.Tuple) and (
+                    self.source.segment(kinds).count("(") != 1
+                    or self.source.segment(kinds).count(")") != 1
+                ):
+                    raise _Unsure
+            elements = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds] if kinds else []
+            if any(
+                self.source.segment(e).rsplit(".", 1)[-1] not in IMPORT_ERRORS for e in elements
+            ):
+                return False
+            if self._suite(header_end, handler.body[0]):
+                return False
+            if any(isinstance(s, _COMPOUND) for s in handler.body):
+                return False
+            if _assigned(handler.body) - bound:
+                return False
+        return True
+
+    def _values(self, roots: set[str], funcs: set[int], dropped: set[int]) -> None:
+        """The planner's ``_values``: ``amp`` used other than by a supported call blocks unless
+        it is an availability check (which the rewrite folds away)."""
+        seen = set()
+        for node in sorted(self._chains(roots), key=_order):
+            if not isinstance(node, ast.Name | ast.Attribute) or id(node) in funcs:
+                continue
+            if id(node) in seen or isinstance(self.names.parent(node), ast.Attribute):
+                continue
+            seen.add(id(node))
+            if any(id(a) in dropped for a in self.names.ancestors(node)):
+                continue
+            if APEX in self.names.qualified(node):
+                self._guard(node)
+
+    def _guard(self, node: ast.Name | ast.Attribute) -> None:
+        parent = self.names.parent(node)
+        expr: ast.AST = node
+        value = True  # `amp` itself is truthy now
+        if isinstance(parent, ast.Compare) and parent.left is node:
+            right = parent.comparators[0]
+            if (
+                len(parent.ops) == 1
+                and isinstance(parent.ops[0], ast.Is | ast.IsNot)
+                and isinstance(right, ast.Constant)
+                and right.value is None
+            ):
+                expr, value = parent, isinstance(parent.ops[0], ast.IsNot)
+            else:
+                parent = None
+        elif not isinstance(parent, ast.If | ast.Assert | ast.BoolOp | ast.UnaryOp):
+            parent = None
+        if parent is None:
+            self.problem(node, used_as_value(self._own_text(node)))
+            return
+        while True:
+            parent = self.names.parent(expr)
+            if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+                expr, value = parent, not value
+            elif isinstance(parent, ast.BoolOp):
+                if value == isinstance(parent.op, ast.And):
+                    return  # `x and True` is `x`: folded
+                expr = parent
+            else:
+                break
+        if isinstance(parent, ast.Assert) and not (parent.test is expr and value):
+            self.problem(parent, ASSERTS_MISSING)
+
+    def _own_text(self, node: ast.AST) -> str:
+        """``node``'s text as libcst has it; unsure where parentheses may be its own (libcst
+        keeps them on the node) or inside an f-string (positions ``ast`` may not keep)."""
+        if any(isinstance(a, ast.JoinedStr) for a in self.names.ancestors(node)):
+            raise _Unsure
+        start, end = self.source.span(node)
+        text = self.text
+        i = start - 1
+        while i >= 0 and text[i] in " \t\f\r\n":
+            i -= 1
+        if i < 0:
+            return text[start:end]
+        line = text[text.rfind("\n", 0, i) + 1 : i + 1]
+        if text[i] == "\\" or ("\n" in text[i:start] and "#" in line):
+            raise _Unsure  # the character before may be in a comment, or a line continues
+        if text[i] == "(":
+            parent = self.names.parent(node)
+            opening = isinstance(parent, ast.Call) and parent.args and parent.args[0] is node
+            if not opening or self.text[self.source.span(parent.func)[1] : i].strip():
+                raise _Unsure
+        return self.text[start:end]
