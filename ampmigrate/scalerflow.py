@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ampmigrate.catalog import Rule
 from ampmigrate.checks import AUTOCAST
@@ -117,6 +117,9 @@ class Siblings:
     def __init__(self, wanted: Iterable[str] = ()) -> None:
         self.wanted = frozenset(wanted)
         self._summaries: dict[str, dict[str, Helper]] = {}
+        self._places: dict[tuple[str, int, str], tuple[str, ...]] = {}
+        # the module name each sibling is imported by: `utils` for utils.py and utils/__init__.py
+        self._stems = {_stem(p) for p in self.wanted}
 
     def __bool__(self) -> bool:
         return bool(self.wanted)
@@ -126,6 +129,20 @@ class Siblings:
 
     def __setstate__(self, state: tuple[frozenset[str]]) -> None:
         self.__init__(state[0])
+
+    def places(self, path: str, dots: int, module: str) -> tuple[str, ...]:
+        """The sibling modules among the places ``module``, imported from ``path``, may live
+        (:func:`_module_paths`, in its order): worked out once per import, since every call
+        next to a scaler asks, and most of the places are folders up to the root."""
+        key = (path, dots, module)
+        found = self._places.get(key)
+        if found is None:
+            found = self._places[key] = (
+                tuple(p for p in _module_paths(path, dots, module) if p in self.wanted)
+                if module.rpartition(".")[2] in self._stems
+                else ()  # no sibling has the file or folder name the module needs
+            )
+        return found
 
     def helpers(self, path: str) -> Mapping[str, Helper]:
         """What the module-level functions of ``path`` do with checkpoints ({} when it is not
@@ -170,7 +187,8 @@ class Flow:
     casts: list[tuple[ast.Call, str]] = field(default_factory=list)  # fp16 casts, target
     model_scopes: set[tuple[int, str]] = field(default_factory=set)  # (scope, M) of M.parameters()
     dicts: dict[tuple[int, str], ast.Dict] = field(default_factory=dict)  # (scope, name) -> {}
-    plain_calls: list[ast.Call] = field(default_factory=list)  # f(...) / mod.f(...): helpers?
+    # f(...) / mod.f(...), with what the callee may name: calls to a checkpoint helper?
+    plain_calls: list[tuple[ast.Call, set[str]]] = field(default_factory=list)
     siblings: Siblings = field(default_factory=Siblings)
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
 
@@ -214,8 +232,7 @@ def _dtype_name(node: ast.expr | None) -> str:
     return {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}.get(name, "unknown")
 
 
-@dataclass(frozen=True)
-class _Arg:
+class _Arg(NamedTuple):  # a tuple: one is made per argument of every call in the file
     keyword: str | None
     value: ast.expr
     star: str  # "", "*" or "**"
@@ -224,12 +241,16 @@ class _Arg:
 def _args(call: ast.Call) -> list[_Arg]:
     """Positional and keyword arguments together in source order (as libcst lists them)."""
     args = [
-        (a, _Arg(None, a.value, "*") if isinstance(a, ast.Starred) else _Arg(None, a, ""))
-        for a in call.args
+        _Arg(None, a.value, "*") if type(a) is ast.Starred else _Arg(None, a, "") for a in call.args
     ]
-    args += [(k, _Arg(k.arg, k.value, "" if k.arg else "**")) for k in call.keywords]
-    args.sort(key=lambda pair: (pair[0].lineno, pair[0].col_offset))
-    return [a for _, a in args]
+    if not call.keywords:
+        return args
+    keywords = [_Arg(k.arg, k.value, "" if k.arg else "**") for k in call.keywords]
+    if not any(a.star for a in args):  # only `*rest` may follow a keyword: `f(k=1, *rest)`
+        return args + keywords
+    nodes, merged = [*call.args, *call.keywords], args + keywords
+    order = sorted(range(len(nodes)), key=lambda i: (nodes[i].lineno, nodes[i].col_offset))
+    return [merged[i] for i in order]
 
 
 class _Collector:
@@ -288,13 +309,17 @@ class _Collector:
         handler(self, node)
 
     def _children(self, node: ast.AST) -> None:
-        for name in node._fields:
+        kind = type(node)
+        fields = _FIELDS.get(kind)
+        if fields is None:
+            fields = _FIELDS[kind] = tuple(f for f in kind._fields if f not in _NO_NODES)
+        for name in fields:
             value = getattr(node, name)
-            if isinstance(value, list):
+            if type(value) is list:
                 for item in value:
-                    if isinstance(item, ast.AST):
+                    if isinstance(item, ast.AST) and type(item) not in _BARE:
                         self.visit(item)
-            elif isinstance(value, ast.AST):
+            elif isinstance(value, ast.AST) and type(value) not in _BARE:
                 self.visit(value)
 
     def _skip(self, node: ast.AST) -> None:
@@ -302,7 +327,7 @@ class _Collector:
 
     def _all(self, nodes: Iterable[ast.AST | None]) -> None:
         for node in nodes:
-            if node is not None:
+            if node is not None and type(node) not in _BARE:
                 self.visit(node)
 
     def visit_Module(self, node: ast.Module) -> None:
@@ -460,7 +485,7 @@ class _Collector:
             self._method_call(node, args, *method)
         if isinstance(node.func, ast.Name | ast.Attribute) and not names & SAVE:
             self._place(node)
-            self.flow.plain_calls.append(node)
+            self.flow.plain_calls.append((node, names))
         self.visit(node.func)
         self._all(a.value for a in args)
         if self._norms and self._norms[-1] is node:
@@ -547,6 +572,11 @@ _LEAVES = (
     ast.Import, ast.ImportFrom, ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal,
 )  # fmt: skip
 _HANDLERS: dict[type, Callable[[_Collector, ast.AST], None]] = {}
+# The walk's shortcuts (half of a file's nodes are names and literals): the leaves met most are
+# not even visited, and fields that hold only leaves or strings are not read.
+_BARE = frozenset({ast.Name, ast.Constant})
+_NO_NODES = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "name", "asname", "module"})
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _handler(kind: type) -> Callable[[_Collector, ast.AST], None]:
@@ -934,6 +964,11 @@ def _module_paths(path: str, dots: int, module: str) -> Iterator[str]:
         folder = os.path.dirname(folder)
 
 
+def _stem(path: str) -> str:
+    folder, name = os.path.split(path)
+    return os.path.basename(folder) if name == "__init__.py" else name.removesuffix(".py")
+
+
 def _summarize(path: str, data: bytes) -> dict[str, Helper]:
     if b"torch.save" not in data and b"load_state_dict" not in data:
         return {}
@@ -965,7 +1000,7 @@ def _sibling(flow: Flow, names: set[str], index: Siblings) -> Helper | None:
     for qualified in sorted(names):
         dots = len(qualified) - len(qualified.lstrip("."))
         module, _, function = qualified.lstrip(".").rpartition(".")
-        for candidate in _module_paths(flow.source.path, dots, module):
+        for candidate in index.places(flow.source.path, dots, module):
             helper = index.helpers(candidate).get(function)
             if helper is not None:
                 return helper
@@ -977,13 +1012,13 @@ def _helper_calls(flow: Flow) -> Iterator[tuple[ast.Call, Helper]]:
     own = helpers(flow)
     names = flow.names
     index = flow.siblings if flow.source.path else Siblings()
-    for call in flow.plain_calls:
+    for call, callee in flow.plain_calls:
         if not flow.scaler_near(call):
             continue
         func = call.func
         helper = own.get(func.id) if isinstance(func, ast.Name) else None
         if helper is None or any(b.scope.kind != "module" for b in names.bindings(func)):
-            helper = _sibling(flow, names.qualified(func), index) if index else None
+            helper = _sibling(flow, callee, index) if index else None
         if helper is not None:
             yield call, helper
 
