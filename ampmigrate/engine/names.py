@@ -89,7 +89,7 @@ class Scope:
             if scope.bindings.get(name):
                 return True
             if scope.kind == "module":
-                return hasattr(builtins, name)
+                return _builtin(name)
             scope = scope.visible_parent()
         return False
 
@@ -104,7 +104,7 @@ class Scope:
             if name in scope.bindings:
                 return scope.bindings[name]
             if scope.kind == "module":
-                return [Binding(name, None, scope, builtin=True)] if hasattr(builtins, name) else []
+                return [Binding(name, None, scope, builtin=True)] if _builtin(name) else []
             scope = origin.visible_parent(scope.parent)
         return []
 
@@ -139,11 +139,14 @@ class Binding:
 def _import_names(stmt: ast.Import | ast.ImportFrom, full_name: str) -> set[str]:
     """libcst's ``ImportAssignment.get_qualified_names_for``: every alias of the statement is
     tried (longest dotted prefix first), relative modules keep their dots."""
-    module = ""
+    module, aliases = "", stmt.names
     if isinstance(stmt, ast.ImportFrom):
         module = "." * stmt.level + (stmt.module or "")
+        # its names have no dots: only the one bound as the head of ``full_name`` can match
+        head = full_name.partition(".")[0]
+        aliases = [a for a in aliases if (a.asname or a.name) == head]
     out = set()
-    for alias in stmt.names:
+    for alias in aliases:
         if alias.name == "*":
             continue
         parts = alias.name.split(".")
@@ -348,6 +351,7 @@ class Names:
         self._scopes[self.tree] = self.module_scope
         # (node, parent, scope, from where on a Store name here is bound)
         stack: list[tuple] = [(self.tree, None, self.module_scope, None)]
+        push = stack.append
         while stack:
             node, parent, scope, order = stack.pop()
             kind = type(node)
@@ -356,9 +360,19 @@ class Names:
             if parent is not None:
                 parents[node] = parent
             if kind not in _SPECIAL:  # most nodes: their children, in the same scope
-                if kind is not ast.Constant:
-                    children = [(c, node, scope, order) for c in ast.iter_child_nodes(node)]
-                    stack.extend(reversed(children))
+                if kind is ast.Constant:
+                    continue
+                fields = _REVERSED.get(kind)
+                if fields is None:
+                    fields = _REVERSED[kind] = _fields(kind)[::-1]
+                for name in fields:  # pushed last to first: popped in source order
+                    value = getattr(node, name)
+                    if type(value) is list:
+                        for child in reversed(value):
+                            if isinstance(child, ast.AST) and type(child) not in _LEAVES:
+                                push((child, node, scope, order))
+                    elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
+                        push((value, node, scope, order))
                 continue
             if kind is ast.Name:
                 spelled.setdefault(node.id, []).append(node)
@@ -414,7 +428,7 @@ class Names:
                     name = node.rest if kind is ast.MatchMapping else node.name
                     if name:
                         self._bind(scope, name, node, (node.end_lineno, node.end_col_offset))
-                children = [(c, node, scope, order) for c in ast.iter_child_nodes(node)]
+                children = [(c, node, scope, order) for c in _children(node, kind)]
             stack.extend(reversed(children))
 
     def _import(self, node: ast.Import | ast.ImportFrom, scope: Scope) -> None:
@@ -490,6 +504,40 @@ class Names:
         else:
             children.append((node.elt, node, inner, None))
         return children
+
+
+def _fields(kind: type) -> tuple[str, ...]:
+    """The fields of a node type that may hold nodes (not contexts, operators or strings)."""
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = _FIELDS[kind] = tuple(f for f in kind._fields if f not in _NO_NODES)
+    return fields
+
+
+def _children(node: ast.AST, kind: type) -> list[ast.AST]:
+    """``ast.iter_child_nodes`` without the leaves (contexts, operators)."""
+    out: list[ast.AST] = []
+    for name in _fields(kind):
+        value = getattr(node, name)
+        if type(value) is list:
+            out += [c for c in value if isinstance(c, ast.AST) and type(c) not in _LEAVES]
+        elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
+            out.append(value)
+    return out
+
+
+_NO_NODES = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "name", "asname", "module"})
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_REVERSED: dict[type, tuple[str, ...]] = {}
+
+
+def _builtin(name: str) -> bool:
+    """``hasattr(builtins, name)`` with a dict lookup first (most names asked about are found
+    there; only dunders can be attributes of the module object without being in it)."""
+    return name in _BUILTINS or (name.startswith("__") and hasattr(builtins, name))
+
+
+_BUILTINS = vars(builtins)
 
 
 def _before(binding: Binding, where: tuple[int, int]) -> bool:
