@@ -265,7 +265,7 @@ class _Collector:
         self._classes: list[ast.ClassDef] = []
         self._loops: list[list[ast.AST]] = [[]]
         self._branches: list[list[tuple[Branch, int]]] = [[]]
-        self._statement: ast.stmt | None = None
+        self._statement: ast.stmt | None = None  # the simple statement being visited
         self._assigned: list[str] = []  # targets of the assignment being visited
         self._norms: list[ast.Call] = []  # a norm inside a norm is one finding, not two
 
@@ -399,7 +399,7 @@ class _Collector:
             self._all([key, value])
 
     def _simple(self, node: ast.stmt) -> None:
-        self._statement = node if self._alone(node) else None
+        self._statement = node  # alone on its line? asked only where an event is recorded
         if isinstance(node, ast.Assign):
             self._assigned = [self._code(t) for t in node.targets]
             if isinstance(node.value, ast.Dict):
@@ -411,8 +411,10 @@ class _Collector:
         self._assigned = []
         self._statement = None
 
-    def _alone(self, node: ast.stmt) -> bool:
+    def _alone(self, node: ast.stmt | None) -> bool:
         """Nothing else on the statement's lines: not after `if x:` or `a;`, nor before `; b`."""
+        if node is None:
+            return False
         start, end = self.flow.source.span(node)
         line = self.flow.source.line_start(node.lineno)
         if self.text[line:start].strip(" \t\f"):
@@ -453,7 +455,7 @@ class _Collector:
                 loops=tuple(self._loops[-1]),
                 branches=tuple(b for b, _ in branches),
                 depths=tuple(d for _, d in branches),
-                statement=self._statement,
+                statement=self._statement if self._alone(self._statement) else None,
                 order=len(self.flow.calls),
             )
         )
