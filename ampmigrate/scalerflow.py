@@ -399,6 +399,10 @@ class _Collector:
             self._all([key, value])
 
     def _simple(self, node: ast.stmt) -> None:
+        start, end = self.flow.source.span(node)
+        named_dict = isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+        if not named_dict and self.text.find("(", start, end) < 0:
+            return  # below a simple statement only calls matter, and a call is spelled with "("
         self._statement = node  # alone on its line? asked only where an event is recorded
         if isinstance(node, ast.Assign):
             self._assigned = [self._code(t) for t in node.targets]
@@ -508,6 +512,8 @@ class _Collector:
 
     def _method_call(self, node: ast.Call, args: list[_Arg], name: str, receiver: ast.expr) -> None:
         assert isinstance(node.func, ast.Attribute)
+        if name not in _METHODS:
+            return
         text = self._receiver(node.func)
         first = self._arg_text(node, args[0].value) if args else ""
         if name == "backward" and isinstance(receiver, ast.Call):
@@ -569,6 +575,11 @@ class _Collector:
         return "unknown"
 
 
+# The methods whose calls the flow records (on their receiver's text).
+_METHODS = frozenset(
+    {"backward", "unscale_", "step", "update", "norm", "state_dict", "load_state_dict",
+     "parameters", "half", "to"}
+)  # fmt: skip
 _LEAVES = (
     ast.Name, ast.Constant, ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop,
     ast.Import, ast.ImportFrom, ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal,

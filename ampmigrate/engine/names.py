@@ -205,6 +205,7 @@ class Names:
         self._scopes: dict[ast.AST, Scope] = {}
         self._imports: list[Binding] = []
         self._spelled: dict[str, list[ast.Name | ast.Attribute]] = {}
+        self._dotted: set[str] = set()  # the dotted names bound (by `import a.b`)
         self.module_scope = Scope(tree, None, "module", "")
         self._walk()
 
@@ -262,7 +263,7 @@ class Names:
         scope = self.scope_of(node)
         prefix: str | None = name
         while prefix:
-            if prefix in scope:
+            if self._bound(prefix, scope):
                 return {q for b in scope.resolve(prefix) for q in b.qualified(name)}
             prefix = prefix.rpartition(".")[0] or None
         return set()
@@ -316,12 +317,17 @@ class Names:
             parent = self._parents.get(parent)
         for above in reversed(chain):  # the outermost first, as libcst tries them
             name = dotted(above)
-            if name is not None and name in scope:
+            if name is not None and self._bound(name, scope):
                 return False
         if isinstance(node, ast.Name):
             return True
         name = dotted(node)
-        return name is not None and name in scope
+        return name is not None and self._bound(name, scope)
+
+    def _bound(self, name: str, scope: Scope) -> bool:
+        """``name in scope``, where a dotted name not bound anywhere in the file (only ``import
+        a.b`` binds one) is answered without walking the scopes: most attribute chains."""
+        return ("." not in name or name in self._dotted) and name in scope
 
     def _referents(self, node: ast.AST, name: str, scope: Scope) -> list[Binding]:
         """The bindings a read of ``name`` at ``node`` sees: in its own scope only those made
@@ -341,6 +347,8 @@ class Names:
         if len(order) == 4:  # a later comprehension target: unbound in its own generator
             order, hidden = _START, (order[:2], order[2:])
         binding = Binding(name, node, target, alias, order, hidden=hidden)
+        if "." in name:
+            self._dotted.add(name)
         target.bindings.setdefault(name, []).append(binding)
         if alias is not None:
             self._imports.append(binding)
