@@ -187,8 +187,9 @@ class Flow:
     casts: list[tuple[ast.Call, str]] = field(default_factory=list)  # fp16 casts, target
     model_scopes: set[tuple[int, str]] = field(default_factory=set)  # (scope, M) of M.parameters()
     dicts: dict[tuple[int, str], ast.Dict] = field(default_factory=dict)  # (scope, name) -> {}
-    # f(...) / mod.f(...), with what the callee may name: calls to a checkpoint helper?
-    plain_calls: list[tuple[ast.Call, set[str]]] = field(default_factory=list)
+    # f(...) / mod.f(...), with what the callee may name (None: not resolved yet): calls to a
+    # checkpoint helper?
+    plain_calls: list[tuple[ast.Call, set[str] | None]] = field(default_factory=list)
     siblings: Siblings = field(default_factory=Siblings)
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
 
@@ -466,7 +467,9 @@ class _Collector:
 
     def visit_Call(self, node: ast.Call) -> None:
         args = _args(node)
-        names = self._names(node.func)
+        # the names tested below are all torch's: a callee that cannot be one is not resolved
+        resolved = self.names.may_be_in(node.func, "torch")
+        names = self._names(node.func) if resolved else set()
         if names & GRAD_SCALER:
             enabled = not disabled_by_keyword(node.keywords)
             self.flow.constructions.append((node, enabled))
@@ -491,7 +494,7 @@ class _Collector:
             self._method_call(node, args, *method)
         if isinstance(node.func, ast.Name | ast.Attribute) and not names & SAVE:
             self._place(node)
-            self.flow.plain_calls.append((node, names))
+            self.flow.plain_calls.append((node, names if resolved else None))
         self.visit(node.func)
         self._all(a.value for a in args)
         if self._norms and self._norms[-1] is node:
@@ -1031,6 +1034,8 @@ def _helper_calls(flow: Flow) -> Iterator[tuple[ast.Call, Helper]]:
         func = call.func
         helper = own.get(func.id) if isinstance(func, ast.Name) else None
         if helper is None or any(b.scope.kind != "module" for b in names.bindings(func)):
+            if index and callee is None:
+                callee = names.qualified(func)
             helper = _sibling(flow, callee, index) if index else None
         if helper is not None:
             yield call, helper

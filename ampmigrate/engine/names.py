@@ -206,6 +206,7 @@ class Names:
         self._imports: list[Binding] = []
         self._spelled: dict[str, list[ast.Name | ast.Attribute]] = {}
         self._dotted: set[str] = set()  # the dotted names bound (by `import a.b`)
+        self._roots: dict[str, frozenset[str] | None] = {}  # see may_be_in
         self.module_scope = Scope(tree, None, "module", "")
         self._walk()
 
@@ -256,6 +257,38 @@ class Names:
         if isinstance(node, ast.Name | ast.Attribute) and self._is_access(node, scope):
             return {q for b in self._referents(node, name, scope) for q in b.qualified(b.name)}
         return self.qualified_text(node, name)
+
+    def may_be_in(self, node: ast.AST, package: str) -> bool:
+        """False when no name :meth:`qualified` gives for ``node`` can be ``package`` or inside
+        it (a test on the first part of its spelled name, to skip resolving a call's callee
+        when only names inside one package matter)."""
+        name = full_name(node)
+        if name is None:
+            return False
+        if package not in self._roots:
+            self._roots[package] = self._roots_of(package)
+        roots = self._roots[package]
+        return roots is None or name.partition(".")[0] in roots
+
+    def _roots_of(self, package: str) -> frozenset[str] | None:
+        """The first parts of the names that may resolve into ``package`` (None: any may).
+        A qualified name comes from the bindings of the first part of the name written: a
+        builtin gives ``builtins.X``; another local binding its scope's prefix (the names of
+        the enclosing defs and classes) and the name as written; an import the names of its
+        statement, so only an import that names the package binds a way in."""
+        top = package.partition(".")[0]
+        for binding in self.module_scope.bindings.get(top, ()):
+            if isinstance(binding.node, (*_FUNCTIONS, ast.ClassDef)):
+                return None  # `def torch(): x = ...` prefixes its locals with `torch.<locals>`
+        roots = {top}
+        for binding in self._imports:
+            stmt = binding.node
+            modules = [a.name for a in stmt.names]  # type: ignore[union-attr]
+            if isinstance(stmt, ast.ImportFrom) and not stmt.level:
+                modules.append(stmt.module or "")
+            if any(m == top or m.startswith(top + ".") for m in modules):
+                roots.add(binding.name.partition(".")[0])
+        return frozenset(roots)
 
     def qualified_text(self, node: ast.AST, name: str) -> set[str]:
         """What the dotted ``name`` would refer to if written where ``node`` is (libcst's
