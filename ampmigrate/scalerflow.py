@@ -927,10 +927,13 @@ def sibling_modules(candidates: Iterable[tuple[str, bytes]], checked: Iterable[s
     call leads into are then parsed, and of those only module-level code and the functions that
     spell a save or a restore are analysed."""
     inside = {os.path.abspath(p) for p in checked}
+    stems = {_stem(p) for p in inside}
     wanted: set[str] = set()
     for path, data in candidates:
         folder = os.path.dirname(os.path.abspath(path)) + os.sep
         for dots, module in _imported(data):
+            if module.rpartition(".")[2] not in stems:
+                continue  # no file checked has the name the module would be found under
             # a folder more levels above this file's than the module has parts cannot hold a
             # path inside this file's folder: stop there instead of walking up to the root
             levels = module.count(".") + 2
