@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ampmigrate.catalog import Rule
 from ampmigrate.checks import AUTOCAST
-from ampmigrate.engine.names import Names
+from ampmigrate.engine.names import Names, child_fields
 from ampmigrate.engine.source import Source
 from ampmigrate.findings import Edit, Finding, Fix
 from ampmigrate.renames import disabled_by_keyword
@@ -310,11 +310,7 @@ class _Collector:
         handler(self, node)
 
     def _children(self, node: ast.AST) -> None:
-        kind = type(node)
-        fields = _FIELDS.get(kind)
-        if fields is None:
-            fields = _FIELDS[kind] = tuple(f for f in kind._fields if f not in _NO_NODES)
-        for name in fields:
+        for name in child_fields(type(node)):
             value = getattr(node, name)
             if type(value) is list:
                 for item in value:
@@ -588,11 +584,8 @@ _LEAVES = (
     ast.Import, ast.ImportFrom, ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal,
 )  # fmt: skip
 _HANDLERS: dict[type, Callable[[_Collector, ast.AST], None]] = {}
-# The walk's shortcuts (half of a file's nodes are names and literals): the leaves met most are
-# not even visited, and fields that hold only leaves or strings are not read.
+# Half of a file's nodes are names and literals: the walk does not even visit them.
 _BARE = frozenset({ast.Name, ast.Constant})
-_NO_NODES = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "name", "asname", "module"})
-_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _handler(kind: type) -> Callable[[_Collector, ast.AST], None]:

@@ -37,12 +37,10 @@ from ampmigrate.findings import ImportEdit
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _SCOPES = frozenset({*_FUNCTIONS, ast.Lambda, ast.ClassDef, *_COMPREHENSIONS})
-# Shared singletons that carry no names: never walked, never anybody's child in ``parents``.
-_LEAVES = frozenset(
-    c
-    for base in (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
-    for c in base.__subclasses__()
-)
+# Fields never walked: contexts and operators (shared singletons that carry no names, never
+# anybody's child in ``parents``) and the commonest string fields (not ``name``: on Python 3.12
+# a ``type X = ...`` statement's name is a node).
+_NO_NODES = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "asname", "module"})
 _START = (0, 0)
 # What the walk treats specially; anything else just has its children walked.
 _SPECIAL = frozenset(
@@ -396,8 +394,6 @@ class Names:
         while stack:
             node, parent, scope, order = stack.pop()
             kind = type(node)
-            if kind in _LEAVES:
-                continue
             if parent is not None:
                 parents[node] = parent
             if kind not in _SPECIAL:  # most nodes: their children, in the same scope
@@ -405,14 +401,14 @@ class Names:
                     continue
                 fields = _REVERSED.get(kind)
                 if fields is None:
-                    fields = _REVERSED[kind] = _fields(kind)[::-1]
+                    fields = _REVERSED[kind] = child_fields(kind)[::-1]
                 for name in fields:  # pushed last to first: popped in source order
                     value = getattr(node, name)
                     if type(value) is list:
                         for child in reversed(value):
-                            if isinstance(child, ast.AST) and type(child) not in _LEAVES:
+                            if isinstance(child, ast.AST):
                                 push((child, node, scope, order))
-                    elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
+                    elif isinstance(value, ast.AST):
                         push((value, node, scope, order))
                 continue
             if kind is ast.Name:
@@ -547,8 +543,9 @@ class Names:
         return children
 
 
-def _fields(kind: type) -> tuple[str, ...]:
-    """The fields of a node type that may hold nodes (not contexts, operators or strings)."""
+def child_fields(kind: type) -> tuple[str, ...]:
+    """The fields of a node type that may hold nodes worth walking: not its contexts, operators
+    or strings (read once per type: a walk that asks per node spends its time there)."""
     fields = _FIELDS.get(kind)
     if fields is None:
         fields = _FIELDS[kind] = tuple(f for f in kind._fields if f not in _NO_NODES)
@@ -556,18 +553,17 @@ def _fields(kind: type) -> tuple[str, ...]:
 
 
 def _children(node: ast.AST, kind: type) -> list[ast.AST]:
-    """``ast.iter_child_nodes`` without the leaves (contexts, operators)."""
+    """``ast.iter_child_nodes`` without contexts and operators."""
     out: list[ast.AST] = []
-    for name in _fields(kind):
+    for name in child_fields(kind):
         value = getattr(node, name)
         if type(value) is list:
-            out += [c for c in value if isinstance(c, ast.AST) and type(c) not in _LEAVES]
-        elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
+            out += [c for c in value if isinstance(c, ast.AST)]
+        elif isinstance(value, ast.AST):
             out.append(value)
     return out
 
 
-_NO_NODES = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "name", "asname", "module"})
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _REVERSED: dict[type, tuple[str, ...]] = {}
 
