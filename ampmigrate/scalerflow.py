@@ -20,11 +20,11 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ampmigrate.catalog import Rule
 from ampmigrate.checks import AUTOCAST
-from ampmigrate.engine.names import Names
+from ampmigrate.engine.names import Names, child_fields
 from ampmigrate.engine.source import Source
 from ampmigrate.findings import Edit, Finding, Fix
 from ampmigrate.renames import disabled_by_keyword
@@ -117,6 +117,9 @@ class Siblings:
     def __init__(self, wanted: Iterable[str] = ()) -> None:
         self.wanted = frozenset(wanted)
         self._summaries: dict[str, dict[str, Helper]] = {}
+        self._places: dict[tuple[str, int, str], tuple[str, ...]] = {}
+        # the module name each sibling is imported by: `utils` for utils.py and utils/__init__.py
+        self._stems = {_stem(p) for p in self.wanted}
 
     def __bool__(self) -> bool:
         return bool(self.wanted)
@@ -126,6 +129,20 @@ class Siblings:
 
     def __setstate__(self, state: tuple[frozenset[str]]) -> None:
         self.__init__(state[0])
+
+    def places(self, path: str, dots: int, module: str) -> tuple[str, ...]:
+        """The sibling modules among the places ``module``, imported from ``path``, may live
+        (:func:`_module_paths`, in its order): worked out once per import, since every call
+        next to a scaler asks, and most of the places are folders up to the root."""
+        key = (path, dots, module)
+        found = self._places.get(key)
+        if found is None:
+            found = self._places[key] = (
+                tuple(p for p in _module_paths(path, dots, module) if p in self.wanted)
+                if module.rpartition(".")[2] in self._stems
+                else ()  # no sibling has the file or folder name the module needs
+            )
+        return found
 
     def helpers(self, path: str) -> Mapping[str, Helper]:
         """What the module-level functions of ``path`` do with checkpoints ({} when it is not
@@ -170,7 +187,9 @@ class Flow:
     casts: list[tuple[ast.Call, str]] = field(default_factory=list)  # fp16 casts, target
     model_scopes: set[tuple[int, str]] = field(default_factory=set)  # (scope, M) of M.parameters()
     dicts: dict[tuple[int, str], ast.Dict] = field(default_factory=dict)  # (scope, name) -> {}
-    plain_calls: list[ast.Call] = field(default_factory=list)  # f(...) / mod.f(...): helpers?
+    # f(...) / mod.f(...), with what the callee may name (None: not resolved yet): calls to a
+    # checkpoint helper?
+    plain_calls: list[tuple[ast.Call, set[str] | None]] = field(default_factory=list)
     siblings: Siblings = field(default_factory=Siblings)
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
 
@@ -214,8 +233,7 @@ def _dtype_name(node: ast.expr | None) -> str:
     return {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}.get(name, "unknown")
 
 
-@dataclass(frozen=True)
-class _Arg:
+class _Arg(NamedTuple):  # a tuple: one is made per argument of every call in the file
     keyword: str | None
     value: ast.expr
     star: str  # "", "*" or "**"
@@ -224,12 +242,16 @@ class _Arg:
 def _args(call: ast.Call) -> list[_Arg]:
     """Positional and keyword arguments together in source order (as libcst lists them)."""
     args = [
-        (a, _Arg(None, a.value, "*") if isinstance(a, ast.Starred) else _Arg(None, a, ""))
-        for a in call.args
+        _Arg(None, a.value, "*") if type(a) is ast.Starred else _Arg(None, a, "") for a in call.args
     ]
-    args += [(k, _Arg(k.arg, k.value, "" if k.arg else "**")) for k in call.keywords]
-    args.sort(key=lambda pair: (pair[0].lineno, pair[0].col_offset))
-    return [a for _, a in args]
+    if not call.keywords:
+        return args
+    keywords = [_Arg(k.arg, k.value, "" if k.arg else "**") for k in call.keywords]
+    if not any(a.star for a in args):  # only `*rest` may follow a keyword: `f(k=1, *rest)`
+        return args + keywords
+    nodes, merged = [*call.args, *call.keywords], args + keywords
+    order = sorted(range(len(nodes)), key=lambda i: (nodes[i].lineno, nodes[i].col_offset))
+    return [merged[i] for i in order]
 
 
 class _Collector:
@@ -244,7 +266,7 @@ class _Collector:
         self._classes: list[ast.ClassDef] = []
         self._loops: list[list[ast.AST]] = [[]]
         self._branches: list[list[tuple[Branch, int]]] = [[]]
-        self._statement: ast.stmt | None = None
+        self._statement: ast.stmt | None = None  # the simple statement being visited
         self._assigned: list[str] = []  # targets of the assignment being visited
         self._norms: list[ast.Call] = []  # a norm inside a norm is one finding, not two
 
@@ -288,13 +310,13 @@ class _Collector:
         handler(self, node)
 
     def _children(self, node: ast.AST) -> None:
-        for name in node._fields:
+        for name in child_fields(type(node)):
             value = getattr(node, name)
-            if isinstance(value, list):
+            if type(value) is list:
                 for item in value:
-                    if isinstance(item, ast.AST):
+                    if isinstance(item, ast.AST) and type(item) not in _BARE:
                         self.visit(item)
-            elif isinstance(value, ast.AST):
+            elif isinstance(value, ast.AST) and type(value) not in _BARE:
                 self.visit(value)
 
     def _skip(self, node: ast.AST) -> None:
@@ -302,7 +324,7 @@ class _Collector:
 
     def _all(self, nodes: Iterable[ast.AST | None]) -> None:
         for node in nodes:
-            if node is not None:
+            if node is not None and type(node) not in _BARE:
                 self.visit(node)
 
     def visit_Module(self, node: ast.Module) -> None:
@@ -374,7 +396,11 @@ class _Collector:
             self._all([key, value])
 
     def _simple(self, node: ast.stmt) -> None:
-        self._statement = node if self._alone(node) else None
+        start, end = self.flow.source.span(node)
+        named_dict = isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+        if not named_dict and self.text.find("(", start, end) < 0:
+            return  # below a simple statement only calls matter, and a call is spelled with "("
+        self._statement = node  # alone on its line? asked only where an event is recorded
         if isinstance(node, ast.Assign):
             self._assigned = [self._code(t) for t in node.targets]
             if isinstance(node.value, ast.Dict):
@@ -386,8 +412,10 @@ class _Collector:
         self._assigned = []
         self._statement = None
 
-    def _alone(self, node: ast.stmt) -> bool:
+    def _alone(self, node: ast.stmt | None) -> bool:
         """Nothing else on the statement's lines: not after `if x:` or `a;`, nor before `; b`."""
+        if node is None:
+            return False
         start, end = self.flow.source.span(node)
         line = self.flow.source.line_start(node.lineno)
         if self.text[line:start].strip(" \t\f"):
@@ -428,14 +456,16 @@ class _Collector:
                 loops=tuple(self._loops[-1]),
                 branches=tuple(b for b, _ in branches),
                 depths=tuple(d for _, d in branches),
-                statement=self._statement,
+                statement=self._statement if self._alone(self._statement) else None,
                 order=len(self.flow.calls),
             )
         )
 
     def visit_Call(self, node: ast.Call) -> None:
         args = _args(node)
-        names = self._names(node.func)
+        # the names tested below are all torch's: a callee that cannot be one is not resolved
+        resolved = self.names.may_be_in(node.func, "torch")
+        names = self._names(node.func) if resolved else set()
         if names & GRAD_SCALER:
             enabled = not disabled_by_keyword(node.keywords)
             self.flow.constructions.append((node, enabled))
@@ -460,7 +490,7 @@ class _Collector:
             self._method_call(node, args, *method)
         if isinstance(node.func, ast.Name | ast.Attribute) and not names & SAVE:
             self._place(node)
-            self.flow.plain_calls.append(node)
+            self.flow.plain_calls.append((node, names if resolved else None))
         self.visit(node.func)
         self._all(a.value for a in args)
         if self._norms and self._norms[-1] is node:
@@ -481,6 +511,8 @@ class _Collector:
 
     def _method_call(self, node: ast.Call, args: list[_Arg], name: str, receiver: ast.expr) -> None:
         assert isinstance(node.func, ast.Attribute)
+        if name not in _METHODS:
+            return
         text = self._receiver(node.func)
         first = self._arg_text(node, args[0].value) if args else ""
         if name == "backward" and isinstance(receiver, ast.Call):
@@ -542,11 +574,18 @@ class _Collector:
         return "unknown"
 
 
+# The methods whose calls the flow records (on their receiver's text).
+_METHODS = frozenset(
+    {"backward", "unscale_", "step", "update", "norm", "state_dict", "load_state_dict",
+     "parameters", "half", "to"}
+)  # fmt: skip
 _LEAVES = (
     ast.Name, ast.Constant, ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop,
     ast.Import, ast.ImportFrom, ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal,
 )  # fmt: skip
 _HANDLERS: dict[type, Callable[[_Collector, ast.AST], None]] = {}
+# Half of a file's nodes are names and literals: the walk does not even visit them.
+_BARE = frozenset({ast.Name, ast.Constant})
 
 
 def _handler(kind: type) -> Callable[[_Collector, ast.AST], None]:
@@ -881,10 +920,13 @@ def sibling_modules(candidates: Iterable[tuple[str, bytes]], checked: Iterable[s
     call leads into are then parsed, and of those only module-level code and the functions that
     spell a save or a restore are analysed."""
     inside = {os.path.abspath(p) for p in checked}
+    stems = {_stem(p) for p in inside}
     wanted: set[str] = set()
     for path, data in candidates:
         folder = os.path.dirname(os.path.abspath(path)) + os.sep
         for dots, module in _imported(data):
+            if module.rpartition(".")[2] not in stems:
+                continue  # no file checked has the name the module would be found under
             # a folder more levels above this file's than the module has parts cannot hold a
             # path inside this file's folder: stop there instead of walking up to the root
             levels = module.count(".") + 2
@@ -934,6 +976,11 @@ def _module_paths(path: str, dots: int, module: str) -> Iterator[str]:
         folder = os.path.dirname(folder)
 
 
+def _stem(path: str) -> str:
+    folder, name = os.path.split(path)
+    return os.path.basename(folder) if name == "__init__.py" else name.removesuffix(".py")
+
+
 def _summarize(path: str, data: bytes) -> dict[str, Helper]:
     if b"torch.save" not in data and b"load_state_dict" not in data:
         return {}
@@ -965,7 +1012,7 @@ def _sibling(flow: Flow, names: set[str], index: Siblings) -> Helper | None:
     for qualified in sorted(names):
         dots = len(qualified) - len(qualified.lstrip("."))
         module, _, function = qualified.lstrip(".").rpartition(".")
-        for candidate in _module_paths(flow.source.path, dots, module):
+        for candidate in index.places(flow.source.path, dots, module):
             helper = index.helpers(candidate).get(function)
             if helper is not None:
                 return helper
@@ -977,13 +1024,15 @@ def _helper_calls(flow: Flow) -> Iterator[tuple[ast.Call, Helper]]:
     own = helpers(flow)
     names = flow.names
     index = flow.siblings if flow.source.path else Siblings()
-    for call in flow.plain_calls:
+    for call, callee in flow.plain_calls:
         if not flow.scaler_near(call):
             continue
         func = call.func
         helper = own.get(func.id) if isinstance(func, ast.Name) else None
         if helper is None or any(b.scope.kind != "module" for b in names.bindings(func)):
-            helper = _sibling(flow, names.qualified(func), index) if index else None
+            if index and callee is None:
+                callee = names.qualified(func)
+            helper = _sibling(flow, callee, index) if index else None
         if helper is not None:
             yield call, helper
 

@@ -195,3 +195,30 @@ def test_same_answers_as_libcst_on_the_fixtures() -> None:
                     assert names.qualified(node) == expected[key], (path.name, key)
                     compared += 1
     assert compared > 3000
+
+
+@pytest.mark.parametrize(
+    ("code", "expr", "expected"),
+    [
+        ("import torch\ntorch.save(x)", "torch.save", True),
+        ("from torch.cuda import amp as a\na.GradScaler()", "a.GradScaler", True),
+        ("import os, torch as th\nos.path.join()", "os.path.join", True),  # same statement
+        ("import torch\nimport numpy as np\nnp.save(x)", "np.save", False),
+        ("import torch\nclass C:\n    def f(self):\n        self.step()", "self.step", False),
+        ("import torch\nprint(x)", "print", False),
+        ("from .torch import save\nsave(x)", "save", False),  # relative: `.torch.save`
+        ("torch = load()\ntorch.save(x)", "torch.save", True),
+        ("def torch():\n    save = 1\n    save(x)", "save", True),  # `torch.<locals>.save`
+    ],
+)
+def test_may_be_in_never_rules_out_a_name_it_resolves_to(
+    code: str, expr: str, expected: bool
+) -> None:
+    """The test that lets the scaler flow skip resolving a callee: False only where no
+    qualified name is torch's."""
+    tree = ast.parse(code)
+    names = Names(tree)
+    node = next(n for n in ast.walk(tree) if ast.unparse(n) == expr)
+    assert names.may_be_in(node, "torch") is expected
+    torchs = [q for q in names.qualified(node) if q == "torch" or q.startswith("torch.")]
+    assert not torchs or expected

@@ -37,12 +37,10 @@ from ampmigrate.findings import ImportEdit
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _SCOPES = frozenset({*_FUNCTIONS, ast.Lambda, ast.ClassDef, *_COMPREHENSIONS})
-# Shared singletons that carry no names: never walked, never anybody's child in ``parents``.
-_LEAVES = frozenset(
-    c
-    for base in (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
-    for c in base.__subclasses__()
-)
+# Fields never walked: contexts and operators (shared singletons that carry no names, never
+# anybody's child in ``parents``) and the commonest string fields (not ``name``: on Python 3.12
+# a ``type X = ...`` statement's name is a node).
+_NO_NODES = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "asname", "module"})
 _START = (0, 0)
 # What the walk treats specially; anything else just has its children walked.
 _SPECIAL = frozenset(
@@ -89,7 +87,7 @@ class Scope:
             if scope.bindings.get(name):
                 return True
             if scope.kind == "module":
-                return hasattr(builtins, name)
+                return _builtin(name)
             scope = scope.visible_parent()
         return False
 
@@ -104,7 +102,7 @@ class Scope:
             if name in scope.bindings:
                 return scope.bindings[name]
             if scope.kind == "module":
-                return [Binding(name, None, scope, builtin=True)] if hasattr(builtins, name) else []
+                return [Binding(name, None, scope, builtin=True)] if _builtin(name) else []
             scope = origin.visible_parent(scope.parent)
         return []
 
@@ -139,11 +137,14 @@ class Binding:
 def _import_names(stmt: ast.Import | ast.ImportFrom, full_name: str) -> set[str]:
     """libcst's ``ImportAssignment.get_qualified_names_for``: every alias of the statement is
     tried (longest dotted prefix first), relative modules keep their dots."""
-    module = ""
+    module, aliases = "", stmt.names
     if isinstance(stmt, ast.ImportFrom):
         module = "." * stmt.level + (stmt.module or "")
+        # its names have no dots: only the one bound as the head of ``full_name`` can match
+        head = full_name.partition(".")[0]
+        aliases = [a for a in aliases if (a.asname or a.name) == head]
     out = set()
-    for alias in stmt.names:
+    for alias in aliases:
         if alias.name == "*":
             continue
         parts = alias.name.split(".")
@@ -202,6 +203,8 @@ class Names:
         self._scopes: dict[ast.AST, Scope] = {}
         self._imports: list[Binding] = []
         self._spelled: dict[str, list[ast.Name | ast.Attribute]] = {}
+        self._dotted: set[str] = set()  # the dotted names bound (by `import a.b`)
+        self._roots: dict[str, frozenset[str] | None] = {}  # see may_be_in
         self.module_scope = Scope(tree, None, "module", "")
         self._walk()
 
@@ -253,13 +256,45 @@ class Names:
             return {q for b in self._referents(node, name, scope) for q in b.qualified(b.name)}
         return self.qualified_text(node, name)
 
+    def may_be_in(self, node: ast.AST, package: str) -> bool:
+        """False when no name :meth:`qualified` gives for ``node`` can be ``package`` or inside
+        it (a test on the first part of its spelled name, to skip resolving a call's callee
+        when only names inside one package matter)."""
+        name = full_name(node)
+        if name is None:
+            return False
+        if package not in self._roots:
+            self._roots[package] = self._roots_of(package)
+        roots = self._roots[package]
+        return roots is None or name.partition(".")[0] in roots
+
+    def _roots_of(self, package: str) -> frozenset[str] | None:
+        """The first parts of the names that may resolve into ``package`` (None: any may).
+        A qualified name comes from the bindings of the first part of the name written: a
+        builtin gives ``builtins.X``; another local binding its scope's prefix (the names of
+        the enclosing defs and classes) and the name as written; an import the names of its
+        statement, so only an import that names the package binds a way in."""
+        top = package.partition(".")[0]
+        for binding in self.module_scope.bindings.get(top, ()):
+            if isinstance(binding.node, (*_FUNCTIONS, ast.ClassDef)):
+                return None  # `def torch(): x = ...` prefixes its locals with `torch.<locals>`
+        roots = {top}
+        for binding in self._imports:
+            stmt = binding.node
+            modules = [a.name for a in stmt.names]  # type: ignore[union-attr]
+            if isinstance(stmt, ast.ImportFrom) and not stmt.level:
+                modules.append(stmt.module or "")
+            if any(m == top or m.startswith(top + ".") for m in modules):
+                roots.add(binding.name.partition(".")[0])
+        return frozenset(roots)
+
     def qualified_text(self, node: ast.AST, name: str) -> set[str]:
         """What the dotted ``name`` would refer to if written where ``node`` is (libcst's
         ``scope.get_qualified_names_for(str)``): every binding of its longest bound prefix."""
         scope = self.scope_of(node)
         prefix: str | None = name
         while prefix:
-            if prefix in scope:
+            if self._bound(prefix, scope):
                 return {q for b in scope.resolve(prefix) for q in b.qualified(name)}
             prefix = prefix.rpartition(".")[0] or None
         return set()
@@ -313,12 +348,17 @@ class Names:
             parent = self._parents.get(parent)
         for above in reversed(chain):  # the outermost first, as libcst tries them
             name = dotted(above)
-            if name is not None and name in scope:
+            if name is not None and self._bound(name, scope):
                 return False
         if isinstance(node, ast.Name):
             return True
         name = dotted(node)
-        return name is not None and name in scope
+        return name is not None and self._bound(name, scope)
+
+    def _bound(self, name: str, scope: Scope) -> bool:
+        """``name in scope``, where a dotted name not bound anywhere in the file (only ``import
+        a.b`` binds one) is answered without walking the scopes: most attribute chains."""
+        return ("." not in name or name in self._dotted) and name in scope
 
     def _referents(self, node: ast.AST, name: str, scope: Scope) -> list[Binding]:
         """The bindings a read of ``name`` at ``node`` sees: in its own scope only those made
@@ -338,6 +378,8 @@ class Names:
         if len(order) == 4:  # a later comprehension target: unbound in its own generator
             order, hidden = _START, (order[:2], order[2:])
         binding = Binding(name, node, target, alias, order, hidden=hidden)
+        if "." in name:
+            self._dotted.add(name)
         target.bindings.setdefault(name, []).append(binding)
         if alias is not None:
             self._imports.append(binding)
@@ -348,17 +390,26 @@ class Names:
         self._scopes[self.tree] = self.module_scope
         # (node, parent, scope, from where on a Store name here is bound)
         stack: list[tuple] = [(self.tree, None, self.module_scope, None)]
+        push = stack.append
         while stack:
             node, parent, scope, order = stack.pop()
             kind = type(node)
-            if kind in _LEAVES:
-                continue
             if parent is not None:
                 parents[node] = parent
             if kind not in _SPECIAL:  # most nodes: their children, in the same scope
-                if kind is not ast.Constant:
-                    children = [(c, node, scope, order) for c in ast.iter_child_nodes(node)]
-                    stack.extend(reversed(children))
+                if kind is ast.Constant:
+                    continue
+                fields = _REVERSED.get(kind)
+                if fields is None:
+                    fields = _REVERSED[kind] = child_fields(kind)[::-1]
+                for name in fields:  # pushed last to first: popped in source order
+                    value = getattr(node, name)
+                    if type(value) is list:
+                        for child in reversed(value):
+                            if isinstance(child, ast.AST):
+                                push((child, node, scope, order))
+                    elif isinstance(value, ast.AST):
+                        push((value, node, scope, order))
                 continue
             if kind is ast.Name:
                 spelled.setdefault(node.id, []).append(node)
@@ -414,7 +465,7 @@ class Names:
                     name = node.rest if kind is ast.MatchMapping else node.name
                     if name:
                         self._bind(scope, name, node, (node.end_lineno, node.end_col_offset))
-                children = [(c, node, scope, order) for c in ast.iter_child_nodes(node)]
+                children = [(c, node, scope, order) for c in _children(node, kind)]
             stack.extend(reversed(children))
 
     def _import(self, node: ast.Import | ast.ImportFrom, scope: Scope) -> None:
@@ -490,6 +541,40 @@ class Names:
         else:
             children.append((node.elt, node, inner, None))
         return children
+
+
+def child_fields(kind: type) -> tuple[str, ...]:
+    """The fields of a node type that may hold nodes worth walking: not its contexts, operators
+    or strings (read once per type: a walk that asks per node spends its time there)."""
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = _FIELDS[kind] = tuple(f for f in kind._fields if f not in _NO_NODES)
+    return fields
+
+
+def _children(node: ast.AST, kind: type) -> list[ast.AST]:
+    """``ast.iter_child_nodes`` without contexts and operators."""
+    out: list[ast.AST] = []
+    for name in child_fields(kind):
+        value = getattr(node, name)
+        if type(value) is list:
+            out += [c for c in value if isinstance(c, ast.AST)]
+        elif isinstance(value, ast.AST):
+            out.append(value)
+    return out
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_REVERSED: dict[type, tuple[str, ...]] = {}
+
+
+def _builtin(name: str) -> bool:
+    """``hasattr(builtins, name)`` with a dict lookup first (most names asked about are found
+    there; only dunders can be attributes of the module object without being in it)."""
+    return name in _BUILTINS or (name.startswith("__") and hasattr(builtins, name))
+
+
+_BUILTINS = vars(builtins)
 
 
 def _before(binding: Binding, where: tuple[int, int]) -> bool:
