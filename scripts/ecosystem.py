@@ -263,9 +263,10 @@ def _contenders(python: str, ruff: str | None, listing: Path) -> dict[str, list[
     return contenders
 
 
-def bench(name: str, cache: Path, python: str, repeat: int = 3) -> dict:
+def bench(name: str, cache: Path, python: str, repeat: int = 5) -> dict:
     """files/s and peak memory of ``check`` (all rules), the floors and Ruff's TID251 ban of
-    the same modules, each a subprocess, start-up included, median of ``repeat`` runs."""
+    the same modules, each a subprocess, start-up included, median of ``repeat`` runs taken in
+    turns (every contender once per round, so a change of load is shared)."""
     tree = fetch(name, cache)
     files = [p for p in tree.rglob("*.py") if p.is_file()]
     for p in files:  # warm the page cache so no contender pays for the disk
@@ -276,8 +277,10 @@ def bench(name: str, cache: Path, python: str, repeat: int = 3) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         listing = Path(scratch) / "prefiltered"
         listing.write_text(_prefiltered(tree, files), encoding="utf-8")
-        for label, command in _contenders(python, ruff, listing).items():
-            runs = [timed(command, cwd=tree) for _ in range(repeat)]
+        contenders = _contenders(python, ruff, listing)
+        rounds = [{k: timed(c, cwd=tree) for k, c in contenders.items()} for _ in range(repeat)]
+        for label in contenders:
+            runs = [turn[label] for turn in rounds]
             seconds = statistics.median(r[0] for r in runs)
             cpu = statistics.median(r[3] for r in runs)
             figures[label] = (n / seconds, max(r[1] for r in runs), cpu)
