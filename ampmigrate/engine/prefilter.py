@@ -111,22 +111,25 @@ PREFERRED = (
 GATES = (b"cale", b"custom_")
 
 
+def _joined(segments: Iterable[bytes]) -> bytes:
+    """The segments as one string a literal can be looked for in at once: no segment holds the
+    separator, so a hit never straddles two."""
+    return b"\0".join(segments)
+
+
 def _anchors(items: list[list[bytes]]) -> set[bytes]:
     """Few literals such that every item (a name's segments, or a regex/shape's literal) contains
     one: the ``PREFERRED`` ones that serve, then greedily the segment found in most items not yet
     covered (common words only where an item has nothing else)."""
-
-    def covered(anchor: bytes, segments: list[bytes]) -> bool:
-        return any(anchor in segment for segment in segments)
-
-    anchors = {a for a in PREFERRED if any(covered(a, item) for item in items)}
-    left = [item for item in items if not any(covered(a, item) for a in anchors)]
+    pairs = [(item, _joined(item)) for item in items]
+    anchors = {a for a in PREFERRED if any(a in text for _, text in pairs)}
+    left = [(item, text) for item, text in pairs if not any(a in text for a in anchors)]
     while left:
-        every = {s for n in left for s in n}
+        every = {s for item, _ in left for s in item}
         candidates = {s for s in every if s not in _COMMON} or every
-        best = max(sorted(candidates), key=lambda a: (sum(covered(a, n) for n in left), len(a)))
+        best = max(sorted(candidates), key=lambda a: (sum(a in t for _, t in left), len(a)))
         anchors.add(best)
-        left = [n for n in left if not covered(best, n)]
+        left = [(item, text) for item, text in left if best not in text]
     return {a for a in anchors if not any(b != a and b in a for b in anchors)}
 
 
@@ -190,8 +193,9 @@ class Prefilter:
         for segments in names:
             first = _first(segments)
             entry = (first, *(s for s in segments if s != first))
+            text = _joined(segments)
             for anchor in self.anchors:
-                if any(anchor in segment for segment in segments):
+                if anchor in text:
                     self._names.setdefault(anchor, {})[entry] = None
 
     def may_match(self, data: bytes, memo: Memo | None = None) -> bool:
