@@ -120,7 +120,8 @@ def _joined(segments: Iterable[bytes]) -> bytes:
 def _anchors(items: list[list[bytes]]) -> set[bytes]:
     """Few literals such that every item (a name's segments, or a regex/shape's literal) contains
     one: the ``PREFERRED`` ones that serve, then greedily the segment found in most items not yet
-    covered (common words only where an item has nothing else)."""
+    covered (common words only where an item has nothing else); last, an anchor every item of
+    which holds another one goes (``_policy``: every name with it also spells ``mixed_``)."""
     pairs = [(item, _joined(item)) for item in items]
     anchors = {a for a in PREFERRED if any(a in text for _, text in pairs)}
     left = [(item, text) for item, text in pairs if not any(a in text for a in anchors)]
@@ -130,7 +131,12 @@ def _anchors(items: list[list[bytes]]) -> set[bytes]:
         best = max(sorted(candidates), key=lambda a: (sum(a in t for _, t in left), len(a)))
         anchors.add(best)
         left = [(item, text) for item, text in left if best not in text]
-    return {a for a in anchors if not any(b != a and b in a for b in anchors)}
+    anchors = {a for a in anchors if not any(b != a and b in a for b in anchors)}
+    for anchor in sorted(anchors):  # each anchor costs a scan of every file: drop the spare ones
+        others = anchors - {anchor}
+        if all(any(b in text for b in others) for _, text in pairs if anchor in text):
+            anchors = others
+    return anchors
 
 
 def _seen(data: bytes, word: bytes, seen: dict[bytes, bool]) -> bool:
