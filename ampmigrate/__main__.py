@@ -1,3 +1,3 @@
-from ampmigrate.cli import main
+from ampmigrate.cli import entry
 
-main()
+entry()
