@@ -299,3 +299,35 @@ def test_a_parameter_added_by_the_rewrite_must_reach_every_caller():
         """
     )
     assert bench.missed_callers("do_train", func, new, caller) == [5, 8]
+
+
+def test_the_census_names_every_apex_module_and_object_a_file_uses():
+    path = ROOT / "scripts" / "apex_census.py"
+    spec = importlib.util.spec_from_file_location("apex_census", path)
+    census = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(census)
+    source = """
+        import apex
+        import amp_C
+        from apex import amp
+        from apex.optimizers import FusedAdam as Adam
+        from apex.parallel import DistributedDataParallel
+        import apex.normalization as norm
+
+        model, opt = amp.initialize(model, Adam(params), opt_level="O1")
+        model = apex.parallel.convert_syncbn_model(model)
+        layer = norm.FusedRMSNorm(8)
+    """
+    assert census.apex_names(textwrap.dedent(source)) == [
+        "amp_C",
+        "apex",
+        "apex.amp",
+        "apex.amp.initialize",
+        "apex.normalization",
+        "apex.normalization.FusedRMSNorm",
+        "apex.optimizers.FusedAdam",
+        "apex.parallel",
+        "apex.parallel.DistributedDataParallel",
+        "apex.parallel.convert_syncbn_model",
+    ]
+    assert census.apex_names("from torch.cuda import amp\nscaler = amp.GradScaler()\n") == []
