@@ -84,6 +84,16 @@ def _with_checkpoint_helpers(
     return replace(settings, checkpoint_helpers=helpers)
 
 
+def _with_class_values(settings: Settings, candidates: list[Item]) -> Settings:
+    """AMP101/AMP102: where the run uses an old AMP class as a value (renames.class_values)."""
+    items = [(n, s) for n, s, _ in candidates if b"GradScaler" in s or b"autocast" in s]
+    if len(items) < 2:
+        return settings  # one file sees its own uses
+    from ampmigrate.renames import class_values
+
+    return replace(settings, class_values=class_values(items, settings))
+
+
 def _with_apex_links(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -> Settings:
     """AMP303 across two modules: pair the file that calls ``amp.initialize`` with the one
     whose training function scales the loss (apexlinks), checked against every file read."""
@@ -212,6 +222,8 @@ def _run(
                 candidates.append((name, source, ignored))
         if len(paths) > 1 and candidates and any(r.code == "AMP208" for r in settings.rules):
             settings = _with_checkpoint_helpers(settings, candidates, paths)
+        if len(paths) > 1 and any(r.symbols for r in settings.rules):
+            settings = _with_class_values(settings, candidates)
         if len(paths) > 1 and any(r.code == "AMP303" for r in settings.rules):
             settings = _with_apex_links(settings, candidates, paths)
         total = len(candidates)
