@@ -222,7 +222,7 @@ def check(
     symbols = [s for r in rules for s in r.symbols]
     if not symbols:
         return []
-    visitor = _Renames(symbols, source, names)
+    visitor = _Renames(symbols, source, names, settings.target_torch)
     visitor.run()
     _constructors_beside_values(visitor, source.path, settings.class_values)
     return visitor.findings
@@ -235,10 +235,10 @@ def _constructors_beside_values(
     ``type(x) is``) in this file or another of the run is unsafe: the new instance is no longer
     that class there. The message names the places."""
     here = {}
-    for new, device, line in visitor.class_values:
-        here.setdefault((new, device), []).append(f"{path or '<source>'}:{line}")
+    for code, device, line in visitor.class_values:
+        here.setdefault((code, device), []).append(f"{path or '<source>'}:{line}")
     for finding, sym in visitor.constructors:
-        key = (sym.new, sym.device)
+        key = (sym.code, sym.device)
         places = sorted(set(here.get(key, [])) | set(elsewhere.get(key, ())))
         if not places or finding.fix is None:
             continue
@@ -251,7 +251,7 @@ def _constructors_beside_values(
 
 
 def class_values(items: Iterable[tuple[str, bytes]], settings: Settings) -> dict:
-    """(new class, device) -> "path:line" of every place in these files where an old class is
+    """(rule code, device) -> "path:line" of every place in these files where an old class is
     used as a value that is not rewritten safely (the project pass behind the message above)."""
     from ampmigrate.engine.analyze import parse
 
@@ -265,14 +265,20 @@ def class_values(items: Iterable[tuple[str, bytes]], settings: Settings) -> dict
             continue
         visitor = _Renames(symbols, Source.from_bytes(data, path), Names(tree))
         visitor.run()
-        for new, device, line in visitor.class_values:
-            out.setdefault((new, device), []).append(f"{path}:{line}")
+        for code, device, line in visitor.class_values:
+            out.setdefault((code, device), []).append(f"{path}:{line}")
     return {key: tuple(places) for key, places in out.items()}
 
 
 class _Renames:
-    def __init__(self, symbols: Iterable[Symbol], source: Source, names: Names) -> None:
-        self.table = {s.old: s for s in symbols}
+    def __init__(
+        self,
+        symbols: Iterable[Symbol],
+        source: Source,
+        names: Names,
+        target_torch: tuple[int, ...] | None = None,
+    ) -> None:
+        self.table = {s.old: _for_target(s, target_torch) for s in symbols}
         self.source = source
         self.names = names
         self.findings: list[Finding] = []
@@ -280,7 +286,7 @@ class _Renames:
         # Names a symbol may be imported as (`from torch.cuda.amp import autocast as ac`).
         self._aliases = {b.alias.asname for b in names.imports() if b.alias and b.alias.asname}
         self._stopped: set[ast.AST] = set()  # matched: nothing inside is looked at
-        # (new class, device, line) where an old class is used as a value that is not rewritten
+        # (rule code, device, line) where an old class is used as a value that is not rewritten
         # safely: a constructor migrated anywhere in the run changes what matches there
         self.class_values: list[tuple[str, str, int]] = []
         self.constructors: list[tuple[Finding, Symbol]] = []  # class calls that got a fix
@@ -417,6 +423,8 @@ class _Renames:
             kws = ", ".join(f"{k}={v}" for k, v in sym.keywords)
             call = f"`{sym.new}({kws}, ...)`"
         message = f"`{sym.old}` is deprecated, use {call}"
+        if sym.note:
+            message += f"; {sym.note}"
         if detail:
             message += f"; {detail}"
         self.findings.append(Finding(sym.code, message, node, fix))
@@ -518,7 +526,7 @@ class _Renames:
 
                 detail = ""
                 if identity:
-                    self.class_values.append((sym.new, sym.device, node.lineno))
+                    self.class_values.append((sym.code, sym.device, node.lineno))
                     detail = (
                         f"used as {identity}: becomes the class `{sym.new}`, which an instance "
                         "made with the old class elsewhere (code not migrated) no longer is"
@@ -528,7 +536,7 @@ class _Renames:
                 self._report(sym, node, detail, fix)
                 return
             if sym.kind == "class" and not self._only_called(node):
-                self.class_values.append((sym.new, sym.device, node.lineno))
+                self.class_values.append((sym.code, sym.device, node.lineno))
                 raise NoFix(
                     "the class is used as a value that is not only called (it may be compared, "
                     f"registered or subclassed): `{sym.new}` is the class but takes the device "
@@ -798,6 +806,22 @@ class _Renames:
             lines.append(text)
             line -= 1
         return "\n".join(reversed(lines))
+
+
+def _for_target(sym: Symbol, target: tuple[int, ...] | None) -> Symbol:
+    """The symbol as the target torch can take it: below its replacement's first release, the
+    replacement an older release has (``torch.autocast`` for 1.10-1.11), where there is one."""
+    if target is None or target >= sym.min_torch:
+        return sym
+    for since, new in sorted(sym.older, reverse=True):
+        if target >= since:
+            note = (
+                f"written as `{new}`: the project's torch floor "
+                f"{'.'.join(map(str, target))} has no `{sym.new}` (since "
+                f"{'.'.join(map(str, sym.min_torch))})"
+            )
+            return replace(sym, new=new, min_torch=since, note=note)
+    return sym
 
 
 def _outer_first(node: ast.AST) -> tuple[int, int, int, int]:

@@ -208,3 +208,114 @@ def test_every_keras_rename_target_exists_on_keras_3_and_tf_keras():
             [sys.executable, "-c", RESOLVE], capture_output=True, text=True, env=env, check=False
         )
         assert "MISSING []" in ran.stdout, (legacy, ran.stdout, ran.stderr[-2000:])
+
+
+# ---- torch floors per symbol (docs/torch-floors.md) -------------------------------------------
+
+FLOORS = {  # replacement -> first release, as the docs table shows it from the wheels
+    "torch.autocast": (1, 10),
+    "torch.amp.autocast": (1, 12),
+    "torch.amp.GradScaler": (2, 3),
+    "torch.amp.custom_fwd": (2, 4),
+    "torch.amp.custom_bwd": (2, 4),
+    "torch.get_autocast_dtype": (2, 4),
+    "torch.set_autocast_dtype": (2, 4),
+    "torch.is_autocast_enabled": (2, 4),
+    "torch.set_autocast_enabled": (2, 4),
+}
+
+
+def test_each_symbols_floor_is_the_documented_release():
+    from ampmigrate.catalog import all_rules
+
+    from conftest import ROOT
+
+    table = (ROOT / "docs" / "torch-floors.md").read_text()
+    for rule in all_rules().values():
+        for sym in rule.symbols:
+            if sym.kind == "manual":
+                continue
+            assert sym.min_torch == FLOORS[sym.new], sym.old
+            for since, new in sym.older:
+                assert since == FLOORS[new], sym.old
+    for name, (major, minor) in FLOORS.items():
+        row = next(line for line in table.splitlines() if f"`{name}" in line and "|" in line)
+        assert f"| {major}.{minor} |" in row, name
+
+
+def _fixed_on(tmp_path: Path, cli, declared: str) -> tuple[str, str]:
+    project = tmp_path / declared.replace(">=", "").replace(".", "_")
+    (project / "pkg").mkdir(parents=True)
+    (project / "requirements.txt").write_text(f"numpy\n{declared}\n")
+    source = (
+        "import torch\n\n"
+        "with torch.cuda.amp.autocast():\n    pass\n"
+        "scaler = torch.cuda.amp.GradScaler()\n"
+    )
+    (project / "pkg" / "m.py").write_text(source)
+    checked = cli("check", "--output-format", "concise", str(project)).stdout
+    cli("fix", str(project))
+    return (project / "pkg" / "m.py").read_text(), checked
+
+
+def test_plain_fix_writes_what_the_declared_torch_has(tmp_path, cli):
+    old, said = _fixed_on(tmp_path, cli, "torch>=1.10")
+    assert 'with torch.autocast("cuda", dtype=torch.float16):' in old
+    assert "written as `torch.autocast`: the project's torch floor 1.10" in said
+    assert "torch.cuda.amp.GradScaler()" in old  # torch.amp.GradScaler needs 2.3
+    assert "the fix needs torch >= 2.3; target-torch is 1.10" in said
+    mid, said = _fixed_on(tmp_path, cli, "torch>=1.12")
+    assert 'with torch.amp.autocast("cuda", dtype=torch.float16):' in mid
+    assert "written as" not in said
+    assert "torch.cuda.amp.GradScaler()" in mid
+    new, _ = _fixed_on(tmp_path, cli, "torch>=2.3")
+    assert 'torch.amp.GradScaler("cuda")' in new
+    older, said = _fixed_on(tmp_path, cli, "torch>=1.9")
+    assert "torch.cuda.amp.autocast()" in older  # nothing exact exists on 1.9
+    assert "the fix needs torch >= 1.12; target-torch is 1.9" in said
+
+
+def test_the_torch_autocast_fallback_runs_and_is_the_same_class(tmp_path):
+    """What the 1.10-1.11 fallback writes runs on today's torch without a deprecation warning
+    and is the class the newer replacement names."""
+    import torch
+
+    assert torch.autocast is torch.amp.autocast
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import warnings\nimport torch\n"
+        'warnings.simplefilter("error", FutureWarning)\n'
+        'with torch.autocast("cpu", dtype=torch.bfloat16):\n'
+        "    y = torch.ones(2, 2) @ torch.ones(2, 2)\n"
+        "print(y.dtype)\n"
+    )
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert ran.stdout.strip() == "torch.bfloat16", ran.stderr
+
+
+def test_a_torch_floor_from_a_setup_py_deps_table(tmp_path):
+    from ampmigrate.floor import find
+
+    (tmp_path / "setup.py").write_text(
+        textwrap.dedent(
+            """\
+            import re
+            from setuptools import setup
+
+            _deps = ["numpy>=1.17", "torch>=1.10,!=1.12.0", "accelerate>=0.20"]
+            pattern = r"^(([^!=<>~ ]+)(?:[!=<>~ ].*)?$)"
+            deps = {b: a for a, b in (re.findall(pattern, x)[0] for x in _deps)}
+
+
+            def deps_list(*pkgs):
+                return [deps[pkg] for pkg in pkgs]
+
+
+            extras = {"torch": deps_list("torch", "accelerate")}
+            setup(name="x", install_requires=deps_list("numpy"), extras_require=extras)
+            """
+        )
+    )
+    floor = find([tmp_path])
+    assert floor is not None and floor.version == (1, 10)
+    assert "torch>=1.10" in floor.source

@@ -22,7 +22,7 @@ class Settings:
     checkpoint_helpers: Any = field(default=None, compare=False)
     # AMP303 across two modules: apexlinks.link over the run, by absolute path (run() fills it)
     apex_links: Mapping[str, Any] = field(default_factory=dict, compare=False)
-    # AMP101/AMP102 across modules: (new class, device) -> "path:line" where an old class is
+    # AMP101/AMP102 across modules: (rule code, device) -> "path:line" where an old class is
     # used as a value (renames.class_values over the run; run() fills it)
     class_values: Mapping[tuple[str, str], tuple[str, ...]] = field(
         default_factory=dict, compare=False
