@@ -62,8 +62,14 @@ PROJECT_PASSES: tuple[ProjectPass, ...] = (
     ProjectPass(
         name="checkpoint_helpers",
         codes=frozenset({"AMP208"}),
-        module="ampmigrate.scalerproject",
+        module="ampmigrate.projectpasses",
         prepare="checkpoint_helpers",
+    ),
+    ProjectPass(
+        name="class_values",
+        codes=frozenset({"AMP101", "AMP102", "AMP201"}),  # the rules that rename a class
+        module="ampmigrate.projectpasses",
+        prepare="class_values",
     ),
     ProjectPass(
         name="apex_links",
