@@ -49,6 +49,8 @@ def family(rule: Rule) -> str:
         return "keras"
     if rule.check == APEX_CHECK:
         return "apex"
+    if rule.check == "apex-api":
+        return "apexapi"
     if rule.check == "backward-in-autocast":
         return "checks"
     return "scalerflow"
