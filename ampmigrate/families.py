@@ -54,6 +54,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("ampmigrate.renames", lambda rule: bool(rule.symbols)),
     Family("ampmigrate.keras", lambda rule: bool(rule.paths) or rule.code.startswith("AMP4")),
     Family("ampmigrate.apexcheck", lambda rule: rule.check == "apex-o1-rewrite"),
+    Family("ampmigrate.apexapi", lambda rule: rule.check == "apex-api"),
     Family("ampmigrate.checks", lambda rule: rule.check == "backward-in-autocast"),
     Family("ampmigrate.scalerflow", lambda rule: True),
 )
