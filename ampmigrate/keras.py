@@ -1154,6 +1154,8 @@ class GraphRewriteWithPolicy(_Policies):
             "ValueError, Keras 3 silently enables both (casts applied twice); keep the policy"
         )
         for call in self.graph_rewrites:
+            if all(self.names.exclusive(call, policy) for policy, _, _ in self.policies):
+                continue  # `if graph_rewrite: ... else: set_global_policy(...)`: one or the other
             self.findings.append(Finding(self.rule.code, message, call, None))
 
 

@@ -319,3 +319,170 @@ def test_a_torch_floor_from_a_setup_py_deps_table(tmp_path):
     floor = find([tmp_path])
     assert floor is not None and floor.version == (1, 10)
     assert "torch>=1.10" in floor.source
+
+
+# ---- false positives fixed at their mechanism --------------------------------------------------
+
+
+def _codes(source: str) -> list[tuple[str, int]]:
+    return [(d.code, d.line) for d in check_source(textwrap.dedent(source))]
+
+
+ENGINE = """\
+import torch
+
+
+class Engine:
+    def __init__(self, model, optimizer):
+        self.scaler = torch.amp.GradScaler("cuda")
+        self.model, self.optimizer = model, optimizer
+
+    def _optimizer_step(self):
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.scaler.step(self.optimizer)
+
+    def _step(self):
+        self._optimizer_step()
+
+    def train(self, loader):
+        for x in loader:
+            self.scaler.scale(self.model(x).sum()).backward()
+            self._step()
+            self.scaler.update()
+"""
+
+
+def test_step_whose_update_runs_in_a_caller_is_not_flagged():
+    """AMP205 follows the calls of the stepping method up the call graph (two levels here)."""
+    assert "AMP205" not in [c for c, _ in _codes(ENGINE)]
+    # The same shape with the caller's update gone, or in the other arm of an if, is flagged.
+    gone = ENGINE.replace("            self.scaler.update()\n", "")
+    assert ("AMP205", 12) in _codes(gone)
+    other_arm = ENGINE.replace(
+        "            self._step()\n            self.scaler.update()\n",
+        "            if log:\n                self._step()\n            else:\n"
+        "                self.scaler.update()\n",
+    )
+    assert ("AMP205", 12) in _codes(other_arm)
+
+
+def test_the_missing_update_message_is_what_torch_does(tmp_path):
+    """The message's claim, checked: an enabled scaler's second step() of one optimizer without
+    update() raises exactly this RuntimeError."""
+    [finding] = [d for d in check_source(ENGINE.replace("            self.scaler.update()\n", ""))]
+    assert "step() has already been called since the last update()" in finding.message
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import torch\nm = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        's = torch.amp.GradScaler("cpu")\n'
+        "for _ in range(2):\n"
+        "    s.scale(m(torch.ones(1, 2)).sum()).backward()\n"
+        "    s.step(opt)\n"
+    )
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert "RuntimeError: step() has already been called since the last update()" in ran.stderr
+
+
+LAZY = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+        self._scaler = None
+
+    @property
+    def scaler(self):
+        if self._scaler is None:
+            self._scaler = torch.amp.GradScaler("cuda")
+        return self._scaler
+
+    def load(self, path):
+        ckpt = torch.load(path)
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scaler.load_state_dict(ckpt["grad_scaler"])
+"""
+
+
+def test_a_scaler_behind_a_property_is_restored_through_it():
+    assert _codes(LAZY) == []
+    forgotten = LAZY.replace('        self.scaler.load_state_dict(ckpt["grad_scaler"])\n', "")
+    assert ("AMP208", 17) in _codes(forgotten)
+
+
+def test_a_weights_export_is_no_checkpoint_and_a_dict_misses_its_key_once():
+    source = """\
+        import torch
+
+        scaler = torch.amp.GradScaler("cuda")
+        for x in loader:
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        torch.save(model.state_dict(), "weights.pt")
+        ckpt = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        torch.save(ckpt, "last.pt")
+        torch.save(ckpt, "best.pt")
+        torch.save(optimizer.state_dict(), "optimizer.pt")
+        """
+    assert _codes(source) == [("AMP208", 10), ("AMP208", 12)]
+
+
+def test_a_policy_and_the_graph_rewrite_in_exclusive_branches():
+    source = """\
+        import tensorflow as tf
+
+        if args.graph_rewrite:
+            opt = tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite(opt)
+        elif args.keras:
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        """
+    assert "AMP408" not in [c for c, _ in _codes(source)]
+    both = source.replace("elif args.keras:", "if args.keras:")
+    assert ("AMP408", 4) in _codes(both)
+
+
+def test_names_exclusive_arms():
+    import ast
+
+    from ampmigrate.engine.names import Names
+
+    tree = ast.parse(
+        "if a:\n    x()\n    y()\nelse:\n    z()\n"
+        "try:\n    p()\nexcept E:\n    q()\nexcept F:\n    r()\nelse:\n    s()\n"
+        "v = t() if c else u()\n"
+    )
+    names = Names(tree)
+    calls = {n.func.id: n for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    yes = [("x", "z"), ("q", "r"), ("q", "s"), ("t", "u")]
+    no = [("x", "y"), ("p", "q"), ("x", "q")]
+    assert all(names.exclusive(calls[a], calls[b]) for a, b in yes)
+    assert not any(names.exclusive(calls[a], calls[b]) for a, b in no)
+
+
+def test_a_project_module_named_optimizers_is_not_apex():
+    source = """\
+        import torch
+        from apex import amp
+        from mypkg.optimizers import build_optimizer
+
+
+        def train(model, loader):
+            optimizer = build_optimizer(model)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """
+    out, remaining, fixed = fix_source(textwrap.dedent(source), unsafe=True)
+    said = " ".join(d.message for d in [*remaining, *fixed])
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert "stays a dependency" not in said and "from mypkg.optimizers" in out
+    apex_own = textwrap.dedent(source).replace("mypkg.optimizers", "apex.optimizers")
+    _, remaining, fixed = fix_source(apex_own, unsafe=True)
+    assert "apex stays a dependency" in " ".join(d.message for d in [*remaining, *fixed])

@@ -227,6 +227,24 @@ class Names:
             yield parent
             parent = self._parents.get(parent)
 
+    def exclusive(self, a: ast.AST, b: ast.AST) -> bool:
+        """``a`` and ``b`` sit in different arms of one ``if``/``else`` (``elif`` included),
+        conditional expression, or ``try`` (two handlers, a handler and ``else``): they
+        never both run in one pass through that statement (Ruff's branch exclusivity)."""
+        arms = {}
+        child = a
+        for above in self.ancestors(a):
+            arms[id(above)] = _arm(above, child)
+            child = above
+        child = b
+        for above in self.ancestors(b):
+            mine = arms.get(id(above))
+            if mine is not None:
+                theirs = _arm(above, child)
+                return mine != theirs and mine != "" and theirs != ""
+            child = above
+        return False
+
     def scope(self, node: ast.AST) -> ast.AST:
         """The node of the scope ``node`` is evaluated in: Module, FunctionDef, AsyncFunctionDef,
         Lambda, ClassDef or a comprehension (a decorator or a default belongs to the enclosing
@@ -541,6 +559,24 @@ class Names:
         else:
             children.append((node.elt, node, inner, None))
         return children
+
+
+def _arm(node: ast.AST, child: ast.AST) -> str:
+    """Which arm of a branching ``node`` its ``child`` is in ("" for none: the test, a
+    ``finally``, a statement that does not branch)."""
+    kind = type(node)
+    if kind is ast.If or kind is ast.IfExp:
+        if child is node.test:
+            return ""
+        body = node.body if kind is ast.If else [node.body]
+        return "body" if any(child is s for s in body) else "orelse"
+    if kind is ast.Try or kind is getattr(ast, "TryStar", None):
+        if any(child is h for h in node.handlers):
+            return f"handler{node.handlers.index(child)}"
+        if any(child is s for s in node.orelse):
+            return "else"  # runs only where no handler does
+        return ""  # the body may run in part before a handler; finally runs always
+    return ""
 
 
 def child_fields(kind: type) -> tuple[str, ...]:
