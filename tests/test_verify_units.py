@@ -12,7 +12,7 @@ import pytest
 
 from ampmigrate.findings import Diagnostic
 from ampmigrate.harness.coverage import changed_sites, fixed_sites, measure
-from ampmigrate.harness.project import build_mirror, find_root, guess_imports
+from ampmigrate.harness.project import COPY_LIMIT, build_mirror, find_root, guess_imports
 from ampmigrate.harness.verify import (
     Side,
     _environment_failure,
@@ -41,11 +41,15 @@ def test_mirror_writes_the_migrated_files_and_links_the_rest(tmp_path):
     build_mirror(root, mirror, {Path("pkg/a.py"): b"migrated", Path("tools/train.py"): b"t"})
     assert (mirror / "pkg/a.py").read_bytes() == b"migrated"
     assert not (mirror / "pkg/a.py").is_symlink() and not (mirror / "pkg").is_symlink()
-    assert os.readlink(mirror / "pkg/b.py") == str(root / "pkg/b.py")
+    # small files are copies (a script that rewrites one rewrites the copy), large ones links
+    assert not (mirror / "pkg/b.py").is_symlink()
+    assert (mirror / "pkg/b.py").read_text() == "pkg/b.py"
     # directories are real (what the run writes stays in the copy), environments are links
-    assert not (mirror / "data").is_symlink()
-    assert os.readlink(mirror / "data/x.bin") == str(root / "data/x.bin")
+    assert not (mirror / "data").is_symlink() and not (mirror / "data/x.bin").is_symlink()
     assert os.readlink(mirror / ".venv") == str(root / ".venv")
+    (root / "data/big.bin").write_bytes(b"\0" * (COPY_LIMIT + 1))
+    build_mirror(root, tmp_path / "again", {})
+    assert os.readlink(tmp_path / "again/data/big.bin") == str(root / "data/big.bin")
     assert (root / "pkg/a.py").read_text() == "pkg/a.py"
     # past the budget, directories are linked whole
     small = tmp_path / "small"
@@ -148,11 +152,11 @@ def test_precision_wording_and_who_disabled_it():
 
 def test_only_a_missing_non_torch_module_is_an_environment_failure():
     side = Side("migrated", Path("t.py"))
-    side.stderr = "Traceback...\nModuleNotFoundError: No module named 'mypkg.data'\n"
+    side.output = "Traceback...\nModuleNotFoundError: No module named 'mypkg.data'\n"
     assert "cannot import 'mypkg.data'" in str(_environment_failure(side, "the copy"))
-    side.stderr = "ModuleNotFoundError: No module named 'torch.amp.nothing'\n"
+    side.output = "ModuleNotFoundError: No module named 'torch.amp.nothing'\n"
     assert _environment_failure(side, "the copy") is None
-    side.stderr = "ImportError: cannot import name 'GradScaler' from 'torch.amp'\n"
+    side.output = "ImportError: cannot import name 'GradScaler' from 'torch.amp'\n"
     assert _environment_failure(side, "the copy") is None
 
 
