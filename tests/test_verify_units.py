@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ampmigrate.findings import Diagnostic
-from ampmigrate.harness.coverage import changed_sites, fixed_sites, measure
+from ampmigrate.harness.coverage import WHOLE_LINE, Span, changed_sites, fixed_sites, measure
 from ampmigrate.harness.project import COPY_LIMIT, build_mirror, find_root, guess_imports
 from ampmigrate.harness.verify import (
     Side,
@@ -75,10 +75,6 @@ def test_import_guess_follows_relative_sys_path_layouts(tmp_path):
     }  # fmt: skip
 
 
-def _diagnostic(line: int, code: str = "AMP101") -> Diagnostic:
-    return Diagnostic("", line, 1, line, 10, code, "m", "safe")
-
-
 def test_fixed_sites_follow_the_lines_a_fix_moved():
     original = textwrap.dedent(
         """\
@@ -104,16 +100,43 @@ def test_fixed_sites_follow_the_lines_a_fix_moved():
             pass
         """
     ).encode()
-    sites = fixed_sites(
-        original, new, [_diagnostic(4, "AMP102"), _diagnostic(7)], "/m/t.py", "t.py"
-    )
-    assert [(s.label, s.lines) for s in sites] == [
-        ("AMP102 t.py:4", (3, 4, 5, 6)),  # the whole rewritten statement
-        ("AMP101 t.py:7", (7,)),  # the with header only, not its body
+    found = [  # the calls, as the rules report them (columns 1-based)
+        Diagnostic("", 4, 10, 6, 2, "AMP102", "m", "safe"),
+        Diagnostic("", 7, 6, 7, 31, "AMP101", "m", "safe"),
     ]
-    coverage = measure("rewritten sites", sites, {"/m/t.py": [5]})
+    sites = fixed_sites(original, new, found, "/m/t.py", "t.py")
+    assert [(s.label, s.spans) for s in sites] == [
+        ("AMP102 t.py:4", (Span(3, 9, 6, 1),)),  # the rewritten call, over its lines
+        ("AMP101 t.py:7", (Span(7, 5, 7, 31),)),  # the call in the with header, not its body
+    ]
+    coverage = measure("rewritten sites", sites, {"/m/t.py": [[3, 9, 6, 1]]})
     assert coverage.describe() == "1 of 2 rewritten sites ran"
     assert coverage.to_dict()["not_run"] == ["AMP101 t.py:7"]
+
+
+def test_a_site_is_the_rewritten_node_so_each_arm_of_a_conditional_is_its_own():
+    original = (
+        b"import torch\n"
+        b"ctx = (torch.cpu.amp.autocast(dtype=torch.bfloat16) if c\n"
+        b"       else torch.cuda.amp.autocast())\n"
+    )
+    new = (
+        b"import torch\n"
+        b'ctx = (torch.amp.autocast("cpu", dtype=torch.bfloat16) if c\n'
+        b'       else torch.amp.autocast("cuda"))\n'
+    )
+    found = [
+        Diagnostic("", 2, 8, 2, 52, "AMP101", "m", "safe"),
+        Diagnostic("", 3, 13, 3, 37, "AMP101", "m", "safe"),
+    ]
+    first, second = fixed_sites(original, new, found, "/m/t.py", "t.py")
+    assert first.spans == (Span(2, 7, 2, 54),) and second.spans == (Span(3, 12, 3, 38),)
+    # instruction positions: the condition and the first arm ran, the second arm did not
+    hits = {"/m/t.py": [list(first.spans[0])]}
+    assert measure("rewritten sites", [first, second], hits).describe() == (
+        "1 of 2 rewritten sites ran"
+    )
+    assert Span(2, 7, 2, 54).holds((2, 2, 7, 24)) and not Span(2, 7, 2, 54).holds((2, 2, 58, 59))
 
 
 def test_changed_sites_keep_amp_hunks_that_can_run():
@@ -122,6 +145,7 @@ def test_changed_sites_keep_amp_hunks_that_can_run():
     # the deleted import cannot run; lr is no AMP line; line 5 had a finding at REV
     sites = changed_sites(old, new, {6}, "/w/t.py", "t.py")
     assert [(s.label, s.lines) for s in sites] == [("t.py:5", (5,))]
+    assert sites[0].spans == (Span(5, 0, 5, WHOLE_LINE),)  # changed lines: whole lines
     # --migrated: every hunk that can run
     assert [s.label for s in changed_sites(old, new, None, "/w/t.py", "t.py")] == [
         "t.py:3", "t.py:5",

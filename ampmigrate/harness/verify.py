@@ -157,18 +157,18 @@ def _imported(traces: list[dict], root: Path) -> set[str]:
     return out
 
 
-def _hits(traces: list[dict]) -> dict[str, list[int]]:
-    hits: dict[str, list[int]] = {}
+def _hits(traces: list[dict]) -> dict[str, list]:
+    hits: dict[str, list] = {}
     for trace in traces:
-        for path, lines in trace.get("lines_hit", {}).items():
-            hits.setdefault(path, []).extend(lines)
+        for path, spans in trace.get("spans_hit", {}).items():
+            hits.setdefault(path, []).extend(spans)
     return hits
 
 
 def _write_sites(sites: list[Site], path: Path) -> Path:
-    watched: dict[str, set[int]] = {}
+    watched: dict[str, set] = {}
     for site in sites:
-        watched.setdefault(site.path, set()).update(site.lines)
+        watched.setdefault(site.path, set()).update(site.spans)
     path.write_text(json.dumps({k: sorted(v) for k, v in watched.items()}), encoding="utf-8")
     return path
 
