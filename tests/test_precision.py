@@ -670,3 +670,87 @@ def test_notebook_pieces_of_a_changed_cell_are_kept_where_unchanged(tmp_path, cl
         "    pass\n# a b\n",
     ]
     assert cells[1]["source"] == ["x = 1\r\n", "y = 2\r\n"]
+
+
+# ---- smaller ------------------------------------------------------------------------------------
+
+
+def test_a_symlinked_file_is_checked_once(tmp_path, cli):
+    import os
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "train.py").write_text(
+        "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+    )
+    os.symlink(tmp_path / "pkg" / "train.py", tmp_path / "alias.py")
+    from ampmigrate.engine.discover import discover
+
+    assert [p.name for p in discover([tmp_path])] == ["train.py"]
+    checked = cli("check", str(tmp_path))
+    assert checked.stdout.count("AMP102") == 1, checked.stdout
+    # a link to a file that is not otherwise checked (in a skipped folder) is still checked
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "gen.py").write_text("x = 1\n")
+    os.symlink(tmp_path / "build" / "gen.py", tmp_path / "gen.py")
+    assert sorted(p.name for p in discover([tmp_path])) == ["gen.py", "train.py"]
+
+
+GUARDED = """\
+import os
+
+import torch
+
+# Mixed precision needs torch >= 1.6
+try:
+    # the CUDA scaler
+    from torch.cuda.amp import GradScaler
+except ImportError:
+    raise RuntimeError("torch too old")
+
+# apex is optional
+try:
+    import apex  # noqa: F401
+    # autocast too
+    from torch.cuda.amp import autocast
+except ImportError:
+    apex = None
+
+scaler = GradScaler()
+with autocast():
+    pass
+print(os, apex)
+"""
+
+
+def test_a_removed_import_in_a_try_keeps_its_comments_and_leaves_no_empty_try():
+    out, remaining, fixed = fix_source(GUARDED)
+    assert len(fixed) == 2 and not remaining
+    assert "try:\n    pass" not in out and "pass\nexcept" not in out
+    assert out.startswith(
+        "import os\n\nimport torch\n\n# Mixed precision needs torch >= 1.6\n# the CUDA scaler\n\n"
+        "# apex is optional\ntry:\n    import apex  # noqa: F401\n    # autocast too\n"
+        "except ImportError:\n    apex = None\n"
+    )
+    compile(out, "guarded.py", "exec")
+    assert fix_source(out)[2] == []
+
+
+def test_import_functools_joins_the_standard_library_imports():
+    source = textwrap.dedent(
+        """\
+        import os
+        import sys
+
+        import torch
+
+        from mypkg import thing
+
+        Scaler = torch.cuda.amp.GradScaler
+        scaler = Scaler()
+        """
+    )
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert fixed and out.startswith("import functools\nimport os\nimport sys\n\nimport torch\n")
+    only_third_party = "import torch\n\nScaler = torch.cuda.amp.GradScaler\nscaler = Scaler()\n"
+    out, _, _ = fix_source(only_third_party, unsafe=True)
+    assert out.startswith("import functools\n\nimport torch\n\nScaler = functools.partial(")
