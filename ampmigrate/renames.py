@@ -560,7 +560,9 @@ class _Renames:
                 self._report(sym, node, detail, fix)
                 return
             if sym.kind == "class" and not self._only_called(node):
-                self.class_values.append((sym.code, sym.device, node.lineno))
+                if isinstance(self.names.parent(node), ast.Call | ast.keyword):
+                    # passed on: maybe registered (`register(cls, save)`), as a key is
+                    self.class_values.append((sym.code, sym.device, node.lineno))
                 raise NoFix(
                     "the class is used as a value that is not only called (it may be compared, "
                     f"registered or subclassed): `{sym.new}` is the class but takes the device "
@@ -741,7 +743,11 @@ class _Renames:
             return "a dict key"
         if kind is ast.Subscript and parent.slice is node:
             return "a registry key"
-        if kind is ast.Compare and all(type(op) in _IDENTITY_OPS for op in parent.ops):
+        if (
+            kind is ast.Compare
+            and all(type(op) in _IDENTITY_OPS for op in parent.ops)
+            and not any(isinstance(o, ast.Constant) for o in [parent.left, *parent.comparators])
+        ):  # `type(x) is cls`; `cls is not None` is a feature check
             return "an operand of `is`/`==`"
         return ""
 
