@@ -64,7 +64,33 @@ PACKAGES = {
     "tf-keras": "tf-keras==2.21.0",
     "tensorflow-cpu": "tensorflow-cpu==2.21.0",
 }
+# Public projects (training code, not libraries) pinned by commit, fetched as GitHub's source
+# archive of that commit (or `git archive` of a local mirror: --mirrors DIR holding
+# owner+name/repo bare clones); never committed. The shapes issue 22 found on such projects.
+PROJECTS = {
+    "yolov5": ("ultralytics/yolov5", "5081342f04fb287fc2e5f2b5a4e06752b7937b1c"),
+    "ignite": ("pytorch/ignite", "de08e799cfb55a6cf4aa778575d6bad725385453"),
+    "catalyst": ("catalyst-team/catalyst", "e99f90655d0efcf22559a46e928f0f98c9807ebf"),
+    "sentence-transformers": (
+        "UKPLab/sentence-transformers", "85ec64559f4414aa536eca4bf53538291e0a333f",
+    ),
+    "simpletransformers": (
+        "ThilinaRajapakse/simpletransformers", "03a3789f2c65119949f7cd98b524e78c6cc87d27",
+    ),
+    "swin-transformer": ("microsoft/Swin-Transformer", "f82860bfb5225915aca09c3227159ee9e1df874d"),
+    "fairseq": ("facebookresearch/fairseq", "3d262bb25690e4eb2e7d3c1309b1e9c406ca4b99"),
+    "classy-vision": ("facebookresearch/ClassyVision", "08a82e88fcfa143933832994ace2424c03dd43b8"),
+    "gpt-neox": ("EleutherAI/gpt-neox", "ea7aefd8f8e183256992d9fede4d7c71a46d67a5"),
+    "torchscale": ("microsoft/torchscale", "4d1e0e82e5adf86dd424f1463192635b73fc8efc"),
+    "metaseq": ("facebookresearch/metaseq", "f7ffa5fd61cf90f498a36d365c13dd7f1a912ff7"),
+    "simmim": ("microsoft/SimMIM", "d3e29bcac950b83edc34ca33fe4404f38309052c"),
+    "mlcommons-training": ("mlcommons/training", "aa344c7fb900e82ed19fb94aebfed50c63ab2204"),
+    "nvidia-dle": ("NVIDIA/DeepLearningExamples", "729963dd47e7c8bd462ad10bfac7a7b0b604e6dd"),
+    "yolox": ("Megvii-BaseDetection/YOLOX", "6ddff4824372906469a7fae2dc3206c7aa4bbaee"),
+    "mmf": ("facebookresearch/mmf", "b0ffc7fba39f210f833c127362146aec01a2f259"),
+}  # fmt: skip
 BASELINE = ROOT / "scripts" / "ecosystem-baseline.json"
+MIRRORS: Path | None = None  # --mirrors
 
 
 COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.MULTILINE)
@@ -76,8 +102,45 @@ def ampmigrate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+def fetch_project(name: str, cache: Path) -> Path:
+    """The Python files of one pinned project at its commit (fetched and unpacked once)."""
+    repo, commit = PROJECTS[name]
+    source = cache / "src" / name
+    if source.is_dir():
+        return source
+    archive = cache / "downloads" / f"{repo.replace('/', '+')}-{commit}.tar.gz"
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    mirror = MIRRORS / repo.replace("/", "+") / "repo" if MIRRORS else None
+    if not archive.exists():
+        partial = archive.with_suffix(".partial")
+        if mirror is not None and mirror.is_dir():
+            with open(partial, "wb") as out:
+                subprocess.run(
+                    ["git", f"--git-dir={mirror}", "archive", "--format=tar.gz", commit],
+                    stdout=out,
+                    check=True,
+                )
+        else:
+            import urllib.request
+
+            url = f"https://codeload.github.com/{repo}/tar.gz/{commit}"
+            with urllib.request.urlopen(url) as response, open(partial, "wb") as out:
+                shutil.copyfileobj(response, out)
+        partial.rename(archive)
+    tmp = source.with_suffix(".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tarfile.open(archive) as t:
+        members = [m for m in t.getmembers() if m.name.endswith((".py", ".ipynb")) and m.isfile()]
+        t.extractall(tmp, members=members, filter="data")
+    tmp.rename(source)
+    return source
+
+
 def fetch(name: str, cache: Path) -> Path:
     """The unpacked Python tree of one package (downloaded and unpacked once)."""
+    if name in PROJECTS:
+        return fetch_project(name, cache)
     spec = PACKAGES[name]
     source = cache / "src" / name
     if source.is_dir():
@@ -125,7 +188,12 @@ def digest(path: Path) -> str:
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): digest(p) for p in sorted(root.rglob("*.py")) if p.is_file()}
+    return {str(p.relative_to(root)): digest(p) for p in sorted(_sources(root))}
+
+
+def _sources(root: Path) -> list[Path]:
+    """The files ampmigrate reads: Python modules and notebooks."""
+    return [p for p in [*root.rglob("*.py"), *root.rglob("*.ipynb")] if p.is_file()]
 
 
 def style(data: bytes) -> tuple:
@@ -144,7 +212,7 @@ def check_package(name: str, cache: Path, scratch: Path) -> dict:
     work = scratch / name
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(pristine, work)
-    original = {p: p.read_bytes() for p in work.rglob("*.py") if p.is_file()}
+    original = {p: p.read_bytes() for p in _sources(work)}
 
     checked = ampmigrate("check", "--output-format", "json", "--max-file-size", "0", ".", cwd=work)
     findings = json.loads(checked.stdout or "[]")
@@ -159,6 +227,8 @@ def check_package(name: str, cache: Path, scratch: Path) -> dict:
     changed = [p for p, data in original.items() if p.read_bytes() != data]
     not_compiling = []
     for path in changed:
+        if path.suffix != ".py":
+            continue  # a notebook: the fix re-parsed its cells before writing
         try:
             compile(path.read_bytes(), str(path), "exec")
         except SyntaxError as exc:
@@ -313,7 +383,8 @@ def run_benches(names: list[str], cache: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--packages", default=",".join(PACKAGES))
+    parser.add_argument("--packages", default=",".join(PACKAGES), help="or `projects`")
+    parser.add_argument("--mirrors", type=Path, help="local bare clones (owner+name/repo)")
     parser.add_argument("--cache", type=Path, default=ROOT / ".cache" / "ecosystem")
     parser.add_argument("--baseline", type=Path, default=BASELINE)
     parser.add_argument("--update-baseline", action="store_true")
@@ -321,10 +392,14 @@ def main() -> int:
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--bench-only", action="store_true", help="only time; check nothing")
     args = parser.parse_args()
+    global MIRRORS
+    MIRRORS = args.mirrors
     names = [n for n in args.packages.split(",") if n]
-    unknown = [n for n in names if n not in PACKAGES]
+    names = [p for n in names for p in (PROJECTS if n == "projects" else [n])]
+    unknown = [n for n in names if n not in PACKAGES and n not in PROJECTS]
     if unknown:
-        parser.error(f"unknown package(s): {', '.join(unknown)}; known: {', '.join(PACKAGES)}")
+        known = ", ".join([*PACKAGES, *PROJECTS])
+        parser.error(f"unknown package(s): {', '.join(unknown)}; known: {known}")
     if args.bench_only:
         run_benches(names, args.cache)
         return 0
