@@ -851,7 +851,7 @@ class _Renames:
 
 
 DEPRECATED_SINCE = (2, 4)  # every torch AMP deprecation starts in 2.4.0 (torch-amp-api.md)
-_VERSION_NUMBER = re.compile(r"(\d+)[._](\d+)")
+_VERSION_NUMBER = re.compile(r"(\d+)\s*[._,]\s*(\d+)")  # "2.4", 2_4, (2, 4)
 _AT_LEAST = re.compile(r"greater|_ge_|_ge\b|at_?least|newer|_gte?_?\d", re.IGNORECASE)
 _BELOW = re.compile(r"less|_lt_|_lt\b|older|below|lower", re.IGNORECASE)
 
@@ -870,6 +870,8 @@ def _version_side(
     test, flipped = branch.test, False
     while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test, flipped = test.operand, not flipped
+    if isinstance(test, ast.BoolOp):
+        return None  # `new or forced`: no side is known to run on one torch only
     text = source.segment(test)
     if "torch" not in text.lower():
         return None

@@ -754,3 +754,21 @@ def test_import_functools_joins_the_standard_library_imports():
     only_third_party = "import torch\n\nScaler = torch.cuda.amp.GradScaler\nscaler = Scaler()\n"
     out, _, _ = fix_source(only_third_party, unsafe=True)
     assert out.startswith("import functools\n\nimport torch\n\nScaler = functools.partial(")
+
+
+def test_version_branch_tests_that_guarantee_nothing_are_not_trusted():
+    source = textwrap.dedent(
+        """\
+        import torch
+
+        if TORCH_VERSION >= (2, 4):
+            d = torch.get_autocast_gpu_dtype()
+        if torch_ge_2_4 or force:
+            d = torch.get_autocast_gpu_dtype()
+        """
+    )
+    rules = tuple(all_rules().values())
+    settings = Settings(rules=rules, fix=True, target_torch=(2, 0))
+    _new, remaining, fixed = migrate_source(source.encode(), settings)
+    assert [d.line for d in fixed] == [4]  # (2, 4) guarantees the replacement's torch
+    assert [(d.line, d.fix) for d in remaining] == [(6, "unsafe")]  # `or force` does not
