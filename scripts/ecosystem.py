@@ -114,9 +114,16 @@ def fetch_project(name: str, cache: Path) -> Path:
     if not archive.exists():
         partial = archive.with_suffix(".partial")
         if mirror is not None and mirror.is_dir():
-            with open(partial, "wb") as out:
+            git = ["git", f"--git-dir={mirror}"]
+            listed = subprocess.run(
+                [*git, "ls-tree", "-r", "-z", "--name-only", commit],
+                capture_output=True,
+                check=True,
+            ).stdout.decode("utf-8", "surrogateescape")
+            wanted = [n for n in listed.split("\0") if n.endswith((".py", ".ipynb"))]
+            with open(partial, "wb") as out:  # only these: a mirror may lack its big blobs
                 subprocess.run(
-                    ["git", f"--git-dir={mirror}", "archive", "--format=tar.gz", commit],
+                    [*git, "archive", "--format=tar.gz", commit, "--", *wanted],
                     stdout=out,
                     check=True,
                 )
