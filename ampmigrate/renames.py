@@ -224,7 +224,7 @@ def check(
         return []
     visitor = _Renames(symbols, source, names, settings.target_torch)
     visitor.run()
-    _constructors_beside_values(visitor, source.path, settings.class_values)
+    _constructors_beside_values(visitor, source.path, settings.project.get("class_values", {}))
     return visitor.findings
 
 

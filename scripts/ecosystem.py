@@ -1,7 +1,8 @@
 """Ecosystem check: run ampmigrate over real packages' source and check its invariants.
 
-    python scripts/ecosystem.py [--packages accelerate,timm] [--baseline FILE] [--update-baseline]
-                                [--sample N] [--bench] [--cache DIR]
+    python scripts/ecosystem.py [--set packages|projects|repositories|all] [--mirrors DIR]
+                                [--packages accelerate,timm] [--baseline FILE]
+                                [--update-baseline] [--sample N] [--bench] [--cache DIR]
 
 For each pinned package it downloads the distribution (``pip download --no-deps``) once into the
 cache (never committed), unpacks its Python files, copies them to a scratch tree and runs
@@ -64,12 +65,30 @@ PACKAGES = {
     "tf-keras": "tf-keras==2.21.0",
     "tensorflow-cpu": "tensorflow-cpu==2.21.0",
 }
-# Public projects (training code, not libraries) pinned by commit, fetched as GitHub's source
-# archive of that commit (or `git archive` of a local mirror: --mirrors DIR holding
-# owner+name/repo bare clones); never committed. The shapes issue 22 found on such projects.
+# Projects that train with mixed precision (apex, torch.cuda.amp, Keras loss scaling) in the
+# versions real users still run: the code the rules were not written on (issue 22). PyPI releases
+# are immutable, so a version pins the source as a commit would; --set projects checks them.
 PROJECTS = {
-    "yolov5": ("ultralytics/yolov5", "5081342f04fb287fc2e5f2b5a4e06752b7937b1c"),
-    "ignite": ("pytorch/ignite", "de08e799cfb55a6cf4aa778575d6bad725385453"),
+    "composer": "composer==0.17.2",
+    "mmengine": "mmengine==0.10.3",
+    "open-clip": "open_clip_torch==2.24.0",
+    "speechbrain": "speechbrain==0.5.16",
+    "ultralytics-8.1": "ultralytics==8.1.0",
+    "imagen-pytorch": "imagen-pytorch==1.26.3",
+    "transformers-4.20": "transformers==4.20.0",
+    "pytorch-ignite": "pytorch-ignite==0.4.13",
+    "monai": "monai==1.3.0",
+    "fairseq": "fairseq==0.12.2",
+    "fastai": "fastai==2.7.14",
+    "tf-models": "tf-models-official==2.15.0",
+    "yolov5": "yolov5==7.0.13",
+    "basicsr": "basicsr==1.4.2",
+    "nemo": "nemo_toolkit==1.22.0",
+}
+# Training code that is no package on PyPI, pinned by commit: GitHub's source archive of that
+# commit (or `git archive` of a local bare clone: --mirrors DIR holding owner+name/repo); never
+# committed. --set repositories checks them (fairseq, yolov5 and ignite are in PROJECTS).
+REPOSITORIES = {
     "catalyst": ("catalyst-team/catalyst", "e99f90655d0efcf22559a46e928f0f98c9807ebf"),
     "sentence-transformers": (
         "UKPLab/sentence-transformers", "85ec64559f4414aa536eca4bf53538291e0a333f",
@@ -78,7 +97,6 @@ PROJECTS = {
         "ThilinaRajapakse/simpletransformers", "03a3789f2c65119949f7cd98b524e78c6cc87d27",
     ),
     "swin-transformer": ("microsoft/Swin-Transformer", "f82860bfb5225915aca09c3227159ee9e1df874d"),
-    "fairseq": ("facebookresearch/fairseq", "3d262bb25690e4eb2e7d3c1309b1e9c406ca4b99"),
     "classy-vision": ("facebookresearch/ClassyVision", "08a82e88fcfa143933832994ace2424c03dd43b8"),
     "gpt-neox": ("EleutherAI/gpt-neox", "ea7aefd8f8e183256992d9fede4d7c71a46d67a5"),
     "torchscale": ("microsoft/torchscale", "4d1e0e82e5adf86dd424f1463192635b73fc8efc"),
@@ -89,6 +107,12 @@ PROJECTS = {
     "yolox": ("Megvii-BaseDetection/YOLOX", "6ddff4824372906469a7fae2dc3206c7aa4bbaee"),
     "mmf": ("facebookresearch/mmf", "b0ffc7fba39f210f833c127362146aec01a2f259"),
 }  # fmt: skip
+SETS = {
+    "packages": PACKAGES,
+    "projects": PROJECTS,
+    "repositories": REPOSITORIES,
+    "all": {**PACKAGES, **PROJECTS, **REPOSITORIES},
+}
 BASELINE = ROOT / "scripts" / "ecosystem-baseline.json"
 MIRRORS: Path | None = None  # --mirrors
 
@@ -102,9 +126,9 @@ def ampmigrate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def fetch_project(name: str, cache: Path) -> Path:
+def fetch_repository(name: str, cache: Path) -> Path:
     """The Python files of one pinned project at its commit (fetched and unpacked once)."""
-    repo, commit = PROJECTS[name]
+    repo, commit = REPOSITORIES[name]
     source = cache / "src" / name
     if source.is_dir():
         return source
@@ -146,9 +170,9 @@ def fetch_project(name: str, cache: Path) -> Path:
 
 def fetch(name: str, cache: Path) -> Path:
     """The unpacked Python tree of one package (downloaded and unpacked once)."""
-    if name in PROJECTS:
-        return fetch_project(name, cache)
-    spec = PACKAGES[name]
+    if name in REPOSITORIES:
+        return fetch_repository(name, cache)
+    spec = SETS["all"][name]
     source = cache / "src" / name
     if source.is_dir():
         return source
@@ -390,7 +414,8 @@ def run_benches(names: list[str], cache: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--packages", default=",".join(PACKAGES), help="or `projects`")
+    parser.add_argument("--set", choices=SETS, default="packages", help="the default packages")
+    parser.add_argument("--packages", help="comma-separated names (default: those of --set)")
     parser.add_argument("--mirrors", type=Path, help="local bare clones (owner+name/repo)")
     parser.add_argument("--cache", type=Path, default=ROOT / ".cache" / "ecosystem")
     parser.add_argument("--baseline", type=Path, default=BASELINE)
@@ -401,12 +426,11 @@ def main() -> int:
     args = parser.parse_args()
     global MIRRORS
     MIRRORS = args.mirrors
-    names = [n for n in args.packages.split(",") if n]
-    names = [p for n in names for p in (PROJECTS if n == "projects" else [n])]
-    unknown = [n for n in names if n not in PACKAGES and n not in PROJECTS]
+    known = SETS["all"]
+    names = [n for n in (args.packages or ",".join(SETS[args.set])).split(",") if n]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        known = ", ".join([*PACKAGES, *PROJECTS])
-        parser.error(f"unknown package(s): {', '.join(unknown)}; known: {known}")
+        parser.error(f"unknown package(s): {', '.join(unknown)}; known: {', '.join(known)}")
     if args.bench_only:
         run_benches(names, args.cache)
         return 0
