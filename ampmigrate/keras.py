@@ -1243,8 +1243,15 @@ class GraphRewriteWithPolicy(_Policies):
             "ValueError, Keras 3 silently enables both (casts applied twice); keep the policy"
         )
         for call in self.graph_rewrites:
-            if all(self.names.exclusive(call, policy) for policy, _, _ in self.policies):
-                continue  # `if graph_rewrite: ... else: set_global_policy(...)`: one or the other
+            # Judged one-sidedly, as the scaler-flow rules are: both in one function (or both
+            # at module level) and not in exclusive arms of an if/else. In two functions, the
+            # callers decide (a flag picks one), which this file does not show.
+            scope = self.ctx.function(call)
+            if all(
+                self.ctx.function(policy) is not scope or self.names.exclusive(call, policy)
+                for policy, _, _ in self.policies
+            ):
+                continue
             self.findings.append(Finding(self.rule.code, message, call, None))
 
 
