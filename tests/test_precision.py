@@ -772,3 +772,26 @@ def test_version_branch_tests_that_guarantee_nothing_are_not_trusted():
     _new, remaining, fixed = migrate_source(source.encode(), settings)
     assert [d.line for d in fixed] == [4]  # (2, 4) guarantees the replacement's torch
     assert [(d.line, d.fix) for d in remaining] == [(6, "unsafe")]  # `or force` does not
+
+
+def test_shapes_found_by_the_repositories_run():
+    """yolov5 rounds its anchors with `model.half().float()` (the parameters stay float32);
+    NVIDIA's LAMB example checks `optimizer.load_state_dict(optimizer.state_dict())` (a round
+    trip, no checkpoint)."""
+    source = """\
+        import torch
+
+        scaler = torch.amp.GradScaler("cuda")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model.half().float()
+        optimizer.load_state_dict(optimizer.state_dict())
+        for x in loader:
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        """
+    assert _codes(source) == []
+    cast = source.replace("model.half().float()", "model.half()")
+    restored = source.replace("optimizer.state_dict())", 'torch.load("ckpt.pt")["optimizer"])')
+    assert ("AMP209", 5) in _codes(cast)
+    assert ("AMP208", 6) in _codes(restored)
