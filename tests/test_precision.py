@@ -795,3 +795,28 @@ def test_shapes_found_by_the_repositories_run():
     restored = source.replace("optimizer.state_dict())", 'torch.load("ckpt.pt")["optimizer"])')
     assert ("AMP209", 5) in _codes(cast)
     assert ("AMP208", 6) in _codes(restored)
+
+
+def test_an_unscale_alone_under_a_flag_goes_with_its_if():
+    """NVIDIA's UNet: `if params.use_amp: gradients = optimizer.get_unscaled_gradients(...)`;
+    a test with a side effect keeps its if, with `pass`."""
+    source = textwrap.dedent(
+        """\
+        import tensorflow as tf
+
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD())
+
+
+        def step(params, tape, loss, model):
+            gradients = tape.gradient(loss, model.trainable_variables)
+            if params.use_amp:
+                gradients = optimizer.get_unscaled_gradients(gradients)
+            if check(params):
+                gradients = optimizer.get_unscaled_gradients(gradients)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        """
+    )
+    out, remaining, fixed = fix_source(source)
+    assert len(fixed) == 2 and not remaining
+    assert "use_amp" not in out and "    if check(params):\n        pass\n" in out
+    assert fix_source(out)[2] == []
