@@ -905,8 +905,7 @@ class Keras3Optimizer(_CheapNames):
             isinstance(block, ast.If)
             and body is block.body
             and not block.orelse
-            and isinstance(block.test, ast.Call)
-            and "builtins.isinstance" in self.names.qualified(block.test.func)
+            and self._pure_test(block.test)
             and self._own_lines(block)
         ):
             used = [
@@ -916,6 +915,27 @@ class Keras3Optimizer(_CheapNames):
             return self._delete_lines(block), removals
         start, end = self.source.span(statement)
         return Edit(start, end, "pass"), ()
+
+    def _pure_test(self, test: ast.expr) -> bool:
+        """A test without side effects (``if amp:``, ``if params.use_amp:``,
+        ``if isinstance(opt, LossScaleOptimizer):``): an ``if`` left empty can go with it."""
+        if isinstance(test, ast.Name | ast.Constant):
+            return True
+        if isinstance(test, ast.Attribute):
+            return self._pure_test(test.value)
+        if isinstance(test, ast.UnaryOp | ast.BoolOp | ast.Compare):
+            parts = (
+                [test.operand] if isinstance(test, ast.UnaryOp)
+                else test.values if isinstance(test, ast.BoolOp)
+                else [test.left, *test.comparators]
+            )  # fmt: skip
+            return all(self._pure_test(p) for p in parts)
+        return (
+            isinstance(test, ast.Call)
+            and "builtins.isinstance" in self.names.qualified(test.func)
+            and all(self._pure_test(a) for a in test.args)
+            and not test.keywords
+        )
 
     def _own_lines(self, statement: ast.stmt) -> bool:
         """Nothing else shares the statement's first and last lines."""
@@ -1243,8 +1263,15 @@ class GraphRewriteWithPolicy(_Policies):
             "ValueError, Keras 3 silently enables both (casts applied twice); keep the policy"
         )
         for call in self.graph_rewrites:
-            if all(self.names.exclusive(call, policy) for policy, _, _ in self.policies):
-                continue  # `if graph_rewrite: ... else: set_global_policy(...)`: one or the other
+            # Judged one-sidedly, as the scaler-flow rules are: both in one function (or both
+            # at module level) and not in exclusive arms of an if/else. In two functions, the
+            # callers decide (a flag picks one), which this file does not show.
+            scope = self.ctx.function(call)
+            if all(
+                self.ctx.function(policy) is not scope or self.names.exclusive(call, policy)
+                for policy, _, _ in self.policies
+            ):
+                continue
             self.findings.append(Finding(self.rule.code, message, call, None))
 
 

@@ -7,6 +7,7 @@ the registry (:mod:`ampmigrate.families`) calls it; the family reads the data fr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,12 @@ from typing import Any
 from ampmigrate.engine.settings import Settings
 
 Item = tuple[str, bytes, frozenset[str]]
+# An old class where renames.class_values records it, by its bytes (a necessary condition: a
+# dict key `cls:`, a subscript `[cls]`, an argument `f(cls,`, an operand `is cls` / `cls ==`).
+_IDENTITY_SPELLING = re.compile(
+    rb"(?:GradScaler|autocast)[ \t]*(?:[:\],)]|[=!]=)|(?:\bis(?:[ \t]+not)?|[=!]=)[ \t]*"
+    rb"[\w.]*(?:GradScaler|autocast)\b"
+)
 
 
 def checkpoint_helpers(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -> Any:
@@ -30,9 +37,13 @@ def checkpoint_helpers(settings: Settings, candidates: list[Item], paths: Sequen
 def class_values(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -> Any:
     """AMP101/AMP102: where the run uses an old AMP class as a value (a constructor migrated
     beside such a use is unsafe)."""
-    items = [(n, s) for n, s, _ in candidates if b"GradScaler" in s or b"autocast" in s]
-    if len(items) < 2:
+    named = [(n, s) for n, s, _ in candidates if b"GradScaler" in s or b"autocast" in s]
+    if len(named) < 2:
         return None  # one file sees its own uses
+    # only the files that spell a class where it can be a key, an operand or an argument
+    items = [(n, s) for n, s in named if _IDENTITY_SPELLING.search(s)]
+    if not items:
+        return None
     from ampmigrate.renames import class_values
 
     return class_values(items, settings)

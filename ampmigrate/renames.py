@@ -560,7 +560,9 @@ class _Renames:
                 self._report(sym, node, detail, fix)
                 return
             if sym.kind == "class" and not self._only_called(node):
-                self.class_values.append((sym.code, sym.device, node.lineno))
+                if isinstance(self.names.parent(node), ast.Call | ast.keyword):
+                    # passed on: maybe registered (`register(cls, save)`), as a key is
+                    self.class_values.append((sym.code, sym.device, node.lineno))
                 raise NoFix(
                     "the class is used as a value that is not only called (it may be compared, "
                     f"registered or subclassed): `{sym.new}` is the class but takes the device "
@@ -741,7 +743,11 @@ class _Renames:
             return "a dict key"
         if kind is ast.Subscript and parent.slice is node:
             return "a registry key"
-        if kind is ast.Compare and all(type(op) in _IDENTITY_OPS for op in parent.ops):
+        if (
+            kind is ast.Compare
+            and all(type(op) in _IDENTITY_OPS for op in parent.ops)
+            and not any(isinstance(o, ast.Constant) for o in [parent.left, *parent.comparators])
+        ):  # `type(x) is cls`; `cls is not None` is a feature check
             return "an operand of `is`/`==`"
         return ""
 
@@ -845,7 +851,7 @@ class _Renames:
 
 
 DEPRECATED_SINCE = (2, 4)  # every torch AMP deprecation starts in 2.4.0 (torch-amp-api.md)
-_VERSION_NUMBER = re.compile(r"(\d+)[._](\d+)")
+_VERSION_NUMBER = re.compile(r"(\d+)\s*[._,]\s*(\d+)")  # "2.4", 2_4, (2, 4)
 _AT_LEAST = re.compile(r"greater|_ge_|_ge\b|at_?least|newer|_gte?_?\d", re.IGNORECASE)
 _BELOW = re.compile(r"less|_lt_|_lt\b|older|below|lower", re.IGNORECASE)
 
@@ -864,6 +870,8 @@ def _version_side(
     test, flipped = branch.test, False
     while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test, flipped = test.operand, not flipped
+    if isinstance(test, ast.BoolOp):
+        return None  # `new or forced`: no side is known to run on one torch only
     text = source.segment(test)
     if "torch" not in text.lower():
         return None

@@ -539,16 +539,33 @@ class _Collector:
         elif name == "state_dict" and not args:
             self.flow.state_dicts.append(text)
         elif name == "load_state_dict":
-            self.flow.loads.append((node, text))
-            self._place(node)
+            copied = args and isinstance(args[0].value, ast.Call) and _method(args[0].value)
+            if not (copied and copied[0] == "state_dict"):  # `a.load_state_dict(b.state_dict())`
+                self.flow.loads.append((node, text))  # copies live state: no checkpoint read
+                self._place(node)
         elif name == "parameters":
             self.flow.models.add(text)
             self.flow.model_scopes.add((id(self._scopes[-1]), text))
-        elif (name == "half" and not args) or (name == "to" and self._to_fp16(args)):
+        elif (
+            (name == "half" and not args) or (name == "to" and self._to_fp16(args))
+        ) and not self._cast_back(node):
             self._place(node)
             self.flow.casts.append((node, text))
             for target in self._assigned:
                 self.flow.casts.append((node, target))
+
+    def _cast_back(self, node: ast.Call) -> bool:
+        """``model.half().float()``: cast back to float32 at once (yolov5 rounds its anchors
+        this way); the parameters end in float32."""
+        above = self.names.parent(node)
+        if not isinstance(above, ast.Attribute) or above.value is not node:
+            return False
+        call = self.names.parent(above)
+        return (
+            isinstance(call, ast.Call)
+            and call.func is above
+            and (above.attr == "float" or (above.attr == "to" and "float32" in self._code(call)))
+        )
 
     @staticmethod
     def _to_fp16(args: list[_Arg]) -> bool:

@@ -1,8 +1,8 @@
 """Ecosystem check: run ampmigrate over real packages' source and check its invariants.
 
-    python scripts/ecosystem.py [--set packages|projects|all] [--packages accelerate,timm]
-                                [--baseline FILE] [--update-baseline] [--sample N] [--bench]
-                                [--cache DIR]
+    python scripts/ecosystem.py [--set packages|projects|repositories|all] [--mirrors DIR]
+                                [--packages accelerate,timm] [--baseline FILE]
+                                [--update-baseline] [--sample N] [--bench] [--cache DIR]
 
 For each pinned package it downloads the distribution (``pip download --no-deps``) once into the
 cache (never committed), unpacks its Python files, copies them to a scratch tree and runs
@@ -85,8 +85,36 @@ PROJECTS = {
     "basicsr": "basicsr==1.4.2",
     "nemo": "nemo_toolkit==1.22.0",
 }
-SETS = {"packages": PACKAGES, "projects": PROJECTS, "all": {**PACKAGES, **PROJECTS}}
+# Training code that is no package on PyPI, pinned by commit: GitHub's source archive of that
+# commit (or `git archive` of a local bare clone: --mirrors DIR holding owner+name/repo); never
+# committed. --set repositories checks them (fairseq, yolov5 and ignite are in PROJECTS).
+REPOSITORIES = {
+    "catalyst": ("catalyst-team/catalyst", "e99f90655d0efcf22559a46e928f0f98c9807ebf"),
+    "sentence-transformers": (
+        "UKPLab/sentence-transformers", "85ec64559f4414aa536eca4bf53538291e0a333f",
+    ),
+    "simpletransformers": (
+        "ThilinaRajapakse/simpletransformers", "03a3789f2c65119949f7cd98b524e78c6cc87d27",
+    ),
+    "swin-transformer": ("microsoft/Swin-Transformer", "f82860bfb5225915aca09c3227159ee9e1df874d"),
+    "classy-vision": ("facebookresearch/ClassyVision", "08a82e88fcfa143933832994ace2424c03dd43b8"),
+    "gpt-neox": ("EleutherAI/gpt-neox", "ea7aefd8f8e183256992d9fede4d7c71a46d67a5"),
+    "torchscale": ("microsoft/torchscale", "4d1e0e82e5adf86dd424f1463192635b73fc8efc"),
+    "metaseq": ("facebookresearch/metaseq", "f7ffa5fd61cf90f498a36d365c13dd7f1a912ff7"),
+    "simmim": ("microsoft/SimMIM", "d3e29bcac950b83edc34ca33fe4404f38309052c"),
+    "mlcommons-training": ("mlcommons/training", "aa344c7fb900e82ed19fb94aebfed50c63ab2204"),
+    "nvidia-dle": ("NVIDIA/DeepLearningExamples", "729963dd47e7c8bd462ad10bfac7a7b0b604e6dd"),
+    "yolox": ("Megvii-BaseDetection/YOLOX", "6ddff4824372906469a7fae2dc3206c7aa4bbaee"),
+    "mmf": ("facebookresearch/mmf", "b0ffc7fba39f210f833c127362146aec01a2f259"),
+}  # fmt: skip
+SETS = {
+    "packages": PACKAGES,
+    "projects": PROJECTS,
+    "repositories": REPOSITORIES,
+    "all": {**PACKAGES, **PROJECTS, **REPOSITORIES},
+}
 BASELINE = ROOT / "scripts" / "ecosystem-baseline.json"
+MIRRORS: Path | None = None  # --mirrors
 
 
 COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.MULTILINE)
@@ -98,8 +126,52 @@ def ampmigrate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+def fetch_repository(name: str, cache: Path) -> Path:
+    """The Python files of one pinned project at its commit (fetched and unpacked once)."""
+    repo, commit = REPOSITORIES[name]
+    source = cache / "src" / name
+    if source.is_dir():
+        return source
+    archive = cache / "downloads" / f"{repo.replace('/', '+')}-{commit}.tar.gz"
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    mirror = MIRRORS / repo.replace("/", "+") / "repo" if MIRRORS else None
+    if not archive.exists():
+        partial = archive.with_suffix(".partial")
+        if mirror is not None and mirror.is_dir():
+            git = ["git", f"--git-dir={mirror}"]
+            listed = subprocess.run(
+                [*git, "ls-tree", "-r", "-z", "--name-only", commit],
+                capture_output=True,
+                check=True,
+            ).stdout.decode("utf-8", "surrogateescape")
+            wanted = [n for n in listed.split("\0") if n.endswith((".py", ".ipynb"))]
+            with open(partial, "wb") as out:  # only these: a mirror may lack its big blobs
+                subprocess.run(
+                    [*git, "archive", "--format=tar.gz", commit, "--", *wanted],
+                    stdout=out,
+                    check=True,
+                )
+        else:
+            import urllib.request
+
+            url = f"https://codeload.github.com/{repo}/tar.gz/{commit}"
+            with urllib.request.urlopen(url) as response, open(partial, "wb") as out:
+                shutil.copyfileobj(response, out)
+        partial.rename(archive)
+    tmp = source.with_suffix(".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tarfile.open(archive) as t:
+        members = [m for m in t.getmembers() if m.name.endswith((".py", ".ipynb")) and m.isfile()]
+        t.extractall(tmp, members=members, filter="data")
+    tmp.rename(source)
+    return source
+
+
 def fetch(name: str, cache: Path) -> Path:
     """The unpacked Python tree of one package (downloaded and unpacked once)."""
+    if name in REPOSITORIES:
+        return fetch_repository(name, cache)
     spec = SETS["all"][name]
     source = cache / "src" / name
     if source.is_dir():
@@ -147,7 +219,12 @@ def digest(path: Path) -> str:
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): digest(p) for p in sorted(root.rglob("*.py")) if p.is_file()}
+    return {str(p.relative_to(root)): digest(p) for p in sorted(_sources(root))}
+
+
+def _sources(root: Path) -> list[Path]:
+    """The files ampmigrate reads: Python modules and notebooks."""
+    return [p for p in [*root.rglob("*.py"), *root.rglob("*.ipynb")] if p.is_file()]
 
 
 def style(data: bytes) -> tuple:
@@ -166,7 +243,7 @@ def check_package(name: str, cache: Path, scratch: Path) -> dict:
     work = scratch / name
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(pristine, work)
-    original = {p: p.read_bytes() for p in work.rglob("*.py") if p.is_file()}
+    original = {p: p.read_bytes() for p in _sources(work)}
 
     checked = ampmigrate("check", "--output-format", "json", "--max-file-size", "0", ".", cwd=work)
     findings = json.loads(checked.stdout or "[]")
@@ -181,6 +258,8 @@ def check_package(name: str, cache: Path, scratch: Path) -> dict:
     changed = [p for p, data in original.items() if p.read_bytes() != data]
     not_compiling = []
     for path in changed:
+        if path.suffix != ".py":
+            continue  # a notebook: the fix re-parsed its cells before writing
         try:
             compile(path.read_bytes(), str(path), "exec")
         except SyntaxError as exc:
@@ -337,6 +416,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", choices=SETS, default="packages", help="the default packages")
     parser.add_argument("--packages", help="comma-separated names (default: those of --set)")
+    parser.add_argument("--mirrors", type=Path, help="local bare clones (owner+name/repo)")
     parser.add_argument("--cache", type=Path, default=ROOT / ".cache" / "ecosystem")
     parser.add_argument("--baseline", type=Path, default=BASELINE)
     parser.add_argument("--update-baseline", action="store_true")
@@ -344,6 +424,8 @@ def main() -> int:
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--bench-only", action="store_true", help="only time; check nothing")
     args = parser.parse_args()
+    global MIRRORS
+    MIRRORS = args.mirrors
     known = SETS["all"]
     names = [n for n in (args.packages or ",".join(SETS[args.set])).split(",") if n]
     unknown = [n for n in names if n not in known]

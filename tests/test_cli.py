@@ -91,7 +91,7 @@ def test_fix_diff_on_clean_file_exits_0(cli, tmp_path):
 
 
 def test_unsafe_fixes_are_applied_only_on_request(cli, tmp_path):
-    path = write(tmp_path / "a.py", "import torch\n\nS = torch.cuda.amp.GradScaler\n")
+    path = write(tmp_path / "a.py", "import torch\n\nS = torch.cuda.amp.GradScaler\ns = S()\n")
     result = cli("fix", "a.py", cwd=tmp_path)
     assert result.returncode == 1
     assert "1 fixable with `--unsafe-fixes`" in result.stderr

@@ -670,3 +670,153 @@ def test_notebook_pieces_of_a_changed_cell_are_kept_where_unchanged(tmp_path, cl
         "    pass\n# a b\n",
     ]
     assert cells[1]["source"] == ["x = 1\r\n", "y = 2\r\n"]
+
+
+# ---- smaller ------------------------------------------------------------------------------------
+
+
+def test_a_symlinked_file_is_checked_once(tmp_path, cli):
+    import os
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "train.py").write_text(
+        "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+    )
+    os.symlink(tmp_path / "pkg" / "train.py", tmp_path / "alias.py")
+    from ampmigrate.engine.discover import discover
+
+    assert [p.name for p in discover([tmp_path])] == ["train.py"]
+    checked = cli("check", str(tmp_path))
+    assert checked.stdout.count("AMP102") == 1, checked.stdout
+    # a link to a file that is not otherwise checked (in a skipped folder) is still checked
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "gen.py").write_text("x = 1\n")
+    os.symlink(tmp_path / "build" / "gen.py", tmp_path / "gen.py")
+    assert sorted(p.name for p in discover([tmp_path])) == ["gen.py", "train.py"]
+
+
+GUARDED = """\
+import os
+
+import torch
+
+# Mixed precision needs torch >= 1.6
+try:
+    # the CUDA scaler
+    from torch.cuda.amp import GradScaler
+except ImportError:
+    raise RuntimeError("torch too old")
+
+# apex is optional
+try:
+    import apex  # noqa: F401
+    # autocast too
+    from torch.cuda.amp import autocast
+except ImportError:
+    apex = None
+
+scaler = GradScaler()
+with autocast():
+    pass
+print(os, apex)
+"""
+
+
+def test_a_removed_import_in_a_try_keeps_its_comments_and_leaves_no_empty_try():
+    out, remaining, fixed = fix_source(GUARDED)
+    assert len(fixed) == 2 and not remaining
+    assert "try:\n    pass" not in out and "pass\nexcept" not in out
+    assert out.startswith(
+        "import os\n\nimport torch\n\n# Mixed precision needs torch >= 1.6\n# the CUDA scaler\n\n"
+        "# apex is optional\ntry:\n    import apex  # noqa: F401\n    # autocast too\n"
+        "except ImportError:\n    apex = None\n"
+    )
+    compile(out, "guarded.py", "exec")
+    assert fix_source(out)[2] == []
+
+
+def test_import_functools_joins_the_standard_library_imports():
+    source = textwrap.dedent(
+        """\
+        import os
+        import sys
+
+        import torch
+
+        from mypkg import thing
+
+        Scaler = torch.cuda.amp.GradScaler
+        scaler = Scaler()
+        """
+    )
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert fixed and out.startswith("import functools\nimport os\nimport sys\n\nimport torch\n")
+    only_third_party = "import torch\n\nScaler = torch.cuda.amp.GradScaler\nscaler = Scaler()\n"
+    out, _, _ = fix_source(only_third_party, unsafe=True)
+    assert out.startswith("import functools\n\nimport torch\n\nScaler = functools.partial(")
+
+
+def test_version_branch_tests_that_guarantee_nothing_are_not_trusted():
+    source = textwrap.dedent(
+        """\
+        import torch
+
+        if TORCH_VERSION >= (2, 4):
+            d = torch.get_autocast_gpu_dtype()
+        if torch_ge_2_4 or force:
+            d = torch.get_autocast_gpu_dtype()
+        """
+    )
+    rules = tuple(all_rules().values())
+    settings = Settings(rules=rules, fix=True, target_torch=(2, 0))
+    _new, remaining, fixed = migrate_source(source.encode(), settings)
+    assert [d.line for d in fixed] == [4]  # (2, 4) guarantees the replacement's torch
+    assert [(d.line, d.fix) for d in remaining] == [(6, "unsafe")]  # `or force` does not
+
+
+def test_shapes_found_by_the_repositories_run():
+    """yolov5 rounds its anchors with `model.half().float()` (the parameters stay float32);
+    NVIDIA's LAMB example checks `optimizer.load_state_dict(optimizer.state_dict())` (a round
+    trip, no checkpoint)."""
+    source = """\
+        import torch
+
+        scaler = torch.amp.GradScaler("cuda")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model.half().float()
+        optimizer.load_state_dict(optimizer.state_dict())
+        for x in loader:
+            scaler.scale(model(x).sum()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        """
+    assert _codes(source) == []
+    cast = source.replace("model.half().float()", "model.half()")
+    restored = source.replace("optimizer.state_dict())", 'torch.load("ckpt.pt")["optimizer"])')
+    assert ("AMP209", 5) in _codes(cast)
+    assert ("AMP208", 6) in _codes(restored)
+
+
+def test_an_unscale_alone_under_a_flag_goes_with_its_if():
+    """NVIDIA's UNet: `if params.use_amp: gradients = optimizer.get_unscaled_gradients(...)`;
+    a test with a side effect keeps its if, with `pass`."""
+    source = textwrap.dedent(
+        """\
+        import tensorflow as tf
+
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD())
+
+
+        def step(params, tape, loss, model):
+            gradients = tape.gradient(loss, model.trainable_variables)
+            if params.use_amp:
+                gradients = optimizer.get_unscaled_gradients(gradients)
+            if check(params):
+                gradients = optimizer.get_unscaled_gradients(gradients)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        """
+    )
+    out, remaining, fixed = fix_source(source)
+    assert len(fixed) == 2 and not remaining
+    assert "use_amp" not in out and "    if check(params):\n        pass\n" in out
+    assert fix_source(out)[2] == []

@@ -3,7 +3,8 @@
 Directories are walked recursively for ``.py`` and ``.ipynb`` files; inside a git work tree,
 git itself decides what is ignored (``git ls-files --cached --others --exclude-standard``), so
 ``.gitignore`` semantics are exact.
-Virtualenvs and tool caches are skipped everywhere; symlinks are not followed out of the root.
+Virtualenvs and tool caches are skipped everywhere; symlinks are not followed out of the root,
+and a symlink to a file that is checked anyway is skipped (the file is checked once).
 Explicit file arguments are always checked, whatever their suffix or ignore status.
 """
 
@@ -134,6 +135,7 @@ def discover(
             names, links = _walk(path, excluded_dirs)
         root = os.fspath(path)
         known: dict[str, bool] = {}
+        listed: set[str] | None = None  # the names as a set, made at the first symlink
         # strings, not Paths, until a file is kept (a Path costs more than the tests); sorted
         # part by part, as Paths sort
         for name in sorted(names, key=_parts):
@@ -151,10 +153,22 @@ def discover(
                     link = stat.S_ISLNK(os.lstat(file).st_mode)
                 except OSError:
                     continue
-            if link and not _inside(file, path):
-                continue
+            if link:
+                listed = listed if listed is not None else set(names)
+                if not _inside(file, path) or _also_listed(file, path, listed):
+                    continue
             found[file] = None
     return list(found)
+
+
+def _also_listed(link: Path, root: Path, names: set[str]) -> bool:
+    """A symlink to a file that is listed under ``root`` itself: that file is checked, the link
+    would check (and count) it twice."""
+    try:
+        target = link.resolve().relative_to(root.resolve()).as_posix()
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return target != link.relative_to(root).as_posix() and target in names
 
 
 def _parts(name: str) -> list[str]:

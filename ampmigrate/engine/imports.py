@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections.abc import Iterable
 
 from ampmigrate.findings import ImportEdit
@@ -111,6 +112,7 @@ def remove_unused(text: str, edits: Iterable[ImportEdit]) -> str | None:
     tree = ast.parse(text)
     lines = _Lines(text)
     drop: dict[ast.stmt, list[ast.alias]] = {}
+    guards = _import_guards(tree)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Import | ast.ImportFrom):
             continue
@@ -120,8 +122,11 @@ def remove_unused(text: str, edits: Iterable[ImportEdit]) -> str | None:
             name = _alias_name(node, alias)
             if name is None:
                 return None
-            start = lines.start(node.lineno)
-            outside = text[:start] + text[lines.end(node.end_lineno) :]
+            # a `try:` of imports only goes with its last import: its handlers (a fallback
+            # binding of the same name) are no use of it
+            region = guards.get(node, node)
+            start = lines.start(region.lineno)
+            outside = text[:start] + text[lines.end(region.end_lineno) :]
             if not re.search(_WORD.format(re.escape(name)), outside):
                 drop.setdefault(node, []).append(alias)
                 continue
@@ -132,7 +137,14 @@ def remove_unused(text: str, edits: Iterable[ImportEdit]) -> str | None:
             if not used or _bindings(tree, name) != 1:
                 return None  # a mention libcst might not count as a use, or another binding
     cuts: list[tuple[int, int, str]] = []
+    emptied: dict[ast.Try, list[ast.stmt]] = {}
     for stmt, aliases in drop.items():
+        guard = _parent_try(tree, stmt)
+        if guard is not None and len(aliases) == len(stmt.names):
+            if not _alone(stmt, guard.body, lines):
+                return None
+            emptied.setdefault(guard, []).append(stmt)
+            continue
         if stmt not in tree.body or not _one_line(stmt, tree, lines):
             return None
         index = tree.body.index(stmt)
@@ -151,9 +163,62 @@ def remove_unused(text: str, edits: Iterable[ImportEdit]) -> str | None:
             return None
         kept = [a for a in stmt.names if a not in aliases]
         cuts.append((start, start + len(line), head + _canonical(stmt, kept)))
+    for guard, dropped in emptied.items():
+        if any(s not in dropped for s in guard.body):
+            # the try keeps a body: only the imports' own lines go (comments above stay)
+            cuts += [(lines.start(s.lineno), lines.end(s.end_lineno), "") for s in dropped]
+            continue
+        if guard.orelse or guard.finalbody or not _alone(guard, None, lines):
+            return None  # libcst's rules
+        # Nothing left to guard: the try goes with its handlers (they can no longer run);
+        # the comment lines of its body stay, at the try's indentation.
+        indent = _indent(text, lines, guard.lineno)
+        body_end = guard.handlers[0].lineno if guard.handlers else guard.end_lineno + 1
+        kept = [
+            indent + text[lines.start(n) : lines.end(n)].lstrip(" \t")
+            for n in range(guard.lineno + 1, body_end)
+            if text[lines.start(n) : lines.end(n)].lstrip(" \t").startswith("#")
+        ]
+        cuts.append((lines.start(guard.lineno), lines.end(guard.end_lineno), "".join(kept)))
     for start, end, new in sorted(cuts, reverse=True):
         text = text[:start] + new + text[end:]
     return text
+
+
+def _import_guards(tree: ast.Module) -> dict[ast.stmt, ast.Try]:
+    """Import statements of a ``try:`` whose body is imports only -> that try."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and all(
+            isinstance(s, ast.Import | ast.ImportFrom) for s in node.body
+        ):
+            out.update((s, node) for s in node.body)
+    return out
+
+
+def _parent_try(tree: ast.Module, stmt: ast.stmt) -> ast.Try | None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(s is stmt for s in node.body):
+            return node
+    return None
+
+
+def _alone(stmt: ast.stmt, siblings: list[ast.stmt] | None, lines: _Lines) -> bool:
+    """Nothing but space before ``stmt`` on its first line, and no sibling statement shares
+    its lines (``a; b``)."""
+    text = lines.text
+    if text[lines.start(stmt.lineno) : lines.start(stmt.lineno) + stmt.col_offset].strip():
+        return False  # `try: import x`
+    return not any(
+        other is not stmt and other.lineno <= stmt.end_lineno and other.end_lineno >= stmt.lineno
+        for other in siblings or ()
+    )
+
+
+def _indent(text: str, lines: _Lines, line: int) -> str:
+    start = lines.start(line)
+    content = text[start : lines.end(line)]
+    return content[: len(content) - len(content.lstrip(" \t"))]
 
 
 _SIMPLE = (
@@ -222,6 +287,14 @@ def add_needed(text: str, names: Iterable[str]) -> str | None:
     if "__future__" in new_objects:
         return None
     newline = _newline(text)
+    inserts: list[tuple[int, str]] = []
+    for module in [m for m in new_modules if _stdlib(m)]:
+        place = _stdlib_place(block, module, lines)
+        if place is not None:
+            new_modules.remove(module)
+            inserts.append((place[0], f"import {module}{newline}" + newline * place[1]))
+    if not new_modules and not new_objects:
+        return _insert(text, inserts)
     added = "".join(f"import {m}{newline}" for m in new_modules)
     added += "".join(
         f"from {m} import {', '.join(sorted(objs))}{newline}"
@@ -235,7 +308,43 @@ def add_needed(text: str, names: Iterable[str]) -> str | None:
         between = text[at : lines.start(_first_line(after))]
         if not between or between.lstrip(" \t").startswith("#"):
             added += newline  # libcst: an empty line before the first statement after imports
-    return text[:at] + added + text[at:]
+    return _insert(text, [*inserts, (at, added)])
+
+
+def _insert(text: str, inserts: list[tuple[int, str]]) -> str:
+    for at, added in sorted(inserts, key=lambda i: i[0], reverse=True):
+        text = text[:at] + added + text[at:]
+    return text
+
+
+def _top(stmt: ast.Import | ast.ImportFrom) -> str:
+    """The top-level package a statement imports from ("." for a relative import)."""
+    if isinstance(stmt, ast.ImportFrom):
+        return "." if stmt.level else (stmt.module or "").partition(".")[0]
+    return stmt.names[0].name.partition(".")[0]
+
+
+def _stdlib(module: str) -> bool:
+    return module.partition(".")[0] in sys.stdlib_module_names
+
+
+def _stdlib_place(block: list[ast.stmt], module: str, lines: _Lines) -> tuple[int, bool] | None:
+    """Where ``import <module>`` (a standard library module) goes in the top import block, as
+    isort sorts it: among the block's standard library imports (alphabetically among their
+    ``import x`` lines), or before the first third-party / first-party one as a section of its
+    own (then True: a blank line follows it). None: the block has no such place (it is empty
+    or only standard library, so the end is right)."""
+    imports = [s for s in block if isinstance(s, ast.Import | ast.ImportFrom)]
+    body = [s for s in imports if _top(s) != "__future__"]
+    std = [s for s in body if _top(s) != "." and _stdlib(_top(s))]
+    if not body or len(std) == len(body):
+        return None
+    if not std:
+        return lines.start(body[0].lineno), True
+    for stmt in std:
+        if isinstance(stmt, ast.Import) and stmt.names[0].name > module:
+            return lines.start(stmt.lineno), False
+    return lines.end(std[-1].end_lineno), False
 
 
 def imported_below_the_top(text: str, tree: ast.Module | None = None) -> set[str]:
