@@ -112,6 +112,7 @@ class _Planner:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Try):
                 self._try(node)
+        self._unused_imports()
         for node in ast.walk(self.tree):
             if not isinstance(node, ast.Name | ast.Attribute) or isinstance(node.ctx, ast.Store):
                 continue
@@ -395,6 +396,43 @@ class _Planner:
                 return above.returns is child
             return False
         return False
+
+    def _unused_imports(self) -> None:
+        """An import of an apex name with a torch counterpart that nothing reads (what is left
+        once its uses are migrated): deleting it is safe, as Ruff's F401 fix; inside a ``try``
+        that catches its ImportError it is an availability probe, and deleting it is unsafe."""
+        for binding in self.names.imports():
+            stmt, alias = binding.node, binding.alias
+            if not isinstance(stmt, ast.ImportFrom) or alias is None or stmt.level:
+                continue
+            full = f"{stmt.module}.{alias.name}"
+            target = TARGETS.get(full)
+            if target is None and full not in table.SAME and full not in table.TO_PYTHON_FLOAT:
+                continue
+            if self._consumed and any(self._inside(stmt, c) for c in self._consumed):
+                continue
+            bound = alias.asname or alias.name
+            if any(
+                isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                for n in self.names.spelled(bound)
+            ):
+                continue
+            guarded = any(
+                isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
+                for a in self.names.ancestors(stmt)
+            )
+            message = f"`{full}` is imported but unused: the import only ties the file to apex"
+            if guarded:
+                message += (
+                    " (an availability probe: code that tests its outcome now runs as if apex "
+                    "were installed)"
+                )
+            fix = Fix(
+                "unsafe" if guarded else "safe",
+                remove_imports=(ImportEdit(stmt.module or "", alias.name, alias.asname),),
+            )
+            code = target.code if target else table.SAME_OBJECT
+            self.findings.append(Finding(code, message, stmt, fix))
 
     # ---- guarded imports ---------------------------------------------------------------------
 

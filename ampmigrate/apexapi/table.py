@@ -189,8 +189,9 @@ _add(
         write=(("eps", "1e-5"),),
         accepts=(
             "the same function and parameter (`weight`), with apex's `eps=1e-5` written out "
-            "(torch's default is the dtype's machine epsilon); under CUDA autocast torch's "
-            "RMSNorm computes in float32 where apex cast to the autocast dtype"
+            "(torch's default is the dtype's machine epsilon); torch returns the input's dtype "
+            "(apex off CUDA returned float32 for half input with float32 weights, and under "
+            "CUDA autocast cast to the autocast dtype)"
         ),
         min_torch=(2, 4),
         as_value="used as a value: torch.nn.RMSNorm's `eps` default (the dtype's machine "
@@ -320,7 +321,9 @@ _add(
             "becomes `find_unused_parameters` (apex's end-of-backward all-reduce tolerated "
             "unused parameters); communication overlaps backward and torch divides by the world "
             "size before the all-reduce; apex's bucket, stream and profiling options go; "
-            "`device_ids` stays None (the module's one device, as apex assumed)"
+            "`device_ids` stays None (the module's one device, as apex assumed); torch >= 2.13 "
+            "warns that `broadcast_buffers` is deprecated, and its warning says to keep "
+            "`broadcast_buffers=False` where buffers must not be synced at construction"
         ),
         as_value="used as a value: torch DDP re-broadcasts buffers by default "
         "(`broadcast_buffers=True`) where apex never did, and the calls are not visible here",
