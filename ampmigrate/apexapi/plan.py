@@ -85,6 +85,10 @@ def _bound_names(body: list[ast.stmt]) -> set[str]:
     return out
 
 
+class _FallbackCall(Exception):
+    """A call that can only be of the torch fallback a name is also bound to."""
+
+
 def _replaces(stmt: ast.stmt) -> bool:
     """A statement of a fallback that provides a replacement: an import, a definition, an
     assignment of something other than a literal (``X = None`` is an availability flag), a
@@ -169,8 +173,11 @@ class _Planner:
             self._report(target, node, f"{head}: no automatic fix: {reason}", None)
             return
         if isinstance(parent, ast.Call) and parent.func is node:
+            fallback = target.new in self.names.qualified(node)
             try:
-                new, fix, notes = self._call(parent, node, target)
+                new, fix, notes = self._call(parent, node, target, fallback)
+            except _FallbackCall:
+                return  # torch's own class, called with torch's arguments: nothing to migrate
             except NoFix as reason:
                 self._report(target, parent, f"{head}: no automatic fix: {reason}", None)
                 return
@@ -218,8 +225,12 @@ class _Planner:
 
     # ---- calls -------------------------------------------------------------------------------
 
-    def _call(self, call: ast.Call, callee: ast.expr, target: Target) -> tuple[str, Fix, list]:
-        """The torch callee, the fix and its notes for a call of an apex name."""
+    def _call(
+        self, call: ast.Call, callee: ast.expr, target: Target, fallback: bool = False
+    ) -> tuple[str, Fix, list]:
+        """The torch callee, the fix and its notes for a call of an apex name. ``fallback``:
+        the name is also bound to the torch class itself, so a call with arguments only torch
+        takes is a call of that fallback (raises ``_FallbackCall``)."""
         text = self.source.text
         read = CallText.read(self.source, call)
         args = read.args
@@ -234,6 +245,8 @@ class _Planner:
         for index, arg in enumerate(args):
             key = arg.keyword or target.params[index]
             if key not in target.params:
+                if fallback:
+                    raise _FallbackCall
                 if key in _OLD_ADAM and target.new.startswith("torch.optim.Adam"):
                     raise NoFix(
                         f"`{key}` belongs to the pre-2019 FusedAdam (now apex.contrib's), whose "
@@ -407,7 +420,9 @@ class _Planner:
                 continue
             full = f"{stmt.module}.{alias.name}"
             target = TARGETS.get(full)
-            if target is None and full not in table.SAME and full not in table.TO_PYTHON_FLOAT:
+            code = table.MODULES.get(full) or (target.code if target else table.SAME_OBJECT)
+            known = target or full in table.SAME or full in table.TO_PYTHON_FLOAT
+            if not known and full not in table.MODULES:
                 continue
             if self._consumed and any(self._inside(stmt, c) for c in self._consumed):
                 continue
@@ -431,7 +446,6 @@ class _Planner:
                 "unsafe" if guarded else "safe",
                 remove_imports=(ImportEdit(stmt.module or "", alias.name, alias.asname),),
             )
-            code = target.code if target else table.SAME_OBJECT
             self.findings.append(Finding(code, message, stmt, fix))
 
     # ---- guarded imports ---------------------------------------------------------------------

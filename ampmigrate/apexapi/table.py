@@ -369,6 +369,10 @@ _add(
     ),
 )
 
+# apex modules whose names have torch counterparts (`from apex import optimizers`), by rule.
+MODULES = {"apex.optimizers": OPTIMIZERS, "apex.normalization": NORMALIZATION,
+           "apex.parallel": PARALLEL}  # fmt: skip
+
 # Names that are torch's own object under another name: the fix is safe.
 SAME: dict[str, str] = {
     "apex.parallel.ReduceOp": "torch.distributed.ReduceOp",
