@@ -59,6 +59,12 @@ def has_fix(name: str) -> bool:
     )
 
 
+def _family(code: str) -> str:
+    if code.startswith("AMP30"):
+        return "apex.amp"
+    return "apex API" if code.startswith("AMP31") else "none"
+
+
 def apex_imports(source: bytes) -> list[str]:
     """The apex modules and names a file still imports (compiled extensions included)."""
     try:
@@ -102,6 +108,7 @@ def run_repo(entry: dict, census: Path, scratch: Path) -> dict:
         if rest and path.endswith(".py"):
             findings.setdefault(Path(path).as_posix().removeprefix("./"), []).append(rest)
     remaining, broken, changed = {}, [], 0
+    codes: dict[str, list[str]] = {}
     for f, old in before.items():
         new = (copy / f).read_bytes()
         if new != old:
@@ -114,6 +121,7 @@ def run_repo(entry: dict, census: Path, scratch: Path) -> dict:
         if left:
             why = findings.get(f, [])
             remaining[f] = {"imports": left, "findings": why[:3]}
+            codes[f] = sorted({w.split()[1] for w in why if len(w.split()) > 1})
     return {
         "repo": entry["repo"],
         "split": entry.get("split", ""),
@@ -121,6 +129,9 @@ def run_repo(entry: dict, census: Path, scratch: Path) -> dict:
         "expected": "native" if not blocking else "blocked",
         "blocking": blocking,
         "apex_free": not remaining,
+        # which rules' findings keep it on apex: "apex.amp" (AMP301-AMP303 refused),
+        # "apex API" (AMP311-AMP315), "none" (an import no rule reports, e.g. a bare probe)
+        "left_by": sorted({_family(code) for f in remaining for code in codes.get(f) or ["none"]}),
         "changed": changed,
         "does_not_compile": broken,
         "remaining": remaining,
@@ -135,6 +146,8 @@ def summary(rows: list[dict]) -> dict:
         "apex_free": sum(r["apex_free"] for r in rows),
         "expected_native": len(native),
         "native_apex_free": sum(r["apex_free"] for r in native),
+        "native_left_by_apex_amp_only": sum(r["left_by"] == ["apex.amp"] for r in native),
+        "native_left_with_apex_api_findings": sum("apex API" in r["left_by"] for r in native),
         "blocked": len(rows) - len(native),
         "changed_files": sum(r["changed"] for r in rows),
         "changed_files_not_compiling": sum(len(r["does_not_compile"]) for r in rows),
