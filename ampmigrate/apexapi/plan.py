@@ -167,7 +167,7 @@ class _Planner:
         self, node: ast.expr, parent: ast.AST | None, name: str, target: Target, conditional: bool
     ) -> None:
         head = f"`{name}` -> `{target.new}`"
-        if self.floor is not None and self.floor < target.min_torch:
+        if target.min_torch and self.floor is not None and self.floor < target.min_torch:
             needs, floor = (".".join(map(str, v)) for v in (target.min_torch, self.floor))
             reason = f"`{target.new}` needs torch >= {needs}; the project supports torch {floor}"
             self._report(target, node, f"{head}: no automatic fix: {reason}", None)
@@ -364,7 +364,7 @@ class _Planner:
         raise NoFix("`torch` is bound to something else here")
 
     def _rename_fix(
-        self, node: ast.expr, new: str, safety: str, min_torch: tuple[int, ...] = (1, 10)
+        self, node: ast.expr, new: str, safety: str, min_torch: tuple[int, ...] = ()
     ) -> Fix:
         torch_name, add_torch = self._torch(node)
         start, end = self.source.span(node)

@@ -35,7 +35,7 @@ class Target:
     write: tuple[tuple[str, str], ...] = ()  # written out when absent (apex's default differs)
     required: int = 1
     accepts: str = ""
-    min_torch: tuple[int, ...] = (1, 10)
+    min_torch: tuple[int, ...] = ()  # () where every torch a project may still declare has it
     as_value: str = ""  # "": a reference may become the torch name; else why it may not
     as_type: str = ""  # "": an isinstance class may become the torch class; else why not
 
