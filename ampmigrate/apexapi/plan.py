@@ -117,15 +117,36 @@ class _Planner:
             if isinstance(node, ast.Try):
                 self._try(node)
         self._unused_imports()
+        roots = self._apex_bound()
         for node in ast.walk(self.tree):
             if not isinstance(node, ast.Name | ast.Attribute) or isinstance(node.ctx, ast.Store):
                 continue
             parent = self.names.parent(node)
             if isinstance(parent, ast.Attribute) and parent.value is node:
                 continue  # only the longest chain is a reference
+            root = node
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if not isinstance(root, ast.Name) or root.id not in roots:
+                continue  # resolving is the cost: only names an apex import binds
             if self._consumed and any(a in self._consumed for a in self.names.ancestors(node)):
                 continue
             self._reference(node, parent)
+
+    def _apex_bound(self) -> set[str]:
+        """The names the file's imports of apex (and its compiled extensions) bind."""
+        out = set()
+        for binding in self.names.imports():
+            stmt, alias = binding.node, binding.alias
+            if alias is None:
+                continue
+            module = alias.name if isinstance(stmt, ast.Import) else stmt.module or ""
+            if isinstance(stmt, ast.ImportFrom) and stmt.level:
+                continue
+            root = module.partition(".")[0]
+            if root == "apex" or root in table.COMPILED:
+                out.add(binding.name)
+        return out
 
     def _apex_names(self, node: ast.AST) -> tuple[list[str], bool]:
         """The apex names ``node`` may be, and whether something else may bind it too."""
