@@ -189,9 +189,10 @@ _add(
         write=(("eps", "1e-5"),),
         accepts=(
             "the same function and parameter (`weight`), with apex's `eps=1e-5` written out "
-            "(torch's default is the dtype's machine epsilon); torch returns the input's dtype "
-            "(apex off CUDA returned float32 for half input with float32 weights, and under "
-            "CUDA autocast cast to the autocast dtype)"
+            "(torch's default is the dtype's machine epsilon); the output dtype follows torch's "
+            "rules: off CUDA the input's (apex returned float32 for half input with float32 "
+            "weights), under CUDA autocast float32 where torch lists `rms_norm` among its "
+            "float32 ops (apex cast to the autocast dtype)"
         ),
         min_torch=(2, 4),
         as_value="used as a value: torch.nn.RMSNorm's `eps` default (the dtype's machine "
