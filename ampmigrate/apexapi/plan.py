@@ -313,9 +313,11 @@ class _Planner:
             else:
                 keep_positional = False
                 pieces.append(f"{target.rename.get(key, key)}={written}")
+        written_out = []
         for key, default in target.write:
             if key not in values and not (key == "weight_decay" and new == "torch.optim.Adam"):
                 pieces.append(f"{key}={default}")
+                written_out.append(f"`{key}={default}`")
         torch_name, add_torch = self._torch(call)
         callee_text = torch_name + new[len("torch") :]
         start, end = self.source.span(callee)
@@ -333,6 +335,8 @@ class _Planner:
             min_torch=target.min_torch,
         )
         notes = []
+        if written_out and target.new != "torch.nn.parallel.DistributedDataParallel":
+            notes.append(f"{', '.join(written_out)} written out: apex's default, not torch's")
         if dropped:
             listed = ", ".join(f"`{d}`" for d in dropped)
             notes.append(f"dropped {listed} (no torch counterpart; speed or memory only)")

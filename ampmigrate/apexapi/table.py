@@ -188,8 +188,7 @@ _add(
         drop_any=("memory_efficient",),
         write=(("eps", "1e-5"),),
         accepts=(
-            "the same function and parameter (`weight`), with apex's `eps=1e-5` written out "
-            "(torch's default is the dtype's machine epsilon); the output dtype follows torch's "
+            "the same function and parameter (`weight`); the output dtype follows torch's "
             "rules: off CUDA the input's (apex returned float32 for half input with float32 "
             "weights), under CUDA autocast float32 where torch lists `rms_norm` among its "
             "float32 ops (apex cast to the autocast dtype)"
@@ -225,14 +224,14 @@ _add(
         ("normalized_shape", "eps"),
         drop_any=("memory_efficient",),
         write=(("eps", "1e-5"),),
-        accepts=f"the same function with apex's `eps=1e-5` written out; {_MIXED}",
+        accepts=f"the same function; {_MIXED}",
         min_torch=(2, 4),
         as_value="used as a value: torch.nn.RMSNorm's `eps` default differs from apex's 1e-5",
     ),
 )  # fmt: skip
 # Functional forms: apex's argument order differs from torch's, so every argument after the
 # input is passed by keyword (in the order written: the evaluation order stays).
-_FUNCTIONAL = "apex's default `eps=1e-6` is written out (torch's differs); " + _NORM_AUTOCAST
+_FUNCTIONAL = "the arguments passed by keyword; " + _NORM_AUTOCAST
 _add(
     ("apex.normalization.fused_layer_norm.fused_layer_norm_affine",),
     Target(
@@ -269,7 +268,7 @@ _add(
         drop_any=("memory_efficient",),
         write=(("eps", "1e-6"),),
         required=3,
-        accepts="apex's default `eps=1e-6` is written out (torch's is the dtype's epsilon)",
+        accepts="the arguments passed by keyword; torch's output dtype rules (see FusedRMSNorm)",
         min_torch=(2, 4),
     ),
 )
@@ -283,7 +282,7 @@ _add(
         drop_any=("memory_efficient",),
         write=(("eps", "1e-6"),),
         required=2,
-        accepts="apex's default `eps=1e-6` is written out (torch's is the dtype's epsilon)",
+        accepts="the arguments passed by keyword; torch's output dtype rules (see FusedRMSNorm)",
         min_torch=(2, 4),
     ),
 )
