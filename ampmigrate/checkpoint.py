@@ -53,8 +53,9 @@ def find_apex_states(obj: object, path: tuple = (), depth: int = 0) -> Iterator[
 class Conversion:
     path: tuple
     apex: dict
-    scaler: dict
+    scaler: dict  # the torch state: GradScaler's, or an optimizer's (kind "optimizer")
     warnings: list[str] = field(default_factory=list)
+    kind: str = "amp"
 
 
 def convert_state(apex: dict, choice: str = "min") -> tuple[dict, list[str]]:
@@ -115,20 +116,41 @@ def load(path: Path, trust: bool):
 def convert(checkpoint, key: str | None, choice: str) -> tuple[object, list[Conversion]]:
     """Replace every apex state in ``checkpoint`` (or the one under ``key``); returns the new
     checkpoint (the same object, unless the whole file was an apex state) and what changed."""
+    from ampmigrate.apexapi import optimstate
+
+    optimizers: list[tuple] = []
     if key is not None:
         path = tuple(key.split("."))
         try:
             target = _get(checkpoint, path)
         except (KeyError, IndexError, TypeError) as exc:
             raise CheckpointError(f"no key {key!r} in the checkpoint") from exc
-        if not is_apex_state(target):
-            raise CheckpointError(f"{key!r} does not hold apex amp state (loss_scaler0, ...)")
-        paths = [path]
+        if optimstate.is_apex_adam_state(target):
+            optimizers, paths = [path], []
+        elif not is_apex_state(target):
+            raise CheckpointError(
+                f"{key!r} holds neither apex amp state (loss_scaler0, ...) nor apex optimizer "
+                "state (a param group `step`)"
+            )
+        else:
+            paths = [path]
     else:
         paths = list(find_apex_states(checkpoint))
-        if not paths:
-            raise CheckpointError("no apex amp state (loss_scaler0: loss_scale, unskipped) found")
+        optimizers = list(optimstate.find(checkpoint))
+        if not paths and not optimizers:
+            raise CheckpointError(
+                "no apex amp state (loss_scaler0: loss_scale, unskipped) and no apex optimizer "
+                "state (FusedAdam's param group `step`) found"
+            )
     conversions = []
+    for path in optimizers:
+        apex = _get(checkpoint, path)
+        state, warnings = optimstate.convert(apex)
+        if path:
+            _set(checkpoint, path, state)
+        else:
+            checkpoint = state
+        conversions.append(Conversion(path, apex, state, warnings, kind="optimizer"))
     for path in paths:
         apex = _get(checkpoint, path)
         state, warnings = convert_state(apex, choice)

@@ -652,7 +652,8 @@ def _print_outcome(outcome, report: Path | None, require_amp: bool) -> int:
 @click.option("--in-place", is_flag=True, help="Overwrite SOURCE (TARGET must be omitted).")
 @click.option("--trust", is_flag=True, help="Load with weights_only=False (arbitrary pickles).")
 def convert_checkpoint(source, target, key, loss_scaler, in_place, trust) -> None:
-    """Convert apex amp loss-scaler state in checkpoint SOURCE into GradScaler state in TARGET."""
+    """Convert apex amp loss-scaler state in checkpoint SOURCE into GradScaler state, and apex
+    optimizer state (FusedAdam's group step) into torch optimizer state, in TARGET."""
     from ampmigrate import checkpoint as ckpt
 
     if in_place == (target is not None):
@@ -672,7 +673,15 @@ def convert_checkpoint(source, target, key, loss_scaler, in_place, trust) -> Non
         sys.exit(EXIT_ERROR)
     for c in conversions:
         where = ".".join(map(str, c.path)) or "(the whole file)"
-        click.echo(f"{where}: apex {dict(c.apex)} -> GradScaler {c.scaler}")
+        if c.kind == "optimizer":
+            steps = sorted({g.get("step") for g in c.apex["param_groups"]} - {None})
+            click.echo(
+                f"{where}: apex optimizer state (group step {', '.join(map(str, steps))}) -> "
+                f"torch optimizer state with a per-parameter step ({len(c.scaler['state'])} "
+                "parameters)"
+            )
+        else:
+            click.echo(f"{where}: apex {dict(c.apex)} -> GradScaler {c.scaler}")
         for warning in c.warnings:
             click.echo(f"warning: {where}: {warning}", err=True)
     click.echo(f"Wrote {target}", err=True)

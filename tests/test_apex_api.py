@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
 from ampmigrate.catalog import all_rules
@@ -193,3 +194,67 @@ def test_a_project_of_fixable_apex_uses_ends_apex_free_and_compiles():
     assert {d.code for d in fixed} == {"AMP303", "AMP311", "AMP312", "AMP313"}
     again, _, fixed_again = _fix(out)
     assert again == out and not fixed_again
+
+
+def test_a_call_only_the_torch_fallback_accepts_is_left_alone():
+    source = """
+    try:
+        from apex.parallel import DistributedDataParallel as DDP
+        has_apex = True
+    except ImportError:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        has_apex = False
+
+
+    def wrap(model, rank):
+        if has_apex:
+            return DDP(model, delay_allreduce=True)
+        return DDP(model, device_ids=[rank])
+    """
+    out, remaining, _ = _fix(source)
+    assert "torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True" in out
+    assert "return DDP(model, device_ids=[rank])" in out
+    assert not [d for d in remaining if d.code == "AMP313"]
+
+
+def test_an_unused_apex_module_import_goes():
+    source = """
+    import torch
+
+    try:
+        from apex import amp, optimizers
+    except ImportError:
+        amp = None
+    from apex import parallel
+
+    model, opt = amp.initialize(model, opt)
+    """
+    out, _, fixed = _fix(source)
+    assert "from apex import amp\n" in out and "optimizers" not in out and "parallel" not in out
+    grades = {d.message.split("`")[1]: d.fix for d in fixed if d.code.startswith("AMP31")}
+    assert grades == {"apex.optimizers": "unsafe", "apex.parallel": "safe"}
+
+
+def test_the_two_module_apex_project_ends_apex_free_with_every_rule(tmp_path):
+    """fixtures/apex/two_modules with AMP303 and this family together: no apex import is left,
+    every file compiles, a second run changes nothing."""
+    import shutil
+    from pathlib import Path
+
+    from ampmigrate.engine import run
+
+    from conftest import FIXTURES
+
+    root = tmp_path / "project"
+    shutil.copytree(FIXTURES / "apex" / "two_modules" / "before", root)
+    files = sorted(root.rglob("*.py"))
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    for result in run(files, settings):
+        if result.changed:
+            Path(result.path).write_bytes(result.new_source)
+    for path in files:
+        tree = compile(path.read_text(), str(path), "exec", ast.PyCF_ONLY_AST)
+        imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        imported += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert not [m for m in imported if m and m.split(".")[0] == "apex"], path
+    assert not [d for r in run(files, settings) for d in r.fixed + r.diagnostics]

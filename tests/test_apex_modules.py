@@ -21,7 +21,10 @@ FILES = ["tools/train_net.py", "detection/engine/trainer.py"]
 
 
 def _settings(fix: bool = False) -> Settings:
-    return Settings(rules=tuple(all_rules().values()), fix=fix, unsafe_fixes=True)
+    # the pair rewrite on its own: AMP311-AMP315 would also rewrite the fixture's apex DDP
+    # wrapper (tests/test_apex_api.py has a project that leaves apex entirely)
+    rules = tuple(r for code, r in all_rules().items() if not code.startswith("AMP31"))
+    return Settings(rules=rules, fix=fix, unsafe_fixes=True)
 
 
 def _tree(tmp_path: Path, side: str = "before") -> Path:

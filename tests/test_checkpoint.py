@@ -117,7 +117,7 @@ def test_key_option_and_error_paths(cli, tmp_path):
         == 0
     )
     wrong = cli("convert-checkpoint", "--key", "epoch", str(source), str(tmp_path / "o.pt"))
-    assert wrong.returncode == 2 and "'epoch' does not hold apex amp state" in wrong.stderr
+    assert wrong.returncode == 2 and "'epoch' holds neither apex amp state" in wrong.stderr
     plain = tmp_path / "plain.pt"
     torch.save({"model": {}}, plain)
     none = cli("convert-checkpoint", str(plain), str(tmp_path / "o.pt"))

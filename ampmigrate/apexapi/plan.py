@@ -85,6 +85,10 @@ def _bound_names(body: list[ast.stmt]) -> set[str]:
     return out
 
 
+class _FallbackCall(Exception):
+    """A call that can only be of the torch fallback a name is also bound to."""
+
+
 def _replaces(stmt: ast.stmt) -> bool:
     """A statement of a fallback that provides a replacement: an import, a definition, an
     assignment of something other than a literal (``X = None`` is an availability flag), a
@@ -112,15 +116,37 @@ class _Planner:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Try):
                 self._try(node)
+        self._unused_imports()
+        roots = self._apex_bound()
         for node in ast.walk(self.tree):
             if not isinstance(node, ast.Name | ast.Attribute) or isinstance(node.ctx, ast.Store):
                 continue
             parent = self.names.parent(node)
             if isinstance(parent, ast.Attribute) and parent.value is node:
                 continue  # only the longest chain is a reference
+            root = node
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if not isinstance(root, ast.Name) or root.id not in roots:
+                continue  # resolving is the cost: only names an apex import binds
             if self._consumed and any(a in self._consumed for a in self.names.ancestors(node)):
                 continue
             self._reference(node, parent)
+
+    def _apex_bound(self) -> set[str]:
+        """The names the file's imports of apex (and its compiled extensions) bind."""
+        out = set()
+        for binding in self.names.imports():
+            stmt, alias = binding.node, binding.alias
+            if alias is None:
+                continue
+            module = alias.name if isinstance(stmt, ast.Import) else stmt.module or ""
+            if isinstance(stmt, ast.ImportFrom) and stmt.level:
+                continue
+            root = module.partition(".")[0]
+            if root == "apex" or root in table.COMPILED:
+                out.add(binding.name)
+        return out
 
     def _apex_names(self, node: ast.AST) -> tuple[list[str], bool]:
         """The apex names ``node`` may be, and whether something else may bind it too."""
@@ -162,14 +188,17 @@ class _Planner:
         self, node: ast.expr, parent: ast.AST | None, name: str, target: Target, conditional: bool
     ) -> None:
         head = f"`{name}` -> `{target.new}`"
-        if self.floor is not None and self.floor < target.min_torch:
+        if target.min_torch and self.floor is not None and self.floor < target.min_torch:
             needs, floor = (".".join(map(str, v)) for v in (target.min_torch, self.floor))
             reason = f"`{target.new}` needs torch >= {needs}; the project supports torch {floor}"
             self._report(target, node, f"{head}: no automatic fix: {reason}", None)
             return
         if isinstance(parent, ast.Call) and parent.func is node:
+            fallback = target.new in self.names.qualified(node)
             try:
-                new, fix, notes = self._call(parent, node, target)
+                new, fix, notes = self._call(parent, node, target, fallback)
+            except _FallbackCall:
+                return  # torch's own class, called with torch's arguments: nothing to migrate
             except NoFix as reason:
                 self._report(target, parent, f"{head}: no automatic fix: {reason}", None)
                 return
@@ -217,8 +246,12 @@ class _Planner:
 
     # ---- calls -------------------------------------------------------------------------------
 
-    def _call(self, call: ast.Call, callee: ast.expr, target: Target) -> tuple[str, Fix, list]:
-        """The torch callee, the fix and its notes for a call of an apex name."""
+    def _call(
+        self, call: ast.Call, callee: ast.expr, target: Target, fallback: bool = False
+    ) -> tuple[str, Fix, list]:
+        """The torch callee, the fix and its notes for a call of an apex name. ``fallback``:
+        the name is also bound to the torch class itself, so a call with arguments only torch
+        takes is a call of that fallback (raises ``_FallbackCall``)."""
         text = self.source.text
         read = CallText.read(self.source, call)
         args = read.args
@@ -233,6 +266,8 @@ class _Planner:
         for index, arg in enumerate(args):
             key = arg.keyword or target.params[index]
             if key not in target.params:
+                if fallback:
+                    raise _FallbackCall
                 if key in _OLD_ADAM and target.new.startswith("torch.optim.Adam"):
                     raise NoFix(
                         f"`{key}` belongs to the pre-2019 FusedAdam (now apex.contrib's), whose "
@@ -278,9 +313,11 @@ class _Planner:
             else:
                 keep_positional = False
                 pieces.append(f"{target.rename.get(key, key)}={written}")
+        written_out = []
         for key, default in target.write:
             if key not in values and not (key == "weight_decay" and new == "torch.optim.Adam"):
                 pieces.append(f"{key}={default}")
+                written_out.append(f"`{key}={default}`")
         torch_name, add_torch = self._torch(call)
         callee_text = torch_name + new[len("torch") :]
         start, end = self.source.span(callee)
@@ -298,6 +335,8 @@ class _Planner:
             min_torch=target.min_torch,
         )
         notes = []
+        if written_out and target.new != "torch.nn.parallel.DistributedDataParallel":
+            notes.append(f"{', '.join(written_out)} written out: apex's default, not torch's")
         if dropped:
             listed = ", ".join(f"`{d}`" for d in dropped)
             notes.append(f"dropped {listed} (no torch counterpart; speed or memory only)")
@@ -350,7 +389,7 @@ class _Planner:
         raise NoFix("`torch` is bound to something else here")
 
     def _rename_fix(
-        self, node: ast.expr, new: str, safety: str, min_torch: tuple[int, ...] = (1, 10)
+        self, node: ast.expr, new: str, safety: str, min_torch: tuple[int, ...] = ()
     ) -> Fix:
         torch_name, add_torch = self._torch(node)
         start, end = self.source.span(node)
@@ -395,6 +434,44 @@ class _Planner:
                 return above.returns is child
             return False
         return False
+
+    def _unused_imports(self) -> None:
+        """An import of an apex name with a torch counterpart that nothing reads (what is left
+        once its uses are migrated): deleting it is safe, as Ruff's F401 fix; inside a ``try``
+        that catches its ImportError it is an availability probe, and deleting it is unsafe."""
+        for binding in self.names.imports():
+            stmt, alias = binding.node, binding.alias
+            if not isinstance(stmt, ast.ImportFrom) or alias is None or stmt.level:
+                continue
+            full = f"{stmt.module}.{alias.name}"
+            target = TARGETS.get(full)
+            code = table.MODULES.get(full) or (target.code if target else table.SAME_OBJECT)
+            known = target or full in table.SAME or full in table.TO_PYTHON_FLOAT
+            if not known and full not in table.MODULES:
+                continue
+            if self._consumed and any(self._inside(stmt, c) for c in self._consumed):
+                continue
+            bound = alias.asname or alias.name
+            if any(
+                isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                for n in self.names.spelled(bound)
+            ):
+                continue
+            guarded = any(
+                isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
+                for a in self.names.ancestors(stmt)
+            )
+            message = f"`{full}` is imported but unused: the import only ties the file to apex"
+            if guarded:
+                message += (
+                    " (an availability probe: code that tests its outcome now runs as if apex "
+                    "were installed)"
+                )
+            fix = Fix(
+                "unsafe" if guarded else "safe",
+                remove_imports=(ImportEdit(stmt.module or "", alias.name, alias.asname),),
+            )
+            self.findings.append(Finding(code, message, stmt, fix))
 
     # ---- guarded imports ---------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ class Target:
     write: tuple[tuple[str, str], ...] = ()  # written out when absent (apex's default differs)
     required: int = 1
     accepts: str = ""
-    min_torch: tuple[int, ...] = (1, 10)
+    min_torch: tuple[int, ...] = ()  # () where every torch a project may still declare has it
     as_value: str = ""  # "": a reference may become the torch name; else why it may not
     as_type: str = ""  # "": an isinstance class may become the torch class; else why not
 
@@ -188,9 +188,10 @@ _add(
         drop_any=("memory_efficient",),
         write=(("eps", "1e-5"),),
         accepts=(
-            "the same function and parameter (`weight`), with apex's `eps=1e-5` written out "
-            "(torch's default is the dtype's machine epsilon); under CUDA autocast torch's "
-            "RMSNorm computes in float32 where apex cast to the autocast dtype"
+            "the same function and parameter (`weight`); the output dtype follows torch's "
+            "rules: off CUDA the input's (apex returned float32 for half input with float32 "
+            "weights), under CUDA autocast float32 where torch lists `rms_norm` among its "
+            "float32 ops (apex cast to the autocast dtype)"
         ),
         min_torch=(2, 4),
         as_value="used as a value: torch.nn.RMSNorm's `eps` default (the dtype's machine "
@@ -223,14 +224,14 @@ _add(
         ("normalized_shape", "eps"),
         drop_any=("memory_efficient",),
         write=(("eps", "1e-5"),),
-        accepts=f"the same function with apex's `eps=1e-5` written out; {_MIXED}",
+        accepts=f"the same function; {_MIXED}",
         min_torch=(2, 4),
         as_value="used as a value: torch.nn.RMSNorm's `eps` default differs from apex's 1e-5",
     ),
 )  # fmt: skip
 # Functional forms: apex's argument order differs from torch's, so every argument after the
 # input is passed by keyword (in the order written: the evaluation order stays).
-_FUNCTIONAL = "apex's default `eps=1e-6` is written out (torch's differs); " + _NORM_AUTOCAST
+_FUNCTIONAL = "the arguments passed by keyword; " + _NORM_AUTOCAST
 _add(
     ("apex.normalization.fused_layer_norm.fused_layer_norm_affine",),
     Target(
@@ -267,7 +268,7 @@ _add(
         drop_any=("memory_efficient",),
         write=(("eps", "1e-6"),),
         required=3,
-        accepts="apex's default `eps=1e-6` is written out (torch's is the dtype's epsilon)",
+        accepts="the arguments passed by keyword; torch's output dtype rules (see FusedRMSNorm)",
         min_torch=(2, 4),
     ),
 )
@@ -281,7 +282,7 @@ _add(
         drop_any=("memory_efficient",),
         write=(("eps", "1e-6"),),
         required=2,
-        accepts="apex's default `eps=1e-6` is written out (torch's is the dtype's epsilon)",
+        accepts="the arguments passed by keyword; torch's output dtype rules (see FusedRMSNorm)",
         min_torch=(2, 4),
     ),
 )
@@ -320,7 +321,9 @@ _add(
             "becomes `find_unused_parameters` (apex's end-of-backward all-reduce tolerated "
             "unused parameters); communication overlaps backward and torch divides by the world "
             "size before the all-reduce; apex's bucket, stream and profiling options go; "
-            "`device_ids` stays None (the module's one device, as apex assumed)"
+            "`device_ids` stays None (the module's one device, as apex assumed); torch >= 2.13 "
+            "warns that `broadcast_buffers` is deprecated, and its warning says to keep "
+            "`broadcast_buffers=False` where buffers must not be synced at construction"
         ),
         as_value="used as a value: torch DDP re-broadcasts buffers by default "
         "(`broadcast_buffers=True`) where apex never did, and the calls are not visible here",
@@ -365,6 +368,10 @@ _add(
         ),
     ),
 )
+
+# apex modules whose names have torch counterparts (`from apex import optimizers`), by rule.
+MODULES = {"apex.optimizers": OPTIMIZERS, "apex.normalization": NORMALIZATION,
+           "apex.parallel": PARALLEL}  # fmt: skip
 
 # Names that are torch's own object under another name: the fix is safe.
 SAME: dict[str, str] = {

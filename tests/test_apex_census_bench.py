@@ -1,0 +1,53 @@
+"""scripts/apex_census_bench.py on a census of two made-up repositories (no third-party code)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+from conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location(
+    "apex_census_bench", ROOT / "scripts" / "apex_census_bench.py"
+)
+bench = importlib.util.module_from_spec(_spec)
+sys.modules["apex_census_bench"] = bench
+_spec.loader.exec_module(bench)
+
+NATIVE = """\
+import apex
+from apex.normalization import FusedLayerNorm
+
+norm = FusedLayerNorm(8)
+opt = apex.optimizers.FusedAdam(params, lr=1e-3)
+"""
+BLOCKED = """\
+from apex.optimizers import FusedLAMB
+
+opt = FusedLAMB(params, lr=1e-3)
+"""
+
+
+def test_one_repository_ends_apex_free_and_the_other_says_why_not(tmp_path):
+    census = tmp_path / "census"
+    for name, text in (("a+native", NATIVE), ("b+blocked", BLOCKED)):
+        (census / name).mkdir(parents=True)
+        (census / name / "train.py").write_text(text)
+    manifest = tmp_path / "census.json"
+    entries = [
+        {"repo": "a/native", "split": "dev",
+         "files": {"train.py": ["apex.normalization.FusedLayerNorm", "apex.optimizers.FusedAdam"]}},
+        {"repo": "b/blocked", "split": "dev", "files": {"train.py": ["apex.optimizers.FusedLAMB"]}},
+    ]  # fmt: skip
+    manifest.write_text(json.dumps({"entries": entries}))
+    out = tmp_path / "result.json"
+    status = bench.main([str(census), "--manifest", str(manifest), "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert status == 0
+    native, blocked = result["repositories"]
+    assert native["expected"] == "native" and native["apex_free"] and native["changed"] == 1
+    assert blocked["expected"] == "blocked" and blocked["blocking"] == ["apex.optimizers.FusedLAMB"]
+    assert not blocked["apex_free"] and blocked["left_by"] == ["apex API"]
+    assert result["summary"]["native_apex_free"] == 1
+    assert (census / "a+native" / "train.py").read_text() == NATIVE  # the census is untouched
