@@ -231,6 +231,7 @@ class _Planner:
         self.threaded: set[cst.FunctionDef] = set()
         self.name = "scaler"
         self.steps: dict[tuple[int, str], list[cst.SimpleStatementLine]] = {}
+        self.scaled: dict[tuple[int, str], list[cst.With]] = {}  # the scale_loss blocks per step
         self.before_step: dict[cst.CSTNode, list[Callable[[], list]]] = {}
         self.requests: list[tuple[cst.With, str, cst.CSTNode, str | None]] = []
         self.moved: set[int] = set()
@@ -407,6 +408,7 @@ class _Planner:
             self._scale_loss(call, setup)
         if initialize and len(_optimizers(_argument(initialize[0], "optimizers", 1))) > 1:
             self._steps_in_turn(calls.get("scale_loss", []))
+        self._unscaled_steps()
         self._master_params(calls.get("master_params", []), self._grad_readers(calls))
         self._one_unscale_per_step()
         for member in ("state_dict", "load_state_dict"):
@@ -1300,7 +1302,9 @@ class _Planner:
         self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
             [head] if suite is not None else [head, *u.body.body[1:]]
         )
-        self._steps(_code(self.module, optimizer), access, function, call)
+        opt = _code(self.module, optimizer)
+        self.scaled.setdefault((id(function), opt), []).append(statement)
+        self._steps(opt, access, function, call)
         if function is setup.home and not setup.by_scaler:
             enabled = setup.condition
         else:  # another function: the condition's names may not exist there
@@ -1344,6 +1348,83 @@ class _Planner:
                 f"no `{opt}.step()` statement in the function that scales the loss: scaled "
                 "gradients must be stepped through `scaler.step`",
             )
+
+    def _unscaled_steps(self) -> None:
+        """apex ran a plain ``optimizer.step()`` when no scaled backward had happened since the
+        last step (a NaN loss whose backward is skipped while the step keeps its gradient
+        accumulation schedule); ``GradScaler.step`` raises there instead (``_scale is None``
+        before the first ``scale``, "No inf checks were recorded" once ``zero_grad`` cleared the
+        gradients). The rewrite is exact only where a backward runs on every path from the
+        start of the loop iteration (or of the function) to the step."""
+        for key, steps in self.steps.items():
+            withs = self.scaled.get(key, [])
+            for step in steps:
+                if withs and not self._backward_before(step, withs):
+                    self.problem(
+                        step,
+                        f"`{_code(self.module, step.body[0].value)}` can be reached without a "
+                        "backward since the previous step (the `amp.scale_loss` at line "
+                        f"{self.line(withs[0])} does not run on every path to it, e.g. a "
+                        "skipped NaN loss): apex ran a plain optimizer step there, "
+                        "`scaler.step` raises (AssertionError: `_scale is None` before the "
+                        "first scaled backward, 'No inf checks were recorded' after "
+                        "`zero_grad`); guard the step by hand (a flag set after the scaled "
+                        "backward: `scaler.step` + `scaler.update()` when set, "
+                        "`optimizer.step()` otherwise)",
+                    )
+
+    def _backward_before(self, step: cst.CSTNode, withs: list[cst.With]) -> bool:
+        """Whether a backward surely runs before ``step`` in the same loop iteration (or
+        function call): some earlier statement of a block around it, inside the innermost
+        loop or function, backpropagates on every path through it."""
+        node = step
+        while True:
+            block = self.parent(node)
+            body = _statements(block)
+            if body is None:
+                return False
+            index = next(i for i, s in enumerate(body) if s is node)
+            if any(self._surely_backward(s, withs) for s in body[:index]):
+                return True
+            owner = self.owner(block)
+            while isinstance(self.parent(owner), cst.If):  # an elif: climb to its `if`
+                owner = self.parent(owner)
+            if owner is None or isinstance(owner, Loop | cst.FunctionDef | cst.ClassDef):
+                return False
+            node = owner
+
+    def _surely_backward(self, statement: cst.CSTNode, withs: list[cst.With]) -> bool:
+        """``statement`` backpropagates on every path through it that goes on: a scaled
+        backward, a plain ``x.backward()`` (the branch where apex was off), or a ``with``/
+        ``if``-``else`` whose every branch does."""
+        if any(statement is w for w in withs):
+            return True
+        if isinstance(statement, cst.SimpleStatementLine | cst.SimpleStatementSuite):
+            return any(isinstance(s, cst.Expr) and _is_call_of(s.value, "backward")
+                       for s in statement.body)  # fmt: skip
+        blocks: list[cst.CSTNode] = []
+        if isinstance(statement, cst.With):
+            blocks = [statement.body]
+        elif isinstance(statement, cst.If):
+            current = statement
+            while isinstance(current, cst.If):
+                blocks.append(current.body)
+                current = current.orelse
+            if current is None:  # no `else`: the path through none of the branches
+                return False
+            blocks.append(current.body)
+        return bool(blocks) and all(self._leaves_or_backward(b, withs) for b in blocks)
+
+    def _leaves_or_backward(self, block: cst.CSTNode, withs: list[cst.With]) -> bool:
+        """A branch that backpropagates, or that leaves (``continue``, ``return``, ``raise``,
+        ``break``: it never reaches a step later in the same iteration)."""
+        lines = [block] if isinstance(block, cst.SimpleStatementSuite) else list(block.body)
+        last = lines[-1] if lines else None
+        simple = isinstance(last, cst.SimpleStatementLine | cst.SimpleStatementSuite)
+        leaves = simple and isinstance(
+            last.body[-1], cst.Continue | cst.Return | cst.Raise | cst.Break
+        )
+        return leaves or any(self._surely_backward(s, withs) for s in lines)
 
     # -- master_params: unscale once per step ---------------------------------------------------
     def _steps_in_turn(self, scales: list[cst.Call]) -> None:

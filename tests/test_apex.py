@@ -32,6 +32,7 @@ REWRITTEN = [
     "two_optimizers",
     "resume_before_initialize",
     "checkpoint_helper_before_initialize",
+    "nan_skip_accumulation",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, `num_losses`",
@@ -44,6 +45,9 @@ BLOCKED = {
     'ckpt["scaler"]: scaler.load_state_dict(ckpt["scaler"])`); it cannot be created there: '
     "`use_amp` (in the condition of `amp.initialize`) is assigned at line 21, between line 16 "
     "and it",
+    "blocked_nan_skip_accumulation": "line 23: `optimizer.step()` can be reached without a "
+    "backward since the previous step (the `amp.scale_loss` at line 18 does not run on every "
+    "path to it",
 }
 
 
@@ -292,6 +296,7 @@ CASES = {
     "two_optimizers": [[], ["--fp16"]],
     "resume_before_initialize": [["ckpt.pt"]],
     "checkpoint_helper_before_initialize": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
+    "nan_skip_accumulation": [[], ["--amp"]],
 }
 
 
@@ -954,3 +959,39 @@ def test_the_other_branch_of_a_master_params_clip_is_unscaled_when_it_was_scaled
         "            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
     ) in out
     assert not [d for d in check_source(out) if d.code.startswith("AMP2")]
+
+
+@pytest.mark.torch
+def test_a_step_without_a_scaled_backward_is_refused_because_scaler_step_raises(stub, tmp_path):
+    """The refusal's reason is true: the shape-only rewrite of the blocked fixture (scale_loss
+    -> scaler.scale, step -> scaler.step + update) raises on CPU where the original, against
+    the O0 stand-in, trains; the `continue` form is rewritten and runs with its NaN batches."""
+    pytest.importorskip("torch")
+    source = (APEX / "blocked_nan_skip_accumulation.py").read_text()
+    naive = (
+        source.replace("from apex import amp\n", "")
+        .replace(
+            'model, optimizer = amp.initialize(model, optimizer, opt_level="O1", enabled=use_amp)',
+            'scaler = torch.amp.GradScaler("cpu", enabled=use_amp)',
+        )
+        .replace(
+            "with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+            "                scaled_loss.backward()",
+            "scaler.scale(loss).backward()",
+        )
+        .replace("optimizer.step()", "scaler.step(optimizer)\n            scaler.update()")
+    )
+    assert "amp." not in naive.replace("torch.amp.", "")
+    script = tmp_path / "naive.py"
+    script.write_text(naive)
+    original, migrated = _runs(
+        [(APEX / "blocked_nan_skip_accumulation.py", ["--amp"], stub, False),
+         (script, ["--amp"], None, False)],
+        tmp_path,
+    )  # fmt: skip
+    assert original[0] == 0, original[2]
+    assert migrated[0] == 1 and "Attempted step but _scale is None" in migrated[2]
+    message = _message(source)
+    assert "`scaler.step` raises (AssertionError: `_scale is None`" in message
+    fixed = (APEX / "nan_skip_accumulation.fixed.py").read_text()
+    assert fixed.index("            continue\n") < fixed.index("scaler.scale(loss).backward()")
