@@ -64,6 +64,12 @@ _FROM = re.compile(r"from(?:\s|\\\r?\n)+")
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
+# Members of the experimental Policy that the stable Policy (Keras 3 and tf-keras) lacks.
+_EXPERIMENTAL_ONLY = {
+    "loss_scale": "a policy no longer carries a loss scale; it lives on the LossScaleOptimizer",
+}
+
+
 class NoFix(Exception):
     """Raised while building a fix to say why there is none; the text joins the message."""
 
@@ -600,6 +606,13 @@ class _Paths(_Check):
             removals = self.names.import_edits(root) if root is not None else ()
             edit = Edit(start, end, f"{layer.value}.{path.new}")
             return Fix("safe", edits=(edit,), remove_imports=removals)
+        if call is not None and path.args != "loss_scale_optimizer":
+            for member in self._members_read(call):
+                if member in _EXPERIMENTAL_ONLY:
+                    raise NoFix(
+                        f"`.{member}` of its result exists only on the experimental class "
+                        "(AttributeError on Keras 3 and tf-keras): " + _EXPERIMENTAL_ONLY[member]
+                    )
         spelled, imports, removals = self._spelling(path.new, ref)
         start, end = self.ctx.own_span(ref)
         edits = [Edit(start, end, spelled)]
@@ -610,6 +623,31 @@ class _Paths(_Check):
                 edits = []
             edits += [more] if more is not None else []
         return Fix(safety, edits=tuple(edits), add_imports=imports, remove_imports=removals)
+
+    def _members_read(self, call: ast.Call) -> set[str]:
+        """The attributes read off the call's result: directly, or through the name it is
+        assigned to (``p = global_policy(); p.loss_scale``) in the same scope."""
+        above = self.names.parent(call)
+        if isinstance(above, ast.Attribute):
+            return {above.attr}
+        if not (
+            isinstance(above, ast.Assign)
+            and len(above.targets) == 1
+            and isinstance(above.targets[0], ast.Name)
+        ):
+            return set()
+        name = above.targets[0].id
+        scope = self.names.scope(call)
+        out = set()
+        for node in self.names.spelled(name):
+            parent = self.names.parent(node)
+            if (
+                type(node) is ast.Name
+                and isinstance(parent, ast.Attribute)
+                and self.names.scope(node) is scope
+            ):
+                out.add(parent.attr)
+        return out
 
     def _spelling(
         self, new: str, ref: ast.expr

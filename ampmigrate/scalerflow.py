@@ -1181,7 +1181,7 @@ def check(
     mine = [r for r in rules if r.check in FLOW_CHECKS]
     if not mine:
         return []
-    flow = build_flow(tree, source, names, settings.checkpoint_helpers)
+    flow = build_flow(tree, source, names, settings.project.get("checkpoint_helpers"))
     findings: list[Finding] = []
     for rule in mine:
         findings += FLOW_CHECKS[rule.check](flow, rule)
