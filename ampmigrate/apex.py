@@ -35,6 +35,7 @@ from __future__ import annotations
 import ast
 import functools
 import itertools
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
-from ampmigrate.apexlinks import Link
+from ampmigrate.apexlinks import Link, apex_siblings
 from ampmigrate.apexverdict import (
     APEX,
     ASSERTS_MISSING,
@@ -214,8 +215,10 @@ class _Planner:
         scopes: Mapping,
         parents: Mapping,
         link: tuple[Link, str] | None = None,
+        path: str | None = None,
     ) -> None:
         self.module = module
+        self.path = path  # the file on disk (None: no sibling modules are looked up)
         # the file is one side ("caller" or "callee") of a pair of modules (apexlinks)
         self.link, self.role = link if link is not None else (None, None)
         self.scopes = scopes
@@ -397,6 +400,7 @@ class _Planner:
         if not initialize and role != "callee":
             self._no_initialize(calls)
             return self.plan
+        self._siblings(role)
         for extra in initialize[1:]:
             self._reinitialize(initialize[0], extra)
         setup = self._initialize(initialize[0]) if initialize else self._linked_setup()
@@ -478,6 +482,29 @@ class _Planner:
             f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in calls[:3]
         )
         return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
+
+    def _siblings(self, role: str | None) -> None:
+        """A module this file imports (directly or through others) that calls apex amp without
+        initializing it shares this file's amp state (a checkpoint module saving
+        ``amp.state_dict()``): migrating this file alone leaves it calling apex, which is gone
+        or uninitialized then. The whole component is migrated or none of it."""
+        if self.path is None:
+            return
+        other = self.link.callee if role == "caller" else None
+        folder = os.path.dirname(os.path.abspath(self.path))
+        for sibling in apex_siblings(self.path):
+            if sibling.path == other:
+                continue
+            shown = os.path.relpath(sibling.path, folder)
+            via = os.path.relpath(sibling.importer, folder)
+            self.problem(
+                self.plan.anchor,
+                f"{shown} (imported by {via} at line {sibling.import_line}) calls "
+                f"`amp.{sibling.member}` at its line {sibling.line} and does not initialize "
+                "amp: it shares this file's amp state and would still call apex after this "
+                "file alone were migrated; migrate the two together (the GradScaler passed "
+                "there, `scaler.state_dict()` for `amp.state_dict()`) or neither",
+            )
 
     def _broken(self) -> str:
         return (
@@ -2232,15 +2259,18 @@ class ApexO1(cst.CSTVisitor):
 
     METADATA_DEPENDENCIES = (ScopeProvider, ParentNodeProvider)  # shared with the other rules
 
-    def __init__(self, rule: Rule, link: tuple[Link, str] | None = None) -> None:
+    def __init__(
+        self, rule: Rule, link: tuple[Link, str] | None = None, path: str | None = None
+    ) -> None:
         super().__init__()
         self.rule = rule
         self.link = link
+        self.path = path
         self.findings: list[Finding] = []
 
     def visit_Module(self, node: cst.Module) -> bool:
         scopes, parents = self.metadata[ScopeProvider], self.metadata[ParentNodeProvider]
-        found = _Planner(node, scopes, parents, self.link).build()
+        found = _Planner(node, scopes, parents, self.link, self.path).build()
         if found is None or found.anchor is None:
             return False
         notes = "".join(f"; note: {n}" for n in dict.fromkeys(found.notes))
