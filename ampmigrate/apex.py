@@ -823,13 +823,16 @@ class _Planner:
                 '`opt_level="O1"` to confirm)',
             )
         else:
+            blockers = len(self.plan.problems)
             switch = self._level_switch(level, init)
-            if switch is None:
-                self.plan.notes.append(
-                    f"opt_level `{_code(self.module, level)}` is not a literal: rewritten as O1"
-                )
-            elif "enabled" not in args:
+            if switch is None and len(self.plan.problems) == blockers:
+                switch = self._level_choices(level, init)
+            if switch is not None and switch is not True and "enabled" not in args:
                 args["enabled"] = switch
+            elif switch is not None and switch is not True:
+                args["enabled"] = cst.parse_expression(
+                    f"({_code(self.module, args['enabled'])}) and {_code(self.module, switch)}"
+                )
         scale = args.get("loss_scale")
         if scale is not None and not (
             isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic"
@@ -982,6 +985,97 @@ class _Planner:
         return cst.UnaryOperation(
             cst.Not(), cst.parse_expression(f"({_code(self.module, assign.value.test)})")
         )
+
+    def _level_choices(
+        self, level: cst.CSTNode, init: cst.Call
+    ) -> cst.BaseExpression | bool | None:
+        """An opt level read from a flag is O1 only where the flag cannot say otherwise: its
+        ``add_argument`` in this file has ``choices`` within O0/O1 and nothing assigns it
+        again. O0 is apex switched off, so a possible O0 that no ``if <level> != "O0":``
+        around ``initialize`` excludes gives ``enabled=<level> == "O1"``. Anything else
+        (a config value, a parameter, a flag that accepts O2/O3) is not provably O1: O2/O3 cast
+        the model and keep fp32 master weights, which torch.amp cannot express, so a rewrite
+        "as O1" would change those runs. True: O1 for sure; None: refused (said here)."""
+        spelled = _code(self.module, level)
+        attr = level.attr.value if isinstance(level, cst.Attribute) else None
+        flag = None
+        if attr is not None:
+            for node in self.nodes:
+                if isinstance(node, cst.Call) and _is_call_of(node, "add_argument"):
+                    options = [a.value for a in node.args if not a.keyword]
+                    names = [o.evaluated_value for o in options
+                             if isinstance(o, cst.SimpleString)]  # fmt: skip
+                    dest = _argument(node, "dest", 99)
+                    long = next((n for n in names if n.startswith("--")), None)
+                    derived = (
+                        dest.evaluated_value if isinstance(dest, cst.SimpleString)
+                        else long[2:].replace("-", "_") if long else None
+                    )  # fmt: skip
+                    if derived == attr:
+                        flag = (long or attr, node)
+            reassigned = any(
+                isinstance(n, cst.AssignTarget | cst.AugAssign)
+                and isinstance(n.target, cst.Attribute)
+                and n.target.attr.value == attr
+                for n in self.nodes
+            )
+        levels = None
+        if flag is not None and not reassigned:
+            choices = _argument(flag[1], "choices", 99)
+            elements = (
+                choices.elements if isinstance(choices, cst.List | cst.Tuple | cst.Set) else ()
+            )
+            values = {e.value.evaluated_value for e in elements
+                      if isinstance(e.value, cst.SimpleString)}  # fmt: skip
+            if elements and len(values) == len(elements) and values <= {"O0", "O1"}:
+                levels = values
+        if levels is None:
+            if flag is not None:
+                origin = (
+                    f"the flag `{flag[0]}`, which accepts any level (no `choices` within O0/O1)"
+                )
+                if reassigned:
+                    origin = f"the flag `{flag[0]}`, reassigned in this file"
+            elif isinstance(level, cst.Name) and any(
+                isinstance(p, cst.Param) and p.name.value == level.value for p in self.nodes
+            ):
+                origin = f"the parameter `{level.value}`: a caller may pass any level"
+            elif isinstance(level, cst.Name):
+                origin = f"`{spelled}`, which this file does not fix to O0/O1"
+            else:
+                origin = f"`{spelled}`, set outside this file (a config, an argument)"
+            branches = [
+                n for n in self.nodes if isinstance(n, cst.Comparison)
+                and _code(self.module, n.left) == spelled
+                and any(isinstance(c.comparator, cst.SimpleString)
+                        and c.comparator.evaluated_value in ("O2", "O3") for c in n.comparisons)
+            ]  # fmt: skip
+            also = (
+                f"; this file itself branches on `{_code(self.module, branches[0])}` at line "
+                f"{self.line(branches[0])}"
+                if branches
+                else ""
+            )
+            self.problem(
+                init,
+                f"opt_level `{spelled}` is not provably O1: it comes from {origin}{also}; O2/O3 "
+                "cast the model and keep fp32 master weights, which torch.amp cannot express, "
+                'so rewriting it as O1 changes those runs; fix the level (`opt_level="O1"`, or '
+                '`choices=["O0", "O1"]` on its flag) to allow the rewrite',
+            )
+            return None
+        guards = [a.test for a in self.ancestors(init) if isinstance(a, cst.If)
+                  and self.within(init, a.body)]  # fmt: skip
+        excluded = any(
+            isinstance(t, cst.Comparison) and _code(self.module, t.left) == spelled
+            and len(t.comparisons) == 1 and isinstance(t.comparisons[0].operator, cst.NotEqual)
+            and isinstance(t.comparisons[0].comparator, cst.SimpleString)
+            and t.comparisons[0].comparator.evaluated_value == "O0"
+            for t in guards
+        )  # fmt: skip
+        if levels == {"O1"} or excluded:
+            return True
+        return cst.parse_expression(f'{spelled} == "O1"')
 
     def _read(self, name: cst.Name) -> bool:
         """``name`` is not the target of an assignment (a plain read, a call argument...)."""

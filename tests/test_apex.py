@@ -45,6 +45,9 @@ BLOCKED = {
     'ckpt["scaler"]: scaler.load_state_dict(ckpt["scaler"])`); it cannot be created there: '
     "`use_amp` (in the condition of `amp.initialize`) is assigned at line 21, between line 16 "
     "and it",
+    "blocked_opt_level_config": "line 10: opt_level `config.AMP_OPT_LEVEL` is not provably O1: "
+    "it comes from `config.AMP_OPT_LEVEL`, set outside this file (a config, an argument); this "
+    'file itself branches on `config.AMP_OPT_LEVEL == "O2"` at line 11',
     "blocked_nan_skip_accumulation": "line 23: `optimizer.step()` can be reached without a "
     "backward since the previous step (the `amp.scale_loss` at line 18 does not run on every "
     "path to it",
@@ -278,7 +281,7 @@ def _run(script: Path, args: list[str], cwd: Path, stub: Path | None = None):
 
 # Arguments that run each fixture with mixed precision off (when it has a switch) and on.
 CASES = {
-    "hf_glue": [[], ["--fp16"]],
+    "hf_glue": [[], ["--fp16", "--fp16_opt_level", "O0"], ["--fp16"]],
     "module_try_import": [["ckpt.pt"]],
     "import_apex_accumulation": [["O1"]],
     "statements_between": [[], ["--amp"]],
@@ -995,3 +998,37 @@ def test_a_step_without_a_scaled_backward_is_refused_because_scaler_step_raises(
     assert "`scaler.step` raises (AssertionError: `_scale is None`" in message
     fixed = (APEX / "nan_skip_accumulation.fixed.py").read_text()
     assert fixed.index("            continue\n") < fixed.index("scaler.scale(loss).backward()")
+
+
+def test_an_opt_level_flag_is_o1_only_when_its_choices_say_so():
+    """A flag whose default is "O1" may still be given O2: refused, naming the flag; with
+    `choices` within O0/O1 it is rewritten, O0 being apex switched off."""
+    head = (APEX / "hf_glue.py").read_text()
+    open_flag = head.replace(', choices=["O0", "O1"]', "")
+    assert open_flag != head
+    message = _message(open_flag)
+    assert (
+        "opt_level `args.fp16_opt_level` is not provably O1: it comes from the flag "
+        "`--fp16_opt_level`, which accepts any level (no `choices` within O0/O1)"
+    ) in message
+    assert "line 15: opt_level" in message
+    reassigned = head.replace(
+        "    args = parser.parse_args()\n",
+        '    args = parser.parse_args()\n    args.fp16_opt_level = "O2"\n',
+    )
+    assert reassigned != head
+    assert "the flag `--fp16_opt_level`, reassigned in this file" in _message(reassigned)
+    parameter = _message("""
+        from apex import amp
+
+
+        def train(model, optimizer, x, opt_level="O1"):
+            model, optimizer = amp.initialize(model, optimizer, opt_level=opt_level)
+            loss = model(x).sum()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+    """)
+    assert "it comes from the parameter `opt_level`: a caller may pass any level" in parameter
+    fixed = (APEX / "hf_glue.fixed.py").read_text()
+    assert 'enabled=(args.fp16) and (args.fp16_opt_level == "O1")' in fixed
