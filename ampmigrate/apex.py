@@ -74,6 +74,7 @@ class Plan:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     edits: dict[cst.CSTNode, Build] = field(default_factory=dict)
+    summary: str | None = None  # what the rewrite does, where it is not the O1 mapping
 
 
 @dataclass
@@ -243,6 +244,7 @@ class _Planner:
         self.bound: set[str] = set()  # names the removed apex imports bound
         self.early: cst.BaseStatement | None = None  # the scaler is created right before it
         self.late: str | None = None  # why it cannot be created before an earlier restore
+        self.scale_gap = False  # apex never checkpointed its scale, nor does the rewrite
 
     def verify(self) -> None:
         """The last guard against a wrong rewrite: apply the plan in memory; the result must
@@ -263,6 +265,8 @@ class _Planner:
                 )
                 return
         before = {d.code for d in _correctness(self.module.code)}
+        if self.scale_gap:
+            before.add("AMP208")  # apex's own gap (see _resume_state), reported on its own
         for found in _correctness(code):
             if found.code not in before:
                 self.plan.problems.append(
@@ -403,6 +407,10 @@ class _Planner:
         self._siblings(role)
         for extra in initialize[1:]:
             self._reinitialize(initialize[0], extra)
+        if set(calls) == {"initialize"} and len(initialize) == 1 and self._dual(initialize[0]):
+            if not self.plan.problems:
+                self.verify()
+            return self.plan
         setup = self._initialize(initialize[0]) if initialize else self._linked_setup()
         if setup is None:
             return self.plan
@@ -482,6 +490,68 @@ class _Planner:
             f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in calls[:3]
         )
         return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
+
+    def _dual(self, init: cst.Call) -> bool:
+        """apex beside native AMP (timm's ``--apex-amp``/``--native-amp``): ``if use_amp ==
+        "apex": <initialize, a scaler object, logs> elif use_amp == "native": <autocast,
+        a native scaler>``, with no other apex amp call in the file. Native AMP is apex O1's
+        equivalent, so the apex branch goes and its value runs the native branch
+        (``if use_amp in ("apex", "native"):``). False: not this shape."""
+        statement = self.statement(init)
+        holder = self.parent(self.parent(statement))
+        if not (
+            isinstance(holder, cst.If)
+            and isinstance(holder.orelse, cst.If)
+            and self.block_of(holder) is not None
+            and not isinstance(self.parent(holder), cst.If)
+        ):
+            return False
+        native = holder.orelse
+        tests = [holder.test, native.test]
+        if not all(
+            isinstance(t, cst.Comparison)
+            and len(t.comparisons) == 1
+            and isinstance(t.comparisons[0].operator, cst.Equal)
+            and isinstance(t.comparisons[0].comparator, cst.SimpleString)
+            for t in tests
+        ):
+            return False
+        subject = _code(self.module, tests[0].left)
+        values = [t.comparisons[0].comparator for t in tests]
+        if (
+            _code(self.module, tests[1].left) != subject
+            or "apex" not in values[0].evaluated_value.lower()
+            or "apex" in values[1].evaluated_value.lower()
+        ):
+            return False
+        native_code = _code(self.module, native.body)
+        if "autocast" not in native_code and "Scaler" not in native_code:
+            return False
+        others = [x for x in holder.body.body if x is not statement]
+        if any(n.value in self.bound for x in others for n in self._subtree(x)
+               if isinstance(n, cst.Name)):  # fmt: skip
+            return False
+        test = cst.parse_expression(
+            f"{subject} in ({_code(self.module, values[0])}, {_code(self.module, values[1])})"
+        )
+        self.plan.edits[holder] = lambda u: cst.If(
+            test=test,
+            body=u.orelse.body,
+            orelse=u.orelse.orelse,
+            leading_lines=u.leading_lines,
+        )
+        self.plan.summary = (
+            "apex.amp beside native AMP can be rewritten to native AMP alone: the apex branch "
+            "goes, the native one (autocast + GradScaler) takes its place"
+        )
+        self.plan.notes.append(
+            f"the apex branch (line {self.line(holder)}) goes and "
+            f"`{subject} == {_code(self.module, values[0])}` runs the native branch, apex O1's "
+            "native equivalent (behaviour change: what it did besides `amp.initialize` there, "
+            "such as its own scaler object, goes with it; checkpoints saved under apex hold "
+            "its loss-scale format: convert them with `ampmigrate convert-checkpoint`)"
+        )
+        return True
 
     def _siblings(self, role: str | None) -> None:
         """A module this file imports (directly or through others) that calls apex amp without
@@ -838,16 +908,32 @@ class _Planner:
             isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic"
         ):
             self.problem(init, "a static `loss_scale`: GradScaler is always dynamic")
-        if not _optimizers(optimizer) or not isinstance(models, cst.Name | cst.Attribute):
-            self.problem(
-                init,
-                "lists of models in `amp.initialize` (or optimizers that are not names): one "
-                "GradScaler steps each optimizer (`scaler.step(o)` for each, one "
-                "`scaler.update()`); place them by hand",
-            )
-            return None
         statement = self.statement(init)
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        # `model, opt = amp.initialize(model.cuda(), opt)`: initialize returns the model it
+        # is given, so the rewrite keeps `model, opt = model.cuda(), opt` (_rebind)
+        assigned = isinstance(small, cst.Assign) and len(small.targets) == 1 and small.value is init
+        if isinstance(models, cst.List | cst.Tuple):
+            self.problem(
+                init,
+                "lists of models in `amp.initialize`: one GradScaler steps each optimizer "
+                "(`scaler.step(o)` for each, one `scaler.update()`); place them by hand",
+            )
+            return None
+        if not isinstance(models, cst.Name | cst.Attribute) and not assigned:
+            self.problem(
+                init,
+                f"`amp.initialize` is given the model `{_code(self.module, models)}` and its "
+                "result is not assigned: assign it (`model, optimizer = amp.initialize(...)`)",
+            )
+            return None
+        if not _optimizers(optimizer):
+            self.problem(
+                init,
+                f"the optimizer `{_code(self.module, optimizer)}` of `amp.initialize` is not a "
+                "name or an attribute: bind it to a name first",
+            )
+            return None
         if small is None or len(statement.body) != 1 or getattr(small, "value", None) is not init:
             self.problem(init, "`amp.initialize` is not a statement of its own")
             return None
@@ -1153,6 +1239,13 @@ class _Planner:
         ):  # `model, [a, b] = amp.initialize(model, [...])`: only the optimizers are rebound
             targets = _code(self.module, target.elements[1].value)
             source = _code(self.module, optimizer)
+        elif (
+            isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+            and _code(self.module, target.elements[1].value) == _code(self.module, optimizer)
+        ):  # `model, opt = amp.initialize(model.cuda(), opt)`: only the model is rebound
+            targets = _code(self.module, target.elements[0].value)
+            source = _code(self.module, models)
         return [cst.parse_statement(f"{targets} = {source}\n")]
 
     def _early(self, setup: _Setup, opt: str, holder, tests: list) -> cst.BaseStatement | None:
@@ -1977,6 +2070,8 @@ class _Planner:
         opt = _code(self.module, optimizer)
         created = self.order[id(self.early or setup.statement)]
         done: set[cst.CSTNode] = set()
+        gaps: list[str] = []  # where the scaler's state cannot join the optimizer's
+        joined: list[cst.CSTNode] = []  # the edits that make it join
 
         def helper(function: cst.CSTNode) -> bool:
             """A module-level checkpoint helper given ``opt`` only by the function holding the
@@ -2017,12 +2112,9 @@ class _Planner:
                 access = reachable(node)
                 keys = [e.key for e in holder.elements if isinstance(e, cst.DictElement)]
                 if access is None or not all(isinstance(k, cst.SimpleString) for k in keys):
-                    self.problem(
-                        node,
-                        f"a checkpoint dict saves `{opt}`'s state where the GradScaler cannot "
-                        f'be added under "{self.name}" (not created yet there, or not '
-                        "reachable, or not string keys): save its `state_dict()` beside the "
-                        "optimizer's by hand",
+                    gaps.append(
+                        f"the checkpoint dict at line {self.line(node)} (the GradScaler is not "
+                        "created yet there, or not reachable, or the keys are not strings)"
                     )
                     continue
                 quote = keys[0].quote
@@ -2033,6 +2125,7 @@ class _Planner:
                 self.plan.edits[holder] = lambda u, e=element: u.with_changes(
                     elements=[*u.elements, e]
                 )
+                joined.append(holder)
             elif (
                 _is_call_of(node, "load_state_dict") and _code(self.module, node.func.value) == opt
             ):
@@ -2046,33 +2139,24 @@ class _Planner:
                 if not isinstance(source, cst.Subscript) or not isinstance(
                     source.value, cst.Name | cst.Attribute
                 ):
-                    self.problem(
-                        node,
-                        f"`{opt}`'s state is restored from a value that is not a checkpoint "
-                        "key (a file of its own?): the GradScaler's state needs the same "
-                        "save and restore, which this rewrite cannot invent; add them by hand",
+                    gaps.append(
+                        f"the restore at line {self.line(node)} (from a value that is not a "
+                        "checkpoint key: a file of its own?)"
                     )
                     continue
                 if access is None:
-                    self.problem(
-                        node,
-                        f"`{opt}`'s state is restored before the GradScaler exists (it "
-                        f"replaces `amp.initialize` at line {self.line(setup.statement)}) or "
-                        "where it is not reachable: create the GradScaler before this line "
-                        f'and restore it after it (`if "{self.name}" in ckpt and '
-                        f'ckpt["{self.name}"]: '
-                        f'{self.name}.load_state_dict(ckpt["{self.name}"])`)'
-                        + (f"; it cannot be created there: {self.late}" if self.late else ""),
+                    gaps.append(
+                        f"the restore at line {self.line(node)} (before the GradScaler exists "
+                        f"where `amp.initialize` was, line {self.line(setup.statement)}, or "
+                        "where it is not reachable"
+                        + (f"; it cannot be created earlier: {self.late}" if self.late else "")
+                        + ")"
                     )
                     continue
                 if not isinstance(statement, cst.SimpleStatementLine) or statement.body[
                     0
                 ] is not self.parent(node):
-                    self.problem(
-                        node,
-                        f"`{opt}`'s state is restored inside an expression: restore the "
-                        "GradScaler's state after it by hand",
-                    )
+                    gaps.append(f"the restore at line {self.line(node)} (inside an expression)")
                     continue
                 container = _code(self.module, source.value)
                 quote = '"'
@@ -2086,10 +2170,31 @@ class _Planner:
                 self.plan.edits[statement] = lambda u, load=load, p=previous: cst.FlattenSentinel(
                     [*(p(u).nodes if p else [u]), load]
                 )
+                joined.append(statement)
                 self.plan.notes.append(
                     f"the GradScaler's state is restored after `{opt}`'s (line "
                     f"{self.line(statement)}) when the checkpoint has it"
                 )
+        if gaps:
+            # apex never checkpointed its loss scale here: leaving the GradScaler's out is
+            # exactly what apex did (the scale restarts on resume); AMP208 reports that gap
+            for node in joined:
+                if node is self.early:
+                    previous = self.plan.edits[node]
+                    self.plan.edits[node] = lambda u, p=previous: cst.FlattenSentinel(
+                        p(u).nodes[:-1]
+                    )
+                else:
+                    del self.plan.edits[node]
+            self.plan.notes = [
+                n for n in self.plan.notes if "GradScaler's state is restored" not in n
+            ]
+            self.plan.notes.append(
+                "apex never checkpointed its loss scale here and the GradScaler's state is "
+                f"not added beside `{opt}`'s either ({'; '.join(gaps)}): the scale restarts "
+                "on resume, as it did under apex (AMP208 reports this gap on its own)"
+            )
+            self.scale_gap = True
 
     def _new_key(self, node: cst.SimpleString) -> None:
         quote = node.quote
@@ -2373,10 +2478,11 @@ class ApexO1(cst.CSTVisitor):
             self.findings.append(Finding(self.rule.code, message, found.anchor, None))
             return False
         message = (
-            "apex.amp O1 can be rewritten to torch.amp: GradScaler instead of "
+            found.summary
+            or "apex.amp O1 can be rewritten to torch.amp: GradScaler instead of "
             "`amp.initialize`, an autocast region around the forward pass and loss, "
-            "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`" + notes
-        )
+            "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`"
+        ) + notes
         build = functools.partial(rewrite, link=self.link) if self.link else rewrite
         fix = Fix(
             "unsafe",
