@@ -807,17 +807,25 @@ class _Planner:
         if parent is None:
             self.problem(node, used_as_value(_code(self.module, node)))
             return
+        self._fold(expr, value)
+
+    def _fold(self, expr: cst.CSTNode, value: bool) -> None:
+        """An availability test ``expr`` whose value is now ``value``, folded into what holds
+        it (``x and True`` is ``x``, an ``if`` keeps the branch that runs)."""
         while True:
             parent = self.parent(expr)
             if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
                 expr, value = parent, not value
             elif isinstance(parent, cst.BooleanOperation):
-                other = parent.right if parent.left is expr else parent.left
                 neutral = value == isinstance(parent.operator, cst.And)
-                if neutral:  # `x and True` is `x`
-                    self.plan.edits[parent] = lambda _u, o=other, p=parent: (
-                        o.with_changes(lpar=p.lpar, rpar=p.rpar) if p.lpar else o
-                    )
+                if neutral:  # `x and True` is `x` (the updated `x`: it may hold edits)
+                    first = parent.left is expr
+
+                    def keep(u: cst.CSTNode, first: bool = first, p: cst.CSTNode = parent):
+                        o = u.right if first else u.left
+                        return o.with_changes(lpar=p.lpar, rpar=p.rpar) if p.lpar else o
+
+                    self.plan.edits[parent] = keep
                     return
                 expr = parent
             else:

@@ -1062,3 +1062,32 @@ def test_apex_beside_native_keeps_the_native_branch(tmp_path):
     code, output, error = results[-1]
     assert code == 0, error
     assert "Using native Torch AMP" in output and "forward dtypes: ['torch.float16']" in output
+
+
+def test_a_folded_availability_test_keeps_the_renamed_key_beside_it():
+    """`"amp" in checkpoint and amp is not None`: the availability test folds away and the key
+    test beside it still follows the load to "scaler" (the fold once put back the original
+    operand, losing the rename: `"amp" in checkpoint` guarding `checkpoint["scaler"]`)."""
+    source = textwrap.dedent("""
+        import torch
+        from apex import amp
+
+
+        def train(model, optimizer, loader, path, use_amp):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1", enabled=use_amp)
+            checkpoint = torch.load(path)
+            optimizer.load_state_dict(checkpoint["optimizer"])
+            if use_amp and "amp" in checkpoint and amp is not None:
+                amp.load_state_dict(checkpoint["amp"])
+            for x in loader:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            torch.save({"optimizer": optimizer.state_dict(), "amp": amp.state_dict()}, path)
+    """)
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert [d.code for d in fixed if d.code == "AMP303"] == ["AMP303"]
+    assert 'if use_amp and "scaler" in checkpoint:\n' in out
+    assert 'scaler.load_state_dict(checkpoint["scaler"])' in out
+    assert '"amp"' not in out
