@@ -1907,6 +1907,51 @@ class _Planner:
             return None
         return self.statement(call), outer
 
+    def _scaled_clip(self, statement: cst.CSTNode, used: cst.Name) -> bool:
+        """``norm = clip_grad_norm_(amp.master_params(opt), max_norm)`` on every micro-batch,
+        its result used there too: unscale_ may run once per step, so the clip stays where it
+        is and works on the scaled gradients, at ``max_norm * scale``, its norm divided by the
+        same scale (a power of two, 1.0 when the scaler is off): apex's clip up to float
+        rounding. False: not that statement."""
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        call = small.value if isinstance(small, cst.Assign) and len(statement.body) == 1 else None
+        if not (
+            isinstance(call, cst.Call)
+            and _code(self.module, call.func).rpartition(".")[2] == "clip_grad_norm_"
+            and 2 <= len(call.args) <= 3
+            and not any(a.star for a in call.args)
+            and [a.keyword.value if a.keyword else None for a in call.args][:2]
+            in ([None, None], [None, "max_norm"])
+            and _is_call_of(call.args[0].value, "master_params")
+        ):
+            return False
+        access = self.access(self.function(statement))
+        if access is None:
+            return False
+        scale = f"{access}.get_scale()"
+        max_norm = call.args[1].value
+
+        simple = isinstance(max_norm, cst.Name | cst.Attribute | cst.Integer | cst.Float)
+        bound = _code(self.module, max_norm) if simple else f"({_code(self.module, max_norm)})"
+
+        def build(u: cst.Call) -> cst.BaseExpression:
+            limit = cst.parse_expression(f"{bound} * {scale}")
+            args = [*u.args]
+            args[1] = args[1].with_changes(value=limit)
+            return cst.BinaryOperation(
+                u.with_changes(args=args), cst.Divide(), cst.parse_expression(scale)
+            )
+
+        self.plan.edits[call] = build
+        self.plan.notes.append(
+            f"behaviour change: the clip of `amp.master_params` at line {self.line(statement)} "
+            "runs on every micro-batch and its result is used there "
+            f"(`{used.value}`), so it clips the scaled gradients at "
+            f"`max_norm * {scale}` and divides the returned norm by the same scale (apex "
+            "unscaled first; equal up to float rounding)"
+        )
+        return True
+
     def _unscale_before(self, statement: cst.CSTNode, unscale: str) -> None:
         self.unscales.append(statement)
         self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
@@ -1941,6 +1986,8 @@ class _Planner:
         if reads or blockers:
             own = self.facts(statement).assigned
             used = [n for n in reads if n.value in own]
+            if used and self._scaled_clip(statement, used[0]):
+                return
             why = (
                 f"; its result `{used[0].value}` is used at line {self.line(used[0])}"
                 if used

@@ -35,12 +35,12 @@ REWRITTEN = [
     "nan_skip_accumulation",
     "initialize_expression",
     "resume_scale_gap",
+    "clip_result_used",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, `num_losses`",
     "blocked_inference_only": "inference only",
     "blocked_sibling_helper": "give `save_checkpoint` a `scaler` parameter",
-    "blocked_clip_result_used": "its result `grad_norm` is used at line 20",
     "blocked_opt_level_config": "line 10: opt_level `config.AMP_OPT_LEVEL` is not provably O1: "
     "it comes from `config.AMP_OPT_LEVEL`, set outside this file (a config, an argument); this "
     'file itself branches on `config.AMP_OPT_LEVEL == "O2"` at line 11',
@@ -300,6 +300,7 @@ CASES = {
     "nan_skip_accumulation": [[], ["--amp"]],
     "initialize_expression": [[], ["--amp"]],
     "resume_scale_gap": [["ckpt.pt"], ["ckpt.pt", "--amp"]],
+    "clip_result_used": [[]],
 }
 
 
@@ -1091,3 +1092,25 @@ def test_a_folded_availability_test_keeps_the_renamed_key_beside_it():
     assert 'if use_amp and "scaler" in checkpoint:\n' in out
     assert 'scaler.load_state_dict(checkpoint["scaler"])' in out
     assert '"amp"' not in out
+
+
+@pytest.mark.torch
+def test_the_scale_aware_clip_is_apex_clip_up_to_rounding():
+    """Clipping the scaled gradients at `max_norm * scale` and dividing the norm by the scale
+    (clip_result_used) gives apex's clip of the unscaled gradients (scale a power of two)."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    for scale in (1.0, 2.0**10, 2.0**16):
+        for max_norm in (0.01, 1.0, 100.0):
+            grads = [torch.randn(7, 5), torch.randn(3)]
+            unscaled = [g.clone().requires_grad_() for g in grads]
+            scaled = [g.clone().requires_grad_() for g in grads]
+            for p, g in zip(unscaled, grads, strict=True):
+                p.grad = g.clone()
+            for p, g in zip(scaled, grads, strict=True):
+                p.grad = g * scale
+            apex = torch.nn.utils.clip_grad_norm_(unscaled, max_norm)
+            native = torch.nn.utils.clip_grad_norm_(scaled, max_norm * scale) / scale
+            assert torch.allclose(native, apex, rtol=1e-6)
+            for a, n in zip(unscaled, scaled, strict=True):
+                assert torch.allclose(n.grad / scale, a.grad, rtol=1e-5, atol=1e-7)
