@@ -256,11 +256,10 @@ def test_branches_keep_working_without_apex():
     """The scaler exists on both paths (built before the `if`), and the else-branch clip is not
     given an unscale_ (the two `if args.fp16` are one decision)."""
     out = (APEX / "hf_glue.fixed.py").read_text()
-    assert out.index('scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)') < out.index(
-        "for step"
-    )
+    enabled = 'enabled=(args.fp16) and (args.fp16_opt_level == "O1")'  # O0 is apex off
+    assert out.index(f'scaler = torch.amp.GradScaler("cuda", {enabled})') < out.index("for step")
     assert out.count("scaler.unscale_(optimizer)") == 1
-    assert "enabled=args.fp16):" in out
+    assert f"{enabled}):" in out
 
 
 # -- running on CPU ------------------------------------------------------------------------
