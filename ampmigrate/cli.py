@@ -481,9 +481,30 @@ def explain(code: str) -> None:
     is_flag=True,
     help="Run both sides on the CPU with CUDA emulated (CUDA autocast as CPU float16).",
 )
+@click.option(
+    "--parallel", is_flag=True, help="Run the two sides at once (default: one after the other)."
+)
+@click.option(
+    "--root",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The project root to copy and migrate (default: git top level, else the nearest "
+    "pyproject.toml/setup.py/setup.cfg, else the script's directory).",
+)
+@click.option(
+    "--target-torch",
+    help="As for `fix`: the oldest torch the code must keep running on (default: target-torch "
+    "in [tool.ampmigrate], else the project's declared torch requirement).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="As for `fix`: a pyproject.toml to read [tool.ampmigrate] from.",
+)
 def verify(
     script, script_args, steps, seed, device, threads, exact, rtol, atol, timeout, migrated,
     against, require_amp, report, unsafe_fixes, nproc_per_node, compare_fp32, emulate_cuda,
+    parallel, root, target_torch, config_file,
 ) -> None:  # fmt: skip
     """Run SCRIPT and its migrated version; compare per-step loss and GradScaler state.
 
@@ -491,6 +512,7 @@ def verify(
     With --compare-fp32: exit 0 once measured, 2 when it could not be (or AMP was not active).
     """
     from ampmigrate.harness import compare as cmp
+    from ampmigrate.harness.project import FixPlan
     from ampmigrate.harness.verify import Options, VerifyError
     from ampmigrate.harness.verify import verify as run_verify
 
@@ -505,7 +527,8 @@ def verify(
             "--migrated": migrated, "--exact": exact, "--rtol": rtol is not None,
             "--atol": atol is not None, "--unsafe-fixes": unsafe_fixes,
             "--nproc-per-node": nproc_per_node, "--against": against,
-            "--require-amp": require_amp,
+            "--require-amp": require_amp, "--parallel": parallel,
+            "--target-torch": target_torch, "--config": config_file,
         }  # fmt: skip
         if clash := [name for name, value in used.items() if value]:
             raise click.UsageError(f"--compare-fp32 does not take {', '.join(clash)}")
@@ -514,9 +537,19 @@ def verify(
         tolerance = cmp.Tolerance(True)
     elif rtol is not None or atol is not None:
         tolerance = cmp.Tolerance(False, rtol or 0.0, atol or 0.0)
+    # The fixes `ampmigrate fix SCRIPT` would make: the same resolution of its settings.
+    lint = LintOptions(
+        select=None, ignore=None, output_format=None, config_file=config_file,
+        unsafe_fixes=unsafe_fixes, exit_zero=False, statistics=False, jobs=1, exclude=None,
+        extend_exclude=None, target_torch=target_torch, show_settings=False, target_keras=None,
+        max_file_size=2.0,
+    )  # fmt: skip
+    config, settings, torch_source = _settings([script], lint, fix=True)
+    plan = FixPlan(settings, config.ignored_codes, config.excluded, torch_source)
     options = Options(
         steps=steps, seed=seed, device=device, threads=threads, timeout=timeout,
-        nproc_per_node=nproc_per_node or 0, unsafe_fixes=unsafe_fixes, emulate_cuda=emulate_cuda,
+        nproc_per_node=nproc_per_node or 0, emulate_cuda=emulate_cuda, parallel=parallel,
+        root=root, plan=plan,
     )  # fmt: skip
     try:
         if compare_fp32:
@@ -527,7 +560,7 @@ def verify(
     except VerifyError as exc:
         click.echo(f"ampmigrate verify: error: {exc}", err=True)
         if exc.detail:
-            click.echo(f"script's stderr (last lines):\n{exc.detail}", err=True)
+            click.echo(f"the script's output (last lines):\n{exc.detail}", err=True)
         sys.exit(EXIT_ERROR)
     sys.exit(_print_outcome(outcome, report, require_amp))
 
@@ -563,6 +596,11 @@ def _print_outcome(outcome, report: Path | None, require_amp: bool) -> int:
             f"migration: {sum(m.fixed.values())} fixes ({fixes}) in {len(m.changed)} of "
             f"{_plural(modules, 'project file')} the run imports, {grade}"
         )
+        click.echo(f"settings: {m.settings}")
+        if m.applied:
+            click.echo(f"fixed: {', '.join(m.applied)}")
+        if m.excluded:
+            click.echo(f"excluded by the configuration (not migrated): {', '.join(m.excluded)}")
     if outcome.against is not None:
         a = outcome.against
         how = (
@@ -582,10 +620,9 @@ def _print_outcome(outcome, report: Path | None, require_amp: bool) -> int:
         click.echo(f"INCONCLUSIVE: {outcome.inconclusive}")
     for note in outcome.notes:
         click.echo(f"note: {note}")
-    if not outcome.match and outcome.migrated.stderr.strip():
-        click.echo(
-            "migrated script's stderr (last lines):\n" + outcome.migrated.stderr_tail(), err=True
-        )
+    for side in outcome.stopped_early():
+        click.echo(f"{side.name} side's output (stdout and stderr, last lines):")
+        click.echo(side.output_tail() or "(none)")
     status = outcome.exit_status(require_amp)
     if status == EXIT_ERROR and outcome.inconclusive is None:
         click.echo(

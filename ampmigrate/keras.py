@@ -867,15 +867,99 @@ class Keras3Optimizer(_CheapNames):
             self._pending.append((node, node.attr, node.value))
 
     def finish(self) -> None:
-        if not self.active or not self._receivers:
+        if not self.active or not self._pending:
             return
         calls = {id(n.func) for n, *_ in self._pending if isinstance(n, ast.Call)}
         for node, name, receiver in self._pending:
-            if self.ctx.own_text(receiver) not in self._receivers:
+            text = self.ctx.own_text(receiver)
+            if text not in self._receivers and not self._narrowed(node, text):
                 continue
             if isinstance(node, ast.Attribute) and id(node) in calls:
                 continue  # the method call itself is judged
             self._member(node, name, id(self.ctx.function(node)) in self._processing)
+
+    def _drop_self_assignment(
+        self, call: ast.Call, value: str
+    ) -> tuple[Edit | None, tuple[ImportEdit, ...]]:
+        """``grads = opt.get_unscaled_gradients(grads)`` would become ``grads = grads``: the
+        statement goes instead (its lines), and so does an ``if isinstance(...)`` left empty; a
+        block it leaves empty gets ``pass``. None when the call is not such a statement; the
+        imports that a removed ``isinstance`` test used go once unused."""
+        statement = self.names.parent(call)
+        if not (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and self.ctx.own_text(statement.targets[0]) == value
+            and self._own_lines(statement)
+        ):
+            return None, ()
+        block = self.names.parent(statement)
+        body = next(
+            (getattr(block, f) for f in ("body", "orelse", "finalbody")
+             if any(s is statement for s in getattr(block, f, ()) or ())),
+            [],
+        )  # fmt: skip
+        if len(body) > 1:
+            return self._delete_lines(statement), ()
+        if (
+            isinstance(block, ast.If)
+            and body is block.body
+            and not block.orelse
+            and isinstance(block.test, ast.Call)
+            and "builtins.isinstance" in self.names.qualified(block.test.func)
+            and self._own_lines(block)
+        ):
+            used = [
+                n for n in ast.walk(block.test) if isinstance(n, ast.Name) and n is not block.test
+            ]
+            removals = tuple(e for n in used for e in self.names.import_edits(n))
+            return self._delete_lines(block), removals
+        start, end = self.source.span(statement)
+        return Edit(start, end, "pass"), ()
+
+    def _own_lines(self, statement: ast.stmt) -> bool:
+        """Nothing else shares the statement's first and last lines."""
+        start, end = self.source.span(statement)
+        text, last = self.source.text, statement.end_lineno
+        before = text[self.source.line_start(statement.lineno) : start]
+        rest = text[end : self.source.line_start(last) + len(self.source.line(last))].strip()
+        return not before.strip() and (not rest or rest.startswith("#"))
+
+    def _delete_lines(self, statement: ast.stmt) -> Edit:
+        start = self.source.line_start(statement.lineno)
+        try:
+            end = self.source.line_start(statement.end_lineno + 1)
+        except IndexError:
+            end = len(self.source.text)
+        return Edit(start, end, "")
+
+    def _narrowed(self, node: ast.AST, receiver: str) -> bool:
+        """``node`` runs only where ``receiver`` is a LossScaleOptimizer: inside the body of
+        ``if isinstance(receiver, LossScaleOptimizer)`` (alone or in an ``and``)."""
+        child = node
+        for above in self.names.ancestors(node):
+            if isinstance(above, ast.If) and any(child is s for s in above.body):
+                test = above.test
+                tests = (
+                    test.values
+                    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)
+                    else [test]
+                )
+                if any(self._isinstance_lso(t, receiver) for t in tests):
+                    return True
+            child = above
+        return False
+
+    def _isinstance_lso(self, test: ast.expr, receiver: str) -> bool:
+        if not (isinstance(test, ast.Call) and len(test.args) == 2 and not test.keywords):
+            return False
+        if "builtins.isinstance" not in self.names.qualified(test.func):
+            return False
+        if self.ctx.own_text(test.args[0]) != receiver:
+            return False
+        classes = test.args[1]
+        options = classes.elts if isinstance(classes, ast.Tuple) else [classes]
+        return any(self.names.qualified(c) & LOSS_SCALE_OPTIMIZERS for c in options)
 
     def _attr_edit(self, node: ast.Attribute, new: str) -> Edit:
         end = self.source.span(node)[1]
@@ -902,7 +986,12 @@ class Keras3Optimizer(_CheapNames):
                 )
             elif len(args) == 1 and args[0].keyword is None and not args[0].star:
                 start, end = self.ctx.own_span(node)
-                fix = Fix("safe", edits=(Edit(start, end, args[0].value),))
+                edit, removals = self._drop_self_assignment(node, args[0].value)
+                fix = Fix(
+                    "safe",
+                    edits=(edit or Edit(start, end, args[0].value),),
+                    remove_imports=removals,
+                )
             self.findings.append(Finding(code, message, node, fix))
         elif isinstance(node, ast.Call) and name == "loss_scale":  # the TF <= 2.3 method
             assert isinstance(node.func, ast.Attribute)
@@ -1154,6 +1243,8 @@ class GraphRewriteWithPolicy(_Policies):
             "ValueError, Keras 3 silently enables both (casts applied twice); keep the policy"
         )
         for call in self.graph_rewrites:
+            if all(self.names.exclusive(call, policy) for policy, _, _ in self.policies):
+                continue  # `if graph_rewrite: ... else: set_global_policy(...)`: one or the other
             self.findings.append(Finding(self.rule.code, message, call, None))
 
 

@@ -290,6 +290,7 @@ class _Renames:
         # safely: a constructor migrated anywhere in the run changes what matches there
         self.class_values: list[tuple[str, str, int]] = []
         self.constructors: list[tuple[Finding, Symbol]] = []  # class calls that got a fix
+        self._dispatched: set[ast.AST] = set()  # names bound per device by an if/else
         self._gates: dict[ast.AST, bool] = {}
 
     # ---- name resolution -------------------------------------------------------------------
@@ -314,7 +315,11 @@ class _Renames:
             return (hits[0], True) if len(names) == 1 else None
         if any(n.startswith(_MODERN_PREFIXES) for n in names):
             return None  # a compatibility shim: bound to the new API on current torch
-        return hits[0], len(names) == 1
+        if len(hits) == len(names):  # every binding is a deprecated symbol
+            if len({(h.new, h.device) for h in hits}) > 1:
+                self._dispatched.add(node)  # `if cuda: from torch.cuda.amp import X else: cpu`
+            return hits[0], True
+        return hits[0], False
 
     def _binding(self, node: ast.AST, module: str) -> tuple[str, bool]:
         """A name bound to ``module`` where ``node`` is, and whether an import must be added."""
@@ -344,14 +349,33 @@ class _Renames:
         unconditional: bool,
         extra_imports: frozenset[str] = frozenset(),
     ) -> Fix:
+        if self._dispatched and (node in self._dispatched or ref in self._dispatched):
+            raise NoFix(
+                "the name is bound to the classes of different devices by a branch (`"
+                + "`, `".join(sorted(self.names.qualified(ref)))
+                + "`): write the device in each branch"
+            )
         torch_name, add_torch = self._binding(node, "torch")
+        branch = self._branch_floor(node)
         return Fix(
             safety if unconditional else "unsafe",
             edits=tuple(edits(torch_name)),
             add_imports=extra_imports | ({"torch"} if add_torch else set()),
             remove_imports=self.names.import_edits(ref),
-            min_torch=sym.min_torch,
+            # on the newer side of a version branch the branch is the floor
+            min_torch=() if branch and branch >= sym.min_torch else sym.min_torch,
         )
+
+    def _branch_floor(self, node: ast.AST) -> tuple[int, ...] | None:
+        """The torch version the innermost version branch around ``node`` guarantees."""
+        child = node
+        for above in self.names.ancestors(node):
+            if type(above) is ast.If or type(above) is ast.IfExp:
+                newer = _version_side(self.source, above, child)
+                if newer:
+                    return newer
+            child = above
+        return None
 
     def _map_args(self, sym: Symbol, plan: _Plan, args: Sequence[Arg], torch_name: str) -> bool:
         """Plan the old call arguments -> the new ones; returns whether the mapping is exact.
@@ -633,8 +657,20 @@ class _Renames:
     def _gated(self, node: ast.AST) -> bool:
         """Inside compatibility code: a branch on the torch version whose other side uses the
         new API, or an ``except AttributeError:``-style fallback (its clause included)."""
+        child = node
         for above in self.names.ancestors(node):
             kind = type(above)
+            side = (kind is ast.If or kind is ast.IfExp) and _version_side(
+                self.source, above, child, older=True
+            )
+            newer = (kind is ast.If or kind is ast.IfExp) and _version_side(
+                self.source, above, child
+            )
+            child = above
+            if side and side <= DEPRECATED_SINCE:
+                return True  # the older side runs only where nothing is deprecated yet
+            if newer:
+                continue  # the side for the newer torch: its deprecated calls warn there
             if kind is ast.If or kind is ast.IfExp or kind is ast.ExceptHandler:
                 gate = self._gates.get(above)
                 if gate is None:
@@ -806,6 +842,67 @@ class _Renames:
             lines.append(text)
             line -= 1
         return "\n".join(reversed(lines))
+
+
+DEPRECATED_SINCE = (2, 4)  # every torch AMP deprecation starts in 2.4.0 (torch-amp-api.md)
+_VERSION_NUMBER = re.compile(r"(\d+)[._](\d+)")
+_AT_LEAST = re.compile(r"greater|_ge_|_ge\b|at_?least|newer|_gte?_?\d", re.IGNORECASE)
+_BELOW = re.compile(r"less|_lt_|_lt\b|older|below|lower", re.IGNORECASE)
+
+
+def _version_side(
+    source: Source, branch: ast.If | ast.IfExp, child: ast.AST, older: bool = False
+) -> tuple | None:
+    """The torch version ``child``'s side of a torch-version branch runs on at least, where that
+    side is the newer one (``if Version(torch.__version__) < Version("2.4"): ... else: <here>``,
+    ``if is_torch_greater_or_equal("2.4"): <here>``); with ``older``: the version it runs
+    below, where it is the older side. None otherwise."""
+    if child is branch.test:
+        return None
+    body = branch.body if type(branch) is ast.If else [branch.body]
+    in_body = any(child is s for s in body)
+    test, flipped = branch.test, False
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, flipped = test.operand, not flipped
+    text = source.segment(test)
+    if "torch" not in text.lower():
+        return None
+    number = _VERSION_NUMBER.search(text)
+    if number is None:
+        return None
+    version = (int(number.group(1)), int(number.group(2)))
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left = source.segment(test.left).lower()
+        op = type(test.ops[0])
+        if "version" not in left:  # `Version("2.4") <= torch_version`
+            op = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}.get(op)
+        if op in (ast.Gt, ast.GtE):
+            newer_body = True
+        elif op in (ast.Lt, ast.LtE):
+            newer_body = False
+        else:
+            return None
+        if older and op in (ast.Gt, ast.LtE):
+            return None  # the older side includes the release named: not below it
+    elif isinstance(test, ast.Call) and test.args and isinstance(test.args[0], ast.Constant):
+        op = str(test.args[0].value)  # is_torch_version("<", "2.4")
+        if op in (">=", ">"):
+            newer_body = True
+        elif op in ("<", "<="):
+            newer_body = False
+        elif _AT_LEAST.search(source.segment(test.func)):
+            newer_body = True
+        else:
+            return None
+    elif _AT_LEAST.search(text) and not _BELOW.search(text):
+        newer_body = True
+    elif _BELOW.search(text) and not _AT_LEAST.search(text):
+        newer_body = False
+    else:
+        return None
+    if flipped:
+        newer_body = not newer_body
+    return version if (newer_body == in_body) != older else None
 
 
 def _for_target(sym: Symbol, target: tuple[int, ...] | None) -> Symbol:

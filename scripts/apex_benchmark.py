@@ -12,8 +12,10 @@ holds one git directory per repository: ``<owner>+<name>/repo`` (what ``fetch`` 
 ``<owner>+<name>`` or ``<name>`` (a clone).
 
 The run copies the corpus to a scratch directory, runs the installed ampmigrate
-(``python -m ampmigrate fix --unsafe-fixes --select AMP3``) on the whole copy, so that helpers in
-sibling modules are updated as ``fix`` on a project would, and classifies each benchmarked file:
+(``python -m ampmigrate fix --unsafe-fixes --select AMP30``) on the whole copy, so that helpers in
+sibling modules are updated as ``fix`` on a project would, and classifies each benchmarked file
+(only the apex amp rules run: a file that the rules for the rest of apex, AMP31x, change while
+its amp use stays would otherwise count as a wrong amp rewrite):
 
 - eligible: its only apex use is O1 ``initialize`` / ``scale_loss`` / ``master_params`` / amp
   state dicts (opt_level "O1", a variable or absent); any other apex module (parallel,
@@ -651,7 +653,7 @@ def classify(corpus: Path, manifest: dict, keep: Path | None = None) -> tuple[li
         for key in sorted({"+".join(e["repo"].split("/")) for e in manifest["entries"]}):
             shutil.copytree(corpus / key, scratch / key)
         remaining, fix_errors = ampmigrate(
-            "fix", "--unsafe-fixes", "--select", "AMP3", str(scratch)
+            "fix", "--unsafe-fixes", "--select", "AMP30", str(scratch)
         )
         by_file: dict[str, list[dict]] = {}
         for finding in remaining:

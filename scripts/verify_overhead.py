@@ -25,7 +25,7 @@ def median_step(script: Path, tracing: bool, repeat: int, workdir: Path) -> floa
         side = Side(f"{script.stem}-{tracing}-{i}", script)
         run_side(side, [], Options(steps=0, tracing=tracing), workdir)
         if side.returncode != 0 or not side.traces:
-            raise SystemExit(f"{script.name} failed:\n{side.stderr_tail()}")
+            raise SystemExit(f"{script.name} failed:\n{side.output_tail()}")
         medians.append(statistics.median(side.traces[0]["step_times"][2:]))
     return statistics.median(medians)
 

@@ -169,9 +169,10 @@ def test_script_with_nothing_to_migrate_is_inconclusive(tmp_path):
     write(tmp_path, {"modern.py": modern + "\ntrain()\n"})
     result = run_cli("verify", str(script), "--steps", "2")
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "INCONCLUSIVE: nothing was migrated: modern.py hold(s) nothing a fix changes" in (
-        result.stdout
-    )
+    assert (
+        "INCONCLUSIVE: nothing was migrated: modern.py hold(s) nothing `fix` changes with these "
+        "settings"
+    ) in result.stdout
     assert "MATCH" not in result.stdout
 
 

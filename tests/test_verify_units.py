@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ampmigrate.findings import Diagnostic
-from ampmigrate.harness.coverage import changed_sites, fixed_sites, measure
-from ampmigrate.harness.project import build_mirror, find_root, guess_imports
+from ampmigrate.harness.coverage import WHOLE_LINE, Span, changed_sites, fixed_sites, measure
+from ampmigrate.harness.project import COPY_LIMIT, build_mirror, find_root, guess_imports
 from ampmigrate.harness.verify import (
     Side,
     _environment_failure,
@@ -41,11 +41,15 @@ def test_mirror_writes_the_migrated_files_and_links_the_rest(tmp_path):
     build_mirror(root, mirror, {Path("pkg/a.py"): b"migrated", Path("tools/train.py"): b"t"})
     assert (mirror / "pkg/a.py").read_bytes() == b"migrated"
     assert not (mirror / "pkg/a.py").is_symlink() and not (mirror / "pkg").is_symlink()
-    assert os.readlink(mirror / "pkg/b.py") == str(root / "pkg/b.py")
+    # small files are copies (a script that rewrites one rewrites the copy), large ones links
+    assert not (mirror / "pkg/b.py").is_symlink()
+    assert (mirror / "pkg/b.py").read_text() == "pkg/b.py"
     # directories are real (what the run writes stays in the copy), environments are links
-    assert not (mirror / "data").is_symlink()
-    assert os.readlink(mirror / "data/x.bin") == str(root / "data/x.bin")
+    assert not (mirror / "data").is_symlink() and not (mirror / "data/x.bin").is_symlink()
     assert os.readlink(mirror / ".venv") == str(root / ".venv")
+    (root / "data/big.bin").write_bytes(b"\0" * (COPY_LIMIT + 1))
+    build_mirror(root, tmp_path / "again", {})
+    assert os.readlink(tmp_path / "again/data/big.bin") == str(root / "data/big.bin")
     assert (root / "pkg/a.py").read_text() == "pkg/a.py"
     # past the budget, directories are linked whole
     small = tmp_path / "small"
@@ -69,10 +73,6 @@ def test_import_guess_follows_relative_sys_path_layouts(tmp_path):
     assert guess_imports(tmp_path / "tools/train.py", tmp_path.resolve()) == {
         "tools/train.py", "pkg/__init__.py", "pkg/model.py", "pkg/util.py",
     }  # fmt: skip
-
-
-def _diagnostic(line: int, code: str = "AMP101") -> Diagnostic:
-    return Diagnostic("", line, 1, line, 10, code, "m", "safe")
 
 
 def test_fixed_sites_follow_the_lines_a_fix_moved():
@@ -100,16 +100,43 @@ def test_fixed_sites_follow_the_lines_a_fix_moved():
             pass
         """
     ).encode()
-    sites = fixed_sites(
-        original, new, [_diagnostic(4, "AMP102"), _diagnostic(7)], "/m/t.py", "t.py"
-    )
-    assert [(s.label, s.lines) for s in sites] == [
-        ("AMP102 t.py:4", (3, 4, 5, 6)),  # the whole rewritten statement
-        ("AMP101 t.py:7", (7,)),  # the with header only, not its body
+    found = [  # the calls, as the rules report them (columns 1-based)
+        Diagnostic("", 4, 10, 6, 2, "AMP102", "m", "safe"),
+        Diagnostic("", 7, 6, 7, 31, "AMP101", "m", "safe"),
     ]
-    coverage = measure("rewritten sites", sites, {"/m/t.py": [5]})
+    sites = fixed_sites(original, new, found, "/m/t.py", "t.py")
+    assert [(s.label, s.spans) for s in sites] == [
+        ("AMP102 t.py:4", (Span(3, 9, 6, 1),)),  # the rewritten call, over its lines
+        ("AMP101 t.py:7", (Span(7, 5, 7, 31),)),  # the call in the with header, not its body
+    ]
+    coverage = measure("rewritten sites", sites, {"/m/t.py": [[3, 9, 6, 1]]})
     assert coverage.describe() == "1 of 2 rewritten sites ran"
     assert coverage.to_dict()["not_run"] == ["AMP101 t.py:7"]
+
+
+def test_a_site_is_the_rewritten_node_so_each_arm_of_a_conditional_is_its_own():
+    original = (
+        b"import torch\n"
+        b"ctx = (torch.cpu.amp.autocast(dtype=torch.bfloat16) if c\n"
+        b"       else torch.cuda.amp.autocast())\n"
+    )
+    new = (
+        b"import torch\n"
+        b'ctx = (torch.amp.autocast("cpu", dtype=torch.bfloat16) if c\n'
+        b'       else torch.amp.autocast("cuda"))\n'
+    )
+    found = [
+        Diagnostic("", 2, 8, 2, 52, "AMP101", "m", "safe"),
+        Diagnostic("", 3, 13, 3, 37, "AMP101", "m", "safe"),
+    ]
+    first, second = fixed_sites(original, new, found, "/m/t.py", "t.py")
+    assert first.spans == (Span(2, 7, 2, 54),) and second.spans == (Span(3, 12, 3, 38),)
+    # instruction positions: the condition and the first arm ran, the second arm did not
+    hits = {"/m/t.py": [list(first.spans[0])]}
+    assert measure("rewritten sites", [first, second], hits).describe() == (
+        "1 of 2 rewritten sites ran"
+    )
+    assert Span(2, 7, 2, 54).holds((2, 2, 7, 24)) and not Span(2, 7, 2, 54).holds((2, 2, 58, 59))
 
 
 def test_changed_sites_keep_amp_hunks_that_can_run():
@@ -118,6 +145,7 @@ def test_changed_sites_keep_amp_hunks_that_can_run():
     # the deleted import cannot run; lr is no AMP line; line 5 had a finding at REV
     sites = changed_sites(old, new, {6}, "/w/t.py", "t.py")
     assert [(s.label, s.lines) for s in sites] == [("t.py:5", (5,))]
+    assert sites[0].spans == (Span(5, 0, 5, WHOLE_LINE),)  # changed lines: whole lines
     # --migrated: every hunk that can run
     assert [s.label for s in changed_sites(old, new, None, "/w/t.py", "t.py")] == [
         "t.py:3", "t.py:5",
@@ -148,11 +176,11 @@ def test_precision_wording_and_who_disabled_it():
 
 def test_only_a_missing_non_torch_module_is_an_environment_failure():
     side = Side("migrated", Path("t.py"))
-    side.stderr = "Traceback...\nModuleNotFoundError: No module named 'mypkg.data'\n"
+    side.output = "Traceback...\nModuleNotFoundError: No module named 'mypkg.data'\n"
     assert "cannot import 'mypkg.data'" in str(_environment_failure(side, "the copy"))
-    side.stderr = "ModuleNotFoundError: No module named 'torch.amp.nothing'\n"
+    side.output = "ModuleNotFoundError: No module named 'torch.amp.nothing'\n"
     assert _environment_failure(side, "the copy") is None
-    side.stderr = "ImportError: cannot import name 'GradScaler' from 'torch.amp'\n"
+    side.output = "ImportError: cannot import name 'GradScaler' from 'torch.amp'\n"
     assert _environment_failure(side, "the copy") is None
 
 

@@ -264,11 +264,12 @@ def seed_everything(torch) -> None:
         torch.backends.cudnn.deterministic = True
 
 
-# -- What was verified: project modules imported, rewritten lines run, who enabled AMP ----------
+# -- What was verified: project modules imported, rewritten sites run, who enabled AMP ----------
 # AMPMIGRATE_PROJECT: the root whose imported files are listed; AMPMIGRATE_SITES: a JSON file
-# {path: [lines]} to watch; AMPMIGRATE_REDIRECT: "ORIGINAL_ROOT<os.pathsep>COPY_ROOT", imports of
-# files under the original root load the copy's files instead.
-_FACTS: dict = {"lines_hit": {}, "precision": {"autocast": {}, "scalers": {}, "autocast_steps": []}}
+# {path: [[line, col, end_line, end_col]]} to watch; AMPMIGRATE_REDIRECT:
+# "ORIGINAL_ROOT<os.pathsep>COPY_ROOT", imports of files under the original root load the copy's
+# files instead.
+_FACTS: dict = {"spans_hit": {}, "precision": {"autocast": {}, "scalers": {}, "autocast_steps": []}}
 
 
 def run_facts() -> dict:
@@ -289,7 +290,7 @@ def run_facts() -> dict:
     precision = _FACTS["precision"]
     return {
         "project_files": sorted(f for f in files if f.endswith(".py")),
-        "lines_hit": {path: sorted(lines) for path, lines in _FACTS["lines_hit"].items()},
+        "spans_hit": {path: sorted(spans) for path, spans in _FACTS["spans_hit"].items()},
         "precision": {
             "autocast": list(precision["autocast"].values()),
             "scalers": list(precision["scalers"].values()),
@@ -298,16 +299,24 @@ def run_facts() -> dict:
     }
 
 
-def track_lines() -> None:
-    """Record which of the watched lines run: sys.monitoring where Python has it (each line
-    location reports once, then is disabled), else a trace function only on the watched files."""
+def track_sites() -> None:
+    """Record which watched spans (AMPMIGRATE_SITES: {path: [[line, col, end_line, end_col]]})
+    some bytecode instruction ran in, by the instruction's position (PEP 657): sys.monitoring's
+    INSTRUCTION events on the watched files' code objects where Python has it (each instruction
+    reports once, then is disabled), else a trace function on the watched files that traces
+    opcodes on the watched lines only."""
     sites = os.environ.get("AMPMIGRATE_SITES")
     if not sites:
         return
     with open(sites, encoding="utf-8") as f:
-        wanted = {os.path.realpath(k): frozenset(v) for k, v in json.load(f).items()}
-    hits = _FACTS["lines_hit"]
+        wanted = {os.path.realpath(k): [tuple(s) for s in v] for k, v in json.load(f).items()}
+    lines = {
+        path: frozenset(n for s in spans for n in range(s[0], s[2] + 1))
+        for path, spans in wanted.items()
+    }
+    hits = _FACTS["spans_hit"]
     names: dict[str, str | None] = {}
+    positions: dict = {}
 
     def watched(filename: str) -> str | None:
         if filename not in names:
@@ -315,28 +324,49 @@ def track_lines() -> None:
             names[filename] = real if real in wanted else None
         return names[filename]
 
+    def ran(path: str, code, offset: int) -> None:
+        table = positions.get(code)
+        if table is None:
+            table = positions[code] = list(code.co_positions())
+        index = offset // 2
+        if index >= len(table):
+            return
+        line, end_line, col, end_col = table[index]
+        if None in (line, end_line, col, end_col):
+            return
+        for span in wanted[path]:
+            if (span[0], span[1]) <= (line, col) and (end_line, end_col) <= (span[2], span[3]):
+                hits.setdefault(path, set()).add(span)
+
     monitoring = getattr(sys, "monitoring", None)
     if monitoring is not None and monitoring.get_tool(monitoring.COVERAGE_ID) is None:
-        tool = monitoring.COVERAGE_ID
+        tool, events = monitoring.COVERAGE_ID, monitoring.events
         monitoring.use_tool_id(tool, "ampmigrate")
 
-        def on_line(code, line):
-            path = watched(code.co_filename)
-            if path is not None and line in wanted[path]:
-                hits.setdefault(path, set()).add(line)
+        def on_start(code, offset):
+            if watched(code.co_filename) is not None:
+                monitoring.set_local_events(tool, code, events.INSTRUCTION)
             return monitoring.DISABLE
 
-        monitoring.register_callback(tool, monitoring.events.LINE, on_line)
-        monitoring.set_events(tool, monitoring.events.LINE)
+        def on_instruction(code, offset):
+            path = watched(code.co_filename)
+            if path is not None:
+                ran(path, code, offset)
+            return monitoring.DISABLE
+
+        monitoring.register_callback(tool, events.PY_START, on_start)
+        monitoring.register_callback(tool, events.INSTRUCTION, on_instruction)
+        monitoring.set_events(tool, events.PY_START)
         return
 
     import threading
 
     def local(frame, event, arg):
+        path = watched(frame.f_code.co_filename)
         if event == "line":
-            path = watched(frame.f_code.co_filename)
-            if frame.f_lineno in wanted[path]:
-                hits.setdefault(path, set()).add(frame.f_lineno)
+            frame.f_trace_opcodes = frame.f_lineno in lines[path]
+        elif event == "opcode":
+            ran(path, frame.f_code, frame.f_lasti)
         return local
 
     def on_call(frame, event, arg):
@@ -493,7 +523,7 @@ def main() -> None:
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     redirect_imports()
-    track_lines()
+    track_sites()
     runpy.run_path(script, run_name="__main__")
 
 

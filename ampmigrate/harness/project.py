@@ -1,7 +1,8 @@
-"""The project a script belongs to: its root, a migrated copy of it, and a git revision of it.
+"""The project a script belongs to: its root, copies of it, and a git revision of it.
 
-Every call into the migration engine goes through :func:`migrate_source` here, so the harness
-depends on the engine at exactly one place.
+Every call into the migration engine goes through :func:`migrate_files` and
+:func:`migrate_source` here, with the settings ``ampmigrate fix`` resolves (``FixPlan``), so the
+harness migrates exactly what ``fix`` would.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ampmigrate.engine.discover import EXCLUDED_DIRS
+from ampmigrate.engine.settings import Settings
 from ampmigrate.findings import Diagnostic
 
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg")
@@ -27,9 +29,17 @@ class ProjectError(Exception):
     """The project could not be prepared (git failed, a revision does not exist)."""
 
 
-def find_root(script: Path) -> Path:
-    """The git top level, else the nearest directory with pyproject.toml / setup.py /
-    setup.cfg above the script, else the script's directory."""
+def find_root(script: Path, root: Path | None = None) -> Path:
+    """``root`` (``--root``, which must hold the script), else the git top level, else the
+    nearest directory with pyproject.toml / setup.py / setup.cfg above the script, else the
+    script's directory."""
+    if root is not None:
+        root = root.resolve()
+        if not root.is_dir():
+            raise ProjectError(f"--root {root}: no such directory")
+        if root not in script.resolve().parents:
+            raise ProjectError(f"--root {root} does not hold the script {script}")
+        return root
     start = script.resolve().parent
     top = _git(start, "rev-parse", "--show-toplevel", check=False)
     if top:
@@ -71,19 +81,71 @@ class Migrated:
     fixed: list[Diagnostic] = field(default_factory=list)
     remaining: list[Diagnostic] = field(default_factory=list)
     error: str | None = None
+    excluded: bool = False  # fix's configuration excludes the file
 
     @property
     def changed(self) -> bool:
         return self.new_source != self.original
 
 
-def migrate_source(source: bytes, path: str, unsafe: bool) -> Migrated:
-    """The engine's fix, in memory, with every rule (the one place the harness calls it)."""
-    from ampmigrate.catalog import all_rules
-    from ampmigrate.engine import Settings
+@dataclass(frozen=True)
+class FixPlan:
+    """What ``ampmigrate fix`` would do here: its settings (rules, target torch, unsafe fixes),
+    per-file ignores and excludes, resolved by the command line exactly as for ``fix``."""
+
+    settings: Settings
+    ignored_codes: Callable[[Path], frozenset[str]] | None = None
+    excluded: Callable[[Path], bool] | None = None
+    source: str = ""  # where the target torch came from, for the user
+
+    @classmethod
+    def default(cls, unsafe: bool = False) -> FixPlan:
+        """Every rule, no target torch: ``fix`` on a project that declares nothing."""
+        from ampmigrate.catalog import all_rules
+
+        rules = tuple(all_rules().values())
+        return cls(Settings(rules=rules, fix=True, unsafe_fixes=unsafe))
+
+    def describe(self) -> str:
+        torch = self.settings.target_torch
+        target = ".".join(map(str, torch)) if torch else "none"
+        unsafe = "on" if self.settings.unsafe_fixes else "off"
+        where = f" ({self.source})" if self.source else ""
+        return f"as `ampmigrate fix`: target-torch {target}{where}, unsafe fixes {unsafe}"
+
+
+def migrate_files(root: Path, names: Iterable[str], plan: FixPlan) -> dict[str, Migrated]:
+    """``ampmigrate fix`` on these files (relative to ``root``), in memory: the engine's own run
+    with fix's settings, per-file ignores and noqa comments; files fix excludes stay as they are."""
+    from ampmigrate.engine import run
+
+    names = sorted(names)
+    out: dict[str, Migrated] = {}
+    included = []
+    for name in names:
+        path = root / name
+        if plan.excluded is not None and plan.excluded(path):
+            source = path.read_bytes()
+            out[name] = Migrated(source, source, excluded=True)
+        else:
+            included.append(name)
+    results = run([root / n for n in included], plan.settings, 1, plan.ignored_codes)
+    for name, result in zip(included, results, strict=True):
+        original = result.original if result.original is not None else (root / name).read_bytes()
+        if result.error:
+            out[name] = Migrated(original, original, error=result.error)
+            continue
+        new = result.new_source if result.new_source is not None else original
+        out[name] = Migrated(original, new, result.fixed, result.diagnostics)
+    return out
+
+
+def migrate_source(source: bytes, path: str, plan: FixPlan) -> Migrated:
+    """The engine's safe fixes, in memory, on bytes that are not a file (a file at a git
+    revision), with fix's settings otherwise."""
     from ampmigrate.engine.migrate import migrate_source as engine_migrate
 
-    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=unsafe)
+    settings = replace(plan.settings, unsafe_fixes=False)
     try:
         new, remaining, fixed = engine_migrate(source, settings, path)
     except Exception as exc:  # the engine's own message: a syntax error, a fix that failed
@@ -91,13 +153,20 @@ def migrate_source(source: bytes, path: str, unsafe: bool) -> Migrated:
     return Migrated(source, new, fixed, remaining)
 
 
+COPY_LIMIT = 1 << 20  # files up to this size are copied into a mirror, larger ones linked
+COPY_BUDGET = 256 << 20  # bytes copied into one mirror at most
+
+
 def build_mirror(root: Path, target: Path, files: dict[Path, bytes], budget: int = 10_000) -> None:
-    """A copy of ``root`` at ``target``: ``files`` (relative paths) written, every other file a
-    symlink to the original. Directories are real, so what the migrated run creates stays in the
-    copy, except environments and caches, and whatever lies beyond ``budget`` entries (a data
-    set), which are linked whole."""
+    """A copy of ``root`` at ``target`` for one side to run in: ``files`` (relative paths)
+    written, every other file up to ``COPY_LIMIT`` copied (sources, configs, logs: a script that
+    rewrites them or resolves its ``__file__`` stays in the copy), larger ones (data sets,
+    checkpoints) linked to the original. Directories are real, so what a run creates stays in
+    the copy, except environments and caches, and whatever lies beyond ``budget`` entries,
+    which are linked whole."""
     needed = {parent for relative in files for parent in relative.parents}
     target.mkdir(parents=True, exist_ok=True)
+    copied = 0
     queue = collections.deque([Path()])
     while queue:
         relative = queue.popleft()
@@ -110,8 +179,14 @@ def build_mirror(root: Path, target: Path, files: dict[Path, bytes], budget: int
             if entry.is_dir(follow_symlinks=False) and (inner in needed or walk):
                 (target / inner).mkdir(exist_ok=True)
                 queue.append(inner)
-            else:
-                os.symlink(root / inner, target / inner)
+                continue
+            if walk and entry.is_file(follow_symlinks=False):
+                size = entry.stat(follow_symlinks=False).st_size
+                if size <= COPY_LIMIT and copied + size <= COPY_BUDGET:
+                    shutil.copy2(root / inner, target / inner)
+                    copied += size
+                    continue
+            os.symlink(root / inner, target / inner)
     for relative, data in files.items():
         (target / relative).parent.mkdir(parents=True, exist_ok=True)
         (target / relative).write_bytes(data)

@@ -1,8 +1,10 @@
 """``ampmigrate verify``: run the original and the migrated script, compare their training.
 
-The migrated side is produced in memory by the same engine ``fix`` uses (project.py), written
-into a temporary mirror of the script's project (other files are symlinked, so data paths still
-resolve), and both sides run in fresh interpreters through ``bootstrap.py`` with the same seed,
+The migrated side is produced in memory by the same engine run and settings ``fix`` uses
+(project.py). Each side runs in a copy of its own of the script's project (small files copied,
+large ones linked, directories real, so data paths still resolve and what a run writes stays in
+its copy), from the user's working directory mapped into that copy, one side after the other
+(``--parallel``: at once), in fresh interpreters through ``bootstrap.py`` with the same seed,
 thread count and environment. With ``--against REV`` the original side is the project at a git
 revision instead. The verdict says what the comparison covered (coverage.py): which rewritten
 sites ran and whether autocast / GradScaler were enabled.
@@ -18,12 +20,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ampmigrate.engine.discover import EXCLUDED_DIRS
+from ampmigrate.findings import Diagnostic
 from ampmigrate.harness import emulate
 from ampmigrate.harness.compare import Comparison, Divergence, Tolerance, compare
 from ampmigrate.harness.coverage import (
@@ -35,6 +37,7 @@ from ampmigrate.harness.coverage import (
     measure,
 )
 from ampmigrate.harness.project import (
+    FixPlan,
     Migrated,
     ProjectError,
     build_mirror,
@@ -43,6 +46,7 @@ from ampmigrate.harness.project import (
     file_at,
     find_root,
     guess_imports,
+    migrate_files,
     migrate_source,
     worktree_at,
 )
@@ -54,7 +58,8 @@ DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-5
 
 
 class VerifyError(Exception):
-    """A reason to exit 2: the comparison could not be made. ``detail``: the script's stderr."""
+    """A reason to exit 2: the comparison could not be made. ``detail``: the end of the
+    script's output (stdout and stderr)."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(reason)
@@ -69,9 +74,11 @@ class Options:
     threads: int = 1
     timeout: float = 600.0
     nproc_per_node: int = 0
-    unsafe_fixes: bool = False
     tracing: bool = True
     emulate_cuda: bool = False  # both sides on the CPU with CUDA emulated (emulate.py)
+    parallel: bool = False  # run the two sides at once (they compete for cores)
+    root: Path | None = None  # --root: the project root, instead of the one found
+    plan: FixPlan | None = None  # fix's settings; None: every rule, safe fixes, no target torch
 
 
 @dataclass
@@ -79,16 +86,17 @@ class Side:
     name: str
     script: Path
     env: dict[str, str] = field(default_factory=dict)  # on top of the harness's settings
+    cwd: Path | None = None  # None: the user's working directory
     returncode: int = 0
-    stderr: str = ""
+    output: str = ""  # stdout and stderr, interleaved as the script wrote them
     timed_out: bool = False
     traces: list[dict] = field(default_factory=list)
 
-    def stderr_tail(self, lines: int = 15) -> str:
-        """The end of the script's stderr, without the harness's own traceback frames."""
+    def output_tail(self, lines: int = 15) -> str:
+        """The end of the script's output, without the harness's own traceback frames."""
         kept: list[str] = []
         in_frame = False
-        for line in self.stderr.rstrip().splitlines():
+        for line in self.output.rstrip().splitlines():
             if line.startswith(_HARNESS_FRAMES):
                 in_frame = True  # the frame line, then its indented source lines
                 continue
@@ -107,8 +115,20 @@ class Migration:
     files: list[str]  # imported project files, relative to root
     fixed: dict[str, int]
     all_safe: bool
-    remaining: list[str]
+    remaining: list[str]  # "AMP101 pkg/trainer.py:14 (why it was not fixed)"
     changed: list[str]  # the files a fix changed
+    applied: list[str] = field(default_factory=list)  # "AMP101 pkg/trainer.py:14"
+    settings: str = ""  # the fix settings used, in words
+    excluded: list[str] = field(default_factory=list)  # imported files fix's config excludes
+
+
+def _not_fixed(d: Diagnostic) -> str:
+    """Why ``fix`` leaves a finding: what the user can do about it."""
+    if d.fix == "unsafe":
+        return "its fix is unsafe here, so `fix` leaves it; --unsafe-fixes applies it"
+    if d.fix == "safe":
+        return "fixable: another fix overlapped it"
+    return "no automatic fix: a manual change"
 
 
 @dataclass
@@ -137,18 +157,18 @@ def _imported(traces: list[dict], root: Path) -> set[str]:
     return out
 
 
-def _hits(traces: list[dict]) -> dict[str, list[int]]:
-    hits: dict[str, list[int]] = {}
+def _hits(traces: list[dict]) -> dict[str, list]:
+    hits: dict[str, list] = {}
     for trace in traces:
-        for path, lines in trace.get("lines_hit", {}).items():
-            hits.setdefault(path, []).extend(lines)
+        for path, spans in trace.get("spans_hit", {}).items():
+            hits.setdefault(path, []).extend(spans)
     return hits
 
 
 def _write_sites(sites: list[Site], path: Path) -> Path:
-    watched: dict[str, set[int]] = {}
+    watched: dict[str, set] = {}
     for site in sites:
-        watched.setdefault(site.path, set()).update(site.lines)
+        watched.setdefault(site.path, set()).update(site.spans)
     path.write_text(json.dumps({k: sorted(v) for k, v in watched.items()}), encoding="utf-8")
     return path
 
@@ -157,6 +177,25 @@ def _same_tracing(workdir: Path) -> str:
     """Sites for the original side: none, but the same line tracer runs, so that both sides run
     under the same conditions (a trace function changes what e.g. torch.compile does)."""
     return str(_write_sites([], workdir / "sites-original.json"))
+
+
+def mapped_cwd(root: Path, copy: Path) -> tuple[Path | None, str | None]:
+    """The user's working directory as it lies in ``copy``, so relative paths resolve there and
+    what the script writes relative to it stays in the copy; (None, why) where it cannot be."""
+    cwd = Path.cwd().resolve()
+    if cwd != root and root not in cwd.parents:
+        return None, (
+            f"the working directory {cwd} is outside the project root {root}: both sides ran "
+            "in it, so files the script writes relative to it are in it; run verify from "
+            "inside the project (or name a root that holds it with --root)"
+        )
+    inside = copy / cwd.relative_to(root)
+    if inside.is_symlink() or not inside.is_dir():
+        return None, (
+            f"the working directory {cwd} is not copied (an environment, a cache or a directory "
+            "past the copy's size limit): both sides ran in it"
+        )
+    return inside, None
 
 
 def _copy_env(root: Path, copy: Path) -> dict[str, str]:
@@ -213,15 +252,19 @@ def run_side(side: Side, args: list[str], options: Options, workdir: Path) -> Si
         proc = subprocess.run(
             command,
             env={**_environment(options, trace), **side.env},
-            capture_output=True,
+            cwd=side.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
+            errors="replace",
             timeout=options.timeout,
             check=False,
         )
-        side.returncode, side.stderr = proc.returncode, proc.stderr
+        side.returncode, side.output = proc.returncode, proc.stdout
     except subprocess.TimeoutExpired as exc:
         side.timed_out, side.returncode = True, -1
-        side.stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        out = exc.output
+        side.output = out.decode(errors="replace") if isinstance(out, bytes) else out or ""
     ranks = max(1, options.nproc_per_node)
     for rank in range(ranks):
         path = workdir / f"{side.name}.rank{rank}.json"
@@ -243,18 +286,18 @@ _NO_CUDA = (
 def _check_side(side: Side, options: Options) -> None:
     """Turn a side that produced nothing comparable into a VerifyError."""
     label = f"{side.name} script ({side.script.name})"
-    tail = side.stderr_tail()
+    tail = side.output_tail()
     if side.timed_out:
         raise VerifyError(f"{label} timed out after {options.timeout:g} s", tail)
     if side.returncode == 3 and options.device == "cuda":
         raise VerifyError("--device cuda, but torch sees no CUDA device on this machine")
     if side.returncode == emulate.REFUSED_EXIT and options.emulate_cuda:
-        refused = [line for line in side.stderr.splitlines() if emulate.PREFIX in line]
+        refused = [line for line in side.output.splitlines() if emulate.PREFIX in line]
         if refused:
             raise VerifyError(f"{label}: {refused[-1][refused[-1].index(emulate.PREFIX) :]}", tail)
     if side.returncode != 0:
         hint = ""
-        if not options.emulate_cuda and any(m in side.stderr for m in _NO_CUDA):
+        if not options.emulate_cuda and any(m in side.output for m in _NO_CUDA):
             hint = (
                 "; it needs CUDA, which this machine lacks: rerun with --emulate-cuda to run "
                 "both sides on the CPU with CUDA emulated"
@@ -272,13 +315,13 @@ _MIGRATION_TARGETS = {"torch", "tensorflow", "keras", "tf_keras", "apex"}
 def _environment_failure(side: Side, where: str) -> VerifyError | None:
     """The copy failed for want of a module the original imports: the environment, not the
     migration (a migration never adds imports other than of torch/TensorFlow)."""
-    found = _MISSING.findall(side.stderr)
+    found = _MISSING.findall(side.output)
     if not found or found[-1].split(".")[0] in _MIGRATION_TARGETS:
         return None
     return VerifyError(
         f"the {side.name} side cannot import {found[-1]!r} in {where}, although the original "
         "side could: the copy of the project lacks it, so there is nothing to compare",
-        side.stderr_tail(),
+        side.output_tail(),
     )
 
 
@@ -390,6 +433,19 @@ class Outcome:
     def precision(self) -> dict[str, dict]:
         return {s.name: precision_of(s.traces) for s in (self.original, self.migrated)}
 
+    def stopped_early(self) -> list[Side]:
+        """The sides that failed, timed out or made fewer steps than the other: the verdict
+        shows the end of their output, which usually says why."""
+        steps = [
+            max((len(t["steps"]) for t in side.traces), default=0)
+            for side in (self.original, self.migrated)
+        ]
+        return [
+            side
+            for side, made in zip((self.original, self.migrated), steps, strict=True)
+            if side.returncode != 0 or side.timed_out or (self.comparisons and made < max(steps))
+        ]
+
     @property
     def float32_only(self) -> bool:
         return all(describe_precision(p) == FLOAT32_ONLY for p in self.precision.values())
@@ -483,7 +539,8 @@ def verify(
 
 
 def _run_both(original: Side, migrated: Side, args: list[str], options: Options, workdir: Path):
-    parallel = options.device != "cuda" and not options.nproc_per_node
+    """One side after the other unless --parallel (GPU and torchrun runs: always in turn)."""
+    parallel = options.parallel and options.device != "cuda" and not options.nproc_per_node
     with ThreadPoolExecutor(max_workers=2 if parallel else 1) as pool:
         list(pool.map(lambda s: run_side(s, args, options, workdir), (original, migrated)))
 
@@ -496,7 +553,11 @@ def _compare_sides(
         _check_side(migrated, options)  # a call emulation refuses: an error, not a verdict
     if migrated.returncode != 0 and (failure := _environment_failure(migrated, where)):
         raise failure
-    if migrated.returncode != 0 or migrated.timed_out or not migrated.traces:
+    if (
+        migrated.returncode != 0
+        or migrated.timed_out
+        or not any(t["steps"] for t in migrated.traces)
+    ):
         # The original trains and the migrated code does not: that is a divergence.
         return [_crashed(original.traces[0], migrated, tolerance, options)]
     _check_side(migrated, options)
@@ -509,16 +570,31 @@ def _tolerance(exact: bool) -> Tolerance:
     return Tolerance(True) if exact else Tolerance(False, DEFAULT_RTOL, DEFAULT_ATOL)
 
 
-def _migrate_files(root: Path, names: Iterable[str], unsafe: bool) -> dict[str, Migrated]:
-    return {n: migrate_source((root / n).read_bytes(), str(root / n), unsafe) for n in names}
+@dataclass
+class _Copy:
+    """One side's own copy of the project: where it lies and how a side runs in it."""
+
+    root: Path  # the original project root
+    path: Path  # the copy
+    cwd_note: str | None = None
+
+    def side(self, name: str, script_name: str, env: dict[str, str]) -> Side:
+        cwd, self.cwd_note = mapped_cwd(self.root, self.path)
+        env = {**_copy_env(self.root, self.path), **env}
+        return Side(name, self.path / script_name, env=env, cwd=cwd)
+
+
+def _copy(root: Path, path: Path, files: dict[Path, bytes]) -> _Copy:
+    build_mirror(root, path, files)
+    return _Copy(root, path)
 
 
 def _migrated_side(
     root: Path, mirror: Path, results: dict[str, Migrated], script_name: str, workdir: Path
-) -> tuple[Side, list[Site]]:
-    """A mirror of ``root`` holding the migrated files, and the side that runs it."""
+) -> tuple[Side, list[Site], _Copy]:
+    """A copy of ``root`` holding the migrated files, and the side that runs it."""
     changed = {Path(n): r.new_source for n, r in results.items() if r.changed and not r.error}
-    build_mirror(root, mirror, {**changed, Path(script_name): results[script_name].new_source})
+    copy = _copy(root, mirror, changed)
     sites = [
         site
         for path in changed
@@ -531,60 +607,77 @@ def _migrated_side(
         )
     ]
     watched = _write_sites(sites, workdir / f"sites-{mirror.name}.json")
-    env = {**_copy_env(root, mirror), "AMPMIGRATE_SITES": str(watched)}
-    return Side("migrated", mirror / script_name, env=env), sites
+    return copy.side("migrated", script_name, {"AMPMIGRATE_SITES": str(watched)}), sites, copy
+
+
+def _migration(
+    root: Path, files: list[str], results: dict[str, Migrated], plan: FixPlan
+) -> Migration:
+    """What was migrated, in the user's terms: fixes by code, each site, what remains and why."""
+    if errors := [f"{n}: {results[n].error}" for n in files if results[n].error]:
+        raise VerifyError("cannot migrate " + "; ".join(errors))
+    fixed = [(n, d) for n in files for d in results[n].fixed]
+    counts: dict[str, int] = {}
+    for _, d in fixed:
+        counts[d.code] = counts.get(d.code, 0) + 1
+    return Migration(
+        root=root,
+        files=files,
+        fixed=counts,
+        all_safe=all(d.fix == "safe" for _, d in fixed),
+        remaining=[
+            f"{d.code} {n}:{d.line} ({_not_fixed(d)})" for n in files for d in results[n].remaining
+        ],
+        changed=[n for n in files if results[n].changed],
+        applied=[f"{d.code} {n}:{d.line}" for n, d in fixed],
+        settings=plan.describe(),
+        excluded=[n for n in files if results[n].excluded],
+    )
 
 
 def _verify_migration(
     script: Path, args: list[str], options: Options, tolerance: Tolerance | None, workdir: Path
 ) -> Outcome:
-    """Migrate the project modules the script imports into a mirror of the project and run it.
+    """Migrate the project modules the script imports, as ``fix`` would, into a copy of the
+    project, and run it beside another copy holding the original.
 
     Which modules a run imports is known for sure only after it ran (sys.path edits, the root
-    on PYTHONPATH, editable installs), so the original side records it. Both sides start in
-    parallel on a static guess; where the original imported a module the guess missed and a
-    fix changes, the migrated side runs again on a mirror that has it."""
-    root = find_root(script)
+    on PYTHONPATH, editable installs), so the original side, run first, records it. With
+    --parallel both sides start at once on a static guess; where the original imported a module
+    the guess missed, the migrated side runs again on a copy that has it."""
+    root = find_root(script, options.root)
     script_name = script.relative_to(root).as_posix()
-    unsafe = options.unsafe_fixes
-    original = Side("original", script, env={"AMPMIGRATE_PROJECT": str(root)})
-    original.env["AMPMIGRATE_SITES"] = _same_tracing(workdir)
-    results = _migrate_files(root, guess_imports(script, root) | {script_name}, unsafe)
-    migrated, sites, mirror = None, [], workdir / "migrated"
-    if any(r.changed for r in results.values()):
-        migrated, sites = _migrated_side(root, mirror, results, script_name, workdir)
-        _run_both(original, migrated, args, options, workdir)
-    else:
+    plan = options.plan or FixPlan.default()
+    original_copy = _copy(root, workdir / "original", {})
+    original = original_copy.side(
+        "original", script_name, {"AMPMIGRATE_SITES": _same_tracing(workdir)}
+    )
+    results: dict[str, Migrated] = {}
+    migrated, sites, copy = None, [], None
+    if options.parallel:
+        results = migrate_files(root, guess_imports(script, root) | {script_name}, plan)
+        if any(r.changed for r in results.values()):
+            migrated, sites, copy = _migrated_side(
+                root, workdir / "migrated", results, script_name, workdir
+            )
+            _run_both(original, migrated, args, options, workdir)
+    if migrated is None:
         run_side(original, args, options, workdir)
     _check_side(original, options)
     imported = _imported(original.traces, root) | {script_name}
-    missed = _migrate_files(root, imported - results.keys(), unsafe)
-    results.update(missed)
-    if any(r.changed for r in missed.values()):  # the guess missed them: run the copy again
-        for stale in workdir.glob("migrated.rank*.json"):
-            stale.unlink()
-        mirror = workdir / "migrated-imported"
-        migrated, sites = _migrated_side(root, mirror, results, script_name, workdir)
-        run_side(migrated, args, options, workdir)
+    if imported - results.keys():  # not migrated yet (or the guess missed them)
+        before = {n for n, r in results.items() if r.changed}
+        results = migrate_files(root, imported | results.keys(), plan)
+        now = {n for n in imported if results[n].changed}
+        if now and (migrated is None or now - before):
+            for stale in workdir.glob("migrated.rank*.json"):
+                stale.unlink()
+            mirror = workdir / ("migrated-imported" if migrated else "migrated")
+            migrated, sites, copy = _migrated_side(root, mirror, results, script_name, workdir)
+            run_side(migrated, args, options, workdir)
     files = sorted(imported)
-    if errors := [f"{n}: {results[n].error}" for n in files if results[n].error]:
-        raise VerifyError("cannot migrate " + "; ".join(errors))
-    fixed = [d for n in files for d in results[n].fixed]
-    counts: dict[str, int] = {}
-    for d in fixed:
-        counts[d.code] = counts.get(d.code, 0) + 1
-    migration = Migration(
-        root=root,
-        files=files,
-        fixed=counts,
-        all_safe=all(d.fix == "safe" for d in fixed),
-        remaining=[
-            f"{n}:{d.line}:{d.col}: {d.code} {d.message}"
-            for n in files
-            for d in results[n].remaining
-        ],
-        changed=[n for n in files if results[n].changed],
-    )
+    migration = _migration(root, files, results, plan)
+    notes = [n for n in (original_copy.cwd_note,) if n]
     if not migration.changed:
         modules = len(files) - 1
         what = (
@@ -592,21 +685,23 @@ def _verify_migration(
             if modules
             else script_name
         )
-        reason = f"nothing was migrated: {what} hold(s) nothing a fix changes"
+        reason = f"nothing was migrated: {what} hold(s) nothing `fix` changes with these settings"
         if migration.remaining:
-            reason += f"; {len(migration.remaining)} finding(s) need a manual change: "
+            reason += f"; {len(migration.remaining)} finding(s) `fix` leaves: "
             reason += "; ".join(migration.remaining[:5])
         return Outcome(
-            [], original, Side("migrated", script), migration, [], options, inconclusive=reason
+            [], original, Side("migrated", script), migration, notes, options, inconclusive=reason
         )
-    assert migrated is not None  # a changed imported file always has a migrated run
-    _relativize(original, root)
-    _relativize(migrated, mirror)
+    assert migrated is not None and copy is not None  # a changed imported file was run
+    _relativize(original, original_copy.path)
+    _relativize(migrated, copy.path)
     tolerance = tolerance or _tolerance(migration.all_safe)
     comparisons = _compare_sides(original, migrated, tolerance, options, f"the copy of {root}")
-    notes = []
-    if migration.remaining:
-        notes.append(f"{len(migration.remaining)} finding(s) remain unmigrated")
+    if remaining := migration.remaining:
+        more = f", and {len(remaining) - 10} more" if len(remaining) > 10 else ""
+        notes.append(
+            f"{len(remaining)} finding(s) remain unmigrated: {', '.join(remaining[:10])}{more}"
+        )
     sites = [s for s in sites if s.relative in imported]
     coverage = measure("rewritten sites", sites, _hits(migrated.traces))
     return Outcome(comparisons, original, migrated, migration, notes, options, coverage)
@@ -620,23 +715,37 @@ def _verify_pair(
     tolerance: Tolerance | None,
     workdir: Path,
 ) -> Outcome:
-    """``--migrated OTHER``: SCRIPT against a file migrated by hand; every changed line counts."""
+    """``--migrated OTHER``: SCRIPT against a file migrated by hand; every changed line counts.
+    Each runs in its own copy of SCRIPT's project (OTHER at its place there when it lies in the
+    project, else as it is, from the copy's working directory)."""
+    root = find_root(script, options.root)
     old, new = script.read_bytes(), other.read_bytes()
-    real = os.path.realpath(other)
-    sites = changed_sites(old, new, None, real, other.name)
-    original, migrated = Side("original", script), Side("migrated", other)
-    original.env["AMPMIGRATE_SITES"] = _same_tracing(workdir)
+    original_copy = _copy(root, workdir / "original", {})
+    original = original_copy.side(
+        "original", script.resolve().relative_to(root).as_posix(),
+        {"AMPMIGRATE_SITES": _same_tracing(workdir)},
+    )  # fmt: skip
+    real = other.resolve()
+    inside = root in real.parents
+    copy = _copy(root, workdir / "migrated", {real.relative_to(root): new} if inside else {})
+    migrated = copy.side("migrated", real.relative_to(root).as_posix() if inside else "", {})
+    if not inside:
+        migrated.script = real
+    sites = changed_sites(old, new, None, os.path.realpath(migrated.script), other.name)
     migrated.env["AMPMIGRATE_SITES"] = str(_write_sites(sites, workdir / "sites.json"))
+    notes = [n for n in (original_copy.cwd_note,) if n]
     if not sites:
         run_side(original, args, options, workdir)
         _check_side(original, options)
         reason = f"{other} and {script} do not differ: nothing to compare"
-        return Outcome([], original, migrated, None, [], options, inconclusive=reason)
+        return Outcome([], original, migrated, None, notes, options, inconclusive=reason)
     _run_both(original, migrated, args, options, workdir)
     tolerance = tolerance or _tolerance(False)
     comparisons = _compare_sides(original, migrated, tolerance, options, str(other.parent))
+    _relativize(original, original_copy.path)
+    _relativize(migrated, copy.path)
     coverage = measure("changed lines", sites, _hits(migrated.traces))
-    return Outcome(comparisons, original, migrated, None, [], options, coverage)
+    return Outcome(comparisons, original, migrated, None, notes, options, coverage)
 
 
 def _verify_against(
@@ -647,36 +756,41 @@ def _verify_against(
     workdir: Path,
     rev: str,
 ) -> Outcome:
-    """The working tree's SCRIPT (already migrated) against the project at git revision REV."""
-    root = find_root(script)
+    """The working tree's SCRIPT (already migrated) against the project at git revision REV;
+    the working tree runs in a copy of its own, as the revision does in its worktree."""
+    root = find_root(script, options.root)
     script_name = script.relative_to(root).as_posix()
+    plan = options.plan or FixPlan.default()
     with worktree_at(root, rev) as tree:
         if not (tree / script_name).is_file():
             raise VerifyError(f"{script_name} does not exist at {rev}")
         sites, not_safe = [], {}
+        copy = _copy(root, workdir / "working-tree", {})
         for name in changed_files(root, rev):
             if not (root / name).is_file():
                 continue  # deleted since REV: the working tree cannot import it
             old, new = file_at(root, rev, name) or b"", (root / name).read_bytes()
-            fixed = migrate_source(old, str(name), unsafe=False)
+            fixed = migrate_source(old, str(name), plan)
             findings = {
                 line
                 for d in fixed.fixed + fixed.remaining
                 for line in range(d.line, d.end_line + 1)
             }
-            real = os.path.realpath(root / name)
+            real = os.path.realpath(copy.path / name)
             sites += changed_sites(old, new, findings, real, name.as_posix())
             not_safe[name.as_posix()] = amp_changes(fixed.new_source, new)
-        original = Side("original", tree / script_name, env=_copy_env(root, tree))
+        cwd, cwd_note = mapped_cwd(root, tree)
+        original = Side("original", tree / script_name, env=_copy_env(root, tree), cwd=cwd)
         original.env["AMPMIGRATE_SITES"] = _same_tracing(workdir)
-        migrated = Side("migrated", script, env={"AMPMIGRATE_PROJECT": str(root)})
-        migrated.env["AMPMIGRATE_SITES"] = str(_write_sites(sites, workdir / "sites.json"))
+        watched = str(_write_sites(sites, workdir / "sites.json"))
+        migrated = copy.side("migrated", script_name, {"AMPMIGRATE_SITES": watched})
         _run_both(original, migrated, args, options, workdir)
         _check_side(original, options)
         imported = _imported(original.traces, tree) | _imported(migrated.traces, root)
         _relativize(original, tree)
-        _relativize(migrated, root)
+        _relativize(migrated, copy.path)
     imported.add(script_name)
+    notes = [n for n in (cwd_note,) if n]
     sites = [s for s in sites if s.relative in imported]
     against = Against(
         rev,
@@ -689,12 +803,12 @@ def _verify_against(
             "project modules it imports: both sides run the same AMP code"
         )
         return Outcome(
-            [], original, migrated, None, [], options, inconclusive=reason, against=against
+            [], original, migrated, None, notes, options, inconclusive=reason, against=against
         )
     tolerance = tolerance or _tolerance(not against.not_safe)
     comparisons = _compare_sides(original, migrated, tolerance, options, f"the working tree {root}")
     coverage = measure("changed AMP lines", sites, _hits(migrated.traces))
-    return Outcome(comparisons, original, migrated, None, [], options, coverage, against=against)
+    return Outcome(comparisons, original, migrated, None, notes, options, coverage, against=against)
 
 
 def _crashed(original: dict, migrated: Side, tolerance: Tolerance, options: Options) -> Comparison:
@@ -703,9 +817,12 @@ def _crashed(original: dict, migrated: Side, tolerance: Tolerance, options: Opti
     comparison = compare(original, {**original, **partial, "steps": partial["steps"]}, tolerance)
     steps = len(partial["steps"])
     if comparison.divergence is None or comparison.divergence.step >= steps:
-        last = migrated.stderr_tail(1) or f"exit status {migrated.returncode}"
-        what = (
-            f"timed out after {options.timeout:g} s" if migrated.timed_out else f"crashed: {last}"
-        )
+        last = migrated.output_tail(1) or f"exit status {migrated.returncode}"
+        if migrated.timed_out:
+            what = f"timed out after {options.timeout:g} s"
+        elif migrated.returncode == 0:
+            what = f"stopped after {steps} step(s) (exit status 0): {last}"
+        else:
+            what = f"crashed: {last}"
         comparison.divergence = Divergence(steps, "migrated run", "completed", what)
     return comparison
