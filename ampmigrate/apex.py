@@ -35,6 +35,7 @@ from __future__ import annotations
 import ast
 import functools
 import itertools
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
-from ampmigrate.apexlinks import Link
+from ampmigrate.apexlinks import Link, apex_siblings
 from ampmigrate.apexverdict import (
     APEX,
     ASSERTS_MISSING,
@@ -73,6 +74,7 @@ class Plan:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     edits: dict[cst.CSTNode, Build] = field(default_factory=dict)
+    summary: str | None = None  # what the rewrite does, where it is not the O1 mapping
 
 
 @dataclass
@@ -214,8 +216,10 @@ class _Planner:
         scopes: Mapping,
         parents: Mapping,
         link: tuple[Link, str] | None = None,
+        path: str | None = None,
     ) -> None:
         self.module = module
+        self.path = path  # the file on disk (None: no sibling modules are looked up)
         # the file is one side ("caller" or "callee") of a pair of modules (apexlinks)
         self.link, self.role = link if link is not None else (None, None)
         self.scopes = scopes
@@ -231,6 +235,7 @@ class _Planner:
         self.threaded: set[cst.FunctionDef] = set()
         self.name = "scaler"
         self.steps: dict[tuple[int, str], list[cst.SimpleStatementLine]] = {}
+        self.scaled: dict[tuple[int, str], list[cst.With]] = {}  # the scale_loss blocks per step
         self.before_step: dict[cst.CSTNode, list[Callable[[], list]]] = {}
         self.requests: list[tuple[cst.With, str, cst.CSTNode, str | None]] = []
         self.moved: set[int] = set()
@@ -239,6 +244,7 @@ class _Planner:
         self.bound: set[str] = set()  # names the removed apex imports bound
         self.early: cst.BaseStatement | None = None  # the scaler is created right before it
         self.late: str | None = None  # why it cannot be created before an earlier restore
+        self.scale_gap = False  # apex never checkpointed its scale, nor does the rewrite
 
     def verify(self) -> None:
         """The last guard against a wrong rewrite: apply the plan in memory; the result must
@@ -259,6 +265,8 @@ class _Planner:
                 )
                 return
         before = {d.code for d in _correctness(self.module.code)}
+        if self.scale_gap:
+            before.add("AMP208")  # apex's own gap (see _resume_state), reported on its own
         for found in _correctness(code):
             if found.code not in before:
                 self.plan.problems.append(
@@ -396,8 +404,13 @@ class _Planner:
         if not initialize and role != "callee":
             self._no_initialize(calls)
             return self.plan
+        self._siblings(role)
         for extra in initialize[1:]:
             self._reinitialize(initialize[0], extra)
+        if set(calls) == {"initialize"} and len(initialize) == 1 and self._dual(initialize[0]):
+            if not self.plan.problems:
+                self.verify()
+            return self.plan
         setup = self._initialize(initialize[0]) if initialize else self._linked_setup()
         if setup is None:
             return self.plan
@@ -407,6 +420,7 @@ class _Planner:
             self._scale_loss(call, setup)
         if initialize and len(_optimizers(_argument(initialize[0], "optimizers", 1))) > 1:
             self._steps_in_turn(calls.get("scale_loss", []))
+        self._unscaled_steps()
         self._master_params(calls.get("master_params", []), self._grad_readers(calls))
         self._one_unscale_per_step()
         for member in ("state_dict", "load_state_dict"):
@@ -476,6 +490,91 @@ class _Planner:
             f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in calls[:3]
         )
         return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
+
+    def _dual(self, init: cst.Call) -> bool:
+        """apex beside native AMP (timm's ``--apex-amp``/``--native-amp``): ``if use_amp ==
+        "apex": <initialize, a scaler object, logs> elif use_amp == "native": <autocast,
+        a native scaler>``, with no other apex amp call in the file. Native AMP is apex O1's
+        equivalent, so the apex branch goes and its value runs the native branch
+        (``if use_amp in ("apex", "native"):``). False: not this shape."""
+        statement = self.statement(init)
+        holder = self.parent(self.parent(statement))
+        if not (
+            isinstance(holder, cst.If)
+            and isinstance(holder.orelse, cst.If)
+            and self.block_of(holder) is not None
+            and not isinstance(self.parent(holder), cst.If)
+        ):
+            return False
+        native = holder.orelse
+        tests = [holder.test, native.test]
+        if not all(
+            isinstance(t, cst.Comparison)
+            and len(t.comparisons) == 1
+            and isinstance(t.comparisons[0].operator, cst.Equal)
+            and isinstance(t.comparisons[0].comparator, cst.SimpleString)
+            for t in tests
+        ):
+            return False
+        subject = _code(self.module, tests[0].left)
+        values = [t.comparisons[0].comparator for t in tests]
+        if (
+            _code(self.module, tests[1].left) != subject
+            or "apex" not in values[0].evaluated_value.lower()
+            or "apex" in values[1].evaluated_value.lower()
+        ):
+            return False
+        native_code = _code(self.module, native.body)
+        if "autocast" not in native_code and "Scaler" not in native_code:
+            return False
+        others = [x for x in holder.body.body if x is not statement]
+        if any(n.value in self.bound for x in others for n in self._subtree(x)
+               if isinstance(n, cst.Name)):  # fmt: skip
+            return False
+        test = cst.parse_expression(
+            f"{subject} in ({_code(self.module, values[0])}, {_code(self.module, values[1])})"
+        )
+        self.plan.edits[holder] = lambda u: cst.If(
+            test=test,
+            body=u.orelse.body,
+            orelse=u.orelse.orelse,
+            leading_lines=u.leading_lines,
+        )
+        self.plan.summary = (
+            "apex.amp beside native AMP can be rewritten to native AMP alone: the apex branch "
+            "goes, the native one (autocast + GradScaler) takes its place"
+        )
+        self.plan.notes.append(
+            f"the apex branch (line {self.line(holder)}) goes and "
+            f"`{subject} == {_code(self.module, values[0])}` runs the native branch, apex O1's "
+            "native equivalent (behaviour change: what it did besides `amp.initialize` there, "
+            "such as its own scaler object, goes with it; checkpoints saved under apex hold "
+            "its loss-scale format: convert them with `ampmigrate convert-checkpoint`)"
+        )
+        return True
+
+    def _siblings(self, role: str | None) -> None:
+        """A module this file imports (directly or through others) that calls apex amp without
+        initializing it shares this file's amp state (a checkpoint module saving
+        ``amp.state_dict()``): migrating this file alone leaves it calling apex, which is gone
+        or uninitialized then. The whole component is migrated or none of it."""
+        if self.path is None:
+            return
+        other = self.link.callee if role == "caller" else None
+        folder = os.path.dirname(os.path.abspath(self.path))
+        for sibling in apex_siblings(self.path):
+            if sibling.path == other:
+                continue
+            shown = os.path.relpath(sibling.path, folder)
+            via = os.path.relpath(sibling.importer, folder)
+            self.problem(
+                self.plan.anchor,
+                f"{shown} (imported by {via} at line {sibling.import_line}) calls "
+                f"`amp.{sibling.member}` at its line {sibling.line} and does not initialize "
+                "amp: it shares this file's amp state and would still call apex after this "
+                "file alone were migrated; migrate the two together (the GradScaler passed "
+                "there, `scaler.state_dict()` for `amp.state_dict()`) or neither",
+            )
 
     def _broken(self) -> str:
         return (
@@ -712,17 +811,25 @@ class _Planner:
         if parent is None:
             self.problem(node, used_as_value(_code(self.module, node)))
             return
+        self._fold(expr, value)
+
+    def _fold(self, expr: cst.CSTNode, value: bool) -> None:
+        """An availability test ``expr`` whose value is now ``value``, folded into what holds
+        it (``x and True`` is ``x``, an ``if`` keeps the branch that runs)."""
         while True:
             parent = self.parent(expr)
             if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
                 expr, value = parent, not value
             elif isinstance(parent, cst.BooleanOperation):
-                other = parent.right if parent.left is expr else parent.left
                 neutral = value == isinstance(parent.operator, cst.And)
-                if neutral:  # `x and True` is `x`
-                    self.plan.edits[parent] = lambda _u, o=other, p=parent: (
-                        o.with_changes(lpar=p.lpar, rpar=p.rpar) if p.lpar else o
-                    )
+                if neutral:  # `x and True` is `x` (the updated `x`: it may hold edits)
+                    first = parent.left is expr
+
+                    def keep(u: cst.CSTNode, first: bool = first, p: cst.CSTNode = parent):
+                        o = u.right if first else u.left
+                        return o.with_changes(lpar=p.lpar, rpar=p.rpar) if p.lpar else o
+
+                    self.plan.edits[parent] = keep
                     return
                 expr = parent
             else:
@@ -798,28 +905,47 @@ class _Planner:
                 '`opt_level="O1"` to confirm)',
             )
         else:
+            blockers = len(self.plan.problems)
             switch = self._level_switch(level, init)
-            if switch is None:
-                self.plan.notes.append(
-                    f"opt_level `{_code(self.module, level)}` is not a literal: rewritten as O1"
-                )
-            elif "enabled" not in args:
+            if switch is None and len(self.plan.problems) == blockers:
+                switch = self._level_choices(level, init)
+            if switch is not None and switch is not True and "enabled" not in args:
                 args["enabled"] = switch
+            elif switch is not None and switch is not True:
+                args["enabled"] = cst.parse_expression(
+                    f"({_code(self.module, args['enabled'])}) and {_code(self.module, switch)}"
+                )
         scale = args.get("loss_scale")
         if scale is not None and not (
             isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic"
         ):
             self.problem(init, "a static `loss_scale`: GradScaler is always dynamic")
-        if not _optimizers(optimizer) or not isinstance(models, cst.Name | cst.Attribute):
-            self.problem(
-                init,
-                "lists of models in `amp.initialize` (or optimizers that are not names): one "
-                "GradScaler steps each optimizer (`scaler.step(o)` for each, one "
-                "`scaler.update()`); place them by hand",
-            )
-            return None
         statement = self.statement(init)
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        # `model, opt = amp.initialize(model.cuda(), opt)`: initialize returns the model it
+        # is given, so the rewrite keeps `model, opt = model.cuda(), opt` (_rebind)
+        assigned = isinstance(small, cst.Assign) and len(small.targets) == 1 and small.value is init
+        if isinstance(models, cst.List | cst.Tuple):
+            self.problem(
+                init,
+                "lists of models in `amp.initialize`: one GradScaler steps each optimizer "
+                "(`scaler.step(o)` for each, one `scaler.update()`); place them by hand",
+            )
+            return None
+        if not isinstance(models, cst.Name | cst.Attribute) and not assigned:
+            self.problem(
+                init,
+                f"`amp.initialize` is given the model `{_code(self.module, models)}` and its "
+                "result is not assigned: assign it (`model, optimizer = amp.initialize(...)`)",
+            )
+            return None
+        if not _optimizers(optimizer):
+            self.problem(
+                init,
+                f"the optimizer `{_code(self.module, optimizer)}` of `amp.initialize` is not a "
+                "name or an attribute: bind it to a name first",
+            )
+            return None
         if small is None or len(statement.body) != 1 or getattr(small, "value", None) is not init:
             self.problem(init, "`amp.initialize` is not a statement of its own")
             return None
@@ -958,6 +1084,97 @@ class _Planner:
             cst.Not(), cst.parse_expression(f"({_code(self.module, assign.value.test)})")
         )
 
+    def _level_choices(
+        self, level: cst.CSTNode, init: cst.Call
+    ) -> cst.BaseExpression | bool | None:
+        """An opt level read from a flag is O1 only where the flag cannot say otherwise: its
+        ``add_argument`` in this file has ``choices`` within O0/O1 and nothing assigns it
+        again. O0 is apex switched off, so a possible O0 that no ``if <level> != "O0":``
+        around ``initialize`` excludes gives ``enabled=<level> == "O1"``. Anything else
+        (a config value, a parameter, a flag that accepts O2/O3) is not provably O1: O2/O3 cast
+        the model and keep fp32 master weights, which torch.amp cannot express, so a rewrite
+        "as O1" would change those runs. True: O1 for sure; None: refused (said here)."""
+        spelled = _code(self.module, level)
+        attr = level.attr.value if isinstance(level, cst.Attribute) else None
+        flag = None
+        if attr is not None:
+            for node in self.nodes:
+                if isinstance(node, cst.Call) and _is_call_of(node, "add_argument"):
+                    options = [a.value for a in node.args if not a.keyword]
+                    names = [o.evaluated_value for o in options
+                             if isinstance(o, cst.SimpleString)]  # fmt: skip
+                    dest = _argument(node, "dest", 99)
+                    long = next((n for n in names if n.startswith("--")), None)
+                    derived = (
+                        dest.evaluated_value if isinstance(dest, cst.SimpleString)
+                        else long[2:].replace("-", "_") if long else None
+                    )  # fmt: skip
+                    if derived == attr:
+                        flag = (long or attr, node)
+            reassigned = any(
+                isinstance(n, cst.AssignTarget | cst.AugAssign)
+                and isinstance(n.target, cst.Attribute)
+                and n.target.attr.value == attr
+                for n in self.nodes
+            )
+        levels = None
+        if flag is not None and not reassigned:
+            choices = _argument(flag[1], "choices", 99)
+            elements = (
+                choices.elements if isinstance(choices, cst.List | cst.Tuple | cst.Set) else ()
+            )
+            values = {e.value.evaluated_value for e in elements
+                      if isinstance(e.value, cst.SimpleString)}  # fmt: skip
+            if elements and len(values) == len(elements) and values <= {"O0", "O1"}:
+                levels = values
+        if levels is None:
+            if flag is not None:
+                origin = (
+                    f"the flag `{flag[0]}`, which accepts any level (no `choices` within O0/O1)"
+                )
+                if reassigned:
+                    origin = f"the flag `{flag[0]}`, reassigned in this file"
+            elif isinstance(level, cst.Name) and any(
+                isinstance(p, cst.Param) and p.name.value == level.value for p in self.nodes
+            ):
+                origin = f"the parameter `{level.value}`: a caller may pass any level"
+            elif isinstance(level, cst.Name):
+                origin = f"`{spelled}`, which this file does not fix to O0/O1"
+            else:
+                origin = f"`{spelled}`, set outside this file (a config, an argument)"
+            branches = [
+                n for n in self.nodes if isinstance(n, cst.Comparison)
+                and _code(self.module, n.left) == spelled
+                and any(isinstance(c.comparator, cst.SimpleString)
+                        and c.comparator.evaluated_value in ("O2", "O3") for c in n.comparisons)
+            ]  # fmt: skip
+            also = (
+                f"; this file itself branches on `{_code(self.module, branches[0])}` at line "
+                f"{self.line(branches[0])}"
+                if branches
+                else ""
+            )
+            self.problem(
+                init,
+                f"opt_level `{spelled}` is not provably O1: it comes from {origin}{also}; O2/O3 "
+                "cast the model and keep fp32 master weights, which torch.amp cannot express, "
+                'so rewriting it as O1 changes those runs; fix the level (`opt_level="O1"`, or '
+                '`choices=["O0", "O1"]` on its flag) to allow the rewrite',
+            )
+            return None
+        guards = [a.test for a in self.ancestors(init) if isinstance(a, cst.If)
+                  and self.within(init, a.body)]  # fmt: skip
+        excluded = any(
+            isinstance(t, cst.Comparison) and _code(self.module, t.left) == spelled
+            and len(t.comparisons) == 1 and isinstance(t.comparisons[0].operator, cst.NotEqual)
+            and isinstance(t.comparisons[0].comparator, cst.SimpleString)
+            and t.comparisons[0].comparator.evaluated_value == "O0"
+            for t in guards
+        )  # fmt: skip
+        if levels == {"O1"} or excluded:
+            return True
+        return cst.parse_expression(f'{spelled} == "O1"')
+
     def _read(self, name: cst.Name) -> bool:
         """``name`` is not the target of an assignment (a plain read, a call argument...)."""
         parent = self.parent(name)
@@ -1034,6 +1251,13 @@ class _Planner:
         ):  # `model, [a, b] = amp.initialize(model, [...])`: only the optimizers are rebound
             targets = _code(self.module, target.elements[1].value)
             source = _code(self.module, optimizer)
+        elif (
+            isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+            and _code(self.module, target.elements[1].value) == _code(self.module, optimizer)
+        ):  # `model, opt = amp.initialize(model.cuda(), opt)`: only the model is rebound
+            targets = _code(self.module, target.elements[0].value)
+            source = _code(self.module, models)
         return [cst.parse_statement(f"{targets} = {source}\n")]
 
     def _early(self, setup: _Setup, opt: str, holder, tests: list) -> cst.BaseStatement | None:
@@ -1304,7 +1528,9 @@ class _Planner:
         self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
             [head] if suite is not None else [head, *u.body.body[1:]]
         )
-        self._steps(_code(self.module, optimizer), access, function, call)
+        opt = _code(self.module, optimizer)
+        self.scaled.setdefault((id(function), opt), []).append(statement)
+        self._steps(opt, access, function, call)
         if function is setup.home and not setup.by_scaler:
             enabled = setup.condition
         else:  # another function: the condition's names may not exist there
@@ -1348,6 +1574,83 @@ class _Planner:
                 f"no `{opt}.step()` statement in the function that scales the loss: scaled "
                 "gradients must be stepped through `scaler.step`",
             )
+
+    def _unscaled_steps(self) -> None:
+        """apex ran a plain ``optimizer.step()`` when no scaled backward had happened since the
+        last step (a NaN loss whose backward is skipped while the step keeps its gradient
+        accumulation schedule); ``GradScaler.step`` raises there instead (``_scale is None``
+        before the first ``scale``, "No inf checks were recorded" once ``zero_grad`` cleared the
+        gradients). The rewrite is exact only where a backward runs on every path from the
+        start of the loop iteration (or of the function) to the step."""
+        for key, steps in self.steps.items():
+            withs = self.scaled.get(key, [])
+            for step in steps:
+                if withs and not self._backward_before(step, withs):
+                    self.problem(
+                        step,
+                        f"`{_code(self.module, step.body[0].value)}` can be reached without a "
+                        "backward since the previous step (the `amp.scale_loss` at line "
+                        f"{self.line(withs[0])} does not run on every path to it, e.g. a "
+                        "skipped NaN loss): apex ran a plain optimizer step there, "
+                        "`scaler.step` raises (AssertionError: `_scale is None` before the "
+                        "first scaled backward, 'No inf checks were recorded' after "
+                        "`zero_grad`); guard the step by hand (a flag set after the scaled "
+                        "backward: `scaler.step` + `scaler.update()` when set, "
+                        "`optimizer.step()` otherwise)",
+                    )
+
+    def _backward_before(self, step: cst.CSTNode, withs: list[cst.With]) -> bool:
+        """Whether a backward surely runs before ``step`` in the same loop iteration (or
+        function call): some earlier statement of a block around it, inside the innermost
+        loop or function, backpropagates on every path through it."""
+        node = step
+        while True:
+            block = self.parent(node)
+            body = _statements(block)
+            if body is None:
+                return False
+            index = next(i for i, s in enumerate(body) if s is node)
+            if any(self._surely_backward(s, withs) for s in body[:index]):
+                return True
+            owner = self.owner(block)
+            while isinstance(self.parent(owner), cst.If):  # an elif: climb to its `if`
+                owner = self.parent(owner)
+            if owner is None or isinstance(owner, Loop | cst.FunctionDef | cst.ClassDef):
+                return False
+            node = owner
+
+    def _surely_backward(self, statement: cst.CSTNode, withs: list[cst.With]) -> bool:
+        """``statement`` backpropagates on every path through it that goes on: a scaled
+        backward, a plain ``x.backward()`` (the branch where apex was off), or a ``with``/
+        ``if``-``else`` whose every branch does."""
+        if any(statement is w for w in withs):
+            return True
+        if isinstance(statement, cst.SimpleStatementLine | cst.SimpleStatementSuite):
+            return any(isinstance(s, cst.Expr) and _is_call_of(s.value, "backward")
+                       for s in statement.body)  # fmt: skip
+        blocks: list[cst.CSTNode] = []
+        if isinstance(statement, cst.With):
+            blocks = [statement.body]
+        elif isinstance(statement, cst.If):
+            current = statement
+            while isinstance(current, cst.If):
+                blocks.append(current.body)
+                current = current.orelse
+            if current is None:  # no `else`: the path through none of the branches
+                return False
+            blocks.append(current.body)
+        return bool(blocks) and all(self._leaves_or_backward(b, withs) for b in blocks)
+
+    def _leaves_or_backward(self, block: cst.CSTNode, withs: list[cst.With]) -> bool:
+        """A branch that backpropagates, or that leaves (``continue``, ``return``, ``raise``,
+        ``break``: it never reaches a step later in the same iteration)."""
+        lines = [block] if isinstance(block, cst.SimpleStatementSuite) else list(block.body)
+        last = lines[-1] if lines else None
+        simple = isinstance(last, cst.SimpleStatementLine | cst.SimpleStatementSuite)
+        leaves = simple and isinstance(
+            last.body[-1], cst.Continue | cst.Return | cst.Raise | cst.Break
+        )
+        return leaves or any(self._surely_backward(s, withs) for s in lines)
 
     # -- master_params: unscale once per step ---------------------------------------------------
     def _steps_in_turn(self, scales: list[cst.Call]) -> None:
@@ -1608,6 +1911,51 @@ class _Planner:
             return None
         return self.statement(call), outer
 
+    def _scaled_clip(self, statement: cst.CSTNode, used: cst.Name) -> bool:
+        """``norm = clip_grad_norm_(amp.master_params(opt), max_norm)`` on every micro-batch,
+        its result used there too: unscale_ may run once per step, so the clip stays where it
+        is and works on the scaled gradients, at ``max_norm * scale``, its norm divided by the
+        same scale (a power of two, 1.0 when the scaler is off): apex's clip up to float
+        rounding. False: not that statement."""
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        call = small.value if isinstance(small, cst.Assign) and len(statement.body) == 1 else None
+        if not (
+            isinstance(call, cst.Call)
+            and _code(self.module, call.func).rpartition(".")[2] == "clip_grad_norm_"
+            and 2 <= len(call.args) <= 3
+            and not any(a.star for a in call.args)
+            and [a.keyword.value if a.keyword else None for a in call.args][:2]
+            in ([None, None], [None, "max_norm"])
+            and _is_call_of(call.args[0].value, "master_params")
+        ):
+            return False
+        access = self.access(self.function(statement))
+        if access is None:
+            return False
+        scale = f"{access}.get_scale()"
+        max_norm = call.args[1].value
+
+        simple = isinstance(max_norm, cst.Name | cst.Attribute | cst.Integer | cst.Float)
+        bound = _code(self.module, max_norm) if simple else f"({_code(self.module, max_norm)})"
+
+        def build(u: cst.Call) -> cst.BaseExpression:
+            limit = cst.parse_expression(f"{bound} * {scale}")
+            args = [*u.args]
+            args[1] = args[1].with_changes(value=limit)
+            return cst.BinaryOperation(
+                u.with_changes(args=args), cst.Divide(), cst.parse_expression(scale)
+            )
+
+        self.plan.edits[call] = build
+        self.plan.notes.append(
+            f"behaviour change: the clip of `amp.master_params` at line {self.line(statement)} "
+            "runs on every micro-batch and its result is used there "
+            f"(`{used.value}`), so it clips the scaled gradients at "
+            f"`max_norm * {scale}` and divides the returned norm by the same scale (apex "
+            "unscaled first; equal up to float rounding)"
+        )
+        return True
+
     def _unscale_before(self, statement: cst.CSTNode, unscale: str) -> None:
         self.unscales.append(statement)
         self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
@@ -1642,6 +1990,8 @@ class _Planner:
         if reads or blockers:
             own = self.facts(statement).assigned
             used = [n for n in reads if n.value in own]
+            if used and self._scaled_clip(statement, used[0]):
+                return
             why = (
                 f"; its result `{used[0].value}` is used at line {self.line(used[0])}"
                 if used
@@ -1779,6 +2129,8 @@ class _Planner:
         opt = _code(self.module, optimizer)
         created = self.order[id(self.early or setup.statement)]
         done: set[cst.CSTNode] = set()
+        gaps: list[str] = []  # where the scaler's state cannot join the optimizer's
+        joined: list[cst.CSTNode] = []  # the edits that make it join
 
         def helper(function: cst.CSTNode) -> bool:
             """A module-level checkpoint helper given ``opt`` only by the function holding the
@@ -1819,12 +2171,9 @@ class _Planner:
                 access = reachable(node)
                 keys = [e.key for e in holder.elements if isinstance(e, cst.DictElement)]
                 if access is None or not all(isinstance(k, cst.SimpleString) for k in keys):
-                    self.problem(
-                        node,
-                        f"a checkpoint dict saves `{opt}`'s state where the GradScaler cannot "
-                        f'be added under "{self.name}" (not created yet there, or not '
-                        "reachable, or not string keys): save its `state_dict()` beside the "
-                        "optimizer's by hand",
+                    gaps.append(
+                        f"the checkpoint dict at line {self.line(node)} (the GradScaler is not "
+                        "created yet there, or not reachable, or the keys are not strings)"
                     )
                     continue
                 quote = keys[0].quote
@@ -1835,6 +2184,7 @@ class _Planner:
                 self.plan.edits[holder] = lambda u, e=element: u.with_changes(
                     elements=[*u.elements, e]
                 )
+                joined.append(holder)
             elif (
                 _is_call_of(node, "load_state_dict") and _code(self.module, node.func.value) == opt
             ):
@@ -1848,33 +2198,24 @@ class _Planner:
                 if not isinstance(source, cst.Subscript) or not isinstance(
                     source.value, cst.Name | cst.Attribute
                 ):
-                    self.problem(
-                        node,
-                        f"`{opt}`'s state is restored from a value that is not a checkpoint "
-                        "key (a file of its own?): the GradScaler's state needs the same "
-                        "save and restore, which this rewrite cannot invent; add them by hand",
+                    gaps.append(
+                        f"the restore at line {self.line(node)} (from a value that is not a "
+                        "checkpoint key: a file of its own?)"
                     )
                     continue
                 if access is None:
-                    self.problem(
-                        node,
-                        f"`{opt}`'s state is restored before the GradScaler exists (it "
-                        f"replaces `amp.initialize` at line {self.line(setup.statement)}) or "
-                        "where it is not reachable: create the GradScaler before this line "
-                        f'and restore it after it (`if "{self.name}" in ckpt and '
-                        f'ckpt["{self.name}"]: '
-                        f'{self.name}.load_state_dict(ckpt["{self.name}"])`)'
-                        + (f"; it cannot be created there: {self.late}" if self.late else ""),
+                    gaps.append(
+                        f"the restore at line {self.line(node)} (before the GradScaler exists "
+                        f"where `amp.initialize` was, line {self.line(setup.statement)}, or "
+                        "where it is not reachable"
+                        + (f"; it cannot be created earlier: {self.late}" if self.late else "")
+                        + ")"
                     )
                     continue
                 if not isinstance(statement, cst.SimpleStatementLine) or statement.body[
                     0
                 ] is not self.parent(node):
-                    self.problem(
-                        node,
-                        f"`{opt}`'s state is restored inside an expression: restore the "
-                        "GradScaler's state after it by hand",
-                    )
+                    gaps.append(f"the restore at line {self.line(node)} (inside an expression)")
                     continue
                 container = _code(self.module, source.value)
                 quote = '"'
@@ -1888,10 +2229,31 @@ class _Planner:
                 self.plan.edits[statement] = lambda u, load=load, p=previous: cst.FlattenSentinel(
                     [*(p(u).nodes if p else [u]), load]
                 )
+                joined.append(statement)
                 self.plan.notes.append(
                     f"the GradScaler's state is restored after `{opt}`'s (line "
                     f"{self.line(statement)}) when the checkpoint has it"
                 )
+        if gaps:
+            # apex never checkpointed its loss scale here: leaving the GradScaler's out is
+            # exactly what apex did (the scale restarts on resume); AMP208 reports that gap
+            for node in joined:
+                if node is self.early:
+                    previous = self.plan.edits[node]
+                    self.plan.edits[node] = lambda u, p=previous: cst.FlattenSentinel(
+                        p(u).nodes[:-1]
+                    )
+                else:
+                    del self.plan.edits[node]
+            self.plan.notes = [
+                n for n in self.plan.notes if "GradScaler's state is restored" not in n
+            ]
+            self.plan.notes.append(
+                "apex never checkpointed its loss scale here and the GradScaler's state is "
+                f"not added beside `{opt}`'s either ({'; '.join(gaps)}): the scale restarts "
+                "on resume, as it did under apex (AMP208 reports this gap on its own)"
+            )
+            self.scale_gap = True
 
     def _new_key(self, node: cst.SimpleString) -> None:
         quote = node.quote
@@ -2155,15 +2517,18 @@ class ApexO1(cst.CSTVisitor):
 
     METADATA_DEPENDENCIES = (ScopeProvider, ParentNodeProvider)  # shared with the other rules
 
-    def __init__(self, rule: Rule, link: tuple[Link, str] | None = None) -> None:
+    def __init__(
+        self, rule: Rule, link: tuple[Link, str] | None = None, path: str | None = None
+    ) -> None:
         super().__init__()
         self.rule = rule
         self.link = link
+        self.path = path
         self.findings: list[Finding] = []
 
     def visit_Module(self, node: cst.Module) -> bool:
         scopes, parents = self.metadata[ScopeProvider], self.metadata[ParentNodeProvider]
-        found = _Planner(node, scopes, parents, self.link).build()
+        found = _Planner(node, scopes, parents, self.link, self.path).build()
         if found is None or found.anchor is None:
             return False
         notes = "".join(f"; note: {n}" for n in dict.fromkeys(found.notes))
@@ -2172,10 +2537,11 @@ class ApexO1(cst.CSTVisitor):
             self.findings.append(Finding(self.rule.code, message, found.anchor, None))
             return False
         message = (
-            "apex.amp O1 can be rewritten to torch.amp: GradScaler instead of "
+            found.summary
+            or "apex.amp O1 can be rewritten to torch.amp: GradScaler instead of "
             "`amp.initialize`, an autocast region around the forward pass and loss, "
-            "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`" + notes
-        )
+            "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`"
+        ) + notes
         build = functools.partial(rewrite, link=self.link) if self.link else rewrite
         fix = Fix(
             "unsafe",

@@ -62,7 +62,7 @@ def _planned(source: Source, rules: list[Rule], calls: list[ast.Call], link: Any
     found: list[Finding] = []
     parents = _parents(module)
     for rule in rules:
-        visitor = ApexO1(rule, (link, link.role(source.path)) if link else None)
+        visitor = ApexO1(rule, (link, link.role(source.path)) if link else None, source.path)
         # What ``wrapper.visit`` does, but the parents come from one walk over
         # ``CSTNode.children``: the very map libcst's ParentNodeProvider builds from them, at a
         # third of its cost (0.65 s -> 0.23 s on a 193 KB file).

@@ -272,3 +272,96 @@ def _checked(
         )
         return replace(item, broken=reason)
     return item
+
+
+@dataclass(frozen=True)
+class Sibling:
+    """A module the initializing file reaches through its imports that still calls apex amp."""
+
+    path: str
+    member: str  # the first apex amp call there (``state_dict``, ``scale_loss``...)
+    line: int
+    importer: str  # the file that imports it
+    import_line: int
+
+
+_SIBLING_LIMIT = 300  # modules followed from one file: a project's own import graph
+
+
+def apex_siblings(path: str) -> list[Sibling]:
+    """The modules ``path`` imports, directly or through other modules on disk, that call
+    apex amp but do not ``initialize`` it (a checkpoint module saving ``amp.state_dict()``, a
+    training loop scaling the loss): they share this file's amp state, so they are migrated
+    with it or it is not migrated. Read from disk, so ``fix`` on one file sees them too."""
+    start = os.path.abspath(path)
+    seen = {start}
+    queue = [start]
+    found: list[Sibling] = []
+    while queue and len(seen) < _SIBLING_LIMIT:
+        current = queue.pop(0)
+        data = _read(current)
+        tree = _tree(current, data)
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            for target in _imported(current, node):
+                if target in seen:
+                    continue
+                seen.add(target)
+                queue.append(target)
+                sibling = _apex_member(target)
+                if sibling is not None:
+                    member, line = sibling
+                    found.append(Sibling(target, member, line, current, node.lineno))
+    return found
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def _tree(path: str, data: bytes) -> ast.Module | None:
+    if b"import" not in data:
+        return None
+    try:
+        return ast.parse(data, path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _imported(path: str, node: ast.AST) -> Iterator[str]:
+    """The files on disk an import statement of ``path`` may load (the first that exists per
+    module named)."""
+    if isinstance(node, ast.Import):
+        modules = [(0, alias.name) for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        modules = [(node.level, f"{base}.{a.name}" if base else a.name) for a in node.names]
+        modules.append((node.level, base))
+    else:
+        return
+    for dots, module in modules:
+        if not module:
+            continue
+        target = next((p for p in _module_paths(path, dots, module) if os.path.isfile(p)), None)
+        if target is not None:
+            yield os.path.abspath(target)
+
+
+def _apex_member(path: str) -> tuple[str, int] | None:
+    """The first apex amp call of a module without ``amp.initialize`` (None: no such call, or
+    the module initializes amp itself)."""
+    data = _read(path)
+    if b"apex" not in data:
+        return None
+    file = _parsed(path, data)
+    if file is None or not file.members or "initialize" in file.members:
+        return None
+    member, call = min(
+        ((m, c) for m, calls in file.members.items() for c in calls), key=lambda mc: mc[1].lineno
+    )
+    return member, call.lineno

@@ -690,7 +690,7 @@ def clip_before_unscale(flow: Flow, rule: Rule) -> list[Finding]:
     findings = []
     for event in (e for e in flow.calls if e.kind in {"clip", "norm"}):
         backward = _pending_backward(flow, event)
-        if backward is None:
+        if backward is None or _scale_aware(event.node, backward.receiver):
             continue
         what = "clips" if event.kind == "clip" else "takes the norm of"
         scaler = backward.receiver
@@ -704,6 +704,21 @@ def clip_before_unscale(flow: Flow, rule: Rule) -> list[Finding]:
             message += refused
         findings.append(Finding(rule.code, message, event.node, fix))
     return findings
+
+
+def _scale_aware(node: ast.AST, scaler: str) -> bool:
+    """``clip_grad_norm_(params, max_norm * scaler.get_scale())``: a clip of the scaled
+    gradients at a scaled bound is the clip of the unscaled ones (the form that needs no
+    ``unscale_``, for a clip on every micro-batch of an accumulation window)."""
+    if not isinstance(node, ast.Call):
+        return False
+    limit = node.args[1] if len(node.args) > 1 else None
+    limit = next((k.value for k in node.keywords if k.arg == "max_norm"), limit)
+    return (
+        isinstance(limit, ast.BinOp)
+        and isinstance(limit.op, ast.Mult)
+        and f"{scaler}.get_scale()" in (ast.unparse(limit.left), ast.unparse(limit.right))
+    )
 
 
 def _insert_unscale(flow: Flow, clip: Event, backward: Event) -> tuple[Fix | None, str]:

@@ -204,3 +204,32 @@ def test_an_aliased_import_of_the_training_function_pairs(tmp_path):
     results = run(_files(root), _settings(fix=True))
     assert not any(r.changed for r in results)
     assert "is also used at tools/again.py:3" in _amp303(results)["trainer.py"].message
+
+
+SIBLING = FIXTURES / "apex" / "sibling_state"
+
+
+def test_a_sibling_module_using_amp_state_keeps_the_whole_component_refused(tmp_path):
+    """train.py initializes and scales; utils.py, which it imports, saves `amp.state_dict()`.
+    `fix` on train.py alone, or on both, rewrites neither and names utils.py; with the sibling's
+    apex use gone, train.py is rewritten (the sibling was the only blocker)."""
+    root = tmp_path / "project"
+    shutil.copytree(SIBLING, root)
+    expected = (
+        "utils.py (imported by train.py at line 9) calls `amp.state_dict` at its line 14 and "
+        "does not initialize amp"
+    )
+    for paths in ([root / "train.py"], _files(root)):
+        results = run(paths, _settings(fix=True))
+        assert not any(r.changed for r in results)
+        found = _amp303(results)
+        assert found["train.py"].fix is None
+        assert expected in found["train.py"].message
+    utils = root / "utils.py"
+    utils.write_text(
+        "import torch\n\n\ndef save_checkpoint(path, model, optimizer, use_amp):\n"
+        '    torch.save({"model": model.state_dict()}, path)\n'
+    )
+    [result] = run([root / "train.py"], _settings(fix=True))
+    assert [d.code for d in result.fixed] == ["AMP303"]
+    assert b"from apex" not in result.new_source and b"amp.scale_loss" not in result.new_source
