@@ -404,22 +404,25 @@ def track_precision(torch, rec: Recorder) -> None:
         @functools.wraps(original)
         def __init__(self, *args, **kwargs):
             original(self, *args, **kwargs)
-            try:
-                bound = signature.bind(self, *args, **kwargs)
-                requested = bool(bound.arguments.get("enabled", True))
-            except TypeError:
-                requested = True
             if kind == "autocast":
                 device = str(self.device)
                 dtype = str(self.fast_dtype).replace("torch.", "")
             else:
                 device, dtype = str(self._device), None
+            try:  # what the script passed, before any emulation
+                bound = signature.bind(self, *args, **kwargs)
+                bound.apply_defaults()
+                requested = bool(bound.arguments.get("enabled", True))
+                asked = bound.arguments.get("device_type" if kind == "autocast" else "device")
+            except TypeError:
+                requested, asked = True, None
+            asked = str(asked) if asked is not None else device
             enabled = bool(self._enabled)
             where = caller()
             entry = precision[kind].setdefault(
-                (device, dtype, requested, enabled, where),
-                {"device": device, "dtype": dtype, "requested": requested, "enabled": enabled,
-                 "where": where, "count": 0},
+                (device, asked, dtype, requested, enabled, where),
+                {"device": device, "asked": asked, "dtype": dtype, "requested": requested,
+                 "enabled": enabled, "where": where, "count": 0},
             )  # fmt: skip
             entry["count"] += 1
 

@@ -22,6 +22,12 @@ NOISE = 0.05  # a speed ratio within 5 % of 1 is reported as no difference
 _TIMER_FLOOR = 1e-3  # steps shorter than this are mostly timer and Python overhead
 
 
+def percent(fraction: float) -> str:
+    """A percentage with three significant digits: a 0.004 % difference is not "0.00%"."""
+    value = fraction * 100
+    return "0%" if value == 0 else f"{value:.3g}%"
+
+
 @dataclass
 class Measurement:
     median_step: float  # seconds
@@ -87,7 +93,7 @@ class Fp32Comparison:
         text = (
             f"{speed} on {self.device}: median step {_ms(self.amp.median_step)} vs "
             f"{_ms(self.fp32.median_step)}; peak memory {memory:+.0%} ({self.amp.memory_kind}); "
-            f"losses differ by at most {absolute:.3g} ({relative:.2%})"
+            f"losses differ by at most {absolute:.3g} ({percent(relative)})"
         )
         if min(self.amp.median_step, self.fp32.median_step) < _TIMER_FLOOR:
             text += (

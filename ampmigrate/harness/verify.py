@@ -283,6 +283,28 @@ _NO_CUDA = (
 )
 
 
+# A script's own refusal to run without a GPU: its message, or the check in its traceback.
+_OWN_CUDA_CHECK = re.compile(
+    r"(cuda|gpu)\b[^\n]{0,80}\b(not available|unavailable|is required|required|not found|"
+    r"needed|no device)|\bno (cuda|gpu|nvidia)\b|(requires?|needs?) (a |an )?(cuda|gpu)\b|"
+    r"cuda\.is_available\(\)",
+    re.IGNORECASE,
+)
+
+
+def _asks_for_cuda(output: str) -> bool:
+    return bool(_OWN_CUDA_CHECK.search(output))
+
+
+def _cuda_here(options: Options) -> bool:
+    """Whether the sides could see a CUDA device (only asked when a script failed)."""
+    if options.device == "cpu":
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def _check_side(side: Side, options: Options) -> None:
     """Turn a side that produced nothing comparable into a VerifyError."""
     label = f"{side.name} script ({side.script.name})"
@@ -301,6 +323,12 @@ def _check_side(side: Side, options: Options) -> None:
             hint = (
                 "; it needs CUDA, which this machine lacks: rerun with --emulate-cuda to run "
                 "both sides on the CPU with CUDA emulated"
+            )
+        elif not options.emulate_cuda and _asks_for_cuda(tail) and not _cuda_here(options):
+            hint = (
+                "; it stopped for want of a CUDA device (its own check), and this machine has "
+                "none: --emulate-cuda runs both sides on the CPU with CUDA emulated "
+                "(`torch.cuda.is_available()` is True there)"
             )
         raise VerifyError(f"{label} crashed with exit status {side.returncode}{hint}", tail)
     if not side.traces or not any(t["steps"] for t in side.traces):
@@ -349,11 +377,18 @@ def precision_of(traces: list[dict]) -> dict:
         for e in entries
         if not e["enabled"]
     ]
+    emulated = [
+        {**e, "kind": kind}
+        for kind, entries in (("autocast", autocast), ("GradScaler", scalers))
+        for e in entries
+        if e["enabled"] and e.get("asked", e["device"]) != e["device"]
+    ]
     return {
         "autocast": enabled,
         "autocast_steps": steps if enabled else 0,
         "grad_scaler": scaler,
         "disabled": disabled,
+        "emulated": emulated,
     }
 
 
@@ -388,7 +423,7 @@ def precision_notes(precisions: list[dict]) -> list[str]:
     for i, precision in enumerate(precisions):
         seen = set(groups)
         for e in precision["disabled"]:
-            key = (e["by"], e["kind"], e["device"])
+            key = (e["by"], e["kind"], e.get("asked", e["device"]))
             if i and key in seen:
                 continue
             wheres = groups.setdefault(key, [])
@@ -411,6 +446,35 @@ def precision_notes(precisions: list[dict]) -> list[str]:
                 "(see the script's warnings)"
             )
     return notes
+
+
+def emulation_notes(precision: dict, float32_only: bool) -> list[str]:
+    """What --emulate-cuda changed, from what the script asked for; never a claim that mixed
+    precision ran where nothing enabled it."""
+    emulated = [
+        f"{e['kind']} at {e['where']} ({e['asked']} -> {e['device']}"
+        + (f", {e['dtype']})" if e.get("dtype") else ")")
+        for e in precision.get("emulated", [])
+    ]
+    what = f": {'; '.join(emulated[:4])}" if emulated else ""
+    if float32_only:
+        notes = [
+            "CUDA was emulated on the CPU (--emulate-cuda), but no autocast region or GradScaler "
+            "was enabled on either side, so no mixed precision ran: only the float32 path was "
+            "compared"
+        ]
+        if any(e["by"] == "script" for e in precision["disabled"]):
+            notes.append(
+                "under --emulate-cuda every tensor is on the CPU (`tensor.device.type` is "
+                "'cpu'): a script that sets enabled= from a tensor's device turns mixed "
+                "precision off here; `ampmigrate verify --device cuda` on a GPU machine runs it "
+                "as written"
+            )
+        return notes
+    return [
+        f"CUDA was emulated on the CPU (--emulate-cuda){what}; mixed precision ran on the CPU's "
+        "float16 kernels: `ampmigrate verify --device cuda` on a GPU machine compares the GPU's"
+    ]
 
 
 @dataclass
@@ -527,10 +591,7 @@ def verify(
         precisions.reverse()
     outcome.notes += precision_notes(precisions)
     if options.emulate_cuda:
-        outcome.notes.append(
-            "CUDA was emulated on the CPU (--emulate-cuda): mixed precision ran on the CPU's "
-            "kernels; `ampmigrate verify --device cuda` on a GPU machine compares the GPU's"
-        )
+        outcome.notes += emulation_notes(precisions[0], outcome.float32_only)
     coverage = outcome.coverage
     if outcome.match and coverage is not None and coverage.sites and not coverage.ran:
         steps = outcome.comparisons[0].steps_compared
