@@ -275,21 +275,32 @@ _FACTS: dict = {"spans_hit": {}, "precision": {"autocast": {}, "scalers": {}, "a
 def run_facts() -> dict:
     """What finish() adds to the trace: the facts gathered by the functions below."""
     root = os.environ.get("AMPMIGRATE_PROJECT")
-    files = set()
+    files, outside = set(), {}
     if root:
         root = os.path.realpath(root)
-        for module in list(sys.modules.values()):
+        installed = {
+            os.path.realpath(p) + os.sep
+            for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+        }
+        installed.add(os.path.dirname(os.path.abspath(__file__)) + os.sep)  # the harness
+        for name, module in list(sys.modules.items()):
             path = getattr(module, "__file__", None)
             if not isinstance(path, str) or not os.path.isabs(path):
                 continue
             real = os.path.realpath(path)
-            if real.startswith(root + os.sep) and "site-packages" not in real.split(os.sep):
+            parts = real.split(os.sep)
+            if "site-packages" in parts or "dist-packages" in parts:
+                continue
+            if real.startswith(root + os.sep):
                 files.add(os.path.relpath(real, root))
+            elif real.endswith(".py") and not any(real.startswith(p) for p in installed):
+                outside[name] = real  # a source module of no environment: another project's
         if sys.argv and sys.argv[0]:
             files.add(os.path.relpath(os.path.realpath(sys.argv[0]), root))
     precision = _FACTS["precision"]
     return {
         "project_files": sorted(f for f in files if f.endswith(".py")),
+        "outside_modules": dict(sorted(outside.items())),
         "spans_hit": {path: sorted(spans) for path, spans in _FACTS["spans_hit"].items()},
         "precision": {
             "autocast": list(precision["autocast"].values()),
@@ -490,7 +501,31 @@ def redirect_imports() -> None:
                 else [moved(p) or p for p in locations],
             )
 
+    class Outside(importlib.abc.MetaPathFinder):
+        """Last resort: a sys.path entry that leaves the copy (``dirname(__file__)/..`` of a
+        script at the copy's top) means the same place next to the original root, as in the
+        original run; what is found there is not migrated (verify names it)."""
+
+        def find_spec(self, name, path=None, target=None):
+            if path is not None:
+                return None
+            from importlib.machinery import PathFinder
+
+            entries = []
+            for entry in sys.path:
+                real = os.path.realpath(entry or ".")
+                if real == copy or real.startswith(copy + os.sep):
+                    continue
+                parent = os.path.dirname(copy)
+                above = real == parent or parent.startswith(real.rstrip(os.sep) + os.sep)
+                if above or real.startswith(parent + os.sep):  # reached from the copy by ..
+                    entries.append(
+                        os.path.normpath(os.path.join(original, os.path.relpath(real, copy)))
+                    )
+            return PathFinder.find_spec(name, entries) if entries else None
+
     sys.meta_path.insert(0, Redirect())
+    sys.meta_path.append(Outside())
 
 
 def emulate_cuda(torch) -> None:

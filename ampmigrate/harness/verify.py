@@ -122,6 +122,32 @@ class Migration:
     excluded: list[str] = field(default_factory=list)  # imported files fix's config excludes
 
 
+def outside_root(traces: list[dict], root: Path) -> str | None:
+    """The source modules a run imported from outside the project root and no environment
+    (another checkout, a parent folder on sys.path): verify does not migrate them; name them,
+    and the --root that would hold them."""
+    holders: dict[str, Path] = {}
+    for trace in traces:
+        for name, file in trace.get("outside_modules", {}).items():
+            path = Path(file)
+            holder = path.parent  # the directory that holds the top-level package or module
+            for _ in range(name.count(".") + (path.name == "__init__.py")):
+                holder = holder.parent
+            holders.setdefault(name.split(".")[0], holder)
+    if not holders:
+        return None
+    shown = [f"{top} ({holder / top})" for top, holder in sorted(holders.items())]
+    more = f", and {len(shown) - 5} more" if len(shown) > 5 else ""
+    text = (
+        f"the run imported modules from outside the project root {root}, which verify does not "
+        f"migrate: {', '.join(shown[:5])}{more}"
+    )
+    common = Path(os.path.commonpath([root, *holders.values()]))
+    if common != Path(common.anchor):
+        text += f"; to migrate them too, name a root that holds them: --root {common}"
+    return text
+
+
 def _not_fixed(d: Diagnostic) -> str:
     """Why ``fix`` leaves a finding: what the user can do about it."""
     if d.fix == "unsafe":
@@ -230,6 +256,7 @@ def _environment(options: Options, trace: Path) -> dict[str, str]:
         OMP_NUM_THREADS=threads,
         MKL_NUM_THREADS=threads,
         CUBLAS_WORKSPACE_CONFIG=":4096:8",
+        PYTHONPYCACHEPREFIX=str(trace.parent / "pycache"),  # no bytecode in the user's tree
     )
     if options.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -738,6 +765,7 @@ def _verify_migration(
             run_side(migrated, args, options, workdir)
     files = sorted(imported)
     migration = _migration(root, files, results, plan)
+    outside = outside_root(original.traces, root)
     notes = [n for n in (original_copy.cwd_note,) if n]
     if not migration.changed:
         modules = len(files) - 1
@@ -750,6 +778,8 @@ def _verify_migration(
         if migration.remaining:
             reason += f"; {len(migration.remaining)} finding(s) `fix` leaves: "
             reason += "; ".join(migration.remaining[:5])
+        if outside:
+            reason += f"; {outside}"
         return Outcome(
             [], original, Side("migrated", script), migration, notes, options, inconclusive=reason
         )
@@ -763,6 +793,8 @@ def _verify_migration(
         notes.append(
             f"{len(remaining)} finding(s) remain unmigrated: {', '.join(remaining[:10])}{more}"
         )
+    if outside:
+        notes.append(outside)
     sites = [s for s in sites if s.relative in imported]
     coverage = measure("rewritten sites", sites, _hits(migrated.traces))
     return Outcome(comparisons, original, migrated, migration, notes, options, coverage)
