@@ -34,6 +34,7 @@ TRACE = os.environ["AMPMIGRATE_TRACE"].replace("{rank}", os.environ.get("RANK", 
 TRACING = os.environ.get("AMPMIGRATE_TRACING", "1") == "1"
 FP32 = os.environ.get("AMPMIGRATE_FP32") == "1"  # autocast and GradScaler forced off
 SYNC = os.environ.get("AMPMIGRATE_SYNC") == "1"  # wait for the GPU at each step, for timing
+HARNESS = os.path.dirname(os.path.abspath(__file__))  # read now: the script may replace __main__
 
 
 class Recorder:
@@ -282,7 +283,7 @@ def run_facts() -> dict:
             os.path.realpath(p) + os.sep
             for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
         }
-        installed.add(os.path.dirname(os.path.abspath(__file__)) + os.sep)  # the harness
+        installed.add(HARNESS + os.sep)
         for name, module in list(sys.modules.items()):
             path = getattr(module, "__file__", None)
             if not isinstance(path, str) or not os.path.isabs(path):
