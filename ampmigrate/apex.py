@@ -557,7 +557,11 @@ class _Planner:
                 if only_amp or module.startswith("apex.amp"):
                     lines.append(self.statement(node))
                     self.bound |= {a.evaluated_alias or a.evaluated_name for a in names}
-                elif module.partition(".")[2].partition(".")[0] in NOT_PRECISION:
+                elif (
+                    not node.relative
+                    and module.partition(".")[0] == "apex"
+                    and module.partition(".")[2].partition(".")[0] in NOT_PRECISION
+                ):  # apex's own `apex.optimizers`, not a project module of that name
                     self._stays(f"from {module} import ...")
                 elif module == "apex" and {a.evaluated_name for a in names} <= {
                     "amp",

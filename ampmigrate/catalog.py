@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 Safety = Literal["safe", "unsafe"]
-CACHE_VERSION = 1  # bump when what the records mean changes outside this module
+CACHE_VERSION = 2  # bump when what the records mean changes outside this module
 DOCS_URL = "https://github.com/ampmigrate/ampmigrate/blob/main/docs/rules/{code}.md"
 
 
@@ -41,6 +41,10 @@ class Symbol:
     keywords: tuple[tuple[str, str], ...] = ()
     defaults: tuple[tuple[str, str], ...] = ()
     min_torch: tuple[int, ...] = (2, 4)  # the oldest torch the replacement exists in
+    # (oldest torch, replacement) written where the target torch is below ``min_torch`` and the
+    # older release has an exact replacement of its own (``torch.autocast`` before 1.12)
+    older: tuple[tuple[tuple[int, ...], str], ...] = ()
+    note: str = ""  # said in the message: why the replacement is the older one
 
 
 # `{keras}` in a path name stands for every module path Keras is imported under.
@@ -123,6 +127,9 @@ def _symbols(code: str, entries: list[dict]) -> tuple[Symbol, ...]:
                     keywords=tuple(entry.get("keywords", {}).items()),
                     defaults=tuple(entry.get("defaults", {}).items()),
                     min_torch=version_tuple(entry.get("min_torch", "2.4")),
+                    older=tuple(
+                        (version_tuple(o["min_torch"]), o["new"]) for o in entry.get("older", ())
+                    ),
                 )
             )
     return tuple(out)

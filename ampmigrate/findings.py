@@ -52,8 +52,8 @@ class Fix:
     ``edits`` are non-overlapping text edits; fixes whose edits overlap another applied fix's
     wait for the next pass. ``add_imports`` are added ("module" or "module:name" for a
     from-import), ``remove_imports`` dropped if unused once the edits are made. Only the apex
-    planner sets ``cst_target``/``cst_build``: replace that libcst node (of the tree the planner
-    was given) by ``cst_build(updated_node)``.
+    planner sets ``cst_target``/``cst_build``: replace that libcst node (of ``cst_module``, the
+    tree the planner was given) by ``cst_build(updated_node)``.
     """
 
     safety: Safety
@@ -63,6 +63,7 @@ class Fix:
     min_torch: tuple[int, ...] = ()  # the oldest torch the rewritten code runs on
     cst_target: Any = None
     cst_build: Callable[[Any], Any] | None = None
+    cst_module: Any = None
 
 
 @dataclass

@@ -4,7 +4,8 @@ A fix that needs a newer torch than the project's floor would break its users on
 versions it promises to support, so such a fix is graded unsafe. The floor comes from the
 nearest project above the checked files: ``[project] dependencies`` and optional dependencies
 in pyproject.toml, ``install_requires`` / ``extras_require`` in setup.cfg or setup.py (literal
-lists only; setup.py is parsed, never run), and ``requirements*.txt``. Where several declare
+lists only, or a module-level requirement table such as Hugging Face's ``_deps`` that they are
+built from; setup.py is parsed, never run), and ``requirements*.txt``. Where several declare
 torch, the lowest lower bound wins (the project runs on all of them).
 """
 
@@ -149,6 +150,16 @@ def _setup_py_requirements(path: Path) -> list[str]:
         if isinstance(target, ast.Name)
     }
     out: list[str] = []
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and type(n.ctx) is ast.Load}
+    for name, value in lists.items():
+        # a requirement table the setup() arguments are built from through code (Hugging Face:
+        # `_deps = ["torch>=1.0", ...]`, `deps = {...}`, `deps_list("torch")`)
+        if name in loaded and isinstance(value, ast.List | ast.Tuple) and _is_table(name):
+            out += [
+                e.value
+                for e in value.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            ]
     for node in ast.walk(tree):
         if not isinstance(node, ast.keyword) or node.arg not in (
             "install_requires",
@@ -169,6 +180,13 @@ def _setup_py_requirements(path: Path) -> list[str]:
                     if isinstance(e, ast.Constant) and isinstance(e.value, str)
                 ]
     return out
+
+
+def _is_table(name: str) -> bool:
+    """A module-level name that holds requirement strings by its name (``_deps``,
+    ``REQUIRED``, ``install_requires``, ``requirements``)."""
+    lowered = name.lower()
+    return any(word in lowered for word in ("deps", "require", "dependencies"))
 
 
 def project_dir(paths: Sequence[Path]) -> Path | None:

@@ -64,6 +64,12 @@ _FROM = re.compile(r"from(?:\s|\\\r?\n)+")
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
+# Members of the experimental Policy that the stable Policy (Keras 3 and tf-keras) lacks.
+_EXPERIMENTAL_ONLY = {
+    "loss_scale": "a policy no longer carries a loss scale; it lives on the LossScaleOptimizer",
+}
+
+
 class NoFix(Exception):
     """Raised while building a fix to say why there is none; the text joins the message."""
 
@@ -600,6 +606,13 @@ class _Paths(_Check):
             removals = self.names.import_edits(root) if root is not None else ()
             edit = Edit(start, end, f"{layer.value}.{path.new}")
             return Fix("safe", edits=(edit,), remove_imports=removals)
+        if call is not None and path.args != "loss_scale_optimizer":
+            for member in self._members_read(call):
+                if member in _EXPERIMENTAL_ONLY:
+                    raise NoFix(
+                        f"`.{member}` of its result exists only on the experimental class "
+                        "(AttributeError on Keras 3 and tf-keras): " + _EXPERIMENTAL_ONLY[member]
+                    )
         spelled, imports, removals = self._spelling(path.new, ref)
         start, end = self.ctx.own_span(ref)
         edits = [Edit(start, end, spelled)]
@@ -610,6 +623,31 @@ class _Paths(_Check):
                 edits = []
             edits += [more] if more is not None else []
         return Fix(safety, edits=tuple(edits), add_imports=imports, remove_imports=removals)
+
+    def _members_read(self, call: ast.Call) -> set[str]:
+        """The attributes read off the call's result: directly, or through the name it is
+        assigned to (``p = global_policy(); p.loss_scale``) in the same scope."""
+        above = self.names.parent(call)
+        if isinstance(above, ast.Attribute):
+            return {above.attr}
+        if not (
+            isinstance(above, ast.Assign)
+            and len(above.targets) == 1
+            and isinstance(above.targets[0], ast.Name)
+        ):
+            return set()
+        name = above.targets[0].id
+        scope = self.names.scope(call)
+        out = set()
+        for node in self.names.spelled(name):
+            parent = self.names.parent(node)
+            if (
+                type(node) is ast.Name
+                and isinstance(parent, ast.Attribute)
+                and self.names.scope(node) is scope
+            ):
+                out.add(parent.attr)
+        return out
 
     def _spelling(
         self, new: str, ref: ast.expr
@@ -829,15 +867,99 @@ class Keras3Optimizer(_CheapNames):
             self._pending.append((node, node.attr, node.value))
 
     def finish(self) -> None:
-        if not self.active or not self._receivers:
+        if not self.active or not self._pending:
             return
         calls = {id(n.func) for n, *_ in self._pending if isinstance(n, ast.Call)}
         for node, name, receiver in self._pending:
-            if self.ctx.own_text(receiver) not in self._receivers:
+            text = self.ctx.own_text(receiver)
+            if text not in self._receivers and not self._narrowed(node, text):
                 continue
             if isinstance(node, ast.Attribute) and id(node) in calls:
                 continue  # the method call itself is judged
             self._member(node, name, id(self.ctx.function(node)) in self._processing)
+
+    def _drop_self_assignment(
+        self, call: ast.Call, value: str
+    ) -> tuple[Edit | None, tuple[ImportEdit, ...]]:
+        """``grads = opt.get_unscaled_gradients(grads)`` would become ``grads = grads``: the
+        statement goes instead (its lines), and so does an ``if isinstance(...)`` left empty; a
+        block it leaves empty gets ``pass``. None when the call is not such a statement; the
+        imports that a removed ``isinstance`` test used go once unused."""
+        statement = self.names.parent(call)
+        if not (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and self.ctx.own_text(statement.targets[0]) == value
+            and self._own_lines(statement)
+        ):
+            return None, ()
+        block = self.names.parent(statement)
+        body = next(
+            (getattr(block, f) for f in ("body", "orelse", "finalbody")
+             if any(s is statement for s in getattr(block, f, ()) or ())),
+            [],
+        )  # fmt: skip
+        if len(body) > 1:
+            return self._delete_lines(statement), ()
+        if (
+            isinstance(block, ast.If)
+            and body is block.body
+            and not block.orelse
+            and isinstance(block.test, ast.Call)
+            and "builtins.isinstance" in self.names.qualified(block.test.func)
+            and self._own_lines(block)
+        ):
+            used = [
+                n for n in ast.walk(block.test) if isinstance(n, ast.Name) and n is not block.test
+            ]
+            removals = tuple(e for n in used for e in self.names.import_edits(n))
+            return self._delete_lines(block), removals
+        start, end = self.source.span(statement)
+        return Edit(start, end, "pass"), ()
+
+    def _own_lines(self, statement: ast.stmt) -> bool:
+        """Nothing else shares the statement's first and last lines."""
+        start, end = self.source.span(statement)
+        text, last = self.source.text, statement.end_lineno
+        before = text[self.source.line_start(statement.lineno) : start]
+        rest = text[end : self.source.line_start(last) + len(self.source.line(last))].strip()
+        return not before.strip() and (not rest or rest.startswith("#"))
+
+    def _delete_lines(self, statement: ast.stmt) -> Edit:
+        start = self.source.line_start(statement.lineno)
+        try:
+            end = self.source.line_start(statement.end_lineno + 1)
+        except IndexError:
+            end = len(self.source.text)
+        return Edit(start, end, "")
+
+    def _narrowed(self, node: ast.AST, receiver: str) -> bool:
+        """``node`` runs only where ``receiver`` is a LossScaleOptimizer: inside the body of
+        ``if isinstance(receiver, LossScaleOptimizer)`` (alone or in an ``and``)."""
+        child = node
+        for above in self.names.ancestors(node):
+            if isinstance(above, ast.If) and any(child is s for s in above.body):
+                test = above.test
+                tests = (
+                    test.values
+                    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)
+                    else [test]
+                )
+                if any(self._isinstance_lso(t, receiver) for t in tests):
+                    return True
+            child = above
+        return False
+
+    def _isinstance_lso(self, test: ast.expr, receiver: str) -> bool:
+        if not (isinstance(test, ast.Call) and len(test.args) == 2 and not test.keywords):
+            return False
+        if "builtins.isinstance" not in self.names.qualified(test.func):
+            return False
+        if self.ctx.own_text(test.args[0]) != receiver:
+            return False
+        classes = test.args[1]
+        options = classes.elts if isinstance(classes, ast.Tuple) else [classes]
+        return any(self.names.qualified(c) & LOSS_SCALE_OPTIMIZERS for c in options)
 
     def _attr_edit(self, node: ast.Attribute, new: str) -> Edit:
         end = self.source.span(node)[1]
@@ -864,7 +986,12 @@ class Keras3Optimizer(_CheapNames):
                 )
             elif len(args) == 1 and args[0].keyword is None and not args[0].star:
                 start, end = self.ctx.own_span(node)
-                fix = Fix("safe", edits=(Edit(start, end, args[0].value),))
+                edit, removals = self._drop_self_assignment(node, args[0].value)
+                fix = Fix(
+                    "safe",
+                    edits=(edit or Edit(start, end, args[0].value),),
+                    remove_imports=removals,
+                )
             self.findings.append(Finding(code, message, node, fix))
         elif isinstance(node, ast.Call) and name == "loss_scale":  # the TF <= 2.3 method
             assert isinstance(node.func, ast.Attribute)
@@ -1116,6 +1243,8 @@ class GraphRewriteWithPolicy(_Policies):
             "ValueError, Keras 3 silently enables both (casts applied twice); keep the policy"
         )
         for call in self.graph_rewrites:
+            if all(self.names.exclusive(call, policy) for policy, _, _ in self.policies):
+                continue  # `if graph_rewrite: ... else: set_global_policy(...)`: one or the other
             self.findings.append(Finding(self.rule.code, message, call, None))
 
 

@@ -22,6 +22,14 @@ _MAGIC = "__ampmigrate_magic_{}__"
 _MAGIC_LINE = re.compile(r"^(\s*)__ampmigrate_magic_(\d+)__$")
 # `%magic`, `!shell`, `?help`, `name?`/`name??`, and assignments from them (`files = !ls`).
 _IPYTHON = re.compile(r"^\s*(?:[%!]|\?|\w[\w.]*\?\??\s*$|[\w.]+\s*=\s*[%!])")
+# IPython's automagics and default system aliases: `ls dir/`, `cd x`, `pip install y` run as
+# `%ls dir/` ... when the line is not Python by itself (`ls = 3` and `cd(x)` stay Python).
+_AUTOMAGIC = re.compile(
+    r"^\s*(?:ls|cd|pwd|pip|conda|mamba|mkdir|rmdir|rm|cp|mv|cat|env|load_ext|reload_ext|"
+    r"matplotlib|run|time|timeit|who|whos|history|reset|alias|config|autoreload|store|clear|"
+    r"less|more|man|ll|lf|lk|lx|ldir|bookmark|dhist|pushd|popd|dirs|sx|sc|xdel|tensorboard)"
+    r"(?:\s|$)"
+)
 # Cell magics whose body is Python run in the kernel; any other (%%bash, %%html) is not Python.
 _PYTHON_CELL_MAGICS = re.compile(r"^%%(?:time|timeit|capture|prun|debug)\b")
 
@@ -69,7 +77,7 @@ class Notebook:
             ipython = _needs_masking(source)
             continued = None  # the indent of an IPython line that ends with a backslash
             for line in source.splitlines():
-                if continued is not None or (ipython and _IPYTHON.match(line)):
+                if continued is not None or (ipython and _is_ipython(line)):
                     # a continuation line is shell text: it takes the indent of its first line
                     indent = continued if continued is not None else _indent(line)
                     lines.append(indent + _MAGIC.format(len(self.magics)))
@@ -113,6 +121,8 @@ class Notebook:
             text = "\n".join(lines)
             if original.endswith("\n") or not original:
                 text += "\n" if lines else ""
+            if "\r\n" in original:  # the module was read with universal newlines
+                text = text.replace("\n", "\r\n")
             if text != original:
                 self._set_source(index, text)
         import json
@@ -121,20 +131,49 @@ class Notebook:
         return (dumped + ("\n" if self.trailing_newline else "")).encode("utf-8")
 
     def _set_source(self, index: int, text: str) -> None:
+        """The cell's new text; a list source keeps its own pieces wherever they are unchanged
+        (the ones before and after the changed lines), so the JSON diff shows only those."""
         cell = self.data["cells"][index]
-        if isinstance(cell.get("source"), list):
-            cell["source"] = text.splitlines(keepends=True)
-        else:
+        old = cell.get("source")
+        if not isinstance(old, list):
             cell["source"] = text
+            return
+        head: list[str] = []
+        rest = text
+        for piece in old:
+            if not rest.startswith(piece):
+                break
+            head.append(piece)
+            rest = rest[len(piece) :]
+        tail: list[str] = []
+        for piece in reversed(old[len(head) :]):
+            if not piece or not rest.endswith(piece):
+                break
+            tail.insert(0, piece)
+            rest = rest[: -len(piece)]
+        cell["source"] = head + rest.splitlines(keepends=True) + tail
 
 
 def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip())]
 
 
+def _is_ipython(line: str) -> bool:
+    """IPython syntax: a magic, a shell escape, help, or an automagic that is not Python."""
+    if _IPYTHON.match(line):
+        return True
+    if not _AUTOMAGIC.match(line):
+        return False
+    try:
+        ast.parse(line.strip())
+    except SyntaxError:
+        return True
+    return False
+
+
 def _needs_masking(source: str) -> bool:
     """Only a cell that is not valid Python has IPython lines: ``"%d" \\n % x`` is Python."""
-    if not any(_IPYTHON.match(line) for line in source.splitlines()):
+    if not any(_is_ipython(line) for line in source.splitlines()):
         return False
     try:
         ast.parse(source)

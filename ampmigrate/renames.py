@@ -14,8 +14,8 @@ import ast
 import io
 import re
 import tokenize
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ampmigrate.catalog import Rule, Symbol
@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 # (``try: from torch.amp import X except ImportError: from torch.cuda.amp import X``).
 _MODERN_PREFIXES = ("torch.amp.", "torch.autocast", "torch.GradScaler")
 _TYPE_CHECKS = {"builtins.isinstance", "builtins.issubclass"}
+# unittest's type assertions take the classes second, as isinstance does (any receiver).
+_TYPE_ASSERTIONS = frozenset(
+    {"assertIsInstance", "assertNotIsInstance", "failUnlessIsInstance", "assert_isinstance"}
+)
+_IDENTITY_OPS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
 _PARTIAL = "functools.partial"
 _VERSION_TEST = re.compile(r"version|hasattr|getattr|greater|less|torch_?\d", re.IGNORECASE)
 _MODERN_USE = re.compile(
@@ -217,14 +222,63 @@ def check(
     symbols = [s for r in rules for s in r.symbols]
     if not symbols:
         return []
-    visitor = _Renames(symbols, source, names)
+    visitor = _Renames(symbols, source, names, settings.target_torch)
     visitor.run()
+    _constructors_beside_values(visitor, source.path, settings.project.get("class_values", {}))
     return visitor.findings
 
 
+def _constructors_beside_values(
+    visitor: _Renames, path: str, elsewhere: Mapping[tuple[str, str], tuple[str, ...]]
+) -> None:
+    """A constructor migrated while the old class is also used as a value (a registry key,
+    ``type(x) is``) in this file or another of the run is unsafe: the new instance is no longer
+    that class there. The message names the places."""
+    here = {}
+    for code, device, line in visitor.class_values:
+        here.setdefault((code, device), []).append(f"{path or '<source>'}:{line}")
+    for finding, sym in visitor.constructors:
+        key = (sym.code, sym.device)
+        places = sorted(set(here.get(key, [])) | set(elsewhere.get(key, ())))
+        if not places or finding.fix is None:
+            continue
+        finding.fix = replace(finding.fix, safety="unsafe")
+        shown = ", ".join(places[:5]) + (f" and {len(places) - 5} more" if len(places) > 5 else "")
+        finding.message += (
+            f"; the old class is also used as a value at {shown}: an instance of `{sym.new}` "
+            "is not the old class there"
+        )
+
+
+def class_values(items: Iterable[tuple[str, bytes]], settings: Settings) -> dict:
+    """(rule code, device) -> "path:line" of every place in these files where an old class is
+    used as a value that is not rewritten safely (the project pass behind the message above)."""
+    from ampmigrate.engine.analyze import parse
+
+    rules = [r for r in settings.rules if any(s.kind == "class" for s in r.symbols)]
+    symbols = [s for r in rules for s in r.symbols if s.kind == "class" and not s.when_missing]
+    out: dict[tuple[str, str], list[str]] = {}
+    for path, data in items:
+        try:
+            tree = parse(data)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        visitor = _Renames(symbols, Source.from_bytes(data, path), Names(tree))
+        visitor.run()
+        for code, device, line in visitor.class_values:
+            out.setdefault((code, device), []).append(f"{path}:{line}")
+    return {key: tuple(places) for key, places in out.items()}
+
+
 class _Renames:
-    def __init__(self, symbols: Iterable[Symbol], source: Source, names: Names) -> None:
-        self.table = {s.old: s for s in symbols}
+    def __init__(
+        self,
+        symbols: Iterable[Symbol],
+        source: Source,
+        names: Names,
+        target_torch: tuple[int, ...] | None = None,
+    ) -> None:
+        self.table = {s.old: _for_target(s, target_torch) for s in symbols}
         self.source = source
         self.names = names
         self.findings: list[Finding] = []
@@ -232,6 +286,11 @@ class _Renames:
         # Names a symbol may be imported as (`from torch.cuda.amp import autocast as ac`).
         self._aliases = {b.alias.asname for b in names.imports() if b.alias and b.alias.asname}
         self._stopped: set[ast.AST] = set()  # matched: nothing inside is looked at
+        # (rule code, device, line) where an old class is used as a value that is not rewritten
+        # safely: a constructor migrated anywhere in the run changes what matches there
+        self.class_values: list[tuple[str, str, int]] = []
+        self.constructors: list[tuple[Finding, Symbol]] = []  # class calls that got a fix
+        self._dispatched: set[ast.AST] = set()  # names bound per device by an if/else
         self._gates: dict[ast.AST, bool] = {}
 
     # ---- name resolution -------------------------------------------------------------------
@@ -256,7 +315,11 @@ class _Renames:
             return (hits[0], True) if len(names) == 1 else None
         if any(n.startswith(_MODERN_PREFIXES) for n in names):
             return None  # a compatibility shim: bound to the new API on current torch
-        return hits[0], len(names) == 1
+        if len(hits) == len(names):  # every binding is a deprecated symbol
+            if len({(h.new, h.device) for h in hits}) > 1:
+                self._dispatched.add(node)  # `if cuda: from torch.cuda.amp import X else: cpu`
+            return hits[0], True
+        return hits[0], False
 
     def _binding(self, node: ast.AST, module: str) -> tuple[str, bool]:
         """A name bound to ``module`` where ``node`` is, and whether an import must be added."""
@@ -286,14 +349,33 @@ class _Renames:
         unconditional: bool,
         extra_imports: frozenset[str] = frozenset(),
     ) -> Fix:
+        if self._dispatched and (node in self._dispatched or ref in self._dispatched):
+            raise NoFix(
+                "the name is bound to the classes of different devices by a branch (`"
+                + "`, `".join(sorted(self.names.qualified(ref)))
+                + "`): write the device in each branch"
+            )
         torch_name, add_torch = self._binding(node, "torch")
+        branch = self._branch_floor(node)
         return Fix(
             safety if unconditional else "unsafe",
             edits=tuple(edits(torch_name)),
             add_imports=extra_imports | ({"torch"} if add_torch else set()),
             remove_imports=self.names.import_edits(ref),
-            min_torch=sym.min_torch,
+            # on the newer side of a version branch the branch is the floor
+            min_torch=() if branch and branch >= sym.min_torch else sym.min_torch,
         )
+
+    def _branch_floor(self, node: ast.AST) -> tuple[int, ...] | None:
+        """The torch version the innermost version branch around ``node`` guarantees."""
+        child = node
+        for above in self.names.ancestors(node):
+            if type(above) is ast.If or type(above) is ast.IfExp:
+                newer = _version_side(self.source, above, child)
+                if newer:
+                    return newer
+            child = above
+        return None
 
     def _map_args(self, sym: Symbol, plan: _Plan, args: Sequence[Arg], torch_name: str) -> bool:
         """Plan the old call arguments -> the new ones; returns whether the mapping is exact.
@@ -365,6 +447,8 @@ class _Renames:
             kws = ", ".join(f"{k}={v}" for k, v in sym.keywords)
             call = f"`{sym.new}({kws}, ...)`"
         message = f"`{sym.old}` is deprecated, use {call}"
+        if sym.note:
+            message += f"; {sym.note}"
         if detail:
             message += f"; {detail}"
         self.findings.append(Finding(sym.code, message, node, fix))
@@ -388,6 +472,8 @@ class _Renames:
             if not unconditional:
                 notes.append("the name is also bound by a fallback, which the fix bypasses")
             self._report(sym, node, "; ".join(notes), fix)
+            if sym.kind == "class":
+                self.constructors.append((self.findings[-1], sym))
         except NoFix as reason:
             self._report(sym, node, f"no automatic fix: {reason}", None)
 
@@ -436,30 +522,51 @@ class _Renames:
         except NoFix as reason:
             self._report(sym, ref, f"no automatic fix: {reason}", None)
 
-    def _reference(self, node: ast.expr, sym: Symbol, unconditional: bool) -> None:
+    def _reference(
+        self, node: ast.expr, sym: Symbol, unconditional: bool, identity: str = ""
+    ) -> None:
         """A reference that is not called here.
 
         A conditionally bound name (``except ImportError: GradScaler = None``) read as a value is
-        a feature check, not a use: it is left alone, and so is the import it reads.
+        a feature check, not a use: it is left alone, and so is the import it reads. A class
+        stays a class: in a type position or used by identity (a dict key, ``type(x) is``) it
+        becomes the new class; elsewhere it becomes a ``functools.partial`` only where the value
+        is only ever called, and is refused otherwise.
         """
         typed = self._typed(node)
-        if not unconditional and not typed:
+        if not unconditional and not typed and not identity:
             return
         if sym.kind == "manual":
             self._report(sym, node, "", None)
             return
         start, end = self.source.span(node)
         try:
-            if typed:
+            if typed or identity:
                 if sym.kind != "class":
                     raise NoFix("a function used as a type")
 
                 def as_type(torch_name: str) -> list[Edit]:
                     return [Edit(start, end, self._new_expr(sym.new, torch_name))]
 
-                fix = self._fix(sym, node, node, "safe", as_type, unconditional)
-                self._report(sym, node, "", fix)
+                detail = ""
+                if identity:
+                    self.class_values.append((sym.code, sym.device, node.lineno))
+                    detail = (
+                        f"used as {identity}: becomes the class `{sym.new}`, which an instance "
+                        "made with the old class elsewhere (code not migrated) no longer is"
+                    )
+                safety = "unsafe" if identity else "safe"
+                fix = self._fix(sym, node, node, safety, as_type, unconditional)
+                self._report(sym, node, detail, fix)
                 return
+            if sym.kind == "class" and not self._only_called(node):
+                self.class_values.append((sym.code, sym.device, node.lineno))
+                raise NoFix(
+                    "the class is used as a value that is not only called (it may be compared, "
+                    f"registered or subclassed): `{sym.new}` is the class but takes the device "
+                    "first, a `functools.partial` takes the old arguments but is no class; "
+                    "choose per use"
+                )
             functools_name, add_functools = self._binding(node, "functools")
 
             def as_partial(torch_name: str) -> list[Edit]:
@@ -470,9 +577,36 @@ class _Renames:
 
             extra = frozenset({"functools"} if add_functools else ())
             fix = self._fix(sym, node, node, "unsafe", as_partial, unconditional, extra)
-            self._report(sym, node, "used as a value: becomes a `functools.partial`", fix)
+            detail = "used as a value: becomes a `functools.partial`"
+            if sym.kind == "class":
+                detail += " (it is only called here; it is no class for `isinstance`)"
+            self._report(sym, node, detail, fix)
         except NoFix as reason:
             self._report(sym, node, f"no automatic fix: {reason}", None)
+
+    def _only_called(self, node: ast.expr) -> bool:
+        """``node`` is assigned (possibly as one side of ``a if c else b``) to a name or
+        attribute whose every read in this file calls it (``ctx = old``; ``with ctx():``)."""
+        value: ast.AST = node
+        parent = self.names.parent(value)
+        while isinstance(parent, ast.IfExp | ast.BoolOp) and value is not getattr(
+            parent, "test", None
+        ):
+            value, parent = parent, self.names.parent(parent)
+        if not isinstance(parent, ast.Assign | ast.AnnAssign) or parent.value is not value:
+            return False
+        targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+        if len(targets) != 1 or not isinstance(targets[0], ast.Name | ast.Attribute):
+            return False
+        target = targets[0]
+        text = dotted(target)
+        last = target.id if isinstance(target, ast.Name) else target.attr
+        reads = [
+            n for n in self.names.spelled(last) if isinstance(n.ctx, ast.Load) and dotted(n) == text
+        ]
+        return bool(reads) and all(
+            isinstance(p := self.names.parent(n), ast.Call) and p.func is n for n in reads
+        )
 
     def _decorator(self, node: ast.expr) -> bool:
         """A bare decorator (``@old``) becomes a call; whether ``node`` was one."""
@@ -523,8 +657,20 @@ class _Renames:
     def _gated(self, node: ast.AST) -> bool:
         """Inside compatibility code: a branch on the torch version whose other side uses the
         new API, or an ``except AttributeError:``-style fallback (its clause included)."""
+        child = node
         for above in self.names.ancestors(node):
             kind = type(above)
+            side = (kind is ast.If or kind is ast.IfExp) and _version_side(
+                self.source, above, child, older=True
+            )
+            newer = (kind is ast.If or kind is ast.IfExp) and _version_side(
+                self.source, above, child
+            )
+            child = above
+            if side and side <= DEPRECATED_SINCE:
+                return True  # the older side runs only where nothing is deprecated yet
+            if newer:
+                continue  # the side for the newer torch: its deprecated calls warn there
             if kind is ast.If or kind is ast.IfExp or kind is ast.ExceptHandler:
                 gate = self._gates.get(above)
                 if gate is None:
@@ -576,11 +722,28 @@ class _Renames:
         return False
 
     def _classes(self, call: ast.Call) -> ast.AST | None:
-        """The second argument of ``isinstance``/``issubclass`` (two arguments)."""
+        """The classes argument of ``isinstance``/``issubclass`` (two arguments) and of
+        ``self.assertIsInstance(x, cls[, msg])``: the second positional argument."""
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in _TYPE_ASSERTIONS:
+            return call.args[1] if len(call.args) >= 2 else None
         args = _ordered(call)
         if len(args) != 2 or self._match(call.func):
             return None
         return _value(args[1]) if self.names.qualified(call.func) & _TYPE_CHECKS else None
+
+    def _identity(self, node: ast.AST) -> str:
+        """How a class is used by identity here, or "": a dict key, a subscript's key (a registry
+        lookup), an operand of ``is``/``==`` (``type(x) is cls``)."""
+        parent = self.names.parent(node)
+        kind = type(parent)
+        if kind is ast.Dict and any(node is k for k in parent.keys):
+            return "a dict key"
+        if kind is ast.Subscript and parent.slice is node:
+            return "a registry key"
+        if kind is ast.Compare and all(type(op) in _IDENTITY_OPS for op in parent.ops):
+            return "an operand of `is`/`==`"
+        return ""
 
     # ---- the walk ----------------------------------------------------------------------------
 
@@ -648,11 +811,13 @@ class _Renames:
             return False
         if match[0].when_missing:
             return True  # only calls can miss an argument
-        if not self._typed(node) and (self._probed(node) or self._contained(node)):
-            # `try: torch.cpu.amp.autocast except AttributeError`: a probe;
-            # `func in [torch.cuda.amp.autocast, ...]`: identity, not a use.
-            return True
-        self._reference(node, *match)
+        typed = self._typed(node)
+        identity = "" if typed or match[0].kind != "class" else self._identity(node)
+        if self._probed(node) and not typed:
+            return True  # `try: torch.cpu.amp.autocast except AttributeError`: a probe
+        if not typed and not identity and self._contained(node):
+            return True  # `func in [torch.cuda.amp.autocast, ...]`: a membership test
+        self._reference(node, *match, identity)
         return True
 
     # Compatibility code is left alone: a branch chosen by the torch version, and a value
@@ -677,6 +842,83 @@ class _Renames:
             lines.append(text)
             line -= 1
         return "\n".join(reversed(lines))
+
+
+DEPRECATED_SINCE = (2, 4)  # every torch AMP deprecation starts in 2.4.0 (torch-amp-api.md)
+_VERSION_NUMBER = re.compile(r"(\d+)[._](\d+)")
+_AT_LEAST = re.compile(r"greater|_ge_|_ge\b|at_?least|newer|_gte?_?\d", re.IGNORECASE)
+_BELOW = re.compile(r"less|_lt_|_lt\b|older|below|lower", re.IGNORECASE)
+
+
+def _version_side(
+    source: Source, branch: ast.If | ast.IfExp, child: ast.AST, older: bool = False
+) -> tuple | None:
+    """The torch version ``child``'s side of a torch-version branch runs on at least, where that
+    side is the newer one (``if Version(torch.__version__) < Version("2.4"): ... else: <here>``,
+    ``if is_torch_greater_or_equal("2.4"): <here>``); with ``older``: the version it runs
+    below, where it is the older side. None otherwise."""
+    if child is branch.test:
+        return None
+    body = branch.body if type(branch) is ast.If else [branch.body]
+    in_body = any(child is s for s in body)
+    test, flipped = branch.test, False
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, flipped = test.operand, not flipped
+    text = source.segment(test)
+    if "torch" not in text.lower():
+        return None
+    number = _VERSION_NUMBER.search(text)
+    if number is None:
+        return None
+    version = (int(number.group(1)), int(number.group(2)))
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left = source.segment(test.left).lower()
+        op = type(test.ops[0])
+        if "version" not in left:  # `Version("2.4") <= torch_version`
+            op = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}.get(op)
+        if op in (ast.Gt, ast.GtE):
+            newer_body = True
+        elif op in (ast.Lt, ast.LtE):
+            newer_body = False
+        else:
+            return None
+        if older and op in (ast.Gt, ast.LtE):
+            return None  # the older side includes the release named: not below it
+    elif isinstance(test, ast.Call) and test.args and isinstance(test.args[0], ast.Constant):
+        op = str(test.args[0].value)  # is_torch_version("<", "2.4")
+        if op in (">=", ">"):
+            newer_body = True
+        elif op in ("<", "<="):
+            newer_body = False
+        elif _AT_LEAST.search(source.segment(test.func)):
+            newer_body = True
+        else:
+            return None
+    elif _AT_LEAST.search(text) and not _BELOW.search(text):
+        newer_body = True
+    elif _BELOW.search(text) and not _AT_LEAST.search(text):
+        newer_body = False
+    else:
+        return None
+    if flipped:
+        newer_body = not newer_body
+    return version if (newer_body == in_body) != older else None
+
+
+def _for_target(sym: Symbol, target: tuple[int, ...] | None) -> Symbol:
+    """The symbol as the target torch can take it: below its replacement's first release, the
+    replacement an older release has (``torch.autocast`` for 1.10-1.11), where there is one."""
+    if target is None or target >= sym.min_torch:
+        return sym
+    for since, new in sorted(sym.older, reverse=True):
+        if target >= since:
+            note = (
+                f"written as `{new}`: the project's torch floor "
+                f"{'.'.join(map(str, target))} has no `{sym.new}` (since "
+                f"{'.'.join(map(str, sym.min_torch))})"
+            )
+            return replace(sym, new=new, min_torch=since, note=note)
+    return sym
 
 
 def _outer_first(node: ast.AST) -> tuple[int, int, int, int]:

@@ -192,6 +192,7 @@ class Flow:
     plain_calls: list[tuple[ast.Call, set[str] | None]] = field(default_factory=list)
     siblings: Siblings = field(default_factory=Siblings)
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    properties: list[ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=list)
 
     def events(self, kind: str) -> Iterator[Event]:
         return (e for e in self.calls if e.kind == kind)
@@ -333,6 +334,8 @@ class _Collector:
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         if self._scopes[-1] is self.flow.module and not self._classes:
             self.flow.functions[node.name] = node
+        elif self._classes and any(_is_property(d) for d in node.decorator_list):
+            self.flow.properties.append(node)
         self._scopes.append(node)
         self._loops.append([])
         self._branches.append([])
@@ -622,7 +625,27 @@ def build_flow(
             continue
         resolved.append(event)
     flow.calls = resolved
+    _scaler_properties(flow)
     return flow
+
+
+def _is_property(decorator: ast.expr) -> bool:
+    name = decorator.attr if isinstance(decorator, ast.Attribute) else getattr(decorator, "id", "")
+    return name in ("property", "cached_property")
+
+
+def _scaler_properties(flow: Flow) -> None:
+    """A property that returns a scaler (``return self._scaler``, built lazily on first use,
+    or a GradScaler made there) is that scaler: ``self.scaler.load_state_dict(...)`` restores
+    it."""
+    for function in flow.properties:
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Return) or node.value is None:
+                continue
+            value = node.value
+            made = isinstance(value, ast.Call) and flow.names.qualified(value.func) & GRAD_SCALER
+            if made or flow.text(value) in flow.scalers:
+                flow.scalers.add(f"self.{function.name}")
 
 
 # -- the checks ------------------------------------------------------------------------
@@ -712,6 +735,60 @@ def _update_missing(flow: Flow, event: Event) -> str:
     return ""
 
 
+def _callers(flow: Flow, function: ast.AST) -> list[ast.Call]:
+    """The calls in this file of a function or method, by its name (``f(...)``,
+    ``self.f(...)``): the call graph the way a reader follows it."""
+    if not isinstance(function, _FUNCTIONS):
+        return []
+    name = function.name
+    out = []
+    for call, _ in flow.plain_calls:
+        func = call.func
+        called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        if called == name and flow.where[id(call)][0] != id(function):
+            out.append(call)
+    return out
+
+
+def _updated_by_caller(flow: Flow, event: Event, depth: int = 3) -> bool:
+    """A function that steps the scaler and leaves the update to its caller: some call of it
+    (up to ``depth`` calls up) is followed in the caller by an ``update()`` of the same scaler
+    (the same text, ``self.scaler``), that can run with the call."""
+    frontier = [event.scope]
+    seen: set[int] = set()
+    for _ in range(depth):
+        callers = [c for f in frontier for c in _callers(flow, f) if id(c) not in seen]
+        if not callers:
+            return False
+        seen.update(id(c) for c in callers)
+        frontier = []
+        for call in callers:
+            scope = flow.where[id(call)][0]
+            at = (call.lineno, call.col_offset)
+            for update in flow.events("update"):
+                if (
+                    id(update.scope) == scope
+                    and update.receiver == event.receiver
+                    and (update.node.lineno, update.node.col_offset) > at
+                    and not _exclusive_with(flow, update, call)
+                ):
+                    return True
+            frontier += _enclosing(flow, call)
+    return False
+
+
+def _exclusive_with(flow: Flow, event: Event, call: ast.Call) -> bool:
+    return flow.names.exclusive(event.node, call)
+
+
+def _enclosing(flow: Flow, call: ast.Call) -> list[ast.AST]:
+    """The function (a method too) the call is in."""
+    for above in flow.names.ancestors(call):
+        if isinstance(above, _FUNCTIONS):
+            return [above]
+    return []
+
+
 def _update_only_if(flow: Flow, event: Event) -> str:
     """The condition that every ``update()`` of ``event``'s scaler in its loop (or, outside
     loops, its function) runs under while ``event`` does not, when that condition changes from
@@ -794,18 +871,23 @@ def double_unscale(flow: Flow, rule: Rule) -> list[Finding]:
 
 def step_without_update(flow: Flow, rule: Rule) -> list[Finding]:
     findings = []
+    raises = (
+        "an enabled scaler raises `RuntimeError: step() has already been called since the last "
+        "update()` on the next step of that optimizer"
+    )
     for event in flow.events("step"):
         missing = _update_missing(flow, event)
+        if missing == "none" and _updated_by_caller(flow, event):
+            continue  # the function that calls this one updates the scaler after the call
         if missing == "none":
             message = (
                 f"`{event.receiver}.step({event.arg})` with no `{event.receiver}.update()` after "
-                "it: the scale never adapts, and the next step() raises RuntimeError"
+                f"it (here or in a caller in this file): the scale never adapts, and {raises}"
             )
         elif missing == "loop":
             message = (
                 f"`{event.receiver}.step({event.arg})` runs on every iteration of this loop but "
-                f"`{event.receiver}.update()` runs outside it: the second step() raises "
-                "RuntimeError"
+                f"`{event.receiver}.update()` runs outside it: {raises}"
             )
         else:
             continue
@@ -867,6 +949,16 @@ def _mentions_scaler(flow: Flow, payload: ast.AST) -> bool:
 def _model_state(flow: Flow, payload: ast.expr) -> bool:
     """A checkpoint of model/optimizer state that leaves the scaler's out."""
     return "state_dict()" in flow.text(payload) and not _mentions_scaler(flow, payload)
+
+
+def _weights_only(flow: Flow, payload: ast.expr) -> bool:
+    """The payload is one model's ``state_dict()``, nothing else: a weights export."""
+    if not (isinstance(payload, ast.Call) and not payload.args and not payload.keywords):
+        return False
+    method = _method(payload)
+    if method is None or method[0] != "state_dict":
+        return False
+    return not _optimizer_like(flow, flow.text(method[1]))
 
 
 def _checkpoint_name(flow: Flow, load: ast.Call) -> str:
@@ -1054,14 +1146,18 @@ def checkpoint_without_scaler_state(flow: Flow, rule: Rule) -> list[Finding]:
     saves_scaler = any(r in flow.scalers for r in flow.state_dicts)
     loads_scaler = any(r in flow.scalers for _, r in flow.loads)
     writers: list[tuple[str | None, str]] = []  # (scaler, where) of checkpoints without its state
+    reported: set[int] = set()  # a dict saved twice misses the key once
     for call, payload, raw in flow.saves:
         if not _model_state(flow, payload) or not flow.scaler_near(call):
             continue
+        if _weights_only(flow, payload):
+            continue  # `torch.save(model.state_dict(), path)` exports weights, resumes nothing
         scaler = flow.scaler_name(call)
         if isinstance(payload, ast.Dict):
             writers.append((scaler, f"line {call.lineno}"))
-        if saves_scaler:
+        if saves_scaler or id(payload) in reported:
             continue
+        reported.add(id(payload))
         named = f" `{flow.text(raw)}`" if isinstance(raw, ast.Name | ast.Attribute) else ""
         message = (
             f"checkpoint{named} saves model/optimizer state but not the GradScaler's: a resume "
@@ -1181,7 +1277,7 @@ def check(
     mine = [r for r in rules if r.check in FLOW_CHECKS]
     if not mine:
         return []
-    flow = build_flow(tree, source, names, settings.checkpoint_helpers)
+    flow = build_flow(tree, source, names, settings.project.get("checkpoint_helpers"))
     findings: list[Finding] = []
     for rule in mine:
         findings += FLOW_CHECKS[rule.check](flow, rule)

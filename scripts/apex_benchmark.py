@@ -1,6 +1,7 @@
 """Success rate of the apex O1 rewrite (AMP303) on the training scripts of real public projects.
 
-    python scripts/apex_benchmark.py CORPUS_DIR [--manifest FILE] [--markdown] [--json FILE]
+    python scripts/apex_benchmark.py CORPUS_DIR [--split tuned|dev|heldout|all] [--markdown]
+                                     [--json FILE] [--manifest FILE] [--show-heldout]
     python scripts/apex_benchmark.py CORPUS_DIR --build-from GIT_ROOT
 
 The corpus is not committed (third-party code) and CI has no network: bring the repositories
@@ -11,8 +12,10 @@ holds one git directory per repository: ``<owner>+<name>/repo`` (what ``fetch`` 
 ``<owner>+<name>`` or ``<name>`` (a clone).
 
 The run copies the corpus to a scratch directory, runs the installed ampmigrate
-(``python -m ampmigrate fix --unsafe-fixes --select AMP3``) on the whole copy, so that helpers in
-sibling modules are updated as ``fix`` on a project would, and classifies each benchmarked file:
+(``python -m ampmigrate fix --unsafe-fixes --select AMP30``) on the whole copy, so that helpers in
+sibling modules are updated as ``fix`` on a project would, and classifies each benchmarked file
+(only the apex amp rules run: a file that the rules for the rest of apex, AMP31x, change while
+its amp use stays would otherwise count as a wrong amp rewrite):
 
 - eligible: its only apex use is O1 ``initialize`` / ``scale_loss`` / ``master_params`` / amp
   state dicts (opt_level "O1", a variable or absent); any other apex module (parallel,
@@ -24,6 +27,15 @@ sibling modules are updated as ``fix`` on a project would, and classifies each b
 
 Other files that ``fix`` changed are checked the same way and listed when wrong. Exit status 1
 when a rewrite is wrong.
+
+Each entry has a ``split`` (scripts/apex_split.py): ``tuned`` (the repositories earlier sessions
+tuned on), ``dev`` or ``heldout``; the report gives each split on its own. The new entries carry
+a hand ``judgement`` per file (would a careful engineer migrate it to torch.amp with apex's
+semantics?); the headline per split is how many of the files judged migratable are rewritten,
+how many rewrites are wrong, and how many files judged not migratable are rewritten anyway.
+Files without a judgement (the tuned entries) fall back to the automatic eligibility. The
+held-out half's per-file rows are left out of the table and the JSON unless ``--show-heldout``
+is given: who builds the rewrite sees only its aggregates.
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ MANIFEST = ROOT / "scripts" / "apex-corpus.json"
 ALLOWED_AMP = {"initialize", "scale_loss", "master_params", "state_dict", "load_state_dict"}
 ALLOWED_INIT_KEYWORDS = {"opt_level", "enabled", "verbosity"}
 REFUSAL_PREFIX = "apex O1 cannot be rewritten automatically here"
+SPLITS = ("tuned", "dev", "heldout")
 
 # ---------------------------------------------------------------------------------------------
 # The region invariant, on stdlib ast only (independent of ampmigrate's libcst code).
@@ -613,6 +626,20 @@ class Row:
     reason: str
     why_ineligible: str = ""
     details: list[str] = field(default_factory=list)
+    split: str = ""
+    migrate: bool | None = None  # the hand judgement; None where the file has none
+    judged_why: str = ""
+
+    @property
+    def migratable(self) -> bool | None:
+        """The hand judgement where there is one, else the automatic eligibility."""
+        return self.migrate if self.migrate is not None else self.eligible
+
+
+def select(manifest: dict, split: str) -> dict:
+    """The manifest's entries of one split (`all`: every entry)."""
+    entries = [e for e in manifest["entries"] if split == "all" or e.get("split") == split]
+    return {**manifest, "entries": entries}
 
 
 def classify(corpus: Path, manifest: dict, keep: Path | None = None) -> tuple[list[Row], str]:
@@ -622,9 +649,11 @@ def classify(corpus: Path, manifest: dict, keep: Path | None = None) -> tuple[li
     started = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}"
     with tempfile.TemporaryDirectory(prefix="apexbench-") as tmp:
         scratch = Path(tmp) / "corpus"
-        shutil.copytree(corpus, scratch)
+        scratch.mkdir()
+        for key in sorted({"+".join(e["repo"].split("/")) for e in manifest["entries"]}):
+            shutil.copytree(corpus / key, scratch / key)
         remaining, fix_errors = ampmigrate(
-            "fix", "--unsafe-fixes", "--select", "AMP3", str(scratch)
+            "fix", "--unsafe-fixes", "--select", "AMP30", str(scratch)
         )
         by_file: dict[str, list[dict]] = {}
         for finding in remaining:
@@ -688,9 +717,13 @@ def classify(corpus: Path, manifest: dict, keep: Path | None = None) -> tuple[li
         rows = []
         for key, rel in targets:
             use = uses[rel]
-            rows.append(
-                judge(rel, corpus, scratch, use, models_by_repo[key], by_file, new_after, True)
-            )
+            row = judge(rel, corpus, scratch, use, models_by_repo[key], by_file, new_after, True)
+            entry = manifest["entries"][key]
+            verdict = entry.get("judgement", {}).get(rel.split("/", 1)[1])
+            row.split = entry.get("split", "")
+            if verdict is not None:
+                row.migrate, row.judged_why = verdict["migrate"], verdict["why"]
+            rows.append(row)
         for rel in changed:
             if rel in target_set:
                 continue
@@ -700,6 +733,7 @@ def classify(corpus: Path, manifest: dict, keep: Path | None = None) -> tuple[li
             row = judge(
                 rel, corpus, scratch, use, models_by_repo.get(key, set()), by_file, new_after, False
             )
+            row.split = manifest["entries"][key].get("split", "") if key >= 0 else ""
             rows.append(row)
         if keep:
             shutil.rmtree(keep, ignore_errors=True)
@@ -772,40 +806,69 @@ def judge(
     return Row(rel, eligible, "rewritten", note, why)
 
 
-def report(rows: list[Row], stamp: str, markdown: bool) -> str:
+def summary(rows: list[Row], split: str) -> str:
+    """One split's figures: the files judged migratable that are rewritten, the wrong
+    rewrites, the rewrites of files judged not migratable, the files with no finding."""
     targets = [r for r in rows if r.eligible is not None]
-    eligible = [r for r in targets if r.eligible]
-    rewritten = [r for r in eligible if r.outcome == "rewritten"]
+    migratable = [r for r in targets if r.migratable]
+    rewritten = [r for r in migratable if r.outcome == "rewritten"]
+    against = [r for r in targets if r.migratable is False and r.outcome == "rewritten"]
+    silent = [r for r in targets if r.reason == "unchanged; no finding"]
     wrong = [r for r in rows if r.outcome == "wrong"]
-    rate = 100 * len(rewritten) / len(eligible) if eligible else 0.0
+    basis = "judged" if all(r.migrate is not None for r in targets) else "eligible (automatic)"
+    rate = 100 * len(rewritten) / len(migratable) if migratable else 0.0
+    repos = len({r.file.split("/", 1)[0] for r in targets})
+    return (
+        f"{split}: {len(targets)} files of {repos} repositories, {len(migratable)} {basis}"
+        f" migratable, {len(rewritten)}/{len(migratable)} rewritten ({rate:.0f} %),"
+        f" {len(wrong)} wrong, {len(against)} rewritten though judged not migratable,"
+        f" {len(silent)} with no finding"
+    )
+
+
+def _mark(r: Row) -> str:
+    if r.eligible is None:
+        return "sibling"
+    if r.migrate is not None:
+        return "yes" if r.migrate else "no"
+    return "yes" if r.eligible else f"no ({r.why_ineligible})"
+
+
+def report(rows: list[Row], stamp: str, markdown: bool, show_heldout: bool = False) -> str:
+    """The per-file table (the held-out half's rows only with `show_heldout`) and one summary
+    line per split."""
+    splits = [s for s in SPLITS if any(r.split == s for r in rows)]
+    splits += sorted({r.split for r in rows} - set(SPLITS))
     lines = []
-    if markdown:
-        lines += ["| file | eligible | outcome | reason |", "|---|---|---|---|"]
-        for r in rows:
-            mark = (
-                "sibling"
-                if r.eligible is None
-                else ("yes" if r.eligible else f"no ({r.why_ineligible})")
-            )
-            reason = r.reason.replace("|", "\\|")
+    for split in splits:
+        part = [r for r in rows if r.split == split]
+        if split == "heldout" and not show_heldout:
+            lines += [f"## {split}: per-file rows withheld (--show-heldout shows them)", ""]
+            continue
+        if markdown:
+            lines += [
+                f"## {split}",
+                "",
+                "| file | migrate | outcome | reason |",
+                "|---|---|---|---|",
+            ]
+        for r in part:
             repo, _, path = r.file.partition("/")
-            name = f"{repo.replace('+', '/', 1)} `{path}`"
-            lines.append(f"| {name} | {mark} | {r.outcome} | {reason} |")
-    else:
-        for r in rows:
-            mark = "sibling" if r.eligible is None else ("yes" if r.eligible else "no")
-            lines.append(f"{r.file}\t{mark}\t{r.outcome}\t{r.reason}")
-            if r.eligible is False:
+            if markdown:
+                reason = r.reason.replace("|", "\\|")
+                name = f"{repo.replace('+', '/', 1)} `{path}`"
+                lines.append(f"| {name} | {_mark(r)} | {r.outcome} | {reason} |")
+                continue
+            lines.append(f"{r.file}\t{_mark(r).split(' ')[0]}\t{r.outcome}\t{r.reason}")
+            if r.judged_why:
+                lines.append(f"\t\tjudged: {r.judged_why}")
+            elif r.eligible is False:
                 lines.append(f"\t\tineligible: {r.why_ineligible}")
             for detail in r.details[1:]:
                 lines.append(f"\t\t{detail}")
-    rewritten_all = sum(r.outcome == "rewritten" for r in targets)
-    lines += [
-        "",
-        f"{stamp}: {len(targets)} files, {len(eligible)} eligible, "
-        f"{len(rewritten)}/{len(eligible)} eligible rewritten ({rate:.0f} %), "
-        f"{rewritten_all} rewritten in all, {len(wrong)} wrong",
-    ]
+        lines.append("")
+    lines.append(f"{stamp}:")
+    lines += [summary([r for r in rows if r.split == split], split) for split in splits]
     return "\n".join(lines)
 
 
@@ -813,6 +876,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("corpus", type=Path)
     parser.add_argument("--manifest", type=Path, default=MANIFEST)
+    parser.add_argument("--split", choices=[*SPLITS, "all"], default="all")
+    parser.add_argument(
+        "--show-heldout", action="store_true", help="list the held-out half's files too"
+    )
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     parser.add_argument("--keep", type=Path, help="copy the migrated corpus here")
@@ -827,10 +894,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.build_from:
         build_corpus(manifest, args.build_from, args.corpus)
         return 0
-    rows, stamp = classify(args.corpus, manifest, args.keep)
-    print(report(rows, stamp, args.markdown))
+    rows, stamp = classify(args.corpus, select(manifest, args.split), args.keep)
+    print(report(rows, stamp, args.markdown, args.show_heldout))
     if args.json:
-        args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
+        shown = [r for r in rows if args.show_heldout or r.split != "heldout"]
+        args.json.write_text(json.dumps([r.__dict__ for r in shown], indent=1))
     return 1 if any(r.outcome == "wrong" for r in rows) else 0
 
 

@@ -1,7 +1,8 @@
 """Ecosystem check: run ampmigrate over real packages' source and check its invariants.
 
-    python scripts/ecosystem.py [--packages accelerate,timm] [--baseline FILE] [--update-baseline]
-                                [--sample N] [--bench] [--cache DIR]
+    python scripts/ecosystem.py [--set packages|projects|all] [--packages accelerate,timm]
+                                [--baseline FILE] [--update-baseline] [--sample N] [--bench]
+                                [--cache DIR]
 
 For each pinned package it downloads the distribution (``pip download --no-deps``) once into the
 cache (never committed), unpacks its Python files, copies them to a scratch tree and runs
@@ -64,6 +65,27 @@ PACKAGES = {
     "tf-keras": "tf-keras==2.21.0",
     "tensorflow-cpu": "tensorflow-cpu==2.21.0",
 }
+# Projects that train with mixed precision (apex, torch.cuda.amp, Keras loss scaling) in the
+# versions real users still run: the code the rules were not written on (issue 22). PyPI releases
+# are immutable, so a version pins the source as a commit would; --set projects checks them.
+PROJECTS = {
+    "composer": "composer==0.17.2",
+    "mmengine": "mmengine==0.10.3",
+    "open-clip": "open_clip_torch==2.24.0",
+    "speechbrain": "speechbrain==0.5.16",
+    "ultralytics-8.1": "ultralytics==8.1.0",
+    "imagen-pytorch": "imagen-pytorch==1.26.3",
+    "transformers-4.20": "transformers==4.20.0",
+    "pytorch-ignite": "pytorch-ignite==0.4.13",
+    "monai": "monai==1.3.0",
+    "fairseq": "fairseq==0.12.2",
+    "fastai": "fastai==2.7.14",
+    "tf-models": "tf-models-official==2.15.0",
+    "yolov5": "yolov5==7.0.13",
+    "basicsr": "basicsr==1.4.2",
+    "nemo": "nemo_toolkit==1.22.0",
+}
+SETS = {"packages": PACKAGES, "projects": PROJECTS, "all": {**PACKAGES, **PROJECTS}}
 BASELINE = ROOT / "scripts" / "ecosystem-baseline.json"
 
 
@@ -78,7 +100,7 @@ def ampmigrate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def fetch(name: str, cache: Path) -> Path:
     """The unpacked Python tree of one package (downloaded and unpacked once)."""
-    spec = PACKAGES[name]
+    spec = SETS["all"][name]
     source = cache / "src" / name
     if source.is_dir():
         return source
@@ -313,7 +335,8 @@ def run_benches(names: list[str], cache: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--packages", default=",".join(PACKAGES))
+    parser.add_argument("--set", choices=SETS, default="packages", help="the default packages")
+    parser.add_argument("--packages", help="comma-separated names (default: those of --set)")
     parser.add_argument("--cache", type=Path, default=ROOT / ".cache" / "ecosystem")
     parser.add_argument("--baseline", type=Path, default=BASELINE)
     parser.add_argument("--update-baseline", action="store_true")
@@ -321,10 +344,11 @@ def main() -> int:
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--bench-only", action="store_true", help="only time; check nothing")
     args = parser.parse_args()
-    names = [n for n in args.packages.split(",") if n]
-    unknown = [n for n in names if n not in PACKAGES]
+    known = SETS["all"]
+    names = [n for n in (args.packages or ",".join(SETS[args.set])).split(",") if n]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        parser.error(f"unknown package(s): {', '.join(unknown)}; known: {', '.join(PACKAGES)}")
+        parser.error(f"unknown package(s): {', '.join(unknown)}; known: {', '.join(known)}")
     if args.bench_only:
         run_benches(names, args.cache)
         return 0

@@ -4,6 +4,7 @@ region invariant and the eligibility rules decide what the success rate means.""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import textwrap
 
@@ -299,3 +300,78 @@ def test_a_parameter_added_by_the_rewrite_must_reach_every_caller():
         """
     )
     assert bench.missed_callers("do_train", func, new, caller) == [5, 8]
+
+
+def test_the_census_names_every_apex_module_and_object_a_file_uses():
+    path = ROOT / "scripts" / "apex_census.py"
+    spec = importlib.util.spec_from_file_location("apex_census", path)
+    census = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(census)
+    source = """
+        import apex
+        import amp_C
+        from apex import amp
+        from apex.optimizers import FusedAdam as Adam
+        from apex.parallel import DistributedDataParallel
+        import apex.normalization as norm
+
+        model, opt = amp.initialize(model, Adam(params), opt_level="O1")
+        model = apex.parallel.convert_syncbn_model(model)
+        layer = norm.FusedRMSNorm(8)
+    """
+    assert census.apex_names(textwrap.dedent(source)) == [
+        "amp_C",
+        "apex",
+        "apex.amp",
+        "apex.amp.initialize",
+        "apex.normalization",
+        "apex.normalization.FusedRMSNorm",
+        "apex.optimizers.FusedAdam",
+        "apex.parallel",
+        "apex.parallel.DistributedDataParallel",
+        "apex.parallel.convert_syncbn_model",
+    ]
+    assert census.apex_names("from torch.cuda import amp\nscaler = amp.GradScaler()\n") == []
+
+
+def row(file: str, split: str, migrate: bool | None, outcome: str, eligible: bool = True):
+    reason = "unchanged; no finding" if outcome == "silent" else ""
+    outcome = "refused" if outcome == "silent" else outcome
+    return bench.Row(file, eligible, outcome, reason, split=split, migrate=migrate)
+
+
+def test_each_split_is_reported_on_its_own_and_the_held_out_rows_are_withheld():
+    rows = [
+        row("a+b/tuned.py", "tuned", None, "rewritten"),
+        row("a+b/old.py", "tuned", None, "refused", eligible=False),
+        row("c+d/one.py", "dev", True, "rewritten"),
+        row("c+d/two.py", "dev", True, "refused"),
+        row("c+d/three.py", "dev", False, "rewritten"),
+        row("e+f/secret_name.py", "heldout", True, "wrong"),
+        row("e+f/other.py", "heldout", False, "silent"),
+    ]
+    text = bench.report(rows, "stamp", markdown=False)
+    assert "secret_name" not in text
+    assert "c+d/three.py\tno\trewritten" in text
+    assert text.splitlines()[-3:] == [
+        "tuned: 2 files of 1 repositories, 1 eligible (automatic) migratable, 1/1 rewritten"
+        " (100 %), 0 wrong, 0 rewritten though judged not migratable, 0 with no finding",
+        "dev: 3 files of 1 repositories, 2 judged migratable, 1/2 rewritten (50 %), 0 wrong,"
+        " 1 rewritten though judged not migratable, 0 with no finding",
+        "heldout: 2 files of 1 repositories, 1 judged migratable, 0/1 rewritten (0 %), 1 wrong,"
+        " 0 rewritten though judged not migratable, 1 with no finding",
+    ]
+    assert "secret_name" in bench.report(rows, "stamp", markdown=True, show_heldout=True)
+
+
+def test_every_new_file_of_the_corpus_has_a_hand_judgement():
+    manifest = json.loads(bench.MANIFEST.read_text())
+    for entry in manifest["entries"]:
+        judged = entry.get("judgement", {})
+        if entry["split"] == "tuned":
+            continue
+        assert sorted(judged) == sorted(entry["files"]), entry["repo"]
+        for verdict in judged.values():
+            assert isinstance(verdict["migrate"], bool) and verdict["why"]
+    dev = bench.select(manifest, "dev")["entries"]
+    assert dev and {e["split"] for e in dev} == {"dev"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ampmigrate.catalog import all_rules
-from ampmigrate.engine.analyze import family
+from ampmigrate.families import family
 from ampmigrate.scalerflow import FLOW_CHECKS
 
 from conftest import FIXTURES, check_source, fix_source
@@ -21,7 +21,7 @@ def codes(source: str) -> list[str]:
 def test_every_flow_check_has_its_rule():
     """The engine hands these rules to scalerflow: each names a check it has, and each check
     has a rule."""
-    routed = [code for code, rule in all_rules().items() if family(rule) == "scalerflow"]
+    routed = [code for code, rule in all_rules().items() if family(rule).name == "scalerflow"]
     assert routed == CORRECTNESS
     assert sorted(all_rules()[code].check for code in CORRECTNESS) == sorted(FLOW_CHECKS)
 

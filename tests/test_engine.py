@@ -232,7 +232,8 @@ def test_a_module_imported_below_the_top_block_is_not_imported_again():
     late = "import sys\nsys.path.insert(0, '.')\nimport torch\n\nx = torch.ones(1)\n"
     assert add_needed(late, ["torch"]) == late
     module = cst.parse_module(late)
-    assert apply(late, [Fix("unsafe", cst_target=module, cst_build=lambda u: u,
-                            add_imports=frozenset({"torch"}))], module) == late  # fmt: skip
+    fix = Fix("unsafe", cst_target=module, cst_build=lambda u: u, cst_module=module,
+              add_imports=frozenset({"torch"}))  # fmt: skip
+    assert apply(late, [fix]) == late
     read_first = "import sys\nsys.path.insert(0, torch.__file__)\nimport torch\n"
     assert add_needed(read_first, ["torch"]).startswith("import sys\nimport torch\n")

@@ -43,8 +43,8 @@ def project(tmp_path: Path, requirement: str = "", noqa: str = "", tool: str = "
     return root
 
 
-def test_a_torch_2_0_floor_keeps_verify_from_applying_what_fix_grades_unsafe(cli, tmp_path):
-    root = project(tmp_path, "torch>=2.0")
+def test_a_torch_1_9_floor_keeps_verify_from_applying_what_fix_grades_unsafe(cli, tmp_path):
+    root = project(tmp_path, "torch>=1.9")
     fix = cli("fix", "--diff", str(root / "train.py"))
     assert "Would fix 0 findings in 0 files, 2 remaining (2 fixable with `--unsafe-fixes`)" in (
         fix.stderr
@@ -52,7 +52,7 @@ def test_a_torch_2_0_floor_keeps_verify_from_applying_what_fix_grades_unsafe(cli
     result = cli("verify", str(root / "train.py"), "--steps", "3")
     assert result.returncode == 2, result.stdout + result.stderr
     assert (
-        "settings: as `ampmigrate fix`: target-torch 2.0 (pyproject.toml: torch>=2.0), "
+        "settings: as `ampmigrate fix`: target-torch 1.9 (pyproject.toml: torch>=1.9), "
         "unsafe fixes off"
     ) in result.stdout
     assert "INCONCLUSIVE: nothing was migrated" in result.stdout

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +23,7 @@ from typing import Any
 from ampmigrate.engine.prefilter import Prefilter
 from ampmigrate.engine.settings import FileResult, Settings
 from ampmigrate.engine.write import read
+from ampmigrate.families import PROJECT_PASSES, ProjectPass
 
 __all__ = ["CRASHED", "FileResult", "Settings", "run"]
 
@@ -69,85 +70,12 @@ def batches(items: list[Item], jobs: int) -> list[list[Item]]:
     return out
 
 
-def _with_checkpoint_helpers(
-    settings: Settings, candidates: list[Item], paths: Sequence[Path]
-) -> Settings:
-    """AMP208 follows a checkpoint save/load into helper modules of the same tree: the
-    scaler-flow family names them here (from the import lines), for every worker; a worker
-    summarizes one when a call first leads into it."""
-    from ampmigrate.scalerflow import sibling_modules
-
-    scalers = [(n, s) for n, s, _ in candidates if b"GradScaler" in s or b".scale(" in s]
-    if not scalers:
-        return settings
-    helpers = sibling_modules(scalers, [str(p) for p in paths])
-    return replace(settings, checkpoint_helpers=helpers)
-
-
-def _with_apex_links(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -> Settings:
-    """AMP303 across two modules: pair the file that calls ``amp.initialize`` with the one
-    whose training function scales the loss (apexlinks), checked against every file read."""
-    apex = [(n, s) for n, s, _ in candidates if b"apex" in s and b"amp" in s]
-    initializing = {n for n, s in apex if b".initialize(" in s}
-    scaling = {n for n, s in apex if b".scale_loss(" in s}
-    if not initializing or not scaling or len(initializing | scaling) < 2:
-        return settings  # no pair is possible: nothing to parse
-    apex = [(n, s) for n, s in apex if n in initializing | scaling]
-    from ampmigrate import apexlinks  # here: most runs never get this far
-
-    known = {n: s for n, s, _ in candidates}
-
-    def everything() -> Iterator[tuple[str, bytes]]:
-        """Every file of the run (the ones the prefilter dropped read again: rare, see above)."""
-        for path in map(str, paths):
-            if path in known:
-                yield path, known[path]
-                continue
-            try:
-                yield path, read(Path(path))
-            except OSError:
-                continue
-
-    links = apexlinks.link(apex, everything)
-    return replace(settings, apex_links=links) if links else settings
-
-
-def _pair_state(result: FileResult) -> str:
-    """Where a file's AMP303 stands: "applied", "offered" (fixable, not applied) or "no"."""
-    if any(d.code == "AMP303" for d in result.fixed):
-        return "applied"
-    if any(d.code == "AMP303" and d.fix is not None for d in result.diagnostics):
-        return "offered"
-    return "no"
-
-
-def _settle_pairs(
-    settings: Settings, candidates: list[Item], results: dict[str, FileResult]
-) -> None:
-    """Both files of a pair rewritten (or both only offered), or neither: where the two sides
-    disagree (one refused, suppressed or ignored), both are run again with the pair broken, so
-    each refuses and says why."""
-    items = {os.path.abspath(item[0]): item for item in candidates}
-    broken: dict[str, object] = {}
-    for link in {id(v): v for v in settings.apex_links.values()}.values():
-        if link.broken or link.caller not in items or link.callee not in items:
-            continue
-        state = {
-            name: _pair_state(results[name])
-            for name in (items[link.caller][0], items[link.callee][0])
-        }
-        if len(set(state.values())) == 1 and "no" not in state.values():
-            continue
-        # the side that is not rewritten (the first, should they differ otherwise)
-        refused = next((n for n, s in state.items() if s == "no"), next(iter(state)))
-        reason = f"{link.shown(refused)} is not rewritten in this run (see its AMP303 finding)"
-        by = link.role(refused)
-        broken[link.caller] = broken[link.callee] = replace(link, broken=reason, broken_by=by)
-    if not broken:
-        return
-    again = replace(settings, apex_links={**settings.apex_links, **broken})
-    redo = [items[path] for path in broken]
-    results.update((r.path, r) for r in _process_batch(redo, again))
+def _passes(settings: Settings, paths: Sequence[Path]) -> list[ProjectPass]:
+    """The registered project passes this run needs (only a run of several files has any)."""
+    if len(paths) < 2:
+        return []
+    codes = {rule.code for rule in settings.rules}
+    return [p for p in PROJECT_PASSES if p.codes & codes]
 
 
 def run(
@@ -210,10 +138,11 @@ def _run(
             else:
                 ignored = ignored_codes(by_name[name]) if ignored_codes else frozenset()
                 candidates.append((name, source, ignored))
-        if len(paths) > 1 and candidates and any(r.code == "AMP208" for r in settings.rules):
-            settings = _with_checkpoint_helpers(settings, candidates, paths)
-        if len(paths) > 1 and any(r.code == "AMP303" for r in settings.rules):
-            settings = _with_apex_links(settings, candidates, paths)
+        passes = _passes(settings, paths)
+        found = {p.name: p.function(p.prepare)(settings, candidates, paths) for p in passes}
+        found = {name: value for name, value in found.items() if value}
+        if found:
+            settings = replace(settings, project={**settings.project, **found})
         total = len(candidates)
         done = 0
         if progress and total:
@@ -244,8 +173,9 @@ def _run(
                 done += 1
                 if progress:
                     progress(done, total)
-        if settings.apex_links:
-            _settle_pairs(settings, candidates, results)
+        for p in passes:
+            if p.settle and p.name in settings.project:
+                p.function(p.settle)(settings, candidates, results, _process_batch)
     return [results[str(p)] for p in paths]
 
 

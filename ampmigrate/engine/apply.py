@@ -45,14 +45,12 @@ def select(fixes: Sequence[Fix]) -> list[Fix]:
     return chosen
 
 
-def apply(
-    text: str, fixes: Sequence[Fix], cst_module: Any = None, keep_imports: bool = False
-) -> str:
+def apply(text: str, fixes: Sequence[Fix], keep_imports: bool = False) -> str:
     """``text`` with ``fixes`` (as chosen by :func:`select`) applied.
 
-    ``cst_module`` is the libcst tree of ``text`` that the fixes' ``cst_target`` nodes belong
-    to. ``keep_imports`` is for a package's ``__init__.py``, whose imports are its public API:
-    other modules may import the name from it, so it stays even when unused here.
+    Fixes with a ``cst_target`` carry the libcst tree of ``text`` it belongs to.
+    ``keep_imports`` is for a package's ``__init__.py``, whose imports are its public API: other
+    modules may import the name from it, so it stays even when unused here.
     """
     edits = sorted((e for fix in fixes for e in fix.edits), key=lambda e: (e.start, e.end))
     parts = []
@@ -80,7 +78,8 @@ def apply(
     from ampmigrate.replace import ReplaceNodes
 
     if builds:
-        module = cst_module.visit(ReplaceNodes(builds))
+        tree = next(fix.cst_module for fix in fixes if fix.cst_target is not None)
+        module = tree.visit(ReplaceNodes(builds))
         additions -= imports.imported_below_the_top(module.code)
     else:
         try:

@@ -44,7 +44,7 @@ def migrate_source(
         folded = _folded(waiting, chosen)
         codes = ", ".join(sorted({f.code for f, _ in applied}))
         try:
-            text = apply(analysis.source.text, chosen, analysis.cst_module, keep_imports)
+            text = apply(analysis.source.text, chosen, keep_imports)
             new_source = analysis.source.encode(text)
             analysis = Analysis(new_source, settings, path)
         except (FixError, SyntaxError, ValueError) as exc:

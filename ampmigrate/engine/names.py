@@ -107,6 +107,23 @@ class Scope:
         return []
 
 
+# What ``from M import *`` binds, for the modules whose names the rules resolve: their public
+# names (``__all__``, or the names their ``__init__.py`` imports), read from their sources
+# (torch 2.13's torch/cuda/amp and torch/cpu/amp, NVIDIA/apex's apex/fp16_utils/__init__.py).
+STAR_EXPORTS: dict[str, tuple[str, ...]] = {
+    "torch.cuda.amp": (
+        "amp_definitely_not_available", "autocast", "custom_bwd", "custom_fwd", "GradScaler",
+    ),
+    "torch.cpu.amp": ("autocast", "GradScaler"),
+    "apex.fp16_utils": (
+        "BN_convert_float", "network_to_half", "prep_param_lists", "model_grads_to_master_grads",
+        "master_params_to_model_params", "tofp16", "to_python_float", "Fused_Weight_Norm",
+        "fp32_to_fp16", "fp16_to_fp32", "FP16_Module", "FP16_Optimizer", "LossScaler",
+        "DynamicLossScaler",
+    ),
+}  # fmt: skip
+
+
 @dataclass(eq=False)
 class Binding:
     """One assignment of ``name``: an import (``node`` is the ``ast.Import``/``ast.ImportFrom``
@@ -131,6 +148,8 @@ class Binding:
             return {f"builtins.{self.name}"}
         if not self.is_import:
             return {f"{self.scope.prefix}.{full_name}" if self.scope.prefix else full_name}
+        if self.alias is not None and self.alias.name == "*":  # a name of STAR_EXPORTS
+            return {f"{self.node.module}.{full_name}"}  # type: ignore[union-attr]
         return _import_names(self.node, full_name)
 
 
@@ -226,6 +245,24 @@ class Names:
         while parent is not None:
             yield parent
             parent = self._parents.get(parent)
+
+    def exclusive(self, a: ast.AST, b: ast.AST) -> bool:
+        """``a`` and ``b`` sit in different arms of one ``if``/``else`` (``elif`` included),
+        conditional expression, or ``try`` (two handlers, a handler and ``else``): they
+        never both run in one pass through that statement (Ruff's branch exclusivity)."""
+        arms = {}
+        child = a
+        for above in self.ancestors(a):
+            arms[id(above)] = _arm(above, child)
+            child = above
+        child = b
+        for above in self.ancestors(b):
+            mine = arms.get(id(above))
+            if mine is not None:
+                theirs = _arm(above, child)
+                return mine != theirs and mine != "" and theirs != ""
+            child = above
+        return False
 
     def scope(self, node: ast.AST) -> ast.AST:
         """The node of the scope ``node`` is evaluated in: Module, FunctionDef, AsyncFunctionDef,
@@ -328,6 +365,8 @@ class Names:
             if not binding.is_import or binding.alias is None:
                 continue
             alias = binding.alias
+            if alias.name == "*":
+                continue  # a star import may bind more than the names known here: it stays
             if isinstance(stmt, ast.Import):
                 if alias.asname is None:
                     continue  # `import torch.cuda.amp` binds `torch`, which stays in use
@@ -479,6 +518,9 @@ class Names:
             elif isinstance(node, ast.ImportFrom):
                 if alias.name != "*":
                     self._bind(scope, alias.name, node, end, alias)
+                elif not node.level and node.module in STAR_EXPORTS:
+                    for name in STAR_EXPORTS[node.module]:
+                        self._bind(scope, name, node, end, alias)
             else:
                 parts = alias.name.split(".")
                 for i in range(len(parts), 0, -1):
@@ -541,6 +583,24 @@ class Names:
         else:
             children.append((node.elt, node, inner, None))
         return children
+
+
+def _arm(node: ast.AST, child: ast.AST) -> str:
+    """Which arm of a branching ``node`` its ``child`` is in ("" for none: the test, a
+    ``finally``, a statement that does not branch)."""
+    kind = type(node)
+    if kind is ast.If or kind is ast.IfExp:
+        if child is node.test:
+            return ""
+        body = node.body if kind is ast.If else [node.body]
+        return "body" if any(child is s for s in body) else "orelse"
+    if kind is ast.Try or kind is getattr(ast, "TryStar", None):
+        if any(child is h for h in node.handlers):
+            return f"handler{node.handlers.index(child)}"
+        if any(child is s for s in node.orelse):
+            return "else"  # runs only where no handler does
+        return ""  # the body may run in part before a handler; finally runs always
+    return ""
 
 
 def child_fields(kind: type) -> tuple[str, ...]:

@@ -18,10 +18,9 @@ class Settings:
     target_torch: tuple[int, ...] | None = None
     target_keras: int = 3  # Keras 3 is what TensorFlow ships since 2.16
     max_file_size: int = 2_000_000  # bytes; 0: no limit
-    # AMP208 across modules: scalerflow.sibling_modules of the checked tree (run() fills it)
-    checkpoint_helpers: Any = field(default=None, compare=False)
-    # AMP303 across two modules: apexlinks.link over the run, by absolute path (run() fills it)
-    apex_links: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # what each project pass (ampmigrate.families) found over the run, by its name; run()
+    # fills it, the family that registered the pass reads it
+    project: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def safety(self, fix: Fix | None) -> Safety | None:
         """A fix's grade here: one that needs a newer torch than ``target_torch`` is unsafe."""

@@ -1,0 +1,534 @@
+"""Plan the rewrites of the apex names outside ``apex.amp`` (AMP311-AMP315), on ``ast``.
+
+Every reference is resolved through the file's imports (``Names``), never matched as text; its
+context decides what it becomes:
+
+- a call of a class or function with a torch counterpart: the callee becomes the torch name and
+  each argument is mapped, dropped (a literal equal to apex's default, an option with no torch
+  meaning) or refused with the reason (``table.Target``); apex defaults that torch does not
+  share are written out;
+- a type position (``isinstance``, ``except``, annotations): the torch class where one class
+  has the meaning, else no fix;
+- a subclass: a finding, no fix (its constructor and overrides rely on apex);
+- another value (``BertLayerNorm = FusedLayerNorm``): the torch class where its defaults are
+  apex's, else no fix (the calls are not visible);
+- a ``try:`` that imports apex with a fallback binding the same names: the fallback stays, the
+  ``try`` goes; one that swaps the project's own class for apex's: the swap goes;
+- a name with no native counterpart: a finding naming what projects use instead.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ampmigrate.apexapi import table
+from ampmigrate.apexapi.table import TARGETS, Target
+from ampmigrate.catalog import Rule
+from ampmigrate.engine.names import Names, dotted
+from ampmigrate.engine.source import Source
+from ampmigrate.findings import Edit, Finding, Fix, ImportEdit
+from ampmigrate.renames import CallText, NoFix, _pure
+
+if TYPE_CHECKING:
+    from ampmigrate.engine import Settings
+
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception"})
+_TYPE_CHECKS = frozenset({"builtins.isinstance", "builtins.issubclass"})
+_OLD_ADAM = frozenset({"max_grad_norm", "eps_inside_sqrt", "amp_scale_adjustment"})
+_SKIP = frozenset({"apex.optimizers.FP16_Optimizer", "apex.contrib.optimizers.FP16_Optimizer"})
+
+
+def check(
+    tree: ast.Module, source: Source, names: Names, rules: Sequence[Rule], settings: Settings
+) -> list[Finding]:
+    """The findings of the selected AMP31x rules."""
+    codes = {r.code for r in rules}
+    planner = _Planner(tree, source, names, settings.target_torch)
+    planner.run()
+    return [f for f in planner.findings if f.code in codes]
+
+
+def _literal_in(node: ast.expr, allowed: tuple[object, ...]) -> bool:
+    """``node`` is a literal equal (same type) to one of ``allowed``."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return False
+    if not isinstance(node, ast.Constant):
+        return False
+    return any(
+        (type(node.value) is type(a) and node.value == a)
+        or (type(a) is int and type(node.value) is float and node.value == a)
+        for a in allowed
+    )
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any((dotted(k) or "").rsplit(".", 1)[-1] in _IMPORT_ERRORS for k in kinds)
+
+
+def _bound_names(body: list[ast.stmt]) -> set[str]:
+    """The names a block binds at its top level."""
+    out: set[str] = set()
+    for stmt in body:
+        if isinstance(stmt, ast.Assign):
+            out |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            out.add(stmt.target.id)
+        elif isinstance(stmt, ast.Import | ast.ImportFrom):
+            out |= {(a.asname or a.name).partition(".")[0] for a in stmt.names}
+        elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(stmt.name)
+    return out
+
+
+def _replaces(stmt: ast.stmt) -> bool:
+    """A statement of a fallback that provides a replacement: an import, a definition, an
+    assignment of something other than a literal (``X = None`` is an availability flag), a
+    call (a log line)."""
+    if isinstance(stmt, ast.Assign | ast.AnnAssign):
+        return stmt.value is not None and not isinstance(stmt.value, ast.Constant)
+    kinds = ast.Import | ast.ImportFrom | ast.FunctionDef | ast.ClassDef | ast.Expr
+    return isinstance(stmt, kinds)
+
+
+class _Planner:
+    def __init__(
+        self, tree: ast.Module, source: Source, names: Names, floor: tuple[int, ...] | None
+    ) -> None:
+        self.tree = tree
+        self.floor = floor  # the oldest torch the project supports (None: not known)
+        self.source = source
+        self.names = names
+        self.findings: list[Finding] = []
+        self._consumed: set[ast.AST] = set()
+
+    # ---- the walk ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Try):
+                self._try(node)
+        for node in ast.walk(self.tree):
+            if not isinstance(node, ast.Name | ast.Attribute) or isinstance(node.ctx, ast.Store):
+                continue
+            parent = self.names.parent(node)
+            if isinstance(parent, ast.Attribute) and parent.value is node:
+                continue  # only the longest chain is a reference
+            if self._consumed and any(a in self._consumed for a in self.names.ancestors(node)):
+                continue
+            self._reference(node, parent)
+
+    def _apex_names(self, node: ast.AST) -> tuple[list[str], bool]:
+        """The apex names ``node`` may be, and whether something else may bind it too."""
+        qualified = self.names.qualified(node)
+        apex = sorted(
+            q for q in qualified if q.startswith("apex.") or q.partition(".")[0] in table.COMPILED
+        )
+        return apex, len(apex) < len(qualified)
+
+    def _reference(self, node: ast.Name | ast.Attribute, parent: ast.AST | None) -> None:
+        found, conditional = self._apex_names(node)
+        if not found or self._bound_by_consumed(node):
+            return
+        name = found[0]
+        if name in table.TO_PYTHON_FLOAT:
+            self._to_python_float(node, parent, name, conditional)
+            return
+        same = next((k for k in table.SAME if name == k or name.startswith(k + ".")), None)
+        if same is not None:
+            new = table.SAME[same] + name[len(same) :]
+            safety = "unsafe" if conditional else "safe"
+            fix = self._rename_fix(node, new, safety)
+            message = f"`{same}` is `{table.SAME[same]}` under another name"
+            self.findings.append(Finding(table.SAME_OBJECT, message, node, fix))
+            return
+        if name.startswith(table.ELSEWHERE) or name in _SKIP:
+            return
+        target = TARGETS.get(name)
+        if target is None:
+            text = table.no_native(name)
+            if text is not None:
+                where = parent if isinstance(parent, ast.Call) and parent.func is node else node
+                message = f"`{name}` has no torch counterpart: {text}"
+                self.findings.append(Finding(table.NO_NATIVE, message, where, None))
+            return
+        self._target(node, parent, name, target, conditional)
+
+    def _target(
+        self, node: ast.expr, parent: ast.AST | None, name: str, target: Target, conditional: bool
+    ) -> None:
+        head = f"`{name}` -> `{target.new}`"
+        if self.floor is not None and self.floor < target.min_torch:
+            needs, floor = (".".join(map(str, v)) for v in (target.min_torch, self.floor))
+            reason = f"`{target.new}` needs torch >= {needs}; the project supports torch {floor}"
+            self._report(target, node, f"{head}: no automatic fix: {reason}", None)
+            return
+        if isinstance(parent, ast.Call) and parent.func is node:
+            try:
+                new, fix, notes = self._call(parent, node, target)
+            except NoFix as reason:
+                self._report(target, parent, f"{head}: no automatic fix: {reason}", None)
+                return
+            if conditional:
+                notes.append("the name is also bound by a fallback, which the fix bypasses")
+            message = f"`{name}` -> `{new}`: {target.accepts}"
+            if notes:
+                message += "; " + "; ".join(notes)
+            self._report(target, parent, message, fix)
+            return
+        if isinstance(parent, ast.ClassDef) and any(node is b for b in parent.bases):
+            reason = (
+                "a subclass relies on apex's constructor arguments and internals (its overrides "
+                f"may read apex's state or kernels): rebase it on `{target.new}` by hand"
+            )
+            self._report(target, node, f"{head}: no automatic fix: {reason}", None)
+            return
+        typed = self._typed(node)
+        if conditional and not typed:
+            reason = (
+                "read as a value while a fallback binds the name too (an availability check): "
+                "remove the check by hand; the torch replacement is always there"
+            )
+            self._report(target, node, f"{head}: no automatic fix: {reason}", None)
+            return
+        is_class = target.new.rpartition(".")[2][:1].isupper()
+        refusal = (target.as_type or ("" if is_class else "not a class")) if typed else ""
+        refusal = refusal or ("" if typed else target.as_value)
+        if refusal:
+            self._report(target, node, f"{head}: no automatic fix: {refusal}", None)
+            return
+        try:
+            fix = self._rename_fix(node, target.new, "unsafe", target.min_torch)
+        except NoFix as reason:
+            self._report(target, node, f"{head}: no automatic fix: {reason}", None)
+            return
+        if typed:
+            extra = f"the type test now matches every `{target.new}`, not only apex's"
+        else:
+            extra = f"used as a value: its calls get `{target.new}`'s defaults"
+        self._report(target, node, f"{head}: {extra}; {target.accepts}", fix)
+
+    def _report(self, target: Target, node: ast.AST, message: str, fix: Fix | None) -> None:
+        self.findings.append(Finding(target.code, message, node, fix))
+
+    # ---- calls -------------------------------------------------------------------------------
+
+    def _call(self, call: ast.Call, callee: ast.expr, target: Target) -> tuple[str, Fix, list]:
+        """The torch callee, the fix and its notes for a call of an apex name."""
+        text = self.source.text
+        read = CallText.read(self.source, call)
+        args = read.args
+        if any(a.star == "*" for a in args):
+            raise NoFix("a `*args` splat cannot be mapped to apex's parameters")
+        if any(a.star == "**" for a in args):
+            raise NoFix("a `**` splat may carry apex-only arguments, which torch rejects")
+        positional = [a for a in args if not a.keyword]
+        if len(positional) > len(target.params):
+            raise NoFix(f"more positional arguments than apex's {len(target.params)}")
+        values: dict[str, ast.expr] = {}
+        for index, arg in enumerate(args):
+            key = arg.keyword or target.params[index]
+            if key not in target.params:
+                if key in _OLD_ADAM and target.new.startswith("torch.optim.Adam"):
+                    raise NoFix(
+                        f"`{key}` belongs to the pre-2019 FusedAdam (now apex.contrib's), whose "
+                        "weight decay and bias correction differ"
+                    )
+                raise NoFix(f"`{key}` is not an argument of apex's signature")
+            values[key] = arg.node.value if isinstance(arg.node, ast.keyword) else arg.node
+        if any(p not in values for p in target.params[: target.required]):
+            raise NoFix("the call lacks a required argument and already fails")
+        new = target.new
+        if "adam_w_mode" in values and _literal_in(values["adam_w_mode"], table.FALSE):
+            new = "torch.optim.Adam"  # apex's L2 mode is torch Adam's weight_decay
+        pieces: list[str] = []
+        dropped: list[str] = []
+        keep_positional = True
+        for index, arg in enumerate(args):
+            key = arg.keyword or target.params[index]
+            value = values[key]
+            if key in target.drop_any:
+                if not _pure(value):
+                    raise NoFix(f"dropping `{key}` would skip evaluating its value")
+                dropped.append(key)
+                keep_positional = keep_positional and bool(arg.keyword)
+                continue
+            if key in target.drop and _literal_in(value, target.drop[key]):
+                keep_positional = keep_positional and bool(arg.keyword)
+                continue
+            if key in target.refuse:
+                raise NoFix(target.refuse[key])
+            written = self.source.segment(value)
+            if not arg.keyword and not (
+                isinstance(value, ast.Constant | ast.Name | ast.Attribute | ast.Call)
+            ):
+                written = text[arg.start : arg.end]  # keep its parentheses
+            at = len(pieces)
+            if (
+                not arg.keyword
+                and keep_positional
+                and at < len(target.new_positional)
+                and target.new_positional[at] == key
+            ):
+                pieces.append(written)
+            else:
+                keep_positional = False
+                pieces.append(f"{target.rename.get(key, key)}={written}")
+        for key, default in target.write:
+            if key not in values and not (key == "weight_decay" and new == "torch.optim.Adam"):
+                pieces.append(f"{key}={default}")
+        torch_name, add_torch = self._torch(call)
+        callee_text = torch_name + new[len("torch") :]
+        start, end = self.source.span(callee)
+        lead = text[read.open : args[0].start] if args else ""
+        trail = text[args[-1].end : read.close] if args else ""
+        edits = (
+            Edit(start, end, callee_text),
+            Edit(read.open, read.close, lead + read.separator.join(pieces) + trail),
+        )
+        fix = Fix(
+            "unsafe",
+            edits=edits,
+            add_imports=frozenset({"torch"} if add_torch else ()),
+            remove_imports=self._import_edits(callee),
+            min_torch=target.min_torch,
+        )
+        notes = []
+        if dropped:
+            listed = ", ".join(f"`{d}`" for d in dropped)
+            notes.append(f"dropped {listed} (no torch counterpart; speed or memory only)")
+        return new, fix, notes
+
+    def _to_python_float(
+        self, node: ast.expr, parent: ast.AST | None, name: str, conditional: bool
+    ) -> None:
+        head = f"`{name}(t)` -> `t.item()`"
+        if not (isinstance(parent, ast.Call) and parent.func is node):
+            reason = "used as a value: `tensor.item()` is a method"
+            self.findings.append(
+                Finding(table.SAME_OBJECT, f"{head}: no automatic fix: {reason}", node, None)
+            )
+            return
+        if len(parent.args) != 1 or parent.keywords or isinstance(parent.args[0], ast.Starred):
+            reason = "it takes exactly one positional argument"
+            self.findings.append(
+                Finding(table.SAME_OBJECT, f"{head}: no automatic fix: {reason}", parent, None)
+            )
+            return
+        arg = parent.args[0]
+        written = self.source.segment(arg)
+        simple = ast.Name | ast.Attribute | ast.Call | ast.Subscript
+        if not isinstance(arg, simple):
+            written = f"({written})"
+        start, end = self.source.span(parent)
+        fix = Fix(
+            "unsafe",
+            edits=(Edit(start, end, f"{written}.item()"),),
+            remove_imports=self._import_edits(node),
+        )
+        message = (
+            f"{head}: the argument is taken to be a tensor (apex's function also took a "
+            "sequence and returned its first item)"
+        )
+        if conditional:
+            message += "; the name is also bound by a fallback, which the fix bypasses"
+        self.findings.append(Finding(table.SAME_OBJECT, message, parent, fix))
+
+    # ---- helpers -----------------------------------------------------------------------------
+
+    def _torch(self, node: ast.AST) -> tuple[str, bool]:
+        """The name ``torch`` is bound to here, and whether ``import torch`` must be added."""
+        qualified = self.names.qualified_text(node, "torch")
+        if qualified == {"torch"}:
+            return "torch", False
+        if not qualified and not self.names.bindings(node, "torch"):
+            return "torch", True
+        raise NoFix("`torch` is bound to something else here")
+
+    def _rename_fix(
+        self, node: ast.expr, new: str, safety: str, min_torch: tuple[int, ...] = (1, 10)
+    ) -> Fix:
+        torch_name, add_torch = self._torch(node)
+        start, end = self.source.span(node)
+        return Fix(
+            safety,  # type: ignore[arg-type]
+            edits=(Edit(start, end, torch_name + new[len("torch") :]),),
+            add_imports=frozenset({"torch"} if add_torch else ()),
+            remove_imports=self._import_edits(node),
+            min_torch=min_torch,
+        )
+
+    def _import_edits(self, node: ast.AST) -> tuple[ImportEdit, ...]:
+        """The imports of ``node``'s root name, to drop once unused (``import apex`` too)."""
+        edits = list(self.names.import_edits(node))
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        if isinstance(node, ast.Name):
+            for binding in self.names.bindings(node):
+                alias = binding.alias
+                if isinstance(binding.node, ast.Import) and alias and alias.asname is None:
+                    edits.append(ImportEdit(alias.name, None, None))
+        return tuple(edits)
+
+    def _typed(self, node: ast.AST) -> bool:
+        """A type position: ``isinstance``'s classes (a tuple too), ``except``, annotations."""
+        child = node
+        for above in self.names.ancestors(node):
+            if isinstance(above, ast.Tuple):
+                child = above
+                continue
+            if isinstance(above, ast.Call):
+                return (
+                    len(above.args) == 2
+                    and above.args[1] is child
+                    and bool(self.names.qualified(above.func) & _TYPE_CHECKS)
+                )
+            if isinstance(above, ast.ExceptHandler):
+                return above.type is child
+            if isinstance(above, ast.arg | ast.AnnAssign):
+                return above.annotation is child
+            if isinstance(above, ast.FunctionDef | ast.AsyncFunctionDef):
+                return above.returns is child
+            return False
+        return False
+
+    # ---- guarded imports ---------------------------------------------------------------------
+
+    def _try(self, node: ast.Try) -> None:
+        """``try: from apex.x import Y [as Z] ... except ImportError: <fallback>``."""
+        if node.orelse or node.finalbody or not node.handlers:
+            return
+        if not all(_catches_import_error(h) for h in node.handlers):
+            return
+        imported: dict[str, str] = {}  # bound name -> apex name
+        swaps: list[ast.Assign] = []
+        for stmt in node.body:
+            if isinstance(stmt, ast.ImportFrom) and (stmt.module or "").startswith("apex."):
+                if stmt.level:
+                    return
+                for alias in stmt.names:
+                    full = f"{stmt.module}.{alias.name}"
+                    if full not in TARGETS and full not in table.SAME:
+                        return
+                    imported[alias.asname or alias.name] = full
+            elif (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and isinstance(stmt.value, ast.Name)
+                and stmt.value.id in imported
+            ):
+                swaps.append(stmt)
+            elif not isinstance(stmt, ast.Expr):
+                return
+        if not imported:
+            return
+        first = next(s for s in node.body if isinstance(s, ast.ImportFrom))
+        apex_name = imported[sorted(imported)[0]]
+        target = TARGETS.get(apex_name)
+        code = target.code if target else table.SAME_OBJECT
+        bound = set(imported) | {s.targets[0].id for s in swaps}
+        if (
+            len(node.handlers) == 1
+            and bound <= _bound_names(node.handlers[0].body)
+            and all(_replaces(stmt) for stmt in node.handlers[0].body)
+        ):
+            handler = node.handlers[0]
+            fallback = self.source.segment(handler.body[0]).splitlines()[0]
+            message = (
+                f"`{apex_name}` is imported with a fallback (`{fallback}`): the fallback is the "
+                "migration; the fix keeps it and drops the `try` (the code now runs the "
+                "fallback where apex was installed"
+            )
+            message += f": {target.accepts})" if target else ")"
+            edit = Edit(*self._statement_lines(node), self._dedented(handler.body, node))
+            self.findings.append(Finding(code, message, first, Fix("unsafe", edits=(edit,))))
+            self._consumed.add(node)
+            return
+        if not swaps or any(
+            not all(isinstance(s, ast.Pass | ast.Expr) for s in h.body) for h in node.handlers
+        ):
+            return
+        if self._used_outside(node, set(imported)):
+            return
+        for swap in swaps:
+            own = [b for b in self.names.bindings(swap.targets[0]) if b.node is not swap.targets[0]]
+            if not own or any(self._inside(b.node, node) for b in own):
+                return  # the name is bound only by the swap: deleting it would unbind it
+        swapped = ", ".join(f"`{s.targets[0].id}`" for s in swaps)
+        message = (
+            f"{swapped} is swapped for apex's `{apex_name}` when apex is installed: the fix "
+            "deletes the swap and keeps the project's own class (its numerics replace apex's "
+            "kernel where apex was installed)"
+        )
+        start, end = self._statement_lines(node)
+        block = self._block_of(node)
+        replacement = self.source.line_indent(node.lineno) + "pass\n" if len(block) == 1 else ""
+        if replacement:
+            start = self.source.line_start(node.lineno)
+        fix = Fix("unsafe", edits=(Edit(start, end, replacement),))
+        self.findings.append(Finding(code, message, first, fix))
+        self._consumed.add(node)
+
+    def _statement_lines(self, node: ast.stmt) -> tuple[int, int]:
+        """From the start of ``node``'s first line to the start of the line after it."""
+        start = self.source.line_start(node.lineno)
+        try:
+            end = self.source.line_start(node.end_lineno + 1)
+        except IndexError:
+            end = len(self.source.text)
+        return start, end
+
+    def _dedented(self, body: list[ast.stmt], where: ast.stmt) -> str:
+        """``body``'s lines, moved to ``where``'s indentation (ending with a newline)."""
+        indent = self.source.line_indent(where.lineno)
+        first = body[0]
+        if first.lineno == self._handler_line(first):  # `except ImportError: X = Y`
+            return "".join(indent + self.source.segment(s) + "\n" for s in body)
+        own = self.source.line_indent(first.lineno)
+        out = []
+        for line in range(first.lineno, body[-1].end_lineno + 1):
+            text = self.source.line(line)
+            out.append(indent + text[len(own) :] if text.startswith(own) else text)
+        return "\n".join(out) + "\n"
+
+    def _handler_line(self, stmt: ast.stmt) -> int:
+        parent = self.names.parent(stmt)
+        return parent.lineno if parent is not None else 0
+
+    def _block_of(self, node: ast.stmt) -> list[ast.stmt]:
+        parent = self.names.parent(node)
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and any(s is node for s in block):
+                return block
+        return [node]
+
+    def _bound_by_consumed(self, node: ast.AST) -> bool:
+        """Bound by a ``try`` whose own fix migrates it (its fallback or the swap's deletion)."""
+        if not self._consumed:
+            return False
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return False
+        return any(
+            self._inside(b.node, c) for b in self.names.bindings(node) for c in self._consumed
+        )
+
+    def _inside(self, node: ast.AST | None, container: ast.AST) -> bool:
+        return node is not None and any(a is container for a in self.names.ancestors(node))
+
+    def _used_outside(self, container: ast.AST, bound: set[str]) -> bool:
+        for node in ast.walk(self.tree):
+            if (
+                isinstance(node, ast.Name)
+                and node.id in bound
+                and not self._inside(node, container)
+            ):
+                return True
+        return False

@@ -1,0 +1,464 @@
+"""What each apex name outside ``apex.amp`` becomes in torch, as data the planner reads.
+
+The facts behind every entry (defaults, kernels, measured differences) are in
+``docs/apex.md`` ("Leaving apex entirely"); the planner (:mod:`ampmigrate.apexapi.plan`) only
+maps arguments as these records say. ``accepts`` is the behaviour difference a fix accepts,
+quoted in its finding; an argument in ``refuse`` blocks the fix with its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+OPTIMIZERS = "AMP311"
+NORMALIZATION = "AMP312"
+PARALLEL = "AMP313"
+SAME_OBJECT = "AMP314"
+NO_NATIVE = "AMP315"
+
+# apex's defaults, as Python values: an argument written as exactly this literal may go.
+TRUE, FALSE, NONE, ONE = (True,), (False,), (None,), (1,)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One apex class or function with a torch counterpart reached by mapping its arguments."""
+
+    code: str
+    new: str  # the torch callable, spelled from ``torch``
+    params: tuple[str, ...]  # apex's parameters in positional order
+    new_positional: tuple[str, ...]  # torch's leading positional parameters with the same meaning
+    rename: dict[str, str] = field(default_factory=dict)  # apex keyword -> torch keyword
+    drop: dict[str, tuple[object, ...]] = field(default_factory=dict)  # may go when one of these
+    drop_any: tuple[str, ...] = ()  # go whatever their (side-effect free) value
+    refuse: dict[str, str] = field(default_factory=dict)  # present (and not dropped): no fix
+    write: tuple[tuple[str, str], ...] = ()  # written out when absent (apex's default differs)
+    required: int = 1
+    accepts: str = ""
+    min_torch: tuple[int, ...] = (1, 10)
+    as_value: str = ""  # "": a reference may become the torch name; else why it may not
+    as_type: str = ""  # "": an isinstance class may become the torch class; else why not
+
+
+_STEP = (
+    "torch counts `step` per parameter (apex once per group, so a parameter that skips steps is "
+    "bias-corrected differently) and keeps the moments in the parameter's dtype (apex: float32); "
+    "apex optimizer checkpoints load after `ampmigrate convert-checkpoint`"
+)
+_ZERO_GRAD = (
+    "`zero_grad()` sets gradients to None since torch 2.0 (FusedSGD zeroed them unless "
+    "`set_grad_none=True`): a parameter without a gradient in a step is now skipped instead "
+    "of getting momentum and weight decay"
+)
+_SET_GRAD_NONE = (
+    "`set_grad_none=False` makes apex's `zero_grad()` zero the gradients; torch's needs "
+    "`zero_grad(set_to_none=False)` at every call, which this fix cannot find"
+)
+_OPTIMIZER_VALUE = (
+    "used as a value: the calls that construct it are not visible here, and {new}'s defaults "
+    "differ from apex's (see the finding at a call)"
+)
+_OPTIMIZER_TYPE = (
+    "a type test: the optimizers built from it become `torch.optim.Adam` or `torch.optim.AdamW` "
+    "depending on `adam_w_mode`, so no one torch class has its meaning"
+)
+_NORM_AUTOCAST = (
+    "under CUDA autocast torch's layer norm returns float32 (`layer_norm` autocasts to float32) "
+    "where apex returned the autocast dtype"
+)
+
+ADAM_PARAMS = (
+    "params", "lr", "bias_correction", "betas", "eps", "adam_w_mode", "weight_decay", "amsgrad",
+    "set_grad_none", "capturable", "master_weights",
+)  # fmt: skip
+
+TARGETS: dict[str, Target] = {}
+
+
+def _add(names: tuple[str, ...], target: Target) -> None:
+    for name in names:
+        TARGETS[name] = target
+
+
+_add(
+    ("apex.optimizers.FusedAdam", "apex.optimizers.fused_adam.FusedAdam"),
+    Target(
+        OPTIMIZERS,
+        "torch.optim.AdamW",  # torch.optim.Adam when adam_w_mode=False (see plan)
+        ADAM_PARAMS,
+        ("params", "lr"),
+        drop={
+            "bias_correction": TRUE,
+            "adam_w_mode": TRUE + FALSE,
+            "set_grad_none": TRUE,
+            "capturable": FALSE,
+            "master_weights": FALSE,
+            "amsgrad": FALSE,
+        },
+        refuse={
+            "bias_correction": "`bias_correction=False` has no torch counterpart: torch's Adam "
+            "and AdamW always correct the bias of the moments",
+            "adam_w_mode": "`adam_w_mode` is not a literal: the torch class (Adam for L2 weight "
+            "decay, AdamW for decoupled) depends on its value",
+            "set_grad_none": _SET_GRAD_NONE,
+            "capturable": "apex's `capturable=True` also moves `lr` onto the device; torch's "
+            "`capturable` does not: set it by hand",
+            "master_weights": "`master_weights=True` keeps float32 master copies of half "
+            "parameters; no torch optimizer does",
+            "amsgrad": "apex's FusedAdam raises on `amsgrad=True`; the call already fails",
+        },
+        write=(("weight_decay", "0.0"),),
+        required=1,
+        accepts=f"the same update rule; {_STEP}",
+        as_value=_OPTIMIZER_VALUE.format(new="torch.optim.AdamW"),
+        as_type=_OPTIMIZER_TYPE,
+    ),
+)
+_add(
+    ("apex.optimizers.FusedSGD", "apex.optimizers.fused_sgd.FusedSGD"),
+    Target(
+        OPTIMIZERS,
+        "torch.optim.SGD",
+        (
+            "params",
+            "lr",
+            "momentum",
+            "dampening",
+            "weight_decay",
+            "nesterov",
+            "wd_after_momentum",
+            "materialize_master_grads",
+            "set_grad_none",
+        ),
+        ("params", "lr", "momentum", "dampening", "weight_decay", "nesterov"),
+        drop={"wd_after_momentum": FALSE, "set_grad_none": TRUE + FALSE},
+        drop_any=("materialize_master_grads",),
+        refuse={
+            "wd_after_momentum": "`wd_after_momentum=True` (weight decay applied after the "
+            "momentum update) has no torch counterpart",
+            "set_grad_none": "`set_grad_none` is not a literal",
+        },
+        required=2,
+        accepts=(
+            f"the same update rule and state (`momentum_buffer`); {_ZERO_GRAD}; torch raises "
+            "on `nesterov=True` without momentum or with dampening, where apex ran"
+        ),
+        as_value=_OPTIMIZER_VALUE.format(new="torch.optim.SGD"),
+    ),
+)
+_add(
+    ("apex.optimizers.FusedAdagrad", "apex.optimizers.fused_adagrad.FusedAdagrad"),
+    Target(
+        OPTIMIZERS,
+        "torch.optim.Adagrad",
+        ("params", "lr", "eps", "weight_decay", "set_grad_none", "adagrad_w_mode"),
+        ("params", "lr"),
+        drop={"set_grad_none": TRUE, "adagrad_w_mode": FALSE},
+        refuse={
+            "set_grad_none": _SET_GRAD_NONE,
+            "adagrad_w_mode": "`adagrad_w_mode=True` (decoupled weight decay) has no torch "
+            "Adagrad counterpart",
+        },
+        accepts=(
+            "the same update rule (L2 weight decay, `lr_decay=0`); torch keeps a per-parameter "
+            "`step` in the state (apex's has `sum` only: convert old checkpoints)"
+        ),
+        as_value=_OPTIMIZER_VALUE.format(new="torch.optim.Adagrad"),
+    ),
+)
+_NORM = ("normalized_shape", "eps", "elementwise_affine", "memory_efficient")
+_add(
+    ("apex.normalization.FusedLayerNorm", "apex.normalization.fused_layer_norm.FusedLayerNorm"),
+    Target(
+        NORMALIZATION,
+        "torch.nn.LayerNorm",
+        _NORM,
+        ("normalized_shape", "eps", "elementwise_affine"),
+        drop_any=("memory_efficient",),
+        accepts=f"the same function and parameters (`weight`, `bias`); {_NORM_AUTOCAST}",
+    ),
+)
+_add(
+    ("apex.normalization.FusedRMSNorm", "apex.normalization.fused_layer_norm.FusedRMSNorm"),
+    Target(
+        NORMALIZATION,
+        "torch.nn.RMSNorm",
+        _NORM,
+        ("normalized_shape", "eps", "elementwise_affine"),
+        drop_any=("memory_efficient",),
+        write=(("eps", "1e-5"),),
+        accepts=(
+            "the same function and parameter (`weight`), with apex's `eps=1e-5` written out "
+            "(torch's default is the dtype's machine epsilon); under CUDA autocast torch's "
+            "RMSNorm computes in float32 where apex cast to the autocast dtype"
+        ),
+        min_torch=(2, 4),
+        as_value="used as a value: torch.nn.RMSNorm's `eps` default (the dtype's machine "
+        "epsilon) differs from apex's 1e-5, and the calls that construct it are not visible here",
+    ),
+)
+_MIXED = (
+    "apex returned the parameters' dtype, torch returns the input's; unknown keyword arguments, "
+    "which apex swallowed, would raise in torch"
+)
+_add(
+    ("apex.normalization.MixedFusedLayerNorm",
+     "apex.normalization.fused_layer_norm.MixedFusedLayerNorm"),
+    Target(
+        NORMALIZATION,
+        "torch.nn.LayerNorm",
+        ("normalized_shape", "eps"),
+        ("normalized_shape", "eps"),
+        drop_any=("memory_efficient",),
+        accepts=f"the same function and parameters; {_MIXED}; {_NORM_AUTOCAST}",
+    ),
+)  # fmt: skip
+_add(
+    ("apex.normalization.MixedFusedRMSNorm",
+     "apex.normalization.fused_layer_norm.MixedFusedRMSNorm"),
+    Target(
+        NORMALIZATION,
+        "torch.nn.RMSNorm",
+        ("normalized_shape", "eps"),
+        ("normalized_shape", "eps"),
+        drop_any=("memory_efficient",),
+        write=(("eps", "1e-5"),),
+        accepts=f"the same function with apex's `eps=1e-5` written out; {_MIXED}",
+        min_torch=(2, 4),
+        as_value="used as a value: torch.nn.RMSNorm's `eps` default differs from apex's 1e-5",
+    ),
+)  # fmt: skip
+# Functional forms: apex's argument order differs from torch's, so every argument after the
+# input is passed by keyword (in the order written: the evaluation order stays).
+_FUNCTIONAL = "apex's default `eps=1e-6` is written out (torch's differs); " + _NORM_AUTOCAST
+_add(
+    ("apex.normalization.fused_layer_norm.fused_layer_norm_affine",),
+    Target(
+        NORMALIZATION,
+        "torch.nn.functional.layer_norm",
+        ("input", "weight", "bias", "normalized_shape", "eps", "memory_efficient"),
+        ("input",),
+        drop_any=("memory_efficient",),
+        write=(("eps", "1e-6"),),
+        required=4,
+        accepts=_FUNCTIONAL,
+    ),
+)
+_add(
+    ("apex.normalization.fused_layer_norm.fused_layer_norm",),
+    Target(
+        NORMALIZATION,
+        "torch.nn.functional.layer_norm",
+        ("input", "normalized_shape", "eps", "memory_efficient"),
+        ("input", "normalized_shape"),
+        drop_any=("memory_efficient",),
+        write=(("eps", "1e-6"),),
+        required=2,
+        accepts=_FUNCTIONAL,
+    ),
+)
+_add(
+    ("apex.normalization.fused_layer_norm.fused_rms_norm_affine",),
+    Target(
+        NORMALIZATION,
+        "torch.nn.functional.rms_norm",
+        ("input", "weight", "normalized_shape", "eps", "memory_efficient"),
+        ("input",),
+        drop_any=("memory_efficient",),
+        write=(("eps", "1e-6"),),
+        required=3,
+        accepts="apex's default `eps=1e-6` is written out (torch's is the dtype's epsilon)",
+        min_torch=(2, 4),
+    ),
+)
+_add(
+    ("apex.normalization.fused_layer_norm.fused_rms_norm",),
+    Target(
+        NORMALIZATION,
+        "torch.nn.functional.rms_norm",
+        ("input", "normalized_shape", "eps", "memory_efficient"),
+        ("input", "normalized_shape"),
+        drop_any=("memory_efficient",),
+        write=(("eps", "1e-6"),),
+        required=2,
+        accepts="apex's default `eps=1e-6` is written out (torch's is the dtype's epsilon)",
+        min_torch=(2, 4),
+    ),
+)
+_DDP_DROPPED = (
+    "message_size", "allreduce_trigger_params", "retain_allreduce_buffers",
+    "allreduce_always_fp32", "num_allreduce_streams", "allreduce_communicators", "prof",
+)  # fmt: skip
+_add(
+    ("apex.parallel.DistributedDataParallel", "apex.parallel.distributed.DistributedDataParallel"),
+    Target(
+        PARALLEL,
+        "torch.nn.parallel.DistributedDataParallel",
+        ("module", "message_size", "delay_allreduce", "shared_param", "allreduce_trigger_params",
+         "retain_allreduce_buffers", "allreduce_always_fp32", "num_allreduce_streams",
+         "allreduce_communicators", "gradient_average", "gradient_predivide_factor",
+         "gradient_average_split_factor", "prof"),
+        ("module",),
+        rename={"delay_allreduce": "find_unused_parameters"},
+        drop={"delay_allreduce": FALSE, "gradient_average": TRUE,
+              "gradient_predivide_factor": ONE, "gradient_average_split_factor": NONE,
+              "shared_param": NONE},
+        drop_any=_DDP_DROPPED,
+        refuse={
+            "gradient_average": "`gradient_average=False` (summed gradients) needs a DDP "
+            "communication hook",
+            "gradient_predivide_factor": "`gradient_predivide_factor` needs a DDP communication "
+            "hook (torch divides by the world size before the all-reduce)",
+            "gradient_average_split_factor": "`gradient_average_split_factor` needs a DDP "
+            "communication hook",
+            "shared_param": "apex raises on `shared_param`; the call already fails",
+        },
+        write=(("broadcast_buffers", "False"),),
+        accepts=(
+            "`broadcast_buffers=False` keeps apex's behaviour of never broadcasting buffers "
+            "(torch's default re-broadcasts them before every forward); `delay_allreduce` "
+            "becomes `find_unused_parameters` (apex's end-of-backward all-reduce tolerated "
+            "unused parameters); communication overlaps backward and torch divides by the world "
+            "size before the all-reduce; apex's bucket, stream and profiling options go; "
+            "`device_ids` stays None (the module's one device, as apex assumed)"
+        ),
+        as_value="used as a value: torch DDP re-broadcasts buffers by default "
+        "(`broadcast_buffers=True`) where apex never did, and the calls are not visible here",
+    ),
+)  # fmt: skip
+_SYNCBN = ("apex.parallel.SyncBatchNorm", "apex.parallel.optimized_sync_batchnorm.SyncBatchNorm",
+           "apex.parallel.sync_batchnorm.SyncBatchNorm")  # fmt: skip
+_add(
+    _SYNCBN,
+    Target(
+        PARALLEL,
+        "torch.nn.SyncBatchNorm",
+        ("num_features", "eps", "momentum", "affine", "track_running_stats", "process_group",
+         "channel_last", "fuse_relu"),
+        ("num_features", "eps", "momentum", "affine", "track_running_stats", "process_group"),
+        drop={"channel_last": FALSE, "fuse_relu": FALSE},
+        refuse={
+            "channel_last": "`channel_last=True` selects apex's NHWC kernel; torch follows the "
+            "input's memory format: drop it by hand once the input layout is checked",
+            "fuse_relu": "`fuse_relu=True` has no torch counterpart: apply `F.relu` after it",
+        },
+        required=1,
+        accepts=(
+            "the same parameters and buffers; torch raises on CPU input while training with a "
+            "process group"
+        ),
+    ),
+)  # fmt: skip
+_add(
+    ("apex.parallel.convert_syncbn_model",),
+    Target(
+        PARALLEL,
+        "torch.nn.SyncBatchNorm.convert_sync_batchnorm",
+        ("module", "process_group", "channel_last"),
+        ("module", "process_group"),
+        drop={"channel_last": FALSE},
+        refuse={"channel_last": "`channel_last=True` has no torch counterpart"},
+        accepts=(
+            "torch keeps the BatchNorm's Parameter objects and its `training` flag (apex made "
+            "new Parameters and set `training=True`): an optimizer built before the conversion "
+            "keeps working"
+        ),
+    ),
+)
+
+# Names that are torch's own object under another name: the fix is safe.
+SAME: dict[str, str] = {
+    "apex.parallel.ReduceOp": "torch.distributed.ReduceOp",
+    "apex.fp16_utils.clip_grad_norm": "torch.nn.utils.clip_grad_norm_",
+    "apex.fp16_utils.fp16util.clip_grad_norm": "torch.nn.utils.clip_grad_norm_",
+}
+TO_PYTHON_FLOAT = frozenset(
+    {"apex.fp16_utils.to_python_float", "apex.fp16_utils.fp16util.to_python_float"}
+)
+
+_LAMB = (
+    "torch has no LAMB optimizer; projects use `timm.optim.Lamb` (a pure-PyTorch port of "
+    "FusedLAMB with its defaults) or `deepspeed.ops.lamb.FusedLamb`, or keep apex for it"
+)
+_COMPILED = (
+    "apex's compiled CUDA extension `{name}`: its kernels have no public torch counterpart; the "
+    "private `torch._foreach_*` ops (`_foreach_mul`, `_foreach_norm`) and "
+    "`torch.nn.utils.get_total_norm` do the multi-tensor work without apex's overflow flag"
+)
+# Longest prefix first wins. (prefix, what projects use instead)
+INSTEAD: tuple[tuple[str, str], ...] = (
+    ("apex.optimizers.FusedLAMB", _LAMB),
+    ("apex.optimizers.fused_lamb", _LAMB),
+    ("apex.optimizers.FusedMixedPrecisionLamb", _LAMB),
+    ("apex.optimizers.fused_mixed_precision_lamb", _LAMB),
+    ("apex.optimizers.FusedNovoGrad",
+     "torch has no NovoGrad optimizer; timm ships `timm.optim.NvNovoGrad`"),
+    ("apex.optimizers.fused_novograd",
+     "torch has no NovoGrad optimizer; timm ships `timm.optim.NvNovoGrad`"),
+    ("apex.parallel.LARC",
+     "torch has no LARC; vendor apex's `LARC.py` (BSD-3) or, for SGD, use `timm.optim.Lars(..., "
+     "trust_coeff=<LARC's trust_coefficient>, always_adapt=True)` (timm's default trust "
+     "coefficient is 0.001, LARC's 0.02)"),
+    ("apex.parallel.create_syncbn_process_group",
+     "`torch.distributed.new_subgroups(group_size=n)[0]` (None for n == 0) builds the same "
+     "groups of consecutive ranks; every rank must call it"),
+    ("apex.parallel",
+     "no public torch counterpart: torch's DistributedDataParallel does its own all-reduce"),
+    ("apex.multi_tensor_apply",
+     "torch has no public multi-tensor applier: `torch._foreach_*` ops do the work without "
+     "apex's overflow flag (Megatron-LM's `local_multi_tensor_applier` is a plain-PyTorch "
+     "fallback)"),
+    ("apex.transformer",
+     "`apex.transformer` was removed from apex in January 2026; apex points to Megatron Core"),
+    ("apex.contrib.xentropy",
+     "`torch.nn.functional.cross_entropy(logits, labels, reduction=\"none\", "
+     "label_smoothing=smoothing, ignore_index=padding_idx)` computes the same loss (apex's "
+     "`padding_idx` defaults to 0, torch's `ignore_index` to -100)"),
+    ("apex.contrib.optimizers.distributed_fused_adam",
+     "`torch.distributed.optim.ZeroRedundancyOptimizer(params, "
+     "optimizer_class=torch.optim.AdamW)` or FSDP shard the optimizer state"),
+    ("apex.contrib.optimizers", _LAMB.replace("LAMB optimizer", "counterpart of this optimizer")),
+    ("apex.contrib.layer_norm",
+     "`torch.nn.LayerNorm(hidden_size, eps)` / `torch.nn.functional.layer_norm`"),
+    ("apex.contrib.group_norm", "`torch.nn.GroupNorm` (and `torch.nn.functional.silu` for `act`)"),
+    ("apex.contrib.clip_grad", "`torch.nn.utils.clip_grad_norm_(..., foreach=True)`"),
+    ("apex.contrib.multihead_attn",
+     "`torch.nn.MultiheadAttention` / `torch.nn.functional.scaled_dot_product_attention`"),
+    ("apex.contrib.fmha", "`torch.nn.functional.scaled_dot_product_attention`"),
+    ("apex.contrib.focal_loss", "`torchvision.ops.sigmoid_focal_loss`"),
+    ("apex.contrib", "this `apex.contrib` module has no torch counterpart"),
+    ("apex.normalization",
+     "`torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)` / "
+     "`torch.nn.functional.rms_norm` (apex's autograd functions take their arguments in another "
+     "order)"),
+    ("apex.optimizers", "this apex optimizer has no torch counterpart"),
+    ("apex.mlp", "`torch.nn.Sequential` of `torch.nn.Linear` and activations (state-dict keys "
+     "differ: `weight_0` vs `0.weight`)"),
+    ("apex.fused_dense", "`torch.nn.Linear` (same `weight`/`bias` names)"),
+    ("apex.RNN", "`torch.nn.LSTM` / `torch.nn.GRU`"),
+    ("apex.reparameterization", "`torch.nn.utils.parametrizations.weight_norm`"),
+    ("apex.pyprof", "`torch.cuda.nvtx` / `torch.autograd.profiler.emit_nvtx`"),
+    ("apex._autocast_utils", "no public torch counterpart (private autocast cast helpers)"),
+)  # fmt: skip
+COMPILED = frozenset(
+    {
+        "amp_C", "apex_C", "fused_layer_norm_cuda", "fused_adam_cuda", "fused_lamb_cuda",
+        "fused_dense_cuda", "mlp_cuda", "xentropy_cuda", "fused_weight_gradient_mlp_cuda",
+        "scaled_upper_triang_masked_softmax_cuda", "scaled_masked_softmax_cuda",
+        "scaled_softmax_cuda", "generic_scaled_masked_softmax_cuda", "fast_layer_norm",
+        "distributed_adam_cuda", "syncbn",
+    }
+)  # fmt: skip
+# Owned by other rules: apex.amp (AMP301/AMP303) and the rest of apex.fp16_utils (AMP302).
+ELSEWHERE = ("apex.amp", "apex.fp16_utils")
+
+
+def no_native(name: str) -> str | None:
+    """What projects use instead of the apex name ``name`` (None: not one of these)."""
+    root = name.partition(".")[0]
+    if root in COMPILED:
+        return _COMPILED.format(name=root)
+    for prefix, text in INSTEAD:
+        if name == prefix or name.startswith(prefix + "."):
+            return text
+    return None

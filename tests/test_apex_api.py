@@ -1,0 +1,195 @@
+"""The apex API outside apex.amp (AMP311-AMP315): import forms, contexts, refusals, the floor."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ampmigrate.catalog import all_rules
+from ampmigrate.engine.migrate import migrate_source
+from ampmigrate.engine.settings import Settings
+
+from conftest import check_source
+
+
+def _fix(source: str, target_torch: tuple[int, ...] | None = None) -> tuple[str, list, list]:
+    settings = Settings(
+        rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True, target_torch=target_torch
+    )
+    new, remaining, fixed = migrate_source(textwrap.dedent(source).encode(), settings)
+    return new.decode(), remaining, fixed
+
+
+def _codes(source: str) -> list[str]:
+    return [d.code for d in check_source(textwrap.dedent(source))]
+
+
+def test_every_import_form_resolves_to_the_same_optimizer():
+    forms = [
+        "from apex.optimizers import FusedAdam as Adam\nopt = Adam(p, lr=1.0)\n",
+        "import apex\nopt = apex.optimizers.FusedAdam(p, lr=1.0)\n",
+        "import apex.optimizers as apex_optim\nopt = apex_optim.FusedAdam(p, lr=1.0)\n",
+        "from apex.optimizers.fused_adam import FusedAdam\nopt = FusedAdam(p, lr=1.0)\n",
+        "import apex as amp\nopt = amp.optimizers.FusedAdam(p, lr=1.0)\n",
+        "def f(p):\n    from apex import optimizers\n    return optimizers.FusedAdam(p, lr=1.0)\n",
+    ]
+    for source in forms:
+        out, remaining, fixed = _fix(source)
+        assert "torch.optim.AdamW(p, lr=1.0, weight_decay=0.0)" in out, source
+        assert "apex" not in out, out
+        assert [d.code for d in fixed] == ["AMP311"] and not remaining
+
+
+def test_text_that_only_looks_like_apex_is_left_alone():
+    source = """
+    from deepspeed.ops.adam import FusedAdam
+    from mylib import apex
+
+    opt = FusedAdam(p)
+    norm = apex.normalization.FusedLayerNorm(8)
+    """
+    assert not [c for c in _codes(source) if c.startswith("AMP31")]
+
+
+def test_refusals_say_why_and_change_nothing():
+    cases = {
+        "FusedAdam(p, **cfg)": "`**` splat",
+        "FusedAdam(p, adam_w_mode=args.adamw)": "depends on its value",
+        "FusedAdam(p, set_grad_none=False)": "set_to_none=False",
+        "FusedAdam(p, max_grad_norm=1.0)": "pre-2019 FusedAdam",
+        "FusedAdam(p, master_weights=True)": "master copies",
+    }
+    for call, reason in cases.items():
+        source = f"from apex.optimizers import FusedAdam\nopt = {call}\n"
+        out, remaining, _ = _fix(source)
+        assert out == source
+        [finding] = [d for d in remaining if d.code == "AMP311"]
+        assert reason in finding.message and finding.fix is None
+
+
+def test_rmsnorm_respects_the_project_torch_floor():
+    source = "from apex.normalization import FusedRMSNorm\nnorm = FusedRMSNorm(8)\n"
+    settings = Settings(rules=tuple(all_rules().values()), target_torch=(2, 1))
+    _, remaining, _ = migrate_source(source.encode(), settings)
+    [finding] = remaining
+    assert finding.fix is None
+    assert "needs torch >= 2.4; the project supports torch 2.1" in finding.message
+    assert (
+        _fix(source, target_torch=(2, 4))[0]
+        == "import torch\n\nnorm = torch.nn.RMSNorm(8, eps=1e-5)\n"
+    )
+
+
+def test_a_none_fallback_is_an_availability_flag_not_a_migration():
+    source = """
+    import torch
+
+    try:
+        from apex.optimizers import FusedAdam
+    except ImportError:
+        FusedAdam = None
+
+
+    def build(p):
+        if FusedAdam is not None:
+            return FusedAdam(p, lr=1.0)
+        return torch.optim.AdamW(p, lr=1.0)
+    """
+    out, remaining, _ = _fix(source)
+    assert "return torch.optim.AdamW(p, lr=1.0, weight_decay=0.0)" in out
+    [left] = [d for d in remaining if d.code == "AMP311"]
+    assert "availability check" in left.message and left.fix is None
+
+
+def test_a_swap_without_the_projects_own_class_is_not_deleted():
+    source = """
+    try:
+        from apex.normalization import FusedRMSNorm
+
+        RMSNorm = FusedRMSNorm
+    except ImportError:
+        pass
+    """
+    out, remaining, _ = _fix(source)
+    assert "RMSNorm = torch.nn.RMSNorm" not in out  # a value use: RMSNorm's eps differs
+    assert any(d.code == "AMP312" and d.fix is None for d in remaining)
+
+
+def test_value_and_type_uses():
+    source = """
+    from apex.optimizers import FusedAdam
+    from apex.parallel import DistributedDataParallel as DDP, SyncBatchNorm
+
+    factory = FusedAdam
+    wrapper = DDP
+    bn = SyncBatchNorm
+    """
+    out, remaining, _ = _fix(source)
+    assert "bn = torch.nn.SyncBatchNorm" in out
+    messages = {d.message.split(":")[0]: d.message for d in remaining}
+    assert any("weight decay" in m or "defaults" in m for m in messages.values())
+    assert any("broadcast_buffers" in m for m in messages.values())
+    assert "factory = FusedAdam" in out and "wrapper = DDP" in out
+
+
+def test_no_native_names_get_a_finding_naming_the_alternative():
+    source = """
+    import amp_C
+    from apex.parallel import LARC
+    from apex.optimizers import FusedLAMB
+    from apex.transformer import parallel_state
+
+    opt = LARC.LARC(torch.optim.SGD(p, lr=0.1), trust_coefficient=0.02)
+    lamb = FusedLAMB(p)
+    norms = amp_C.multi_tensor_l2norm
+    rank = parallel_state.get_tensor_model_parallel_rank()
+    """
+    remaining = check_source(textwrap.dedent(source))
+    texts = [d.message for d in remaining if d.code == "AMP315"]
+    assert len(texts) == 4
+    assert any("timm.optim.Lars" in t for t in texts)
+    assert any("timm.optim.Lamb" in t for t in texts)
+    assert any("_foreach_" in t for t in texts)
+    assert any("Megatron Core" in t for t in texts)
+    assert all(d.fix is None for d in remaining if d.code == "AMP315")
+
+
+def test_apex_amp_and_fp16_optimizer_belong_to_their_own_rules():
+    source = """
+    from apex import amp
+    from apex.fp16_utils import FP16_Optimizer
+
+    model, opt = amp.initialize(model, opt)
+    opt = FP16_Optimizer(opt)
+    """
+    assert not [c for c in _codes(source) if c.startswith("AMP31")]
+
+
+def test_a_project_of_fixable_apex_uses_ends_apex_free_and_compiles():
+    source = """
+    import torch
+    import apex
+    from apex import amp
+    from apex.normalization import FusedLayerNorm
+    from apex.parallel import DistributedDataParallel as DDP, convert_syncbn_model
+
+
+    def train(model, loader):
+        model.norm = FusedLayerNorm(8)
+        model = convert_syncbn_model(model)
+        optimizer = apex.optimizers.FusedAdam(model.parameters(), lr=1e-3)
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        model = DDP(model, delay_allreduce=True)
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = model(x).sum()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+    """
+    out, remaining, fixed = _fix(source)
+    compile(out, "<migrated>", "exec")
+    assert "apex" not in out, out
+    assert not remaining
+    assert {d.code for d in fixed} == {"AMP303", "AMP311", "AMP312", "AMP313"}
+    again, _, fixed_again = _fix(out)
+    assert again == out and not fixed_again
