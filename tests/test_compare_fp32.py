@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ampmigrate.harness.fp32 import Fp32Comparison, Measurement
+from ampmigrate.harness.fp32 import Fp32Comparison, Measurement, percent
 from ampmigrate.harness.verify import Side
 
 from conftest import FIXTURES
@@ -42,8 +42,15 @@ def test_verdict_states_the_measured_ratio(fp32_step, amp_step, expected):
     verdict = _comparison(fp32_step, amp_step).verdict()
     assert verdict.startswith(expected)
     assert "peak memory -25% (process peak RSS)" in verdict
-    assert "losses differ by at most 0.01 (2.00%)" in verdict
+    assert "losses differ by at most 0.01 (2%)" in verdict
     assert "under 1 ms" not in verdict
+
+
+def test_a_small_loss_difference_keeps_its_digits():
+    comparison = _comparison(0.03, 0.01)
+    comparison.amp.losses = [1.0, 0.50002]  # 0.004 % of 0.5
+    assert "losses differ by at most 2e-05 (0.004%)" in comparison.verdict()
+    assert percent(0.0076) == "0.76%" and percent(0.0) == "0%" and percent(0.12345) == "12.3%"
 
 
 def test_verdict_warns_when_steps_are_too_short_to_time():

@@ -88,7 +88,8 @@ def test_dropped_update_is_caught_at_step_0(cli):
     )  # fmt: skip
     assert result.returncode == 1
     assert "MISMATCH at step 0 (growth_tracker): original 1, migrated 0" in result.stdout
-    assert "step() has already been called since the last update()" in result.stderr
+    assert "migrated side's output (stdout and stderr, last lines):" in result.stdout
+    assert "step() has already been called since the last update()" in result.stdout
 
 
 def test_tolerance_mode_accepts_the_same_run(cli):

@@ -259,14 +259,14 @@ def test_torch_disabling_cuda_amp_is_named_as_torch(cli):
 
 
 def test_a_module_missing_from_the_copy_is_an_error_not_a_mismatch(tmp_path):
-    # Only the copy cannot import it (the environment of the copy, not the migration).
+    # Only the migrated copy cannot import it (its environment, not the migration).
     write(
         tmp_path,
         {
             "copy_only.py": """
                 import torch
 
-                if "ampmigrate-verify-" in __file__:
+                if "ampmigrate-verify-" in __file__ and "/migrated/" in __file__:
                     import lost_in_the_copy
                 model = torch.nn.Linear(2, 1)
                 opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -98,3 +98,22 @@ def test_the_findings_left_are_listed_by_code_and_line(cli):
         "note: 1 finding(s) remain unmigrated: AMP207 fixtures/loops/project_pkg/scaling.py:5 "
         "(no automatic fix: a manual change)"
     ) in result.stdout
+
+
+def test_a_torch_2_0_floor_applies_what_fix_applies_and_lists_the_rest(cli, tmp_path):
+    # torch.amp.autocast exists since 1.12 (AMP101 safe), torch.amp.GradScaler since 2.3
+    # (AMP102 unsafe): verify makes exactly fix's one change and names the finding it left.
+    root = project(tmp_path, "torch>=2.0")
+    fix = cli("fix", "--diff", str(root / "train.py"))
+    assert "Would fix 1 finding in 1 file, 1 remaining (1 fixable with `--unsafe-fixes`)" in (
+        fix.stderr
+    )
+    result = cli("verify", str(root / "train.py"), "--steps", "3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "migration: 1 fixes (AMP101: 1) in 1 of 1 project file" in result.stdout
+    assert "fixed: AMP101 train.py:10\n" in result.stdout
+    assert "MATCH: 3 steps bit-for-bit; 1 of 1 rewritten sites ran" in result.stdout
+    assert (
+        "note: 1 finding(s) remain unmigrated: AMP102 train.py:6 (its fix is unsafe here, so "
+        "`fix` leaves it; --unsafe-fixes applies it)"
+    ) in result.stdout

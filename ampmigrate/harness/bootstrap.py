@@ -34,6 +34,7 @@ TRACE = os.environ["AMPMIGRATE_TRACE"].replace("{rank}", os.environ.get("RANK", 
 TRACING = os.environ.get("AMPMIGRATE_TRACING", "1") == "1"
 FP32 = os.environ.get("AMPMIGRATE_FP32") == "1"  # autocast and GradScaler forced off
 SYNC = os.environ.get("AMPMIGRATE_SYNC") == "1"  # wait for the GPU at each step, for timing
+HARNESS = os.path.dirname(os.path.abspath(__file__))  # read now: the script may replace __main__
 
 
 class Recorder:
@@ -275,21 +276,32 @@ _FACTS: dict = {"spans_hit": {}, "precision": {"autocast": {}, "scalers": {}, "a
 def run_facts() -> dict:
     """What finish() adds to the trace: the facts gathered by the functions below."""
     root = os.environ.get("AMPMIGRATE_PROJECT")
-    files = set()
+    files, outside = set(), {}
     if root:
         root = os.path.realpath(root)
-        for module in list(sys.modules.values()):
+        installed = {
+            os.path.realpath(p) + os.sep
+            for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+        }
+        installed.add(HARNESS + os.sep)
+        for name, module in list(sys.modules.items()):
             path = getattr(module, "__file__", None)
             if not isinstance(path, str) or not os.path.isabs(path):
                 continue
             real = os.path.realpath(path)
-            if real.startswith(root + os.sep) and "site-packages" not in real.split(os.sep):
+            parts = real.split(os.sep)
+            if "site-packages" in parts or "dist-packages" in parts:
+                continue
+            if real.startswith(root + os.sep):
                 files.add(os.path.relpath(real, root))
+            elif real.endswith(".py") and not any(real.startswith(p) for p in installed):
+                outside[name] = real  # a source module of no environment: another project's
         if sys.argv and sys.argv[0]:
             files.add(os.path.relpath(os.path.realpath(sys.argv[0]), root))
     precision = _FACTS["precision"]
     return {
         "project_files": sorted(f for f in files if f.endswith(".py")),
+        "outside_modules": dict(sorted(outside.items())),
         "spans_hit": {path: sorted(spans) for path, spans in _FACTS["spans_hit"].items()},
         "precision": {
             "autocast": list(precision["autocast"].values()),
@@ -404,22 +416,25 @@ def track_precision(torch, rec: Recorder) -> None:
         @functools.wraps(original)
         def __init__(self, *args, **kwargs):
             original(self, *args, **kwargs)
-            try:
-                bound = signature.bind(self, *args, **kwargs)
-                requested = bool(bound.arguments.get("enabled", True))
-            except TypeError:
-                requested = True
             if kind == "autocast":
                 device = str(self.device)
                 dtype = str(self.fast_dtype).replace("torch.", "")
             else:
                 device, dtype = str(self._device), None
+            try:  # what the script passed, before any emulation
+                bound = signature.bind(self, *args, **kwargs)
+                bound.apply_defaults()
+                requested = bool(bound.arguments.get("enabled", True))
+                asked = bound.arguments.get("device_type" if kind == "autocast" else "device")
+            except TypeError:
+                requested, asked = True, None
+            asked = str(asked) if asked is not None else device
             enabled = bool(self._enabled)
             where = caller()
             entry = precision[kind].setdefault(
-                (device, dtype, requested, enabled, where),
-                {"device": device, "dtype": dtype, "requested": requested, "enabled": enabled,
-                 "where": where, "count": 0},
+                (device, asked, dtype, requested, enabled, where),
+                {"device": device, "asked": asked, "dtype": dtype, "requested": requested,
+                 "enabled": enabled, "where": where, "count": 0},
             )  # fmt: skip
             entry["count"] += 1
 
@@ -487,7 +502,31 @@ def redirect_imports() -> None:
                 else [moved(p) or p for p in locations],
             )
 
+    class Outside(importlib.abc.MetaPathFinder):
+        """Last resort: a sys.path entry that leaves the copy (``dirname(__file__)/..`` of a
+        script at the copy's top) means the same place next to the original root, as in the
+        original run; what is found there is not migrated (verify names it)."""
+
+        def find_spec(self, name, path=None, target=None):
+            if path is not None:
+                return None
+            from importlib.machinery import PathFinder
+
+            entries = []
+            for entry in sys.path:
+                real = os.path.realpath(entry or ".")
+                if real == copy or real.startswith(copy + os.sep):
+                    continue
+                parent = os.path.dirname(copy)
+                above = real == parent or parent.startswith(real.rstrip(os.sep) + os.sep)
+                if above or real.startswith(parent + os.sep):  # reached from the copy by ..
+                    entries.append(
+                        os.path.normpath(os.path.join(original, os.path.relpath(real, copy)))
+                    )
+            return PathFinder.find_spec(name, entries) if entries else None
+
     sys.meta_path.insert(0, Redirect())
+    sys.meta_path.append(Outside())
 
 
 def emulate_cuda(torch) -> None:

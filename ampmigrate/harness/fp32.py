@@ -16,10 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ampmigrate.doctor import cpu_info
-from ampmigrate.harness.verify import Options, Side, VerifyError, _check_side, run_side
+from ampmigrate.harness.project import ProjectError, find_root
+from ampmigrate.harness.verify import Options, Side, VerifyError, _check_side, _copy, run_side
 
 NOISE = 0.05  # a speed ratio within 5 % of 1 is reported as no difference
 _TIMER_FLOOR = 1e-3  # steps shorter than this are mostly timer and Python overhead
+
+
+def percent(fraction: float) -> str:
+    """A percentage with three significant digits: a 0.004 % difference is not "0.00%"."""
+    value = fraction * 100
+    return "0%" if value == 0 else f"{value:.3g}%"
 
 
 @dataclass
@@ -87,7 +94,7 @@ class Fp32Comparison:
         text = (
             f"{speed} on {self.device}: median step {_ms(self.amp.median_step)} vs "
             f"{_ms(self.fp32.median_step)}; peak memory {memory:+.0%} ({self.amp.memory_kind}); "
-            f"losses differ by at most {absolute:.3g} ({relative:.2%})"
+            f"losses differ by at most {absolute:.3g} ({percent(relative)})"
         )
         if min(self.amp.median_step, self.fp32.median_step) < _TIMER_FLOOR:
             text += (
@@ -159,8 +166,16 @@ def compare_fp32(
     own_tmp = workdir is None
     workdir = workdir or Path(tempfile.mkdtemp(prefix="ampmigrate-fp32-"))
     try:
-        fp32 = Side("fp32", script, env={"AMPMIGRATE_FP32": "1", "AMPMIGRATE_SYNC": "1"})
-        amp = Side("amp", script, env={"AMPMIGRATE_SYNC": "1"})
+        try:
+            root = find_root(script, options.root)
+        except ProjectError as exc:
+            raise VerifyError(str(exc)) from exc
+        name = script.resolve().relative_to(root).as_posix()
+        # each run in a copy of the project of its own, as verify's sides (nothing lands in yours)
+        fp32 = _copy(root, workdir / "fp32", {}).side(
+            "fp32", name, {"AMPMIGRATE_FP32": "1", "AMPMIGRATE_SYNC": "1"}
+        )
+        amp = _copy(root, workdir / "amp", {}).side("amp", name, {"AMPMIGRATE_SYNC": "1"})
         for side in (fp32, amp):  # one after the other: timing needs the machine to itself
             run_side(side, args, options, workdir)
             _check_side(side, options)

@@ -153,6 +153,9 @@ def migrate_source(source: bytes, path: str, plan: FixPlan) -> Migrated:
     return Migrated(source, new, fixed, remaining)
 
 
+# Linked whole into a copy (never written by a run, too big to walk): VCS data, environments and
+# caches. Build output directories are copied like any other, since a run may write into them.
+LINKED_WHOLE = EXCLUDED_DIRS - {"build", "dist", "_build", "buck-out"}
 COPY_LIMIT = 1 << 20  # files up to this size are copied into a mirror, larger ones linked
 COPY_BUDGET = 256 << 20  # bytes copied into one mirror at most
 
@@ -175,7 +178,7 @@ def build_mirror(root: Path, target: Path, files: dict[Path, bytes], budget: int
             inner = relative / entry.name
             if inner in files:
                 continue
-            walk = budget > 0 and entry.name not in EXCLUDED_DIRS
+            walk = budget > 0 and entry.name not in LINKED_WHOLE
             if entry.is_dir(follow_symlinks=False) and (inner in needed or walk):
                 (target / inner).mkdir(exist_ok=True)
                 queue.append(inner)

@@ -51,6 +51,9 @@ def summary(outcome: Outcome, require_amp: bool = False) -> dict:
             "fixed": outcome.migration.fixed,
             "all_fixes_safe": outcome.migration.all_safe,
             "remaining": outcome.migration.remaining,
+            "applied": outcome.migration.applied,
+            "settings": outcome.migration.settings,
+            "excluded": outcome.migration.excluded,
         },
         "against": None
         if outcome.against is None
@@ -66,6 +69,8 @@ def summary(outcome: Outcome, require_amp: bool = False) -> dict:
             "device": outcome.options.device,
             "nproc_per_node": outcome.options.nproc_per_node,
             "emulate_cuda": outcome.options.emulate_cuda,
+            "parallel": outcome.options.parallel,
+            "root": None if outcome.options.root is None else str(outcome.options.root),
         },
         "environment": trace.get("environment", {}),
     }

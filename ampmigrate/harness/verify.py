@@ -122,6 +122,32 @@ class Migration:
     excluded: list[str] = field(default_factory=list)  # imported files fix's config excludes
 
 
+def outside_root(traces: list[dict], root: Path) -> str | None:
+    """The source modules a run imported from outside the project root and no environment
+    (another checkout, a parent folder on sys.path): verify does not migrate them; name them,
+    and the --root that would hold them."""
+    holders: dict[str, Path] = {}
+    for trace in traces:
+        for name, file in trace.get("outside_modules", {}).items():
+            path = Path(file)
+            holder = path.parent  # the directory that holds the top-level package or module
+            for _ in range(name.count(".") + (path.name == "__init__.py")):
+                holder = holder.parent
+            holders.setdefault(name.split(".")[0], holder)
+    if not holders:
+        return None
+    shown = [f"{top} ({holder / top})" for top, holder in sorted(holders.items())]
+    more = f", and {len(shown) - 5} more" if len(shown) > 5 else ""
+    text = (
+        f"the run imported modules from outside the project root {root}, which verify does not "
+        f"migrate: {', '.join(shown[:5])}{more}"
+    )
+    common = Path(os.path.commonpath([root, *holders.values()]))
+    if common != Path(common.anchor):
+        text += f"; to migrate them too, name a root that holds them: --root {common}"
+    return text
+
+
 def _not_fixed(d: Diagnostic) -> str:
     """Why ``fix`` leaves a finding: what the user can do about it."""
     if d.fix == "unsafe":
@@ -230,6 +256,7 @@ def _environment(options: Options, trace: Path) -> dict[str, str]:
         OMP_NUM_THREADS=threads,
         MKL_NUM_THREADS=threads,
         CUBLAS_WORKSPACE_CONFIG=":4096:8",
+        PYTHONPYCACHEPREFIX=str(trace.parent / "pycache"),  # no bytecode in the user's tree
     )
     if options.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -283,6 +310,28 @@ _NO_CUDA = (
 )
 
 
+# A script's own refusal to run without a GPU: its message, or the check in its traceback.
+_OWN_CUDA_CHECK = re.compile(
+    r"(cuda|gpu)\b[^\n]{0,80}\b(not available|unavailable|is required|required|not found|"
+    r"needed|no device)|\bno (cuda|gpu|nvidia)\b|(requires?|needs?) (a |an )?(cuda|gpu)\b|"
+    r"cuda\.is_available\(\)",
+    re.IGNORECASE,
+)
+
+
+def _asks_for_cuda(output: str) -> bool:
+    return bool(_OWN_CUDA_CHECK.search(output))
+
+
+def _cuda_here(options: Options) -> bool:
+    """Whether the sides could see a CUDA device (only asked when a script failed)."""
+    if options.device == "cpu":
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def _check_side(side: Side, options: Options) -> None:
     """Turn a side that produced nothing comparable into a VerifyError."""
     label = f"{side.name} script ({side.script.name})"
@@ -301,6 +350,12 @@ def _check_side(side: Side, options: Options) -> None:
             hint = (
                 "; it needs CUDA, which this machine lacks: rerun with --emulate-cuda to run "
                 "both sides on the CPU with CUDA emulated"
+            )
+        elif not options.emulate_cuda and _asks_for_cuda(tail) and not _cuda_here(options):
+            hint = (
+                "; it stopped for want of a CUDA device (its own check), and this machine has "
+                "none: --emulate-cuda runs both sides on the CPU with CUDA emulated "
+                "(`torch.cuda.is_available()` is True there)"
             )
         raise VerifyError(f"{label} crashed with exit status {side.returncode}{hint}", tail)
     if not side.traces or not any(t["steps"] for t in side.traces):
@@ -349,11 +404,18 @@ def precision_of(traces: list[dict]) -> dict:
         for e in entries
         if not e["enabled"]
     ]
+    emulated = [
+        {**e, "kind": kind}
+        for kind, entries in (("autocast", autocast), ("GradScaler", scalers))
+        for e in entries
+        if e["enabled"] and e.get("asked", e["device"]) != e["device"]
+    ]
     return {
         "autocast": enabled,
         "autocast_steps": steps if enabled else 0,
         "grad_scaler": scaler,
         "disabled": disabled,
+        "emulated": emulated,
     }
 
 
@@ -388,7 +450,7 @@ def precision_notes(precisions: list[dict]) -> list[str]:
     for i, precision in enumerate(precisions):
         seen = set(groups)
         for e in precision["disabled"]:
-            key = (e["by"], e["kind"], e["device"])
+            key = (e["by"], e["kind"], e.get("asked", e["device"]))
             if i and key in seen:
                 continue
             wheres = groups.setdefault(key, [])
@@ -411,6 +473,35 @@ def precision_notes(precisions: list[dict]) -> list[str]:
                 "(see the script's warnings)"
             )
     return notes
+
+
+def emulation_notes(precision: dict, float32_only: bool) -> list[str]:
+    """What --emulate-cuda changed, from what the script asked for; never a claim that mixed
+    precision ran where nothing enabled it."""
+    emulated = [
+        f"{e['kind']} at {e['where']} ({e['asked']} -> {e['device']}"
+        + (f", {e['dtype']})" if e.get("dtype") else ")")
+        for e in precision.get("emulated", [])
+    ]
+    what = f": {'; '.join(emulated[:4])}" if emulated else ""
+    if float32_only:
+        notes = [
+            "CUDA was emulated on the CPU (--emulate-cuda), but no autocast region or GradScaler "
+            "was enabled on either side, so no mixed precision ran: only the float32 path was "
+            "compared"
+        ]
+        if any(e["by"] == "script" for e in precision["disabled"]):
+            notes.append(
+                "under --emulate-cuda every tensor is on the CPU (`tensor.device.type` is "
+                "'cpu'): a script that sets enabled= from a tensor's device turns mixed "
+                "precision off here; `ampmigrate verify --device cuda` on a GPU machine runs it "
+                "as written"
+            )
+        return notes
+    return [
+        f"CUDA was emulated on the CPU (--emulate-cuda){what}; mixed precision ran on the CPU's "
+        "float16 kernels: `ampmigrate verify --device cuda` on a GPU machine compares the GPU's"
+    ]
 
 
 @dataclass
@@ -527,10 +618,7 @@ def verify(
         precisions.reverse()
     outcome.notes += precision_notes(precisions)
     if options.emulate_cuda:
-        outcome.notes.append(
-            "CUDA was emulated on the CPU (--emulate-cuda): mixed precision ran on the CPU's "
-            "kernels; `ampmigrate verify --device cuda` on a GPU machine compares the GPU's"
-        )
+        outcome.notes += emulation_notes(precisions[0], outcome.float32_only)
     coverage = outcome.coverage
     if outcome.match and coverage is not None and coverage.sites and not coverage.ran:
         steps = outcome.comparisons[0].steps_compared
@@ -677,6 +765,7 @@ def _verify_migration(
             run_side(migrated, args, options, workdir)
     files = sorted(imported)
     migration = _migration(root, files, results, plan)
+    outside = outside_root(original.traces, root)
     notes = [n for n in (original_copy.cwd_note,) if n]
     if not migration.changed:
         modules = len(files) - 1
@@ -689,6 +778,8 @@ def _verify_migration(
         if migration.remaining:
             reason += f"; {len(migration.remaining)} finding(s) `fix` leaves: "
             reason += "; ".join(migration.remaining[:5])
+        if outside:
+            reason += f"; {outside}"
         return Outcome(
             [], original, Side("migrated", script), migration, notes, options, inconclusive=reason
         )
@@ -702,6 +793,8 @@ def _verify_migration(
         notes.append(
             f"{len(remaining)} finding(s) remain unmigrated: {', '.join(remaining[:10])}{more}"
         )
+    if outside:
+        notes.append(outside)
     sites = [s for s in sites if s.relative in imported]
     coverage = measure("rewritten sites", sites, _hits(migrated.traces))
     return Outcome(comparisons, original, migrated, migration, notes, options, coverage)
