@@ -222,3 +222,39 @@ def test_may_be_in_never_rules_out_a_name_it_resolves_to(
     assert names.may_be_in(node, "torch") is expected
     torchs = [q for q in names.qualified(node) if q == "torch" or q.startswith("torch.")]
     assert not torchs or expected
+
+
+def _two_calls(code: str) -> tuple[Names, ast.Call, ast.Call]:
+    tree = ast.parse(textwrap.dedent(code))
+    calls = {
+        n.func.id: n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+    return Names(tree), calls["a"], calls["b"]
+
+
+@pytest.mark.parametrize(
+    ("code", "exclusive"),
+    [
+        # structural arms
+        ("if c:\n    a()\nelse:\n    b()\n", True),
+        ("if c:\n    a()\nb()\n", False),
+        # one name tested against two constants, never rebound: a flag decides both
+        ("impl = flag()\nif impl == 'x':\n    a()\nif impl == 'y':\n    b()\n", True),
+        ("if F.dtype == 16 and F.impl == 'x':\n    a()\nif F.impl == 'y':\n    b()\n", True),
+        ("def f(mode):\n    if mode == 1:\n        a()\n    if mode == 2:\n        b()\n", True),
+        # the same constant, an else arm, or a name that may change between the tests: both run
+        ("if impl == 'x':\n    a()\nif impl == 'x':\n    b()\n", False),
+        ("if impl == 'x':\n    a()\nelse:\n    pass\nif impl != 'y':\n    b()\n", False),
+        ("for impl in 'xy':\n    if impl == 'x':\n        a()\n    if impl == 'y':\n        b()\n",
+         False),
+        ("impl = 'x'\nif impl == 'x':\n    a()\nimpl = 'y'\nif impl == 'y':\n    b()\n", False),
+        ("if F.impl == 'x':\n    a()\nF.impl = 'y'\nif F.impl == 'y':\n    b()\n", False),
+        ("if g() == 'x':\n    a()\nif g() == 'y':\n    b()\n", False),
+    ],
+)  # fmt: skip
+def test_exclusive_arms_and_contradictory_tests(code: str, exclusive: bool) -> None:
+    names, first, second = _two_calls(code)
+    assert names.exclusive(first, second) is exclusive
+    assert names.exclusive(second, first) is exclusive

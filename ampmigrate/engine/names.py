@@ -224,6 +224,7 @@ class Names:
         self._spelled: dict[str, list[ast.Name | ast.Attribute]] = {}
         self._dotted: set[str] = set()  # the dotted names bound (by `import a.b`)
         self._roots: dict[str, frozenset[str] | None] = {}  # see may_be_in
+        self._store_counts: dict[str, int] | None = None  # see _stores
         self.module_scope = Scope(tree, None, "module", "")
         self._walk()
 
@@ -260,9 +261,71 @@ class Names:
             mine = arms.get(id(above))
             if mine is not None:
                 theirs = _arm(above, child)
-                return mine != theirs and mine != "" and theirs != ""
+                if mine != theirs and mine != "" and theirs != "":
+                    return True
+                break
             child = above
+        return self._contradictory(a, b)
+
+    def _contradictory(self, a: ast.AST, b: ast.AST) -> bool:
+        """``a`` and ``b`` sit under ``if`` tests that need one name to equal two different
+        constants (``if impl == "keras": ...`` and, later, ``if impl == "graph_rewrite": ...``),
+        a name the file never rebinds (bound at most once, by a plain assignment): a flag read
+        once decides both."""
+        theirs = self._required(b)
+        for name, value in self._required(a).items():
+            if name in theirs and theirs[name] != value and self._fixed(name):
+                return True
         return False
+
+    def _required(self, node: ast.AST) -> dict[str, object]:
+        """name -> constant, for each ``name == constant`` an enclosing ``if`` (body arm) or
+        conditional expression needs (alone or in an ``and``)."""
+        out: dict[str, object] = {}
+        child = node
+        for above in self.ancestors(node):
+            if isinstance(above, ast.If | ast.IfExp) and _arm(above, child) == "body":
+                tests = [above.test]
+                while tests:
+                    test = tests.pop()
+                    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+                        tests += test.values
+                    elif (
+                        isinstance(test, ast.Compare)
+                        and len(test.ops) == 1
+                        and isinstance(test.ops[0], ast.Eq)
+                        and isinstance(test.comparators[0], ast.Constant)
+                        and (name := full_name(test.left)) is not None
+                        and not isinstance(test.left, ast.Call | ast.Subscript)
+                    ):
+                        out.setdefault(name, test.comparators[0].value)
+            child = above
+        return out
+
+    def _fixed(self, name: str) -> bool:
+        """``name`` (or the name its attribute chain starts from, beyond one plain assignment)
+        is never rebound in the file: no second assignment, no loop, ``with``, augmented or
+        attribute assignment of it."""
+        stores = self._stores()
+        head = name.partition(".")[0]
+        return stores.get(head, 0) <= 1 and (head == name or not stores.get(name, 0))
+
+    def _stores(self) -> dict[str, int]:
+        """How often each dotted name is bound; a binding other than a plain ``=`` counts twice
+        (a loop or ``with`` target, ``+=``, ``global`` ...: it may change between two tests)."""
+        if self._store_counts is None:
+            counts: dict[str, int] = {}
+            for node in self.nodes():
+                if isinstance(node, ast.Name | ast.Attribute) and isinstance(node.ctx, ast.Store):
+                    name = full_name(node)
+                    if name is not None:
+                        plain = isinstance(self._parents.get(node), ast.Assign)
+                        counts[name] = counts.get(name, 0) + (1 if plain else 2)
+                elif isinstance(node, ast.Global | ast.Nonlocal):
+                    for name in node.names:
+                        counts[name] = counts.get(name, 0) + 2
+            self._store_counts = counts
+        return self._store_counts
 
     def scope(self, node: ast.AST) -> ast.AST:
         """The node of the scope ``node`` is evaluated in: Module, FunctionDef, AsyncFunctionDef,
