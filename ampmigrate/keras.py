@@ -1219,7 +1219,7 @@ class _Policies(_CheapNames):
         self.rule = rule
         self.policies: list[tuple[ast.Call, ast.Constant, str]] = []
         self.graph_rewrites: list[ast.Call] = []
-        self.custom_loop = False
+        self.tapes: list[ast.Call] = []  # the custom loops' GradientTape calls
         self.loss_scaling = False
         self.tpu_or_cpu: list[str] = []
 
@@ -1240,7 +1240,7 @@ class _Policies(_CheapNames):
         if any(n.endswith(".enable_mixed_precision_graph_rewrite") for n in names):
             self.graph_rewrites.append(node)
         if "tensorflow.GradientTape" in names:
-            self.custom_loop = True
+            self.tapes.append(node)
         if names & LOSS_SCALE_OPTIMIZERS:
             self.loss_scaling = True
         if names & _TPU_OR_CPU:
@@ -1277,15 +1277,41 @@ class GraphRewriteWithPolicy(_Policies):
 
 class Float16WithoutLossScaling(_Policies):
     def finish(self) -> None:
-        if not self.custom_loop or self.loss_scaling:
+        if not self.tapes or self.loss_scaling:
             return
         message = (
             "'mixed_float16' with a custom GradientTape loop and no loss scaling: small float16 "
             "gradients underflow to zero (only `Model.fit` scales automatically); wrap the "
             "optimizer in `LossScaleOptimizer` and use `scale_loss`, or use 'mixed_bfloat16'"
         )
+        loops = {self.ctx.function(tape) for tape in self.tapes}
         for call, _, _ in self.float16_policies():
-            self.findings.append(Finding(self.rule.code, message, call, None))
+            if self._reaches(self.ctx.function(call), loops):
+                self.findings.append(Finding(self.rule.code, message, call, None))
+
+    def _reaches(self, start: ast.AST | None, loops: set[ast.AST | None]) -> bool:
+        """A policy set at module level governs every loop; one set in a function governs the
+        loops of that function and of the functions it calls or hands on in this file (by name,
+        any depth), and a loop at module level: a test method that sets the policy for itself
+        says nothing of another test's loop."""
+        if start is None or None in loops:
+            return True
+        defs: dict[str, list[ast.AST]] = {}
+        for node in self.names.nodes():
+            if isinstance(node, _FUNCTIONS):
+                defs.setdefault(node.name, []).append(node)
+        seen, todo = {start}, [start]
+        while todo:
+            function = todo.pop()
+            if function in loops:
+                return True
+            for node in ast.walk(function):  # a call or a reference (strategy.run(step))
+                name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+                for target in defs.get(name, ()):
+                    if target not in seen:
+                        seen.add(target)
+                        todo.append(target)
+        return False
 
 
 class Float16OnCpuOrTpu(_Policies):
