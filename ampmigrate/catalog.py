@@ -18,7 +18,6 @@ from typing import Literal
 
 Safety = Literal["safe", "unsafe"]
 CACHE_VERSION = 2  # bump when what the records mean changes outside this module
-DOCS_URL = "https://github.com/ampmigrate/ampmigrate/blob/main/docs/rules/{code}.md"
 
 
 @dataclass(frozen=True)
@@ -85,10 +84,6 @@ class Rule:
     paths: tuple[PathRename, ...] = ()
     triggers: tuple[str, ...] = ()  # names whose spelling the prefilter looks for
     check: str = ""  # a code check (checks.CHECKS or scalerflow.FLOW_CHECKS), not a table
-
-    @property
-    def url(self) -> str:
-        return DOCS_URL.format(code=self.code)
 
     @property
     def fix_kinds(self) -> str:

@@ -29,7 +29,6 @@ def text(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool = False) -> str:
 def as_json(diagnostics: Sequence[Diagnostic]) -> str:
     import json  # only for this format: it costs start-up time on every run
 
-    rules = all_rules()
     items = [
         {
             "code": d.code,
@@ -39,7 +38,8 @@ def as_json(diagnostics: Sequence[Diagnostic]) -> str:
             "location": {"row": d.line, "column": d.col},
             "end_location": {"row": d.end_line, "column": d.end_col},
             "fix": {"applicability": d.fix} if d.fix else None,
-            "url": rules[d.code].url if d.code in rules else None,
+            # no public documentation site yet: `ampmigrate explain CODE` prints the rule's page
+            "url": None,
         }
         for d in diagnostics
     ]
@@ -81,7 +81,6 @@ def sarif(diagnostics: Sequence[Diagnostic]) -> str:
             "shortDescription": {"text": rule.summary},
             "fullDescription": {"text": rule.why},
             "help": {"text": f"{rule.use_instead}\n\nFix safety: {rule.fix_safety}"},
-            "helpUri": rule.url,
             "defaultConfiguration": {"level": "error"},
         }
         for code, rule in rules.items()
@@ -117,7 +116,6 @@ def sarif(diagnostics: Sequence[Diagnostic]) -> str:
                     "driver": {
                         "name": "ampmigrate",
                         "version": __version__,
-                        "informationUri": "https://github.com/ampmigrate/ampmigrate",
                         "rules": driver_rules,
                     }
                 },

@@ -40,7 +40,7 @@ def markdown(results: Sequence[FileResult], applied: bool) -> str:
     if fixed:
         lines += ["", "## Fixed, by rule", "", "| Rule | Name | Fixed |", "|---|---|---|"]
         for code, count in sorted(collections.Counter(d.code for d in fixed).items()):
-            lines.append(f"| [{code}]({rules[code].url}) | {rules[code].name} | {count} |")
+            lines.append(f"| `{code}` | {rules[code].name} | {count} |")
         lines += ["", "## Changed files", ""]
         for result in changed:
             counts = collections.Counter(d.code for d in result.fixed)
@@ -55,7 +55,7 @@ def markdown(results: Sequence[FileResult], applied: bool) -> str:
             "|---|---|---|---|",
         ]
         for d in sorted(remaining, key=lambda d: d.sort_key):
-            rule = f"[{d.code}]({rules[d.code].url})"
+            rule = f"`{d.code}`"
             lines.append(f"| `{_where(d)}` | {rule} | {d.fix or 'none'} | {_cell(d.message)} |")
     if errors:
         lines += ["", "## Errors", ""]

@@ -9,7 +9,7 @@ from pathlib import Path
 from ampmigrate.harness.fp32 import Fp32Comparison
 from ampmigrate.harness.verify import Outcome
 
-PLOT_HINT = "no plot drawn: matplotlib is not installed; pip install 'ampmigrate[verify]'"
+PLOT_HINT = "no plot drawn: matplotlib is not installed (`pip install matplotlib`)"
 
 
 def missing_plot() -> str | None:

@@ -598,7 +598,9 @@ def verify(
     if migrated_script is not None and not migrated_script.is_file():
         raise VerifyError(f"{migrated_script}: no such script")
     if importlib.util.find_spec("torch") is None:
-        raise VerifyError("torch is not installed; pip install 'ampmigrate[verify]'")
+        raise VerifyError(
+            "torch is not installed: install it first (ampmigrate's `verify` extra lists it)"
+        )
     own_tmp = workdir is None
     workdir = workdir or Path(tempfile.mkdtemp(prefix="ampmigrate-verify-"))
     try:
