@@ -122,6 +122,13 @@ def _correctness(code: str) -> list:
         return []
 
 
+def _imports_something(statement: cst.BaseStatement) -> bool:
+    """An import statement (which may raise ImportError)."""
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body
+    )
+
+
 def _argument(call: cst.Call, keyword: str, index: int) -> cst.BaseExpression | None:
     """The argument of ``call`` passed as ``keyword=`` or at position ``index``."""
     for arg in call.args:
@@ -711,8 +718,14 @@ class _Planner:
         if not self._guard_only(try_node, imports):
             self.problem(try_node, GUARD_DOES_MORE)
             return
-        self.dropped.add(id(try_node))
         kept = [s for s in try_node.body.body if s not in imports]
+        if any(_imports_something(s) for s in kept):
+            # the guard still guards those imports (`from apex.parallel import ...`): dropping it
+            # would make a program that ran without apex fail at import; only amp's import goes
+            for statement in imports:
+                self._remove_statement(statement)
+            return
+        self.dropped.add(id(try_node))
         if try_node.orelse is not None:
             kept += list(try_node.orelse.body.body)
         if kept:

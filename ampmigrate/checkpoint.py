@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,19 +34,22 @@ def is_apex_state(value: object) -> bool:
     )
 
 
-def find_apex_states(obj: object, path: tuple = (), depth: int = 0) -> Iterator[tuple]:
-    """Paths (tuples of keys/indices) of every apex amp state inside a loaded checkpoint."""
-    if is_apex_state(obj):
+def find_paths(
+    obj: object, matches: Callable[[object], bool], path: tuple = (), depth: int = 0
+) -> Iterator[tuple]:
+    """Paths (tuples of keys/indices) of every value inside a loaded checkpoint that ``matches``
+    (apex's amp state, an apex optimizer state), not looking inside a match."""
+    if matches(obj):
         yield path
         return
     if depth > 6:
         return
     if isinstance(obj, dict):
         for key, value in obj.items():
-            yield from find_apex_states(value, (*path, key), depth + 1)
+            yield from find_paths(value, matches, (*path, key), depth + 1)
     elif isinstance(obj, list | tuple):
         for index, value in enumerate(obj):
-            yield from find_apex_states(value, (*path, index), depth + 1)
+            yield from find_paths(value, matches, (*path, index), depth + 1)
 
 
 @dataclass
@@ -135,8 +138,8 @@ def convert(checkpoint, key: str | None, choice: str) -> tuple[object, list[Conv
         else:
             paths = [path]
     else:
-        paths = list(find_apex_states(checkpoint))
-        optimizers = list(optimstate.find(checkpoint))
+        paths = list(find_paths(checkpoint, is_apex_state))
+        optimizers = list(find_paths(checkpoint, optimstate.is_apex_adam_state))
         if not paths and not optimizers:
             raise CheckpointError(
                 "no apex amp state (loss_scaler0: loss_scale, unskipped) and no apex optimizer "

@@ -10,8 +10,6 @@ apex-only group keys. FusedSGD's state (``momentum_buffer``) is torch SGD's alre
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 _MOMENTS = frozenset({"exp_avg", "exp_avg_sq"})
 _APEX_ONLY = ("step", "bias_correction")
 
@@ -30,21 +28,6 @@ def is_apex_adam_state(value: object) -> bool:
         return False
     entries = [s for s in state.values() if isinstance(s, dict)]
     return bool(entries) and all(set(s) >= _MOMENTS and "step" not in s for s in entries)
-
-
-def find(obj: object, path: tuple = (), depth: int = 0) -> Iterator[tuple]:
-    """Paths of every apex Adam-layout optimizer state inside a loaded checkpoint."""
-    if is_apex_adam_state(obj):
-        yield path
-        return
-    if depth > 6:
-        return
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from find(value, (*path, key), depth + 1)
-    elif isinstance(obj, list):
-        for index, value in enumerate(obj):
-            yield from find(value, (*path, index), depth + 1)
 
 
 def convert(state_dict: dict) -> tuple[dict, list[str]]:
