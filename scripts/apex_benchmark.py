@@ -465,6 +465,51 @@ def added_parameters(original: str, output: str) -> dict[str, tuple[Function, li
     return added
 
 
+def _apex_imports(source: str) -> list[tuple[int, bool]]:
+    """(line, guarded) of each module-level `import apex...` / `from apex... import`: guarded
+    when it sits in a `try` that catches ImportError (or everything)."""
+    out: list[tuple[int, bool]] = []
+
+    def walk(statements: list[ast.stmt], guarded: bool) -> None:
+        for node in statements:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                if any(n == "apex" or n.startswith("apex.") for n in names):
+                    out.append((node.lineno, guarded))
+            elif isinstance(node, ast.Try):
+                catches = any(
+                    h.type is None or "ImportError" in ast.unparse(h.type)
+                    or "Exception" in ast.unparse(h.type)
+                    for h in node.handlers
+                )  # fmt: skip
+                walk(node.body, guarded or catches)
+                walk(node.orelse, guarded)
+            elif isinstance(node, ast.If):
+                walk(node.body, guarded)
+                walk(node.orelse, guarded)
+
+    walk(ast.parse(source).body, False)
+    return out
+
+
+def unguarded_apex(original: str, output: str) -> list[str]:
+    """An apex import the rewrite left at module level outside the `try` that guarded every
+    apex import of the original: the program ran without apex installed and now fails at
+    import (``ModuleNotFoundError``)."""
+    try:
+        before, after = _apex_imports(original), _apex_imports(output)
+    except SyntaxError:
+        return []
+    if not before or not all(guarded for _, guarded in before):
+        return []
+    return [
+        f"line {line}: apex import no longer guarded (fails at import without apex)"
+        for line, guarded in after
+        if not guarded
+    ]
+
+
 def missed_callers(name: str, func: Function, new: list[str], source: str) -> list[int]:
     """Lines of calls in `source` to `name` (or a variable bound to it) that do not pass every
     parameter in `new`, by keyword or by position."""
@@ -791,7 +836,7 @@ def judge(
     problems += new_after.get(rel, [])
     models = use.models or repo_models
     if error is None:
-        problems += region_violations(output, models)
+        problems += region_violations(output, models) + unguarded_apex(original, output)
     if problems:
         return Row(rel, eligible, "wrong", problems[0], why, problems)
     if amp_left:

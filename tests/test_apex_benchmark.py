@@ -375,3 +375,24 @@ def test_every_new_file_of_the_corpus_has_a_hand_judgement():
             assert isinstance(verdict["migrate"], bool) and verdict["why"]
     dev = bench.select(manifest, "dev")["entries"]
     assert dev and {e["split"] for e in dev} == {"dev"}
+
+
+def test_an_apex_import_the_rewrite_left_unguarded_is_wrong():
+    """The original ran without apex (every apex import in a try that catches ImportError); a
+    rewrite that drops the try and keeps `from apex.parallel import ...` fails at import."""
+    guarded = textwrap.dedent("""
+        try:
+            from apex import amp
+            from apex.parallel import DistributedDataParallel
+            has_apex = True
+        except ImportError:
+            has_apex = False
+    """)
+    dropped = "from apex.parallel import DistributedDataParallel\nhas_apex = True\n"
+    kept = guarded.replace("    from apex import amp\n", "")
+    assert bench.unguarded_apex(guarded, dropped) == [
+        "line 1: apex import no longer guarded (fails at import without apex)"
+    ]
+    assert bench.unguarded_apex(guarded, kept) == []
+    # an original that already needed apex at import is not made worse by the rewrite
+    assert bench.unguarded_apex("from apex import amp\n", "from apex import parallel\n") == []
