@@ -43,6 +43,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
+from ampmigrate.apexflow import SwitchFlow
+from ampmigrate.apexgates import VersionGates
+from ampmigrate.apexinfer import InferenceOnly
 from ampmigrate.apexlinks import Link, apex_siblings
 from ampmigrate.apexverdict import (
     APEX,
@@ -216,7 +219,7 @@ class _Facts(cst.CSTVisitor):
             self.backward = True
 
 
-class _Planner:
+class _Planner(VersionGates, SwitchFlow, InferenceOnly):
     def __init__(
         self,
         module: cst.Module,
@@ -404,6 +407,9 @@ class _Planner:
         for node, member in others:
             self.problem(node, no_rewrite(member))
         self._imports()
+        if self._version_gated():
+            self.verify()
+            return self.plan
         self._values(calls)
         role = self.role if self.link and not self.link.broken else None
         if self.link and self.link.broken and self.link.broken_by != self.role:
@@ -418,9 +424,20 @@ class _Planner:
             if not self.plan.problems:
                 self.verify()
             return self.plan
+        if (
+            set(calls) == {"initialize"}
+            and len(initialize) == 1
+            and _argument(initialize[0], "optimizers", 1) is None
+        ):
+            self._inference_only(initialize[0])
+            if not self.plan.problems:
+                self.verify()
+            return self.plan
         setup = self._initialize(initialize[0]) if initialize else self._linked_setup()
         if setup is None:
             return self.plan
+        if initialize:
+            self._switch_leaks(setup.statement)
         uses = [c for m in SUPPORTED - {"initialize"} for c in calls.get(m, [])]
         self._scope(setup, uses)
         for call in calls.get("scale_loss", []):
@@ -799,8 +816,40 @@ class _Planner:
                     continue
                 if any(id(a) in self.dropped for a in self.ancestors(node)):
                     continue
+                if self._probe(node):
+                    continue
                 if APEX in self.qualified(node) and not self._in_import(node):
                     self._guard(node)
+
+    def _probe(self, node: cst.CSTNode) -> bool:
+        """A feature probe of the amp module for a member the rewrite provides
+        (``'load_state_dict' in amp.__dict__``, ``hasattr(amp, "state_dict")``, written for
+        apex releases without it): true now, folded."""
+        parent = self.parent(node)
+        if f"{APEX}.__dict__" in self.qualified(node) and isinstance(parent, cst.ComparisonTarget):
+            comparison = self.parent(parent)
+            if (
+                isinstance(parent.operator, cst.In | cst.NotIn)
+                and len(comparison.comparisons) == 1
+                and isinstance(comparison.left, cst.SimpleString)
+                and comparison.left.evaluated_value in SUPPORTED
+            ):
+                self._fold(comparison, isinstance(parent.operator, cst.In))
+                return True
+        call = self.parent(parent) if isinstance(parent, cst.Arg) else None
+        if (
+            APEX in self.qualified(node)
+            and isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Name)
+            and call.func.value == "hasattr"
+            and len(call.args) == 2
+            and call.args[0] is parent
+            and isinstance(call.args[1].value, cst.SimpleString)
+            and call.args[1].value.evaluated_value in SUPPORTED
+        ):
+            self._fold(call, True)
+            return True
+        return False
 
     def _guard(self, node: cst.CSTNode) -> None:
         parent = self.parent(node)
@@ -847,7 +896,12 @@ class _Planner:
                 expr = parent
             else:
                 break
-        if isinstance(parent, cst.If) and parent.test is expr:
+        if isinstance(parent, cst.If) and parent.test is expr and self._is_elif(parent):
+            # `elif x:` becomes `else:` (true) or gives way to what follows it (false)
+            self.plan.edits[parent] = lambda u, v=value: (
+                cst.Else(body=u.body) if v else u.orelse or cst.RemoveFromParent()
+            )
+        elif isinstance(parent, cst.If) and parent.test is expr:
             if value:
                 self.plan.edits[parent] = lambda u: cst.FlattenSentinel(
                     [
@@ -874,6 +928,10 @@ class _Planner:
             self.problem(parent, ASSERTS_MISSING)
         else:
             self.plan.edits[expr] = lambda _u, v=value: cst.Name(str(v))
+
+    def _is_elif(self, node: cst.If) -> bool:
+        parent = self.parent(node)
+        return isinstance(parent, cst.If) and parent.orelse is node
 
     def _in_import(self, node: cst.CSTNode) -> bool:
         return any(isinstance(a, cst.Import | cst.ImportFrom) for a in self.ancestors(node))

@@ -36,6 +36,8 @@ REWRITTEN = [
     "initialize_expression",
     "resume_scale_gap",
     "clip_result_used",
+    "version_gated",
+    "inference_only",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, `num_losses`",
@@ -300,6 +302,8 @@ CASES = {
     "initialize_expression": [[], ["--amp"]],
     "resume_scale_gap": [["ckpt.pt"], ["ckpt.pt", "--amp"]],
     "clip_result_used": [[]],
+    "version_gated": [[], ["--fp16"]],
+    "inference_only": [[], ["--apex-amp"]],
 }
 
 
@@ -410,7 +414,12 @@ def _own_nodes(function: ast.AST):
             yield from _own_nodes(child)
 
 
-@pytest.mark.parametrize("name", REWRITTEN)
+# version_gated keeps the project's own native path (its fp32 branch calls the model outside
+# autocast, as it always did): the rewrite places no region there; inference_only scales no
+# loss (its region is tested on its own)
+@pytest.mark.parametrize(
+    "name", [n for n in REWRITTEN if n not in ("version_gated", "inference_only")]
+)
 def test_region_invariant(name):
     """Every call of an initialized model in a function that scales a loss runs inside an
     autocast region, and no backward() does."""
@@ -1140,3 +1149,107 @@ def test_the_scale_aware_clip_is_apex_clip_up_to_rounding():
             assert torch.allclose(native, apex, rtol=1e-6)
             for a, n in zip(unscaled, scaled, strict=True):
                 assert torch.allclose(n.grad / scale, a.grad, rtol=1e-5, atol=1e-7)
+
+
+GATED = APEX / "version_gated.py"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # a string comparison is no version test ("1.10" < "1.6" is true)
+        ('version.parse(torch.__version__) < version.parse("1.6")', 'torch.__version__ < "1.6"'),
+        # apex still runs on torch 1.10-1.12: not constant on every torch with torch.amp
+        ('version.parse("1.6")', 'version.parse("1.13")'),
+        # a flag a function can rebind is no constant: its tests stay, and apex with them
+        (
+            "class Trainer:",
+            "def force_apex():\n    global _use_apex\n    _use_apex = True\n\n\nclass Trainer:",
+        ),
+    ],
+)
+def test_only_a_gate_constant_on_every_native_torch_removes_the_apex_path(old, new):
+    source = GATED.read_text()
+    assert old in source
+    found = check_source(source.replace(old, new))
+    [finding] = [d for d in found if d.code == "AMP303"]
+    assert "only on a torch older than native AMP" not in finding.message
+    assert finding.fix is None  # the live apex path has no exact O1 rewrite here
+
+
+def test_the_version_gated_rewrite_states_what_it_drops():
+    found = check_source(GATED.read_text())
+    [finding] = [d for d in found if d.code == "AMP303"]
+    assert finding.fix == "unsafe"
+    assert "the version test (line 15) is constant on every torch with torch.amp" in finding.message
+    assert "the torch < 1.10 path (apex) is gone" in finding.message
+    assert "1 `elif` that repeated an earlier test went" in finding.message
+
+
+OLD_TIMM = """import torch
+from apex import amp
+from timm.utils import CheckpointSaver
+
+
+def main(args, model, optimizer, loader, checkpoint):
+    use_amp = False
+    if args.amp:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        use_amp = True
+    if use_amp and "amp" in checkpoint and {probe}:
+        amp.load_state_dict(checkpoint["amp"])
+    saver = CheckpointSaver()
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        print("amp", use_amp)
+    saver.save_checkpoint(model, optimizer, {kwarg}=use_amp)
+"""
+
+
+@pytest.mark.parametrize(
+    "probe", ["'load_state_dict' in amp.__dict__", 'hasattr(amp, "load_state_dict")']
+)
+def test_a_probe_for_an_amp_member_the_rewrite_provides_folds_away(probe):
+    """Old apex releases lacked amp.load_state_dict; the probe is true for the scaler."""
+    out, _, fixed = fix_source(OLD_TIMM.format(probe=probe, kwarg="epoch"), unsafe=True)
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert 'if use_amp and "scaler" in checkpoint:\n        scaler.load_state_dict(' in out
+    assert "amp." not in out.replace("torch.amp.", "")
+
+
+def test_apex_on_switch_given_to_a_library_is_a_refusal_naming_the_call():
+    """timm's old CheckpointSaver saved `amp.state_dict()` when `use_amp` was true: after the
+    rewrite it would still call apex (never initialized) and never save the scaler."""
+    source = OLD_TIMM.format(probe="'load_state_dict' in amp.__dict__", kwarg="use_amp")
+    out, remaining, fixed = fix_source(source, unsafe=True)
+    assert out == source and not fixed
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert (
+        "(1 blocker): line 21: `saver.save_checkpoint(...)` is given `use_amp`, which is "
+        "true when apex amp is initialized, and is defined outside this file" in finding.message
+    )
+
+
+def test_inference_only_region_covers_every_use_of_the_model_and_refuses_escapes():
+    out, _, fixed = fix_source((APEX / "inference_only.py").read_text(), unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "the autocast region covers lines 40-41 of the original" in finding.message
+    assert (
+        '    with torch.amp.autocast("cuda", dtype=torch.float16, enabled=args.apex_amp):\n'
+        '        print("warmup", model(batches[0][0]).shape)\n'
+        "        loss = evaluate(model, batches, amp_autocast)\n"
+    ) in out
+    for escape, why in (
+        (
+            "    return loss\n",
+            "    return model\n",
+        ),
+        ("    return loss\n", "    args.model = model\n    return loss\n"),
+    ):
+        source = (APEX / "inference_only.py").read_text().replace(escape, why)
+        message = _message(source)
+        assert "the model `model` is" in message and "wrap them by hand" in message

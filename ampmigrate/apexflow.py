@@ -1,0 +1,89 @@
+"""Where apex's on-switch flows: a flag set true beside ``amp.initialize`` (``use_amp = True``)
+tells other code that apex amp is live. Code in this file that reads it is rewritten with the
+plan; code outside the run is not, and a library that receives the flag may call apex itself
+(timm's ``CheckpointSaver.save_checkpoint(..., use_amp=use_amp)`` saved ``amp.state_dict()``
+and restored it on resume). After the rewrite that code would still call apex, with apex amp
+never initialized, and the scaler's state would not be in its checkpoints: the rewrite is
+refused, naming each such call."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+# the keyword a library's mixed-precision switch goes by (`use_amp=`, `fp16=`, `apex=`)
+_PRECISION = re.compile(r"amp|apex|fp16|half|mixed|precision", re.IGNORECASE)
+
+
+class SwitchFlow:
+    """The planner's check that apex's on-switch stays inside the code being rewritten."""
+
+    def _switch_leaks(self, statement: cst.CSTNode) -> None:
+        holder = self.parent(self.parent(statement))
+        if not isinstance(holder, cst.If):
+            return
+        flags = {
+            small.targets[0].target.value
+            for line in holder.body.body
+            if line is not statement and isinstance(line, cst.SimpleStatementLine)
+            for small in line.body
+            if isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            and isinstance(small.value, cst.Name)
+            and small.value.value == "True"
+        }
+        if not flags:
+            return
+        defined = {
+            node.name.value: node
+            for node in self.module.body
+            if isinstance(node, cst.FunctionDef | cst.ClassDef)
+        }
+        carriers = {(id(self.function(statement)), flag) for flag in flags}
+        pending = list(carriers)
+        reported: set[int] = set()
+        while pending:
+            scope, _ = pending.pop()
+            for call in self.nodes:
+                if not isinstance(call, cst.Call) or id(self.function(call)) != scope:
+                    continue
+                for index, arg in enumerate(call.args):
+                    value = arg.value
+                    if not (isinstance(value, cst.Name) and (scope, value.value) in carriers):
+                        continue
+                    callee = (
+                        defined.get(call.func.value) if isinstance(call.func, cst.Name) else None
+                    )
+                    if isinstance(callee, cst.FunctionDef):
+                        param = self._receiving(callee, arg, index)
+                        if param is not None and (id(callee), param) not in carriers:
+                            carriers.add((id(callee), param))
+                            pending.append((id(callee), param))
+                        continue
+                    if isinstance(callee, cst.ClassDef) or id(call) in reported:
+                        continue  # a class of this file: its code is rewritten with the plan
+                    if arg.keyword is None or not _PRECISION.search(arg.keyword.value):
+                        continue  # `print(use_amp)`, a log line: not a library's amp switch
+                    reported.add(id(call))
+                    self.problem(
+                        call,
+                        f"`{self.module.code_for_node(call.func)}(...)` is given "
+                        f"`{value.value}`, which is true when apex amp is initialized, and is "
+                        "defined outside this file: it may call apex amp itself (timm's "
+                        "`CheckpointSaver` saves `amp.state_dict()` when `use_amp` is true), "
+                        "which the rewrite cannot change; give it the GradScaler's state "
+                        "instead, or migrate that code too",
+                    )
+
+    def _receiving(self, function: cst.FunctionDef, arg: cst.Arg, index: int) -> str | None:
+        """The parameter of ``function`` that ``arg`` (the ``index``-th argument) binds."""
+        params = function.params
+        if arg.keyword is not None:
+            names = [p.name.value for p in [*params.params, *params.kwonly_params]]
+            return arg.keyword.value if arg.keyword.value in names else None
+        if arg.star:
+            return None
+        positional = [*params.posonly_params, *params.params]
+        return positional[index].name.value if index < len(positional) else None

@@ -1,0 +1,144 @@
+"""apex O1 for inference: ``model = amp.initialize(model, opt_level="O1")``, no optimizer.
+
+apex O1 patched torch's functions from ``initialize`` on, so every later forward ran in float16
+where autocast runs it in float16. Nothing is scaled, so there is no GradScaler: the native
+equivalent is an autocast region over the code that runs the model. autocast is dynamically
+scoped (it covers the functions called inside it), so one region from the first to the last
+statement of the function that uses the model covers every forward reached from there. The
+rewrite is refused where that is not the whole story: the model leaves the function (returned,
+stored on an object), a backward would run inside the region, or the level is not O1.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+_KNOWN = {"models", "opt_level", "verbosity"}
+
+
+class InferenceOnly:
+    """The planner's mode for ``amp.initialize`` without an optimizer."""
+
+    def _inference_only(self, init: cst.Call) -> None:
+        code = self.module.code_for_node
+        args = {a.keyword.value: a.value for a in init.args if a.keyword}
+        positional = [a.value for a in init.args if not a.keyword and not a.star]
+        models = args.get("models", positional[0] if positional else None)
+        level = args.get("opt_level")
+        if any(a.star for a in init.args) or len(positional) > 1 or set(args) - _KNOWN:
+            self.problem(init, "`amp.initialize` without an optimizer gets arguments O1 has no "
+                         "counterpart for: migrate it by hand")  # fmt: skip
+            return
+        if not (isinstance(level, cst.SimpleString) and level.evaluated_value == "O1"):
+            self.problem(
+                init,
+                "`amp.initialize` without an optimizer (inference only) at "
+                f"opt_level `{code(level) if level is not None else 'O1 (implicit)'}`: only a "
+                'literal "O1" maps to `torch.amp.autocast("cuda", dtype=torch.float16)` around '
+                "the forward; O2/O3 cast the model (`model.half()` and half inputs)",
+            )
+            return
+        statement = self.statement(init)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        rebinds = (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            and isinstance(models, cst.Name)
+            and small.targets[0].target.value == models.value
+        )
+        if (
+            not isinstance(models, cst.Name)
+            or len(statement.body) != 1
+            or not (rebinds or isinstance(small, cst.Expr))
+        ):
+            self.problem(init, "`amp.initialize` for inference is not `model = amp.initialize("
+                         'model, opt_level="O1")`: migrate it by hand')  # fmt: skip
+            return
+        name = models.value
+        holder = self.parent(self.parent(statement))
+        condition = None
+        top = statement
+        if isinstance(holder, cst.If):
+            if holder.orelse is not None or self._is_elif(holder):
+                self.problem(init, "`amp.initialize` for inference sits in an if/else")
+                return
+            condition = code(holder.test)
+            top = holder
+        located = self.block_of(top)
+        if located is None:
+            self.problem(init, "`amp.initialize` for inference is nested in a block")
+            return
+        block, index = located
+        owner = self.owner(block)
+        if owner is not None and not isinstance(owner, cst.FunctionDef):
+            self.problem(init, "`amp.initialize` for inference is nested in a block other "
+                         "than an `if`")  # fmt: skip
+            return
+        after = list(block.body)[index + 1 :]
+        uses = [i for i, s in enumerate(after) if self._runs_model(s, name)]
+        if not uses:
+            self.problem(init, f"`{name}` is not run after `amp.initialize` in this function")
+            return
+        run = after[uses[0] : uses[-1] + 1]
+        blockers = len(self.plan.problems)
+        for s in after:
+            for node in self._subtree(s):
+                if (
+                    isinstance(node, cst.Return)
+                    and node.value is not None
+                    and name in (self.facts(node.value).used)
+                ):
+                    self.problem(node, f"the model `{name}` is returned: its forwards after "
+                                 "this function were cast by apex O1 too; wrap them by hand")  # fmt: skip
+                elif isinstance(node, cst.AssignTarget) and not isinstance(
+                    node.target, cst.Name | cst.Tuple | cst.List
+                ):
+                    assign = self.parent(node)
+                    if name in self.facts(assign.value).used:
+                        self.problem(node, f"the model `{name}` is stored in "
+                                     f"`{code(node.target)}`: its later forwards were cast "
+                                     "by apex O1 too; wrap them by hand")  # fmt: skip
+        for s in run:
+            if self.facts(s).backward:
+                self.problem(s, "a `backward()` would run inside the autocast region: migrate "
+                             "by hand")  # fmt: skip
+            if s in self.plan.edits:
+                self.problem(s, "the region would cover a statement the rewrite also changes: "
+                             "migrate by hand")  # fmt: skip
+        if len(self.plan.problems) > blockers:
+            return
+        self._remove_statement(statement)
+        self._wrap(block, [run], condition)
+        first, last = self.line(run[0]), self.line(run[-1])
+        self.plan.summary = (
+            "apex O1 for inference (no optimizer) can be rewritten to torch.amp: "
+            "`amp.initialize` goes, and the statements that use the model run under "
+            '`torch.amp.autocast("cuda", dtype=torch.float16'
+            + (f", enabled={condition})`" if condition else ")`")
+        )
+        self.plan.notes.append(
+            f"behaviour change: the autocast region covers lines {first}-{last} of the original "
+            "(from the first to the last statement that uses the model, and what they call); "
+            "apex O1 also cast torch calls after it, until the process ended"
+        )
+
+    def _runs_model(self, statement: cst.CSTNode, name: str) -> bool:
+        """``statement`` calls the model or hands it to a call (which may run it); its own
+        methods (``model.eval()``, ``model.to(...)``) run no forward."""
+        for node in self._subtree(statement):
+            if not isinstance(node, cst.Call):
+                continue
+            func = node.func
+            if isinstance(func, cst.Name) and func.value == name:
+                return True
+            if (
+                isinstance(func, cst.Attribute)
+                and isinstance(func.value, cst.Name)
+                and func.value.value == name
+                and func.attr.value in ("forward", "__call__")
+            ):
+                return True
+            if any(isinstance(a.value, cst.Name) and a.value.value == name for a in node.args):
+                return True
+        return False
