@@ -255,6 +255,7 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
         self.early: cst.BaseStatement | None = None  # the scaler is created right before it
         self.late: str | None = None  # why it cannot be created before an earlier restore
         self.scale_gap = False  # apex never checkpointed its scale, nor does the rewrite
+        self.global_home: cst.FunctionDef | None = None  # creates the module-level scaler
 
     def verify(self) -> None:
         """The last guard against a wrong rewrite: apply the plan in memory; the result must
@@ -1446,7 +1447,53 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
                 self.problem(use, "`amp` is used in a class while `amp.initialize` is not")
             else:
                 pending.append(top)
+        saved = (dict(self.plan.edits), list(self.plan.problems), list(self.plan.notes))
         self._thread(pending, home)
+        if len(self.plan.problems) > len(saved[1]) and self.parent(home) is self.module:
+            # the functions that scale are not all reached from `home` with the scaler in hand:
+            # the GradScaler becomes module state, as apex's amp state was process state
+            self.plan.edits, self.plan.problems, self.plan.notes = saved
+            self.threaded = set()
+            self._global_scaler(setup)
+
+    def _global_scaler(self, setup: _Setup) -> None:
+        """A disabled module-level GradScaler before ``home``, which rebinds it (``global``)
+        where ``initialize`` was; every function of the file reads it, and autocast asks it."""
+        home, name = setup.home, self.name
+        self.mode, setup.by_scaler, self.global_home = "module", True, home
+        placeholder = cst.parse_statement(f'{name} = torch.amp.GradScaler("cuda", enabled=False)\n')
+        declaration = cst.parse_statement(f"global {name}\n")
+        before = self.plan.edits.get(home)
+
+        def define(u: cst.FunctionDef) -> cst.FlattenSentinel:
+            u = before(u) if before is not None else u
+            line = placeholder.with_changes(leading_lines=u.leading_lines)
+            return cst.FlattenSentinel([line, u.with_changes(leading_lines=[cst.EmptyLine()] * 2)])
+
+        inner = self.plan.edits.get(home.body)
+
+        def declare(u: cst.IndentedBlock) -> cst.IndentedBlock:
+            u = inner(u) if inner is not None else u
+            body = list(u.body)
+            docstring = (
+                bool(body)
+                and isinstance(body[0], cst.SimpleStatementLine)
+                and (
+                    isinstance(body[0].body[0], cst.Expr)
+                    and isinstance(body[0].body[0].value, cst.SimpleString | cst.ConcatenatedString)
+                )
+            )
+            at = 1 if docstring else 0
+            return u.with_changes(body=[*body[:at], declaration, *body[at:]])
+
+        self.plan.edits[home] = define
+        self.plan.edits[home.body] = declare
+        self.plan.notes.append(
+            f"apex's amp state was process-wide, and the functions that scale the loss are not "
+            f"all called from `{home.name.value}` with the GradScaler in hand: it is module "
+            f"state here, `{name}` (disabled until `{home.name.value}` creates it where "
+            "`amp.initialize` was; `global` there), read by every function of this file"
+        )
 
     def _thread(self, pending: list[cst.FunctionDef], home: cst.CSTNode | None) -> None:
         """Give each function in ``pending`` a scaler parameter and pass it at every call in
@@ -1857,17 +1904,63 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
             per_function.setdefault(function, []).append((statement, opts[0]))
         for function, statements in per_function.items():
             access = self.access(function)
-            for i, (statement, opt) in enumerate(statements):
-                earlier = [s for s, _ in statements[:i] if not self._exclusive(s, statement)]
-                if earlier:
+            clusters: list[list[tuple[cst.CSTNode, str]]] = []
+            for statement, opt in statements:
+                joined = [
+                    c for c in clusters if any(not self._exclusive(s, statement) for s, _ in c)
+                ]
+                if joined:
+                    joined[0].append((statement, opt))
+                else:
+                    clusters.append([(statement, opt)])
+            for cluster in clusters:
+                anchor = self._one_anchor([s for s, _ in cluster])
+                opts = {o for _, o in cluster}
+                if anchor is None or len(opts) > 1:
+                    first, again = cluster[0][0], cluster[1][0]
                     self.problem(
-                        statement,
-                        f"`amp.master_params` again after line {self.line(earlier[0])} in the "
-                        "same step: `scaler.unscale_` may run only once per step; unscale "
-                        "before the first use by hand",
+                        again,
+                        f"{self._reader(again)} again after line {self.line(first)} in the same "
+                        "step, and no one place before both runs once per step: "
+                        "`scaler.unscale_` may run only once per step; unscale before the "
+                        "first use by hand",
                     )
                     continue
-                self._place_unscale(statement, opt, function, access)
+                if len(cluster) > 1:
+                    listed = ", ".join(str(self.line(s)) for s, _ in cluster)
+                    self.plan.notes.append(
+                        f"one `{access}.unscale_` before line {self.line(anchor)} serves the "
+                        f"gradient reads at lines {listed} (apex had unscaled them all when "
+                        "`scale_loss` exited)"
+                    )
+                self._place_unscale(anchor, cluster[0][1], function, access)
+
+    def _reader(self, statement: cst.CSTNode) -> str:
+        """How a blocker names a gradient read: what it is, not what it is not."""
+        if "master_params" in _code(self.module, statement):
+            return "`amp.master_params`"
+        return "the gradients are read"
+
+    def _one_anchor(self, statements: list[cst.CSTNode]) -> cst.CSTNode | None:
+        """The statement before which one unscale_ serves every read in ``statements``: the
+        first one's ancestor in the innermost block holding them all (None: no such block, or
+        it holds a backward)."""
+        if len(statements) == 1:
+            return statements[0]
+        paths = [[s, *self.ancestors(s)] for s in statements]
+        for candidate in paths[0]:
+            body = _statements(candidate)
+            if body is None or not all(any(n is candidate for n in p) for p in paths[1:]):
+                continue
+            anchor = next(s for s in body if any(s is n for n in paths[0]))
+            if self.facts(anchor).backward or any(
+                any(q.startswith(APEX + ".scale_loss") for q in self.qualified(n))
+                for n in self._subtree(anchor)
+                if isinstance(n, cst.Call)
+            ):
+                return None
+            return anchor
+        return None
 
     def _exclusive(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         """``a`` and ``b`` are in different branches of one ``if``."""
@@ -1912,8 +2005,8 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
                 return
             self.problem(
                 statement,
-                f"`amp.master_params` is not between a scaled backward and `{opt}.step()` in "
-                "this function: place `scaler.unscale_` by hand",
+                f"{self._reader(statement)} not between a scaled backward and `{opt}.step()` "
+                "in this function: place `scaler.unscale_` by hand",
             )
             return
         current = statement
@@ -1936,8 +2029,8 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
             current = owner
         self.problem(
             statement,
-            f"`amp.master_params` is not followed by `{opt}.step()` in the same step: place "
-            "`scaler.unscale_` by hand",
+            f"{self._reader(statement)} not followed by `{opt}.step()` in the same step: "
+            "place `scaler.unscale_` by hand",
         )
 
     def _always_steps(self, statement: cst.CSTNode, steps: list) -> bool:
@@ -2029,12 +2122,18 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
 
     def _unscale_before(self, statement: cst.CSTNode, unscale: str) -> None:
         self.unscales.append(statement)
-        self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
-            [
-                cst.parse_statement(unscale).with_changes(leading_lines=u.leading_lines),
-                u.with_changes(leading_lines=()),
-            ]
-        )
+        own = self.plan.edits.get(statement)
+
+        def insert(u: cst.CSTNode) -> cst.FlattenSentinel:
+            u = own(u) if own is not None else u
+            return cst.FlattenSentinel(
+                [
+                    cst.parse_statement(unscale).with_changes(leading_lines=u.leading_lines),
+                    u.with_changes(leading_lines=()),
+                ]
+            )
+
+        self.plan.edits[statement] = insert
 
     def _move_to_step(self, statement, unit, nested: list, unscale: str) -> None:
         """The clip ran every micro-batch (apex unscaled at each ``scale_loss`` exit); with a
@@ -2253,7 +2352,7 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
                     cst.parse_expression(f"{access}.state_dict()"),
                 )
                 self.plan.edits[holder] = lambda u, e=element: u.with_changes(
-                    elements=[*u.elements, e]
+                    elements=_appended(u.elements, e)
                 )
                 joined.append(holder)
             elif (
@@ -2272,6 +2371,14 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
                     gaps.append(
                         f"the restore at line {self.line(node)} (from a value that is not a "
                         "checkpoint key: a file of its own?)"
+                    )
+                    continue
+                home = self.global_home
+                if home is not None and self.function(node) is not home:
+                    gaps.append(
+                        f"the restore at line {self.line(node)} (in "
+                        f"`{self.function(node).name.value}`, which may run before "
+                        f"`{home.name.value}` creates the GradScaler)"
                     )
                     continue
                 if access is None:

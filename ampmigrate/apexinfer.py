@@ -89,8 +89,11 @@ class InferenceOnly:
                     and node.value is not None
                     and name in (self.facts(node.value).used)
                 ):
-                    self.problem(node, f"the model `{name}` is returned: its forwards after "
-                                 "this function were cast by apex O1 too; wrap them by hand")  # fmt: skip
+                    self.problem(
+                        node,
+                        f"the model `{name}` is returned: its forwards after this function "
+                        "were cast by apex O1 too; wrap them by hand",
+                    )
                 elif isinstance(node, cst.AssignTarget) and not isinstance(
                     node.target, cst.Name | cst.Tuple | cst.List
                 ):

@@ -157,6 +157,23 @@ class _Judge:
             raise _Unsure  # the planner would look at other calls than the engine found
         if any(member == "initialize" for _, member in found):
             return None
+        if "__version__" in self.text and any(
+            isinstance(node, ast.If)
+            and "__version__" in ast.unparse(node.test)
+            and any(
+                isinstance(n, ast.Import | ast.ImportFrom)
+                and any(
+                    (n.module or a.name if isinstance(n, ast.ImportFrom) else a.name).partition(
+                        "."
+                    )[0]
+                    == "apex"
+                    for a in n.names
+                )
+                for n in ast.walk(node)
+            )
+            for node in ast.walk(self.names.tree)
+        ):
+            raise _Unsure  # apex behind a torch-version gate: the planner may drop that path
         imports = self._scan()
         calls: dict[str, list[ast.Call]] = {}
         others = []

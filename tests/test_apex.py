@@ -38,6 +38,7 @@ REWRITTEN = [
     "clip_result_used",
     "version_gated",
     "inference_only",
+    "global_scaler",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, `num_losses`",
@@ -304,6 +305,7 @@ CASES = {
     "clip_result_used": [[]],
     "version_gated": [[], ["--fp16"]],
     "inference_only": [[], ["--apex-amp"]],
+    "global_scaler": [[], ["--fp16"], ["--fp16", "--clip", "0"]],
 }
 
 
