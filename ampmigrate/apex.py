@@ -1939,7 +1939,7 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
         """How a blocker names a gradient read: what it is, not what it is not."""
         if "master_params" in _code(self.module, statement):
             return "`amp.master_params`"
-        return "the gradients are read"
+        return "the gradient read"
 
     def _one_anchor(self, statements: list[cst.CSTNode]) -> cst.CSTNode | None:
         """The statement before which one unscale_ serves every read in ``statements``: the
@@ -2005,7 +2005,7 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
                 return
             self.problem(
                 statement,
-                f"{self._reader(statement)} not between a scaled backward and `{opt}.step()` "
+                f"{self._reader(statement)} is not between a scaled backward and `{opt}.step()` "
                 "in this function: place `scaler.unscale_` by hand",
             )
             return
@@ -2029,7 +2029,7 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
             current = owner
         self.problem(
             statement,
-            f"{self._reader(statement)} not followed by `{opt}.step()` in the same step: "
+            f"{self._reader(statement)} is not followed by `{opt}.step()` in the same step: "
             "place `scaler.unscale_` by hand",
         )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-_KNOWN = {"models", "opt_level", "verbosity"}
+_KNOWN = {"models", "opt_level", "verbosity", "enabled"}
 
 
 class InferenceOnly:
@@ -25,10 +25,6 @@ class InferenceOnly:
         positional = [a.value for a in init.args if not a.keyword and not a.star]
         models = args.get("models", positional[0] if positional else None)
         level = args.get("opt_level")
-        if any(a.star for a in init.args) or len(positional) > 1 or set(args) - _KNOWN:
-            self.problem(init, "`amp.initialize` without an optimizer gets arguments O1 has no "
-                         "counterpart for: migrate it by hand")  # fmt: skip
-            return
         if not (isinstance(level, cst.SimpleString) and level.evaluated_value == "O1"):
             self.problem(
                 init,
@@ -36,6 +32,14 @@ class InferenceOnly:
                 f"opt_level `{code(level) if level is not None else 'O1 (implicit)'}`: only a "
                 'literal "O1" maps to `torch.amp.autocast("cuda", dtype=torch.float16)` around '
                 "the forward; O2/O3 cast the model (`model.half()` and half inputs)",
+            )
+            return
+        if any(a.star for a in init.args) or len(positional) > 1 or set(args) - _KNOWN:
+            listed = ", ".join(f"`{k}`" for k in sorted(set(args) - _KNOWN)) or "`*args`"
+            self.problem(
+                init,
+                f"`amp.initialize` without an optimizer sets {listed}, which an autocast "
+                "region cannot express: migrate it by hand",
             )
             return
         statement = self.statement(init)
@@ -65,6 +69,9 @@ class InferenceOnly:
                 return
             condition = code(holder.test)
             top = holder
+        if "enabled" in args:  # apex switched off is plain float32: autocast off too
+            switch = code(args["enabled"])
+            condition = f"({condition}) and ({switch})" if condition else switch
         located = self.block_of(top)
         if located is None:
             self.problem(init, "`amp.initialize` for inference is nested in a block")

@@ -1255,3 +1255,24 @@ def test_inference_only_region_covers_every_use_of_the_model_and_refuses_escapes
         source = (APEX / "inference_only.py").read_text().replace(escape, why)
         message = _message(source)
         assert "the model `model` is" in message and "wrap them by hand" in message
+
+
+def test_inference_only_with_enabled_switches_the_region_and_o2_is_named():
+    source = textwrap.dedent("""
+        import torch
+        from apex import amp
+
+
+        def evaluate(model, batches, opts):
+            model = amp.initialize(model, enabled=opts.fp16, opt_level="O1")
+            model.eval()
+            with torch.no_grad():
+                outs = [model(x) for x in batches]
+            print(len(outs))
+    """)
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert 'with torch.amp.autocast("cuda", dtype=torch.float16, enabled=opts.fp16):' in out
+    assert "model.eval()\n    with torch.amp" in out  # the model's own methods stay outside
+    message = _message(source.replace('"O1"', '"O2"'))
+    assert '(inference only) at opt_level `"O2"`: only a literal "O1" maps' in message
