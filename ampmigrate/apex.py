@@ -872,7 +872,10 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
         ):
             parent = None
         if parent is None:
-            self.problem(node, used_as_value(_code(self.module, node)))
+            arg = self.parent(node)
+            call = self.parent(arg) if isinstance(arg, cst.Arg) else None
+            callee = _code(self.module, call.func) if isinstance(call, cst.Call) else None
+            self.problem(node, used_as_value(_code(self.module, node), callee))
             return
         self._fold(expr, value)
 
@@ -1858,8 +1861,20 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
         ]
 
     def _reads_gradients(self, statement: cst.CSTNode) -> bool:
+        """Gradient values are read: not ``p.grad = None`` (a write) nor ``p.grad is None``
+        (scaling never changes which gradients exist)."""
         for node in self._subtree(statement):
             if isinstance(node, cst.Attribute) and node.attr.value == "grad":
+                parent = self.parent(node)
+                if isinstance(parent, cst.AssignTarget | cst.Del):
+                    continue
+                if isinstance(parent, cst.Comparison) and all(
+                    isinstance(t.operator, cst.Is | cst.IsNot)
+                    and isinstance(t.comparator, cst.Name)
+                    and t.comparator.value == "None"
+                    for t in parent.comparisons
+                ):
+                    continue
                 return True
             if isinstance(node, cst.Call):
                 if any(q.startswith("torch.nn.utils.clip_grad") for q in self.qualified(node.func)):

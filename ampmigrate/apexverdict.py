@@ -69,7 +69,13 @@ def needs_apex(module: str, listed: str) -> str:
     return f"`from {module} import {listed}` needs apex: replace it first"
 
 
-def used_as_value(code: str) -> str:
+def used_as_value(code: str, callee: str | None = None) -> str:
+    if callee is not None:
+        return (
+            f"`{code}` is passed to `{callee}(...)`, which the rewrite cannot follow: what it "
+            "does with apex's module (save or restore its state, scale a loss) must change "
+            "with it; pass the GradScaler there and migrate that code by hand"
+        )
     return f"`{code}` is used as a value: replace it by hand"
 
 
@@ -412,10 +418,27 @@ class _Judge:
                 expr, value = parent, isinstance(parent.ops[0], ast.IsNot)
             else:
                 parent = None
+        elif (
+            isinstance(parent, ast.Call)
+            and isinstance(parent.func, ast.Name)
+            and parent.func.id == "hasattr"
+            and len(parent.args) == 2
+            and parent.args[0] is node
+            and isinstance(parent.args[1], ast.Constant)
+            and parent.args[1].value in SUPPORTED
+        ):
+            return  # a probe for a member the rewrite provides: true now, folded
         elif not isinstance(parent, ast.If | ast.Assert | ast.BoolOp | ast.UnaryOp):
             parent = None
         if parent is None:
-            self.problem(node, used_as_value(self._own_text(node)))
+            call = self.names.parent(node)
+            call = self.names.parent(call) if isinstance(call, ast.keyword) else call
+            callee = (
+                ast.get_source_segment(self.text, call.func)
+                if isinstance(call, ast.Call) and call.func is not node
+                else None
+            )
+            self.problem(node, used_as_value(self._own_text(node), callee))
             return
         while True:
             parent = self.names.parent(expr)

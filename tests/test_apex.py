@@ -1276,3 +1276,32 @@ def test_inference_only_with_enabled_switches_the_region_and_o2_is_named():
     assert "model.eval()\n    with torch.amp" in out  # the model's own methods stay outside
     message = _message(source.replace('"O1"', '"O2"'))
     assert '(inference only) at opt_level `"O2"`: only a literal "O1" maps' in message
+
+
+def test_clearing_a_gradient_is_not_reading_one():
+    """swav cancels the prototypes' gradients between the backward and the step: scaling
+    changes no gradient's existence, so no unscale_ is needed there."""
+    out, _, fixed = fix_source(
+        _apex_file(
+            "def train(model, optimizer, loader, freeze):\n"
+            '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+            "        for name, p in model.named_parameters():\n"
+            '            if freeze and "prototypes" in name and p.grad is not None:\n'
+            "                p.grad = None\n"
+            "        optimizer.step()\n",
+        ),
+        unsafe=True,
+    )
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert "unscale_" not in out and "scaler.step(optimizer)" in out
+
+
+def test_apex_module_passed_to_a_function_names_the_call():
+    message = _message(
+        _apex_file(
+            "def train(model, optimizer, loader, restore):\n"
+            '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+            "    restore(model=model, amp=amp)\n"
+        )
+    )
+    assert "`amp` is passed to `restore(...)`, which the rewrite cannot follow" in message
