@@ -46,7 +46,26 @@ def check(
             message, anchor = judged
             where = Span(*source.position(anchor))
             return [Finding(rule.code, message, where) for rule in rules]
-    return _planned(source, rules, calls, link)
+    found = _planned(source, rules, calls, link)
+    if found:
+        return found
+    # apex calls the engine resolves but the planner's libcst scopes do not: every apex use is
+    # reported, with why it is not rewritten
+    declared = sorted(
+        {n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names}
+        & {source.segment(c.func).partition(".")[0] for c in calls}
+    )
+    why = (
+        f"`{declared[0]}` is bound by an import in a function that declares it `global`, "
+        "which the rewrite does not follow"
+        if declared
+        else "the rewrite does not resolve these calls to apex amp"
+    )
+    from ampmigrate.apexverdict import refusal
+
+    message = refusal([f"line {calls[0].lineno}: {why}: migrate this file by hand"])
+    where = Span(*source.position(calls[0]))
+    return [Finding(rule.code, message, where) for rule in rules]
 
 
 def _planned(source: Source, rules: list[Rule], calls: list[ast.Call], link: Any) -> list[Finding]:

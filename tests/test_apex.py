@@ -123,7 +123,7 @@ def _message(source: str) -> str:
     return finding.message
 
 
-def test_threading_refuses_a_call_it_cannot_update():
+def test_a_function_no_parameter_can_reach_reads_a_module_scaler():
     message = _message("""
         from apex import amp
 
@@ -143,8 +143,9 @@ def test_threading_refuses_a_call_it_cannot_update():
         callbacks = [step]
         step(None, None, None)
     """)
-    assert "line 17: `step` is used as a value" in message
-    assert "line 18: `step` is called at module level" in message
+    # no parameter can carry the scaler to `step` (a value in a list, a module-level call):
+    # apex's process-wide state becomes a module-level GradScaler that `main` creates
+    assert "it is module state here, `scaler` (disabled until `main` creates it" in message
 
 
 def test_sibling_checkpoint_helper_is_named():
@@ -1305,3 +1306,26 @@ def test_apex_module_passed_to_a_function_names_the_call():
         )
     )
     assert "`amp` is passed to `restore(...)`, which the rewrite cannot follow" in message
+
+
+def test_an_apex_use_the_planner_cannot_resolve_is_still_reported():
+    """mt-dnn: `from apex import amp` then `global amp` in one method, `amp.scale_loss` in
+    another; the engine resolves it, libcst's scopes do not: a refusal that says so."""
+    message = _message("""
+        import torch
+
+
+        class Model:
+            def __init__(self, network, optimizer, fp16):
+                if fp16:
+                    from apex import amp
+                    global amp
+                    network, optimizer = amp.initialize(network, optimizer, opt_level="O1")
+                self.network, self.optimizer = network, optimizer
+
+            def update(self, loss):
+                with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                self.optimizer.step()
+    """)
+    assert "`amp` is bound by an import in a function that declares it `global`" in message

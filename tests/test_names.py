@@ -62,6 +62,12 @@ def _resolve(code: str, expr: str, nth: int = 0) -> set[str]:
         ("isinstance(x, int)", "isinstance", "builtins.isinstance"),
         ("import functools\nfunctools.partial", "functools.partial", "functools.partial"),
         ("from . import amp\namp.autocast", "amp.autocast", ".amp.autocast"),
+        (  # `global` holds for the whole function, also for an import written above it
+            "class M:\n    def setup(self):\n        from apex import amp\n        global amp\n"
+            "    def step(self):\n        amp.scale_loss",
+            "amp.scale_loss",
+            "apex.amp.scale_loss",
+        ),
     ],
 )
 def test_import_forms(code: str, expr: str, expected: str) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import ast
 import builtins
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ampmigrate.findings import ImportEdit
 
@@ -531,6 +531,13 @@ class Names:
                     outer = self.module_scope if kind is ast.Global else scope.parent
                     for name in node.names:
                         scope.overwrites[name] = outer
+                        # the declaration holds for the whole function: a binding written
+                        # above it (mt-dnn's `from apex import amp` then `global amp`) is outer
+                        for early in scope.bindings.pop(name, []):
+                            moved = replace(early, scope=outer)
+                            outer.bindings.setdefault(name, []).append(moved)
+                            if early.alias is not None:
+                                self._imports[self._imports.index(early)] = moved
                 continue
             if kind in _FUNCTIONS or kind is ast.Lambda or kind is ast.ClassDef:
                 children = self._scope_children(node, scope)
