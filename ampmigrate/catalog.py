@@ -68,6 +68,7 @@ class Example:
     after: str | None = None
     unsafe: bool = False
     target_keras: int = 3  # the setting the example is fixed under
+    file: str = ""  # the file name it is the content of (a dependency file); "": Python
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class Rule:
     paths: tuple[PathRename, ...] = ()
     triggers: tuple[str, ...] = ()  # names whose spelling the prefilter looks for
     check: str = ""  # a code check (checks.CHECKS or scalerflow.FLOW_CHECKS), not a table
+    valid_files: tuple[str, ...] = ()  # per VALID example, as ``Example.file`` ("": Python)
 
     @property
     def fix_kinds(self) -> str:
@@ -172,6 +174,7 @@ def _load(text: str) -> Rule:
                 after=ex["after"].lstrip("\n") if "after" in ex else None,
                 unsafe=ex.get("unsafe", False),
                 target_keras=ex.get("target-keras", 3),
+                file=ex.get("file", ""),
             )
             for ex in examples.get("invalid", [])
         ),
@@ -181,6 +184,7 @@ def _load(text: str) -> Rule:
         + tuple(s.old for s in symbols)
         + tuple(p.old for p in paths if p.kind != "module"),
         check=data.get("check", ""),
+        valid_files=tuple(ex.get("file", "") for ex in examples.get("valid", [])),
     )
 
 

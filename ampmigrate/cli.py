@@ -24,6 +24,7 @@ from ampmigrate.config import resolve as resolve_config
 from ampmigrate.engine import FileResult, Settings, run
 from ampmigrate.engine.discover import EXCLUDED_DIRS, discover
 from ampmigrate.engine.write import write_atomic
+from ampmigrate.families import reads_dependency_files
 from ampmigrate.findings import Diagnostic
 from ampmigrate.floor import find as torch_floor
 from ampmigrate.report import FORMATS, RENDERERS, text
@@ -215,7 +216,12 @@ def _collect(paths: tuple[Path, ...], options: LintOptions, fix: bool) -> Run:
     paths = list(paths) or [Path(".")]
     config, settings, torch_source = _settings(paths, options, fix)
     excluded_dirs = EXCLUDED_DIRS if config.exclude is None else frozenset()
-    files = discover(paths, excluded=config.excluded, excluded_dirs=excluded_dirs)
+    files = discover(
+        paths,
+        excluded=config.excluded,
+        excluded_dirs=excluded_dirs,
+        dependency_files=reads_dependency_files({r.code for r in settings.rules}),
+    )
     if options.show_settings:
         _show_settings(config, settings, torch_source, files)
     bar = _Progress(sys.stderr.isatty())

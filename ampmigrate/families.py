@@ -37,7 +37,9 @@ class ProjectPass:
     ``prepare(settings, candidates, paths) -> settings`` runs before the files are analysed (its
     result reaches every worker through ``Settings.project[name]``); ``settle(settings,
     candidates, results, rerun)``, if any, runs after, and may analyse files again with
-    ``rerun(items, settings)`` (both sides of a pair rewritten or neither).
+    ``rerun(items, settings)`` (both sides of a pair rewritten or neither). ``dependency_files``:
+    it reads the files that declare requirements (discovery then finds them; a run of one such
+    file needs it too).
     """
 
     name: str
@@ -45,6 +47,7 @@ class ProjectPass:
     module: str
     prepare: str
     settle: str | None = None
+    dependency_files: bool = False
 
     def function(self, attribute: str) -> Callable[..., Any]:
         return getattr(importlib.import_module(self.module), attribute)
@@ -55,6 +58,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("ampmigrate.keras", lambda rule: bool(rule.paths) or rule.code.startswith("AMP4")),
     Family("ampmigrate.apexcheck", lambda rule: rule.check == "apex-o1-rewrite"),
     Family("ampmigrate.apexapi", lambda rule: rule.check == "apex-api"),
+    Family("ampmigrate.requirements", lambda rule: rule.check == "apex-requirement"),
     Family("ampmigrate.checks", lambda rule: rule.check == "backward-in-autocast"),
     Family("ampmigrate.scalerflow", lambda rule: True),
 )
@@ -79,7 +83,20 @@ PROJECT_PASSES: tuple[ProjectPass, ...] = (
         prepare="link_pairs",
         settle="settle_pairs",
     ),
+    ProjectPass(
+        name="apex_requirements",
+        codes=frozenset({"AMP316"}),
+        module="ampmigrate.requirements",
+        prepare="prepare",
+        settle="settle",
+        dependency_files=True,
+    ),
 )
+
+
+def reads_dependency_files(codes: set[str]) -> bool:
+    """Whether a run of the rules ``codes`` needs the files that declare requirements."""
+    return any(p.dependency_files and p.codes & codes for p in PROJECT_PASSES)
 
 
 def family(rule: Rule) -> Family:

@@ -5,8 +5,14 @@ from __future__ import annotations
 from ampmigrate.catalog import Rule, all_rules
 
 
-def _block(code: str) -> str:
-    return f"```python\n{code.rstrip()}\n```\n"
+_LANGUAGES = {".toml": "toml", ".cfg": "ini", ".txt": "text", ".in": "text"}
+
+
+def _block(code: str, file: str = "") -> str:
+    """A fenced example; one of a dependency file is headed by its name."""
+    language = next((v for k, v in _LANGUAGES.items() if file.endswith(k)), "python")
+    head = f"`{file}`:\n\n" if file else ""
+    return f"{head}```{language}\n{code.rstrip()}\n```\n"
 
 
 def render(rule: Rule) -> str:
@@ -20,7 +26,7 @@ def render(rule: Rule) -> str:
         "## Example\n",
     ]
     for example in rule.invalid:
-        parts.append(_block(example.before))
+        parts.append(_block(example.before, example.file))
     parts.append("## Use instead\n")
     parts.append(f"{rule.use_instead}\n")
     for example in rule.invalid:
@@ -31,7 +37,8 @@ def render(rule: Rule) -> str:
             parts.append(f"Fixed{note}:\n\n" + _block(example.after))
     if rule.valid:
         parts.append("## Not flagged\n")
-        parts.extend(_block(code) for code in rule.valid)
+        files = rule.valid_files or ("",) * len(rule.valid)
+        parts.extend(_block(code, file) for code, file in zip(rule.valid, files, strict=True))
     parts.append("## Fix safety\n")
     parts.append(f"{rule.fix_safety}\n")
     return "\n".join(parts)

@@ -15,7 +15,11 @@ family) on the copy, and reports per repository:
 - ``apex_free``: no file of the census still imports apex or one of its compiled extensions;
 - ``remaining``: per file, the apex names still imported, and the first finding ``check`` gives
   for each (why it stays);
-- ``compiles``: every file ``fix`` changed still compiles.
+- ``compiles``: every file ``fix`` changed still compiles;
+- ``requirement``: the AMP316 findings after the fix (an ``apex`` requirement no file needs any
+  more). The census extraction keeps ``.py`` files only, so of the dependency files only a
+  ``setup.py`` in a scanned subtree can be read; requirements files and ``pyproject.toml`` are
+  not in it.
 
 Exit status 1 when a changed file does not compile.
 """
@@ -103,9 +107,12 @@ def run_repo(entry: dict, census: Path, scratch: Path) -> dict:
         text=True,
     )
     findings: dict[str, list[str]] = {}
+    requirement = []
     for line in check.stdout.splitlines():
         path, _, rest = line.partition(":")
-        if rest and path.endswith(".py"):
+        if " AMP316 " in rest:
+            requirement.append(line)
+        elif rest and path.endswith(".py"):
             findings.setdefault(Path(path).as_posix().removeprefix("./"), []).append(rest)
     remaining, broken, changed = {}, [], 0
     codes: dict[str, list[str]] = {}
@@ -134,6 +141,7 @@ def run_repo(entry: dict, census: Path, scratch: Path) -> dict:
         "left_by": sorted({_family(code) for f in remaining for code in codes.get(f) or ["none"]}),
         "changed": changed,
         "does_not_compile": broken,
+        "requirement": requirement,
         "remaining": remaining,
         "fix_exit": fixed.returncode,
     }
@@ -151,6 +159,7 @@ def summary(rows: list[dict]) -> dict:
         "blocked": len(rows) - len(native),
         "changed_files": sum(r["changed"] for r in rows),
         "changed_files_not_compiling": sum(len(r["does_not_compile"]) for r in rows),
+        "apex_requirement_reported": sum(bool(r["requirement"]) for r in rows),
     }
 
 

@@ -119,10 +119,13 @@ def example_inputs() -> Iterator[tuple[str, str, int]]:
     from ampmigrate.catalog import all_rules
 
     for code, rule in all_rules().items():
-        for i, text in enumerate(rule.valid):
-            yield f"{code}/valid{i}", text, 3
+        files = rule.valid_files or ("",) * len(rule.valid)
+        for i, (text, file) in enumerate(zip(rule.valid, files, strict=True)):
+            if not file:  # a dependency file's example is no Python file
+                yield f"{code}/valid{i}", text, 3
         for i, example in enumerate(rule.invalid):
-            yield f"{code}/invalid{i}", example.before, example.target_keras
+            if not example.file:
+                yield f"{code}/invalid{i}", example.before, example.target_keras
 
 
 def collect_examples(inputs: Iterable[tuple[str, str, int]]) -> dict[str, dict]:

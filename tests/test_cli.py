@@ -306,3 +306,36 @@ def test_sarif_validates_against_the_sarif_2_1_0_model(cli, tmp_path):
     assert log.version == "2.1.0"
     assert len(log.runs[0].results) == 4
     assert {r.id for r in log.runs[0].tool.driver.rules} >= {"AMP101", "AMP102"}
+
+
+def test_apex_requirements_reported_in_every_format_and_never_rewritten(cli, tmp_path):
+    files = {
+        "requirements.txt": b"torch>=2.4\r\napex @ git+https://github.com/NVIDIA/apex\r\n",
+        "pyproject.toml": b'[project]\nname = "t"\ndependencies = ["torch", "apex"]\n',
+        "setup.py": b'from setuptools import setup\n\nsetup(install_requires=["apex"])\n',
+        "train.py": b"from apex.normalization import FusedLayerNorm\nnorm = FusedLayerNorm(8)\n",
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    check = cli("check", ".", cwd=tmp_path)
+    assert check.returncode == 1 and "AMP316" not in check.stdout  # train.py still needs apex
+    fixed = cli("fix", "--unsafe-fixes", "--report", "report.md", ".", cwd=tmp_path)
+    assert fixed.returncode == 1, fixed.stderr
+    for name in ("requirements.txt", "pyproject.toml", "setup.py"):
+        assert (tmp_path / name).read_bytes() == files[name]
+    assert b"apex" not in (tmp_path / "train.py").read_bytes()
+    lines = sorted(line.split(": ")[0] for line in fixed.stdout.splitlines())
+    assert lines == ["pyproject.toml:3:26", "requirements.txt:2:1", "setup.py:3:25"]
+    assert "`requirements.txt:2:1` | `AMP316`" in (tmp_path / "report.md").read_text()
+    as_json = json.loads(cli("check", "--output-format", "json", ".", cwd=tmp_path).stdout)
+    assert {(d["filename"], d["location"]["row"], d["fix"]) for d in as_json} == {
+        ("pyproject.toml", 3, None), ("requirements.txt", 2, None), ("setup.py", 3, None)
+    }  # fmt: skip
+    sarif = json.loads(cli("check", "--output-format", "sarif", ".", cwd=tmp_path).stdout)
+    uris = {
+        r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+        for r in sarif["runs"][0]["results"]
+    }
+    assert uris == {"pyproject.toml", "requirements.txt", "setup.py"}
+    github = cli("check", "--output-format", "github", ".", cwd=tmp_path).stdout
+    assert "file=requirements.txt,line=2,col=1,endLine=2,endColumn=42" in github

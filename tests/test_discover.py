@@ -75,3 +75,23 @@ def test_an_ignored_directory_given_explicitly_is_walked(tmp_path):
     touch(tmp_path / "vendor" / "lib" / "v.py")
     assert names(discover([tmp_path]), tmp_path) == []
     assert names(discover([tmp_path / "vendor"]), tmp_path) == ["vendor/lib/v.py"]
+
+
+def test_dependency_files_are_found_only_when_asked_and_respect_ignores(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for name in [
+        "a.py", "requirements.txt", "requirements-dev.in", "requirements/base.txt",
+        "pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in", "notes.txt",
+        "docs/requirements.txt", "ignored/requirements.txt", ".venv/requirements.txt",
+    ]:  # fmt: skip
+        touch(tmp_path / name)
+    touch(tmp_path / ".gitignore", "ignored/\n")
+    plain = names(discover([tmp_path]), tmp_path)
+    assert plain == ["a.py", "setup.py"]
+    found = names(discover([tmp_path], dependency_files=True), tmp_path)
+    assert found == [
+        "a.py", "docs/requirements.txt", "pyproject.toml", "requirements-dev.in",
+        "requirements.txt", "requirements/base.txt", "setup.cfg", "setup.py",
+    ]  # fmt: skip
+    excluded = discover([tmp_path], excluded=lambda p: p.name == "setup.cfg", dependency_files=True)
+    assert "setup.cfg" not in names(excluded, tmp_path)

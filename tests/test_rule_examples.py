@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 
 from ampmigrate.catalog import all_rules
+from ampmigrate.engine import Settings, run
 from ampmigrate.engine.prefilter import Prefilter
 
 from conftest import check_source, fix_source
 
 RULES = all_rules()
 VALID = [(code, i, src) for code, r in RULES.items() for i, src in enumerate(r.valid)]
+FILES = {(code, i): f for code, r in RULES.items() for i, f in enumerate(r.valid_files) if f}
 INVALID = [(code, i, ex) for code, r in RULES.items() for i, ex in enumerate(r.invalid)]
 
 
@@ -24,14 +26,37 @@ def test_every_rule_has_examples_of_both_kinds():
 @pytest.mark.parametrize(
     ("code", "index", "source"), VALID, ids=[f"{c}-valid{i}" for c, i, _ in VALID]
 )
-def test_valid_example_is_not_flagged(code, index, source):
+def test_valid_example_is_not_flagged(code, index, source, tmp_path):
+    if (code, index) in FILES:
+        found, _ = _as_file(tmp_path, FILES[code, index], source)
+        assert [d for d in found if d.code == code] == []
+        return
     assert [d for d in check_source(source) if d.code == code] == []
+
+
+def _as_file(folder, name: str, text: str) -> tuple[list, list]:
+    """A dependency-file example as the only file of a project: (what `check` reports, the
+    results of `fix --unsafe-fixes`)."""
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    rules = tuple(RULES.values())
+    checked = run([path], Settings(rules=rules), jobs=1)
+    fixed = run([path], Settings(rules=rules, fix=True, unsafe_fixes=True), jobs=1)
+    assert all(r.error is None for r in checked + fixed)
+    return [d for r in checked for d in r.diagnostics], fixed
 
 
 @pytest.mark.parametrize(
     ("code", "index", "example"), INVALID, ids=[f"{c}-invalid{i}" for c, i, _ in INVALID]
 )
-def test_invalid_example_is_flagged_and_fixed(code, index, example):
+def test_invalid_example_is_flagged_and_fixed(code, index, example, tmp_path):
+    if example.file:  # a dependency file: reported, never rewritten
+        found, fixed = _as_file(tmp_path, example.file, example.before)
+        flagged = [d for d in found if d.code == code]
+        assert flagged and all(d.fix is None for d in flagged)
+        assert example.after is None and not any(r.changed for r in fixed)
+        assert [d.code for r in fixed for d in r.diagnostics if d.code == code]
+        return
     keras = example.target_keras
     flagged = [d for d in check_source(example.before, keras) if d.code == code]
     assert flagged, "the example is not flagged"

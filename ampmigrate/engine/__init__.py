@@ -71,11 +71,9 @@ def batches(items: list[Item], jobs: int) -> list[list[Item]]:
 
 
 def _passes(settings: Settings, paths: Sequence[Path]) -> list[ProjectPass]:
-    """The registered project passes this run needs (only a run of several files has any)."""
-    if len(paths) < 2:
-        return []
+    """The registered project passes this run needs (most only in a run of several files)."""
     codes = {rule.code for rule in settings.rules}
-    return [p for p in PROJECT_PASSES if p.codes & codes]
+    return [p for p in PROJECT_PASSES if p.codes & codes and (len(paths) > 1 or p.dependency_files)]
 
 
 def run(

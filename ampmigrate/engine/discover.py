@@ -6,6 +6,8 @@ git itself decides what is ignored (``git ls-files --cached --others --exclude-s
 Virtualenvs and tool caches are skipped everywhere; symlinks are not followed out of the root,
 and a symlink to a file that is checked anyway is skipped (the file is checked once).
 Explicit file arguments are always checked, whatever their suffix or ignore status.
+With ``dependency_files``, the files that declare a project's requirements are found too
+(:func:`is_dependency_file`: a name test, no read), for the rules that read them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,21 @@ EXCLUDED_DIRS = frozenset(
         "node_modules", "site-packages", "build", "dist", "_build", "buck-out",
     }
 )  # fmt: skip
+
+
+DEPENDENCY_NAMES = frozenset({"pyproject.toml", "setup.cfg", "setup.py"})
+
+
+def is_dependency_file(name: str) -> bool:
+    """Whether the file ``name`` (a path; ``/``-separated or native) declares requirements:
+    ``pyproject.toml``, ``setup.cfg``, ``setup.py``, ``requirements*.txt``/``.in`` (pip,
+    pip-tools) and any ``.txt``/``.in`` in a ``requirements/`` folder."""
+    folder, _, base = name.replace(os.sep, "/").rpartition("/")
+    if base in DEPENDENCY_NAMES:
+        return True
+    if not base.endswith((".txt", ".in")):
+        return False
+    return base.startswith("requirements") or folder.rpartition("/")[2] == "requirements"
 
 
 def _is_venv(directory: str | Path) -> bool:
@@ -117,6 +134,7 @@ def discover(
     suffixes: tuple[str, ...] = SUFFIXES,
     excluded: Callable[[Path], bool] | None = None,
     excluded_dirs: frozenset[str] = EXCLUDED_DIRS,
+    dependency_files: bool = False,
 ) -> list[Path]:
     """Files to check, in a stable order, each once.
 
@@ -139,7 +157,7 @@ def discover(
         # strings, not Paths, until a file is kept (a Path costs more than the tests); sorted
         # part by part, as Paths sort
         for name in sorted(names, key=_parts):
-            if not name.endswith(suffixes):
+            if not name.endswith(suffixes) and not (dependency_files and is_dependency_file(name)):
                 continue
             if _folder_excluded(name.rpartition("/")[0], root, excluded_dirs, known):
                 continue

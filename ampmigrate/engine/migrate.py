@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ampmigrate.engine.analyze import Analysis, parse
 from ampmigrate.engine.apply import FixError, apply, select
+from ampmigrate.engine.discover import is_dependency_file
 from ampmigrate.engine.prefilter import Prefilter
 from ampmigrate.engine.settings import FileResult, Settings
 from ampmigrate.engine.write import read
@@ -117,6 +118,8 @@ def process(
                 f"too large to parse ({len(source) / 1e6:.1f} MB > {limit / 1e6:g} MB); "
                 "raise the limit with --max-file-size"
             )
+        if is_dependency_file(path) and not path.endswith(".py"):
+            return result  # not Python: the project pass of the rules that read it reports
         result.parsed = True
         if path.endswith(".ipynb"):
             return _process_notebook(result, source, settings)
