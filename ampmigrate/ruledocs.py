@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ampmigrate.catalog import Rule, all_rules
 
-
 _LANGUAGES = {".toml": "toml", ".cfg": "ini", ".txt": "text", ".in": "text"}
 
 
