@@ -443,7 +443,7 @@ def message(requirement: Requirement, usage: Usage) -> str:
         "nvidia": "NVIDIA apex, built from its repository",
         "source": "apex built from source",
         "pypi": "the PyPI package `apex`, an unrelated 2013 Pyramid toolkit, not NVIDIA apex "
-        "(which PyPI does not have)",
+        "(NVIDIA documents only source builds)",
     }[requirement.origin]
     where = _shown(usage.root)
     files = f"{usage.files} Python file{'' if usage.files == 1 else 's'}"
