@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +109,17 @@ def test_a_non_utf8_requirements_file_is_a_one_line_error(tmp_path):
     [result] = run(paths, Settings(rules=RULES), jobs=1)
     assert result.error is not None and "\n" not in result.error
     assert "line 2" in result.error and "UTF-8" in result.error
+
+
+def test_a_run_without_a_dependency_file_does_not_load_the_rule(tmp_path):
+    (tmp_path / "a.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    (tmp_path / "b.py").write_text("x = 1\n")
+    code = (
+        "import sys; from pathlib import Path; from ampmigrate.catalog import all_rules; "
+        "from ampmigrate.engine import Settings, run; "
+        f"run([Path({str(tmp_path / 'a.py')!r}), Path({str(tmp_path / 'b.py')!r})], "
+        "Settings(rules=tuple(all_rules().values())), jobs=1); "
+        "print('ampmigrate.requirements' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

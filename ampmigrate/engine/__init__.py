@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ampmigrate.engine.discover import is_dependency_file
 from ampmigrate.engine.prefilter import Prefilter
 from ampmigrate.engine.settings import FileResult, Settings
 from ampmigrate.engine.write import read
@@ -70,10 +71,18 @@ def batches(items: list[Item], jobs: int) -> list[list[Item]]:
     return out
 
 
-def _passes(settings: Settings, paths: Sequence[Path]) -> list[ProjectPass]:
-    """The registered project passes this run needs (most only in a run of several files)."""
+def _passes(settings: Settings, paths: Sequence[Path], candidates: list[Item]) -> list[ProjectPass]:
+    """The registered project passes this run needs: most only in a run of several files; one
+    that reads dependency files only when one passed the prefilter (otherwise its module is not
+    even imported: a run without one pays nothing for it)."""
     codes = {rule.code for rule in settings.rules}
-    return [p for p in PROJECT_PASSES if p.codes & codes and (len(paths) > 1 or p.dependency_files)]
+    several = len(paths) > 1
+    dependencies = any(is_dependency_file(name) for name, _, _ in candidates)
+    return [
+        p
+        for p in PROJECT_PASSES
+        if p.codes & codes and (dependencies if p.dependency_files else several)
+    ]
 
 
 def run(
@@ -136,7 +145,7 @@ def _run(
             else:
                 ignored = ignored_codes(by_name[name]) if ignored_codes else frozenset()
                 candidates.append((name, source, ignored))
-        passes = _passes(settings, paths)
+        passes = _passes(settings, paths, candidates)
         found = {p.name: p.function(p.prepare)(settings, candidates, paths) for p in passes}
         found = {name: value for name, value in found.items() if value}
         if found:
