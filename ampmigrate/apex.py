@@ -524,47 +524,72 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
         (``if use_amp in ("apex", "native"):``). False: not this shape."""
         statement = self.statement(init)
         holder = self.parent(self.parent(statement))
-        if not (
-            isinstance(holder, cst.If)
-            and isinstance(holder.orelse, cst.If)
-            and self.block_of(holder) is not None
-            and not isinstance(self.parent(holder), cst.If)
-        ):
+        if not isinstance(holder, cst.If) or self.parent(statement) is not holder.body:
             return False
-        native = holder.orelse
-        tests = [holder.test, native.test]
-        if not all(
-            isinstance(t, cst.Comparison)
-            and len(t.comparisons) == 1
-            and isinstance(t.comparisons[0].operator, cst.Equal)
-            and isinstance(t.comparisons[0].comparator, cst.SimpleString)
-            for t in tests
-        ):
+        root = holder
+        while self._is_elif(root):
+            root = self.parent(root)
+        if self.block_of(root) is None:
             return False
-        subject = _code(self.module, tests[0].left)
-        values = [t.comparisons[0].comparator for t in tests]
-        if (
-            _code(self.module, tests[1].left) != subject
-            or "apex" not in values[0].evaluated_value.lower()
-            or "apex" in values[1].evaluated_value.lower()
-        ):
+        chain = [root]
+        while isinstance(chain[-1].orelse, cst.If):
+            chain.append(chain[-1].orelse)
+
+        def compared(branch: cst.If) -> tuple[str, cst.SimpleString] | None:
+            t = branch.test
+            if (
+                isinstance(t, cst.Comparison)
+                and len(t.comparisons) == 1
+                and isinstance(t.comparisons[0].operator, cst.Equal)
+                and isinstance(t.comparisons[0].comparator, cst.SimpleString)
+            ):
+                return _code(self.module, t.left), t.comparisons[0].comparator
+            return None
+
+        apex_at = chain.index(holder)
+        apex_test = compared(holder)
+        if apex_test is None or "apex" not in str(apex_test[1].evaluated_value).lower():
             return False
-        native_code = _code(self.module, native.body)
-        if "autocast" not in native_code and "Scaler" not in native_code:
+        subject = apex_test[0]
+        native_at = next(
+            (
+                i
+                for i, branch in enumerate(chain)
+                if i != apex_at
+                and (found := compared(branch)) is not None
+                and found[0] == subject
+                and "apex" not in str(found[1].evaluated_value).lower()
+                and any(w in _code(self.module, branch.body) for w in ("autocast", "Scaler"))
+            ),
+            None,
+        )
+        if native_at is None:
             return False
         others = [x for x in holder.body.body if x is not statement]
         if any(n.value in self.bound for x in others for n in self._subtree(x)
                if isinstance(n, cst.Name)):  # fmt: skip
             return False
-        test = cst.parse_expression(
-            f"{subject} in ({_code(self.module, values[0])}, {_code(self.module, values[1])})"
-        )
-        self.plan.edits[holder] = lambda u: cst.If(
-            test=test,
-            body=u.orelse.body,
-            orelse=u.orelse.orelse,
-            leading_lines=u.leading_lines,
-        )
+        first, second = sorted((apex_at, native_at))
+        listed = ", ".join(_code(self.module, compared(chain[i])[1]) for i in (first, second))
+        test = cst.parse_expression(f"{subject} in ({listed})")
+
+        def rebuild(u: cst.If) -> cst.If:
+            branches = [u]
+            while isinstance(branches[-1].orelse, cst.If):
+                branches.append(branches[-1].orelse)
+            tail = branches[-1].orelse
+            kept = [
+                b.with_changes(test=test) if i == native_at else b
+                for i, b in enumerate(branches)
+                if i != apex_at
+            ]
+            node = tail
+            for branch in reversed(kept):
+                node = branch.with_changes(orelse=node)
+            return node.with_changes(leading_lines=u.leading_lines)
+
+        self.plan.edits[root] = rebuild
+        values = [compared(holder)[1], compared(chain[native_at])[1]]
         self.plan.summary = (
             "apex.amp beside native AMP can be rewritten to native AMP alone: the apex branch "
             "goes, the native one (autocast + GradScaler) takes its place"

@@ -1329,3 +1329,28 @@ def test_an_apex_use_the_planner_cannot_resolve_is_still_reported():
                 self.optimizer.step()
     """)
     assert "`amp` is bound by an import in a function that declares it `global`" in message
+
+
+def test_apex_beside_native_in_either_order():
+    """`if use_amp == "native": ... elif use_amp == "apex": <initialize>`: the same migration."""
+    source = (APEX / "dual_backend.py").read_text()
+    apex_branch = source[
+        source.index('    if use_amp == "apex":') : source.index('    elif use_amp == "native":')
+    ]
+    native_branch = source[
+        source.index('    elif use_amp == "native":') : source.index(
+            '    else:\n        print("AMP not'
+        )
+    ]
+    swapped = source.replace(
+        apex_branch + native_branch,
+        native_branch.replace("    elif", "    if", 1)
+        + apex_branch.replace("    if", "    elif", 1),
+    )
+    assert swapped != source
+    out, _, fixed = fix_source(swapped, unsafe=True)
+    assert [d.code for d in fixed if d.code == "AMP303"] == ["AMP303"]
+    assert 'if use_amp in ("native", "apex"):' in out and "amp.initialize" not in out
+    assert "ApexScaler()" not in out and 'else:\n        print("AMP not enabled' in out
+    again, _, refixed = fix_source(out, unsafe=True)
+    assert again == out and not refixed
