@@ -66,7 +66,9 @@ from ampmigrate.cstnames import qualified_names
 from ampmigrate.findings import Finding, Fix
 from ampmigrate.replace import Build, ReplaceNodes
 
-_KNOWN_KWARGS = {"models", "optimizers", "verbosity", "opt_level", "loss_scale", "enabled"}
+_KNOWN_KWARGS = {
+    "models", "optimizers", "verbosity", "opt_level", "loss_scale", "enabled", "num_losses",
+}  # fmt: skip
 _HELPER = re.compile(r"checkpoint|^(save|load|resume)", re.IGNORECASE)
 Loop = cst.For | cst.While
 
@@ -990,6 +992,13 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
         if unknown:
             listed = ", ".join(f"`{k}`" for k in unknown)
             self.problem(init, f"`amp.initialize` sets {listed}, which O1 cannot express")
+        if "num_losses" in args:
+            self.plan.notes.append(
+                f"behaviour change: apex kept one loss scale per loss (`num_losses="
+                f"{_code(self.module, args['num_losses'])}`, `loss_id=`); the one GradScaler "
+                "keeps one scale for all of them, so an overflow in any loss lowers it for all "
+                "(each optimizer's step is still skipped only when its own gradients overflow)"
+            )
         if isinstance(level, cst.SimpleString):
             if level.evaluated_value != "O1":
                 self.problem(
@@ -1621,12 +1630,10 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword}
         loss = keywords.get("loss", positional[0] if positional else None)
         optimizer = keywords.get("optimizers", positional[1] if len(positional) > 1 else None)
-        if set(keywords) - {"loss", "optimizers", "delay_unscale"} or len(positional) > 2:
-            self.problem(
-                call,
-                "`amp.scale_loss` with `loss_id`/`model`/more arguments: one GradScaler scales "
-                "every loss; drop them by hand if one scale may serve all losses",
-            )
+        extra = set(keywords) - {"loss", "optimizers", "delay_unscale", "loss_id"}
+        if extra or len(positional) > 2:
+            listed = ", ".join(f"`{k}`" for k in sorted(extra)) or "a third positional argument"
+            self.problem(call, f"`amp.scale_loss` with {listed}: migrate this call by hand")
             return
         if not isinstance(loss, cst.Name):
             self.problem(

@@ -41,7 +41,7 @@ REWRITTEN = [
     "global_scaler",
 ]
 BLOCKED = {
-    "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, `num_losses`",
+    "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
     "blocked_inference_only": "inference only",
     "blocked_sibling_helper": "give `save_checkpoint` a `scaler` parameter",
     "blocked_opt_level_config": "line 10: opt_level `config.AMP_OPT_LEVEL` is not provably O1: "
@@ -99,10 +99,9 @@ def test_every_blocker_is_listed_with_its_line():
         if d.code == "AMP303"
     ]  # fmt: skip
     message = finding.message
-    assert "(4 blockers)" in message
-    assert "line 7: `amp.initialize` sets `keep_batchnorm_fp32`, `num_losses`" in message
+    assert "(2 blockers)" in message  # num_losses/loss_id are no blocker: one scale serves all
+    assert "line 7: `amp.initialize` sets `keep_batchnorm_fp32`, which O1" in message
     assert "line 7: opt_level O2" in message
-    assert "line 10: `amp.scale_loss` with `loss_id`" in message
 
 
 def test_accumulation_clip_is_a_stated_behaviour_change():
@@ -1354,3 +1353,13 @@ def test_apex_beside_native_in_either_order():
     assert "ApexScaler()" not in out and 'else:\n        print("AMP not enabled' in out
     again, _, refixed = fix_source(out, unsafe=True)
     assert again == out and not refixed
+
+
+def test_several_losses_share_one_scaler_and_the_finding_says_so():
+    source = (APEX / "blocked_o2_and_losses.py").read_text()
+    source = source.replace('opt_level="O2", keep_batchnorm_fp32=True', 'opt_level="O1"')
+    out, _, fixed = fix_source(source, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "apex kept one loss scale per loss (`num_losses=2`, `loss_id=`)" in finding.message
+    assert out.count("scaler.scale(loss_") == 2 and "loss_id" not in out
+    assert out.count("scaler.step(optimizer)") == 1
