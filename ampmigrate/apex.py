@@ -619,13 +619,19 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
                 continue
             shown = os.path.relpath(sibling.path, folder)
             via = os.path.relpath(sibling.importer, folder)
+            if sibling.member in SUPPORTED:
+                how = (
+                    "migrate the two together (the GradScaler passed there, "
+                    "`scaler.state_dict()` for `amp.state_dict()`) or neither"
+                )
+            else:  # a cast helper: no scaler involved, its native form is AMP301's
+                how = f"replace its `amp.{sibling.member}` first ({no_rewrite(sibling.member)})"
             self.problem(
                 self.plan.anchor,
                 f"{shown} (imported by {via} at line {sibling.import_line}) calls "
                 f"`amp.{sibling.member}` at its line {sibling.line} and does not initialize "
-                "amp: it shares this file's amp state and would still call apex after this "
-                "file alone were migrated; migrate the two together (the GradScaler passed "
-                "there, `scaler.state_dict()` for `amp.state_dict()`) or neither",
+                "amp: it relies on the amp state this file sets up and would still call apex "
+                f"after this file alone were migrated; {how}",
             )
 
     def _broken(self) -> str:

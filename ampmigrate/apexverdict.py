@@ -27,8 +27,11 @@ from ampmigrate.engine.source import Source
 APEX = "apex.amp"
 SUPPORTED = {"initialize", "scale_loss", "master_params", "state_dict", "load_state_dict"}
 HINTS = {
-    "half_function": "see AMP301: `torch.amp.custom_fwd(cast_inputs=...)`",
-    "float_function": "see AMP301: `torch.amp.custom_fwd(cast_inputs=torch.float32)`",
+    "half_function": "see AMP301: `torch.amp.custom_fwd(device_type=..., cast_inputs=...)` "
+    "for an autograd Function's forward, otherwise cast inside the function",
+    "float_function": "see AMP301: `torch.amp.custom_fwd(device_type=..., "
+    "cast_inputs=torch.float32)` for an autograd Function's forward, otherwise run the "
+    'function under `torch.amp.autocast("cuda", enabled=False)` on float32 inputs',
     "disable_casts": 'use `torch.amp.autocast("cuda", enabled=False)` by hand',
 }
 # apex modules an O1 rewrite leaves alone: distributed wrappers, fused optimizers and layers
