@@ -375,9 +375,7 @@ def _contenders(
     return contenders
 
 
-def bench(
-    name: str, cache: Path, python: str, repeat: int = 5, tree: Path | None = None
-) -> dict:
+def bench(name: str, cache: Path, python: str, repeat: int = 5, tree: Path | None = None) -> dict:
     """files/s and peak memory of ``check`` (all rules), the floors and Ruff's TID251 ban of
     the same modules, each a subprocess, start-up included, median of ``repeat`` runs taken in
     turns (every contender once per round, so a change of load is shared). ``tree``: time that
@@ -403,8 +401,10 @@ def bench(
             figures[label] = (n / seconds, max(r[1] for r in runs), cpu)
             if combined:
                 print(
-                    f"{label:<20} wall " + " ".join(f"{r[0]:6.3f}" for r in runs)
-                    + f" s | cpu " + " ".join(f"{r[3]:6.2f}" for r in runs)
+                    f"{label:<20} wall "
+                    + " ".join(f"{r[0]:6.3f}" for r in runs)
+                    + " s | cpu "
+                    + " ".join(f"{r[3]:6.2f}" for r in runs)
                     + f" s | peak {max(r[1] for r in runs):4.0f} MB",
                     flush=True,
                 )
