@@ -2,7 +2,7 @@
 
     python scripts/benchmark.py PATH [--jobs N] [--repeat R] [--fix]
     python scripts/benchmark.py --synthetic 10000 [--jobs N] [--fix]
-    python scripts/benchmark.py --file PATH [--repeat R]    # one file, as a pre-commit hook
+    python scripts/benchmark.py --file PATH [PATH ...] [--repeat R]  # each alone, as pre-commit
 
 The floor reads every file ``check`` would see and searches it for the deprecated namespaces
 (a substring scan); it resolves nothing and fixes nothing, so no real checker can beat it.
@@ -168,21 +168,30 @@ def main() -> None:
     parser.add_argument("--jobs", type=int)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--fix", action="store_true", help="also time `fix` on a copy")
-    parser.add_argument("--file", type=Path, help="one file, as a pre-commit hook runs it")
+    parser.add_argument(
+        "--file", type=Path, nargs="+", help="files, each alone, as a pre-commit hook runs it"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         python = installed_python(Path(tmp))
         if args.file:
-            runs = [check(python, args.file, None) for _ in range(args.repeat)]
-            seconds = statistics.median(r[0] for r in runs)
-            cpu = statistics.median(r[3] for r in runs)
-            size = args.file.stat().st_size / 1e3
-            print(
-                f"pre-commit, one file ({args.file}, {size:.0f} KB): check {seconds:.3f} s, "
-                f"cpu {cpu:.3f} s (median of {args.repeat}, start-up included), "
-                f"peak {max(r[1] for r in runs):.0f} MB"
-            )
-            print("findings per rule :", runs[-1][2].strip().replace("\n", "; ") or "none")
+            timings = []
+            for path in args.file:
+                runs = [check(python, path, None) for _ in range(args.repeat)]
+                seconds = statistics.median(r[0] for r in runs)
+                cpu = statistics.median(r[3] for r in runs)
+                size = path.stat().st_size / 1e3
+                timings.append((seconds, cpu, size, path))
+                print(
+                    f"pre-commit, one file ({path}, {size:.0f} KB): check {seconds:.3f} s, "
+                    f"cpu {cpu:.3f} s (median of {args.repeat}, start-up included), "
+                    f"peak {max(r[1] for r in runs):.0f} MB"
+                )
+                print("findings per rule :", runs[-1][2].strip().replace("\n", "; ") or "none")
+            if len(timings) > 1:
+                print(f"\nslowest first ({len(timings)} files, wall s, cpu s, KB):")
+                for seconds, cpu, size, path in sorted(timings, reverse=True):
+                    print(f"{seconds:7.3f} {cpu:7.3f} {size:7.0f}  {path}")
             return
         if args.synthetic:
             root = Path(tmp) / "synthetic"

@@ -1,8 +1,9 @@
 """Ecosystem check: run ampmigrate over real packages' source and check its invariants.
 
-    python scripts/ecosystem.py [--set packages|projects|repositories|all] [--mirrors DIR]
-                                [--packages accelerate,timm] [--baseline FILE]
+    python scripts/ecosystem.py [--set packages|projects|repositories|training|all]
+                                [--mirrors DIR] [--packages accelerate,timm] [--baseline FILE]
                                 [--update-baseline] [--sample N] [--bench] [--cache DIR]
+    python scripts/ecosystem.py --set training --bench-only --tree --repeat 3
 
 For each pinned package it downloads the distribution (``pip download --no-deps``) once into the
 cache (never committed), unpacks its Python files, copies them to a scratch tree and runs
@@ -26,7 +27,9 @@ start-up (``python -c pass``), a parse floor (start-up, reading every file and p
 imported) are timed too and printed as shares of Ruff's files/s: where the parse floor is below
 50 %, a Python checker that parses those files cannot meet the target on that package; where the
 cli floor is, no click command can. Every Python contender runs on ampmigrate installed as a
-user has it (``benchmark.installed_python``).
+user has it (``benchmark.installed_python``). ``--tree`` benches the packages together as one
+tree (issue 20: ``check`` within 1.5x Ruff's time on ~10k files), adding ``check --ignore AMP3``
+and ``check --select AMP1`` and printing every run and each contender's time over Ruff's.
 Exit status 1 if an invariant is broken.
 """
 
@@ -111,6 +114,8 @@ SETS = {
     "packages": PACKAGES,
     "projects": PROJECTS,
     "repositories": REPOSITORIES,
+    # the training code the tool is for, 10,203 files: issue 20's 10k-file tree (--tree)
+    "training": {**PROJECTS, **REPOSITORIES},
     "all": {**PACKAGES, **PROJECTS, **REPOSITORIES},
 }
 BASELINE = ROOT / "scripts" / "ecosystem-baseline.json"
@@ -342,7 +347,10 @@ def _prefiltered(tree: Path, files: list[Path]) -> str:
     return "\0".join(os.path.join(".", f.relative_to(tree)) for f in passed)
 
 
-def _contenders(python: str, ruff: str | None, listing: Path) -> dict[str, list[str]]:
+def _contenders(
+    python: str, ruff: str | None, listing: Path, selections: bool = False
+) -> dict[str, list[str]]:
+    check = [python, "-P", "-m", "ampmigrate", "check", "--max-file-size", "0"]
     contenders = {
         # the floor of any Python tool: the interpreter's start-up (with site, as `check` runs)
         "python start-up": [python, "-c", "pass"],
@@ -350,8 +358,11 @@ def _contenders(python: str, ruff: str | None, listing: Path) -> dict[str, list[
         "parse floor": [python, "-c", PARSE_FLOOR, str(listing)],
         # the same with the command-line library check is built on loaded: no click CLI is faster
         "cli floor": [python, "-c", "import click\n" + PARSE_FLOOR, str(listing)],
-        "check": [python, "-P", "-m", "ampmigrate", "check", "--max-file-size", "0", "."],
+        "check": [*check, "."],
     }
+    if selections:  # issue 20: the rules without the apex family, and the renames alone
+        contenders["check --ignore AMP3"] = [*check, "--ignore", "AMP3", "."]
+        contenders["check --select AMP1"] = [*check, "--select", "AMP1", "."]
     if ruff:
         banned = [
             f'lint.flake8-tidy-imports.banned-api."{m}".msg = "deprecated"'
@@ -364,11 +375,14 @@ def _contenders(python: str, ruff: str | None, listing: Path) -> dict[str, list[
     return contenders
 
 
-def bench(name: str, cache: Path, python: str, repeat: int = 5) -> dict:
+def bench(name: str, cache: Path, python: str, repeat: int = 5, tree: Path | None = None) -> dict:
     """files/s and peak memory of ``check`` (all rules), the floors and Ruff's TID251 ban of
     the same modules, each a subprocess, start-up included, median of ``repeat`` runs taken in
-    turns (every contender once per round, so a change of load is shared)."""
-    tree = fetch(name, cache)
+    turns (every contender once per round, so a change of load is shared). ``tree``: time that
+    tree instead of the package ``name`` (``--tree``), with the selections of issue 20 too and
+    each contender's time as a multiple of Ruff's."""
+    combined = tree is not None
+    tree = tree or fetch(name, cache)
     files = [p for p in tree.rglob("*.py") if p.is_file()]
     for p in files:  # warm the page cache so no contender pays for the disk
         p.read_bytes()
@@ -378,13 +392,22 @@ def bench(name: str, cache: Path, python: str, repeat: int = 5) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         listing = Path(scratch) / "prefiltered"
         listing.write_text(_prefiltered(tree, files), encoding="utf-8")
-        contenders = _contenders(python, ruff, listing)
+        contenders = _contenders(python, ruff, listing, selections=combined)
         rounds = [{k: timed(c, cwd=tree) for k, c in contenders.items()} for _ in range(repeat)]
         for label in contenders:
             runs = [turn[label] for turn in rounds]
             seconds = statistics.median(r[0] for r in runs)
             cpu = statistics.median(r[3] for r in runs)
             figures[label] = (n / seconds, max(r[1] for r in runs), cpu)
+            if combined:
+                print(
+                    f"{label:<20} wall "
+                    + " ".join(f"{r[0]:6.3f}" for r in runs)
+                    + " s | cpu "
+                    + " ".join(f"{r[3]:6.2f}" for r in runs)
+                    + f" s | peak {max(r[1] for r in runs):4.0f} MB",
+                    flush=True,
+                )
     line = f"{name:<18} {n:>5} files"
     for label, (rate, peak, cpu) in figures.items():
         line += f" | {label} {rate:6.0f}/s {peak:3.0f} MB cpu {cpu:5.2f} s"
@@ -401,15 +424,46 @@ def bench(name: str, cache: Path, python: str, repeat: int = 5) -> dict:
             f", cli {cli / ruff[0]:4.0%}"
         )
     print(line, flush=True)
+    if combined and "ruff TID251" in figures:
+        ruff = figures["ruff TID251"]
+        print(
+            "time / ruff TID251 (median wall; cpu): "
+            + ", ".join(
+                f"{label} {ruff[0] / rate:.2f}x; {cpu / ruff[2]:.2f}x"
+                for label, (rate, _, cpu) in figures.items()
+            ),
+            flush=True,
+        )
     return figures
 
 
-def run_benches(names: list[str], cache: Path) -> None:
-    """:func:`bench` each package with ampmigrate installed as a user has it."""
+def combined_tree(names: list[str], cache: Path, root: Path) -> Path:
+    """One tree holding every named package's unpacked files, each under its name (hard links
+    where the file system allows): issue 20's 10k-file tree. ``root`` must lie outside any git
+    checkout, or git's ignore rules would hide the files from the contenders."""
+    for name in names:
+        shutil.copytree(fetch(name, cache), root / name, copy_function=_link_or_copy)
+    return root
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def run_benches(names: list[str], cache: Path, tree: bool = False, repeat: int = 5) -> None:
+    """:func:`bench` each package with ampmigrate installed as a user has it (``tree``: all of
+    them together as one tree)."""
     with tempfile.TemporaryDirectory() as scratch:
         python = installed_python(Path(scratch))
+        if tree:
+            root = combined_tree(names, cache, Path(scratch) / "tree")
+            bench(f"{len(names)} packages", cache, python, repeat, tree=root)
+            return
         for name in names:
-            bench(name, cache, python)
+            bench(name, cache, python, repeat)
 
 
 def main() -> int:
@@ -423,16 +477,21 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=0)
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--bench-only", action="store_true", help="only time; check nothing")
+    parser.add_argument(
+        "--tree", action="store_true", help="bench the packages together, as one tree"
+    )
+    parser.add_argument("--repeat", type=int, default=5, help="bench runs per contender")
     args = parser.parse_args()
     global MIRRORS
     MIRRORS = args.mirrors
     known = SETS["all"]
     names = [n for n in (args.packages or ",".join(SETS[args.set])).split(",") if n]
+    names = list(dict.fromkeys(names))
     unknown = [n for n in names if n not in known]
     if unknown:
         parser.error(f"unknown package(s): {', '.join(unknown)}; known: {', '.join(known)}")
     if args.bench_only:
-        run_benches(names, args.cache)
+        run_benches(names, args.cache, args.tree, args.repeat)
         return 0
     scratch = args.cache / "scratch"
     results = {name: check_package(name, args.cache, scratch) for name in names}
@@ -479,7 +538,7 @@ def main() -> int:
         sample(results, args.sample)
     if args.bench:
         print()
-        run_benches(names, args.cache)
+        run_benches(names, args.cache, args.tree, args.repeat)
     return 1 if broken else 0
 
 

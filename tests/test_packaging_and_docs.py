@@ -25,6 +25,10 @@ def test_wheel_ships_the_rule_catalog(tmp_path):
         archive.extractall(tmp_path / "unpacked")
     expected = {f"ampmigrate/rules/{p.name}" for p in (ROOT / "rules").glob("*.toml")}
     assert expected and expected <= names
+    # every module of the package, subpackages included (a subpackage left out of pyproject's
+    # list made every apex-API file an internal error for an installed copy)
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "ampmigrate").rglob("*.py")}
+    assert modules - names == set()
     assert any(n.endswith("entry_points.txt") for n in names)
     # Load the catalog from the unpacked wheel alone (-S: no site-packages, no editable finder).
     probe = (

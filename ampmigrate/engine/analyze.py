@@ -52,12 +52,13 @@ class Analysis:
     ) -> None:
         self.tree = parse(data) if tree is None else tree
         self.source = Source.from_bytes(data, path)
+        self._names: Names | None = None
         known = new_memo()  # the rules share anchors, words and shapes: test each once
         rules = [r for r in settings.rules if rule_prefilter(r.triggers).may_match(data, known)]
         self.findings: list[Finding] = self._run(rules, settings) if rules else []
 
     def _run(self, rules: list[Rule], settings: Settings) -> list[Finding]:
-        names = Names(self.tree)
+        names = self._names = Names(self.tree)
         groups: dict[str, list[Rule]] = {}
         for rule in rules:
             groups.setdefault(family(rule).module, []).append(rule)
@@ -66,6 +67,13 @@ class Analysis:
             module = importlib.import_module(name)
             findings += module.check(self.tree, self.source, names, group, settings)
         return findings
+
+    def release(self) -> None:
+        """Free the name resolution's reference cycles (:meth:`Names.release`): call once the
+        findings have been reported and their fixes applied."""
+        if self._names is not None:
+            self._names.release()
+            self._names = None
 
     def diagnostics(self, settings: Settings) -> list[tuple[Finding, Diagnostic]]:
         """Unsuppressed findings with their reported form, in source order."""

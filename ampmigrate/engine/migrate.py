@@ -31,7 +31,19 @@ def migrate_source(
     (fixes that overlap wait for the next pass), so what is reported as remaining is exactly
     what a second run would report.
     """
-    analysis = Analysis(source, settings, path, _check_python(source))
+    analyses = [Analysis(source, settings, path, _check_python(source))]
+    try:
+        return _migrate(analyses, source, settings, path)
+    finally:
+        for analysis in analyses:  # done with: its trees are freed now, not by the collector
+            analysis.release()
+
+
+def _migrate(
+    analyses: list[Analysis], source: bytes, settings: Settings, path: str
+) -> tuple[bytes, list[Diagnostic], list[Diagnostic]]:
+    """:func:`migrate_source` from the first analysis; each new one is added to ``analyses``."""
+    analysis = analyses[0]
     keep_imports = Path(path).name == "__init__.py"
     fixed: list[Diagnostic] = []
     for _ in range(MAX_FIX_PASSES):
@@ -48,6 +60,7 @@ def migrate_source(
             text = apply(analysis.source.text, chosen, keep_imports)
             new_source = analysis.source.encode(text)
             analysis = Analysis(new_source, settings, path)
+            analyses.append(analysis)
         except (FixError, SyntaxError, ValueError) as exc:
             raise FixError(f"fixes for {codes} produced code that does not parse ({exc})") from exc
         left = {(f.code, f.message) for f in analysis.findings}
