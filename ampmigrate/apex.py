@@ -258,6 +258,7 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
         self.late: str | None = None  # why it cannot be created before an earlier restore
         self.scale_gap = False  # apex never checkpointed its scale, nor does the rewrite
         self.global_home: cst.FunctionDef | None = None  # creates the module-level scaler
+        self.siblings: list | None = None  # apex_siblings of the file (None: not looked up)
 
     def verify(self) -> None:
         """The last guard against a wrong rewrite: apply the plan in memory; the result must
@@ -498,6 +499,15 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
             "no `amp.scale_loss` in this file: the loss is scaled and the optimizer stepped in "
             "another file; create the GradScaler here and pass it there"
         )
+        if self.siblings == [] and self.path is not None and os.path.isfile(self.path):
+            # nothing it imports calls apex: perhaps nothing scales at all
+            return (
+                "no `amp.scale_loss` in this file, and none of the modules it imports that are "
+                "on disk calls apex amp: if no other code scales the loss, apex only casts here "
+                "(O1's autocast, no loss scaling): delete `amp.initialize` and run the forward "
+                'under `torch.amp.autocast("cuda", dtype=torch.float16)`, by hand; if other code '
+                "does, create the GradScaler here and pass it there"
+            )
         args = {a.keyword.value: a.value for a in init.args if a.keyword}
         positional = [a.value for a in init.args if not a.keyword]
         optimizer = args.get("optimizers", positional[1] if len(positional) > 1 else None)
@@ -614,7 +624,8 @@ class _Planner(VersionGates, SwitchFlow, InferenceOnly):
             return
         other = self.link.callee if role == "caller" else None
         folder = os.path.dirname(os.path.abspath(self.path))
-        for sibling in apex_siblings(self.path):
+        self.siblings = apex_siblings(self.path)
+        for sibling in self.siblings:
             if sibling.path == other:
                 continue
             shown = os.path.relpath(sibling.path, folder)

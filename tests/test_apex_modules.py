@@ -233,3 +233,24 @@ def test_a_sibling_module_using_amp_state_keeps_the_whole_component_refused(tmp_
     [result] = run([root / "train.py"], _settings(fix=True))
     assert [d.code for d in result.fixed] == ["AMP303"]
     assert b"from apex" not in result.new_source and b"amp.scale_loss" not in result.new_source
+
+
+def test_initialize_whose_imports_never_call_apex_says_apex_only_casts(tmp_path):
+    """scene_graph_benchmark: `amp.initialize` in the entry point, a trainer with its own native
+    GradScaler: nothing scales under apex; the refusal says so instead of "scaled elsewhere"."""
+    (tmp_path / "trainer.py").write_text(
+        "import torch\n\n\ndef do_train(model, optimizer, loader):\n"
+        '    scaler = torch.amp.GradScaler("cuda")\n'
+        "    for x in loader:\n        scaler.scale(model(x).sum()).backward()\n"
+        "        scaler.step(optimizer)\n        scaler.update()\n"
+    )
+    (tmp_path / "train_net.py").write_text(
+        "from apex import amp\nfrom trainer import do_train\n\n\n"
+        "def main(model, optimizer, loader):\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    do_train(model, optimizer, loader)\n"
+    )
+    [result] = run([tmp_path / "train_net.py"], _settings())
+    [finding] = [d for d in result.diagnostics if d.code == "AMP303"]
+    assert "none of the modules it imports that are on disk calls apex amp" in finding.message
+    assert "apex only casts here" in finding.message
