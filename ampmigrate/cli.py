@@ -27,6 +27,7 @@ from ampmigrate.engine.write import write_atomic
 from ampmigrate.families import reads_dependency_files
 from ampmigrate.findings import Diagnostic
 from ampmigrate.floor import find as torch_floor
+from ampmigrate.floor import keras_target
 from ampmigrate.report import FORMATS, RENDERERS, text
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -154,8 +155,11 @@ def _globs(value: str | None) -> tuple[str, ...]:
     return tuple(p.strip() for p in (value or "").split(",") if p.strip())
 
 
-def _settings(paths: list[Path], options: LintOptions, fix: bool) -> tuple[Config, Settings, str]:
-    """Command line over [tool.ampmigrate] over the project's declared torch floor."""
+def _settings(
+    paths: list[Path], options: LintOptions, fix: bool
+) -> tuple[Config, Settings, tuple[str, str]]:
+    """Command line over [tool.ampmigrate] over the project's declared torch floor (and
+    TensorFlow/Keras); with where each target came from, for ``--show-settings``."""
     try:
         config = resolve_config(paths, options.config_file)
         selected = _codes(options.select) if options.select is not None else config.select
@@ -178,6 +182,16 @@ def _settings(paths: list[Path], options: LintOptions, fix: bool) -> tuple[Confi
                 None,
                 "no torch requirement found: every fix may use the newest torch",
             )
+        if options.target_keras:
+            target_keras, keras_source = int(options.target_keras), "--target-keras"
+        elif config.target_keras is not None:
+            target_keras = config.target_keras
+            keras_source = f"{config.source}: target-keras"
+        elif declared := keras_target(paths):
+            target_keras, keras_source = declared
+        else:
+            target_keras = 3
+            keras_source = "no TensorFlow/Keras requirement found: Keras 3, TensorFlow's since 2.16"
     except (ConfigError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
     settings = Settings(
@@ -185,22 +199,22 @@ def _settings(paths: list[Path], options: LintOptions, fix: bool) -> tuple[Confi
         fix=fix,
         unsafe_fixes=options.unsafe_fixes,
         target_torch=target_torch,
-        target_keras=int(options.target_keras) if options.target_keras else config.target_keras,
+        target_keras=target_keras,
         max_file_size=int(options.max_file_size * 1e6),
     )
-    return config, settings, torch_source
+    return config, settings, (torch_source, keras_source)
 
 
 def _show_settings(
-    config: Config, settings: Settings, torch_source: str, files: list[Path]
+    config: Config, settings: Settings, sources: tuple[str, str], files: list[Path]
 ) -> None:
     target = ".".join(map(str, settings.target_torch)) if settings.target_torch else "none"
     lines = [
         f"config file: {config.source or 'none'}",
         f"root: {config.root}",
         f"rules: {' '.join(r.code for r in settings.rules)}",
-        f"target-torch: {target} ({torch_source})",
-        f"target-keras: {settings.target_keras}",
+        f"target-torch: {target} ({sources[0]})",
+        f"target-keras: {settings.target_keras} ({sources[1]})",
         f"unsafe-fixes: {str(settings.unsafe_fixes).lower()}",
         "exclude: "
         + (", ".join(config.exclude) if config.exclude is not None else "built-in list"),
@@ -214,7 +228,7 @@ def _show_settings(
 def _collect(paths: tuple[Path, ...], options: LintOptions, fix: bool) -> Run:
     """Resolve configuration (CLI over pyproject.toml), discover files and process them."""
     paths = list(paths) or [Path(".")]
-    config, settings, torch_source = _settings(paths, options, fix)
+    config, settings, sources = _settings(paths, options, fix)
     excluded_dirs = EXCLUDED_DIRS if config.exclude is None else frozenset()
     files = discover(
         paths,
@@ -223,7 +237,7 @@ def _collect(paths: tuple[Path, ...], options: LintOptions, fix: bool) -> Run:
         dependency_files=reads_dependency_files({r.code for r in settings.rules}),
     )
     if options.show_settings:
-        _show_settings(config, settings, torch_source, files)
+        _show_settings(config, settings, sources, files)
     bar = _Progress(sys.stderr.isatty())
     try:
         results = run(files, settings, options.jobs, config.ignored_codes, progress=bar)
@@ -550,8 +564,8 @@ def verify(
         extend_exclude=None, target_torch=target_torch, show_settings=False, target_keras=None,
         max_file_size=2.0,
     )  # fmt: skip
-    config, settings, torch_source = _settings([script], lint, fix=True)
-    plan = FixPlan(settings, config.ignored_codes, config.excluded, torch_source)
+    config, settings, sources = _settings([script], lint, fix=True)
+    plan = FixPlan(settings, config.ignored_codes, config.excluded, sources[0])
     options = Options(
         steps=steps, seed=seed, device=device, threads=threads, timeout=timeout,
         nproc_per_node=nproc_per_node or 0, emulate_cuda=emulate_cuda, parallel=parallel,

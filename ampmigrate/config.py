@@ -41,7 +41,7 @@ class Config:
     extend_exclude: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     target_torch: tuple[int, ...] | None = None
-    target_keras: int = 3
+    target_keras: int | None = None  # None: from the declared TensorFlow, else 3
     output_format: str = "text"
 
     def _relative(self, path: Path) -> PurePosixPath | None:
@@ -113,8 +113,8 @@ def load(path: Path) -> Config:
     output_format = table.get("output-format", "text")
     if output_format not in FORMATS:
         raise ConfigError(f"{path}: output-format must be one of {', '.join(FORMATS)}")
-    target_keras = table.get("target-keras", 3)
-    if target_keras not in (2, 3) or isinstance(target_keras, bool):
+    target_keras = table.get("target-keras")
+    if target_keras is not None and (target_keras not in (2, 3) or isinstance(target_keras, bool)):
         raise ConfigError(f"{path}: target-keras must be 2 or 3, not {target_keras!r}")
     return Config(
         root=path.parent.resolve(),

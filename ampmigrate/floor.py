@@ -213,3 +213,55 @@ def find(paths: Sequence[Path]) -> Floor | None:
         return None
     version, source = min(found)
     return Floor(version, source)
+
+
+# TensorFlow bundles Keras 3 from 2.16 on; before, Keras 2
+_KERAS3_TF = (2, 16)
+_TF_NAMES = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos")
+
+
+def _requirement_bound(requirement: str, names: tuple[str, ...]) -> tuple[str, tuple] | None:
+    """(name, lowest release it admits, or ()) when ``requirement`` is one of ``names``."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        parsed = Requirement(requirement)
+    except InvalidRequirement:
+        return None
+    name = parsed.name.lower().replace("_", "-")
+    if name not in names:
+        return None
+    bounds = []
+    for spec in parsed.specifier:
+        if spec.operator in (">=", ">", "~=", "==", "==="):
+            try:
+                bounds.append(tuple((*Version(spec.version.removesuffix(".*")).release, 0)[:2]))
+            except InvalidVersion:
+                continue
+    return name, max(bounds) if bounds else ()
+
+
+def keras_target(paths: Sequence[Path]) -> tuple[int, str] | None:
+    """The Keras the project's oldest supported TensorFlow ships (2 below TF 2.16), or the one
+    it declares itself (``keras``, ``tf-keras``): a Keras-3-only fix would break a project that
+    still supports Keras 2. None: it declares neither."""
+    directory = project_dir(paths)
+    if directory is None:
+        return None
+    found: list[tuple[int, str]] = []
+    for file, requirement in _declared(directory):
+        lowered = requirement.lower()
+        if "keras" not in lowered and "tensorflow" not in lowered:
+            continue  # packaging is imported only for these
+        bound = _requirement_bound(requirement, (*_TF_NAMES, "keras", "tf-keras"))
+        if bound is None:
+            continue
+        name, version = bound
+        if name == "tf-keras":
+            found.append((2, f"{file}: {requirement}"))
+        elif name == "keras" and version:
+            found.append((3 if version >= (3, 0) else 2, f"{file}: {requirement}"))
+        elif name in _TF_NAMES and version:
+            found.append((3 if version >= _KERAS3_TF else 2, f"{file}: {requirement}"))
+    return min(found) if found else None

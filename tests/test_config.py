@@ -169,7 +169,7 @@ def test_show_settings_names_the_floor_and_its_source(cli, tmp_path):
     result = cli("check", "--show-settings", ".", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "target-torch: 2.1 (requirements.txt: torch>=2.1)" in result.stdout.splitlines()
-    assert "files: 1" in result.stdout.splitlines()
+    assert "files: 2" in result.stdout.splitlines()  # train.py and, for AMP316, the requirements
     (tmp_path / "requirements.txt").write_text("torch\n")  # no lower bound: no floor
     result = cli("check", "--show-settings", ".", cwd=tmp_path)
     assert "target-torch: none (no torch requirement found" in result.stdout
@@ -208,3 +208,26 @@ def test_torch_floor_without_packaging_reads_what_packaging_reads(requirement):
     assert floor.lower_bound(requirement) == floor.packaging_bound(requirement)
     # plain declarations are read without importing packaging; the rest go through it
     assert (floor._plain_bound(requirement) is not None) == (requirement in PLAIN)
+
+
+@pytest.mark.parametrize(
+    ("declared", "keras"),
+    [
+        ({"requirements.txt": "tensorflow~=2.15.0\n"}, 2),
+        ({"requirements.txt": "tensorflow-cpu>=2.16\n"}, 3),
+        ({"requirements.txt": "tensorflow>=2.12\ntf-keras\n"}, 2),
+        ({"pyproject.toml": '[project]\nname = "p"\ndependencies = ["keras>=3.0"]\n'}, 3),
+        ({"requirements.txt": "numpy\n"}, 3),
+    ],
+)
+def test_target_keras_from_the_declared_tensorflow(cli, tmp_path, declared, keras):
+    """tf-models-official 2.15 pins TensorFlow 2.15 (Keras 2): AMP406's Keras 3 fix broke it."""
+    for name, text in declared.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "train.py").write_text(KERAS2_CODE)
+    shown = cli("check", "--show-settings", "train.py", cwd=tmp_path).stdout
+    assert f"target-keras: {keras} (" in shown
+    result = cli("check", "train.py", cwd=tmp_path)
+    assert (result.returncode, "AMP406" in result.stdout) == (
+        (1, True) if keras == 3 else (0, False)
+    )
