@@ -18,9 +18,9 @@ Item = tuple[str, bytes, frozenset[str]]
 # An old class where renames.class_values records it, by its bytes (a necessary condition: a
 # dict key `cls:`, a subscript `[cls]`, an argument `f(cls,`, an operand `is cls` / `cls ==`).
 _IDENTITY_SPELLING = re.compile(
-    rb"(?:GradScaler|autocast)[ \t]*(?:[:\],)]|[=!]=)|(?:\bis(?:[ \t]+not)?|[=!]=)[ \t]*"
+    rb"(?:GradScaler|autocast)[ \t]*(?:[:\],)\"']|[=!]=)|(?:\bis(?:[ \t]+not)?|[=!]=)[ \t]*"
     rb"[\w.]*(?:GradScaler|autocast)\b"
-)
+)  # a key, an operand, an argument, or a name in a string (a patch target)
 
 
 def checkpoint_helpers(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -> Any:

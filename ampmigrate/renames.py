@@ -237,6 +237,8 @@ def _constructors_beside_values(
     here = {}
     for code, device, line in visitor.class_values:
         here.setdefault((code, device), []).append(f"{path or '<source>'}:{line}")
+    for code, device, line in visitor.named_strings:
+        here.setdefault((code, device), []).append(f"{path or '<source>'}:{line} {_BY_NAME}")
     for finding, sym in visitor.constructors:
         key = (sym.code, sym.device)
         places = sorted(set(here.get(key, [])) | set(elsewhere.get(key, ())))
@@ -247,7 +249,9 @@ def _constructors_beside_values(
         finding.message += (
             f"; the old class is also used as a value at {shown}: an instance of `{sym.new}` "
             "is not the old class there"
-        )
+            + (", and a patch of the old name (`mock.patch`) no longer intercepts the call"
+               if _BY_NAME in shown else "")
+        )  # fmt: skip
 
 
 def class_values(items: Iterable[tuple[str, bytes]], settings: Settings) -> dict:
@@ -267,7 +271,14 @@ def class_values(items: Iterable[tuple[str, bytes]], settings: Settings) -> dict
         visitor.run()
         for code, device, line in visitor.class_values:
             out.setdefault((code, device), []).append(f"{path}:{line}")
+        for code, device, line in visitor.named_strings:
+            out.setdefault((code, device), []).append(f"{path}:{line} {_BY_NAME}")
     return {key: tuple(places) for key, places in out.items()}
+
+
+_BY_NAME = "(by name, in a string)"
+# an old dotted name written in a string: `mock.patch("torch.cuda.amp.autocast")`
+_NAMED = re.compile(r"""["'](torch\.(?:cuda|cpu)\.amp\.[\w.]+)["']""")
 
 
 class _Renames:
@@ -290,6 +301,8 @@ class _Renames:
         # safely: a constructor migrated anywhere in the run changes what matches there
         self.class_values: list[tuple[str, str, int]] = []
         self.constructors: list[tuple[Finding, Symbol]] = []  # class calls that got a fix
+        # (rule code, device, line) where an old class is named in a string (a patch target)
+        self.named_strings: list[tuple[str, str, int]] = []
         self._dispatched: set[ast.AST] = set()  # names bound per device by an if/else
         self._gates: dict[ast.AST, bool] = {}
 
@@ -756,6 +769,13 @@ class _Renames:
     def run(self) -> None:
         """Only names spelled like a symbol are candidates; each one's context is read off its
         ancestors, outer candidates first (a matched one hides what is inside it)."""
+        text = self.source.text
+        if "amp." in text:
+            for match in _NAMED.finditer(text):
+                sym = self.table.get(match.group(1))
+                if sym is not None and sym.kind == "class":
+                    line = text.count("\n", 0, match.start()) + 1
+                    self.named_strings.append((sym.code, sym.device, line))
         found = [n for s in self._last_segments for n in self.names.spelled(s)]
         found += [n for a in self._aliases for n in self.names.spelled(a) if type(n) is ast.Name]
         for node in sorted(set(found), key=_outer_first):
