@@ -822,7 +822,7 @@ def test_an_unscale_alone_under_a_flag_goes_with_its_if():
     assert fix_source(out)[2] == []
 
 
-ENGINE = """\
+IGNITE_ENGINE = """\
 import torch
 
 
@@ -851,14 +851,14 @@ def test_evaluate_uses_autocast():
 def test_a_constructor_whose_old_name_a_test_patches_is_unsafe_and_names_the_patch(tmp_path, cli):
     """pytorch-ignite 0.4.13: its test patches "torch.cuda.amp.autocast" by name; after the
     library's autocast is migrated the patch intercepts nothing and the test fails."""
-    (tmp_path / "engine.py").write_text(ENGINE)
+    (tmp_path / "engine.py").write_text(IGNITE_ENGINE)
     (tmp_path / "test_engine.py").write_text(PATCHING_TEST)
     checked = cli("check", "--output-format", "concise", str(tmp_path))
     [line] = [x for x in checked.stdout.splitlines() if "engine.py:7" in x and "AMP101" in x]
     assert "test_engine.py:9 (by name, in a string)" in line and "[*]" not in line
     assert "a patch of the old name (`mock.patch`) no longer intercepts the call" in line
     cli("fix", str(tmp_path))
-    assert (tmp_path / "engine.py").read_text() == ENGINE  # the safe run leaves it
+    assert (tmp_path / "engine.py").read_text() == IGNITE_ENGINE  # the safe run leaves it
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_engine.py"],
         cwd=tmp_path, capture_output=True, text=True, check=False,
