@@ -119,7 +119,7 @@ def load(path: Path, trust: bool):
 def convert(checkpoint, key: str | None, choice: str) -> tuple[object, list[Conversion]]:
     """Replace every apex state in ``checkpoint`` (or the one under ``key``); returns the new
     checkpoint (the same object, unless the whole file was an apex state) and what changed."""
-    from ampmigrate.apexapi import optimstate
+    from ampmigrate.apex.api import optimstate
 
     optimizers: list[tuple] = []
     if key is not None:

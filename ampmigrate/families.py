@@ -56,8 +56,8 @@ class ProjectPass:
 FAMILIES: tuple[Family, ...] = (
     Family("ampmigrate.renames", lambda rule: bool(rule.symbols)),
     Family("ampmigrate.keras", lambda rule: bool(rule.paths) or rule.code.startswith("AMP4")),
-    Family("ampmigrate.apexcheck", lambda rule: rule.check == "apex-o1-rewrite"),
-    Family("ampmigrate.apexapi", lambda rule: rule.check == "apex-api"),
+    Family("ampmigrate.apex.check", lambda rule: rule.check == "apex-o1-rewrite"),
+    Family("ampmigrate.apex.api", lambda rule: rule.check == "apex-api"),
     Family("ampmigrate.requirements", lambda rule: rule.check == "apex-requirement"),
     Family("ampmigrate.checks", lambda rule: rule.check == "backward-in-autocast"),
     Family("ampmigrate.scalerflow", lambda rule: True),
@@ -79,7 +79,7 @@ PROJECT_PASSES: tuple[ProjectPass, ...] = (
     ProjectPass(
         name="apex_links",
         codes=frozenset({"AMP303"}),
-        module="ampmigrate.apexcheck",
+        module="ampmigrate.apex.check",
         prepare="link_pairs",
         settle="settle_pairs",
     ),

@@ -357,7 +357,7 @@ class Usage:
 
 
 def _usage(root: Path, results: dict[str, FileResult]) -> Usage:
-    from ampmigrate.apexapi.table import COMPILED
+    from ampmigrate.apex.api.table import COMPILED
 
     # the run's own bytes after its fixes (a --diff run writes nothing), else the disk's
     changed = {os.path.abspath(name): r.new_source for name, r in results.items() if r.changed}

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "scripts" / "apex-census.json"
 sys.path.insert(0, str(ROOT))
 
-from ampmigrate.apexapi import table  # noqa: E402  (the script runs from a checkout)
+from ampmigrate.apex.api import table  # noqa: E402  (the script runs from a checkout)
 
 # apex.amp's O1 names AMP303 rewrites; the rest of apex.amp (O2 master weights ...) and
 # fp16_utils' structural names have no fix.

@@ -1,4 +1,4 @@
-"""Compare AMP303's ``ast`` verdict (ampmigrate/apexverdict.py) with the libcst planner's finding.
+"""Compare AMP303's ``ast`` verdict (ampmigrate/apex/verdict.py) with the libcst planner's finding.
 
     python scripts/apex_verdict.py PATH... [--verbose] [--drop-initialize]
 
@@ -27,7 +27,7 @@ def planned(text: str) -> Result | None:
     import libcst as cst
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from ampmigrate.apex import ApexO1
+    from ampmigrate.apex.planner import ApexO1
     from ampmigrate.catalog import all_rules
 
     wrapper = MetadataWrapper(cst.parse_module(text))
@@ -44,8 +44,8 @@ def planned(text: str) -> Result | None:
 def judged(text: str) -> Result | str | None:
     """The ``ast`` verdict on ``text``; "no calls" where the engine sees no apex call (and never
     runs AMP303), "planner" where the verdict leaves the file to libcst."""
-    from ampmigrate.apexlinks import apex_calls
-    from ampmigrate.apexverdict import verdict
+    from ampmigrate.apex.links import apex_calls
+    from ampmigrate.apex.verdict import verdict
     from ampmigrate.engine.names import Names
     from ampmigrate.engine.source import Source
 
@@ -62,7 +62,7 @@ def judged(text: str) -> Result | str | None:
 
 
 def _initializes(text: str) -> bool:
-    from ampmigrate.apexlinks import apex_calls
+    from ampmigrate.apex.links import apex_calls
     from ampmigrate.engine.names import Names
 
     names = Names(ast.parse(text))

@@ -1,4 +1,4 @@
-"""apex O1 across two modules (AMP303 with apexlinks): ``amp.initialize`` in tools/train_net.py,
+"""apex O1 across two modules (AMP303 with apex.links): ``amp.initialize`` in tools/train_net.py,
 ``amp.scale_loss`` in the training function of detection/engine/trainer.py. Rewritten only
 together, in one run; each side alone, or with a caller the run cannot update, refuses."""
 

@@ -1,4 +1,4 @@
-"""AMP303 on ``ast`` (ampmigrate/apexverdict.py) for files without ``amp.initialize``: the same
+"""AMP303 on ``ast`` (ampmigrate/apex/verdict.py) for files without ``amp.initialize``: the same
 message and position as the libcst planner's refusal, run directly, on the fixtures, the rule
 examples and one source per blocker kind; the cases ``ast`` cannot be sure of go to the planner;
 ``check`` on such a file never imports libcst and ``fix`` leaves it as it is."""

@@ -4,6 +4,6 @@
 has nothing), ``plan`` resolves the references of a file and plans the rewrites.
 """
 
-from ampmigrate.apexapi.plan import check
+from ampmigrate.apex.api.plan import check
 
 __all__ = ["check"]

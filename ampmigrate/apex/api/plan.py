@@ -23,8 +23,8 @@ import ast
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ampmigrate.apexapi import table
-from ampmigrate.apexapi.table import TARGETS, Target
+from ampmigrate.apex.api import table
+from ampmigrate.apex.api.table import TARGETS, Target
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names, dotted
 from ampmigrate.engine.source import Source

@@ -2,7 +2,7 @@
 for them.
 
 A file that uses ``apex.amp`` but has no ``amp.initialize`` and is not one side of an apex pair
-(:mod:`ampmigrate.apexlinks`) is never rewritten: the planner (:mod:`ampmigrate.apex`) lists its
+(:mod:`ampmigrate.apex.links`) is never rewritten: the planner (:mod:`ampmigrate.apex`) lists its
 blockers and proposes no fix (timm's ``ApexScaler``, a checkpoint helper). Here the same blockers
 are found on the engine's ``ast`` and ``Names``, in the planner's order and with its texts (the
 text builders below are the ones the planner uses): unsupported members, apex imports the
@@ -93,7 +93,7 @@ def refusal(problems: Iterable[str]) -> str:
 
 def verdict(names: Names, source: Source, calls: Sequence[ast.Call]) -> tuple[str, ast.Call] | None:
     """(message, anchor call) of the planner's refusal for a file without ``amp.initialize``
-    whose apex calls (``apexlinks.apex_calls``) are ``calls``; None: the planner decides (the
+    whose apex calls (``apex.links.apex_calls``) are ``calls``; None: the planner decides (the
     file has ``initialize``, or ``ast`` cannot be sure to see it as libcst does). The caller
     checks that the file is not one side of an apex pair."""
     try:

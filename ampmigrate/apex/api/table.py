@@ -1,7 +1,7 @@
 """What each apex name outside ``apex.amp`` becomes in torch, as data the planner reads.
 
 The facts behind every entry (defaults, kernels, measured differences) are in
-``docs/apex.md`` ("Leaving apex entirely"); the planner (:mod:`ampmigrate.apexapi.plan`) only
+``docs/apex.md`` ("Leaving apex entirely"); the planner (:mod:`ampmigrate.apex.api.plan`) only
 maps arguments as these records say. ``accepts`` is the behaviour difference a fix accepts,
 quoted in its finding; an argument in ``refuse`` blocks the fix with its reason.
 """

@@ -2,11 +2,11 @@
 
 Per file: a file whose ``ast`` shows no ``apex.amp`` call gets nothing; one the planner can
 only refuse (no ``initialize``, not one side of a pair) gets that refusal from ``ast``
-(:mod:`ampmigrate.apexverdict`) without importing libcst; the rest is planned on libcst
+(:mod:`ampmigrate.apex.verdict`) without importing libcst; the rest is planned on libcst
 (:mod:`ampmigrate.apex`), whose fixes keep nodes of the libcst module they name.
 
 Over the run: the file that calls ``amp.initialize`` is paired with the one whose training
-function scales the loss (:mod:`ampmigrate.apexlinks`); afterwards both sides of a pair are
+function scales the loss (:mod:`ampmigrate.apex.links`); afterwards both sides of a pair are
 rewritten, or neither.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ampmigrate.apexlinks import apex_calls
+from ampmigrate.apex.links import apex_calls
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.settings import FileResult, Settings
@@ -39,7 +39,7 @@ def check(
         return []
     link = settings.project.get(PASS, {}).get(os.path.abspath(source.path))
     if link is None:
-        from ampmigrate.apexverdict import verdict
+        from ampmigrate.apex.verdict import verdict
 
         judged = verdict(names, source, calls)
         if judged is not None:
@@ -61,7 +61,7 @@ def check(
         if declared
         else "the rewrite does not resolve these calls to apex amp"
     )
-    from ampmigrate.apexverdict import refusal
+    from ampmigrate.apex.verdict import refusal
 
     message = refusal([f"line {calls[0].lineno}: {why}: migrate this file by hand"])
     where = Span(*source.position(calls[0]))
@@ -74,7 +74,7 @@ def _planned(source: Source, rules: list[Rule], calls: list[ast.Call], link: Any
     import libcst as cst
     from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
-    from ampmigrate.apex import ApexO1
+    from ampmigrate.apex.planner import ApexO1
 
     module = cst.parse_module(source.text)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -133,7 +133,7 @@ def link_pairs(settings: Settings, candidates: list[Item], paths: Sequence[Path]
     if not initializing or not scaling or len(initializing | scaling) < 2:
         return None  # no pair is possible: nothing to parse
     apex = [(n, s) for n, s in apex if n in initializing | scaling]
-    from ampmigrate import apexlinks
+    from ampmigrate.apex import links
 
     known = {n: s for n, s, _ in candidates}
 
@@ -148,7 +148,7 @@ def link_pairs(settings: Settings, candidates: list[Item], paths: Sequence[Path]
             except OSError:
                 continue
 
-    return apexlinks.link(apex, everything) or None
+    return links.link(apex, everything) or None
 
 
 def _pair_state(result: FileResult) -> str:

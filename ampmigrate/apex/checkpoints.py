@@ -1,0 +1,272 @@
+"""``amp.state_dict()`` / ``load_state_dict()`` -> the scaler's, under a key of their own, in the
+file and in checkpoint helpers.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ampmigrate.apex.common import _HELPER, _appended, _code, _is_call_of, _Setup
+
+
+class Checkpoints:
+    """The checkpoints stage of ``_Planner`` (mixed into it)."""
+
+    def _state(self, call: cst.Call, member: str) -> None:
+        access = self.access(self.function(call))
+        if access is None:
+            return  # _scope said why
+        if member == "state_dict" and call.args:
+            self.problem(call, "`amp.state_dict(destination)`: GradScaler has no destination")
+            return
+        func = cst.parse_expression(f"{access}.{member}")
+        self.plan.edits[call] = lambda u: u.with_changes(func=func)
+        if member == "state_dict":
+            self._rename_saved_key(call)
+        else:
+            self._rename_loaded_key(call)
+        note = (
+            f'the GradScaler state is saved under "{self.name}"; checkpoints saved by apex keep '
+            "apex's state under their old key: convert them with `ampmigrate convert-checkpoint` "
+            f'and store the result under "{self.name}"'
+        )
+        if note not in self.plan.notes:
+            self.plan.notes.append(note)
+
+    def _resume_state(self, setup: _Setup, init: cst.Call) -> None:
+        """apex's loss scale was never checkpointed here; the optimizer's is. Put the
+        GradScaler's state next to it, under its own key, where the scaler exists: a dict
+        literal holding ``opt.state_dict()`` gains ``"scaler": scaler.state_dict()``, and
+        ``opt.load_state_dict(ckpt[...])`` is followed by a guarded ``scaler.load_state_dict``
+        (old checkpoints have no such key; a disabled scaler saved ``{}``, which an enabled one
+        refuses to load)."""
+        args = {a.keyword.value: a.value for a in init.args if a.keyword}
+        positional = [a.value for a in init.args if not a.keyword]
+        optimizer = args.get("optimizers", positional[1] if len(positional) > 1 else None)
+        opt = _code(self.module, optimizer)
+        created = self.order[id(self.early or setup.statement)]
+        done: set[cst.CSTNode] = set()
+        gaps: list[str] = []  # where the scaler's state cannot join the optimizer's
+        joined: list[cst.CSTNode] = []  # the edits that make it join
+
+        def helper(function: cst.CSTNode) -> bool:
+            """A module-level checkpoint helper given ``opt`` only by the function holding the
+            scaler, after it exists: it can take the scaler as a parameter."""
+            if self.mode != "function" or not isinstance(function, cst.FunctionDef):
+                return False
+            if function in self.threaded or self.within(function, setup.home):
+                return function in self.threaded
+            if self.top_function(function) is not function:
+                return False
+            for ref in self._references(function.name.value):
+                call = self.parent(ref)
+                if not (
+                    isinstance(call, cst.Call)
+                    and call.func is ref
+                    and self.function(call) is setup.home
+                    and self.order[id(call)] > created
+                    and any(_code(self.module, a.value) == opt for a in call.args)
+                ):
+                    return False
+            self._thread([function], setup.home)
+            return True
+
+        def reachable(node: cst.CSTNode) -> str | None:
+            function = self.function(node)
+            if self.access(function) is None and helper(function):
+                return self.access(function)
+            access = self.access(function)
+            if access is None or (function is setup.home and self.order[id(node)] < created):
+                return None
+            return access
+
+        for node in self.nodes:
+            if _is_call_of(node, "state_dict") and _code(self.module, node.func.value) == opt:
+                holder = next((a for a in self.ancestors(node) if isinstance(a, cst.Dict)), None)
+                if holder is None or holder in self.plan.edits:
+                    continue
+                access = reachable(node)
+                keys = [e.key for e in holder.elements if isinstance(e, cst.DictElement)]
+                if access is None or not all(isinstance(k, cst.SimpleString) for k in keys):
+                    gaps.append(
+                        f"the checkpoint dict at line {self.line(node)} (the GradScaler is not "
+                        "created yet there, or not reachable, or the keys are not strings)"
+                    )
+                    continue
+                quote = keys[0].quote
+                element = cst.DictElement(
+                    cst.SimpleString(f"{quote}{self.name}{quote}"),
+                    cst.parse_expression(f"{access}.state_dict()"),
+                )
+                self.plan.edits[holder] = lambda u, e=element: u.with_changes(
+                    elements=_appended(u.elements, e)
+                )
+                joined.append(holder)
+            elif (
+                _is_call_of(node, "load_state_dict") and _code(self.module, node.func.value) == opt
+            ):
+                statement = self.statement(node)
+                source = node.args[0].value if len(node.args) == 1 else None
+                access = reachable(node)
+                if statement in done or (
+                    statement in self.plan.edits and statement is not self.early
+                ):
+                    continue
+                if not isinstance(source, cst.Subscript) or not isinstance(
+                    source.value, cst.Name | cst.Attribute
+                ):
+                    gaps.append(
+                        f"the restore at line {self.line(node)} (from a value that is not a "
+                        "checkpoint key: a file of its own?)"
+                    )
+                    continue
+                home = self.global_home
+                if home is not None and self.function(node) is not home:
+                    gaps.append(
+                        f"the restore at line {self.line(node)} (in "
+                        f"`{self.function(node).name.value}`, which may run before "
+                        f"`{home.name.value}` creates the GradScaler)"
+                    )
+                    continue
+                if access is None:
+                    gaps.append(
+                        f"the restore at line {self.line(node)} (before the GradScaler exists "
+                        f"where `amp.initialize` was, line {self.line(setup.statement)}, or "
+                        "where it is not reachable"
+                        + (f"; it cannot be created earlier: {self.late}" if self.late else "")
+                        + ")"
+                    )
+                    continue
+                if not isinstance(statement, cst.SimpleStatementLine) or statement.body[
+                    0
+                ] is not self.parent(node):
+                    gaps.append(f"the restore at line {self.line(node)} (inside an expression)")
+                    continue
+                container = _code(self.module, source.value)
+                quote = '"'
+                load = cst.parse_statement(
+                    f"if {quote}{self.name}{quote} in {container} and "
+                    f"{container}[{quote}{self.name}{quote}]:\n"
+                    f"    {access}.load_state_dict({container}[{quote}{self.name}{quote}])\n"
+                )
+                done.add(statement)
+                previous = self.plan.edits.get(statement)  # the early scaler line before it
+                self.plan.edits[statement] = lambda u, load=load, p=previous: cst.FlattenSentinel(
+                    [*(p(u).nodes if p else [u]), load]
+                )
+                joined.append(statement)
+                self.plan.notes.append(
+                    f"the GradScaler's state is restored after `{opt}`'s (line "
+                    f"{self.line(statement)}) when the checkpoint has it"
+                )
+        if gaps:
+            # apex never checkpointed its loss scale here: leaving the GradScaler's out is
+            # exactly what apex did (the scale restarts on resume); AMP208 reports that gap
+            for node in joined:
+                if node is self.early:
+                    previous = self.plan.edits[node]
+                    self.plan.edits[node] = lambda u, p=previous: cst.FlattenSentinel(
+                        p(u).nodes[:-1]
+                    )
+                else:
+                    del self.plan.edits[node]
+            self.plan.notes = [
+                n for n in self.plan.notes if "GradScaler's state is restored" not in n
+            ]
+            self.plan.notes.append(
+                "apex never checkpointed its loss scale here and the GradScaler's state is "
+                f"not added beside `{opt}`'s either ({'; '.join(gaps)}): the scale restarts "
+                "on resume, as it did under apex (AMP208 reports this gap on its own)"
+            )
+            self.scale_gap = True
+
+    def _new_key(self, node: cst.SimpleString) -> None:
+        quote = node.quote
+        self.plan.edits[node] = lambda _u: cst.SimpleString(f"{quote}{self.name}{quote}")
+
+    def _rename_saved_key(self, call: cst.Call) -> None:
+        parent = self.parent(call)
+        if isinstance(parent, cst.DictElement) and isinstance(parent.key, cst.SimpleString):
+            self._new_key(parent.key)
+            return
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            index = self._key_of(target)
+            if index is not None:
+                self._new_key(index)
+                return
+        self.plan.notes.append(
+            f"`amp.state_dict()` at line {self.line(call)} is not stored under a key: make "
+            "sure apex-format state is never fed to `scaler.load_state_dict`"
+        )
+
+    def _key_of(self, node: cst.CSTNode) -> cst.SimpleString | None:
+        """The string of ``x["amp"]`` or ``x.get("amp")``."""
+        if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+            index = node.slice[0].slice
+            if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+                return index.value
+        if (
+            _is_call_of(node, "get")
+            and node.args
+            and isinstance(node.args[0].value, cst.SimpleString)
+        ):
+            return node.args[0].value
+        return None
+
+    def _rename_loaded_key(self, call: cst.Call) -> None:
+        source = call.args[0].value if len(call.args) == 1 else None
+        key = self._key_of(source) if source is not None else None
+        if key is None:
+            self.problem(
+                call,
+                "`amp.load_state_dict` of a value not read from a checkpoint key here: load "
+                f'the GradScaler from its own key (`checkpoint["{self.name}"]`), never from '
+                "apex's old entry (convert old checkpoints with `ampmigrate convert-checkpoint`)",
+            )
+            return
+        self._new_key(key)
+        container = _code(self.module, source.value if isinstance(source, cst.Subscript)
+                          else source.func.value)  # fmt: skip
+        old = key.evaluated_value
+        for ancestor in self.ancestors(call):
+            if isinstance(ancestor, cst.FunctionDef):
+                break
+            if isinstance(ancestor, cst.If):
+                for node in self._subtree(ancestor.test):
+                    if (
+                        isinstance(node, cst.Comparison)
+                        and isinstance(node.left, cst.SimpleString)
+                        and node.left.evaluated_value == old
+                        and len(node.comparisons) == 1
+                        and isinstance(node.comparisons[0].operator, cst.In)
+                        and _code(self.module, node.comparisons[0].comparator) == container
+                    ):
+                        self._new_key(node.left)
+
+    def _helper_notes(self) -> None:
+        """Checkpoint helpers imported from sibling modules are not visible here."""
+        imported: dict[str, str] = {}
+        for node in self.nodes:
+            if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+                module = "." * len(node.relative) + (
+                    _code(self.module, node.module) if node.module else ""
+                )
+                if module.split(".")[0] in ("torch", "apex", "numpy", "os", "typing"):
+                    continue
+                for alias in node.names:
+                    imported[alias.evaluated_alias or alias.evaluated_name] = module
+        for name, module in imported.items():
+            if not _HELPER.search(name):
+                continue
+            for ref in self._references(name):
+                call = self.parent(ref)
+                reached = isinstance(call, cst.Call) and call.func is ref
+                if reached and self.access(self.function(call)) is not None:
+                    self.plan.notes.append(
+                        f"`{module}.{name}` (called at line {self.line(call)}) is in another "
+                        "module: if it saves or loads apex amp state, give it a "
+                        f"`{self.name}` parameter, pass `{self.name}={self.name}` here and "
+                        f'use the key "{self.name}"'
+                    )
+                    break

@@ -1,0 +1,219 @@
+"""What reads the gradients after the backward (a clip) moves to the step, with its
+``scaler.unscale_`` before it, under the step's condition; a helper that reads the master params
+(allennlp's ``rescale_gradients``) gets it at its one call.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ampmigrate.apex.common import Loop, _code, _is_call_of, _statements
+
+
+class Clip:
+    """The clip stage of ``_Planner`` (mixed into it)."""
+
+    def _helper_call(self, function, opt: str) -> tuple[cst.CSTNode, cst.CSTNode] | None:
+        """``function`` (allennlp's ``rescale_gradients``) is called exactly once in the file,
+        as a statement of a function that scales the loss and steps ``opt``, and uses
+        ``master_params`` outside any loop: its one call is where unscale_ goes."""
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        name = function.name.value
+        references = [
+            n for n in self.nodes
+            if (isinstance(n, cst.Attribute) and n.attr.value == name)
+            or (isinstance(n, cst.Name) and n.value == name
+                and not isinstance(self.parent(n), cst.Attribute | cst.FunctionDef))
+        ]  # fmt: skip
+        if len(references) != 1:
+            return None
+        call = self.parent(references[0])
+        if not isinstance(call, cst.Call) or call.func is not references[0]:
+            return None
+        outer = self.function(call)
+        if outer is function or not self.steps.get((id(outer), opt)):
+            return None
+        if any(isinstance(n, Loop) for n in self._subtree(function)):
+            return None
+        if self.access(outer) is None:
+            return None
+        return self.statement(call), outer
+
+    def _scaled_clip(self, statement: cst.CSTNode, used: cst.Name) -> bool:
+        """``norm = clip_grad_norm_(amp.master_params(opt), max_norm)`` on every micro-batch,
+        its result used there too: unscale_ may run once per step, so the clip stays where it
+        is and works on the scaled gradients, at ``max_norm * scale``, its norm divided by the
+        same scale (a power of two, 1.0 when the scaler is off): apex's clip up to float
+        rounding. False: not that statement."""
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        call = small.value if isinstance(small, cst.Assign) and len(statement.body) == 1 else None
+        if not (
+            isinstance(call, cst.Call)
+            and _code(self.module, call.func).rpartition(".")[2] == "clip_grad_norm_"
+            and 2 <= len(call.args) <= 3
+            and not any(a.star for a in call.args)
+            and [a.keyword.value if a.keyword else None for a in call.args][:2]
+            in ([None, None], [None, "max_norm"])
+            and _is_call_of(call.args[0].value, "master_params")
+        ):
+            return False
+        access = self.access(self.function(statement))
+        if access is None:
+            return False
+        scale = f"{access}.get_scale()"
+        max_norm = call.args[1].value
+
+        simple = isinstance(max_norm, cst.Name | cst.Attribute | cst.Integer | cst.Float)
+        bound = _code(self.module, max_norm) if simple else f"({_code(self.module, max_norm)})"
+
+        def build(u: cst.Call) -> cst.BaseExpression:
+            limit = cst.parse_expression(f"{bound} * {scale}")
+            args = [*u.args]
+            args[1] = args[1].with_changes(value=limit)
+            return cst.BinaryOperation(
+                u.with_changes(args=args), cst.Divide(), cst.parse_expression(scale)
+            )
+
+        self.plan.edits[call] = build
+        self.plan.notes.append(
+            f"behaviour change: the clip of `amp.master_params` at line {self.line(statement)} "
+            "runs on every micro-batch and its result is used there "
+            f"(`{used.value}`), so it clips the scaled gradients at "
+            f"`max_norm * {scale}` and divides the returned norm by the same scale (apex "
+            "unscaled first; equal up to float rounding)"
+        )
+        return True
+
+    def _unscale_before(self, statement: cst.CSTNode, unscale: str) -> None:
+        self.unscales.append(statement)
+        own = self.plan.edits.get(statement)
+
+        def insert(u: cst.CSTNode) -> cst.FlattenSentinel:
+            u = own(u) if own is not None else u
+            return cst.FlattenSentinel(
+                [
+                    cst.parse_statement(unscale).with_changes(leading_lines=u.leading_lines),
+                    u.with_changes(leading_lines=()),
+                ]
+            )
+
+        self.plan.edits[statement] = insert
+
+    def _move_to_step(self, statement, unit, nested: list, unscale: str) -> None:
+        """The clip ran every micro-batch (apex unscaled at each ``scale_loss`` exit); with a
+        GradScaler, unscale_ may run once per ``update()``: move it under the step's
+        condition, right before the step."""
+        if len(nested) != 1:
+            self.problem(statement, "the clip is followed by several conditional steps")
+            return
+        step = nested[0]
+        conditions: list[cst.BaseExpression] = []
+        if self._blocks_move(unit):  # the clip shares its block with the backward
+            narrowed = self._narrow(statement, unit)
+            if narrowed is not None:
+                unit, conditions = narrowed
+        facts = self.facts(unit)
+        inside = {id(n) for n in self._subtree(unit)}
+        function = self.function(unit)
+        reads = [
+            n for n in self._subtree(function)
+            if isinstance(n, cst.Name) and n.value in facts.assigned and id(n) not in inside
+            and not isinstance(self.parent(n), cst.AssignTarget | cst.AnnAssign | cst.AugAssign)
+        ]  # fmt: skip
+        blockers = self._blocks_move(unit)
+        if reads or blockers:
+            own = self.facts(statement).assigned
+            used = [n for n in reads if n.value in own]
+            if used and self._scaled_clip(statement, used[0]):
+                return
+            why = (
+                f"; its result `{used[0].value}` is used at line {self.line(used[0])}"
+                if used
+                else "; it shares a block with the scaled backward"
+                if blockers
+                else f"; `{reads[0].value}` from its block is used at line {self.line(reads[0])}"
+            )
+            self.problem(
+                statement,
+                "the clip of `amp.master_params` runs on every micro-batch while "
+                f"`optimizer.step()` (line {self.line(step)}) runs under a condition{why}: move "
+                "the clip under the step's condition (after `scaler.unscale_(optimizer)`) by hand",
+            )
+            return
+        if id(unit) in self.moved:  # another use in the same moved block
+            if unit is not statement:
+                self._unscale_before(statement, unscale)
+            return
+        self.moved.add(id(unit))
+        moved: dict[str, cst.CSTNode] = {}
+        alone = len(_statements(self.block_of(unit)[0])) == 1
+
+        def take(u: cst.CSTNode) -> cst.CSTNode | cst.RemovalSentinel:
+            moved["unit"] = u.with_changes(leading_lines=())
+            return cst.parse_statement("pass\n") if alone else cst.RemoveFromParent()
+
+        def lines() -> list[cst.BaseStatement]:
+            body = [cst.parse_statement(unscale)] if unit is statement else []
+            body.append(moved["unit"])
+            for test in reversed(conditions):  # under the conditions it ran under
+                header = cst.ensure_type(
+                    cst.parse_statement(f"if {_code(self.module, test)}:\n    pass\n"), cst.If
+                )
+                body = [header.with_changes(body=header.body.with_changes(body=body))]
+            return body
+
+        if unit is not statement:
+            self._unscale_before(statement, unscale)
+        self.plan.edits[unit] = take
+        self.before_step[step].append(lines)
+        if unit is statement:
+            self.unscales.append(step)
+        around = (
+            f"; the whole statement at line {self.line(unit)} moves with it, so its other "
+            "branches (a clip for runs without mixed precision) run once per step too"
+            if unit is not statement and not isinstance(unit, cst.SimpleStatementLine)
+            else ""
+        )
+        self.plan.notes.append(
+            f"behaviour change: apex clipped `amp.master_params` on every micro-batch (line "
+            f"{self.line(statement)}); the clip now runs once per optimizer step, under the "
+            f"step's condition (line {self.line(step)}), after `scaler.unscale_`{around}"
+        )
+
+    def _blocks_move(self, unit: cst.CSTNode) -> bool:
+        """``unit`` holds a backward, a scaled loss or a step: it cannot move to the step."""
+        inside = {id(n) for n in self._subtree(unit)}
+        steps = [p for group in self.steps.values() for p in group]
+        return self.facts(unit).backward or any(
+            id(n) in inside for n in [*steps, *(s for s, _, _, _ in self.requests)]
+        )
+
+    def _narrow(self, statement, unit) -> tuple[cst.CSTNode, list] | None:
+        """The largest statement around the clip, inside ``unit``, that can move alone, and
+        the ``if`` tests (without calls) it sits under there: ``if args.fp16: <backward>;
+        clip(...)`` moves as ``if args.fp16: unscale_; clip(...)``."""
+        chain = [statement, *self.ancestors(statement)]
+        chain = chain[: next(i for i, n in enumerate(chain) if n is unit)]
+        movable = [n for n in chain if isinstance(n, cst.BaseStatement)]
+        movable = [n for n in movable if not self._blocks_move(n)]
+        if not movable:
+            return None
+        top = movable[-1]
+        conditions = []
+        previous = top
+        for node in chain[chain.index(top) + 1 :]:
+            if isinstance(node, cst.IndentedBlock):
+                previous = node
+                continue
+            if not (isinstance(node, cst.If) and node.body is previous):
+                return None
+            if self.facts(node.test).calls:
+                return None
+            conditions.insert(0, node.test)
+            previous = node
+        if isinstance(unit, cst.If) and unit.body is previous and not self.facts(unit.test).calls:
+            conditions.insert(0, unit.test)
+        else:
+            return None
+        return top, conditions

@@ -1,0 +1,123 @@
+"""Shared pieces of the apex O1 planner: the plan, what ``initialize`` tells it, and small libcst
+helpers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from ampmigrate.replace import Build
+
+_KNOWN_KWARGS = {
+    "models", "optimizers", "verbosity", "opt_level", "loss_scale", "enabled", "num_losses",
+}  # fmt: skip
+_HELPER = re.compile(r"checkpoint|^(save|load|resume)", re.IGNORECASE)
+Loop = cst.For | cst.While
+
+
+@dataclass
+class Plan:
+    anchor: cst.CSTNode | None = None  # where the finding is reported: the initialize call
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    edits: dict[cst.CSTNode, Build] = field(default_factory=dict)
+    summary: str | None = None  # what the rewrite does, where it is not the O1 mapping
+
+
+@dataclass
+class _Setup:
+    """What ``initialize`` tells the rest of the plan."""
+
+    statement: cst.SimpleStatementLine
+    home: cst.CSTNode  # the function (or module) holding it
+    models: set[str]  # spellings of the initialized models (`model`, `self.model`)
+    condition: str | None  # apex was enabled under this expression (None: always)
+    by_scaler: bool = False  # autocast asks the scaler (`enabled=scaler.is_enabled()`)
+
+
+def _code(module: cst.Module, node: cst.CSTNode) -> str:
+    return module.code_for_node(node)
+
+
+def _statements(block: cst.CSTNode) -> list[cst.BaseStatement] | None:
+    return list(block.body) if isinstance(block, cst.Module | cst.IndentedBlock) else None
+
+
+def _appended(items: Sequence[cst.Arg | cst.Param], new: cst.Arg | cst.Param) -> list:
+    """``items`` with ``new`` last; a trailing comma stays trailing (the layout is kept)."""
+    items = list(items)
+    if items and isinstance(items[-1].comma, cst.Comma):
+        new = new.with_changes(comma=items[-1].comma)
+        previous = items[-2].comma if len(items) > 1 else cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" ")
+        )  # fmt: skip
+        items[-1] = items[-1].with_changes(comma=previous)
+    return [*items, new]
+
+
+def _correctness(code: str) -> list:
+    """The AMP2xx diagnostics of ``code`` (the engine's own analysis, imported here: the
+    engine imports this module lazily)."""
+    from ampmigrate.catalog import all_rules
+    from ampmigrate.engine.analyze import Analysis
+    from ampmigrate.engine.settings import Settings
+
+    settings = Settings(rules=tuple(r for c, r in all_rules().items() if c.startswith("AMP2")))
+    try:
+        return [d for _, d in Analysis(code.encode("utf-8"), settings).diagnostics(settings)]
+    except (SyntaxError, ValueError, UnicodeError, LookupError, RecursionError):
+        return []
+
+
+def _imports_something(statement: cst.BaseStatement) -> bool:
+    """An import statement (which may raise ImportError)."""
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body
+    )
+
+
+def _argument(call: cst.Call, keyword: str, index: int) -> cst.BaseExpression | None:
+    """The argument of ``call`` passed as ``keyword=`` or at position ``index``."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [a.value for a in call.args if not a.keyword and not a.star]
+    return positional[index] if len(positional) > index else None
+
+
+def _optimizers(node: cst.BaseExpression | None) -> list[cst.BaseExpression]:
+    """The optimizers ``initialize`` is given: a name, or a list/tuple of names (apex kept one
+    loss scale for all of them, updated after each ``scale_loss``, as ``scaler.update()``
+    after each ``scaler.step`` does)."""
+    if isinstance(node, cst.Name | cst.Attribute):
+        return [node]
+    if isinstance(node, cst.List | cst.Tuple) and node.elements:
+        values = [e.value for e in node.elements]
+        if all(isinstance(v, cst.Name | cst.Attribute) for v in values):
+            return values
+    return []
+
+
+def _targets(node: cst.BaseExpression) -> set[str]:
+    if isinstance(node, cst.Name):
+        return {node.value}
+    if isinstance(node, cst.Tuple | cst.List):
+        return {n for e in node.elements for n in _targets(e.value)}
+    return set()
+
+
+def _is_call_of(node: cst.CSTNode, attr: str) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == attr
+    )
+
+
+_NO_SPACE = cst.AssignEqual(
+    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+)

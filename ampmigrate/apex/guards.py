@@ -1,0 +1,295 @@
+"""The apex imports and availability checks (``amp is None``, ``try: from apex import amp``) that
+the rewrite removes or folds.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ampmigrate.apex.common import _code, _imports_something, _statements
+from ampmigrate.apex.verdict import (
+    APEX,
+    ASSERTS_MISSING,
+    BESIDES_AMP,
+    GUARD_DOES_MORE,
+    IMPORT_ERRORS,
+    NOT_PRECISION,
+    SUPPORTED,
+    needs_apex,
+    used_as_value,
+)
+
+
+class Guards:
+    """The guards stage of ``_Planner`` (mixed into it)."""
+
+    def _imports(self) -> None:
+        """Remove ``from apex import amp`` / ``import apex``, and a try/except that only
+        guarded them (keeping assignments like ``has_apex = True``: native AMP is always there)."""
+        lines: list[cst.BaseStatement] = []
+        for node in self.nodes:
+            if isinstance(node, cst.ImportFrom) and node.module is not None:
+                module = _code(self.module, node.module)
+                names = [] if isinstance(node.names, cst.ImportStar) else node.names
+                only_amp = module == "apex" and [a.evaluated_name for a in names] == ["amp"]
+                if only_amp or module.startswith("apex.amp"):
+                    lines.append(self.statement(node))
+                    self.bound |= {a.evaluated_alias or a.evaluated_name for a in names}
+                elif (
+                    not node.relative
+                    and module.partition(".")[0] == "apex"
+                    and module.partition(".")[2].partition(".")[0] in NOT_PRECISION
+                ):  # apex's own `apex.optimizers`, not a project module of that name
+                    self._stays(f"from {module} import ...")
+                elif module == "apex" and {a.evaluated_name for a in names} <= {
+                    "amp",
+                    *NOT_PRECISION,
+                }:  # `from apex import amp, optimizers`: amp goes, the others stay
+                    kept = [a for a in names if a.evaluated_name != "amp"]
+                    self.bound |= {
+                        a.evaluated_alias or a.evaluated_name for a in names if a not in kept
+                    }
+                    listed = ", ".join(a.evaluated_name for a in kept)
+                    self._stays(f"from apex import {listed}")
+                    if len(kept) < len(names):
+                        last = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                        self.plan.edits[node] = lambda u, k=[*kept[:-1], last]: u.with_changes(
+                            names=k, lpar=None, rpar=None
+                        )
+                elif module == "apex" or module.startswith("apex."):
+                    listed = ", ".join(a.evaluated_name for a in names) or "*"
+                    self.problem(node, needs_apex(module, listed))
+            elif isinstance(node, cst.Import):
+                names = [_code(self.module, a.name) for a in node.names]
+                if any(n == "apex" or n.startswith("apex.") for n in names):
+                    if all(n in ("apex", "apex.amp") for n in names):
+                        lines.append(self.statement(node))
+                        self.bound |= {
+                            a.evaluated_alias or _code(self.module, a.name).split(".")[0]
+                            for a in node.names
+                        }
+                    else:
+                        self.problem(node, BESIDES_AMP)
+        guarded: dict[cst.Try, list[cst.BaseStatement]] = {}
+        for line in lines:
+            try_node = self.parent(self.parent(line))
+            if isinstance(try_node, cst.Try) and self.parent(line) is try_node.body:
+                guarded.setdefault(try_node, []).append(line)
+            else:
+                self._remove_statement(line)
+        for try_node, imports in guarded.items():
+            self._remove_guard(try_node, imports)
+
+    def _stays(self, what: str) -> None:
+        self.plan.notes.append(
+            f"`{what}` stays: it is not mixed precision, and runs with torch.amp as it ran with "
+            "apex.amp (apex stays a dependency for it)"
+        )
+
+    def _remove_guard(self, try_node: cst.Try, imports: list[cst.BaseStatement]) -> None:
+        if not self._guard_only(try_node, imports):
+            self.problem(try_node, GUARD_DOES_MORE)
+            return
+        kept = [s for s in try_node.body.body if s not in imports]
+        if any(_imports_something(s) for s in kept):
+            # the guard still guards those imports (`from apex.parallel import ...`): dropping it
+            # would make a program that ran without apex fail at import; only amp's import goes
+            for statement in imports:
+                self._remove_statement(statement)
+            return
+        self.dropped.add(id(try_node))
+        if try_node.orelse is not None:
+            kept += list(try_node.orelse.body.body)
+        if kept:
+            first = kept[0].with_changes(leading_lines=try_node.leading_lines)
+            self.plan.edits[try_node] = lambda _u, k=[first, *kept[1:]]: cst.FlattenSentinel(k)
+        else:
+            self._remove_statement(try_node)
+
+    def _guard_only(self, node: cst.Try, imports: list[cst.BaseStatement]) -> bool:
+        """Only the import and flags in the ``try``, handlers for import errors (or bare) that
+        bind nothing the ``try`` does not (``amp = None``, ``has_apex = False``, a print)."""
+        if node.finalbody is not None:
+            return False
+        body = [s for s in node.body.body if s not in imports]
+        if node.orelse is not None:
+            body += list(node.orelse.body.body)
+        if not all(isinstance(s, cst.SimpleStatementLine) for s in body):
+            return False
+        located = self.block_of(node)
+        before = _statements(located[0])[: located[1]] if located else []
+        bound = {n for s in [*before, *body] for n in self.facts(s).assigned} | {"amp", "apex"}
+        for handler in node.handlers:
+            kinds = handler.type
+            names = kinds.elements if isinstance(kinds, cst.Tuple) else [kinds] if kinds else []
+            if any(
+                _code(self.module, n.value if isinstance(n, cst.Element) else n).rsplit(".", 1)[-1]
+                not in IMPORT_ERRORS
+                for n in names
+            ):
+                return False
+            statements = list(handler.body.body)
+            if not all(isinstance(s, cst.SimpleStatementLine) for s in statements):
+                return False
+            if {n for s in statements for n in self.facts(s).assigned} - bound:
+                return False
+        return True
+
+    def _remove_statement(self, statement: cst.BaseStatement) -> None:
+        """Delete ``statement``; when that empties its block, delete the ``if`` around it too
+        (a test without calls), or leave ``pass`` (never an empty block)."""
+        self.removed.add(statement)
+        located = self.block_of(statement)
+        if located is not None:
+            block, _ = located
+            left = [s for s in _statements(block) if s not in self.removed]
+            owner = self.owner(block)
+            if not left and not isinstance(block, cst.Module):
+                if (
+                    isinstance(owner, cst.If)
+                    and owner.orelse is None
+                    and owner.body is block
+                    and not self.facts(owner.test).calls
+                    and self.block_of(owner) is not None
+                ):
+                    self.plan.edits[statement] = lambda _u: cst.RemoveFromParent()
+                    self._remove_statement(owner)
+                    return
+                self.plan.edits[statement] = lambda _u: cst.parse_statement("pass\n")
+                return
+        self.plan.edits[statement] = lambda _u: cst.RemoveFromParent()
+
+    def _values(self, calls: dict[str, list[cst.Call]]) -> None:
+        """``amp`` used other than by a supported call: availability checks fold away
+        (``amp is not None`` is true now); anything else blocks."""
+        funcs = {id(c.func) for group in calls.values() for c in group}
+        for node in self.nodes:
+            if isinstance(node, cst.Name | cst.Attribute) and id(node) not in funcs:
+                if isinstance(self.parent(node), cst.Attribute):
+                    continue  # part of a longer name, judged there
+                if isinstance(self.parent(node), cst.ImportAlias | cst.AsName):
+                    continue
+                if any(id(a) in self.dropped for a in self.ancestors(node)):
+                    continue
+                if self._probe(node):
+                    continue
+                if APEX in self.qualified(node) and not self._in_import(node):
+                    self._guard(node)
+
+    def _probe(self, node: cst.CSTNode) -> bool:
+        """A feature probe of the amp module for a member the rewrite provides
+        (``'load_state_dict' in amp.__dict__``, ``hasattr(amp, "state_dict")``, written for
+        apex releases without it): true now, folded."""
+        parent = self.parent(node)
+        if f"{APEX}.__dict__" in self.qualified(node) and isinstance(parent, cst.ComparisonTarget):
+            comparison = self.parent(parent)
+            if (
+                isinstance(parent.operator, cst.In | cst.NotIn)
+                and len(comparison.comparisons) == 1
+                and isinstance(comparison.left, cst.SimpleString)
+                and comparison.left.evaluated_value in SUPPORTED
+            ):
+                self._fold(comparison, isinstance(parent.operator, cst.In))
+                return True
+        call = self.parent(parent) if isinstance(parent, cst.Arg) else None
+        if (
+            APEX in self.qualified(node)
+            and isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Name)
+            and call.func.value == "hasattr"
+            and len(call.args) == 2
+            and call.args[0] is parent
+            and isinstance(call.args[1].value, cst.SimpleString)
+            and call.args[1].value.evaluated_value in SUPPORTED
+        ):
+            self._fold(call, True)
+            return True
+        return False
+
+    def _guard(self, node: cst.CSTNode) -> None:
+        parent = self.parent(node)
+        expr: cst.CSTNode = node
+        value = True  # `amp` itself is truthy now
+        if isinstance(parent, cst.Comparison) and parent.left is node:
+            target = parent.comparisons[0] if len(parent.comparisons) == 1 else None
+            if (
+                target is not None
+                and isinstance(target.operator, cst.Is | cst.IsNot)
+                and isinstance(target.comparator, cst.Name)
+                and target.comparator.value == "None"
+            ):
+                expr, value = parent, isinstance(target.operator, cst.IsNot)
+            else:
+                parent = None
+        elif not isinstance(
+            parent, cst.If | cst.Assert | cst.BooleanOperation | cst.UnaryOperation
+        ):
+            parent = None
+        if parent is None:
+            arg = self.parent(node)
+            call = self.parent(arg) if isinstance(arg, cst.Arg) else None
+            callee = _code(self.module, call.func) if isinstance(call, cst.Call) else None
+            self.problem(node, used_as_value(_code(self.module, node), callee))
+            return
+        self._fold(expr, value)
+
+    def _fold(self, expr: cst.CSTNode, value: bool) -> None:
+        """An availability test ``expr`` whose value is now ``value``, folded into what holds
+        it (``x and True`` is ``x``, an ``if`` keeps the branch that runs)."""
+        while True:
+            parent = self.parent(expr)
+            if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+                expr, value = parent, not value
+            elif isinstance(parent, cst.BooleanOperation):
+                neutral = value == isinstance(parent.operator, cst.And)
+                if neutral:  # `x and True` is `x` (the updated `x`: it may hold edits)
+                    first = parent.left is expr
+
+                    def keep(u: cst.CSTNode, first: bool = first, p: cst.CSTNode = parent):
+                        o = u.right if first else u.left
+                        return o.with_changes(lpar=p.lpar, rpar=p.rpar) if p.lpar else o
+
+                    self.plan.edits[parent] = keep
+                    return
+                expr = parent
+            else:
+                break
+        if isinstance(parent, cst.If) and parent.test is expr and self._is_elif(parent):
+            # `elif x:` becomes `else:` (true) or gives way to what follows it (false)
+            self.plan.edits[parent] = lambda u, v=value: (
+                cst.Else(body=u.body) if v else u.orelse or cst.RemoveFromParent()
+            )
+        elif isinstance(parent, cst.If) and parent.test is expr:
+            if value:
+                self.plan.edits[parent] = lambda u: cst.FlattenSentinel(
+                    [
+                        u.body.body[0].with_changes(leading_lines=u.leading_lines),
+                        *u.body.body[1:],
+                    ]
+                )
+            elif isinstance(parent.orelse, cst.Else):
+                self.plan.edits[parent] = lambda u: cst.FlattenSentinel(
+                    [
+                        u.orelse.body.body[0].with_changes(leading_lines=u.leading_lines),
+                        *u.orelse.body.body[1:],
+                    ]
+                )
+            elif isinstance(parent.orelse, cst.If):
+                self.plan.edits[parent] = lambda u: u.orelse.with_changes(
+                    leading_lines=u.leading_lines
+                )
+            else:
+                self._remove_statement(parent)
+        elif isinstance(parent, cst.Assert) and parent.test is expr and value:
+            self._remove_statement(self.statement(parent))
+        elif isinstance(parent, cst.Assert):
+            self.problem(parent, ASSERTS_MISSING)
+        else:
+            self.plan.edits[expr] = lambda _u, v=value: cst.Name(str(v))
+
+    def _is_elif(self, node: cst.If) -> bool:
+        parent = self.parent(node)
+        return isinstance(parent, cst.If) and parent.orelse is node
+
+    def _in_import(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(a, cst.Import | cst.ImportFrom) for a in self.ancestors(node))

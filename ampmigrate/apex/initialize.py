@@ -1,0 +1,342 @@
+"""``amp.initialize`` -> the GradScaler: its options, the opt-level switch, and what it tells the
+rest of the plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import libcst as cst
+
+from ampmigrate.apex.common import _KNOWN_KWARGS, _argument, _code, _is_call_of, _optimizers, _Setup
+from ampmigrate.replace import ReplaceNodes
+
+
+class Initialize:
+    """The initialize stage of ``_Planner`` (mixed into it)."""
+
+    def _initialize(self, init: cst.Call) -> _Setup | None:
+        """``model, opt = amp.initialize(model, opt, ...)`` -> ``scaler = GradScaler(...)``.
+        Problems that do not stop the rest of the plan are only recorded."""
+        args = {a.keyword.value: a.value for a in init.args if a.keyword}
+        positional = [a.value for a in init.args if not a.keyword and not a.star]
+        if any(a.star for a in init.args):
+            self.problem(init, "`amp.initialize` gets `*args`/`**kwargs`: spell them out")
+            return None
+        models = args.get("models", positional[0] if positional else None)
+        optimizer = args.get("optimizers", positional[1] if len(positional) > 1 else None)
+        level = args.get("opt_level")
+        if optimizer is None or len(positional) > 2:
+            self.problem(
+                init,
+                "`amp.initialize` without an optimizer (inference only): nothing is scaled, so "
+                "no GradScaler; delete it and run the forward under "
+                '`torch.amp.autocast("cuda", dtype=torch.float16)` (O1), or call `model.half()` '
+                "and feed half inputs (O2/O3)",
+            )
+            return None
+        unknown = sorted(set(args) - _KNOWN_KWARGS)
+        if unknown:
+            listed = ", ".join(f"`{k}`" for k in unknown)
+            self.problem(init, f"`amp.initialize` sets {listed}, which O1 cannot express")
+        if "num_losses" in args:
+            self.plan.notes.append(
+                f"behaviour change: apex kept one loss scale per loss (`num_losses="
+                f"{_code(self.module, args['num_losses'])}`, `loss_id=`); the one GradScaler "
+                "keeps one scale for all of them, so an overflow in any loss lowers it for all "
+                "(each optimizer's step is still skipped only when its own gradients overflow)"
+            )
+        if isinstance(level, cst.SimpleString):
+            if level.evaluated_value != "O1":
+                self.problem(
+                    init,
+                    f"opt_level {level.evaluated_value}: only O1 (autocast + GradScaler) exists "
+                    "in torch.amp; O2/O3 cast the model, which native AMP does not do (switch "
+                    "to O1 first if that is acceptable)",
+                )
+        elif level is None:
+            self.problem(
+                init,
+                "`amp.initialize` without opt_level (apex's default O1 is implicit here; write "
+                '`opt_level="O1"` to confirm)',
+            )
+        else:
+            blockers = len(self.plan.problems)
+            switch = self._level_switch(level, init)
+            if switch is None and len(self.plan.problems) == blockers:
+                switch = self._level_choices(level, init)
+            if switch is not None and switch is not True and "enabled" not in args:
+                args["enabled"] = switch
+            elif switch is not None and switch is not True:
+                args["enabled"] = cst.parse_expression(
+                    f"({_code(self.module, args['enabled'])}) and {_code(self.module, switch)}"
+                )
+        scale = args.get("loss_scale")
+        if scale is not None and not (
+            isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic"
+        ):
+            self.problem(init, "a static `loss_scale`: GradScaler is always dynamic")
+        statement = self.statement(init)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        # `model, opt = amp.initialize(model.cuda(), opt)`: initialize returns the model it
+        # is given, so the rewrite keeps `model, opt = model.cuda(), opt` (_rebind)
+        assigned = isinstance(small, cst.Assign) and len(small.targets) == 1 and small.value is init
+        if isinstance(models, cst.List | cst.Tuple):
+            self.problem(
+                init,
+                "lists of models in `amp.initialize`: one GradScaler steps each optimizer "
+                "(`scaler.step(o)` for each, one `scaler.update()`); place them by hand",
+            )
+            return None
+        if not isinstance(models, cst.Name | cst.Attribute) and not assigned:
+            self.problem(
+                init,
+                f"`amp.initialize` is given the model `{_code(self.module, models)}` and its "
+                "result is not assigned: assign it (`model, optimizer = amp.initialize(...)`)",
+            )
+            return None
+        if not _optimizers(optimizer):
+            self.problem(
+                init,
+                f"the optimizer `{_code(self.module, optimizer)}` of `amp.initialize` is not a "
+                "name or an attribute: bind it to a name first",
+            )
+            return None
+        if small is None or len(statement.body) != 1 or getattr(small, "value", None) is not init:
+            self.problem(init, "`amp.initialize` is not a statement of its own")
+            return None
+        holder = self.parent(self.parent(statement))
+        condition = None
+        if isinstance(holder, cst.If) and re.fullmatch(
+            r"__name__ *== *['\"]__main__['\"]", _code(self.module, holder.test)
+        ):
+            holder = None  # the script's main block: not a condition on mixed precision
+        if isinstance(holder, cst.If):
+            # an `else:` stays as it is (the scaler is built before the `if`, disabled there)
+            # while the `if` keeps a body; an `elif` chain is not taken apart
+            kept = [s for s in holder.body.body if s is not statement]
+            if (
+                not (holder.orelse is None or (isinstance(holder.orelse, cst.Else) and kept))
+                or self.block_of(holder) is None
+            ):
+                self.problem(init, "`amp.initialize` sits in an if/else or elif")
+                return None
+            # with the availability checks folded (`amp is not None and x` is `x`)
+            condition = _code(self.module, holder.test.visit(ReplaceNodes(self.plan.edits)))
+        elif not (
+            holder is None
+            or isinstance(holder, cst.FunctionDef)
+            or self.parent(statement) is self.module
+        ):
+            self.problem(init, "`amp.initialize` is nested in a block other than an `if`")
+            return None
+        enabled = args.get("enabled")
+        if enabled is not None:
+            text = _code(self.module, enabled)
+            condition = f"({condition}) and ({text})" if condition else text
+        level_text = _code(self.module, level) if level is not None else None
+        if condition is not None and level_text is not None and level_text in condition:
+            tests = [holder.test if isinstance(holder, cst.If) else None, enabled]
+            if any(_code(self.module, t) == level_text for t in tests if t is not None):
+                # `if args.fp16:` where args.fp16 is the opt level ("" or "O1"): autocast
+                # takes only a bool
+                condition = f"bool({condition})"
+        name = self.free_name("scaler")
+        if name is None:
+            self.problem(init, "no free name for the GradScaler")
+            return None
+        self.name = name
+        targets = set()
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target = small.targets[0].target
+            elements = target.elements if isinstance(target, cst.Tuple | cst.List) else [target]
+            if elements:
+                first = elements[0]
+                first = first.value if isinstance(first, cst.Element) else first
+                targets.add(_code(self.module, first))
+        setup = _Setup(
+            statement, self.function(init), {_code(self.module, models), *targets}, condition
+        )
+        if (
+            isinstance(holder, cst.If)
+            and enabled is not None
+            and self._set_in(enabled, holder, statement)
+        ):
+            # the switch is computed inside the `if`: the GradScaler goes where initialize was,
+            # a disabled one before the `if` (the other path), and autocast asks the scaler
+            setup.condition = _code(self.module, enabled)
+            self._place_scaler(setup, small, models, optimizer, None, enabled)
+            self._disabled_before(setup, holder)
+            setup.condition, setup.by_scaler = None, True
+            return setup
+        self._place_scaler(setup, small, models, optimizer, holder, enabled)
+        return setup
+
+    def _set_in(self, expression: cst.CSTNode, holder: cst.If, statement: cst.CSTNode) -> bool:
+        """A name ``expression`` reads is assigned in ``holder``'s body before ``statement``."""
+        read = {n.value for n in self._subtree(expression) if isinstance(n, cst.Name)}
+        before = itertools.takewhile(lambda s: s is not statement, holder.body.body)
+        return any(self.facts(s).assigned & read for s in before)
+
+    def _disabled_before(self, setup: _Setup, holder: cst.If) -> None:
+        def build(u: cst.CSTNode) -> cst.FlattenSentinel:
+            target = self.access(setup.home) or self.name
+            line = cst.parse_statement(f'{target} = torch.amp.GradScaler("cuda", enabled=False)\n')
+            return cst.FlattenSentinel(
+                [line.with_changes(leading_lines=u.leading_lines), u.with_changes(leading_lines=())]
+            )
+
+        previous = self.plan.edits.get(holder)
+        self.plan.edits[holder] = build if previous is None else lambda u: build(previous(u))
+
+    def _level_switch(self, level: cst.CSTNode, init: cst.Call) -> cst.BaseExpression | None:
+        """``level = "O1" if x else "O0"``, assigned once before ``initialize``: O0 is apex
+        switched off, so the GradScaler and autocast are ``enabled=x`` (and the assignment goes
+        when only ``initialize`` read it), else ``enabled=level == "O1"``. A branch naming
+        another level blocks; anything else is None (taken as O1, with a note)."""
+        if not isinstance(level, cst.Name):
+            return None
+        function = self.function(init)
+        refs = [
+            n
+            for n in self._subtree(function)
+            if isinstance(n, cst.Name)
+            and n.value == level.value
+            and not (isinstance(self.parent(n), cst.Arg) and self.parent(n).keyword is n)
+            and not (isinstance(self.parent(n), cst.Attribute) and self.parent(n).attr is n)
+        ]
+        stores = [n for n in refs if not self._read(n)]
+        assign = self.parent(self.parent(stores[0])) if len(stores) == 1 else None
+        if not (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and assign.targets[0].target is stores[0]
+            and isinstance(assign.value, cst.IfExp)
+            and self.order[id(assign)] < self.order[id(init)]
+        ):
+            return None
+        branches = [assign.value.body, assign.value.orelse]
+        levels = [b.evaluated_value if isinstance(b, cst.SimpleString) else None for b in branches]
+        if None in levels:
+            return None
+        other = [v for v in levels if v not in ("O0", "O1")]
+        if other:
+            self.problem(
+                assign,
+                f'opt_level `{level.value}` may be "{other[0]}": only O1 (autocast + '
+                "GradScaler) exists in torch.amp; O2/O3 cast the model, which native AMP does "
+                "not do",
+            )
+            return None
+        if set(levels) != {"O0", "O1"}:
+            return None  # one level either way: the plain reading (a note) says it
+        reads = [n for n in refs if n is not stores[0]]
+        if len(reads) != 1 or not self.within(reads[0], init):
+            return cst.parse_expression(f'{level.value} == "O1"')  # the name stays, read later
+        self._remove_statement(self.statement(assign))
+        if levels == ["O1", "O0"]:
+            return assign.value.test
+        return cst.UnaryOperation(
+            cst.Not(), cst.parse_expression(f"({_code(self.module, assign.value.test)})")
+        )
+
+    def _level_choices(
+        self, level: cst.CSTNode, init: cst.Call
+    ) -> cst.BaseExpression | bool | None:
+        """An opt level read from a flag is O1 only where the flag cannot say otherwise: its
+        ``add_argument`` in this file has ``choices`` within O0/O1 and nothing assigns it
+        again. O0 is apex switched off, so a possible O0 that no ``if <level> != "O0":``
+        around ``initialize`` excludes gives ``enabled=<level> == "O1"``. Anything else
+        (a config value, a parameter, a flag that accepts O2/O3) is not provably O1: O2/O3 cast
+        the model and keep fp32 master weights, which torch.amp cannot express, so a rewrite
+        "as O1" would change those runs. True: O1 for sure; None: refused (said here)."""
+        spelled = _code(self.module, level)
+        attr = level.attr.value if isinstance(level, cst.Attribute) else None
+        flag = None
+        if attr is not None:
+            for node in self.nodes:
+                if isinstance(node, cst.Call) and _is_call_of(node, "add_argument"):
+                    options = [a.value for a in node.args if not a.keyword]
+                    names = [o.evaluated_value for o in options
+                             if isinstance(o, cst.SimpleString)]  # fmt: skip
+                    dest = _argument(node, "dest", 99)
+                    long = next((n for n in names if n.startswith("--")), None)
+                    derived = (
+                        dest.evaluated_value if isinstance(dest, cst.SimpleString)
+                        else long[2:].replace("-", "_") if long else None
+                    )  # fmt: skip
+                    if derived == attr:
+                        flag = (long or attr, node)
+            reassigned = any(
+                isinstance(n, cst.AssignTarget | cst.AugAssign)
+                and isinstance(n.target, cst.Attribute)
+                and n.target.attr.value == attr
+                for n in self.nodes
+            )
+        levels = None
+        if flag is not None and not reassigned:
+            choices = _argument(flag[1], "choices", 99)
+            elements = (
+                choices.elements if isinstance(choices, cst.List | cst.Tuple | cst.Set) else ()
+            )
+            values = {e.value.evaluated_value for e in elements
+                      if isinstance(e.value, cst.SimpleString)}  # fmt: skip
+            if elements and len(values) == len(elements) and values <= {"O0", "O1"}:
+                levels = values
+        if levels is None:
+            if flag is not None:
+                origin = (
+                    f"the flag `{flag[0]}`, which accepts any level (no `choices` within O0/O1)"
+                )
+                if reassigned:
+                    origin = f"the flag `{flag[0]}`, reassigned in this file"
+            elif isinstance(level, cst.Name) and any(
+                isinstance(p, cst.Param) and p.name.value == level.value for p in self.nodes
+            ):
+                origin = f"the parameter `{level.value}`: a caller may pass any level"
+            elif isinstance(level, cst.Name):
+                origin = f"`{spelled}`, which this file does not fix to O0/O1"
+            else:
+                origin = f"`{spelled}`, set outside this file (a config, an argument)"
+            branches = [
+                n for n in self.nodes if isinstance(n, cst.Comparison)
+                and _code(self.module, n.left) == spelled
+                and any(isinstance(c.comparator, cst.SimpleString)
+                        and c.comparator.evaluated_value in ("O2", "O3") for c in n.comparisons)
+            ]  # fmt: skip
+            also = (
+                f"; this file itself branches on `{_code(self.module, branches[0])}` at line "
+                f"{self.line(branches[0])}"
+                if branches
+                else ""
+            )
+            self.problem(
+                init,
+                f"opt_level `{spelled}` is not provably O1: it comes from {origin}{also}; O2/O3 "
+                "cast the model and keep fp32 master weights, which torch.amp cannot express, "
+                'so rewriting it as O1 changes those runs; fix the level (`opt_level="O1"`, or '
+                '`choices=["O0", "O1"]` on its flag) to allow the rewrite',
+            )
+            return None
+        guards = [a.test for a in self.ancestors(init) if isinstance(a, cst.If)
+                  and self.within(init, a.body)]  # fmt: skip
+        excluded = any(
+            isinstance(t, cst.Comparison) and _code(self.module, t.left) == spelled
+            and len(t.comparisons) == 1 and isinstance(t.comparisons[0].operator, cst.NotEqual)
+            and isinstance(t.comparisons[0].comparator, cst.SimpleString)
+            and t.comparisons[0].comparator.evaluated_value == "O0"
+            for t in guards
+        )  # fmt: skip
+        if levels == {"O1"} or excluded:
+            return True
+        return cst.parse_expression(f'{spelled} == "O1"')
+
+    def _read(self, name: cst.Name) -> bool:
+        """``name`` is not the target of an assignment (a plain read, a call argument...)."""
+        parent = self.parent(name)
+        return not isinstance(
+            parent,
+            cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For | cst.Param | cst.Element
+            | cst.AsName,
+        )  # fmt: skip

@@ -1,0 +1,271 @@
+"""The apex O1 rewrite: ``amp.initialize`` / ``amp.scale_loss`` -> ``torch.amp`` (one file at once).
+
+apex O1 patched torch globally from ``initialize`` on; native AMP needs an explicit autocast
+region and a GradScaler. The rewrite is planned for the whole file and applied only when every
+piece is exact, because a partial one leaves code that runs but silently lost mixed precision
+(a scaled backward without ``scaler.step`` applies scaled gradients). When something blocks it,
+the finding lists every blocker with its line, and the per-use guidance of AMP301 stays.
+
+The plan, in the order it is built:
+
+- the apex imports and availability checks (``amp is None``, ``assert amp is not None``) go;
+- ``initialize(model, optimizer, opt_level="O1" | a variable)`` becomes the GradScaler, created
+  where it was (before its ``if``, disabled when the condition is false);
+- the scaler reaches every function that needs it: directly (same function, closures, module
+  level), as ``self.<name>`` in the methods of one class, or through a new parameter of a
+  same-file function passed at every call site;
+- each ``with amp.scale_loss(loss, opt) as s: s.backward()`` becomes ``scaler.scale(loss)
+  .backward()``; ``opt.step()`` becomes ``scaler.step(opt)`` + ``scaler.update()``;
+- ``amp.master_params(opt)`` gets one ``scaler.unscale_(opt)`` per step, under the step's
+  condition (a clip that ran every micro-batch moves there: a stated behaviour change);
+- ``amp.state_dict()``/``load_state_dict()`` become the scaler's, under a key of their own;
+- last, the autocast regions: found from the data flow into each scaled loss, level by level
+  up to the loop body, so a forward in the loop body and a loss in nested branches are both
+  covered; no ``backward()`` is ever inside one, and a call of an initialized model before the
+  backward that stays outside blocks the rewrite.
+
+A file without ``initialize`` that is not one side of a pair (:mod:`ampmigrate.apex.links`) is
+only ever refused: the engine gets that refusal on ``ast`` from :mod:`ampmigrate.apex.verdict`
+(which holds the blocker texts both use) and runs this planner for it only where ``ast`` is
+unsure.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Callable, Mapping
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, ScopeProvider
+
+from ampmigrate.apex.checkpoints import Checkpoints
+from ampmigrate.apex.clip import Clip
+from ampmigrate.apex.common import Plan, _argument, _correctness, _optimizers
+from ampmigrate.apex.facts import Facts
+from ampmigrate.apex.flow import SwitchFlow
+from ampmigrate.apex.gates import VersionGates
+from ampmigrate.apex.guards import Guards
+from ampmigrate.apex.handles import Handles
+from ampmigrate.apex.infer import InferenceOnly
+from ampmigrate.apex.initialize import Initialize
+from ampmigrate.apex.links import Link
+from ampmigrate.apex.regions import Regions
+from ampmigrate.apex.scaler import Scaler
+from ampmigrate.apex.step import Step
+from ampmigrate.apex.unscale import Unscale
+from ampmigrate.apex.verdict import APEX, SUPPORTED, no_rewrite, refusal
+from ampmigrate.catalog import Rule
+from ampmigrate.findings import Finding, Fix
+from ampmigrate.replace import ReplaceNodes
+
+
+class _Planner(
+    Facts,
+    Handles,
+    Guards,
+    Initialize,
+    Scaler,
+    Step,
+    Unscale,
+    Clip,
+    Checkpoints,
+    Regions,
+    VersionGates,
+    SwitchFlow,
+    InferenceOnly,
+):
+    def __init__(
+        self,
+        module: cst.Module,
+        scopes: Mapping,
+        parents: Mapping,
+        link: tuple[Link, str] | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.module = module
+        self.path = path  # the file on disk (None: no sibling modules are looked up)
+        # the file is one side ("caller" or "callee") of a pair of modules (apex.links)
+        self.link, self.role = link if link is not None else (None, None)
+        self.scopes = scopes
+        self.parents = parents
+        self.nodes = list(self._subtree(module))[1:]  # every node but the module, in source order
+        self.order = {id(n): i for i, n in enumerate(self.nodes)}
+        self.plan = Plan()
+        self.removed: set[cst.CSTNode] = set()  # statements the plan deletes outright
+        self._positions: Mapping | None = None
+        self.mode = "module"  # where the scaler lives: "module", "function" or "class"
+        self.home: cst.CSTNode = module
+        self.cls: cst.ClassDef | None = None
+        self.threaded: set[cst.FunctionDef] = set()
+        self.name = "scaler"
+        self.steps: dict[tuple[int, str], list[cst.SimpleStatementLine]] = {}
+        self.scaled: dict[tuple[int, str], list[cst.With]] = {}  # the scale_loss blocks per step
+        self.before_step: dict[cst.CSTNode, list[Callable[[], list]]] = {}
+        self.requests: list[tuple[cst.With, str, cst.CSTNode, str | None]] = []
+        self.moved: set[int] = set()
+        self.unscales: list[cst.CSTNode] = []  # where an unscale_ is placed (before, or a step)
+        self.dropped: set[int] = set()  # statements removed with the apex import
+        self.bound: set[str] = set()  # names the removed apex imports bound
+        self.early: cst.BaseStatement | None = None  # the scaler is created right before it
+        self.late: str | None = None  # why it cannot be created before an earlier restore
+        self.scale_gap = False  # apex never checkpointed its scale, nor does the rewrite
+        self.global_home: cst.FunctionDef | None = None  # creates the module-level scaler
+        self.siblings: list | None = None  # apex_siblings of the file (None: not looked up)
+
+    def verify(self) -> None:
+        """The last guard against a wrong rewrite: apply the plan in memory; the result must
+        compile, must not read a name only apex bound, and must not get a correctness finding
+        (AMP2xx: a clip of scaled gradients, a checkpoint without the scaler's state...) that
+        the original did not have."""
+        code = self.module.visit(ReplaceNodes(self.plan.edits)).code
+        try:
+            tree = ast.parse(code)
+        except SyntaxError as exc:  # a bug in the plan; refuse rather than write it
+            self.plan.problems.append(f"internal: the rewrite does not compile ({exc.msg})")
+            return
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in self.bound:
+                self.plan.problems.append(
+                    f"line {node.lineno} of the rewrite still reads `{node.id}`: replace that "
+                    "use of apex by hand"
+                )
+                return
+        before = {d.code for d in _correctness(self.module.code)}
+        if self.scale_gap:
+            before.add("AMP208")  # apex's own gap (see _resume_state), reported on its own
+        for found in _correctness(code):
+            if found.code not in before:
+                self.plan.problems.append(
+                    f"the rewrite would get {found.code} at its line {found.line} "
+                    f"({found.message}): change the original so that it does not, or migrate "
+                    "by hand"
+                )
+
+    def build(self) -> Plan | None:
+        calls: dict[str, list[cst.Call]] = {}
+        others: list[tuple[cst.Call, str]] = []
+        for node in self.nodes:
+            if not isinstance(node, cst.Call):
+                continue
+            for name in self.qualified(node.func):
+                if name.startswith(APEX + "."):
+                    member = name[len(APEX) + 1 :]
+                    if member in SUPPORTED:
+                        calls.setdefault(member, []).append(node)
+                    else:
+                        others.append((node, member))
+        if not calls and not others:
+            return None
+        initialize = calls.get("initialize", [])
+        self.plan.anchor = (initialize or [c for c, _ in others] or next(iter(calls.values())))[0]
+        for node, member in others:
+            self.problem(node, no_rewrite(member))
+        self._imports()
+        if self._version_gated():
+            self.verify()
+            return self.plan
+        self._values(calls)
+        role = self.role if self.link and not self.link.broken else None
+        if self.link and self.link.broken and self.link.broken_by != self.role:
+            self.problem(self.plan.anchor, self._broken())
+        if not initialize and role != "callee":
+            self._no_initialize(calls)
+            return self.plan
+        self._siblings(role)
+        for extra in initialize[1:]:
+            self._reinitialize(initialize[0], extra)
+        if set(calls) == {"initialize"} and len(initialize) == 1 and self._dual(initialize[0]):
+            if not self.plan.problems:
+                self.verify()
+            return self.plan
+        if (
+            set(calls) == {"initialize"}
+            and len(initialize) == 1
+            and _argument(initialize[0], "optimizers", 1) is None
+        ):
+            self._inference_only(initialize[0])
+            if not self.plan.problems:
+                self.verify()
+            return self.plan
+        setup = self._initialize(initialize[0]) if initialize else self._linked_setup()
+        if setup is None:
+            return self.plan
+        if initialize:
+            self._switch_leaks(setup.statement)
+        uses = [c for m in SUPPORTED - {"initialize"} for c in calls.get(m, [])]
+        self._scope(setup, uses)
+        for call in calls.get("scale_loss", []):
+            self._scale_loss(call, setup)
+        if initialize and len(_optimizers(_argument(initialize[0], "optimizers", 1))) > 1:
+            self._steps_in_turn(calls.get("scale_loss", []))
+        self._unscaled_steps()
+        self._master_params(calls.get("master_params", []), self._grad_readers(calls))
+        self._one_unscale_per_step()
+        for member in ("state_dict", "load_state_dict"):
+            for call in calls.get(member, []):
+                self._state(call, member)
+        if initialize and not calls.get("state_dict") and not calls.get("load_state_dict"):
+            self._resume_state(setup, initialize[0])
+        if initialize and not calls.get("scale_loss"):
+            if role == "caller":
+                self._pass_to_linked(setup, initialize[0])
+            else:
+                self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))
+        self._regions(setup)
+        self._helper_notes()
+        if not self.plan.problems:
+            self.verify()
+        return self.plan
+
+
+def rewrite(module: cst.Module, link: tuple[Link, str] | None = None) -> cst.Module:
+    """Apply the plan to ``module`` (re-planned: other fixes may have changed it)."""
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    scopes, parents = wrapper.resolve(ScopeProvider), wrapper.resolve(ParentNodeProvider)
+    found = _Planner(module, scopes, parents, link).build()
+    if found is None or found.problems:
+        return module
+    return module.visit(ReplaceNodes(found.edits))
+
+
+class ApexO1(cst.CSTVisitor):
+    """One finding per file that uses apex.amp: the O1 rewrite, or every blocker with its line."""
+
+    METADATA_DEPENDENCIES = (ScopeProvider, ParentNodeProvider)  # shared with the other rules
+
+    def __init__(
+        self, rule: Rule, link: tuple[Link, str] | None = None, path: str | None = None
+    ) -> None:
+        super().__init__()
+        self.rule = rule
+        self.link = link
+        self.path = path
+        self.findings: list[Finding] = []
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        scopes, parents = self.metadata[ScopeProvider], self.metadata[ParentNodeProvider]
+        found = _Planner(node, scopes, parents, self.link, self.path).build()
+        if found is None or found.anchor is None:
+            return False
+        notes = "".join(f"; note: {n}" for n in dict.fromkeys(found.notes))
+        if found.problems:
+            message = refusal(found.problems)
+            self.findings.append(Finding(self.rule.code, message, found.anchor, None))
+            return False
+        message = (
+            found.summary
+            or "apex.amp O1 can be rewritten to torch.amp: GradScaler instead of "
+            "`amp.initialize`, an autocast region around the forward pass and loss, "
+            "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`"
+        ) + notes
+        build = functools.partial(rewrite, link=self.link) if self.link else rewrite
+        fix = Fix(
+            "unsafe",
+            cst_target=node,
+            cst_build=build,
+            add_imports=frozenset({"torch"}),
+            min_torch=(2, 3),  # torch.amp.GradScaler (AMP102's replacement)
+        )
+        self.findings.append(Finding(self.rule.code, message, found.anchor, fix))
+        return False

@@ -1,0 +1,167 @@
+"""The autocast regions: the forward pass and loss of every scaled backward, found from the data
+flow, and the invariant that no initialized model runs outside one.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ampmigrate.apex.common import Loop, _code, _is_call_of, _Setup, _statements
+
+
+class Regions:
+    """The regions stage of ``_Planner`` (mixed into it)."""
+
+    def _regions(self, setup: _Setup) -> None:
+        """Wrap the forward pass and loss of every scaled backward in autocast (see the
+        module docstring); then check the invariant: no initialized model is called before the
+        backward outside a region."""
+        forbidden: dict[int, bool] = {}
+        edited = set(map(id, self.plan.edits))
+
+        def blocked(statement: cst.CSTNode) -> bool:
+            if id(statement) not in forbidden:
+                nodes = list(self._subtree(statement))
+                forbidden[id(statement)] = any(
+                    id(n) in edited
+                    or _is_call_of(n, "backward")
+                    or isinstance(n, cst.FunctionDef | cst.ClassDef)
+                    for n in nodes
+                )
+            return forbidden[id(statement)]
+
+        chosen: dict[cst.CSTNode, tuple[set[int], set[int], str | None]] = {}
+        checks: list[tuple[cst.CSTNode, str, str | None]] = []
+        for scale, loss, function, enabled in self.requests:
+            needed = {loss}
+            current: cst.CSTNode = scale
+            picked = False
+            while True:
+                located = self.block_of(current)
+                if located is None:
+                    break
+                block, index = located
+                body = _statements(block)
+                feeding, calling, forward = [], [], []
+                for i in range(index - 1, -1, -1):
+                    facts = self.facts(body[i], setup.models)
+                    if facts.assigned & needed:
+                        needed |= facts.used
+                        feeding.append(i)
+                        calling += [i] if facts.calls else []
+                        forward += [i] if facts.model_calls else []
+                if calling:  # from the forward (or the first call feeding the loss) on
+                    picked = True
+                    indices, feeds, _ = chosen.setdefault(block, (set(), set(), enabled))
+                    indices.update(range(min(forward or calling), max(calling) + 1))
+                    feeds.update(feeding)
+                owner = self.owner(block)
+                if owner is None or owner is function or (isinstance(owner, Loop) and picked):
+                    break
+                current = owner
+            if not picked:
+                self.problem(
+                    scale,
+                    f"`{loss}` is not computed before its `scale_loss` in this function: place "
+                    '`torch.amp.autocast("cuda", dtype=torch.float16)` around the forward by hand',
+                )
+            checks.append((function, loss, enabled))
+        wrapped: set[int] = set()
+        planned: dict[cst.CSTNode, tuple[list[list[cst.BaseStatement]], str | None]] = {}
+        for block, (indices, feeds, enabled) in chosen.items():
+            body = _statements(block)
+            runs: list[list[int]] = []
+            for i in sorted(indices):
+                if blocked(body[i]):
+                    if i in feeds and self.facts(body[i], setup.models).model_calls:
+                        self.problem(
+                            body[i],
+                            "the forward pass shares a statement with the backward or another "
+                            "rewritten line: split it so autocast can cover only the forward",
+                        )
+                    continue
+                if runs and runs[-1][-1] == i - 1:
+                    runs[-1].append(i)
+                else:
+                    runs.append([i])
+            runs = [r for r in runs if feeds & set(r)]
+            for run in runs:
+                wrapped.update(id(body[i]) for i in run)
+            planned[block] = ([[body[i] for i in run] for run in runs], enabled)
+        seen: set[int] = set()
+        for function, loss, enabled in checks:
+            body = function.body if isinstance(function, cst.FunctionDef) else function
+            for call in self.facts(body, setup.models).model_calls:
+                if id(call) in seen or self.function(call) is not function:
+                    continue
+                seen.add(id(call))
+                if any(id(a) in wrapped for a in self.ancestors(call)):
+                    continue
+                # Another forward of the model in the training function (in-loop validation):
+                # apex O1 ran it in float16 too, so its simple statement gets a region.
+                statement = self.statement(call)
+                located = self.block_of(statement)
+                if (
+                    isinstance(statement, cst.SimpleStatementLine)
+                    and located is not None
+                    and not blocked(statement)
+                ):
+                    runs, _ = planned.setdefault(located[0], ([], enabled))
+                    runs.append([statement])
+                    wrapped.add(id(statement))
+                    note = (
+                        "other calls of the model in the training function (e.g. validation) "
+                        "get their own autocast region, as apex O1 ran them in float16"
+                    )
+                    if note not in self.plan.notes:
+                        self.plan.notes.append(note)
+                else:
+                    self.problem(
+                        call,
+                        f"`{_code(self.module, call.func)}(...)` runs in the function that scales "
+                        f"`{loss}` but not in the autocast region of its forward (apex O1 ran it "
+                        "in float16 too): wrap it in `torch.amp.autocast` by hand",
+                    )
+        for block, (runs, enabled) in planned.items():
+            order = {id(s): i for i, s in enumerate(_statements(block))}
+            self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
+
+    def _wrap(self, block: cst.CSTNode, runs: list[list[cst.BaseStatement]], enabled) -> None:
+        """One ``with autocast`` per run; the block regroups its updated statements."""
+        if not runs:
+            return
+        flag = f", enabled={enabled}" if enabled else ""
+        header = f'with torch.amp.autocast("cuda", dtype=torch.float16{flag}):\n    pass\n'
+        template = cst.ensure_type(cst.parse_statement(header), cst.With)
+        updated: dict[int, cst.CSTNode] = {}
+
+        def keep(u: cst.CSTNode, statement: cst.CSTNode) -> cst.CSTNode:
+            updated[id(statement)] = u
+            return u
+
+        for run in runs:
+            for statement in run:
+                self.plan.edits[statement] = lambda u, s=statement: keep(u, s)
+
+        def regroup(u: cst.CSTNode) -> cst.CSTNode:
+            starts = {id(updated[id(r[0])]): r for r in runs}
+            skip = {id(updated[id(s)]) for r in runs for s in r[1:]}
+            body = []
+            for statement in u.body:
+                run = starts.get(id(statement))
+                if run is not None:
+                    inner = [updated[id(s)] for s in run]
+                    body.append(
+                        template.with_changes(
+                            body=template.body.with_changes(
+                                body=[inner[0].with_changes(leading_lines=()), *inner[1:]]
+                            ),
+                            leading_lines=inner[0].leading_lines,
+                        )
+                    )
+                elif id(statement) not in skip:
+                    body.append(statement)
+            return u.with_changes(body=body)
+
+        previous = self.plan.edits.get(block)
+        self.plan.edits[block] = regroup if previous is None else lambda u: regroup(previous(u))

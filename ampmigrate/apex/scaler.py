@@ -1,0 +1,342 @@
+"""Where the scaler is created and lives, and how it reaches every function that needs it (closures,
+``self.<name>``, a new parameter passed at every call site).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from ampmigrate.apex.common import (
+    _NO_SPACE,
+    _appended,
+    _code,
+    _is_call_of,
+    _Setup,
+    _statements,
+    _targets,
+)
+
+
+class Scaler:
+    """The scaler stage of ``_Planner`` (mixed into it)."""
+
+    def _place_scaler(self, setup: _Setup, small, models, optimizer, holder, switch) -> None:
+        """The GradScaler goes where ``initialize`` was, or earlier when the optimizer's state
+        is restored before it (see ``_early``); its line is built at apply time, once the plan
+        knows whether it is ``self.scaler``."""
+        statement = setup.statement
+        enabled = f", enabled={setup.condition}" if setup.condition else ""
+
+        def scaler_line(leading) -> cst.SimpleStatementLine:
+            target = self.access(setup.home) or self.name
+            code = f'{target} = torch.amp.GradScaler("cuda"{enabled})\n'
+            return cst.parse_statement(code).with_changes(leading_lines=leading)
+
+        assigned = self._rebind(small, models, optimizer)
+        tests = [holder.test if isinstance(holder, cst.If) else None, switch]
+        anchor = self._early(setup, _code(self.module, optimizer), holder, tests)
+        if anchor is not None:
+            self.early = anchor
+            self.plan.edits[anchor] = lambda u: cst.FlattenSentinel(
+                [scaler_line(anchor.leading_lines), u.with_changes(leading_lines=())]
+            )
+            self.plan.edits[statement] = lambda _u: (
+                cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
+            )
+            rest = [s for s in getattr(holder, "body", cst.IndentedBlock([])).body
+                    if s is not statement and s not in self.removed]  # fmt: skip
+            if isinstance(holder, cst.If) and not rest and not assigned:
+                self.plan.edits[holder] = lambda _u: cst.RemoveFromParent()
+            return
+        if not isinstance(holder, cst.If):
+            self.plan.edits[statement] = lambda _u: cst.FlattenSentinel(
+                [scaler_line(statement.leading_lines), *assigned]
+            )
+            return
+        # The scaler must exist on both paths: build it before the `if`, disabled when the
+        # condition is false, and drop the initialize (and the if, when nothing is left).
+        self.plan.edits[statement] = lambda _u: (
+            cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
+        )
+        rest = [s for s in holder.body.body if s is not statement and s not in self.removed]
+        if rest or assigned:
+            self.plan.edits[holder] = lambda u: cst.FlattenSentinel(
+                [scaler_line(holder.leading_lines), u.with_changes(leading_lines=())]
+            )
+        else:
+            self.plan.edits[holder] = lambda _u: scaler_line(holder.leading_lines)
+
+    def _rebind(self, small, models, optimizer) -> list[cst.SimpleStatementLine]:
+        """``a, b = amp.initialize(m, o)``: keep ``a, b = m, o`` unless the names are the same."""
+        if not isinstance(small, cst.Assign):
+            return []
+        targets = _code(self.module, small.targets[0].target)
+        values = f"{_code(self.module, models)}, {_code(self.module, optimizer)}"
+        if len(small.targets) != 1 or targets.replace(" ", "").strip("()") in (
+            values.replace(" ", ""),
+            _code(self.module, models),
+        ):
+            return []
+        single = "," not in targets
+        source = _code(self.module, models) if single else values
+        target = small.targets[0].target
+        if (
+            isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+            and _code(self.module, target.elements[0].value) == _code(self.module, models)
+        ):  # `model, [a, b] = amp.initialize(model, [...])`: only the optimizers are rebound
+            targets = _code(self.module, target.elements[1].value)
+            source = _code(self.module, optimizer)
+        elif (
+            isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+            and _code(self.module, target.elements[1].value) == _code(self.module, optimizer)
+        ):  # `model, opt = amp.initialize(model.cuda(), opt)`: only the model is rebound
+            targets = _code(self.module, target.elements[0].value)
+            source = _code(self.module, models)
+        return [cst.parse_statement(f"{targets} = {source}\n")]
+
+    def _early(self, setup: _Setup, opt: str, holder, tests: list) -> cst.BaseStatement | None:
+        """The statement of the function holding ``initialize`` that first restores ``opt``'s
+        state before it (yolo, flowtron): the GradScaler is created right before it instead, so
+        its state can be restored beside the optimizer's. Only when that is exact: the
+        ``enabled`` condition has the same value there (plain names that nothing rebinds in
+        between), and ``initialize`` is a statement of that function or of one ``if`` in it.
+        Otherwise ``self.late`` says why and the restore stays a blocker."""
+        block = setup.home.body if isinstance(setup.home, cst.FunctionDef) else self.module
+        body = _statements(block) or []
+        top = next((a for a in [setup.statement, *self.ancestors(setup.statement)]
+                    if self.parent(a) is block), None)  # fmt: skip
+        index = next((i for i, s in enumerate(body) if s is top), len(body))
+        first = next((i for i in range(index) if self._restores(body[i], opt)), None)
+        if first is None:
+            return None
+        where = f"line {self.line(body[first])}"
+        if top is not setup.statement and top is not holder:
+            self.late = "`amp.initialize` is nested deeper than one `if` of its function"
+            return None
+        if body[first] in self.plan.edits:
+            self.late = f"{where} is rewritten itself"
+            return None
+        names = {"torch"}  # the GradScaler line reads `torch` and the condition
+        for test in tests:
+            for node in self._subtree(test) if test is not None else ():
+                if isinstance(node, cst.Name):
+                    names.add(node.value)
+                elif isinstance(node, cst.BaseExpression) and not isinstance(
+                    node, cst.BooleanOperation | cst.UnaryOperation | cst.Comparison
+                    | cst.Integer | cst.SimpleString
+                ):  # fmt: skip
+                    self.late = (
+                        f"the condition of `amp.initialize` reads `{_code(self.module, node)}`, "
+                        f"which may change between {where} and it"
+                    )
+                    return None
+        between = body[first:index]
+        for node in self.nodes:
+            declared = isinstance(node, cst.Global | cst.Nonlocal) and names & {
+                n.name.value for n in node.names
+            }
+            if declared:
+                self.late = (
+                    f"`{sorted(declared)[0]}` (in the condition of `amp.initialize`) is declared "
+                    f"`global`/`nonlocal` at line {self.line(node)}: a call may change it"
+                )
+                return None
+            if (
+                isinstance(node, cst.Del)
+                and names & _targets(node.target)
+                and any(self.within(node, s) for s in between)
+            ):
+                self.late = f"line {self.line(node)} deletes a name `amp.initialize` tests"
+                return None
+        scope = self.scopes.get(body[first])
+        for name in sorted(names):
+            for assignment in scope.assignments[name] if scope is not None else ():
+                bound = getattr(assignment, "node", None)
+                if bound is not None and any(self.within(bound, s) for s in between):
+                    self.late = (
+                        f"`{name}` (in the condition of `amp.initialize`) is assigned at line "
+                        f"{self.line(bound)}, between {where} and it"
+                    )
+                    return None
+        return body[first]
+
+    def _restores(self, statement: cst.CSTNode, opt: str) -> bool:
+        """``statement`` restores ``opt``'s state: itself, or by calling a module-level function
+        of this file that does, given ``opt``."""
+        functions = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
+
+        def direct(node: cst.CSTNode) -> bool:
+            return any(
+                _is_call_of(n, "load_state_dict") and _code(self.module, n.func.value) == opt
+                for n in self._subtree(node)
+            )
+
+        for node in self._subtree(statement):
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Name)
+                and node.func.value in functions
+                and any(_code(self.module, a.value) == opt for a in node.args)
+                and direct(functions[node.func.value])
+            ):
+                return True
+        return direct(statement)
+
+    def _scope(self, setup: _Setup, uses: list[cst.Call]) -> None:
+        home = self.home = setup.home
+        if home is self.module:
+            return
+        outside = [u for u in uses if not self.within(u, home)]
+        self.mode = "function"
+        if not outside:
+            return
+        holder = self.parent(self.parent(home))
+        if isinstance(holder, cst.ClassDef) and home.params.params:
+            self.mode, self.cls = "class", holder
+            for use in outside:
+                if self.method_of(use, holder) is None:
+                    self.problem(
+                        use,
+                        f"`amp` is used outside class `{holder.name.value}`, whose "
+                        "`self.scaler` replaces `amp.initialize`: pass the GradScaler by hand",
+                    )
+            return
+        pending: list[cst.FunctionDef] = []
+        for use in outside:
+            top = self.top_function(use)
+            if top is None:
+                self.problem(use, "`amp` is used in a class while `amp.initialize` is not")
+            else:
+                pending.append(top)
+        saved = (dict(self.plan.edits), list(self.plan.problems), list(self.plan.notes))
+        self._thread(pending, home)
+        if len(self.plan.problems) > len(saved[1]) and self.parent(home) is self.module:
+            # the functions that scale are not all reached from `home` with the scaler in hand:
+            # the GradScaler becomes module state, as apex's amp state was process state
+            self.plan.edits, self.plan.problems, self.plan.notes = saved
+            self.threaded = set()
+            self._global_scaler(setup)
+
+    def _global_scaler(self, setup: _Setup) -> None:
+        """A disabled module-level GradScaler before ``home``, which rebinds it (``global``)
+        where ``initialize`` was; every function of the file reads it, and autocast asks it."""
+        home, name = setup.home, self.name
+        self.mode, setup.by_scaler, self.global_home = "module", True, home
+        placeholder = cst.parse_statement(f'{name} = torch.amp.GradScaler("cuda", enabled=False)\n')
+        declaration = cst.parse_statement(f"global {name}\n")
+        before = self.plan.edits.get(home)
+
+        def define(u: cst.FunctionDef) -> cst.FlattenSentinel:
+            u = before(u) if before is not None else u
+            line = placeholder.with_changes(leading_lines=u.leading_lines)
+            return cst.FlattenSentinel([line, u.with_changes(leading_lines=[cst.EmptyLine()] * 2)])
+
+        inner = self.plan.edits.get(home.body)
+
+        def declare(u: cst.IndentedBlock) -> cst.IndentedBlock:
+            u = inner(u) if inner is not None else u
+            body = list(u.body)
+            docstring = (
+                bool(body)
+                and isinstance(body[0], cst.SimpleStatementLine)
+                and (
+                    isinstance(body[0].body[0], cst.Expr)
+                    and isinstance(body[0].body[0].value, cst.SimpleString | cst.ConcatenatedString)
+                )
+            )
+            at = 1 if docstring else 0
+            return u.with_changes(body=[*body[:at], declaration, *body[at:]])
+
+        self.plan.edits[home] = define
+        self.plan.edits[home.body] = declare
+        self.plan.notes.append(
+            f"apex's amp state was process-wide, and the functions that scale the loss are not "
+            f"all called from `{home.name.value}` with the GradScaler in hand: it is module "
+            f"state here, `{name}` (disabled until `{home.name.value}` creates it where "
+            "`amp.initialize` was; `global` there), read by every function of this file"
+        )
+
+    def _thread(self, pending: list[cst.FunctionDef], home: cst.CSTNode | None) -> None:
+        """Give each function in ``pending`` a scaler parameter and pass it at every call in
+        the file, making the callers' functions take it too (up to ``home``)."""
+        while pending:
+            function = pending.pop()
+            if function in self.threaded:
+                continue
+            self.threaded.add(function)
+            for ref in self._references(function.name.value):
+                call = self.parent(ref)
+                if not (isinstance(call, cst.Call) and call.func is ref):
+                    self.problem(ref, f"`{function.name.value}` is used as a value, so the "
+                                 "GradScaler cannot be passed to it")  # fmt: skip
+                    continue
+                caller = self.function(call)
+                if caller is self.module:
+                    self.problem(call, f"`{function.name.value}` is called at module level, "
+                                 "where there is no GradScaler")  # fmt: skip
+                    continue
+                if not self.within(caller, home):
+                    top = self.top_function(caller)
+                    if top is None:
+                        self.problem(call, f"`{function.name.value}` is called from a method")
+                        continue
+                    pending.append(top)
+                self.plan.edits[call] = self._pass_scaler
+            self.plan.edits[function.params] = self._add_parameter
+        for function in sorted(self.threaded, key=lambda f: self.order[id(f)]):
+            note = (
+                f"`{function.name.value}` gets a `{self.name}` parameter, passed at every call "
+                "in this file (callers in other files must pass it too)"
+            )
+            if note not in self.plan.notes:
+                self.plan.notes.append(note)
+
+    def _references(self, name: str) -> Iterator[cst.Name]:
+        for node in self.nodes:
+            if not isinstance(node, cst.Name) or node.value != name:
+                continue
+            parent = self.parent(node)
+            if (
+                (isinstance(parent, cst.Attribute) and parent.attr is node)
+                or (isinstance(parent, cst.Arg) and parent.keyword is node)
+                or isinstance(parent, cst.FunctionDef | cst.Param | cst.ImportAlias)
+            ):
+                continue
+            yield node
+
+    def _pass_scaler(self, call: cst.Call, keyword: str | None = None) -> cst.Call:
+        """``call`` with ``<keyword>=<the scaler>`` appended (keyword: the scaler's own name)."""
+        name = cst.Name(keyword or self.name)
+        arg = cst.Arg(keyword=name, value=cst.Name(self.name), equal=_NO_SPACE)
+        return call.with_changes(args=_appended(call.args, arg))
+
+    def _add_parameter(self, params: cst.Parameters) -> cst.Parameters:
+        """A plain last parameter; keyword-only after defaults or ``*args``."""
+        new = cst.Param(cst.Name(self.name))
+        plain = not any(p.default for p in params.params) and not isinstance(
+            params.star_arg, cst.Param | cst.ParamStar
+        )
+        if plain and params.star_kwarg is None and not params.kwonly_params:
+            return params.with_changes(params=_appended(params.params, new))
+        star = params.star_arg if isinstance(params.star_arg, cst.Param) else cst.ParamStar()
+        last = params.params[-1] if params.params else None
+        if (
+            isinstance(star, cst.ParamStar)
+            and not params.kwonly_params
+            and params.star_kwarg is None
+            and last is not None
+            and isinstance(last.comma, cst.Comma)
+        ):  # one parameter per line, trailing comma: `*,` and the new one on lines of their own
+            inner = params.params[-2].comma if len(params.params) > 1 else cst.Comma(
+                whitespace_after=cst.SimpleWhitespace(" ")
+            )  # fmt: skip
+            return params.with_changes(
+                params=[*params.params[:-1], last.with_changes(comma=inner)],
+                star_arg=cst.ParamStar(comma=inner),
+                kwonly_params=[new.with_changes(comma=last.comma)],
+            )
+        return params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, new])

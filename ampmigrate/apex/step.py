@@ -1,0 +1,241 @@
+"""The backward and the step: ``amp.scale_loss`` -> ``scaler.scale(loss).backward()``,
+``opt.step()`` -> ``scaler.step(opt)`` + ``scaler.update()``, gradient accumulation and several
+optimizers in turn.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _Setup, _statements
+
+
+class Step:
+    """The step stage of ``_Planner`` (mixed into it)."""
+
+    def _scale_loss(self, call: cst.Call, setup: _Setup) -> None:
+        statement = self.statement(call)
+        function = self.function(call)
+        access = self.access(function)
+        if not isinstance(statement, cst.With) or len(statement.items) != 1:
+            self.problem(call, "`amp.scale_loss` is not the only item of a `with`")
+            return
+        item = statement.items[0]
+        if item.item is not call or item.asname is None:
+            self.problem(call, "`amp.scale_loss` without `as name`")
+            return
+        alias = _code(self.module, item.asname.name)
+        positional = [a.value for a in call.args if not a.keyword]
+        keywords = {a.keyword.value: a.value for a in call.args if a.keyword}
+        loss = keywords.get("loss", positional[0] if positional else None)
+        optimizer = keywords.get("optimizers", positional[1] if len(positional) > 1 else None)
+        extra = set(keywords) - {"loss", "optimizers", "delay_unscale", "loss_id"}
+        if extra or len(positional) > 2:
+            listed = ", ".join(f"`{k}`" for k in sorted(extra)) or "a third positional argument"
+            self.problem(call, f"`amp.scale_loss` with {listed}: migrate this call by hand")
+            return
+        if not isinstance(loss, cst.Name):
+            self.problem(
+                call,
+                "`amp.scale_loss` of an expression: assign the loss to a name first (`loss = ...`)",
+            )
+            if isinstance(optimizer, cst.Name | cst.Attribute) and access is not None:
+                self._steps(_code(self.module, optimizer), access, function, call)  # all blockers
+            return
+        if not isinstance(optimizer, cst.Name | cst.Attribute):
+            self.problem(
+                call,
+                "`amp.scale_loss` for several optimizers at once: after the backward, "
+                "`scaler.step(o)` for each and one `scaler.update()`; place them by hand",
+            )
+            return
+        suite = statement.body if isinstance(statement.body, cst.SimpleStatementSuite) else None
+        if suite is not None:  # `with amp.scale_loss(...) as s: s.backward()` on one line
+            first = cst.SimpleStatementLine(
+                body=suite.body[:1], trailing_whitespace=suite.trailing_whitespace
+            )
+            body = [first, *suite.body[1:]]
+        else:
+            body = list(statement.body.body)
+        first = body[0] if body else None
+        backward = first.body[0] if isinstance(first, cst.SimpleStatementLine) else None
+        if not (
+            isinstance(backward, cst.Expr)
+            and _is_call_of(backward.value, "backward")
+            and _code(self.module, backward.value.func.value) == alias
+        ) or any(alias in _code(self.module, s) for s in body[1:]):
+            self.problem(call, "the `scale_loss` block does more than `backward()`")
+            return
+        if access is None:
+            return  # _scope said why
+        new_backward = backward.value.with_changes(
+            func=backward.value.func.with_changes(
+                value=cst.parse_expression(f"{access}.scale({loss.value})")
+            )
+        )
+        head = first.with_changes(
+            body=[backward.with_changes(value=new_backward)], leading_lines=statement.leading_lines
+        )
+        # the rest of the body as updated (it may hold other edits, e.g. a region)
+        self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
+            [head] if suite is not None else [head, *u.body.body[1:]]
+        )
+        opt = _code(self.module, optimizer)
+        self.scaled.setdefault((id(function), opt), []).append(statement)
+        self._steps(opt, access, function, call)
+        if function is setup.home and not setup.by_scaler:
+            enabled = setup.condition
+        else:  # another function: the condition's names may not exist there
+            enabled = f"{access}.is_enabled()" if setup.condition or setup.by_scaler else None
+        self.requests.append((statement, loss.value, function, enabled))
+
+    def _steps(self, opt: str, access: str, function: cst.CSTNode, call: cst.Call) -> None:
+        key = (id(function), opt)
+        if key in self.steps:
+            return
+        found = self.steps[key] = []
+        for node in self.nodes:
+            if not (
+                isinstance(node, cst.SimpleStatementLine)
+                and len(node.body) == 1
+                and isinstance(node.body[0], cst.Expr)
+                and _is_call_of(node.body[0].value, "step")
+                and _code(self.module, node.body[0].value.func.value) == opt
+                and self.function(node) is function
+            ):
+                continue
+            if node.body[0].value.args:
+                self.problem(node, f"`{opt}.step(...)` with a closure")
+                continue
+            found.append(node)
+            self.before_step[node] = []
+
+            def build(_u, node=node):
+                lines = [
+                    *[s for make in self.before_step[node] for s in make()],
+                    cst.parse_statement(f"{access}.step({opt})\n"),
+                    cst.parse_statement(f"{access}.update()\n"),
+                ]
+                lines[0] = lines[0].with_changes(leading_lines=node.leading_lines)
+                return cst.FlattenSentinel(lines)
+
+            self.plan.edits[node] = build
+        if not found:
+            self.problem(
+                call,
+                f"no `{opt}.step()` statement in the function that scales the loss: scaled "
+                "gradients must be stepped through `scaler.step`",
+            )
+
+    def _unscaled_steps(self) -> None:
+        """apex ran a plain ``optimizer.step()`` when no scaled backward had happened since the
+        last step (a NaN loss whose backward is skipped while the step keeps its gradient
+        accumulation schedule); ``GradScaler.step`` raises there instead (``_scale is None``
+        before the first ``scale``, "No inf checks were recorded" once ``zero_grad`` cleared the
+        gradients). The rewrite is exact only where a backward runs on every path from the
+        start of the loop iteration (or of the function) to the step."""
+        for key, steps in self.steps.items():
+            withs = self.scaled.get(key, [])
+            for step in steps:
+                if withs and not self._backward_before(step, withs):
+                    self.problem(
+                        step,
+                        f"`{_code(self.module, step.body[0].value)}` can be reached without a "
+                        "backward since the previous step (the `amp.scale_loss` at line "
+                        f"{self.line(withs[0])} does not run on every path to it, e.g. a "
+                        "skipped NaN loss): apex ran a plain optimizer step there, "
+                        "`scaler.step` raises (AssertionError: `_scale is None` before the "
+                        "first scaled backward, 'No inf checks were recorded' after "
+                        "`zero_grad`); guard the step by hand (a flag set after the scaled "
+                        "backward: `scaler.step` + `scaler.update()` when set, "
+                        "`optimizer.step()` otherwise)",
+                    )
+
+    def _backward_before(self, step: cst.CSTNode, withs: list[cst.With]) -> bool:
+        """Whether a backward surely runs before ``step`` in the same loop iteration (or
+        function call): some earlier statement of a block around it, inside the innermost
+        loop or function, backpropagates on every path through it."""
+        node = step
+        while True:
+            block = self.parent(node)
+            body = _statements(block)
+            if body is None:
+                return False
+            index = next(i for i, s in enumerate(body) if s is node)
+            if any(self._surely_backward(s, withs) for s in body[:index]):
+                return True
+            owner = self.owner(block)
+            while isinstance(self.parent(owner), cst.If):  # an elif: climb to its `if`
+                owner = self.parent(owner)
+            if owner is None or isinstance(owner, Loop | cst.FunctionDef | cst.ClassDef):
+                return False
+            node = owner
+
+    def _surely_backward(self, statement: cst.CSTNode, withs: list[cst.With]) -> bool:
+        """``statement`` backpropagates on every path through it that goes on: a scaled
+        backward, a plain ``x.backward()`` (the branch where apex was off), or a ``with``/
+        ``if``-``else`` whose every branch does."""
+        if any(statement is w for w in withs):
+            return True
+        if isinstance(statement, cst.SimpleStatementLine | cst.SimpleStatementSuite):
+            return any(isinstance(s, cst.Expr) and _is_call_of(s.value, "backward")
+                       for s in statement.body)  # fmt: skip
+        blocks: list[cst.CSTNode] = []
+        if isinstance(statement, cst.With):
+            blocks = [statement.body]
+        elif isinstance(statement, cst.If):
+            current = statement
+            while isinstance(current, cst.If):
+                blocks.append(current.body)
+                current = current.orelse
+            if current is None:  # no `else`: the path through none of the branches
+                return False
+            blocks.append(current.body)
+        return bool(blocks) and all(self._leaves_or_backward(b, withs) for b in blocks)
+
+    def _leaves_or_backward(self, block: cst.CSTNode, withs: list[cst.With]) -> bool:
+        """A branch that backpropagates, or that leaves (``continue``, ``return``, ``raise``,
+        ``break``: it never reaches a step later in the same iteration)."""
+        lines = [block] if isinstance(block, cst.SimpleStatementSuite) else list(block.body)
+        last = lines[-1] if lines else None
+        simple = isinstance(last, cst.SimpleStatementLine | cst.SimpleStatementSuite)
+        leaves = simple and isinstance(
+            last.body[-1], cst.Continue | cst.Return | cst.Raise | cst.Break
+        )
+        return leaves or any(self._surely_backward(s, withs) for s in lines)
+
+    def _steps_in_turn(self, scales: list[cst.Call]) -> None:
+        """Several optimizers, one scale: each optimizer's ``scaler.step`` + ``update()`` must
+        come before another optimizer's loss is scaled, or the ``update()`` changes the scale
+        that the other's gradients were made with before they are unscaled."""
+        events: dict[int, list[tuple[int, str, str, cst.CSTNode]]] = {}
+        for call in scales:
+            opt = _argument(call, "optimizers", 1)
+            if opt is None:
+                continue
+            text = _code(self.module, opt)
+            statement = self.statement(call)
+            function = self.function(call)
+            events.setdefault(id(function), []).append(
+                (self.order[id(statement)], "scale", text, statement)
+            )
+            for step in self.steps.get((id(function), text), []):
+                events[id(function)].append((self.order[id(step)], "step", text, step))
+        for found in events.values():
+            pending: dict[str, cst.CSTNode] = {}
+            for _, kind, opt, node in sorted(found, key=lambda e: e[0]):
+                if kind == "step":
+                    pending.pop(opt, None)
+                    continue
+                other = next((o for o, n in pending.items() if o != opt
+                              and not self._exclusive(n, node)), None)  # fmt: skip
+                if other is not None:
+                    self.problem(
+                        node,
+                        f"`{opt}`'s loss is scaled before `{other}` has stepped: the "
+                        "GradScaler's `update()` after the first step would change the scale "
+                        "the other's gradients were made with; step each optimizer right after "
+                        "its own backward, or place the steps and one `update()` by hand",
+                    )
+                    return
+                pending[opt] = node

@@ -1,0 +1,267 @@
+"""``amp.master_params``: one ``scaler.unscale_`` per step, under the step's condition (a clip that
+ran every micro-batch moves there).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ampmigrate.apex.common import Loop, _argument, _code, _statements
+from ampmigrate.apex.verdict import APEX
+
+
+class Unscale:
+    """The unscale stage of ``_Planner`` (mixed into it)."""
+
+    def _grad_readers(self, calls: dict[str, list[cst.Call]]) -> list[tuple[cst.CSTNode, str]]:
+        """Statements that read gradients between a scaled backward and its step (a clip of
+        ``model.parameters()``, a norm logged from ``p.grad``): apex had unscaled them when
+        ``scale_loss`` exited, so each needs ``scaler.unscale_`` before it, as ``master_params``
+        does. Not one in the ``else:`` of an ``if <test>:`` around a ``master_params`` clip
+        when the scaled backward itself runs only under an ``if <test>:`` (hf_glue's two ``if
+        args.fp16:``): on that path nothing was scaled."""
+        clips = [self.statement(c) for c in calls.get("master_params", [])]
+        gates = {  # the tests the scaled backwards run under
+            _code(self.module, a.test)
+            for c in calls.get("scale_loss", [])
+            for a in self.ancestors(c)
+            if isinstance(a, cst.If) and self.within(c, a.body)
+        }
+        found: dict[cst.CSTNode, str] = {}
+        for call in calls.get("scale_loss", []):
+            optimizer = _argument(call, "optimizers", 1)
+            if not isinstance(optimizer, cst.Name | cst.Attribute):
+                continue
+            opt, scaled, function = (
+                _code(self.module, optimizer),
+                self.statement(call),
+                self.function(call),
+            )
+            steps = self.steps.get((id(function), opt), [])
+            after = [self.order[id(s)] for s in steps if self.order[id(s)] > self.order[id(scaled)]]
+            if not after:
+                continue
+            for node in self.nodes[self.order[id(scaled)] + 1 : min(after)]:
+                if (
+                    isinstance(node, cst.SimpleStatementLine)
+                    and node not in clips
+                    and not self.within(node, scaled)
+                    and self.function(node) is function
+                    and node not in found
+                    and self._reads_gradients(node)
+                ):
+                    found[node] = opt
+        return [
+            (statement, opt)
+            for statement, opt in found.items()
+            if not any(
+                isinstance(holder := self.parent(self.parent(clip)), cst.If)
+                and _code(self.module, holder.test) in gates
+                and self.within(statement, holder)
+                and self._exclusive(statement, clip)
+                for clip in clips
+            )
+        ]
+
+    def _reads_gradients(self, statement: cst.CSTNode) -> bool:
+        """Gradient values are read: not ``p.grad = None`` (a write) nor ``p.grad is None``
+        (scaling never changes which gradients exist)."""
+        for node in self._subtree(statement):
+            if isinstance(node, cst.Attribute) and node.attr.value == "grad":
+                parent = self.parent(node)
+                if isinstance(parent, cst.AssignTarget | cst.Del):
+                    continue
+                if isinstance(parent, cst.Comparison) and all(
+                    isinstance(t.operator, cst.Is | cst.IsNot)
+                    and isinstance(t.comparator, cst.Name)
+                    and t.comparator.value == "None"
+                    for t in parent.comparisons
+                ):
+                    continue
+                return True
+            if isinstance(node, cst.Call):
+                if any(q.startswith("torch.nn.utils.clip_grad") for q in self.qualified(node.func)):
+                    return True
+                for arg in node.args:
+                    value = arg.value
+                    if (
+                        isinstance(value, cst.Call)
+                        and isinstance(value.func, cst.Attribute)
+                        and (value.func.attr.value in ("parameters", "named_parameters"))
+                    ):
+                        return True
+        return False
+
+    def _master_params(
+        self, calls: list[cst.Call], readers: list[tuple[cst.CSTNode, str]] = ()
+    ) -> None:
+        by_statement: dict[cst.CSTNode, list[cst.Call]] = {}
+        for call in calls:
+            positional = [a.value for a in call.args if not a.keyword]
+            statement = self.statement(call)
+            if len(call.args) != 1 or not positional:
+                self.problem(call, "`amp.master_params` with other arguments than the optimizer")
+                continue
+            if not isinstance(statement, cst.SimpleStatementLine):
+                self.problem(call, "`amp.master_params` outside a simple statement")
+                continue
+            opt = _code(self.module, positional[0])
+            params = cst.parse_expression(
+                f'(p for group in {opt}.param_groups for p in group["params"])'
+            )
+            self.plan.edits[call] = lambda _u, params=params: params
+            by_statement.setdefault(statement, []).append(opt)
+        for statement, opt in readers:
+            by_statement.setdefault(statement, []).append(opt)
+        by_statement = dict(sorted(by_statement.items(), key=lambda i: self.order[id(i[0])]))
+        per_function: dict[cst.CSTNode, list[tuple[cst.CSTNode, str]]] = {}
+        for statement, opts in by_statement.items():
+            function = self.function(statement)
+            if self.access(function) is None:
+                continue  # _scope said why
+            per_function.setdefault(function, []).append((statement, opts[0]))
+        for function, statements in per_function.items():
+            access = self.access(function)
+            clusters: list[list[tuple[cst.CSTNode, str]]] = []
+            for statement, opt in statements:
+                joined = [
+                    c for c in clusters if any(not self._exclusive(s, statement) for s, _ in c)
+                ]
+                if joined:
+                    joined[0].append((statement, opt))
+                else:
+                    clusters.append([(statement, opt)])
+            for cluster in clusters:
+                anchor = self._one_anchor([s for s, _ in cluster])
+                opts = {o for _, o in cluster}
+                if anchor is None or len(opts) > 1:
+                    first, again = cluster[0][0], cluster[1][0]
+                    self.problem(
+                        again,
+                        f"{self._reader(again)} again after line {self.line(first)} in the same "
+                        "step, and no one place before both runs once per step: "
+                        "`scaler.unscale_` may run only once per step; unscale before the "
+                        "first use by hand",
+                    )
+                    continue
+                if len(cluster) > 1:
+                    listed = ", ".join(str(self.line(s)) for s, _ in cluster)
+                    self.plan.notes.append(
+                        f"one `{access}.unscale_` before line {self.line(anchor)} serves the "
+                        f"gradient reads at lines {listed} (apex had unscaled them all when "
+                        "`scale_loss` exited)"
+                    )
+                self._place_unscale(anchor, cluster[0][1], function, access)
+
+    def _reader(self, statement: cst.CSTNode) -> str:
+        """How a blocker names a gradient read: what it is, not what it is not."""
+        if "master_params" in _code(self.module, statement):
+            return "`amp.master_params`"
+        return "the gradient read"
+
+    def _one_anchor(self, statements: list[cst.CSTNode]) -> cst.CSTNode | None:
+        """The statement before which one unscale_ serves every read in ``statements``: the
+        first one's ancestor in the innermost block holding them all (None: no such block, or
+        it holds a backward)."""
+        if len(statements) == 1:
+            return statements[0]
+        paths = [[s, *self.ancestors(s)] for s in statements]
+        for candidate in paths[0]:
+            body = _statements(candidate)
+            if body is None or not all(any(n is candidate for n in p) for p in paths[1:]):
+                continue
+            anchor = next(s for s in body if any(s is n for n in paths[0]))
+            if self.facts(anchor).backward or any(
+                any(q.startswith(APEX + ".scale_loss") for q in self.qualified(n))
+                for n in self._subtree(anchor)
+                if isinstance(n, cst.Call)
+            ):
+                return None
+            return anchor
+        return None
+
+    def _exclusive(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+        """``a`` and ``b`` are in different branches of one ``if``."""
+        path_a = [a, *self.ancestors(a)]
+        path_b = [b, *self.ancestors(b)]
+        common = next(n for n in path_a if any(n is m for m in path_b))
+        if not isinstance(common, cst.If):
+            return False
+        child_a = path_a[path_a.index(common) - 1]
+        child_b = path_b[[id(n) for n in path_b].index(id(common)) - 1]
+        return {id(child_a), id(child_b)} == {id(common.body), id(common.orelse)}
+
+    def _one_unscale_per_step(self) -> None:
+        """Two unscale_ that can run in one step raise at the second: every pair placed in one
+        function must sit in different branches of an ``if``."""
+        placed = list(dict.fromkeys(self.unscales))
+        for i, later in enumerate(placed):
+            for earlier in placed[:i]:
+                same = self.function(earlier) is self.function(later)
+                if same and not self._exclusive(earlier, later):
+                    self.problem(
+                        later,
+                        "`scaler.unscale_` would run twice in one step (before lines "
+                        f"{min(self.line(earlier), self.line(later))} and "
+                        f"{max(self.line(earlier), self.line(later))}; apex's `master_params` is "
+                        "read twice): unscale once, before the first use, by hand",
+                    )
+                    return
+
+    def _place_unscale(self, statement, opt: str, function, access: str, depth: int = 0) -> None:
+        steps = self.steps.get((id(function), opt), [])
+        unscale = f"{access}.unscale_({opt})\n"
+        scaled = [
+            s for s, _, f, _ in self.requests
+            if f is function and self.order[id(s)] < self.order[id(statement)]
+        ]  # fmt: skip
+        if not steps or not scaled:
+            caller = self._helper_call(function, opt) if depth < 3 else None
+            if caller is not None:  # a helper called once per step: unscale before the call
+                call_statement, outer = caller
+                self._place_unscale(call_statement, opt, outer, self.access(outer), depth + 1)
+                return
+            self.problem(
+                statement,
+                f"{self._reader(statement)} is not between a scaled backward and `{opt}.step()` "
+                "in this function: place `scaler.unscale_` by hand",
+            )
+            return
+        current = statement
+        while True:
+            located = self.block_of(current)
+            if located is None:
+                break
+            block, index = located
+            later = _statements(block)[index + 1 :]
+            if any(self._always_steps(s, steps) for s in later):
+                self._unscale_before(statement, unscale)
+                return
+            nested = [p for p in steps if any(self.within(p, s) for s in later)]
+            if nested:
+                self._move_to_step(statement, _statements(block)[index], nested, unscale)
+                return
+            owner = self.owner(block)
+            if owner is None or owner is function or isinstance(owner, Loop):
+                break
+            current = owner
+        self.problem(
+            statement,
+            f"{self._reader(statement)} is not followed by `{opt}.step()` in the same step: "
+            "place `scaler.unscale_` by hand",
+        )
+
+    def _always_steps(self, statement: cst.CSTNode, steps: list) -> bool:
+        """``statement`` is a step, or an if/else whose every branch always steps."""
+        if statement in steps:
+            return True
+        if not isinstance(statement, cst.If) or statement.orelse is None:
+            return False
+        branches = [statement.body]
+        orelse = statement.orelse
+        if isinstance(orelse, cst.If):
+            return any(self._always_steps(s, steps) for s in statement.body.body) and (
+                self._always_steps(orelse, steps)
+            )
+        branches.append(orelse.body)
+        return all(any(self._always_steps(s, steps) for s in b.body) for b in branches)
