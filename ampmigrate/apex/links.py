@@ -14,6 +14,7 @@ re-runs both with the pair ``broken``, so each side refuses with the reason.
 from __future__ import annotations
 
 import ast
+import collections
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -297,14 +298,15 @@ def apex_siblings(path: str) -> list[Sibling]:
     seen = {start}
     queue = [start]
     found: list[Sibling] = []
+    exists: dict[str, bool] = {}  # os.path.isfile, asked once per path in this walk
     while queue and len(seen) < _SIBLING_LIMIT:
         current = queue.pop(0)
         data = _read(current)
         tree = _tree(current, data)
         if tree is None:
             continue
-        for node in ast.walk(tree):
-            for target in _imported(current, node):
+        for node in _import_statements(tree.body):
+            for target in _imported(current, node, exists):
                 if target in seen:
                     continue
                 seen.add(target)
@@ -333,7 +335,24 @@ def _tree(path: str, data: bytes) -> ast.Module | None:
         return None
 
 
-def _imported(path: str, node: ast.AST) -> Iterator[str]:
+def _import_statements(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements of a module at any depth, in ``ast.walk``'s order (breadth
+    first): only statements are visited, as imports are never inside expressions."""
+    pending = collections.deque(body)
+    while pending:
+        node = pending.popleft()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+            continue
+        for _, value in ast.iter_fields(node):
+            if isinstance(value, list) and value and isinstance(value[0], _BLOCKS):
+                pending.extend(value)
+
+
+_BLOCKS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def _imported(path: str, node: ast.AST, exists: dict[str, bool] | None = None) -> Iterator[str]:
     """The files on disk an import statement of ``path`` may load (the first that exists per
     module named)."""
     if isinstance(node, ast.Import):
@@ -347,9 +366,17 @@ def _imported(path: str, node: ast.AST) -> Iterator[str]:
     for dots, module in modules:
         if not module:
             continue
-        target = next((p for p in _module_paths(path, dots, module) if os.path.isfile(p)), None)
+        target = next((p for p in _module_paths(path, dots, module) if _isfile(p, exists)), None)
         if target is not None:
             yield os.path.abspath(target)
+
+
+def _isfile(path: str, cache: dict[str, bool] | None) -> bool:
+    if cache is None:
+        return os.path.isfile(path)
+    if path not in cache:
+        cache[path] = os.path.isfile(path)
+    return cache[path]
 
 
 def _apex_member(path: str) -> tuple[str, int] | None:
