@@ -131,6 +131,18 @@ def _declared(directory: Path) -> Iterable[tuple[str, str]]:
                 yield requirements.name, line
 
 
+def module_values(tree: ast.Module) -> dict[str, ast.expr]:
+    """What each module-level ``name = ...`` of a setup.py assigns (its last assignment):
+    requirement lists are often built there and passed by name."""
+    return {
+        target.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+
 def _strings(value: object) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
@@ -142,13 +154,7 @@ def _setup_py_requirements(path: Path) -> list[str]:
         tree = ast.parse(path.read_bytes())
     except (OSError, SyntaxError, ValueError):
         return []
-    lists = {
-        target.id: node.value
-        for node in tree.body
-        if isinstance(node, ast.Assign)
-        for target in node.targets
-        if isinstance(target, ast.Name)
-    }
+    lists = module_values(tree)
     out: list[str] = []
     loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and type(n.ctx) is ast.Load}
     for name, value in lists.items():

@@ -23,6 +23,7 @@ from ampmigrate.catalog import Rule
 from ampmigrate.engine.discover import discover, is_dependency_file
 from ampmigrate.engine.settings import FileResult, Settings
 from ampmigrate.findings import Diagnostic
+from ampmigrate.floor import module_values
 from ampmigrate.noqa import Suppressions
 
 CODE = "AMP316"
@@ -240,13 +241,7 @@ def _setup_py(data: bytes) -> list[Requirement]:
         source = Source.from_bytes(data)
     except (SyntaxError, ValueError, UnicodeDecodeError) as exc:
         raise RequirementsError(f"setup.py does not parse: {exc}") from exc
-    bound = {
-        target.id: node.value
-        for node in tree.body
-        if isinstance(node, ast.Assign)
-        for target in node.targets
-        if isinstance(target, ast.Name)
-    }
+    bound = module_values(tree)
 
     def literal(node: ast.AST | None) -> list[ast.AST]:
         if isinstance(node, ast.Name):
