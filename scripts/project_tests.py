@@ -16,7 +16,8 @@ project this script
    (``git archive`` of a bare clone under ``--mirrors``, else GitHub's source archive); nothing
    of it is committed;
 3. runs those tests there (``PYTHONPATH`` first, so the copy shadows the installed release; the
-   script checks that it does), then ``ampmigrate fix --unsafe-fixes`` over the package and the
+   script checks that it does), then ``ampmigrate fix --unsafe-fixes`` (``--safe``: plain
+   ``fix``) over the package and the
    tests, as a user would, and runs the same tests again; both also with
    ``-W error::FutureWarning``, torch's category for its AMP deprecations.
 
@@ -178,6 +179,15 @@ def scratch(name: str, project: Project, args: argparse.Namespace) -> Path:
         source = fetch(project.package, args.cache)
         for path in project.package_paths:
             shutil.copytree(source / path, tree / path)
+        # what the release declares (its repository's setup.py), as a checkout would have it:
+        # ampmigrate reads the torch and TensorFlow floors from there
+        for metadata in source.glob("*.dist-info/METADATA"):
+            required = [
+                line.removeprefix("Requires-Dist:").strip()
+                for line in metadata.read_text(encoding="utf-8").splitlines()
+                if line.startswith("Requires-Dist:") and "extra ==" not in line
+            ]
+            (tree / "requirements.txt").write_text("".join(f"{r}\n" for r in required))
     else:
         git_paths(*project.package, project.package_paths, tree, args.mirrors)
     if project.tests is not None:
@@ -238,7 +248,8 @@ def check_project(name: str, args: argparse.Namespace) -> dict:
     before_w = pytest(python, tree, project, "before-w", *warnings)
     paths = [*project.package_paths, *project.test_files]
     original = {p: p.read_bytes() for p in tree.rglob("*.py")}
-    fix = ("fix", "--unsafe-fixes", *project.fix_options, *paths)
+    unsafe = () if args.safe else ("--unsafe-fixes",)
+    fix = ("fix", *unsafe, *project.fix_options, *paths)
     fixed = run(sys.executable, "-m", "ampmigrate", *fix, cwd=tree)
     (tree.parent / "fix.log").write_text(fixed.stdout + fixed.stderr)
     changed = sorted(str(p.relative_to(tree)) for p, d in original.items() if p.read_bytes() != d)
@@ -263,6 +274,7 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=ROOT / ".cache" / "ecosystem")
     parser.add_argument("--work", type=Path, default=Path("/tmp/project-tests"))
     parser.add_argument("--venvs", type=Path, default=Path("/tmp"))
+    parser.add_argument("--safe", action="store_true", help="plain `fix`: safe fixes only")
     args = parser.parse_args()
     names = args.projects.split(",") if args.projects else list(PROJECTS)
     results = [check_project(name, args) for name in names]
