@@ -38,9 +38,10 @@ import sys
 import tarfile
 import urllib.request
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 
-from ecosystem import fetch
+from ecosystem import SETS, fetch
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH = "torch==2.13.0"  # the CPU build, from a local file
@@ -170,6 +171,24 @@ def git_paths(repo: str, commit: str, paths: tuple[str, ...], dest: Path, mirror
                 t.extract(member, dest, filter="data")
 
 
+def declared(name: str, cache: Path) -> list[str]:
+    """The unconditional ``Requires-Dist`` of a package's downloaded wheel."""
+    dist, _, version = SETS["all"][name].partition("==")
+    stem = f"{dist.replace('-', '_').lower()}-{version}"
+    for wheel in (cache / "downloads").glob("*.whl"):
+        if wheel.name.lower().startswith(stem):
+            with zipfile.ZipFile(wheel) as archive:
+                for member in archive.namelist():
+                    if member.endswith(".dist-info/METADATA"):
+                        lines = archive.read(member).decode("utf-8").splitlines()
+                        return [
+                            line.removeprefix("Requires-Dist:").strip()
+                            for line in lines
+                            if line.startswith("Requires-Dist:") and "extra ==" not in line
+                        ]
+    return []
+
+
 def scratch(name: str, project: Project, args: argparse.Namespace) -> Path:
     """A fresh tree with the package sources and the tests."""
     tree = args.work / name / "tree"
@@ -181,12 +200,8 @@ def scratch(name: str, project: Project, args: argparse.Namespace) -> Path:
             shutil.copytree(source / path, tree / path)
         # what the release declares (its repository's setup.py), as a checkout would have it:
         # ampmigrate reads the torch and TensorFlow floors from there
-        for metadata in source.glob("*.dist-info/METADATA"):
-            required = [
-                line.removeprefix("Requires-Dist:").strip()
-                for line in metadata.read_text(encoding="utf-8").splitlines()
-                if line.startswith("Requires-Dist:") and "extra ==" not in line
-            ]
+        required = declared(project.package, args.cache)
+        if required:
             (tree / "requirements.txt").write_text("".join(f"{r}\n" for r in required))
     else:
         git_paths(*project.package, project.package_paths, tree, args.mirrors)

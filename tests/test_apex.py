@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from ampmigrate.catalog import all_rules
+from ampmigrate.engine import Settings
+from ampmigrate.engine.migrate import migrate_source
+
 from conftest import FIXTURES, check_source, fix_source
 
 APEX = FIXTURES / "apex"
@@ -1184,7 +1188,8 @@ def test_the_version_gated_rewrite_states_what_it_drops():
     [finding] = [d for d in found if d.code == "AMP303"]
     assert finding.fix == "unsafe"
     assert "the version test (line 15) is constant on every torch with torch.amp" in finding.message
-    assert "the torch < 1.10 path (apex) is gone" in finding.message
+    assert "the path for torch older than 1.6 (apex) is gone" in finding.message
+    assert "torch >=" not in finding.message  # nothing new is written: no torch floor to meet
     assert "1 `elif` that repeated an earlier test went" in finding.message
 
 
@@ -1363,3 +1368,18 @@ def test_several_losses_share_one_scaler_and_the_finding_says_so():
     assert "apex kept one loss scale per loss (`num_losses=2`, `loss_id=`)" in finding.message
     assert out.count("scaler.scale(loss_") == 2 and "loss_id" not in out
     assert out.count("scaler.step(optimizer)") == 1
+
+
+def test_the_torch_a_rewrite_needs_is_what_it_writes():
+    """The O1 mapping writes torch.amp.GradScaler("cuda") (2.3); inference-only O1 only
+    torch.amp.autocast("cuda", ...) (1.12); keeping the native branch writes nothing new."""
+    rules = tuple(r for c, r in all_rules().items() if c == "AMP303")
+    settings = Settings(rules=rules, target_torch=(1, 11))
+    cases = (("inference_only", "1.12"), ("global_scaler", "2.3"), ("dual_backend", None))
+    for name, needs in cases:
+        _, remaining, _ = migrate_source((APEX / f"{name}.py").read_bytes(), settings)
+        [graded] = [d for d in remaining if d.code == "AMP303"]
+        if needs is None:
+            assert "the fix needs torch" not in graded.message, name
+        else:
+            assert f"the fix needs torch >= {needs}; target-torch is 1.11" in graded.message, name

@@ -26,6 +26,9 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     edits: dict[cst.CSTNode, Build] = field(default_factory=dict)
     summary: str | None = None  # what the rewrite does, where it is not the O1 mapping
+    # the oldest torch with every API the rewrite writes: torch.amp.GradScaler("cuda", ...);
+    # None where it writes none (the project's own native path stays)
+    min_torch: tuple[int, int] | None = (2, 3)
 
 
 @dataclass

@@ -53,6 +53,10 @@ class VersionGates:
         name = node.func.value if isinstance(node.func, cst.Name) else name
         return node.args[0].value if name in _PARSERS else None
 
+    def _bound(self, test: cst.Comparison) -> str:
+        """The version a gate compares with, as written (``1.6``)."""
+        return str(self._parsed(test.comparisons[0].comparator).evaluated_value)
+
     def _gate_value(self, test: cst.BaseExpression) -> bool | None:
         """The value of ``test`` on every torch that has native AMP, when it compares the
         parsed torch version with a literal (a plain string comparison is not a version test:
@@ -109,14 +113,16 @@ class VersionGates:
         # what was reported so far (apex imports and members) is all in the path that goes
         self.plan.problems = []
         lines = ", ".join(str(self.line(g)) for g, _ in gates)
+        self.plan.min_torch = None  # nothing new is written: the native path stays
+        bounds = sorted({self._bound(g.test) for g, _ in gates})
         self.plan.summary = (
             "apex.amp runs here only on a torch older than native AMP: the version test "
             f"(line {lines}) is constant on every torch with torch.amp, so the apex path goes "
             "and the native one stays"
         )
         self.plan.notes.append(
-            "behaviour change: the torch < 1.10 path (apex) is gone; on any later torch the "
-            "program runs exactly as before"
+            f"behaviour change: the path for torch older than {' / '.join(bounds)} (apex) is "
+            "gone; on any later torch the program runs exactly as before"
             + (f"; {folded} test(s) of the flags it set were folded" if folded else "")
             + (f"; {repeated} `elif` that repeated an earlier test went" if repeated else "")
         )

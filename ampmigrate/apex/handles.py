@@ -153,6 +153,7 @@ class Handles:
 
         self.plan.edits[root] = rebuild
         values = [compared(holder)[1], compared(chain[native_at])[1]]
+        self.plan.min_torch = None  # nothing new is written: the native branch stays
         self.plan.summary = (
             "apex.amp beside native AMP can be rewritten to native AMP alone: the apex branch "
             "goes, the native one (autocast + GradScaler) takes its place"

@@ -120,6 +120,7 @@ class InferenceOnly:
             return
         self._remove_statement(statement)
         self._wrap(block, [run], condition)
+        self.plan.min_torch = (1, 12)  # torch.amp.autocast("cuda", ...) only (AMP101's floor)
         first, last = self.line(run[0]), self.line(run[-1])
         self.plan.summary = (
             "apex O1 for inference (no optimizer) can be rewritten to torch.amp: "

@@ -265,7 +265,7 @@ class ApexO1(cst.CSTVisitor):
             cst_target=node,
             cst_build=build,
             add_imports=frozenset({"torch"}),
-            min_torch=(2, 3),  # torch.amp.GradScaler (AMP102's replacement)
+            min_torch=found.min_torch or (),
         )
         self.findings.append(Finding(self.rule.code, message, found.anchor, fix))
         return False
