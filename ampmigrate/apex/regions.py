@@ -8,6 +8,10 @@ import libcst as cst
 
 from ampmigrate.apex.common import Loop, _code, _is_call_of, _Setup, _statements
 
+# builtins that never call a model they are handed
+_HARMLESS = frozenset({"print", "len", "isinstance", "str", "repr", "type", "id", "getattr",
+                       "hasattr", "setattr", "vars", "dir"})  # fmt: skip
+
 
 class Regions:
     """The regions stage of ``_Planner`` (mixed into it)."""
@@ -122,9 +126,97 @@ class Regions:
                         f"`{loss}` but not in the autocast region of its forward (apex O1 ran it "
                         "in float16 too): wrap it in `torch.amp.autocast` by hand",
                     )
+        if self.global_home is not None:
+            self._handed_on(setup, planned, wrapped, blocked)
         for block, (runs, enabled) in planned.items():
             order = {id(s): i for i, s in enumerate(_statements(block))}
             self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
+
+    def _handed_on(self, setup: _Setup, planned: dict, wrapped: set[int], blocked) -> None:
+        """With the scaler as module state, the model travels through the functions on the way
+        to the one that scales (``train`` -> ``train_epoch`` -> ``train_step``); where one of
+        them hands it to code that may run it (``evaluate_epoch(model, ...)``: a validation
+        pass), apex O1 cast that forward too. The statement gets a region (autocast covers what
+        it calls), ``enabled`` by the scaler."""
+        names = {m for m in setup.models if "." not in m}
+        defined = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
+        scaling = {id(f) for _, _, f, _ in self.requests}
+        grew = True
+        while grew:  # the same-file functions that lead to a scaled backward
+            grew = False
+            for function in defined.values():
+                if id(function) not in scaling and any(
+                    isinstance(n, cst.Call) and isinstance(n.func, cst.Name)
+                    and id(defined.get(n.func.value)) in scaling
+                    for n in self._subtree(function)
+                ):  # fmt: skip
+                    scaling.add(id(function))
+                    grew = True
+        handed = []
+        for function in defined.values():
+            if id(function) not in scaling:
+                continue
+            for node in self._subtree(function.body):
+                if not isinstance(node, cst.Call) or self.function(node) is not function:
+                    continue
+                callee = defined.get(node.func.value) if isinstance(node.func, cst.Name) else None
+                if callee is not None and id(callee) in scaling:
+                    continue
+                if not any(isinstance(a.value, cst.Name) and a.value.value in names
+                           for a in node.args):  # fmt: skip
+                    continue
+                if not self._may_run(node, callee, names, defined, 0):
+                    continue
+                statement = self.statement(node)
+                located = self.block_of(statement)
+                if (
+                    not isinstance(statement, cst.SimpleStatementLine)
+                    or located is None
+                    or blocked(statement)
+                    or id(statement) in wrapped
+                    or any(id(a) in wrapped for a in self.ancestors(statement))
+                ):
+                    continue
+                runs, _ = planned.setdefault(located[0], ([], f"{self.name}.is_enabled()"))
+                runs.append([statement])
+                wrapped.add(id(statement))
+                handed.append(f"`{_code(self.module, node.func)}(...)` (line {self.line(node)})")
+        if handed:
+            self.plan.notes.append(
+                f"the model is handed to code that may run it at {', '.join(handed)}: each "
+                "such statement gets its own autocast region, as apex O1 cast those forwards "
+                "too"
+            )
+
+    def _may_run(self, call: cst.Call, callee, names: set[str], defined: dict, depth: int) -> bool:
+        """``call`` hands the model to code that may call it: code outside this file, or a
+        function of it whose parameter is called or handed on (its methods run no forward)."""
+        if callee is None:
+            func = _code(self.module, call.func)
+            return func not in _HARMLESS and func.partition(".")[0] not in names
+        if depth > 3:
+            return True
+        params = [p.name.value for p in callee.params.params]
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        received = {
+            params[i]
+            for i, a in enumerate(positional)
+            if i < len(params) and isinstance(a.value, cst.Name) and a.value.value in names
+        } | {
+            a.keyword.value
+            for a in call.args
+            if a.keyword is not None and isinstance(a.value, cst.Name) and a.value.value in names
+        }
+        for node in self._subtree(callee.body):
+            if not isinstance(node, cst.Call):
+                continue
+            if isinstance(node.func, cst.Name) and node.func.value in received:
+                return True
+            if any(isinstance(a.value, cst.Name) and a.value.value in received for a in node.args):
+                inner = defined.get(node.func.value) if isinstance(node.func, cst.Name) else None
+                if self._may_run(node, inner, received, defined, depth + 1):
+                    return True
+        return False
 
     def _wrap(self, block: cst.CSTNode, runs: list[list[cst.BaseStatement]], enabled) -> None:
         """One ``with autocast`` per run; the block regroups its updated statements."""
