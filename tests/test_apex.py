@@ -1383,3 +1383,37 @@ def test_the_torch_a_rewrite_needs_is_what_it_writes():
             assert "the fix needs torch" not in graded.message, name
         else:
             assert f"the fix needs torch >= {needs}; target-torch is 1.11" in graded.message, name
+
+
+def test_a_dropped_except_that_switched_mixed_precision_off_is_a_stated_change():
+    """YOLOv4: `mixed_precision = True; try: from apex import amp except: mixed_precision =
+    False`: without apex the run was float32; native AMP is always there, so now it is not."""
+    out, _, fixed = fix_source(
+        textwrap.dedent("""
+            import torch
+
+            mixed_precision = True
+            try:
+                from apex import amp
+            except ImportError:
+                mixed_precision = False
+
+
+            def train(model, optimizer, loader):
+                if mixed_precision:
+                    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    if mixed_precision:
+                        with amp.scale_loss(loss, optimizer) as scaled_loss:
+                            scaled_loss.backward()
+                    else:
+                        loss.backward()
+                    optimizer.step()
+        """),
+        unsafe=True,
+    )
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "the `except` at line 7 set `mixed_precision`" in finding.message
+    assert "mixed_precision = False" not in out and "mixed_precision = True" in out

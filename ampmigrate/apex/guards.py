@@ -98,6 +98,18 @@ class Guards:
                 self._remove_statement(statement)
             return
         self.dropped.add(id(try_node))
+        flags = sorted(
+            {n for h in try_node.handlers for s in h.body.body for n in self.facts(s).assigned}
+            - {"amp", "apex"}
+        )
+        if flags:
+            listed = ", ".join(f"`{f}`" for f in flags)
+            self.plan.notes.append(
+                f"behaviour change: where apex was not installed, the `except` at line "
+                f"{self.line(try_node.handlers[0])} set {listed}; native AMP is always there, "
+                "so that branch goes: a run without apex that trained in float32 now trains "
+                "in mixed precision where the flag turns it on"
+            )
         if try_node.orelse is not None:
             kept += list(try_node.orelse.body.body)
         if kept:
