@@ -72,6 +72,13 @@ def lower_bound(requirement: str) -> tuple[int, ...] | None:
 def packaging_bound(requirement: str) -> tuple[int, ...] | None:
     """``lower_bound`` by packaging's reading: any requirement syntax (the reference for the
     fast path above)."""
+    found = _requirement_bound(requirement, ("torch",))
+    return (found[1] or None) if found is not None else None
+
+
+def _requirement_bound(requirement: str, names: tuple[str, ...]) -> tuple[str, tuple] | None:
+    """(name, lowest release (major, minor) it admits, or ()) when ``requirement`` is one of
+    ``names``: packaging's reading of any requirement syntax."""
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.version import InvalidVersion, Version
 
@@ -79,17 +86,17 @@ def packaging_bound(requirement: str) -> tuple[int, ...] | None:
         parsed = Requirement(requirement)
     except InvalidRequirement:
         return None
-    if parsed.name.lower() != "torch":
+    name = parsed.name.lower().replace("_", "-")
+    if name not in names:
         return None
     bounds = []
     for spec in parsed.specifier:
         if spec.operator in (">=", ">", "~=", "==", "==="):
             try:
-                release = Version(spec.version.removesuffix(".*")).release
+                bounds.append(tuple((*Version(spec.version.removesuffix(".*")).release, 0)[:2]))
             except InvalidVersion:
                 continue
-            bounds.append(tuple((*release, 0)[:2]))
-    return max(bounds) if bounds else None
+    return name, max(bounds) if bounds else ()
 
 
 def _declared(directory: Path) -> Iterable[tuple[str, str]]:
@@ -224,28 +231,6 @@ def find(paths: Sequence[Path]) -> Floor | None:
 # TensorFlow bundles Keras 3 from 2.16 on; before, Keras 2
 _KERAS3_TF = (2, 16)
 _TF_NAMES = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-macos")
-
-
-def _requirement_bound(requirement: str, names: tuple[str, ...]) -> tuple[str, tuple] | None:
-    """(name, lowest release it admits, or ()) when ``requirement`` is one of ``names``."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        parsed = Requirement(requirement)
-    except InvalidRequirement:
-        return None
-    name = parsed.name.lower().replace("_", "-")
-    if name not in names:
-        return None
-    bounds = []
-    for spec in parsed.specifier:
-        if spec.operator in (">=", ">", "~=", "==", "==="):
-            try:
-                bounds.append(tuple((*Version(spec.version.removesuffix(".*")).release, 0)[:2]))
-            except InvalidVersion:
-                continue
-    return name, max(bounds) if bounds else ()
 
 
 def keras_target(paths: Sequence[Path]) -> tuple[int, str] | None:
