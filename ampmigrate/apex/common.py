@@ -42,6 +42,19 @@ class _Setup:
     by_scaler: bool = False  # autocast asks the scaler (`enabled=scaler.is_enabled()`)
 
 
+def flag_assignment(small: cst.BaseSmallStatement) -> tuple[str, bool] | None:
+    """``name = True`` / ``name = False``: (name, value)."""
+    if (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+        and isinstance(small.value, cst.Name)
+        and small.value.value in ("True", "False")
+    ):
+        return small.targets[0].target.value, small.value.value == "True"
+    return None
+
+
 def _code(module: cst.Module, node: cst.CSTNode) -> str:
     return module.code_for_node(node)
 

@@ -12,6 +12,8 @@ import re
 
 import libcst as cst
 
+from ampmigrate.apex.common import flag_assignment
+
 # the keyword a library's mixed-precision switch goes by (`use_amp=`, `fp16=`, `apex=`)
 _PRECISION = re.compile(r"amp|apex|fp16|half|mixed|precision", re.IGNORECASE)
 
@@ -24,15 +26,11 @@ class SwitchFlow:
         if not isinstance(holder, cst.If):
             return
         flags = {
-            small.targets[0].target.value
+            flag[0]
             for line in holder.body.body
             if line is not statement and isinstance(line, cst.SimpleStatementLine)
             for small in line.body
-            if isinstance(small, cst.Assign)
-            and len(small.targets) == 1
-            and isinstance(small.targets[0].target, cst.Name)
-            and isinstance(small.value, cst.Name)
-            and small.value.value == "True"
+            if (flag := flag_assignment(small)) is not None and flag[1]
         }
         if not flags:
             return

@@ -17,6 +17,7 @@ import re
 
 import libcst as cst
 
+from ampmigrate.apex.common import flag_assignment
 from ampmigrate.replace import ReplaceNodes
 
 # every torch that has native AMP's device-generic API is at least this
@@ -40,6 +41,18 @@ def _branch(branch: cst.CSTNode | None) -> list[cst.BaseStatement]:
     if isinstance(branch, cst.Else):
         branch = branch.body
     return list(branch.body) if isinstance(branch, cst.IndentedBlock) else []
+
+
+def _inner_statements(node: cst.CSTNode) -> list[cst.BaseStatement]:
+    """The statements directly in a compound statement's blocks (its body, ``else``,
+    handlers, ``finally``)."""
+    found = []
+    for child in node.children:
+        if isinstance(child, cst.BaseStatement):
+            found.append(child)
+        else:
+            found += _inner_statements(child)
+    return found
 
 
 class VersionGates:
@@ -77,8 +90,9 @@ class VersionGates:
         now, later = which(_NATIVE, bound), which((99, 0), bound)
         return now if now == later else None
 
-    def _version_gated(self) -> bool:
-        """Fold the gates and flags; keep the result only when no apex call survives it."""
+    def _version_gated(self) -> str | None:
+        """Fold the gates and flags; keep the result only when no apex call survives it. The
+        folded module's code, or None (not this mode: nothing planned)."""
         gates = [
             (n, v)
             for n in self.nodes
@@ -88,7 +102,7 @@ class VersionGates:
             and self._holds_apex(n)
         ]  # other version gates are not this migration's business
         if not gates:
-            return False
+            return None
         saved = (dict(self.plan.edits), set(self.removed), list(self.plan.notes))
         problems = list(self.plan.problems)
         for gate, value in gates:
@@ -109,7 +123,7 @@ class VersionGates:
         if self._apex_left(code):
             self.plan.edits, self.removed, self.plan.notes = saved
             self.plan.problems = problems
-            return False
+            return None
         # what was reported so far (apex imports and members) is all in the path that goes
         self.plan.problems = []
         lines = ", ".join(str(self.line(g)) for g, _ in gates)
@@ -126,7 +140,7 @@ class VersionGates:
             + (f"; {folded} test(s) of the flags it set were folded" if folded else "")
             + (f"; {repeated} `elif` that repeated an earlier test went" if repeated else "")
         )
-        return True
+        return code
 
     def _holds_apex(self, gate: cst.If) -> bool:
         """The gate imports apex or calls it."""
@@ -183,35 +197,17 @@ class VersionGates:
     def _flag(self, statement: cst.CSTNode) -> tuple[str, bool] | None:
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return None
-        small = statement.body[0]
-        if (
-            isinstance(small, cst.Assign)
-            and len(small.targets) == 1
-            and isinstance(small.targets[0].target, cst.Name)
-            and isinstance(small.value, cst.Name)
-            and small.value.value in ("True", "False")
-        ):
-            return small.targets[0].target.value, small.value.value == "True"
-        return None
+        return flag_assignment(statement.body[0])
 
     def _module_statements(self):
-        """Every statement that runs at module level (not inside a def or a class)."""
+        """Every simple statement that runs at module level (not inside a def or a class)."""
         pending = list(self.module.body)
         while pending:
             statement = pending.pop()
-            if isinstance(statement, cst.FunctionDef | cst.ClassDef):
-                continue
             if isinstance(statement, cst.SimpleStatementLine):
                 yield statement
-                continue
-            for node in self._subtree(statement):
-                if node is not statement and isinstance(node, cst.BaseStatement):
-                    if isinstance(node, cst.FunctionDef | cst.ClassDef):
-                        continue
-                    if isinstance(node, cst.SimpleStatementLine) and not any(
-                        isinstance(a, cst.FunctionDef | cst.ClassDef) for a in self.ancestors(node)
-                    ):
-                        yield node
+            elif not isinstance(statement, cst.FunctionDef | cst.ClassDef):
+                pending += _inner_statements(statement)
 
     def _reads_global(self, name: cst.Name) -> bool:
         """A read of the module's flag in a function (run after import), not a local."""

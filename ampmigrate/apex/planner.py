@@ -113,12 +113,13 @@ class _Planner(
         self.global_home: cst.FunctionDef | None = None  # creates the module-level scaler
         self.siblings: list | None = None  # apex_siblings of the file (None: not looked up)
 
-    def verify(self) -> None:
-        """The last guard against a wrong rewrite: apply the plan in memory; the result must
-        compile, must not read a name only apex bound, and must not get a correctness finding
-        (AMP2xx: a clip of scaled gradients, a checkpoint without the scaler's state...) that
-        the original did not have."""
-        code = self.module.visit(ReplaceNodes(self.plan.edits)).code
+    def verify(self, code: str | None = None) -> None:
+        """The last guard against a wrong rewrite: apply the plan in memory (``code``: already
+        applied); the result must compile, must not read a name only apex bound, and must not
+        get a correctness finding (AMP2xx: a clip of scaled gradients, a checkpoint without the
+        scaler's state...) that the original did not have."""
+        if code is None:
+            code = self.module.visit(ReplaceNodes(self.plan.edits)).code
         try:
             tree = ast.parse(code)
         except SyntaxError as exc:  # a bug in the plan; refuse rather than write it
@@ -162,8 +163,9 @@ class _Planner(
         for node, member in others:
             self.problem(node, no_rewrite(member))
         self._imports()
-        if self._version_gated():
-            self.verify()
+        gated = self._version_gated()
+        if gated is not None:
+            self.verify(gated)
             return self.plan
         self._values(calls)
         role = self.role if self.link and not self.link.broken else None
