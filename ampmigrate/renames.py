@@ -234,11 +234,7 @@ def _constructors_beside_values(
     """A constructor migrated while the old class is also used as a value (a registry key,
     ``type(x) is``) in this file or another of the run is unsafe: the new instance is no longer
     that class there. The message names the places."""
-    here = {}
-    for code, device, line in visitor.class_values:
-        here.setdefault((code, device), []).append(f"{path or '<source>'}:{line}")
-    for code, device, line in visitor.named_strings:
-        here.setdefault((code, device), []).append(f"{path or '<source>'}:{line} {_BY_NAME}")
+    here = visitor.value_places(path or "<source>")
     for finding, sym in visitor.constructors:
         key = (sym.code, sym.device)
         places = sorted(set(here.get(key, [])) | set(elsewhere.get(key, ())))
@@ -269,10 +265,8 @@ def class_values(items: Iterable[tuple[str, bytes]], settings: Settings) -> dict
             continue
         visitor = _Renames(symbols, Source.from_bytes(data, path), Names(tree))
         visitor.run()
-        for code, device, line in visitor.class_values:
-            out.setdefault((code, device), []).append(f"{path}:{line}")
-        for code, device, line in visitor.named_strings:
-            out.setdefault((code, device), []).append(f"{path}:{line} {_BY_NAME}")
+        for key, places in visitor.value_places(path).items():
+            out.setdefault(key, []).extend(places)
     return {key: tuple(places) for key, places in out.items()}
 
 
@@ -305,6 +299,16 @@ class _Renames:
         self.named_strings: list[tuple[str, str, int]] = []
         self._dispatched: set[ast.AST] = set()  # names bound per device by an if/else
         self._gates: dict[ast.AST, bool] = {}
+
+    def value_places(self, path: str) -> dict[tuple[str, str], list[str]]:
+        """(rule code, device) -> "path:line" of each use of an old class as a value, and of
+        its old name in a string, in this file."""
+        places: dict[tuple[str, str], list[str]] = {}
+        for code, device, line in self.class_values:
+            places.setdefault((code, device), []).append(f"{path}:{line}")
+        for code, device, line in self.named_strings:
+            places.setdefault((code, device), []).append(f"{path}:{line} {_BY_NAME}")
+        return places
 
     # ---- name resolution -------------------------------------------------------------------
 
@@ -774,7 +778,7 @@ class _Renames:
             for match in _NAMED.finditer(text):
                 sym = self.table.get(match.group(1))
                 if sym is not None and sym.kind == "class":
-                    line = text.count("\n", 0, match.start()) + 1
+                    line = self.source.line_of(match.start())
                     self.named_strings.append((sym.code, sym.device, line))
         found = [n for s in self._last_segments for n in self.names.spelled(s)]
         found += [n for a in self._aliases for n in self.names.spelled(a) if type(n) is ast.Name]

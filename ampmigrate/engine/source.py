@@ -8,6 +8,7 @@ edits and diagnostics need character offsets into the decoded text. Everything t
 from __future__ import annotations
 
 import ast
+import bisect
 import codecs
 import io
 import re
@@ -57,6 +58,10 @@ class Source:
 
     def line_start(self, line: int) -> int:
         return self._starts[line - 1]
+
+    def line_of(self, offset: int) -> int:
+        """The 1-based line holding character ``offset`` of ``text`` (any line ending)."""
+        return bisect.bisect_right(self._starts, offset)
 
     def offset(self, line: int, byte_col: int) -> int:
         """Character offset in ``text`` of ast's (1-based line, UTF-8 byte column)."""
