@@ -37,6 +37,7 @@ REWRITTEN = [
     "resume_before_initialize",
     "checkpoint_helper_before_initialize",
     "nan_skip_accumulation",
+    "nan_step_guard",
     "initialize_expression",
     "resume_scale_gap",
     "clip_result_used",
@@ -51,9 +52,6 @@ BLOCKED = {
     "blocked_opt_level_config": "line 10: opt_level `config.AMP_OPT_LEVEL` is not provably O1: "
     "it comes from `config.AMP_OPT_LEVEL`, set outside this file (a config, an argument); this "
     'file itself branches on `config.AMP_OPT_LEVEL == "O2"` at line 11',
-    "blocked_nan_skip_accumulation": "line 23: `optimizer.step()` can be reached without a "
-    "backward since the previous step (the `amp.scale_loss` at line 18 does not run on every "
-    "path to it",
 }
 
 
@@ -304,6 +302,7 @@ CASES = {
     "resume_before_initialize": [["ckpt.pt"]],
     "checkpoint_helper_before_initialize": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
     "nan_skip_accumulation": [[], ["--amp"]],
+    "nan_step_guard": [[], ["--amp"]],
     "initialize_expression": [[], ["--amp"]],
     "resume_scale_gap": [["ckpt.pt"], ["ckpt.pt", "--amp"]],
     "clip_result_used": [[]],
@@ -980,12 +979,14 @@ def test_the_other_branch_of_a_master_params_clip_is_unscaled_when_it_was_scaled
 
 
 @pytest.mark.torch
-def test_a_step_without_a_scaled_backward_is_refused_because_scaler_step_raises(stub, tmp_path):
-    """The refusal's reason is true: the shape-only rewrite of the blocked fixture (scale_loss
-    -> scaler.scale, step -> scaler.step + update) raises on CPU where the original, against
-    the O0 stand-in, trains; the `continue` form is rewritten and runs with its NaN batches."""
+def test_a_step_without_a_scaled_backward_is_guarded_because_scaler_step_raises(stub, tmp_path):
+    """The guard is needed and enough: the shape-only rewrite of the fixture (scale_loss ->
+    scaler.scale, step -> scaler.step + update) raises on CPU where the original, against the
+    O0 stand-in, trains through a first window of non-finite losses; the guarded rewrite, with
+    float16 autocast and GradScaler really on (cuda -> cpu), steps plainly through that window
+    and trains to the original's weights (to float16 rounding)."""
     pytest.importorskip("torch")
-    source = (APEX / "blocked_nan_skip_accumulation.py").read_text()
+    source = (APEX / "nan_step_guard.py").read_text()
     naive = (
         source.replace("from apex import amp\n", "")
         .replace(
@@ -1000,19 +1001,51 @@ def test_a_step_without_a_scaled_backward_is_refused_because_scaler_step_raises(
         .replace("optimizer.step()", "scaler.step(optimizer)\n            scaler.update()")
     )
     assert "amp." not in naive.replace("torch.amp.", "")
-    script = tmp_path / "naive.py"
-    script.write_text(naive)
-    original, migrated = _runs(
-        [(APEX / "blocked_nan_skip_accumulation.py", ["--amp"], stub, False),
-         (script, ["--amp"], None, False)],
+    (tmp_path / "naive.py").write_text(naive)
+    # a first scale of 1: no overflow-skipped step (apex skipped those too; not the point here)
+    guarded = (
+        (APEX / "nan_step_guard.fixed.py").read_text().replace('"cuda"', '"cpu"')
+        .replace('GradScaler("cpu", ', 'GradScaler("cpu", init_scale=1.0, ')
+    )  # fmt: skip
+    assert "init_scale=1.0" in guarded
+    (tmp_path / "guarded.py").write_text(guarded)
+    original, migrated, fixed = _runs(
+        [(APEX / "nan_step_guard.py", ["--amp"], stub, False),
+         (tmp_path / "naive.py", ["--amp"], None, False),
+         (tmp_path / "guarded.py", ["--amp"], None, True)],
         tmp_path,
     )  # fmt: skip
     assert original[0] == 0, original[2]
     assert migrated[0] == 1 and "Attempted step but _scale is None" in migrated[2]
+    assert fixed[0] == 0, fixed[2]
+    assert "forward dtypes: ['torch.float16']" in fixed[1]
+
+    def weights(out: str) -> list[float]:
+        line = next(x for x in out.splitlines() if x.startswith("weights"))
+        return ast.literal_eval(line.split(" ", 1)[1])
+
+    assert weights(fixed[1]) == pytest.approx(weights(original[1]), abs=2e-3)
+    assert "stepped plainly there" in _message(source)
+
+
+def test_a_guard_that_an_unscale_would_break_is_refused_with_why():
+    """An unscale_ before a guarded step would run on the plain path too and leave the scaler
+    waiting for an update(): refused, saying so."""
+    source = (
+        (APEX / "nan_step_guard.py")
+        .read_text()
+        .replace(
+            "            optimizer.step()\n",
+            "            torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)\n"
+            "            optimizer.step()\n",
+        )
+    )
+    out, remaining, _ = fix_source(source, unsafe=True)
+    assert out == source and remaining
     message = _message(source)
-    assert "`scaler.step` raises (AssertionError: `_scale is None`" in message
-    fixed = (APEX / "nan_skip_accumulation.fixed.py").read_text()
-    assert fixed.index("            continue\n") < fixed.index("scaler.scale(loss).backward()")
+    assert "line 24: `optimizer.step()` can be reached without a backward" not in message
+    assert "and a gradient read is unscaled before it" in message
+    assert "guard the step and its unscale by hand" in message
 
 
 def test_an_opt_level_flag_is_o1_only_when_its_choices_say_so():

@@ -102,6 +102,10 @@ class _Planner(
         self.steps: dict[tuple[int, str], list[cst.SimpleStatementLine]] = {}
         self.scaled: dict[tuple[int, str], list[cst.With]] = {}  # the scale_loss blocks per step
         self.before_step: dict[cst.CSTNode, list[Callable[[], list]]] = {}
+        # steps a path reaches with no scaled backward since the last one: the line of the
+        # scale_loss that does not always run, then whether the step is guarded
+        self.unsure: dict[cst.CSTNode, int] = {}
+        self.guarded: set[cst.CSTNode] = set()
         self.requests: list[tuple[cst.With, str, cst.CSTNode, str | None]] = []
         self.moved: set[int] = set()
         self.unscales: list[cst.CSTNode] = []  # where an unscale_ is placed (before, or a step)
@@ -204,6 +208,7 @@ class _Planner(
         self._unscaled_steps()
         self._master_params(calls.get("master_params", []), self._grad_readers(calls))
         self._one_unscale_per_step()
+        self._guard_steps()
         for member in ("state_dict", "load_state_dict"):
             for call in calls.get(member, []):
                 self._state(call, member)

@@ -9,6 +9,16 @@ import libcst as cst
 
 from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _Setup, _statements
 
+# the optimizer holds gradients only after a backward, and every backward of the
+# mixed-precision path is scaled
+_GUARD = """\
+if any(p.grad is not None for group in {opt}.param_groups for p in group["params"]):
+    {access}.step({opt})
+    {access}.update()
+else:  # no backward since the last step (apex stepped plainly here)
+    {opt}.step()
+"""
+
 
 class Step:
     """The step stage of ``_Planner`` (mixed into it)."""
@@ -111,11 +121,13 @@ class Step:
             self.before_step[node] = []
 
             def build(_u, node=node):
-                lines = [
-                    *[s for make in self.before_step[node] for s in make()],
+                step = [
                     cst.parse_statement(f"{access}.step({opt})\n"),
                     cst.parse_statement(f"{access}.update()\n"),
                 ]
+                if node in self.guarded:
+                    step = [cst.parse_statement(_GUARD.format(access=access, opt=opt))]
+                lines = [*[s for make in self.before_step[node] for s in make()], *step]
                 lines[0] = lines[0].with_changes(leading_lines=node.leading_lines)
                 return cst.FlattenSentinel(lines)
 
@@ -132,24 +144,46 @@ class Step:
         last step (a NaN loss whose backward is skipped while the step keeps its gradient
         accumulation schedule); ``GradScaler.step`` raises there instead (``_scale is None``
         before the first ``scale``, "No inf checks were recorded" once ``zero_grad`` cleared the
-        gradients). The rewrite is exact only where a backward runs on every path from the
-        start of the loop iteration (or of the function) to the step."""
+        gradients). A step that a backward precedes on every path from the start of the loop
+        iteration (or of the function) needs nothing; the others are guarded by
+        ``_guard_steps``."""
         for key, steps in self.steps.items():
             withs = self.scaled.get(key, [])
             for step in steps:
                 if withs and not self._backward_before(step, withs):
-                    self.problem(
-                        step,
-                        f"`{_code(self.module, step.body[0].value)}` can be reached without a "
-                        "backward since the previous step (the `amp.scale_loss` at line "
-                        f"{self.line(withs[0])} does not run on every path to it, e.g. a "
-                        "skipped NaN loss): apex ran a plain optimizer step there, "
-                        "`scaler.step` raises (AssertionError: `_scale is None` before the "
-                        "first scaled backward, 'No inf checks were recorded' after "
-                        "`zero_grad`); guard the step by hand (a flag set after the scaled "
-                        "backward: `scaler.step` + `scaler.update()` when set, "
-                        "`optimizer.step()` otherwise)",
-                    )
+                    self.unsure[step] = self.line(withs[0])
+
+    def _guard_steps(self) -> None:
+        """Where a step may come with no scaled backward since the last one, the rewrite asks
+        the optimizer: gradients present were made by a scaled backward (every backward of the
+        mixed-precision path is scaled) and ``scaler.step`` unscales them as apex had; none
+        present is apex's plain step on no gradients. An ``unscale_`` placed before the step
+        would run on the plain path too and leave the scaler waiting for an ``update()``."""
+        for step, line in self.unsure.items():
+            function = self.function(step)
+            if self.before_step[step] or any(self.function(u) is function for u in self.unscales):
+                self.problem(
+                    step,
+                    f"`{_code(self.module, step.body[0].value)}` can be reached without a "
+                    f"backward since the previous step (the `amp.scale_loss` at line {line} "
+                    "does not run on every path to it, e.g. a skipped NaN loss), and a gradient "
+                    "read is unscaled before it: apex ran a plain optimizer step there, "
+                    "`scaler.step` raises (AssertionError: `_scale is None` before the first "
+                    "scaled backward, 'No inf checks were recorded' after `zero_grad`) and an "
+                    "`unscale_` without a `scaler.step` leaves the next one raising; guard the "
+                    "step and its unscale by hand",
+                )
+                continue
+            self.guarded.add(step)
+        if self.guarded:
+            lines = ", ".join(str(self.line(s)) for s in self.guarded)
+            self.plan.notes.append(
+                f"the step at line{'s' * (len(self.guarded) > 1)} {lines} can come with no "
+                "scaled backward since the previous one (a skipped non-finite loss): apex "
+                "stepped plainly there, `scaler.step` would raise, so the rewrite steps "
+                "through the scaler only when the optimizer holds gradients (all made by a "
+                "scaled backward) and plainly otherwise"
+            )
 
     def _backward_before(self, step: cst.CSTNode, withs: list[cst.With]) -> bool:
         """Whether a backward surely runs before ``step`` in the same loop iteration (or
