@@ -52,6 +52,8 @@ BLOCKED = {
     "blocked_opt_level_config": "line 10: opt_level `config.AMP_OPT_LEVEL` is not provably O1: "
     "it comes from `config.AMP_OPT_LEVEL`, set outside this file (a config, an argument); this "
     'file itself branches on `config.AMP_OPT_LEVEL == "O2"` at line 11',
+    "blocked_plain_backward": "line 21: `loss_adv.backward()` is not scaled and can run while "
+    "apex is on, in the same call as the scaled backward at line 17",
 }
 
 
@@ -1026,6 +1028,52 @@ def test_a_step_without_a_scaled_backward_is_guarded_because_scaler_step_raises(
 
     assert weights(fixed[1]) == pytest.approx(weights(original[1]), abs=2e-3)
     assert "stepped plainly there" in _message(source)
+
+
+@pytest.mark.torch
+def test_a_plain_backward_beside_a_scaled_one_is_refused_because_the_step_would_shrink_it(
+    stub, tmp_path
+):
+    """The refusal's reason is true: rewritten as it stands (only the apex backward scaled),
+    float16 autocast and GradScaler on CPU give other weights than the original against the O0
+    stand-in; with the auxiliary backward scaled too, as the message says, the same weights
+    (to float16 rounding)."""
+    pytest.importorskip("torch")
+    source = (APEX / "blocked_plain_backward.py").read_text()
+    naive = (
+        source.replace("from apex import amp\n", "")
+        .replace(
+            'model, optimizer = amp.initialize(model, optimizer, opt_level="O1", enabled=use_amp)',
+            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, enabled=use_amp)',
+        )
+        .replace(
+            "with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+            "            scaled_loss.backward()",
+            "scaler.scale(loss).backward()",
+        )
+        .replace("optimizer.step()", "scaler.step(optimizer)\n        scaler.update()")
+    )
+    assert "amp.initialize(" not in naive and "with amp." not in naive
+    both = naive.replace("loss_adv.backward()", "scaler.scale(loss_adv).backward()")
+    assert both != naive
+    (tmp_path / "naive.py").write_text(naive)
+    (tmp_path / "both.py").write_text(both)
+    original, shrunk, scaled = _runs(
+        [(APEX / "blocked_plain_backward.py", ["--amp"], stub, False),
+         (tmp_path / "naive.py", ["--amp"], None, False),
+         (tmp_path / "both.py", ["--amp"], None, False)],
+        tmp_path,
+    )  # fmt: skip
+    for code, _, error in (original, shrunk, scaled):
+        assert code == 0, error
+
+    def weights(out: str) -> list[float]:
+        line = next(x for x in out.splitlines() if x.startswith("weights"))
+        return ast.literal_eval(line.split(" ", 1)[1])
+
+    assert weights(scaled[1]) == pytest.approx(weights(original[1]), abs=2e-3)
+    assert weights(shrunk[1]) != pytest.approx(weights(original[1]), abs=2e-2)
+    assert "scale this backward as well (`scaler.scale(loss_adv).backward()`)" in _message(source)
 
 
 def test_a_guard_that_an_unscale_would_break_is_refused_with_why():

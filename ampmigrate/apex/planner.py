@@ -206,6 +206,7 @@ class _Planner(
         if initialize and len(_optimizers(_argument(initialize[0], "optimizers", 1))) > 1:
             self._steps_in_turn(calls.get("scale_loss", []))
         self._unscaled_steps()
+        self._plain_backwards()
         self._master_params(calls.get("master_params", []), self._grad_readers(calls))
         self._one_unscale_per_step()
         self._guard_steps()

@@ -185,6 +185,45 @@ class Step:
                 "scaled backward) and plainly otherwise"
             )
 
+    def _plain_backwards(self) -> None:
+        """A plain ``x.backward()`` that can run while apex is on added unscaled gradients to
+        gradients apex had already unscaled (an adversarial or auxiliary loss); after the
+        rewrite they would sit beside scaled ones, and ``scaler.step`` divides them all by the
+        scale. One in the other branch of an ``if`` around a scaled backward is that backward's
+        path with mixed precision off, and keeps its meaning."""
+        every = [w for withs in self.scaled.values() for w in withs]
+        for (_, opt), withs in self.scaled.items():
+            function = self.function(withs[0])
+            for node in self.nodes:
+                if not isinstance(node, cst.SimpleStatementLine):
+                    continue
+                if self.function(node) is not function:
+                    continue
+                calls = [
+                    s.value
+                    for s in node.body
+                    if isinstance(s, cst.Expr) and _is_call_of(s.value, "backward")
+                ]
+                near = next((w for w in withs if not self._exclusive(node, w)), None)
+                if (
+                    not calls
+                    or near is None
+                    or any(self.within(node, w) or self._exclusive(node, w) for w in every)
+                ):
+                    continue
+                call = calls[0]
+                loss = _code(self.module, call.func.value)
+                self.problem(
+                    node,
+                    f"`{_code(self.module, call)}` is not scaled and can run while apex is on, "
+                    f"in the same call as the scaled backward at line {self.line(near)}: apex "
+                    "had unscaled that one's gradients before these were added; under "
+                    "GradScaler, if they reach "
+                    f"`{opt}`'s step, `scaler.step` divides them by the scale too: scale this "
+                    f"backward as well (`scaler.scale({loss}).backward()`) or keep it off the "
+                    "mixed-precision path, by hand",
+                )
+
     def _backward_before(self, step: cst.CSTNode, withs: list[cst.With]) -> bool:
         """Whether a backward surely runs before ``step`` in the same loop iteration (or
         function call): some earlier statement of a block around it, inside the innermost
