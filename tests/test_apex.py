@@ -1274,6 +1274,17 @@ def test_the_version_gated_rewrite_states_what_it_drops():
     assert "1 `elif` that repeated an earlier test went" in finding.message
 
 
+@pytest.mark.parametrize("other", ["from apex_utils import banner", "from .apex import banner"])
+def test_a_module_named_like_apex_does_not_keep_the_dead_apex_path(other):
+    """Only NVIDIA apex's own imports count as apex left after the fold: a project module
+    whose name starts with "apex" (or a local package called apex) is not it."""
+    source = GATED.read_text().replace("import argparse\n", f"import argparse\n{other}\n", 1)
+    assert other in source
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "only on a torch older than native AMP" in finding.message
+    assert finding.fix == "unsafe"
+
+
 OLD_TIMM = """import torch
 from apex import amp
 from timm.utils import CheckpointSaver

@@ -284,7 +284,11 @@ class VersionGates:
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id in self.bound:
                 return True
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("apex"):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and not node.level
+                and (node.module or "").partition(".")[0] == "apex"
+            ):
                 return True
             if isinstance(node, ast.Import) and any(
                 a.name.partition(".")[0] == "apex" for a in node.names
