@@ -106,6 +106,7 @@ class _Planner(
         # scale_loss that does not always run, then whether the step is guarded
         self.unsure: dict[cst.CSTNode, int] = {}
         self.guarded: set[cst.CSTNode] = set()
+        self.served: set[cst.CSTNode] = set()  # steps an unscale_ placed before a read serves
         self.requests: list[tuple[cst.With, str, cst.CSTNode, str | None]] = []
         self.moved: set[int] = set()
         self.unscales: list[cst.CSTNode] = []  # where an unscale_ is placed (before, or a step)

@@ -160,8 +160,7 @@ class Step:
         present is apex's plain step on no gradients. An ``unscale_`` placed before the step
         would run on the plain path too and leave the scaler waiting for an ``update()``."""
         for step, line in self.unsure.items():
-            function = self.function(step)
-            if self.before_step[step] or any(self.function(u) is function for u in self.unscales):
+            if self.before_step[step] or step in self.served:
                 self.problem(
                     step,
                     f"`{_code(self.module, step.body[0].value)}` can be reached without a "

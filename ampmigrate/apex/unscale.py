@@ -234,11 +234,13 @@ class Unscale:
                 break
             block, index = located
             later = _statements(block)[index + 1 :]
+            nested = [p for p in steps if any(p is s or self.within(p, s) for s in later)]
             if any(self._always_steps(s, steps) for s in later):
+                self.served.update(nested)
                 self._unscale_before(statement, unscale)
                 return
-            nested = [p for p in steps if any(self.within(p, s) for s in later)]
             if nested:
+                self.served.update(nested)
                 self._move_to_step(statement, _statements(block)[index], nested, unscale)
                 return
             owner = self.owner(block)
