@@ -53,6 +53,9 @@ BLOCKED = {
     "blocked_opt_level_config": "line 10: opt_level `config.AMP_OPT_LEVEL` is not provably O1: "
     "it comes from `config.AMP_OPT_LEVEL`, set outside this file (a config, an argument); this "
     'file itself branches on `config.AMP_OPT_LEVEL == "O2"` at line 11',
+    "blocked_stored_handle": "line 33: `amp` is kept as `args.amp` and called through it "
+    "(`args.amp.scale_loss` at line 15): the rewrite does not follow apex's module through an "
+    "attribute; put the GradScaler there in its place (`args.scaler = scaler`",
     "blocked_plain_backward": "line 21: `loss_adv.backward()` is not scaled and can run while "
     "apex is on, in the same call as the scaled backward at line 17",
 }
@@ -96,6 +99,22 @@ def test_refusal_names_what_blocks_it(name, reason):
     [finding] = [d for d in check_source((APEX / f"{name}.py").read_text()) if d.code == "AMP303"]
     assert finding.fix is None
     assert reason in finding.message
+
+
+def test_a_stored_handle_is_not_described_as_a_file_that_never_scales():
+    """`args.amp = amp` with `args.amp.scale_loss` in the file: the file does scale the loss,
+    so "no `amp.scale_loss` in this file" would be a false reason; where the handle is kept in
+    a file that makes no call through it, the refusal says other code may."""
+    source = (APEX / "blocked_stored_handle.py").read_text()
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "no `amp.scale_loss` in this file" not in finding.message
+    assert "(1 blocker)" in finding.message
+    elsewhere = source.replace("args.amp.scale_loss", "args.scaling.scale_loss")
+    [finding] = [d for d in check_source(elsewhere) if d.code == "AMP303"]
+    assert "`amp` is kept as `args.amp`, where code outside this file may call it" in (
+        finding.message
+    )
+    assert "no `amp.scale_loss` in this file" not in finding.message
 
 
 def test_every_blocker_is_listed_with_its_line():

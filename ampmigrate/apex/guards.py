@@ -237,6 +237,16 @@ class Guards:
             parent, cst.If | cst.Assert | cst.BooleanOperation | cst.UnaryOperation
         ):
             parent = None
+        holder = self.parent(node)
+        if (
+            parent is None
+            and isinstance(holder, cst.Assign)
+            and holder.value is node
+            and len(holder.targets) == 1
+            and isinstance(holder.targets[0].target, cst.Attribute)
+        ):
+            self.problem(node, self._stored(node, _code(self.module, holder.targets[0].target)))
+            return
         if parent is None:
             arg = self.parent(node)
             call = self.parent(arg) if isinstance(arg, cst.Arg) else None

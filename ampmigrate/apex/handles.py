@@ -43,6 +43,45 @@ class Handles:
             "placed by hand",
         )
 
+    def _stores(self) -> dict[str, list[cst.Call]]:
+        """``args.amp = amp``: apex's module kept on an object, by where it is kept, with the
+        calls this file makes through it (``args.amp.scale_loss(...)``)."""
+        stores: dict[str, list[cst.Call]] = {}
+        for node in self.nodes:
+            if (
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0].target, cst.Attribute)
+                and isinstance(node.value, cst.Name | cst.Attribute)
+                and "apex.amp" in self.qualified(node.value)
+            ):
+                stores[_code(self.module, node.targets[0].target)] = []
+        for node in self.nodes:
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                calls = stores.get(_code(self.module, node.func.value))
+                if calls is not None:
+                    calls.append(node)
+        return stores
+
+    def _stored(self, node: cst.CSTNode, where: str) -> str:
+        """The blocker for ``where = amp``: what is called through it, and what replaces it."""
+        calls = self._stores().get(where, [])
+        listed = ", ".join(
+            f"`{_code(self.module, c.func)}` at line {self.line(c)}" for c in calls[:4]
+        )
+        through = (
+            f" and called through it ({listed})"
+            if calls
+            else ", where code outside this file may call it"
+        )
+        scaler = where.rsplit(".", 1)[0] + ".scaler"
+        return (
+            f"`{_code(self.module, node)}` is kept as `{where}`{through}: the rewrite does not "
+            "follow apex's module through an attribute; put the GradScaler there in its place "
+            f"(`{scaler} = scaler`, `{scaler}.scale(loss).backward()`, `{scaler}.step(optimizer)` "
+            f"+ `{scaler}.update()`, `{scaler}.state_dict()`), by hand"
+        )
+
     def _scaled_elsewhere(self, init: cst.Call) -> str:
         """The blocker for a file that initializes but scales the loss in another file: name
         the calls that receive the optimizer, where the GradScaler has to be passed."""
