@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -1001,6 +1002,29 @@ def test_the_other_branch_of_a_master_params_clip_is_unscaled_when_it_was_scaled
     assert not [d for d in check_source(out) if d.code.startswith("AMP2")]
 
 
+def _shape_only(source: str, scaler_options: str = "") -> str:
+    """The rewrite by shape alone, on CPU: initialize -> a GradScaler, each scale_loss block ->
+    `scaler.scale(loss).backward()`, each `optimizer.step()` -> `scaler.step` + `update()`."""
+    out = source.replace("from apex import amp\n", "").replace(
+        'model, optimizer = amp.initialize(model, optimizer, opt_level="O1", enabled=use_amp)',
+        f'scaler = torch.amp.GradScaler("cpu", {scaler_options}enabled=use_amp)',
+    )
+    out = re.sub(
+        r"with amp\.scale_loss\((\w+), optimizer\) as scaled_loss:\n\s+scaled_loss\.backward\(\)",
+        r"scaler.scale(\1).backward()",
+        out,
+    )
+    out = re.sub(r"( *)optimizer\.step\(\)", r"\1scaler.step(optimizer)\n\1scaler.update()", out)
+    assert "amp.initialize(" not in out and "with amp." not in out
+    return out
+
+
+def _weights(out: str) -> list[float]:
+    """The weights a fixture prints at the end (`weights [...]`)."""
+    line = next(x for x in out.splitlines() if x.startswith("weights"))
+    return ast.literal_eval(line.split(" ", 1)[1])
+
+
 @pytest.mark.torch
 def test_a_step_without_a_scaled_backward_is_guarded_because_scaler_step_raises(stub, tmp_path):
     """The guard is needed and enough: the shape-only rewrite of the fixture (scale_loss ->
@@ -1010,20 +1034,7 @@ def test_a_step_without_a_scaled_backward_is_guarded_because_scaler_step_raises(
     and trains to the original's weights (to float16 rounding)."""
     pytest.importorskip("torch")
     source = (APEX / "nan_step_guard.py").read_text()
-    naive = (
-        source.replace("from apex import amp\n", "")
-        .replace(
-            'model, optimizer = amp.initialize(model, optimizer, opt_level="O1", enabled=use_amp)',
-            'scaler = torch.amp.GradScaler("cpu", enabled=use_amp)',
-        )
-        .replace(
-            "with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
-            "                scaled_loss.backward()",
-            "scaler.scale(loss).backward()",
-        )
-        .replace("optimizer.step()", "scaler.step(optimizer)\n            scaler.update()")
-    )
-    assert "amp." not in naive.replace("torch.amp.", "")
+    naive = _shape_only(source)
     (tmp_path / "naive.py").write_text(naive)
     # a first scale of 1: no overflow-skipped step (apex skipped those too; not the point here)
     guarded = (
@@ -1043,11 +1054,7 @@ def test_a_step_without_a_scaled_backward_is_guarded_because_scaler_step_raises(
     assert fixed[0] == 0, fixed[2]
     assert "forward dtypes: ['torch.float16']" in fixed[1]
 
-    def weights(out: str) -> list[float]:
-        line = next(x for x in out.splitlines() if x.startswith("weights"))
-        return ast.literal_eval(line.split(" ", 1)[1])
-
-    assert weights(fixed[1]) == pytest.approx(weights(original[1]), abs=2e-3)
+    assert _weights(fixed[1]) == pytest.approx(_weights(original[1]), abs=2e-3)
     assert "stepped plainly there" in _message(source)
 
 
@@ -1061,20 +1068,7 @@ def test_a_plain_backward_beside_a_scaled_one_is_refused_because_the_step_would_
     (to float16 rounding)."""
     pytest.importorskip("torch")
     source = (APEX / "blocked_plain_backward.py").read_text()
-    naive = (
-        source.replace("from apex import amp\n", "")
-        .replace(
-            'model, optimizer = amp.initialize(model, optimizer, opt_level="O1", enabled=use_amp)',
-            'scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, enabled=use_amp)',
-        )
-        .replace(
-            "with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
-            "            scaled_loss.backward()",
-            "scaler.scale(loss).backward()",
-        )
-        .replace("optimizer.step()", "scaler.step(optimizer)\n        scaler.update()")
-    )
-    assert "amp.initialize(" not in naive and "with amp." not in naive
+    naive = _shape_only(source, "init_scale=1024.0, ")
     both = naive.replace("loss_adv.backward()", "scaler.scale(loss_adv).backward()")
     assert both != naive
     (tmp_path / "naive.py").write_text(naive)
@@ -1088,12 +1082,8 @@ def test_a_plain_backward_beside_a_scaled_one_is_refused_because_the_step_would_
     for code, _, error in (original, shrunk, scaled):
         assert code == 0, error
 
-    def weights(out: str) -> list[float]:
-        line = next(x for x in out.splitlines() if x.startswith("weights"))
-        return ast.literal_eval(line.split(" ", 1)[1])
-
-    assert weights(scaled[1]) == pytest.approx(weights(original[1]), abs=2e-3)
-    assert weights(shrunk[1]) != pytest.approx(weights(original[1]), abs=2e-2)
+    assert _weights(scaled[1]) == pytest.approx(_weights(original[1]), abs=2e-3)
+    assert _weights(shrunk[1]) != pytest.approx(_weights(original[1]), abs=2e-2)
     assert "scale this backward as well (`scaler.scale(loss_adv).backward()`)" in _message(source)
 
 
