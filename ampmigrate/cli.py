@@ -19,7 +19,7 @@ import click
 
 from ampmigrate import __version__
 from ampmigrate.catalog import all_rules, select_rules
-from ampmigrate.config import Config, ConfigError, parse_version
+from ampmigrate.config import Config, ConfigError, parse_opt_level, parse_version
 from ampmigrate.config import resolve as resolve_config
 from ampmigrate.engine import FileResult, Settings, run
 from ampmigrate.engine.discover import EXCLUDED_DIRS, discover
@@ -74,6 +74,13 @@ def _lint_options(func: Callable) -> Callable:
             help="Oldest torch the code must keep running on (e.g. 2.1): fixes that need a newer "
             "one become unsafe. Default: target-torch in [tool.ampmigrate], else the project's "
             "declared torch requirement.",
+        ),
+        click.option(
+            "--apex-opt-level",
+            help="Declare that every run uses apex O1 (or O0) where the code leaves opt_level "
+            "to a flag, a parameter or a config, so the apex rewrite takes it as O1 (only "
+            '"O1" is accepted). Default: apex-opt-level in [tool.ampmigrate], else such a '
+            "level is refused unless provably O1.",
         ),
         click.option(
             "--show-settings",
@@ -149,6 +156,7 @@ class LintOptions:
     show_settings: bool
     target_keras: str | None
     max_file_size: float
+    apex_opt_level: str | None = None
 
 
 def _globs(value: str | None) -> tuple[str, ...]:
@@ -157,9 +165,10 @@ def _globs(value: str | None) -> tuple[str, ...]:
 
 def _settings(
     paths: list[Path], options: LintOptions, fix: bool
-) -> tuple[Config, Settings, tuple[str, str]]:
+) -> tuple[Config, Settings, tuple[str, str, str]]:
     """Command line over [tool.ampmigrate] over the project's declared torch floor (and
-    TensorFlow/Keras); with where each target came from, for ``--show-settings``."""
+    TensorFlow/Keras); with where each target (and the apex opt level) came from, for
+    ``--show-settings``."""
     try:
         config = resolve_config(paths, options.config_file)
         selected = _codes(options.select) if options.select is not None else config.select
@@ -192,6 +201,17 @@ def _settings(
         else:
             target_keras = 3
             keras_source = "no TensorFlow/Keras requirement found: Keras 3, TensorFlow's since 2.16"
+        # where the level was declared: as --show-settings says it, and as the rewrite's note
+        if options.apex_opt_level is not None:
+            opt_level = parse_opt_level(options.apex_opt_level, "--apex-opt-level")
+            level_source = declared_in = "--apex-opt-level"
+        elif config.apex_opt_level is not None and config.source is not None:
+            opt_level = config.apex_opt_level
+            level_source = f"{config.source}: apex-opt-level"
+            declared_in = _shown_path(config.source)
+        else:
+            opt_level, declared_in = None, ""
+            level_source = "not declared: an opt level that is not provably O1 is refused"
     except (ConfigError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
     settings = Settings(
@@ -201,12 +221,22 @@ def _settings(
         target_torch=target_torch,
         target_keras=target_keras,
         max_file_size=int(options.max_file_size * 1e6),
+        apex_opt_level=opt_level,
+        apex_opt_level_from=declared_in,
     )
-    return config, settings, (torch_source, keras_source)
+    return config, settings, (torch_source, keras_source, level_source)
+
+
+def _shown_path(path: Path) -> str:
+    """``path`` as a finding names it: relative to the working directory when under it."""
+    try:
+        return Path(os.path.abspath(path)).relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _show_settings(
-    config: Config, settings: Settings, sources: tuple[str, str], files: list[Path]
+    config: Config, settings: Settings, sources: tuple[str, str, str], files: list[Path]
 ) -> None:
     target = ".".join(map(str, settings.target_torch)) if settings.target_torch else "none"
     lines = [
@@ -215,6 +245,7 @@ def _show_settings(
         f"rules: {' '.join(r.code for r in settings.rules)}",
         f"target-torch: {target} ({sources[0]})",
         f"target-keras: {settings.target_keras} ({sources[1]})",
+        f"apex-opt-level: {settings.apex_opt_level or 'none'} ({sources[2]})",
         f"unsafe-fixes: {str(settings.unsafe_fixes).lower()}",
         "exclude: "
         + (", ".join(config.exclude) if config.exclude is not None else "built-in list"),

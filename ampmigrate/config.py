@@ -1,7 +1,9 @@
 """``[tool.ampmigrate]`` in pyproject.toml, found by walking up from the paths being checked.
 
 Keys (Ruff's names and meaning): ``select``, ``ignore``, ``exclude``, ``extend-exclude``,
-``per-file-ignores``, ``target-torch``, ``target-keras``, ``output-format``. Command-line options
+``per-file-ignores``, ``target-torch``, ``target-keras``, ``output-format``; and ``apex-opt-level``
+("O1": every run of the project uses apex O1 or O0 where the code leaves the level to a flag, a
+parameter or a config, so the apex rewrite may take such a level as O1). Command-line options
 override them.
 Patterns are globs relative to the directory of the pyproject.toml: without a ``/`` they match any
 path component (``legacy_*``), with one they match the relative path (``scripts/*.py``).
@@ -22,7 +24,7 @@ from ampmigrate.report import FORMATS
 KEYS = frozenset(
     {
         "select", "ignore", "exclude", "extend-exclude", "per-file-ignores", "target-torch",
-        "target-keras", "output-format",
+        "target-keras", "output-format", "apex-opt-level",
     }
 )  # fmt: skip
 
@@ -43,6 +45,7 @@ class Config:
     target_torch: tuple[int, ...] | None = None
     target_keras: int | None = None  # None: from the declared TensorFlow, else 3
     output_format: str = "text"
+    apex_opt_level: str | None = None  # "O1" (parse_opt_level); None: not declared
 
     def _relative(self, path: Path) -> PurePosixPath | None:
         try:
@@ -84,6 +87,14 @@ def parse_version(text: str) -> tuple[int, ...]:
         return version_tuple(text)
     except ValueError as exc:
         raise ConfigError(f"target-torch must look like '2.4', not {text!r}") from exc
+
+
+def parse_opt_level(value: object, where: str = "apex-opt-level") -> str:
+    """The declared apex opt level: only "O1" means something (O0 is apex switched off, which
+    the rewrite already keeps; O2/O3 cast the model, which torch.amp cannot express)."""
+    if value != "O1":
+        raise ConfigError(f'{where} must be "O1", not {value!r}')
+    return "O1"
 
 
 def _strings(value: object, key: str, where: Path) -> tuple[str, ...]:
@@ -130,6 +141,11 @@ def load(path: Path) -> Config:
         target_torch=parse_version(table["target-torch"]) if "target-torch" in table else None,
         target_keras=target_keras,
         output_format=output_format,
+        apex_opt_level=(
+            parse_opt_level(table["apex-opt-level"], f"{path}: apex-opt-level")
+            if "apex-opt-level" in table
+            else None
+        ),
     )
 
 

@@ -46,7 +46,8 @@ def check(
             message, anchor = judged
             where = Span(*source.position(anchor))
             return [Finding(rule.code, message, where) for rule in rules]
-    found = _planned(source, rules, calls, link)
+    declared = settings.apex_opt_level_from if settings.apex_opt_level == "O1" else None
+    found = _planned(source, rules, calls, link, declared)
     if found:
         return found
     # apex calls the engine resolves but the planner's libcst scopes do not: every apex use is
@@ -68,9 +69,12 @@ def check(
     return [Finding(rule.code, message, where) for rule in rules]
 
 
-def _planned(source: Source, rules: list[Rule], calls: list[ast.Call], link: Any) -> list[Finding]:
+def _planned(
+    source: Source, rules: list[Rule], calls: list[ast.Call], link: Any, declared: str | None
+) -> list[Finding]:
     """The libcst planner (imported here only). Its nodes become ``Span``s; its fixes keep
-    nodes of the module they carry, which ``apply`` edits."""
+    nodes of the module they carry, which ``apply`` edits. ``declared``: where the setting
+    apex-opt-level = "O1" was made (None: it was not)."""
     import libcst as cst
     from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
@@ -81,7 +85,9 @@ def _planned(source: Source, rules: list[Rule], calls: list[ast.Call], link: Any
     found: list[Finding] = []
     parents = _parents(module)
     for rule in rules:
-        visitor = ApexO1(rule, (link, link.role(source.path)) if link else None, source.path)
+        visitor = ApexO1(
+            rule, (link, link.role(source.path)) if link else None, source.path, declared
+        )
         # What ``wrapper.visit`` does, but the parents come from one walk over
         # ``CSTNode.children``: the very map libcst's ParentNodeProvider builds from them, at a
         # third of its cost (0.65 s -> 0.23 s on a 193 KB file).

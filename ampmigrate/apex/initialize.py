@@ -253,7 +253,7 @@ class Initialize:
         "as O1" would change those runs. True: O1 for sure; None: refused (said here)."""
         spelled = _code(self.module, level)
         attr = level.attr.value if isinstance(level, cst.Attribute) else None
-        flag = None
+        flag, reassigned = None, False
         if attr is not None:
             for node in self.nodes:
                 if isinstance(node, cst.Call) and _is_call_of(node, "add_argument"):
@@ -274,7 +274,7 @@ class Initialize:
                 and n.target.attr.value == attr
                 for n in self.nodes
             )
-        levels = None
+        levels, taken = None, None
         if flag is not None and not reassigned:
             choices = _argument(flag[1], "choices", 99)
             elements = (
@@ -301,9 +301,8 @@ class Initialize:
                 origin = f"`{spelled}`, set outside this file (a config, an argument)"
             branches = [
                 n for n in self.nodes if isinstance(n, cst.Comparison)
-                and _code(self.module, n.left) == spelled
-                and any(isinstance(c.comparator, cst.SimpleString)
-                        and c.comparator.evaluated_value in ("O2", "O3") for c in n.comparisons)
+                and spelled in {_code(self.module, o) for o in _operands(n)}
+                and any(_other_level(o) for o in _operands(n))
             ]  # fmt: skip
             also = (
                 f"; this file itself branches on `{_code(self.module, branches[0])}` at line "
@@ -311,14 +310,11 @@ class Initialize:
                 if branches
                 else ""
             )
-            self.problem(
-                init,
-                f"opt_level `{spelled}` is not provably O1: it comes from {origin}{also}; O2/O3 "
-                "cast the model and keep fp32 master weights, which torch.amp cannot express, "
-                'so rewriting it as O1 changes those runs; fix the level (`opt_level="O1"`, or '
-                '`choices=["O0", "O1"]` on its flag) to allow the rewrite',
-            )
-            return None
+            uncovered = also or self._uncovered(level, init, flag, reassigned)
+            if self.declared is None or uncovered:
+                self.problem(init, self._not_o1(spelled, origin, also, uncovered))
+                return None
+            levels, taken = {"O0", "O1"}, origin
         guards = [a.test for a in self.ancestors(init) if isinstance(a, cst.If)
                   and self.within(init, a.body)]  # fmt: skip
         excluded = any(
@@ -328,9 +324,95 @@ class Initialize:
             and t.comparisons[0].comparator.evaluated_value == "O0"
             for t in guards
         )  # fmt: skip
+        if taken is not None:
+            run = (
+                "as O1 (autocast + GradScaler, with fp32 weights)"
+                if excluded
+                else 'in float32, without mixed precision (it is on only where the level is "O1")'
+            )
+            self.plan.notes.append(
+                f"behaviour change: opt_level `{spelled}` comes from {taken}; the setting "
+                f"`apex-opt-level` ({self.declared}) takes it as O1 or O0, so a run given O2/O3 "
+                f"now trains {run}"
+            )
         if levels == {"O1"} or excluded:
             return True
         return cst.parse_expression(f'{spelled} == "O1"')
+
+    def _not_o1(self, spelled: str, origin: str, also: str, uncovered: str) -> str:
+        """Why an opt level is refused, and the ways out that would allow the rewrite: the
+        setting apex-opt-level only where it would (``uncovered``: why it would not)."""
+        text = (
+            f"opt_level `{spelled}` is not provably O1: it comes from {origin}{also}; O2/O3 "
+            "cast the model and keep fp32 master weights, which torch.amp cannot express, so "
+            "rewriting it as O1 changes those runs"
+        )
+        fix = '`opt_level="O1"`, or `choices=["O0", "O1"]` on its flag'
+        setting = f"the setting `apex-opt-level` ({self.declared})"
+        if self.declared is not None and also:
+            return (
+                f"{text}; {setting} does not cover a file that branches on O2/O3; fix the "
+                f"level ({fix}) to allow the rewrite"
+            )
+        if self.declared is not None:
+            return (
+                f"{text}; {setting} does not cover it: {uncovered}; fix the level ({fix}) to "
+                "allow the rewrite"
+            )
+        if also or uncovered:
+            return f"{text}; fix the level ({fix}) to allow the rewrite"
+        return (
+            f"{text}; fix the level ({fix}), or declare that every run of the project uses O1 "
+            '(or O0) with `apex-opt-level = "O1"` in [tool.ampmigrate], to allow the rewrite'
+        )
+
+    def _uncovered(
+        self, level: cst.CSTNode, init: cst.Call, flag: tuple | None, reassigned: bool
+    ) -> str:
+        """Why the setting apex-opt-level cannot take ``level`` as O1 or O0 ("": it can). It
+        speaks for a level the code leaves open, read as it is: not one computed here (it is
+        read again for ``enabled=``), not one this file sets to O2/O3 or assigns anew, not a
+        flag whose default is O2/O3."""
+        spelled = _code(self.module, level)
+        if not _plain(level):
+            return (
+                f"`{spelled}` is computed, not read from a name, an attribute or a constant "
+                "subscript (`enabled=` reads it again)"
+            )
+        if reassigned:
+            return "this file assigns it again"
+        default = _argument(flag[1], "default", 99) if flag is not None else None
+        if default is not None and _other_level(default):
+            return f"the default of its flag is `{_code(self.module, default)}`"
+        function = self.function(init)
+        # a name: its bindings in the function of `initialize` and at module level; anything
+        # else (`config.level`, `cfg["level"]`): wherever this file assigns it
+        scoped = isinstance(level, cst.Name)
+        stores, others = [], []
+        for node in self.nodes:
+            if scoped and self.function(node) not in (function, self.module):
+                continue
+            if isinstance(node, cst.Param):
+                if scoped and node.name.value == level.value:
+                    stores.append((node, node.default))
+            elif isinstance(node, cst.AssignTarget | cst.AnnAssign):
+                if _code(self.module, node.target) == spelled:
+                    value = self.parent(node) if isinstance(node, cst.AssignTarget) else node
+                    stores.append((node, value.value))
+            elif isinstance(node, cst.AugAssign | cst.For | cst.NamedExpr | cst.Del):
+                if spelled in {_code(self.module, n) for n in self._subtree(node.target)}:
+                    others.append(node)
+            elif isinstance(node, cst.AsName) and _code(self.module, node.name) == spelled:
+                others.append(node)
+        for store, value in stores:
+            if value is not None and _other_level(value):
+                where = self.line(store)
+                return f"this file sets it to `{_code(self.module, value)}` at line {where}"
+        if len(stores) > 1 or others:
+            return f"this file assigns `{spelled}` more than once"
+        if stores and self.order[id(stores[0][0])] > self.order[id(init)]:
+            return f"this file assigns `{spelled}` after `amp.initialize`"
+        return ""
 
     def _read(self, name: cst.Name) -> bool:
         """``name`` is not the target of an assignment (a plain read, a call argument...)."""
@@ -340,3 +422,32 @@ class Initialize:
             cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For | cst.Param | cst.Element
             | cst.AsName,
         )  # fmt: skip
+
+
+def _operands(comparison: cst.Comparison) -> list[cst.BaseExpression]:
+    return [comparison.left, *(c.comparator for c in comparison.comparisons)]
+
+
+def _other_level(node: cst.CSTNode) -> bool:
+    """``node`` is, or holds, the string "O2" or "O3" (a level torch.amp cannot express)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.SimpleString) and current.evaluated_value in ("O2", "O3"):
+            return True
+        stack.extend(current.children)
+    return False
+
+
+def _plain(level: cst.CSTNode) -> bool:
+    """``level`` reads a value without computing one: a chain of names, attributes and
+    subscripts by a constant (``args.opt_level``, ``config["amp"]["opt_level"]``)."""
+    while isinstance(level, cst.Attribute | cst.Subscript):
+        if isinstance(level, cst.Subscript) and not (
+            len(level.slice) == 1
+            and isinstance(level.slice[0].slice, cst.Index)
+            and isinstance(level.slice[0].slice.value, cst.SimpleString | cst.Integer)
+        ):
+            return False
+        level = level.value
+    return isinstance(level, cst.Name)

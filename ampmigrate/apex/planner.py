@@ -82,9 +82,13 @@ class _Planner(
         parents: Mapping,
         link: tuple[Link, str] | None = None,
         path: str | None = None,
+        declared: str | None = None,
     ) -> None:
         self.module = module
         self.path = path  # the file on disk (None: no sibling modules are looked up)
+        # where the setting apex-opt-level = "O1" was made (None: not): an opt level the code
+        # leaves open is taken as O1 or O0 (_level_choices)
+        self.declared = declared
         # the file is one side ("caller" or "callee") of a pair of modules (apex.links)
         self.link, self.role = link if link is not None else (None, None)
         self.scopes = scopes
@@ -228,11 +232,14 @@ class _Planner(
         return self.plan
 
 
-def rewrite(module: cst.Module, link: tuple[Link, str] | None = None) -> cst.Module:
-    """Apply the plan to ``module`` (re-planned: other fixes may have changed it)."""
+def rewrite(
+    module: cst.Module, link: tuple[Link, str] | None = None, declared: str | None = None
+) -> cst.Module:
+    """Apply the plan to ``module`` (re-planned: other fixes may have changed it), planned with
+    the same setting as the finding (``declared``: see ``_Planner``)."""
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     scopes, parents = wrapper.resolve(ScopeProvider), wrapper.resolve(ParentNodeProvider)
-    found = _Planner(module, scopes, parents, link).build()
+    found = _Planner(module, scopes, parents, link, declared=declared).build()
     if found is None or found.problems:
         return module
     return module.visit(ReplaceNodes(found.edits))
@@ -244,17 +251,22 @@ class ApexO1(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (ScopeProvider, ParentNodeProvider)  # shared with the other rules
 
     def __init__(
-        self, rule: Rule, link: tuple[Link, str] | None = None, path: str | None = None
+        self,
+        rule: Rule,
+        link: tuple[Link, str] | None = None,
+        path: str | None = None,
+        declared: str | None = None,
     ) -> None:
         super().__init__()
         self.rule = rule
         self.link = link
         self.path = path
+        self.declared = declared  # see _Planner
         self.findings: list[Finding] = []
 
     def visit_Module(self, node: cst.Module) -> bool:
         scopes, parents = self.metadata[ScopeProvider], self.metadata[ParentNodeProvider]
-        found = _Planner(node, scopes, parents, self.link, self.path).build()
+        found = _Planner(node, scopes, parents, self.link, self.path, self.declared).build()
         if found is None or found.anchor is None:
             return False
         notes = "".join(f"; note: {n}" for n in dict.fromkeys(found.notes))
@@ -268,7 +280,7 @@ class ApexO1(cst.CSTVisitor):
             "`amp.initialize`, an autocast region around the forward pass and loss, "
             "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`"
         ) + notes
-        build = functools.partial(rewrite, link=self.link) if self.link else rewrite
+        build = functools.partial(rewrite, link=self.link, declared=self.declared)
         fix = Fix(
             "unsafe",
             cst_target=node,

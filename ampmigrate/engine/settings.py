@@ -18,6 +18,10 @@ class Settings:
     target_torch: tuple[int, ...] | None = None
     target_keras: int = 3  # Keras 3 is what TensorFlow ships since 2.16
     max_file_size: int = 2_000_000  # bytes; 0: no limit
+    # "O1": every run uses apex O1 or O0 where the code leaves the level open (the setting
+    # apex-opt-level), and where that was declared, for the rewrite's note
+    apex_opt_level: str | None = None
+    apex_opt_level_from: str = ""
     # what each project pass (ampmigrate.families) found over the run, by its name; run()
     # fills it, the family that registered the pass reads it
     project: Mapping[str, Any] = field(default_factory=dict, compare=False)
