@@ -1141,6 +1141,131 @@ def test_an_opt_level_flag_is_o1_only_when_its_choices_say_so():
     assert 'enabled=(args.fp16) and (args.fp16_opt_level == "O1")' in fixed
 
 
+def _declared(source: str, fix: bool = True) -> tuple[str, str]:
+    """(the source after ``fix --unsafe-fixes``, AMP303's message, "" when there is none) with
+    the setting apex-opt-level = "O1" declared in pyproject.toml."""
+    settings = Settings(
+        rules=tuple(all_rules().values()), fix=fix, unsafe_fixes=True, apex_opt_level="O1",
+        apex_opt_level_from="pyproject.toml",
+    )  # fmt: skip
+    new, remaining, fixed = migrate_source(textwrap.dedent(source).encode(), settings)
+    messages = [d.message for d in [*remaining, *fixed] if d.code == "AMP303"]
+    assert len(messages) <= 1
+    return new.decode(), "".join(messages)
+
+
+OPEN_FLAG = (APEX / "hf_glue.py").read_text().replace(', choices=["O0", "O1"]', "")
+
+
+def test_apex_opt_level_takes_an_open_flag_as_o1_or_o0():
+    """Without the setting, a flag without `choices` is refused and the setting is named as a
+    way out; with it, the file is rewritten exactly as with `choices=["O0", "O1"]`
+    (`enabled=... == "O1"`), the message says what an O2/O3 run now does, and a second fix
+    changes nothing."""
+    assert (APEX / "hf_glue.py").read_text() != OPEN_FLAG
+    refused = _message(OPEN_FLAG)
+    assert (
+        'or declare that every run of the project uses O1 (or O0) with `apex-opt-level = "O1"`'
+        in (refused)
+    )
+    assert _declared(OPEN_FLAG, fix=False)[0] == OPEN_FLAG  # check only: nothing written
+    out, message = _declared(OPEN_FLAG)
+    expected = (APEX / "hf_glue.fixed.py").read_text().replace(', choices=["O0", "O1"]', "")
+    assert out == expected
+    assert message.startswith("apex.amp O1 can be rewritten to torch.amp")
+    assert (
+        "note: behaviour change: opt_level `args.fp16_opt_level` comes from the flag "
+        "`--fp16_opt_level`, which accepts any level (no `choices` within O0/O1); the setting "
+        "`apex-opt-level` (pyproject.toml) takes it as O1 or O0, so a run given O2/O3 now trains "
+        'in float32, without mixed precision (it is on only where the level is "O1")'
+    ) in message
+    assert _declared(out) == (out, "")
+
+
+@pytest.mark.torch
+def test_apex_opt_level_rewrite_runs_and_o2_trains_in_float32(stub, tmp_path):
+    """The rewrite under the setting prints what the original prints against an O0 apex, and
+    with "cuda" -> "cpu" its runs do what the note says: `--fp16` trains in float16, O0 and
+    O2 (now `enabled=False`) in float32."""
+    pytest.importorskip("torch")
+    original, migrated = tmp_path / "open.py", tmp_path / "open_fixed.py"
+    original.write_text(OPEN_FLAG)
+    migrated.write_text(_declared(OPEN_FLAG)[0])
+    cpu = tmp_path / "open_cpu.py"
+    cpu.write_text(migrated.read_text().replace('"cuda"', '"cpu"'))
+    cases = [[], ["--fp16", "--fp16_opt_level", "O0"], ["--fp16"]]
+    specs = [(script, args, path, False) for args in cases
+             for script, path in ((original, stub), (migrated, None))]  # fmt: skip
+    runs = [["--fp16"], ["--fp16", "--fp16_opt_level", "O0"], ["--fp16", "--fp16_opt_level", "O2"]]
+    specs += [(cpu, args, None, True) for args in runs]
+    results = _runs(specs, tmp_path)
+    for i in range(0, 2 * len(cases), 2):
+        (code, before, error), (new_code, after, new_error) = results[i : i + 2]
+        assert code == 0 and new_code == 0, error + new_error
+        assert "loss" in before and after == before
+    dtypes = [r[1].splitlines()[-1] for r in results[2 * len(cases) :]]
+    assert [r[0] for r in results[2 * len(cases) :]] == [0, 0, 0]
+    assert dtypes == [
+        "forward dtypes: ['torch.float16']",
+        "forward dtypes: ['torch.float32']",
+        "forward dtypes: ['torch.float32']",
+    ]
+
+
+def test_apex_opt_level_does_not_cover_a_level_the_file_names_o2():
+    """The setting speaks for a level the code leaves open: a file that branches on O2/O3,
+    sets the level to O2, defaults its flag to O2, computes the level or names O2 literally
+    stays refused, and says why."""
+    config = (APEX / "blocked_opt_level_config.py").read_text()
+    out, message = _declared(config)
+    assert out == config
+    assert (
+        'this file itself branches on `config.AMP_OPT_LEVEL == "O2"` at line 11; O2/O3 cast'
+    ) in message
+    assert "the setting `apex-opt-level` (pyproject.toml) does not cover a file that branches " \
+        "on O2/O3" in message  # fmt: skip
+    default = OPEN_FLAG.replace('default="O1"', 'default="O2"')
+    assert 'does not cover it: the default of its flag is `"O2"`' in _declared(default)[1]
+    literal = OPEN_FLAG.replace("opt_level=args.fp16_opt_level", 'opt_level="O2"')
+    assert "line 15: opt_level O2: only O1" in _declared(literal)[1]
+    body = """
+        from apex import amp
+
+        {head}
+        def train(model, optimizer, x, cfg):
+            model, optimizer = amp.initialize(model, optimizer, opt_level={level})
+            loss = model(x).sum()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+    """
+    named = _declared(body.format(head='LEVEL = "O2"\n', level="LEVEL"))
+    assert 'does not cover it: this file sets it to `"O2"` at line 4' in named[1]
+    computed = _declared(body.format(head="", level='cfg.get("opt_level")'))
+    assert 'does not cover it: `cfg.get("opt_level")` is computed' in computed[1]
+    for refused, _ in (named, computed):
+        assert "amp.initialize" in refused
+
+
+def test_apex_opt_level_under_a_guard_excluding_o0_trains_an_o2_run_as_o1():
+    """`if level != "O0":` around `initialize` leaves O1/O2/O3: under the setting the scaler
+    is on for all of them, and the note says an O2/O3 run now trains as O1."""
+    out, message = _declared("""
+        from apex import amp
+
+
+        def train(model, optimizer, x, cfg):
+            if cfg["amp"]["level"] != "O0":
+                model, optimizer = amp.initialize(model, optimizer, opt_level=cfg["amp"]["level"])
+            loss = model(x).sum()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+    """)
+    assert 'torch.amp.GradScaler("cuda", enabled=cfg["amp"]["level"] != "O0")' in out
+    assert "so a run given O2/O3 now trains as O1 (autocast + GradScaler, with fp32 " in message
+
+
 @pytest.mark.torch
 def test_apex_beside_native_keeps_the_native_branch(tmp_path):
     """timm's two backends: the apex branch goes, `--apex-amp` runs the native one. Exact and
