@@ -231,3 +231,57 @@ def test_target_keras_from_the_declared_tensorflow(cli, tmp_path, declared, kera
     assert (result.returncode, "AMP406" in result.stdout) == (
         (1, True) if keras == 3 else (0, False)
     )
+
+
+OPEN_LEVEL = """\
+import argparse
+
+from apex import amp
+
+
+def train(model, optimizer, x):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fp16_opt_level", default="O1")
+    args = parser.parse_args()
+    model, optimizer = amp.initialize(model, optimizer, opt_level=args.fp16_opt_level)
+    loss = model(x).sum()
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+"""
+
+
+def test_apex_opt_level_from_config_and_command_line(cli, tmp_path):
+    """apex-opt-level = "O1" lets the apex rewrite take an open opt level as O1; the command
+    line gives it too; --show-settings says where it came from; only "O1" is accepted."""
+    (tmp_path / "train.py").write_text(OPEN_LEVEL)
+    plain = project(tmp_path, "")
+    refused = cli("check", "--select", "AMP303", "train.py", cwd=plain)
+    assert "is not provably O1" in refused.stdout
+    assert (
+        "apex-opt-level: none (not declared"
+        in cli("check", "--show-settings", "train.py", cwd=plain).stdout
+    )
+    given = cli("check", "--select", "AMP303", "--apex-opt-level", "O1", "train.py", cwd=plain)
+    assert "the setting `apex-opt-level` (--apex-opt-level) takes it as O1 or O0" in given.stdout
+    shown = cli("check", "--show-settings", "--apex-opt-level", "O1", "train.py", cwd=plain)
+    assert "apex-opt-level: O1 (--apex-opt-level)" in shown.stdout.splitlines()
+
+    project(tmp_path, 'apex-opt-level = "O1"\n')
+    shown = cli("check", "--show-settings", "train.py", cwd=tmp_path)
+    where = f"{tmp_path / 'pyproject.toml'}: apex-opt-level"
+    assert f"apex-opt-level: O1 ({where})" in shown.stdout.splitlines()
+    result = cli("fix", "--unsafe-fixes", "--select", "AMP303", "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    fixed = (tmp_path / "train.py").read_text()
+    assert "amp.initialize" not in fixed
+    assert 'torch.amp.GradScaler("cuda", enabled=args.fp16_opt_level == "O1")' in fixed
+
+    project(tmp_path, 'apex-opt-level = "O2"\n')
+    result = cli("check", "train.py", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "apex-opt-level must be \"O1\", not 'O2'" in result.stderr
+    project(tmp_path, "")
+    result = cli("check", "--apex-opt-level", "o1", "train.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--apex-opt-level must be \"O1\", not 'o1'" in result.stderr
