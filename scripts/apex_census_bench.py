@@ -1,13 +1,14 @@
 """Leaving apex entirely: which census repositories are apex-free after one ``fix --unsafe-fixes``.
 
     python scripts/apex_census_bench.py CENSUS_DIR [--split dev|heldout|all] [--json FILE]
-                                        [--manifest FILE] [--markdown]
+                                        [--manifest FILE] [--markdown] [--apex-opt-level O1]
 
 CENSUS_DIR holds one folder per repository of scripts/apex-census.json (``<owner>+<name>/``,
 the ``.py`` files of its scanned subtrees; the manifest names the commit; sources are never
 committed). The run copies each repository to a scratch directory, runs the installed ampmigrate
 (``python -m ampmigrate fix --unsafe-fixes --select AMP3``: the apex.amp rules and the AMP31x
-family) on the copy, and reports per repository:
+family; with ``--apex-opt-level O1``, passed to ``fix`` and ``check``, as if each repository
+declared it) on the copy, and reports per repository:
 
 - ``expected``: "native" when every apex name its files use (the manifest's ast census) has a
   torch counterpart in AMP301-AMP314 (apex.amp, the optimizers, norms and parallel names with a
@@ -89,7 +90,7 @@ def apex_imports(source: bytes) -> list[str]:
     return found
 
 
-def run_repo(entry: dict, census: Path, scratch: Path) -> dict:
+def run_repo(entry: dict, census: Path, scratch: Path, extra: tuple[str, ...] = ()) -> dict:
     name = entry["repo"].replace("/", "+")
     source = census / name
     copy = scratch / name
@@ -99,9 +100,9 @@ def run_repo(entry: dict, census: Path, scratch: Path) -> dict:
     blocking = [n for n in names if not has_fix(n)]
     before = {f: (copy / f).read_bytes() for f in files if (copy / f).is_file()}
     command = [sys.executable, "-m", "ampmigrate", "fix", "--unsafe-fixes", "--select", "AMP3"]
-    fixed = subprocess.run([*command, "."], cwd=copy, capture_output=True, text=True)
+    fixed = subprocess.run([*command, *extra, "."], cwd=copy, capture_output=True, text=True)
     check = subprocess.run(
-        [sys.executable, "-m", "ampmigrate", "check", "--select", "AMP3", "."],
+        [sys.executable, "-m", "ampmigrate", "check", "--select", "AMP3", *extra, "."],
         cwd=copy,
         capture_output=True,
         text=True,
@@ -170,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manifest", type=Path, default=MANIFEST)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument(
+        "--apex-opt-level", choices=["O1"], help="pass --apex-opt-level to fix and check"
+    )
     args = parser.parse_args(argv)
+    extra = ("--apex-opt-level", args.apex_opt_level) if args.apex_opt_level else ()
     entries = json.loads(args.manifest.read_text())["entries"]
     if args.split != "all":
         entries = [e for e in entries if e.get("split") == args.split]
@@ -180,8 +185,13 @@ def main(argv: list[str] | None = None) -> int:
             if not (args.census / entry["repo"].replace("/", "+")).is_dir():
                 print(f"{entry['repo']}: not in {args.census}", file=sys.stderr)
                 continue
-            rows.append(run_repo(entry, args.census, Path(scratch)))
-    result = {"split": args.split, "summary": summary(rows), "repositories": rows}
+            rows.append(run_repo(entry, args.census, Path(scratch), extra))
+    result = {
+        "split": args.split,
+        "apex_opt_level": args.apex_opt_level,
+        "summary": summary(rows),
+        "repositories": rows,
+    }
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     if args.markdown:
