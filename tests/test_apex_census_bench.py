@@ -51,3 +51,44 @@ def test_one_repository_ends_apex_free_and_the_other_says_why_not(tmp_path):
     assert not blocked["apex_free"] and blocked["left_by"] == ["apex API"]
     assert result["summary"]["native_apex_free"] == 1
     assert (census / "a+native" / "train.py").read_text() == NATIVE  # the census is untouched
+
+
+OPEN_LEVEL = """\
+import argparse
+
+from apex import amp
+
+
+def train(model, optimizer, x):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fp16_opt_level", default="O1")
+    args = parser.parse_args()
+    model, optimizer = amp.initialize(model, optimizer, opt_level=args.fp16_opt_level)
+    loss = model(x).sum()
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+"""
+
+
+def test_apex_opt_level_is_passed_to_fix_and_check(tmp_path):
+    """An opt level from a flag without `choices` keeps the repository on apex, unless the run
+    declares --apex-opt-level O1, as a repository's [tool.ampmigrate] would."""
+    census = tmp_path / "census"
+    (census / "c+open").mkdir(parents=True)
+    (census / "c+open" / "train.py").write_text(OPEN_LEVEL)
+    manifest = tmp_path / "census.json"
+    entry = {"repo": "c/open", "split": "dev", "files": {"train.py": ["apex.amp.initialize"]}}
+    manifest.write_text(json.dumps({"entries": [entry]}))
+    results = []
+    for extra in ([], ["--apex-opt-level", "O1"]):
+        out = tmp_path / "result.json"
+        assert (
+            bench.main([str(census), "--manifest", str(manifest), "--json", str(out), *extra]) == 0
+        )
+        results.append(json.loads(out.read_text()))
+    (plain,), (declared,) = (r["repositories"] for r in results)
+    assert [r["apex_opt_level"] for r in results] == [None, "O1"]
+    assert not plain["apex_free"] and plain["left_by"] == ["apex.amp"]
+    assert any("is not provably O1" in f for f in plain["remaining"]["train.py"]["findings"])
+    assert declared["apex_free"] and declared["changed"] == 1
