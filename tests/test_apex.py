@@ -1247,6 +1247,41 @@ def test_apex_opt_level_does_not_cover_a_level_the_file_names_o2():
         assert "amp.initialize" in refused
 
 
+def test_apex_opt_level_covers_an_attribute_set_once_from_outside():
+    """`self.opt_level = args.opt_level` in `__init__` leaves the level open: covered, and the
+    scaler's `enabled=` reads it; a method that sets it to "O2" is not."""
+    source = textwrap.dedent("""
+        from apex import amp
+
+
+        class Trainer:
+            def __init__(self, model, optimizer, args):
+                self.model, self.optimizer = model, optimizer
+                self.opt_level = args.opt_level
+
+            def setup(self):
+                self.model, self.optimizer = amp.initialize(
+                    self.model, self.optimizer, opt_level=self.opt_level
+                )
+
+            def step(self, x):
+                loss = self.model(x).sum()
+                with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                self.optimizer.step()
+    """)
+    out, message = _declared(source)
+    assert 'self.scaler = torch.amp.GradScaler("cuda", enabled=self.opt_level == "O1")' in out
+    assert "enabled=self.scaler.is_enabled()" in out and "amp.initialize" not in out
+    assert "so a run given O2/O3 now trains in float32" in message
+    o2 = source.replace(
+        "    def step", '    def half(self):\n        self.opt_level = "O2"\n\n    def step'
+    )
+    assert o2 != source
+    out, message = _declared(o2)
+    assert out == o2 and 'does not cover it: this file sets it to `"O2"` at line 16' in message
+
+
 def test_apex_opt_level_under_a_guard_excluding_o0_trains_an_o2_run_as_o1():
     """`if level != "O0":` around `initialize` leaves O1/O2/O3: under the setting the scaler
     is on for all of them, and the note says an O2/O3 run now trains as O1."""

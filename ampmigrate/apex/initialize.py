@@ -371,16 +371,16 @@ class Initialize:
     ) -> str:
         """Why the setting apex-opt-level cannot take ``level`` as O1 or O0 ("": it can). It
         speaks for a level the code leaves open, read as it is: not one computed here (it is
-        read again for ``enabled=``), not one this file sets to O2/O3 or assigns anew, not a
-        flag whose default is O2/O3."""
+        read again for ``enabled=``), not one this file sets to O2/O3, assigns more than once
+        or after ``initialize``, not a flag whose default is O2/O3 or that this file overwrites."""
         spelled = _code(self.module, level)
         if not _plain(level):
             return (
                 f"`{spelled}` is computed, not read from a name, an attribute or a constant "
                 "subscript (`enabled=` reads it again)"
             )
-        if reassigned:
-            return "this file assigns it again"
+        if flag is not None and reassigned:
+            return "this file assigns it after parsing its flag"
         default = _argument(flag[1], "default", 99) if flag is not None else None
         if default is not None and _other_level(default):
             return f"the default of its flag is `{_code(self.module, default)}`"
@@ -410,7 +410,12 @@ class Initialize:
                 return f"this file sets it to `{_code(self.module, value)}` at line {where}"
         if len(stores) > 1 or others:
             return f"this file assigns `{spelled}` more than once"
-        if stores and self.order[id(stores[0][0])] > self.order[id(init)]:
+        store = stores[0][0] if stores else None
+        if (
+            store is not None
+            and self.function(store) is function
+            and self.order[id(store)] > self.order[id(init)]
+        ):
             return f"this file assigns `{spelled}` after `amp.initialize`"
         return ""
 
