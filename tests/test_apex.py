@@ -1680,3 +1680,38 @@ def test_a_dropped_except_that_switched_mixed_precision_off_is_a_stated_change()
     [finding] = [d for d in fixed if d.code == "AMP303"]
     assert "the `except` at line 7 set `mixed_precision`" in finding.message
     assert "mixed_precision = False" not in out and "mixed_precision = True" in out
+
+
+UNUSED_AMP = "import torch\ntry:\n    from apex import amp\nexcept ImportError:\n    amp = None\n"
+
+
+def test_an_unused_amp_import_is_reported_and_a_probe_removed_only_as_unsafe():
+    """Nothing reads `amp`: the import only ties the file to apex. In a `try` that catches
+    its ImportError it probes for apex, so its removal is unsafe and says so."""
+    [finding] = [d for d in check_source(UNUSED_AMP) if d.code == "AMP303"]
+    assert finding.fix == "unsafe"
+    assert "`apex.amp` is imported but unused" in finding.message
+    assert "an availability probe" in finding.message
+    assert fix_source(UNUSED_AMP)[0] == UNUSED_AMP
+    out, remaining, _ = fix_source(UNUSED_AMP, unsafe=True)
+    assert "apex" not in out and not remaining
+    compile(out, "out", "exec")
+    assert fix_source(out, unsafe=True)[0] == out
+
+
+def test_a_read_amp_import_is_not_unused():
+    """`amp` read anywhere (an availability test, a call) is no unused import."""
+    for read in ("print(amp is None)\n", "amp.init()\n"):
+        source = UNUSED_AMP + read
+        assert not [d for d in check_source(source) if "imported but unused" in d.message], read
+
+
+def test_an_unused_amp_import_in_a_package_init_is_removed_only_as_unsafe(cli, tmp_path):
+    """A package's `__init__` may re-export `amp` to its other modules."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from apex import amp\n")
+    result = cli("check", "--select", "AMP303", "--output-format", "concise", str(package))
+    assert "`apex.amp` is imported but unused" in result.stdout
+    assert "a package's `__init__` may re-export it" in result.stdout
+    assert "1 more with `--unsafe-fixes`" in result.stdout + result.stderr

@@ -36,7 +36,7 @@ def check(
 ) -> list[Finding]:
     calls = apex_calls(names)
     if not calls:
-        return []
+        return _unused(names, rules, os.path.basename(source.path) == "__init__.py")
     link = settings.project.get(PASS, {}).get(os.path.abspath(source.path))
     if link is None:
         from ampmigrate.apex.verdict import verdict
@@ -67,6 +67,27 @@ def check(
     message = refusal([f"line {calls[0].lineno}: {why}: migrate this file by hand"])
     where = Span(*source.position(calls[0]))
     return [Finding(rule.code, message, where) for rule in rules]
+
+
+def _unused(names: Names, rules: list[Rule], package: bool) -> list[Finding]:
+    """``from apex import amp`` that nothing reads (a file whose apex amp calls went, or never
+    were): it only ties the file to apex."""
+    from ampmigrate.apex.api.plan import unused_import
+
+    found = []
+    for binding in names.imports():
+        stmt, alias = binding.node, binding.alias
+        if (
+            isinstance(stmt, ast.ImportFrom)
+            and stmt.module == "apex"
+            and not stmt.level
+            and alias is not None
+            and alias.name == "amp"
+        ):
+            for rule in rules:
+                finding = unused_import(names, stmt, alias, "apex.amp", rule.code, package)
+                found += [finding] if finding is not None else []
+    return found
 
 
 def _planned(

@@ -20,6 +20,7 @@ context decides what it becomes:
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,35 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
         return True
     kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
     return any((dotted(k) or "").rsplit(".", 1)[-1] in _IMPORT_ERRORS for k in kinds)
+
+
+def unused_import(
+    names: Names, stmt: ast.ImportFrom, alias: ast.alias, full: str, code: str, package: bool
+) -> Finding | None:
+    """The finding for ``from <module> import <alias>`` (the apex name ``full``) when nothing
+    reads it (None otherwise): deleting it is safe, as Ruff's F401 fix; inside a ``try`` that
+    catches its ImportError it is an availability probe, and in a package's ``__init__`` it
+    may be re-exported: deleting it is unsafe there."""
+    bound = alias.asname or alias.name
+    if any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) for n in names.spelled(bound)):
+        return None
+    guarded = any(
+        isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
+        for a in names.ancestors(stmt)
+    )
+    message = f"`{full}` is imported but unused: the import only ties the file to apex"
+    if guarded:
+        message += (
+            " (an availability probe: code that tests its outcome now runs as if apex were "
+            "installed)"
+        )
+    if package:
+        message += " (a package's `__init__` may re-export it)"
+    fix = Fix(
+        "unsafe" if guarded or package else "safe",
+        remove_imports=(ImportEdit(stmt.module or "", alias.name, alias.asname),),
+    )
+    return Finding(code, message, stmt, fix)
 
 
 def _bound_names(body: list[ast.stmt]) -> set[str]:
@@ -437,8 +467,7 @@ class _Planner:
 
     def _unused_imports(self) -> None:
         """An import of an apex name with a torch counterpart that nothing reads (what is left
-        once its uses are migrated): deleting it is safe, as Ruff's F401 fix; inside a ``try``
-        that catches its ImportError it is an availability probe, and deleting it is unsafe."""
+        once its uses are migrated); see ``unused_import``."""
         for binding in self.names.imports():
             stmt, alias = binding.node, binding.alias
             if not isinstance(stmt, ast.ImportFrom) or alias is None or stmt.level:
@@ -451,27 +480,10 @@ class _Planner:
                 continue
             if self._consumed and any(self._inside(stmt, c) for c in self._consumed):
                 continue
-            bound = alias.asname or alias.name
-            if any(
-                isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-                for n in self.names.spelled(bound)
-            ):
-                continue
-            guarded = any(
-                isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
-                for a in self.names.ancestors(stmt)
-            )
-            message = f"`{full}` is imported but unused: the import only ties the file to apex"
-            if guarded:
-                message += (
-                    " (an availability probe: code that tests its outcome now runs as if apex "
-                    "were installed)"
-                )
-            fix = Fix(
-                "unsafe" if guarded else "safe",
-                remove_imports=(ImportEdit(stmt.module or "", alias.name, alias.asname),),
-            )
-            self.findings.append(Finding(code, message, stmt, fix))
+            package = os.path.basename(self.source.path) == "__init__.py"
+            found = unused_import(self.names, stmt, alias, full, code, package)
+            if found is not None:
+                self.findings.append(found)
 
     # ---- guarded imports ---------------------------------------------------------------------
 
