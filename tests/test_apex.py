@@ -1699,6 +1699,16 @@ def test_an_unused_amp_import_is_reported_and_a_probe_removed_only_as_unsafe():
     assert fix_source(out, unsafe=True)[0] == out
 
 
+def test_an_unused_bare_apex_import_goes_too():
+    """`import apex` that nothing reads (its `apex.parallel...` use migrated, or never there)."""
+    source = "import torch\ntry:\n    import apex\nexcept ImportError:\n    pass\n"
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "`apex` is imported but unused" in finding.message and finding.fix == "unsafe"
+    out, remaining, _ = fix_source(source, unsafe=True)
+    assert "apex" not in out and not remaining
+    assert not [d for d in check_source(source + "apex.parallel\n") if d.code == "AMP303"]
+
+
 def test_a_read_amp_import_is_not_unused():
     """`amp` read anywhere (an availability test, a call) is no unused import."""
     for read in ("print(amp is None)\n", "amp.init()\n"):

@@ -70,23 +70,22 @@ def check(
 
 
 def _unused(names: Names, rules: list[Rule], package: bool) -> list[Finding]:
-    """``from apex import amp`` that nothing reads (a file whose apex amp calls went, or never
-    were): it only ties the file to apex."""
+    """``from apex import amp`` or ``import apex`` that nothing reads (a file whose apex calls
+    went, or never were): it only ties the file to apex."""
     from ampmigrate.apex.api.plan import unused_import
 
     found = []
     for binding in names.imports():
         stmt, alias = binding.node, binding.alias
-        if (
-            isinstance(stmt, ast.ImportFrom)
-            and stmt.module == "apex"
-            and not stmt.level
-            and alias is not None
-            and alias.name == "amp"
-        ):
-            for rule in rules:
-                finding = unused_import(names, stmt, alias, "apex.amp", rule.code, package)
-                found += [finding] if finding is not None else []
+        if alias is None:
+            continue
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == "apex" and not stmt.level:
+            full = "apex.amp" if alias.name == "amp" else None
+        else:
+            full = "apex" if isinstance(stmt, ast.Import) and alias.name == "apex" else None
+        for rule in rules if full else ():
+            finding = unused_import(names, stmt, alias, full, rule.code, package)
+            found += [finding] if finding is not None else []
     return found
 
 

@@ -72,12 +72,17 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
 
 
 def unused_import(
-    names: Names, stmt: ast.ImportFrom, alias: ast.alias, full: str, code: str, package: bool
+    names: Names,
+    stmt: ast.Import | ast.ImportFrom,
+    alias: ast.alias,
+    full: str,
+    code: str,
+    package: bool,
 ) -> Finding | None:
-    """The finding for ``from <module> import <alias>`` (the apex name ``full``) when nothing
-    reads it (None otherwise): deleting it is safe, as Ruff's F401 fix; inside a ``try`` that
-    catches its ImportError it is an availability probe, and in a package's ``__init__`` it
-    may be re-exported: deleting it is unsafe there."""
+    """The finding for ``from <module> import <alias>`` or ``import <alias>`` (the apex name
+    ``full``) when nothing reads it (None otherwise): deleting it is safe, as Ruff's F401 fix;
+    inside a ``try`` that catches its ImportError it is an availability probe, and in a
+    package's ``__init__`` it may be re-exported: deleting it is unsafe there."""
     bound = alias.asname or alias.name
     if any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) for n in names.spelled(bound)):
         return None
@@ -95,7 +100,11 @@ def unused_import(
         message += " (a package's `__init__` may re-export it)"
     fix = Fix(
         "unsafe" if guarded or package else "safe",
-        remove_imports=(ImportEdit(stmt.module or "", alias.name, alias.asname),),
+        remove_imports=(
+            ImportEdit(stmt.module or "", alias.name, alias.asname)
+            if isinstance(stmt, ast.ImportFrom)
+            else ImportEdit(alias.name, None, alias.asname),
+        ),
     )
     return Finding(code, message, stmt, fix)
 
