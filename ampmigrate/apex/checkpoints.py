@@ -83,7 +83,13 @@ class Checkpoints:
         for node in self.nodes:
             if _is_call_of(node, "state_dict") and _code(self.module, node.func.value) == opt:
                 holder = next((a for a in self.ancestors(node) if isinstance(a, cst.Dict)), None)
-                if holder is None or holder in self.plan.edits:
+                if holder is None:
+                    gaps.append(
+                        f"`{opt}.state_dict()` at line {self.line(node)} is not in a "
+                        "checkpoint dict (a file of its own?)"
+                    )
+                    continue
+                if holder in self.plan.edits:
                     continue
                 access = reachable(node)
                 keys = [e.key for e in holder.elements if isinstance(e, cst.DictElement)]
