@@ -34,6 +34,26 @@ def check_source(source: str, target_keras: int = 3):
     return remaining
 
 
+# apex O1 whose level comes from a flag without `choices` (open: not provably O1), the shape
+# the setting apex-opt-level speaks for
+OPEN_LEVEL = """\
+import argparse
+
+from apex import amp
+
+
+def train(model, optimizer, x):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fp16_opt_level", default="O1")
+    args = parser.parse_args()
+    model, optimizer = amp.initialize(model, optimizer, opt_level=args.fp16_opt_level)
+    loss = model(x).sum()
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+"""
+
+
 class CLI:
     """Runs the installed console script the way a user or CI does."""
 

@@ -6,7 +6,7 @@ import importlib.util
 import json
 import sys
 
-from conftest import ROOT
+from conftest import OPEN_LEVEL, ROOT
 
 _spec = importlib.util.spec_from_file_location(
     "apex_census_bench", ROOT / "scripts" / "apex_census_bench.py"
@@ -51,24 +51,6 @@ def test_one_repository_ends_apex_free_and_the_other_says_why_not(tmp_path):
     assert not blocked["apex_free"] and blocked["left_by"] == ["apex API"]
     assert result["summary"]["native_apex_free"] == 1
     assert (census / "a+native" / "train.py").read_text() == NATIVE  # the census is untouched
-
-
-OPEN_LEVEL = """\
-import argparse
-
-from apex import amp
-
-
-def train(model, optimizer, x):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--fp16_opt_level", default="O1")
-    args = parser.parse_args()
-    model, optimizer = amp.initialize(model, optimizer, opt_level=args.fp16_opt_level)
-    loss = model(x).sum()
-    with amp.scale_loss(loss, optimizer) as scaled_loss:
-        scaled_loss.backward()
-    optimizer.step()
-"""
 
 
 def test_apex_opt_level_is_passed_to_fix_and_check(tmp_path):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import OPEN_LEVEL
+
 DEPRECATED = (
     "import torch\n\nscaler = torch.cuda.amp.GradScaler()\ndtype = torch.get_autocast_gpu_dtype()\n"
 )
@@ -231,24 +233,6 @@ def test_target_keras_from_the_declared_tensorflow(cli, tmp_path, declared, kera
     assert (result.returncode, "AMP406" in result.stdout) == (
         (1, True) if keras == 3 else (0, False)
     )
-
-
-OPEN_LEVEL = """\
-import argparse
-
-from apex import amp
-
-
-def train(model, optimizer, x):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--fp16_opt_level", default="O1")
-    args = parser.parse_args()
-    model, optimizer = amp.initialize(model, optimizer, opt_level=args.fp16_opt_level)
-    loss = model(x).sum()
-    with amp.scale_loss(loss, optimizer) as scaled_loss:
-        scaled_loss.backward()
-    optimizer.step()
-"""
 
 
 def test_apex_opt_level_from_config_and_command_line(cli, tmp_path):
