@@ -908,17 +908,40 @@ def test_two_optimizers_scaled_before_either_steps_is_a_refusal():
 
 
 def test_a_correctness_finding_on_the_output_is_a_refusal():
-    """Only the optimizer's state is saved, to a file of its own: the output would get AMP208
-    (the scaler's state is lost on resume), so the rewrite is refused and says so."""
-    message = _message(
+    """The last guard: a planned output that gets a correctness finding the original did not
+    have (here AMP208, a checkpoint dict without the scaler's state, where apex's scale was no
+    gap of the original) is refused, naming the finding and its line."""
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, ParentNodeProvider, ScopeProvider
+
+    from ampmigrate.apex.planner import _Planner
+
+    module = cst.parse_module(
         _apex_file(
             "def train(model, optimizer, loader, out):\n"
-            '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
-            "        optimizer.step()\n"
-            '    torch.save(optimizer.state_dict(), os.path.join(out, "optimizer.pt"))\n',
+            '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
         )
     )
-    assert "the rewrite would get AMP208 at its line" in message
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    planner = _Planner(
+        module, wrapper.resolve(ScopeProvider), wrapper.resolve(ParentNodeProvider), None
+    )
+    output = (
+        "import torch\n\n"
+        "def train(model, optimizer, loader, out):\n"
+        '    scaler = torch.amp.GradScaler("cuda")\n'
+        "    for x, y in loader:\n"
+        '        with torch.amp.autocast("cuda", dtype=torch.float16):\n'
+        "            loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.step(optimizer)\n"
+        "        scaler.update()\n"
+        '    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, out)\n'
+    )
+    planner.verify(output)
+    assert any(
+        p.startswith("the rewrite would get AMP208 at its line 11") for p in planner.plan.problems
+    )
 
 
 def test_the_rewrite_says_which_torch_it_needs():
