@@ -1754,27 +1754,16 @@ def test_an_optimizer_state_saved_on_its_own_is_apex_s_gap_not_a_blocker():
     """apex never checkpointed its scale here, and the optimizer's state goes to a file of
     its own, where the GradScaler's cannot join it: the rewrite leaves the scale out, as apex
     did, says so, and AMP208 reports the gap by itself (issue 20, item 6)."""
-    source = textwrap.dedent(
-        """\
-        import torch
-        from apex import amp
-
-
-        def train(model, optimizer, loader):
-            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
-            for x, y in loader:
-                optimizer.zero_grad()
-                loss = torch.nn.functional.mse_loss(model(x), y)
-                with amp.scale_loss(loss, optimizer) as scaled_loss:
-                    scaled_loss.backward()
-                optimizer.step()
-            torch.save(model.state_dict(), "model.pt")
-            torch.save(optimizer.state_dict(), "optimizer.pt")
-        """
+    source = _apex_file(
+        "def train(model, optimizer, loader, out):\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+        "        optimizer.step()\n"
+        '    torch.save(model.state_dict(), os.path.join(out, "model.pt"))\n'
+        '    torch.save(optimizer.state_dict(), os.path.join(out, "optimizer.pt"))\n',
     )
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix == "unsafe"
-    assert "`optimizer.state_dict()` at line 14 is not in a checkpoint dict" in finding.message
+    assert "`optimizer.state_dict()` at line 16 is not in a checkpoint dict" in finding.message
     assert "the scale restarts on resume, as it did under apex" in finding.message
     out, remaining, _ = fix_source(source, unsafe=True)
     assert "apex" not in out

@@ -36,7 +36,7 @@ def check(
 ) -> list[Finding]:
     calls = apex_calls(names)
     if not calls:
-        return _unused(names, rules, os.path.basename(source.path) == "__init__.py")
+        return _unused(names, rules, source.path)
     link = settings.project.get(PASS, {}).get(os.path.abspath(source.path))
     if link is None:
         from ampmigrate.apex.verdict import verdict
@@ -69,7 +69,7 @@ def check(
     return [Finding(rule.code, message, where) for rule in rules]
 
 
-def _unused(names: Names, rules: list[Rule], package: bool) -> list[Finding]:
+def _unused(names: Names, rules: list[Rule], path: str) -> list[Finding]:
     """``from apex import amp`` or ``import apex`` that nothing reads (a file whose apex calls
     went, or never were): it only ties the file to apex."""
     from ampmigrate.apex.api.plan import unused_import
@@ -80,11 +80,15 @@ def _unused(names: Names, rules: list[Rule], package: bool) -> list[Finding]:
         if alias is None:
             continue
         if isinstance(stmt, ast.ImportFrom) and stmt.module == "apex" and not stmt.level:
-            full = "apex.amp" if alias.name == "amp" else None
+            if alias.name != "amp":
+                continue
+            full = "apex.amp"
+        elif isinstance(stmt, ast.Import) and alias.name == "apex":
+            full = "apex"
         else:
-            full = "apex" if isinstance(stmt, ast.Import) and alias.name == "apex" else None
-        for rule in rules if full else ():
-            finding = unused_import(names, stmt, alias, full, rule.code, package)
+            continue
+        for rule in rules:
+            finding = unused_import(names, stmt, alias, full, rule.code, path)
             found += [finding] if finding is not None else []
     return found
 

@@ -43,9 +43,11 @@ class Handles:
             "placed by hand",
         )
 
+    @functools.cached_property
     def _stores(self) -> dict[str, list[cst.Call]]:
         """``args.amp = amp``: apex's module kept on an object, by where it is kept, with the
-        calls this file makes through it (``args.amp.scale_loss(...)``)."""
+        calls this file makes through it (``args.amp.scale_loss(...)``); read once, as the
+        module does not change while it is planned."""
         stores: dict[str, list[cst.Call]] = {}
         for node in self.nodes:
             if (
@@ -65,7 +67,7 @@ class Handles:
 
     def _stored(self, node: cst.CSTNode, where: str) -> str:
         """The blocker for ``where = amp``: what is called through it, and what replaces it."""
-        calls = self._stores().get(where, [])
+        calls = self._stores.get(where, [])
         listed = ", ".join(
             f"`{_code(self.module, c.func)}` at line {self.line(c)}" for c in calls[:4]
         )

@@ -302,7 +302,7 @@ class Initialize:
             branches = [
                 n for n in self.nodes if isinstance(n, cst.Comparison)
                 and spelled in {_code(self.module, o) for o in _operands(n)}
-                and any(_other_level(o) for o in _operands(n))
+                and any(self._other_level(o) for o in _operands(n))
             ]  # fmt: skip
             also = (
                 f"; this file itself branches on `{_code(self.module, branches[0])}` at line "
@@ -382,7 +382,7 @@ class Initialize:
         if flag is not None and reassigned:
             return "this file assigns it after parsing its flag"
         default = _argument(flag[1], "default", 99) if flag is not None else None
-        if default is not None and _other_level(default):
+        if default is not None and self._other_level(default):
             return f"the default of its flag is `{_code(self.module, default)}`"
         function = self.function(init)
         # a name: its bindings in the function of `initialize` and at module level; anything
@@ -405,7 +405,7 @@ class Initialize:
             elif isinstance(node, cst.AsName) and _code(self.module, node.name) == spelled:
                 others.append(node)
         for store, value in stores:
-            if value is not None and _other_level(value):
+            if value is not None and self._other_level(value):
                 where = self.line(store)
                 return f"this file sets it to `{_code(self.module, value)}` at line {where}"
         if len(stores) > 1 or others:
@@ -419,6 +419,13 @@ class Initialize:
             return f"this file assigns `{spelled}` after `amp.initialize`"
         return ""
 
+    def _other_level(self, node: cst.CSTNode) -> bool:
+        """``node`` is, or holds, the string "O2" or "O3" (a level torch.amp cannot express)."""
+        return any(
+            isinstance(n, cst.SimpleString) and n.evaluated_value in ("O2", "O3")
+            for n in self._subtree(node)
+        )
+
     def _read(self, name: cst.Name) -> bool:
         """``name`` is not the target of an assignment (a plain read, a call argument...)."""
         parent = self.parent(name)
@@ -431,17 +438,6 @@ class Initialize:
 
 def _operands(comparison: cst.Comparison) -> list[cst.BaseExpression]:
     return [comparison.left, *(c.comparator for c in comparison.comparisons)]
-
-
-def _other_level(node: cst.CSTNode) -> bool:
-    """``node`` is, or holds, the string "O2" or "O3" (a level torch.amp cannot express)."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.SimpleString) and current.evaluated_value in ("O2", "O3"):
-            return True
-        stack.extend(current.children)
-    return False
 
 
 def _plain(level: cst.CSTNode) -> bool:

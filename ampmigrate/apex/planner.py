@@ -223,7 +223,7 @@ class _Planner(
         if initialize and not calls.get("scale_loss"):
             if role == "caller":
                 self._pass_to_linked(setup, initialize[0])
-            elif not self._stores():  # kept as `args.amp`: that blocker says where it goes
+            elif not self._stores:  # kept as `args.amp`: that blocker says where it goes
                 self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))
         self._regions(setup)
         self._helper_notes()

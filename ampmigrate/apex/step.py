@@ -121,12 +121,14 @@ class Step:
             self.before_step[node] = []
 
             def build(_u, node=node):
-                step = [
-                    cst.parse_statement(f"{access}.step({opt})\n"),
-                    cst.parse_statement(f"{access}.update()\n"),
-                ]
-                if node in self.guarded:
-                    step = [cst.parse_statement(_GUARD.format(access=access, opt=opt))]
+                step = (
+                    [cst.parse_statement(_GUARD.format(access=access, opt=opt))]
+                    if node in self.guarded
+                    else [
+                        cst.parse_statement(f"{access}.step({opt})\n"),
+                        cst.parse_statement(f"{access}.update()\n"),
+                    ]
+                )
                 lines = [*[s for make in self.before_step[node] for s in make()], *step]
                 lines[0] = lines[0].with_changes(leading_lines=node.leading_lines)
                 return cst.FlattenSentinel(lines)
@@ -203,11 +205,11 @@ class Step:
                     for s in node.body
                     if isinstance(s, cst.Expr) and _is_call_of(s.value, "backward")
                 ]
+                if not calls:
+                    continue
                 near = next((w for w in withs if not self._exclusive(node, w)), None)
-                if (
-                    not calls
-                    or near is None
-                    or any(self.within(node, w) or self._exclusive(node, w) for w in every)
+                if near is None or any(
+                    self.within(node, w) or self._exclusive(node, w) for w in every
                 ):
                     continue
                 call = calls[0]

@@ -77,7 +77,7 @@ def unused_import(
     alias: ast.alias,
     full: str,
     code: str,
-    package: bool,
+    path: str,
 ) -> Finding | None:
     """The finding for ``from <module> import <alias>`` or ``import <alias>`` (the apex name
     ``full``) when nothing reads it (None otherwise): deleting it is safe, as Ruff's F401 fix;
@@ -86,6 +86,7 @@ def unused_import(
     bound = alias.asname or alias.name
     if any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) for n in names.spelled(bound)):
         return None
+    package = os.path.basename(path) == "__init__.py"
     guarded = any(
         isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
         for a in names.ancestors(stmt)
@@ -489,8 +490,7 @@ class _Planner:
                 continue
             if self._consumed and any(self._inside(stmt, c) for c in self._consumed):
                 continue
-            package = os.path.basename(self.source.path) == "__init__.py"
-            found = unused_import(self.names, stmt, alias, full, code, package)
+            found = unused_import(self.names, stmt, alias, full, code, self.source.path)
             if found is not None:
                 self.findings.append(found)
 
