@@ -188,13 +188,15 @@ class Step:
 
     def _plain_backwards(self) -> None:
         """A plain ``x.backward()`` that can run while apex is on added unscaled gradients to
-        gradients apex had already unscaled (an adversarial or auxiliary loss); after the
-        rewrite they would sit beside scaled ones, and ``scaler.step`` divides them all by the
-        scale. One in the other branch of an ``if`` around a scaled backward is that backward's
-        path with mixed precision off, and keeps its meaning."""
+        gradients apex had already unscaled (an adversarial or auxiliary loss): it is scaled
+        too, so ``scaler.step`` unscales their sum as apex had added it, where nothing but the
+        scaler's step reads those gradients (``_unscalable``). One in the other branch of an
+        ``if`` around a scaled backward is that backward's path with mixed precision off, and
+        keeps its meaning."""
         every = [w for withs in self.scaled.values() for w in withs]
         for (_, opt), withs in self.scaled.items():
             function = self.function(withs[0])
+            access = self.access(function)
             for node in self.nodes:
                 if not isinstance(node, cst.SimpleStatementLine):
                     continue
@@ -214,16 +216,105 @@ class Step:
                     continue
                 call = calls[0]
                 loss = _code(self.module, call.func.value)
+                why = self._unscalable(node, call, function, opt, access)
+                if why is None:
+                    self._scale_plain(node, call, access, opt)
+                    continue
                 self.problem(
                     node,
                     f"`{_code(self.module, call)}` is not scaled and can run while apex is on, "
                     f"in the same call as the scaled backward at line {self.line(near)}: apex "
                     "had unscaled that one's gradients before these were added; under "
                     "GradScaler, if they reach "
-                    f"`{opt}`'s step, `scaler.step` divides them by the scale too: scale this "
-                    f"backward as well (`scaler.scale({loss}).backward()`) or keep it off the "
-                    "mixed-precision path, by hand",
+                    f"`{opt}`'s step, `scaler.step` divides them by the scale too, and the "
+                    f"rewrite cannot scale this backward as well because {why}: scale it "
+                    f"(`scaler.scale({loss}).backward()`) or keep it off the mixed-precision "
+                    "path, by hand",
                 )
+
+    def _unscalable(self, node, call: cst.Call, function, opt: str, access: str | None):
+        """Why scaling the plain backward at ``node`` would not give apex's sum (None: it
+        would). Its gradients must go to ``opt``'s scaled step and to nothing else: the next
+        step after it, in its loop iteration, is ``opt``'s; no other optimizer steps after
+        it there (an LR scheduler's step reads no gradient); no ``unscale_`` (a gradient read)
+        comes between the scaled backward and it, as the step would not unscale again."""
+        if access is None:
+            return "this function cannot reach the GradScaler"
+        if any(a.keyword is None or a.keyword.value not in ("retain_graph",) for a in call.args):
+            return "it is given arguments other than `retain_graph`"
+        loop = next((a for a in self.ancestors(node) if isinstance(a, Loop)), None)
+        steps = self.steps.get((id(function), opt), [])
+        later = {  # the step statements after it, in its iteration: their step call
+            n: next(
+                s.value for s in n.body if isinstance(s, cst.Expr) and _is_call_of(s.value, "step")
+            )
+            for n in self.nodes[self.order[id(node)] + 1 :]
+            if isinstance(n, cst.SimpleStatementLine)
+            and self.function(n) is function
+            and (loop is None or self.within(n, loop))
+            and any(isinstance(s, cst.Expr) and _is_call_of(s.value, "step") for s in n.body)
+        }
+        first = next(iter(later), None)
+        if first not in steps:
+            where = f" (`{_code(self.module, later[first])}` comes first)" if later else ""
+            return f"`{opt}.step()` is not the next step after it{where}"
+        other = next(
+            (
+                n
+                for n, step in later.items()
+                if n not in steps and "sched" not in _code(self.module, step.func.value).lower()
+            ),
+            None,
+        )
+        if other is not None:
+            return (
+                f"`{_code(self.module, later[other])}` at line {self.line(other)} steps after "
+                "it and may read its gradients (apex left them unscaled there)"
+            )
+        read = next(
+            (
+                u
+                for u in self.unscales
+                if self.function(u) is function
+                and u not in steps
+                and self.order[id(u)] < self.order[id(node)]
+            ),
+            None,
+        )
+        if read is not None:
+            return (
+                f"the gradients are unscaled for a read at line {self.line(read)} before it, "
+                "and the step would not unscale them again"
+            )
+        return None
+
+    def _scale_plain(self, node: cst.SimpleStatementLine, call: cst.Call, access: str, opt):
+        """``loss.backward()`` -> ``scaler.scale(loss).backward()``: the sum the scaler unscales
+        at the step is apex's sum of two unscaled gradients."""
+        index = next(
+            i for i, s in enumerate(node.body) if isinstance(s, cst.Expr) and s.value is call
+        )
+        loss = _code(self.module, call.func.value)
+
+        def build(u: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+            expr = u.body[index]
+            scaled = cst.parse_expression(f"{access}.scale(_)").with_changes(
+                args=[cst.Arg(expr.value.func.value)]
+            )
+            value = expr.value.with_changes(func=expr.value.func.with_changes(value=scaled))
+            return u.with_changes(
+                body=[*u.body[:index], expr.with_changes(value=value), *u.body[index + 1 :]]
+            )
+
+        self.plan.edits[node] = build
+        self.plan.notes.append(
+            f"`{loss}.backward()` (line {self.line(node)}) is scaled too "
+            f"(`{access}.scale({loss}).backward()`): apex had unscaled the scaled backward's "
+            "gradients before it added these unscaled, and the GradScaler unscales their sum "
+            f"at `{opt}`'s step (behaviour change: this backward now runs under the loss scale, "
+            "and an overflow in it skips the step and lowers the scale, as one in the other "
+            "backward does; apex stepped on it)"
+        )
 
     def _backward_before(self, step: cst.CSTNode, withs: list[cst.With]) -> bool:
         """Whether a backward surely runs before ``step`` in the same loop iteration (or
