@@ -1157,6 +1157,25 @@ def test_a_plain_backward_that_scaling_would_not_make_exact_is_refused_with_why(
     assert why in message
 
 
+def test_a_plain_backward_on_the_path_without_apex_is_scaled_by_a_disabled_scaler():
+    """`if not use_amp: loss.backward()` beside `if use_amp: <scaled>` is not an if/else, so it
+    counts as a plain backward; scaled too, it is exact: there the scaler is disabled, and
+    `scale` returns the loss as it is."""
+    source = PLAIN.replace(
+        "        with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "            scaled_loss.backward()\n",
+        "        if use_amp:\n"
+        "            with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "                scaled_loss.backward()\n"
+        "        if not use_amp:\n"
+        "            loss.backward()\n",
+    )
+    out, remaining, _ = fix_source(source, unsafe=True)
+    assert not [d for d in remaining if d.code == "AMP303"]
+    assert "        if not use_amp:\n            scaler.scale(loss).backward()\n" in out
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=use_amp)' in out
+
+
 def test_a_guard_that_an_unscale_would_break_is_refused_with_why():
     """An unscale_ before a guarded step would run on the plain path too and leave the scaler
     waiting for an update(): refused, saying so."""
