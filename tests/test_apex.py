@@ -47,6 +47,7 @@ REWRITTEN = [
     "inference_only",
     "global_scaler",
     "plain_backward",
+    "resume_key_reads",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -333,6 +334,7 @@ CASES = {
     "inference_only": [[], ["--apex-amp"]],
     "global_scaler": [[], ["--fp16"], ["--fp16", "--clip", "0"]],
     "plain_backward": [[], ["--amp"]],
+    "resume_key_reads": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
 }
 
 
@@ -1174,6 +1176,34 @@ def test_a_plain_backward_on_the_path_without_apex_is_scaled_by_a_disabled_scale
     assert not [d for d in remaining if d.code == "AMP303"]
     assert "        if not use_amp:\n            scaler.scale(loss).backward()\n" in out
     assert 'scaler = torch.amp.GradScaler("cuda", enabled=use_amp)' in out
+
+
+def test_the_scaler_key_note_is_made_only_where_a_key_was_renamed():
+    """A state saved under no key gets the note that says so, and not the one that says it is
+    saved under "scaler" (it is not); `dict(amp=...)` is a key, renamed as one."""
+    source = (APEX / "resume_key_reads.py").read_text()
+    message = _message("""
+        import torch
+        from apex import amp
+
+
+        def train(model, optimizer, batches):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x, y in batches:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            torch.save(amp.state_dict(), "amp.pt")
+        """)
+    assert "`amp.state_dict()` at line 13 is not stored under a key" in message
+    assert 'saved under "scaler"' not in message
+    keyword = source.replace(
+        '"amp": amp.state_dict() if fp16 else None,', '"extra": dict(amp=amp.state_dict()),'
+    )
+    out, _, _ = fix_source(keyword, unsafe=True)
+    assert '"extra": dict(scaler=scaler.state_dict()),' in out
+    assert 'saved under "scaler"' in _message(keyword)
 
 
 def test_a_guard_that_an_unscale_would_break_is_refused_with_why():

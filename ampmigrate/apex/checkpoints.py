@@ -21,16 +21,17 @@ class Checkpoints:
             return
         func = cst.parse_expression(f"{access}.{member}")
         self.plan.edits[call] = lambda u: u.with_changes(func=func)
-        if member == "state_dict":
+        keyed = (
             self._rename_saved_key(call)
-        else:
-            self._rename_loaded_key(call)
+            if member == "state_dict"
+            else self._rename_loaded_key(call)
+        )
         note = (
             f'the GradScaler state is saved under "{self.name}"; checkpoints saved by apex keep '
             "apex's state under their old key: convert them with `ampmigrate convert-checkpoint` "
             f'and store the result under "{self.name}"'
         )
-        if note not in self.plan.notes:
+        if keyed and note not in self.plan.notes:
             self.plan.notes.append(note)
 
     def _resume_state(self, setup: _Setup, init: cst.Call) -> None:
@@ -190,21 +191,32 @@ class Checkpoints:
         quote = node.quote
         self.plan.edits[node] = lambda _u: cst.SimpleString(f"{quote}{self.name}{quote}")
 
-    def _rename_saved_key(self, call: cst.Call) -> None:
-        parent = self.parent(call)
+    def _rename_saved_key(self, call: cst.Call) -> bool:
+        """The key ``amp.state_dict()`` is stored under becomes the scaler's; its value may
+        flow there through a conditional (``"amp": amp.state_dict() if fp16 else None``).
+        False: it is not stored under a key here (noted)."""
+        value, parent = call, self.parent(call)
+        while isinstance(parent, cst.IfExp) and value is not parent.test:
+            value, parent = parent, self.parent(parent)
         if isinstance(parent, cst.DictElement) and isinstance(parent.key, cst.SimpleString):
             self._new_key(parent.key)
-            return
+            return True
+        if isinstance(parent, cst.Arg) and parent.keyword is not None:
+            holder = self.parent(parent)
+            if isinstance(holder, cst.Call) and _code(self.module, holder.func) == "dict":
+                self.plan.edits[parent.keyword] = lambda _u: cst.Name(self.name)
+                return True
         if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
             target = parent.targets[0].target
             index = self._key_of(target)
             if index is not None:
                 self._new_key(index)
-                return
+                return True
         self.plan.notes.append(
             f"`amp.state_dict()` at line {self.line(call)} is not stored under a key: make "
             "sure apex-format state is never fed to `scaler.load_state_dict`"
         )
+        return False
 
     def _key_of(self, node: cst.CSTNode) -> cst.SimpleString | None:
         """The string of ``x["amp"]`` or ``x.get("amp")``."""
@@ -220,7 +232,11 @@ class Checkpoints:
             return node.args[0].value
         return None
 
-    def _rename_loaded_key(self, call: cst.Call) -> None:
+    def _rename_loaded_key(self, call: cst.Call) -> bool:
+        """The key apex's state is loaded from becomes the scaler's, and so does every other
+        read of that key from the same checkpoint in the function (``"amp" in ckpt``,
+        ``ckpt["amp"] is not None``, ``ckpt.get("amp")``): one left behind would test or read
+        a key that new checkpoints do not have."""
         source = call.args[0].value if len(call.args) == 1 else None
         key = self._key_of(source) if source is not None else None
         if key is None:
@@ -230,25 +246,34 @@ class Checkpoints:
                 f'the GradScaler from its own key (`checkpoint["{self.name}"]`), never from '
                 "apex's old entry (convert old checkpoints with `ampmigrate convert-checkpoint`)",
             )
-            return
+            return False
         self._new_key(key)
         container = _code(self.module, source.value if isinstance(source, cst.Subscript)
                           else source.func.value)  # fmt: skip
         old = key.evaluated_value
-        for ancestor in self.ancestors(call):
-            if isinstance(ancestor, cst.FunctionDef):
-                break
-            if isinstance(ancestor, cst.If):
-                for node in self._subtree(ancestor.test):
-                    if (
-                        isinstance(node, cst.Comparison)
-                        and isinstance(node.left, cst.SimpleString)
-                        and node.left.evaluated_value == old
-                        and len(node.comparisons) == 1
-                        and isinstance(node.comparisons[0].operator, cst.In)
-                        and _code(self.module, node.comparisons[0].comparator) == container
-                    ):
-                        self._new_key(node.left)
+        for node in self._subtree(self.function(call)):
+            if not isinstance(node, cst.SimpleString) or node.evaluated_value != old:
+                continue
+            parent = self.parent(node)
+            reader = None
+            if isinstance(parent, cst.Index):  # Index -> SubscriptElement -> Subscript
+                reader = self.parent(self.parent(parent))
+            elif isinstance(parent, cst.Arg):
+                reader = self.parent(parent)
+            if reader is not None and self._key_of(reader) is node:
+                of = reader.value if isinstance(reader, cst.Subscript) else reader.func.value
+                if _code(self.module, of) == container:
+                    self._new_key(node)
+                continue
+            if (
+                isinstance(parent, cst.Comparison)
+                and parent.left is node
+                and len(parent.comparisons) == 1
+                and isinstance(parent.comparisons[0].operator, cst.In | cst.NotIn)
+                and _code(self.module, parent.comparisons[0].comparator) == container
+            ):
+                self._new_key(node)
+        return True
 
     def _helper_notes(self) -> None:
         """Checkpoint helpers imported from sibling modules are not visible here."""
