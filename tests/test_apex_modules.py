@@ -153,13 +153,37 @@ def test_migrated_project_trains_like_the_original(tmp_path, stub):
     assert "forward dtypes: ['torch.float16']" in results[5][1]
 
 
-def test_two_initializing_files_for_one_training_function_pair_with_neither(tmp_path):
+def test_a_family_of_initializing_scripts_is_rewritten_with_their_training_function(tmp_path):
+    """Two scripts that initialize amp and call one `do_train` (fine-tuning scripts sharing a
+    trainer): the three files are one component, rewritten together; each script passes the
+    GradScaler it creates, and the trainer takes it once."""
     root = _tree(tmp_path)
     shutil.copy(root / FILES[0], root / "tools" / "finetune_net.py")
+    found = _amp303(run(_files(root), _settings()))
+    assert "`do_train` gets a `scaler` parameter, passed by tools/finetune_net.py and " in (
+        found["trainer.py"].message
+    )
+    results = run(_files(root), _settings(fix=True))
+    after = {
+        "train_net.py": PROJECT / "after" / FILES[0],
+        "finetune_net.py": PROJECT / "after" / FILES[0],
+        "trainer.py": PROJECT / "after" / FILES[1],
+    }
+    changed = {Path(r.path).name: r.new_source for r in results if r.changed}
+    assert changed == {name: path.read_bytes() for name, path in after.items()}
+
+
+def test_one_refused_script_of_a_family_keeps_every_file_from_changing(tmp_path):
+    root = _tree(tmp_path)
+    text = (root / FILES[0]).read_text()
+    (root / "tools" / "finetune_net.py").write_text(
+        text.replace("=amp_opt_level)", "=amp_opt_level)  # noqa: AMP303")
+    )
     results = run(_files(root), _settings(fix=True))
     assert not any(r.changed for r in results)
     found = _amp303(results)
     assert all(found[name].fix is None for name in ("trainer.py", "train_net.py"))
+    assert "tools/finetune_net.py is not rewritten in this run" in found["train_net.py"].message
 
 
 def test_relative_import_of_the_module_pairs_too(tmp_path):

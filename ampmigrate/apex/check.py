@@ -110,7 +110,10 @@ def _planned(
     parents = _parents(module)
     for rule in rules:
         visitor = ApexO1(
-            rule, (link, link.role(source.path)) if link else None, source.path, declared
+            rule,
+            (link.seen_from(source.path), link.role(source.path)) if link else None,
+            source.path,
+            declared,
         )
         # What ``wrapper.visit`` does, but the parents come from one walk over
         # ``CSTNode.children``: the very map libcst's ParentNodeProvider builds from them, at a
@@ -203,19 +206,16 @@ def settle_pairs(
     items = {os.path.abspath(item[0]): item for item in candidates}
     broken: dict[str, object] = {}
     for link in {id(v): v for v in links.values()}.values():
-        if link.broken or link.caller not in items or link.callee not in items:
+        if link.broken or any(f not in items for f in link.files):
             continue
-        state = {
-            name: _pair_state(results[name])
-            for name in (items[link.caller][0], items[link.callee][0])
-        }
+        state = {items[f][0]: _pair_state(results[items[f][0]]) for f in link.files}
         if len(set(state.values())) == 1 and "no" not in state.values():
             continue
-        # the side that is not rewritten (the first, should they differ otherwise)
+        # the file that is not rewritten (the first, should they differ otherwise)
         refused = next((n for n, s in state.items() if s == "no"), next(iter(state)))
         reason = f"{link.shown(refused)} is not rewritten in this run (see its AMP303 finding)"
-        by = link.role(refused)
-        broken[link.caller] = broken[link.callee] = replace(link, broken=reason, broken_by=by)
+        by = os.path.abspath(refused)
+        broken.update((f, replace(link, broken=reason, broken_by=by)) for f in link.files)
     if not broken:
         return
     again = replace(settings, project={**settings.project, PASS: {**links, **broken}})

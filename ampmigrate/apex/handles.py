@@ -280,9 +280,9 @@ class Handles:
             for n in self._subtree(setup.home)
             if isinstance(n, cst.Call)
             and self.order[id(n)] > self.order[id(setup.statement)]
-            and _code(self.module, n.func) == self.link.spelling
+            and _code(self.module, n.func) == self.link.spellings[0]
         ]
-        if len(calls) != self.link.calls:
+        if len(calls) != self.link.calls[0]:
             self.problem(init, self._scaled_elsewhere(init))
             return
         for call in calls:  # the training function's parameter is `scaler` (_linked_setup)

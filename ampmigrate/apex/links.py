@@ -27,27 +27,47 @@ APEX = "apex.amp."
 
 @dataclass(frozen=True)
 class Link:
-    caller: str  # absolute path of the file that calls ``amp.initialize``
+    """A training function and every file of the run that initializes amp and calls it: a
+    family of scripts may share one ``train``. All are rewritten together, or none."""
+
+    callers: tuple[str, ...]  # absolute paths of the files that call ``amp.initialize``
     callee: str  # absolute path of the file whose ``function`` scales the loss
     function: str
     model: str  # the parameter of ``function`` that receives the initialized model
     optimizer: str  # ... and the optimizer
-    calls: int  # how many calls of ``function`` the caller makes after ``initialize``
-    spelling: str  # how the caller spells the callee (``do_train``, ``trainer.do_train``)
-    broken: str | None = None  # why the two are not rewritten together
-    broken_by: str | None = None  # the side ("caller"/"callee") that refused, if one did
+    calls: tuple[int, ...]  # per caller: its calls of ``function`` after ``initialize``
+    spellings: tuple[str, ...]  # per caller: how it spells ``function`` (``trainer.do_train``)
+    broken: str | None = None  # why the files are not rewritten together
+    broken_by: str | None = None  # the absolute path of the file that refused, if one did
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return (*self.callers, self.callee)
 
     def role(self, path: str) -> str | None:
         path = os.path.abspath(path)
-        return "caller" if path == self.caller else "callee" if path == self.callee else None
+        return "caller" if path in self.callers else "callee" if path == self.callee else None
+
+    def seen_from(self, path: str) -> Link:
+        """The link as the file ``path`` plans with it: a caller sees itself and the callee
+        (its ``calls`` and ``spellings`` are its own), the callee sees every caller."""
+        path = os.path.abspath(path)
+        if path not in self.callers:
+            return self
+        i = self.callers.index(path)
+        return replace(
+            self, callers=(path,), calls=self.calls[i : i + 1], spellings=self.spellings[i : i + 1]
+        )
 
     def other(self, role: str) -> str:
-        """The other side, as messages show it (relative to the folder holding both)."""
-        return self.shown(self.callee if role == "caller" else self.caller)
+        """The other side, as messages show it (relative to the folder holding them all)."""
+        if role == "caller":
+            return self.shown(self.callee)
+        shown = [self.shown(c) for c in self.callers]
+        return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
     def shown(self, path: str) -> str:
-        base = os.path.commonpath([self.caller, self.callee])
-        return os.path.relpath(os.path.abspath(path), base)
+        return os.path.relpath(os.path.abspath(path), os.path.commonpath(self.files))
 
 
 def apex_calls(names: Names) -> list[ast.Call]:
@@ -191,7 +211,7 @@ def link(
         for f in files
         if len(f.members.get("initialize", [])) == 1 and "scale_loss" not in f.members
     ]
-    links: list[Link] = []
+    pairs: dict[str, list[tuple[str, str, str, int, str]]] = {}  # by callee
     for caller in callers:
         init = caller.members["initialize"][0]
         home = _function(caller, init)
@@ -217,26 +237,26 @@ def link(
         spellings = {ast.unparse(c.func) for c in calls}
         if len(models) != 1 or len(optimizers) != 1 or len(spellings) != 1:
             continue
-        links.append(
-            Link(
-                caller=caller.path,
-                callee=callee.path,
-                function=function.name,
-                model=models.pop(),
-                optimizer=optimizers.pop(),
-                calls=len(calls),
-                spelling=spellings.pop(),
-            )
+        pairs.setdefault(path, []).append(
+            (caller.path, models.pop(), optimizers.pop(), len(calls), spellings.pop())
         )
-    if not links:
-        return {}
     by_path = {f.path: f for f in files}
     out: dict[str, Link] = {}
-    taken = [p for item in links for p in (item.caller, item.callee)]
-    for item in links:
-        if taken.count(item.caller) > 1 or taken.count(item.callee) > 1:
-            continue  # one file in two pairs: each side refuses on its own
-        out[item.caller] = out[item.callee] = _checked(item, by_path, everything)
+    for path, found in pairs.items():
+        if len({(model, opt) for _, model, opt, _, _ in found}) != 1:
+            continue  # the callers pass the model in different parameters: each refuses
+        _, model, opt, _, _ = found[0]
+        item = Link(
+            callers=tuple(c for c, *_ in found),
+            callee=path,
+            function=callees[path][1].name,
+            model=model,
+            optimizer=opt,
+            calls=tuple(n for *_, n, _ in found),
+            spellings=tuple(s for *_, s in found),
+        )
+        item = _checked(item, by_path, everything)
+        out.update((f, item) for f in item.files)
     return out
 
 
@@ -254,11 +274,11 @@ def _checked(
         if file is None:
             continue
         uses = list(_uses(file, callee, item.function))
-        if path == item.caller:
+        if path in item.callers:
             calls = [u for u in uses if isinstance(p := file.names.parent(u), ast.Call)
                      and p.func is u]  # fmt: skip
             extra = [u for u in uses if u not in calls]
-            if len(calls) == item.calls and not extra:
+            if len(calls) == item.seen_from(path).calls[0] and not extra:
                 continue
             where = extra[0] if extra else calls[0] if calls else None
         elif uses:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 from collections.abc import Callable, Mapping
 
 import libcst as cst
@@ -178,7 +179,12 @@ class _Planner(
             return self.plan
         self._values(calls)
         role = self.role if self.link and not self.link.broken else None
-        if self.link and self.link.broken and self.link.broken_by != self.role:
+        refused_here = (
+            self.path is not None
+            and self.link
+            and (self.link.broken_by == os.path.abspath(self.path))
+        )
+        if self.link and self.link.broken and not refused_here:
             self.problem(self.plan.anchor, self._broken())
         if not initialize and role != "callee":
             self._no_initialize(calls)
