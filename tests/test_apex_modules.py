@@ -233,22 +233,20 @@ def test_an_aliased_import_of_the_training_function_pairs(tmp_path):
 SIBLING = FIXTURES / "apex" / "sibling_state"
 
 
-def test_a_sibling_module_using_amp_state_keeps_the_whole_component_refused(tmp_path):
+def test_a_sibling_module_using_amp_state_keeps_a_file_fixed_alone_refused(tmp_path):
     """train.py initializes and scales; utils.py, which it imports, saves `amp.state_dict()`.
-    `fix` on train.py alone, or on both, rewrites neither and names utils.py; with the sibling's
-    apex use gone, train.py is rewritten (the sibling was the only blocker)."""
+    `fix` on train.py alone rewrites nothing and names utils.py; with the sibling's apex use
+    gone, train.py is rewritten (the sibling was the only blocker)."""
     root = tmp_path / "project"
     shutil.copytree(SIBLING, root)
-    expected = (
+    [result] = run([root / "train.py"], _settings(fix=True))
+    assert not result.changed
+    [finding] = [d for d in result.diagnostics if d.code == "AMP303"]
+    assert finding.fix is None
+    assert (
         "utils.py (imported by train.py at line 9) calls `amp.state_dict` at its line 14 and "
         "does not initialize amp"
-    )
-    for paths in ([root / "train.py"], _files(root)):
-        results = run(paths, _settings(fix=True))
-        assert not any(r.changed for r in results)
-        found = _amp303(results)
-        assert found["train.py"].fix is None
-        assert expected in found["train.py"].message
+    ) in finding.message
     utils = root / "utils.py"
     utils.write_text(
         "import torch\n\n\ndef save_checkpoint(path, model, optimizer, use_amp):\n"
@@ -257,6 +255,64 @@ def test_a_sibling_module_using_amp_state_keeps_the_whole_component_refused(tmp_
     [result] = run([root / "train.py"], _settings(fix=True))
     assert [d.code for d in result.fixed] == ["AMP303"]
     assert b"from apex" not in result.new_source and b"amp.scale_loss" not in result.new_source
+
+
+@pytest.mark.torch
+def test_a_checkpoint_module_is_rewritten_with_the_script_it_serves(tmp_path, stub):
+    """Both files in one run are one component: the checkpoint functions take the GradScaler,
+    the script passes it, and both are rewritten (twice: nothing more). The migrated pair prints
+    what the original prints against the O0 stand-in, and with "cuda" -> "cpu" it trains in
+    float16 and its checkpoint holds the scaler's state under "scaler", which
+    `load_checkpoint` restores."""
+    pytest.importorskip("torch")
+    root = tmp_path / "project"
+    shutil.copytree(SIBLING, root)
+    results = run(_files(root), _settings(fix=True))
+    changed = {Path(r.path).name: r.new_source for r in results if r.changed}
+    assert set(changed) == {"train.py", "utils.py"}
+    assert b"scaler=scaler" in changed["train.py"]
+    assert b'state["scaler"] = scaler.state_dict()' in changed["utils.py"]
+    for name, data in changed.items():
+        (root / name).write_bytes(data)
+    again = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in again) and not [d for r in again for d in r.fixed]
+
+    before = tmp_path / "before"
+    shutil.copytree(SIBLING, before)
+    shutil.copytree(stub / "apex", before / "apex")
+    cpu = tmp_path / "cpu"
+    shutil.copytree(root, cpu)
+    for path in _files(cpu):
+        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    (cpu / "resume.py").write_text(
+        "import torch, utils\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        'scaler = torch.amp.GradScaler("cpu", init_scale=2.0)\n'
+        'utils.load_checkpoint("last.pt", model, optimizer, True, scaler=scaler)\n'
+        'print("restored scale", scaler.get_scale())\n'
+    )
+    original, migrated, fp16 = _runs(
+        [(before / "train.py", ["--amp"], before, False),
+         (root / "train.py", ["--amp"], root, False),
+         (cpu / "train.py", ["--amp"], cpu, True)],
+        tmp_path,
+    )  # fmt: skip
+    for code, _, error in (original, migrated, fp16):
+        assert code == 0, error
+    assert "step 3: loss" in original[1] and migrated[1] == original[1]
+    assert "forward dtypes: ['torch.float16']" in fp16[1]
+    saved = torch_load(tmp_path / "last.pt")
+    assert set(saved) == {"model", "optimizer", "scaler"} and saved["scaler"]["scale"] > 2.0
+    [(code, out, error)] = _runs([(cpu / "resume.py", [], cpu, False)], tmp_path)
+    assert code == 0, error
+    assert f"restored scale {saved['scaler']['scale']}" in out
+
+
+def torch_load(path: Path) -> dict:
+    import torch
+
+    return torch.load(path, weights_only=True)
 
 
 def test_initialize_whose_imports_never_call_apex_says_apex_only_casts(tmp_path):

@@ -159,13 +159,13 @@ def _parents(module: Any) -> dict[Any, Any]:
 
 
 def link_pairs(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -> Any:
-    """The apex pairs of the run, by absolute path (None when no pair is possible)."""
+    """The apex links of the run, by absolute path (None when no link is possible)."""
     apex = [(n, s) for n, s, _ in candidates if b"apex" in s and b"amp" in s]
     initializing = {n for n, s in apex if b".initialize(" in s}
-    scaling = {n for n, s in apex if b".scale_loss(" in s}
-    if not initializing or not scaling or len(initializing | scaling) < 2:
-        return None  # no pair is possible: nothing to parse
-    apex = [(n, s) for n, s in apex if n in initializing | scaling]
+    using = {n for n, s in apex if b".scale_loss(" in s or b"state_dict(" in s}
+    if not initializing or not using or len(initializing | using) < 2:
+        return None  # no link is possible: nothing to parse
+    apex = [(n, s) for n, s in apex if n in initializing | using]
     from ampmigrate.apex import links
 
     known = {n: s for n, s, _ in candidates}

@@ -240,56 +240,67 @@ class Handles:
 
     def _broken(self) -> str:
         return (
-            f"this file and {self.link.other(self.role)} (`{self.link.function}` and the "
-            "`amp.initialize` that feeds it) can only be rewritten together, and they are not: "
-            f"{self.link.broken}"
+            f"this file and {self.link.other(self.role)} ({self.link.named} and the "
+            "`amp.initialize` that feeds them) can only be rewritten together, and they are "
+            f"not: {self.link.broken}"
         )
 
     def _linked_setup(self) -> _Setup | None:
-        """The training function of a pair: it gets a ``scaler`` parameter, which the
-        initializing module passes (``_pass_to_linked`` there, in the same run)."""
-        function = next(
-            (
-                s
-                for s in self.module.body
-                if isinstance(s, cst.FunctionDef) and s.name.value == self.link.function
-            ),
-            None,
-        )
-        if function is None or self.free_name("scaler") != "scaler":
+        """The functions of a link (the training function, checkpoint helpers): each gets a
+        ``scaler`` parameter, which every initializing module passes (``_pass_to_linked``
+        there, in the same run)."""
+        functions = [
+            s
+            for s in self.module.body
+            if isinstance(s, cst.FunctionDef) and s.name.value in self.link.functions
+        ]
+        if len(functions) != len(self.link.functions) or self.free_name("scaler") != "scaler":
             self.problem(
                 self.plan.anchor,
-                f"`{self.link.function}` cannot take a new `scaler` parameter (the name is in "
-                "use here): pass the GradScaler by hand",
+                f"{self.link.named} cannot take a new `scaler` parameter (the name is in use "
+                "here): pass the GradScaler by hand",
             )
             return None
         self.name = "scaler"
-        self.threaded.add(function)
-        self.plan.edits[function.params] = self._add_parameter
+        for function in functions:
+            self.threaded.add(function)
+            self.plan.edits[function.params] = self._add_parameter
+        plural = "each get" if len(functions) > 1 else "gets"
         self.plan.notes.append(
-            f"`{self.link.function}` gets a `scaler` parameter, passed by "
+            f"{self.link.named} {plural} a `scaler` parameter, passed by "
             f"{self.link.other(self.role)} in the same run"
         )
-        return _Setup(function, function, {self.link.model}, None, by_scaler=True)
+        home = next((f for f in functions if f.name.value == self.link.trains), functions[0])
+        models = {self.link.model} if self.link.model else set()
+        return _Setup(home, home, models, None, by_scaler=True)
 
     def _pass_to_linked(self, setup: _Setup, init: cst.Call) -> None:
-        """The initializing side of a pair: pass the GradScaler at each call of the training
-        function (the pre-pass counted them; a different count here blocks)."""
+        """The initializing side of a link: pass the GradScaler at each call of the linked
+        functions (the pre-pass counted them; a different count here blocks)."""
         calls = [
             n
             for n in self._subtree(setup.home)
             if isinstance(n, cst.Call)
             and self.order[id(n)] > self.order[id(setup.statement)]
-            and _code(self.module, n.func) == self.link.spellings[0]
+            and _code(self.module, n.func) in self.link.spellings[0]
         ]
         if len(calls) != self.link.calls[0]:
-            self.problem(init, self._scaled_elsewhere(init))
+            self.problem(
+                init,
+                self._scaled_elsewhere(init)
+                if self.link.trains
+                else f"{self.link.named} ({self.link.other(self.role)}) must be given the "
+                "GradScaler where the scaler exists, after `amp.initialize` in this function: "
+                "pass it by hand",
+            )
             return
-        for call in calls:  # the training function's parameter is `scaler` (_linked_setup)
+        for call in calls:  # the linked functions' parameter is `scaler` (_linked_setup)
             self.plan.edits[call] = functools.partial(self._pass_scaler, keyword="scaler")
+        spelled = [f"`{s}`" for s in self.link.spellings[0]]
+        verb = "is" if len(spelled) == 1 else "are"
         self.plan.notes.append(
-            f"the GradScaler is passed to `{self.link.function}` "
-            f"({self.link.other(self.role)}), which is rewritten in the same run"
+            f"the GradScaler is passed to {' and '.join(spelled)} ({self.link.other(self.role)}), "
+            f"which {verb} rewritten in the same run"
         )
 
     def _no_initialize(self, calls: dict[str, list[cst.Call]]) -> None:

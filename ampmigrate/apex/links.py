@@ -1,14 +1,15 @@
-"""apex O1 across two modules: ``amp.initialize`` in one file, ``amp.scale_loss`` in the training
-function of another (maskrcnn-benchmark: ``tools/train_net.py`` initializes and calls
-``do_train`` from ``engine/trainer.py``, which scales the loss).
+"""apex O1 across modules: ``amp.initialize`` in one file, the amp calls in module-level functions
+of another: the training function that scales the loss (maskrcnn-benchmark: ``tools/train_net.py``
+initializes and calls ``do_train`` from ``engine/trainer.py``), or checkpoint helpers that save
+and restore ``amp.state_dict()`` for a script that scales the loss itself.
 
-Neither file can be rewritten alone: the training function needs a ``scaler`` parameter, and
-changing a signature whose callers are not updated breaks the program. So when a run holds both
-files, this pre-pass (stdlib ``ast``, in the main process, before the workers start) pairs them:
-the initializing file passes ``scaler=scaler`` at its calls, the training function takes the
-parameter. A pair is made only where every use of the function in the run is one of those calls;
-the engine then checks that both sides were rewritten (or both only offered) and otherwise
-re-runs both with the pair ``broken``, so each side refuses with the reason.
+Neither file can be rewritten alone: those functions need a ``scaler`` parameter, and changing a
+signature whose callers are not updated breaks the program. So when a run holds them, this
+pre-pass (stdlib ``ast``, in the main process, before the workers start) links them: each
+initializing file passes ``scaler=scaler`` at its calls, the functions take the parameter. A
+link is made only where every use of the functions in the run is one of those calls; the engine
+then checks that every file was rewritten (or every one only offered) and otherwise re-runs them
+with the link ``broken``, so each refuses with the reason.
 """
 
 from __future__ import annotations
@@ -31,14 +32,20 @@ class Link:
     family of scripts may share one ``train``. All are rewritten together, or none."""
 
     callers: tuple[str, ...]  # absolute paths of the files that call ``amp.initialize``
-    callee: str  # absolute path of the file whose ``function`` scales the loss
-    function: str
-    model: str  # the parameter of ``function`` that receives the initialized model
+    callee: str  # absolute path of the file whose functions make the other amp calls
+    functions: tuple[str, ...]  # those functions, each taking a ``scaler`` parameter
+    trains: str | None  # the one of them that scales the loss (None: checkpoint helpers)
+    model: str  # the parameter of ``trains`` that receives the initialized model
     optimizer: str  # ... and the optimizer
-    calls: tuple[int, ...]  # per caller: its calls of ``function`` after ``initialize``
-    spellings: tuple[str, ...]  # per caller: how it spells ``function`` (``trainer.do_train``)
+    calls: tuple[int, ...]  # per caller: its calls of ``functions`` after ``initialize``
+    spellings: tuple[tuple[str, ...], ...]  # per caller: how it spells them (``utils.save``)
     broken: str | None = None  # why the files are not rewritten together
     broken_by: str | None = None  # the absolute path of the file that refused, if one did
+
+    @property
+    def named(self) -> str:
+        shown = [f"`{f}`" for f in self.functions]
+        return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -123,16 +130,24 @@ def _function(file: _File, node: ast.AST) -> ast.AST:
     return file.tree
 
 
-def _training_function(file: _File) -> ast.FunctionDef | None:
-    """The one module-level function holding every apex call of a file without ``initialize``
-    (so the rewrite adds a parameter to it alone, whose every caller the pre-pass checks)."""
-    if "initialize" in file.members or not file.members.get("scale_loss"):
-        return None
+_LINKED = {"scale_loss", "master_params", "state_dict", "load_state_dict"}
+
+
+def _linked_functions(file: _File) -> tuple[list[ast.FunctionDef], ast.FunctionDef | None]:
+    """The module-level functions holding every apex call of a file without ``initialize``, and
+    the one that scales the loss (every ``master_params`` with it), if any: the rewrite adds a
+    parameter to each, whose every caller the pre-pass checks. ([], None): not such a file."""
+    if "initialize" in file.members or set(file.members) - _LINKED:
+        return [], None
     homes = {_function(file, c) for calls in file.members.values() for c in calls}
-    home = homes.pop() if len(homes) == 1 else None
-    if isinstance(home, ast.FunctionDef) and home in file.tree.body:
-        return home
-    return None
+    if not all(isinstance(h, ast.FunctionDef) and h in file.tree.body for h in homes):
+        return [], None
+    scaling = {_function(file, c) for c in file.members.get("scale_loss", [])}
+    reading = {_function(file, c) for c in file.members.get("master_params", [])}
+    if len(scaling) > 1 or not reading <= scaling:
+        return [], None
+    trains = scaling.pop() if scaling else None
+    return sorted(homes, key=lambda f: f.lineno), trains
 
 
 def _argument(call: ast.Call, which: str) -> ast.expr | None:
@@ -205,18 +220,14 @@ def link(
     (``everything()``, read only when a pair is found); by absolute path, both sides of a pair
     under the same ``Link``."""
     files = [f for f in (_parsed(p, d) for p, d in apex_files) if f is not None and f.members]
-    callees = {f.path: (f, fn) for f in files if (fn := _training_function(f)) is not None}
-    callers = [
-        f
-        for f in files
-        if len(f.members.get("initialize", [])) == 1 and "scale_loss" not in f.members
-    ]
-    pairs: dict[str, list[tuple[str, str, str, int, str]]] = {}  # by callee
+    callees = {f.path: (f, *found) for f in files if (found := _linked_functions(f))[0]}
+    callers = [f for f in files if len(f.members.get("initialize", [])) == 1]
+    found_by: dict[str, list[tuple[str, str, str, int, tuple[str, ...]]]] = {}  # by callee
     for caller in callers:
         init = caller.members["initialize"][0]
         home = _function(caller, init)
         spelled = _spellings(caller, init)
-        found: dict[str, list[ast.Call]] = {}
+        found: dict[str, list[tuple[ast.Call, ast.FunctionDef]]] = {}
         for node in ast.walk(home):
             if (
                 not isinstance(node, ast.Call)
@@ -224,32 +235,49 @@ def link(
                 or _function(caller, node) is not home  # a nested def may run at any time
             ):
                 continue
-            for path, (callee, function) in callees.items():
-                qualified = caller.names.qualified(node.func)
-                if any(_resolves(caller, q, callee, function.name) for q in qualified):
-                    found.setdefault(path, []).append(node)
+            qualified = caller.names.qualified(node.func)
+            for path, (callee, functions, _) in callees.items():
+                for function in functions:
+                    if any(_resolves(caller, q, callee, function.name) for q in qualified):
+                        found.setdefault(path, []).append((node, function))
         if len(found) != 1:
             continue
         path, calls = next(iter(found.items()))
-        callee, function = callees[path]
-        models = {p for c in calls for p in _parameters(function, c, spelled["models"])}
-        optimizers = {p for c in calls for p in _parameters(function, c, spelled["optimizers"])}
-        spellings = {ast.unparse(c.func) for c in calls}
-        if len(models) != 1 or len(optimizers) != 1 or len(spellings) != 1:
+        trains = callees[path][2]
+        # a caller that scales its own loss only hands the scaler to checkpoint helpers
+        if ("scale_loss" in caller.members) == (trains is not None):
             continue
-        pairs.setdefault(path, []).append(
-            (caller.path, models.pop(), optimizers.pop(), len(calls), spellings.pop())
+        training = [c for c, f in calls if f is trains]
+        models = {p for c in training for p in _parameters(trains, c, spelled["models"])}
+        optimizers = {p for c in training for p in _parameters(trains, c, spelled["optimizers"])}
+        if trains is not None and (len(models) != 1 or len(optimizers) != 1):
+            continue
+        spellings: dict[str, set[str]] = {}
+        for call, function in calls:
+            spellings.setdefault(function.name, set()).add(ast.unparse(call.func))
+        if any(len(s) != 1 for s in spellings.values()):
+            continue
+        found_by.setdefault(path, []).append(
+            (
+                caller.path,
+                models.pop() if models else "",
+                optimizers.pop() if optimizers else "",
+                len(calls),
+                tuple(sorted(s.pop() for s in spellings.values())),
+            )
         )
     by_path = {f.path: f for f in files}
     out: dict[str, Link] = {}
-    for path, found in pairs.items():
+    for path, found in found_by.items():
         if len({(model, opt) for _, model, opt, _, _ in found}) != 1:
             continue  # the callers pass the model in different parameters: each refuses
         _, model, opt, _, _ = found[0]
+        _, functions, trains = callees[path]
         item = Link(
             callers=tuple(c for c, *_ in found),
             callee=path,
-            function=callees[path][1].name,
+            functions=tuple(f.name for f in functions),
+            trains=trains.name if trains is not None else None,
             model=model,
             optimizer=opt,
             calls=tuple(n for *_, n, _ in found),
@@ -263,17 +291,17 @@ def link(
 def _checked(
     item: Link, by_path: dict[str, _File], everything: Callable[[], Iterable[tuple[str, bytes]]]
 ) -> Link:
-    """``item``, or ``item`` broken where the function is used beyond the calls it updates."""
+    """``item``, or ``item`` broken where its functions are used beyond the calls it updates."""
     callee = by_path[item.callee]
-    word = item.function.encode()
+    words = [f.encode() for f in item.functions]
     for path, data in everything():
         path = os.path.abspath(path)
-        if word not in data:
+        if not any(word in data for word in words):
             continue
         file = by_path.get(path) or _parsed(path, data)
         if file is None:
             continue
-        uses = list(_uses(file, callee, item.function))
+        uses = [u for f in item.functions for u in _uses(file, callee, f)]
         if path in item.callers:
             calls = [u for u in uses if isinstance(p := file.names.parent(u), ast.Call)
                      and p.func is u]  # fmt: skip
@@ -286,10 +314,10 @@ def _checked(
         else:
             continue
         reason = (
-            f"`{item.function}` is also used at {item.shown(path)}:{where.lineno}, which "
-            "would not pass the GradScaler"
+            f"{item.named} {'is' if len(item.functions) == 1 else 'are'} also used at "
+            f"{item.shown(path)}:{where.lineno}, which would not pass the GradScaler"
             if where is not None
-            else f"the calls of `{item.function}` in {item.shown(path)} are not all found"
+            else f"the calls of {item.named} in {item.shown(path)} are not all found"
         )
         return replace(item, broken=reason)
     return item

@@ -226,11 +226,11 @@ class _Planner(
                 self._state(call, member)
         if initialize and not calls.get("state_dict") and not calls.get("load_state_dict"):
             self._resume_state(setup, initialize[0])
-        if initialize and not calls.get("scale_loss"):
-            if role == "caller":
-                self._pass_to_linked(setup, initialize[0])
-            elif not self._stores:  # kept as `args.amp`: that blocker says where it goes
-                self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))
+        if initialize and role == "caller":
+            self._pass_to_linked(setup, initialize[0])
+        elif initialize and not calls.get("scale_loss") and not self._stores:
+            # (kept as `args.amp`: that blocker says where it goes)
+            self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))
         self._regions(setup)
         self._helper_notes()
         if not self.plan.problems:

@@ -287,7 +287,10 @@ class Scaler:
                     pending.append(top)
                 self.plan.edits[call] = self._pass_scaler
             self.plan.edits[function.params] = self._add_parameter
+        linked = self.link.functions if self.link and self.role == "callee" else ()
         for function in sorted(self.threaded, key=lambda f: self.order[id(f)]):
+            if function.name.value in linked:  # _linked_setup's note says who passes it
+                continue
             note = (
                 f"`{function.name.value}` gets a `{self.name}` parameter, passed at every call "
                 "in this file (callers in other files must pass it too)"
