@@ -295,7 +295,13 @@ class Handles:
             )
             return
         for call in calls:  # the linked functions' parameter is `scaler` (_linked_setup)
-            self.plan.edits[call] = functools.partial(self._pass_scaler, keyword="scaler")
+            value = self.access(self.function(call))
+            if value is None:
+                self.problem(call, "this call cannot reach the GradScaler to pass it")
+                return
+            self.plan.edits[call] = functools.partial(
+                self._pass_scaler, keyword="scaler", value=value
+            )
         spelled = [f"`{s}`" for s in self.link.spellings[0]]
         verb = "is" if len(spelled) == 1 else "are"
         self.plan.notes.append(

@@ -311,10 +311,14 @@ class Scaler:
                 continue
             yield node
 
-    def _pass_scaler(self, call: cst.Call, keyword: str | None = None) -> cst.Call:
-        """``call`` with ``<keyword>=<the scaler>`` appended (keyword: the scaler's own name)."""
+    def _pass_scaler(
+        self, call: cst.Call, keyword: str | None = None, value: str | None = None
+    ) -> cst.Call:
+        """``call`` with ``<keyword>=<value>`` appended (keyword: the scaler's own name; value:
+        how the call reaches the scaler, by default its name)."""
         name = cst.Name(keyword or self.name)
-        arg = cst.Arg(keyword=name, value=cst.Name(self.name), equal=_NO_SPACE)
+        reached = cst.parse_expression(value) if value else cst.Name(self.name)
+        arg = cst.Arg(keyword=name, value=reached, equal=_NO_SPACE)
         return call.with_changes(args=_appended(call.args, arg))
 
     def _add_parameter(self, params: cst.Parameters) -> cst.Parameters:
