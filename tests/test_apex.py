@@ -48,6 +48,7 @@ REWRITTEN = [
     "global_scaler",
     "plain_backward",
     "resume_key_reads",
+    "clip_switch_branches",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -335,6 +336,7 @@ CASES = {
     "global_scaler": [[], ["--fp16"], ["--fp16", "--clip", "0"]],
     "plain_backward": [[], ["--amp"]],
     "resume_key_reads": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
+    "clip_switch_branches": [[], ["--amp"]],
 }
 
 

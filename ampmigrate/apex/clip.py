@@ -134,11 +134,17 @@ class Clip:
                 if blockers
                 else f"; `{reads[0].value}` from its block is used at line {self.line(reads[0])}"
             )
+            clip = any(
+                isinstance(n, cst.Call)
+                and _code(self.module, n.func).rpartition(".")[2].startswith("clip_grad")
+                for n in self._subtree(statement)
+            )
+            what = "the clip" if clip else "the gradient read"
             self.problem(
                 statement,
-                "the clip of `amp.master_params` runs on every micro-batch while "
+                f"{what} of {self._reader(statement)} runs on every micro-batch while "
                 f"`optimizer.step()` (line {self.line(step)}) runs under a condition{why}: move "
-                "the clip under the step's condition (after `scaler.unscale_(optimizer)`) by hand",
+                f"{what} under the step's condition (after `scaler.unscale_(optimizer)`) by hand",
             )
             return
         if id(unit) in self.moved:  # another use in the same moved block

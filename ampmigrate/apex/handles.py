@@ -240,7 +240,7 @@ class Handles:
 
     def _broken(self) -> str:
         return (
-            f"this file and {self.link.other(self.role)} ({self.link.named} and the "
+            f"this file and {self.link.other(self.role)} ({self.link.named}, with the "
             "`amp.initialize` that feeds them) can only be rewritten together, and they are "
             f"not: {self.link.broken}"
         )

@@ -217,7 +217,9 @@ class _Planner(
         if initialize and len(_optimizers(_argument(initialize[0], "optimizers", 1))) > 1:
             self._steps_in_turn(calls.get("scale_loss", []))
         self._unscaled_steps()
-        self._master_params(calls.get("master_params", []), self._grad_readers(calls))
+        self._master_params(
+            calls.get("master_params", []), self._grad_readers(calls, setup.condition)
+        )
         self._one_unscale_per_step()
         self._plain_backwards()
         self._guard_steps()

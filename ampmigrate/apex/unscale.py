@@ -13,13 +13,16 @@ from ampmigrate.apex.verdict import APEX
 class Unscale:
     """The unscale stage of ``_Planner`` (mixed into it)."""
 
-    def _grad_readers(self, calls: dict[str, list[cst.Call]]) -> list[tuple[cst.CSTNode, str]]:
+    def _grad_readers(
+        self, calls: dict[str, list[cst.Call]], enabled: str | None
+    ) -> list[tuple[cst.CSTNode, str]]:
         """Statements that read gradients between a scaled backward and its step (a clip of
         ``model.parameters()``, a norm logged from ``p.grad``): apex had unscaled them when
         ``scale_loss`` exited, so each needs ``scaler.unscale_`` before it, as ``master_params``
         does. Not one in the ``else:`` of an ``if <test>:`` around a ``master_params`` clip
         when the scaled backward itself runs only under an ``if <test>:`` (hf_glue's two ``if
-        args.fp16:``): on that path nothing was scaled."""
+        args.fp16:``), nor one in the ``else:`` of an ``if`` whose test is false only where
+        the scaler is off (``enabled``, its condition): on that path nothing was scaled."""
         clips = [self.statement(c) for c in calls.get("master_params", [])]
         gates = {  # the tests the scaled backwards run under
             _code(self.module, a.test)
@@ -51,10 +54,18 @@ class Unscale:
                     and self._reads_gradients(node)
                 ):
                     found[node] = opt
+        off = self._switch_tests(enabled)
         return [
             (statement, opt)
             for statement, opt in found.items()
             if not any(
+                isinstance(a, cst.If)
+                and isinstance(a.orelse, cst.Else)
+                and self.within(statement, a.orelse)
+                and _code(self.module, a.test) in off
+                for a in self.ancestors(statement)
+            )
+            and not any(
                 isinstance(holder := self.parent(self.parent(clip)), cst.If)
                 and _code(self.module, holder.test) in gates
                 and self.within(statement, holder)
@@ -62,6 +73,22 @@ class Unscale:
                 for clip in clips
             )
         ]
+
+    @staticmethod
+    def _switch_tests(enabled: str | None) -> set[str]:
+        """The tests whose falsehood turns the scaler off: its condition and each operand of
+        an ``and`` it is made of (parentheses dropped)."""
+        if enabled is None:
+            return set()
+        found: set[str] = set()
+        pending = [cst.parse_expression(enabled)]
+        while pending:
+            node = pending.pop()
+            node = node.with_changes(lpar=[], rpar=[])
+            found.add(cst.Module([]).code_for_node(node))
+            if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+                pending += [node.left, node.right]
+        return found
 
     def _reads_gradients(self, statement: cst.CSTNode) -> bool:
         """Gradient values are read: not ``p.grad = None`` (a write) nor ``p.grad is None``
