@@ -201,9 +201,11 @@ def test_relative_import_of_the_module_pairs_too(tmp_path):
     assert "        scaler=scaler,\n    )" in new
 
 
-def test_no_pair_when_the_training_module_uses_apex_outside_the_function(tmp_path):
-    """A checkpoint helper of the training module would get a `scaler` parameter too, and its
-    callers in other files are not checked: no pair, both refuse."""
+def test_a_checkpoint_helper_of_the_training_module_takes_the_scaler_too(tmp_path):
+    """Every apex use of the training module is in module-level functions: the checkpoint
+    helper next to the training function takes the GradScaler as well, when no file of the run
+    uses it otherwise; a use in another file, which would not pass it, keeps every file as it
+    is and is named."""
     root = _tree(tmp_path)
     trainer = root / FILES[1]
     trainer.write_text(
@@ -211,8 +213,19 @@ def test_no_pair_when_the_training_module_uses_apex_outside_the_function(tmp_pat
         + "\n\ndef save(path):\n    torch.save({'amp': amp.state_dict()}, path)\n"
     )
     results = run(_files(root), _settings(fix=True))
+    [new] = [r.new_source for r in results if r.changed and r.path.endswith("trainer.py")]
+    assert b"def save(path, scaler):\n    torch.save({'scaler': scaler.state_dict()}, path)" in new
+    assert len([r for r in results if r.changed]) == 2
+    (root / "tools" / "export.py").write_text(
+        "from detection.engine.trainer import save\n\nsave('last.pt')\n"
+    )
+    results = run(_files(root), _settings(fix=True))
     assert not any(r.changed for r in results)
-    assert all(d.fix is None for d in _amp303(results).values())
+    found = _amp303(results)
+    assert all(d.fix is None for d in found.values())
+    assert (
+        "`save` is also used at tools/export.py:3, which would not" in found["trainer.py"].message
+    )
 
 
 def test_an_aliased_import_of_the_training_function_pairs(tmp_path):
@@ -244,7 +257,7 @@ def test_a_sibling_module_using_amp_state_keeps_a_file_fixed_alone_refused(tmp_p
     [finding] = [d for d in result.diagnostics if d.code == "AMP303"]
     assert finding.fix is None
     assert (
-        "utils.py (imported by train.py at line 9) calls `amp.state_dict` at its line 14 and "
+        "utils.py (imported by train.py at line 11) calls `amp.state_dict` at its line 14 and "
         "does not initialize amp"
     ) in finding.message
     utils = root / "utils.py"

@@ -301,7 +301,7 @@ def _checked(
         file = by_path.get(path) or _parsed(path, data)
         if file is None:
             continue
-        uses = [u for f in item.functions for u in _uses(file, callee, f)]
+        uses = {u: f for f in item.functions for u in _uses(file, callee, f)}
         if path in item.callers:
             calls = [u for u in uses if isinstance(p := file.names.parent(u), ast.Call)
                      and p.func is u]  # fmt: skip
@@ -310,12 +310,12 @@ def _checked(
                 continue
             where = extra[0] if extra else calls[0] if calls else None
         elif uses:
-            where = uses[0]
+            where = next(iter(uses))
         else:
             continue
         reason = (
-            f"{item.named} {'is' if len(item.functions) == 1 else 'are'} also used at "
-            f"{item.shown(path)}:{where.lineno}, which would not pass the GradScaler"
+            f"`{uses[where]}` is also used at {item.shown(path)}:{where.lineno}, which would not "
+            "pass the GradScaler"
             if where is not None
             else f"the calls of {item.named} in {item.shown(path)} are not all found"
         )
