@@ -49,6 +49,7 @@ REWRITTEN = [
     "plain_backward",
     "resume_key_reads",
     "clip_switch_branches",
+    "initialize_pairs_loop",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -337,6 +338,7 @@ CASES = {
     "plain_backward": [[], ["--amp"]],
     "resume_key_reads": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
     "clip_switch_branches": [[], ["--amp"]],
+    "initialize_pairs_loop": [[], ["--fp16"]],
 }
 
 
@@ -429,13 +431,22 @@ def test_migrated_runs_like_the_original_and_really_in_float16(name, stub, tmp_p
 
 
 def _models(tree: ast.AST) -> set[str]:
-    """What went through `amp.initialize`: its first argument and the first assigned name."""
+    """What went through `amp.initialize`: its first argument, the first assigned name, and
+    the names later bound to one of them (`loss_model = loss_models[i]`)."""
     for node in ast.walk(tree):
         value = node.value if isinstance(node, ast.Assign) else None
         if isinstance(value, ast.Call) and ast.unparse(value.func).endswith("amp.initialize"):
             target = node.targets[0]
             first = target.elts[0] if isinstance(target, ast.Tuple) else target
-            return {ast.unparse(node.value.args[0]), ast.unparse(first)}
+            models = {ast.unparse(node.value.args[0]), ast.unparse(first)}
+            return models | {
+                alias.targets[0].id
+                for alias in ast.walk(tree)
+                if isinstance(alias, ast.Assign)
+                and len(alias.targets) == 1
+                and isinstance(alias.targets[0], ast.Name)
+                and ast.unparse(alias.value) in models
+            }
     raise AssertionError("no amp.initialize")
 
 

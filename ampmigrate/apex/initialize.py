@@ -96,16 +96,18 @@ class Initialize:
                 "result is not assigned: assign it (`model, optimizer = amp.initialize(...)`)",
             )
             return None
-        if not _optimizers(optimizer):
+        if small is None or len(statement.body) != 1 or getattr(small, "value", None) is not init:
+            self.problem(init, "`amp.initialize` is not a statement of its own")
+            return None
+        loop = self._pairs_loop(statement, small, models, optimizer)
+        if not _optimizers(optimizer) and loop is None:
             self.problem(
                 init,
                 f"the optimizer `{_code(self.module, optimizer)}` of `amp.initialize` is not a "
                 "name or an attribute: bind it to a name first",
             )
             return None
-        if small is None or len(statement.body) != 1 or getattr(small, "value", None) is not init:
-            self.problem(init, "`amp.initialize` is not a statement of its own")
-            return None
+        inner, statement = statement, loop or statement  # the loop is placed as one statement
         holder = self.parent(self.parent(statement))
         condition = None
         if isinstance(holder, cst.If) and re.fullmatch(
@@ -166,12 +168,67 @@ class Initialize:
             # the switch is computed inside the `if`: the GradScaler goes where initialize was,
             # a disabled one before the `if` (the other path), and autocast asks the scaler
             setup.condition = _code(self.module, enabled)
-            self._place_scaler(setup, small, models, optimizer, None, enabled)
+            self._place_scaler(setup, small, models, optimizer, None, enabled, inner)
             self._disabled_before(setup, holder)
             setup.condition, setup.by_scaler = None, True
             return setup
-        self._place_scaler(setup, small, models, optimizer, holder, enabled)
+        self._place_scaler(setup, small, models, optimizer, holder, enabled, inner)
         return setup
+
+    def _pairs_loop(self, statement, small, models, optimizer) -> cst.For | None:
+        """``for i in ...: m, o = amp.initialize(ms[i], os[i], ...)`` with only the write-backs
+        ``ms[i] = m`` / ``os[i] = o`` after it (one initialize per model/optimizer pair, as
+        sentence-transformers' ``fit`` does): natively the loop only re-binds what it was given,
+        so it stays with ``m, o = ms[i], os[i]``, and one GradScaler, made before it, serves
+        every pair (apex kept one loss scale for all of them too). None: not this shape."""
+        loop = self.parent(self.parent(statement))
+        if not (
+            isinstance(loop, cst.For)
+            and loop.orelse is None
+            and isinstance(loop.target, cst.Name)
+            and isinstance(loop.body, cst.IndentedBlock)
+            and loop.body.body[0] is statement
+            and isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Tuple)
+        ):
+            return None
+        index = loop.target.value
+        names = [_code(self.module, e.value) for e in small.targets[0].target.elements]
+
+        def item(node) -> str | None:  # `seq[i]`: seq
+            if (
+                isinstance(node, cst.Subscript)
+                and len(node.slice) == 1
+                and isinstance(node.slice[0].slice, cst.Index)
+                and _code(self.module, node.slice[0].slice.value) == index
+            ):
+                return _code(self.module, node.value)
+            return None
+
+        sequences = [item(models), item(optimizer)]
+        if None in sequences or len(names) != 2:
+            return None
+        allowed = {(f"{seq}[{index}]", name) for seq, name in zip(sequences, names, strict=True)}
+        for rest in loop.body.body[1:]:
+            assign = rest.body[0] if isinstance(rest, cst.SimpleStatementLine) else None
+            if not (
+                isinstance(assign, cst.Assign)
+                and len(rest.body) == 1
+                and len(assign.targets) == 1
+                and (
+                    _code(self.module, assign.targets[0].target),
+                    _code(self.module, assign.value),
+                )
+                in allowed
+            ):
+                return None
+        self.plan.notes.append(
+            f"`amp.initialize` ran once per model/optimizer pair in the loop at line "
+            f"{self.line(loop)}: one GradScaler, made before it, serves every pair (apex kept "
+            "one loss scale for all of them too); the loop only re-binds what it is given"
+        )
+        return loop
 
     def _set_in(self, expression: cst.CSTNode, holder: cst.If, statement: cst.CSTNode) -> bool:
         """A name ``expression`` reads is assigned in ``holder``'s body before ``statement``."""

@@ -22,11 +22,15 @@ from ampmigrate.apex.common import (
 class Scaler:
     """The scaler stage of ``_Planner`` (mixed into it)."""
 
-    def _place_scaler(self, setup: _Setup, small, models, optimizer, holder, switch) -> None:
+    def _place_scaler(
+        self, setup: _Setup, small, models, optimizer, holder, switch, inner=None
+    ) -> None:
         """The GradScaler goes where ``initialize`` was, or earlier when the optimizer's state
         is restored before it (see ``_early``); its line is built at apply time, once the plan
-        knows whether it is ``self.scaler``."""
+        knows whether it is ``self.scaler``. ``inner``: the initialize statement, where
+        ``setup.statement`` is a loop around it (``_pairs_loop``), which stays."""
         statement = setup.statement
+        inner = inner or statement
         enabled = f", enabled={setup.condition}" if setup.condition else ""
 
         def scaler_line(leading) -> cst.SimpleStatementLine:
@@ -42,13 +46,19 @@ class Scaler:
             self.plan.edits[anchor] = lambda u: cst.FlattenSentinel(
                 [scaler_line(anchor.leading_lines), u.with_changes(leading_lines=())]
             )
-            self.plan.edits[statement] = lambda _u: (
+            self.plan.edits[inner] = lambda _u: (
                 cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
             )
             rest = [s for s in getattr(holder, "body", cst.IndentedBlock([])).body
                     if s is not statement and s not in self.removed]  # fmt: skip
             if isinstance(holder, cst.If) and not rest and not assigned:
                 self.plan.edits[holder] = lambda _u: cst.RemoveFromParent()
+            return
+        if not isinstance(holder, cst.If) and inner is not statement:
+            self.plan.edits[inner] = lambda _u: cst.FlattenSentinel(assigned)
+            self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
+                [scaler_line(statement.leading_lines), u.with_changes(leading_lines=())]
+            )
             return
         if not isinstance(holder, cst.If):
             self.plan.edits[statement] = lambda _u: cst.FlattenSentinel(
@@ -57,7 +67,7 @@ class Scaler:
             return
         # The scaler must exist on both paths: build it before the `if`, disabled when the
         # condition is false, and drop the initialize (and the if, when nothing is left).
-        self.plan.edits[statement] = lambda _u: (
+        self.plan.edits[inner] = lambda _u: (
             cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
         )
         rest = [s for s in holder.body.body if s is not statement and s not in self.removed]
