@@ -102,12 +102,13 @@ def _planned(
     import libcst as cst
     from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
+    from ampmigrate.apex.facts import Walk
     from ampmigrate.apex.planner import ApexO1
 
     module = cst.parse_module(source.text)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     found: list[Finding] = []
-    parents = _parents(module)
+    parents = Walk(module)
     for rule in rules:
         visitor = ApexO1(
             rule,
@@ -115,9 +116,9 @@ def _planned(
             source.path,
             declared,
         )
-        # What ``wrapper.visit`` does, but the parents come from one walk over
-        # ``CSTNode.children``: the very map libcst's ParentNodeProvider builds from them, at a
-        # third of its cost (0.65 s -> 0.23 s on a 193 KB file).
+        # What ``wrapper.visit`` does, but the parents come from one visit (``Walk``): the very
+        # map libcst's ParentNodeProvider builds from ``children``, at a fraction of its cost,
+        # with the nodes in source order the planner walks.
         visitor.metadata = {
             provider: parents if provider is ParentNodeProvider else wrapper.resolve(provider)
             for provider in visitor.get_inherited_dependencies()
@@ -143,19 +144,6 @@ def _planned(
             where.start.line, where.start.column + 1, where.end.line, where.end.column + 1
         )
     return found
-
-
-def _parents(module: Any) -> dict[Any, Any]:
-    """Each libcst node's parent, as ``ParentNodeProvider`` maps them (from ``children``)."""
-    parents = {}
-    stack = [module]
-    while stack:
-        node = stack.pop()
-        children = node.children
-        for child in children:
-            parents[child] = node
-        stack.extend(children)
-    return parents
 
 
 def link_pairs(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -> Any:

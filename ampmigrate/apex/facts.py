@@ -4,15 +4,117 @@ reads, calls it makes).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Iterator
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst._nodes.internal import CodegenState
 
 from ampmigrate.apex.common import _code, _is_call_of, _statements, _targets
 from ampmigrate.cstnames import qualified_names
+
+_NEWLINE = re.compile(r"\r\n?|\n")  # what libcst's PositionProvider counts as a line break
+
+
+class Walk(dict):
+    """Each node's parent, the map ``ParentNodeProvider`` builds from ``children``, filled by
+    one visit that also keeps every node in source order (``nodes``, the module first) and
+    where each one's subtree ends there (``ends``, by ``id``): the planner's walks become
+    slices instead of a libcst visit each."""
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__()
+        self.nodes: list[cst.CSTNode] = []
+        self.ends: dict[int, int] = {}
+        module.visit(_Walker(self))
+
+
+class _Walker(cst.CSTVisitor):
+    def __init__(self, walk: Walk) -> None:
+        super().__init__()
+        self.walk, self.stack = walk, []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.stack:
+            self.walk[node] = self.stack[-1]
+        self.walk.nodes.append(node)
+        self.stack.append(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.stack.pop()
+        self.walk.ends[id(original_node)] = len(self.walk.nodes)
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+
+class _Lines(CodegenState):
+    """A code generation pass that keeps only the line each node starts on, as
+    ``PositionProvider`` gives it (a statement's own start, not its leading lines), without
+    the columns, ranges and context managers that make that provider cost seven code
+    generations."""
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(
+            default_indent=module.default_indent, default_newline=module.default_newline
+        )
+        self.line = 1
+        self.starts: dict[cst.CSTNode, int] = {}
+        self.open: list[int] = []
+
+    def add_indent_tokens(self) -> None:
+        for token in self.indent_tokens:
+            self.add_token(token)
+
+    def add_token(self, value: str) -> None:
+        self.tokens.append(value)
+        self.line += len(_NEWLINE.findall(value)) if "\r" in value else value.count("\n")
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self.open.append(self.line)
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        start = self.open.pop()
+        self.starts.setdefault(node, start)  # a syntactic start recorded inside stays
+
+    def record_syntactic_position(
+        self,
+        node: cst.CSTNode,
+        *,
+        start_node: cst.CSTNode | None = None,
+        end_node: cst.CSTNode | None = None,
+    ) -> _Syntactic:
+        return _Syntactic(self, node, start_node)
+
+
+class _Syntactic:
+    """``record_syntactic_position`` of ``_Lines``: the line where ``node``'s code begins, or
+    where ``start`` begins (a suite starts at its first statement)."""
+
+    __slots__ = ("begun", "lines", "node", "start")
+
+    def __init__(self, lines: _Lines, node: cst.CSTNode, start: cst.CSTNode | None) -> None:
+        self.lines, self.node, self.start = lines, node, start
+
+    def __enter__(self) -> None:
+        self.begun = self.lines.line
+
+    def __exit__(self, *exc: object) -> None:
+        starts = self.lines.starts
+        starts[self.node] = starts[self.start] if self.start is not None else self.begun
+
+
+def start_lines(module: cst.Module) -> dict[cst.CSTNode, int]:
+    """The line each node of ``module`` starts on, as ``PositionProvider``'s ``start.line``."""
+    lines = _Lines(module)
+    module._codegen(lines)
+    return lines.starts
 
 
 class _Facts(cst.CSTVisitor):
@@ -108,13 +210,21 @@ class Facts:
         return None
 
     def qualified(self, node: cst.CSTNode) -> set[str]:
-        return qualified_names(self.scopes.get(node), node)
+        """The dotted names ``node`` may refer to (asked up to three times a name: kept)."""
+        found = self._qualified.get(node)
+        if found is None:
+            found = self._qualified[node] = qualified_names(self.scopes.get(node), node)
+        return found
+
+    @functools.cached_property
+    def text(self) -> str:
+        """The module's code: one code generation pass (the module is fixed while planned)."""
+        return self.module.code
 
     def line(self, node: cst.CSTNode) -> int:
-        if self._positions is None:  # resolved only when a message needs a line
-            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-            self._positions = wrapper.resolve(PositionProvider)
-        return self._positions[node].start.line
+        if self._positions is None:  # computed only when a message needs a line
+            self._positions = start_lines(self.module)
+        return self._positions[node]
 
     def problem(self, node: cst.CSTNode, text: str) -> None:
         self.plan.problems.append(f"line {self.line(node)}: {text}")
@@ -123,7 +233,7 @@ class Facts:
         """A name the file does not use anywhere, so the new binding shadows nothing."""
         taken = {n.value for n in self.nodes if isinstance(n, cst.Name)}
         for name in (preferred, f"grad_{preferred}", f"amp_{preferred}"):
-            if name not in taken and not re.search(rf"[\"']{name}[\"']", self.module.code):
+            if name not in taken and not re.search(rf"[\"']{name}[\"']", self.text):
                 return name
         return None
 
@@ -163,6 +273,13 @@ class Facts:
         return None
 
     def _subtree(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        """``node`` and every node below it, in source order: a slice of ``nodes`` for a node
+        of the module, a visit for one the plan built."""
+        if node is self.module:
+            return iter([node, *self.nodes])
+        at = self.order.get(id(node))
+        if at is not None and self.nodes[at] is node:
+            return iter(self.nodes[at : self.ends[id(node)] - 1])
         nodes: list[cst.CSTNode] = []
 
         class Collect(cst.CSTVisitor):

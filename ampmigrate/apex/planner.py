@@ -43,7 +43,7 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider, ScopeProvider
 from ampmigrate.apex.checkpoints import Checkpoints
 from ampmigrate.apex.clip import Clip
 from ampmigrate.apex.common import Plan, _argument, _correctness, _optimizers
-from ampmigrate.apex.facts import Facts
+from ampmigrate.apex.facts import Facts, Walk
 from ampmigrate.apex.flow import SwitchFlow
 from ampmigrate.apex.gates import VersionGates
 from ampmigrate.apex.guards import Guards
@@ -80,7 +80,7 @@ class _Planner(
         self,
         module: cst.Module,
         scopes: Mapping,
-        parents: Mapping,
+        parents: Mapping | Walk,
         link: tuple[Link, str] | None = None,
         path: str | None = None,
         declared: str | None = None,
@@ -94,11 +94,14 @@ class _Planner(
         self.link, self.role = link if link is not None else (None, None)
         self.scopes = scopes
         self.parents = parents
-        self.nodes = list(self._subtree(module))[1:]  # every node but the module, in source order
+        walk = parents if isinstance(parents, Walk) else Walk(module)
+        self.nodes = walk.nodes[1:]  # every node but the module, in source order
         self.order = {id(n): i for i, n in enumerate(self.nodes)}
+        self.ends = walk.ends  # where each subtree ends in walk.nodes (one past nodes' index)
         self.plan = Plan()
         self.removed: set[cst.CSTNode] = set()  # statements the plan deletes outright
         self._positions: Mapping | None = None
+        self._qualified: dict[cst.CSTNode, set[str]] = {}
         self.mode = "module"  # where the scaler lives: "module", "function" or "class"
         self.home: cst.CSTNode = module
         self.cls: cst.ClassDef | None = None
@@ -142,7 +145,7 @@ class _Planner(
                     "use of apex by hand"
                 )
                 return
-        before = {d.code for d in _correctness(self.module.code)}
+        before = {d.code for d in _correctness(self.text)}
         if self.scale_gap:
             before.add("AMP208")  # apex's own gap (see _resume_state), reported on its own
         for found in _correctness(code):
@@ -245,9 +248,8 @@ def rewrite(
 ) -> cst.Module:
     """Apply the plan to ``module`` (re-planned: other fixes may have changed it), planned with
     the same setting as the finding (``declared``: see ``_Planner``)."""
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    scopes, parents = wrapper.resolve(ScopeProvider), wrapper.resolve(ParentNodeProvider)
-    found = _Planner(module, scopes, parents, link, declared=declared).build()
+    scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+    found = _Planner(module, scopes, Walk(module), link, declared=declared).build()
     if found is None or found.problems:
         return module
     return module.visit(ReplaceNodes(found.edits))
