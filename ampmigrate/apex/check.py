@@ -100,15 +100,24 @@ def _planned(
     nodes of the module they carry, which ``apply`` edits. ``declared``: where the setting
     apex-opt-level = "O1" was made (None: it was not)."""
     import libcst as cst
-    from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+    from libcst.metadata import (
+        MetadataWrapper,
+        ParentNodeProvider,
+        PositionProvider,
+        ScopeProvider,
+    )
 
     from ampmigrate.apex.facts import Walk
     from ampmigrate.apex.planner import ApexO1
+    from ampmigrate.cstnames import scopes
 
     module = cst.parse_module(source.text)
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     found: list[Finding] = []
-    parents = Walk(module)
+    # What ``MetadataWrapper.visit`` does, each map made once for every rule: the parents
+    # from one visit (``Walk``), the very map libcst's ParentNodeProvider builds from
+    # ``children``, at a third of its cost, with the nodes in source order the planner walks;
+    # the scopes without the wrapper's idle visits (``scopes``).
+    metadata = {ParentNodeProvider: Walk(module), ScopeProvider: scopes(module)}
     for rule in rules:
         visitor = ApexO1(
             rule,
@@ -116,13 +125,7 @@ def _planned(
             source.path,
             declared,
         )
-        # What ``wrapper.visit`` does, but the parents come from one visit (``Walk``): the very
-        # map libcst's ParentNodeProvider builds from ``children``, at a fraction of its cost,
-        # with the nodes in source order the planner walks.
-        visitor.metadata = {
-            provider: parents if provider is ParentNodeProvider else wrapper.resolve(provider)
-            for provider in visitor.get_inherited_dependencies()
-        }
+        visitor.metadata = {p: metadata[p] for p in visitor.get_inherited_dependencies()}
         module.visit(visitor)
         found += visitor.findings
     # Where a finding sits is one of ``calls`` whose text is unique (an ast lookup); only
@@ -138,7 +141,9 @@ def _planned(
         if len(same) == 1:
             finding.node = Span(*source.position(same[0]))
             continue
-        positions = positions or wrapper.resolve(PositionProvider)
+        positions = positions or MetadataWrapper(module, unsafe_skip_copy=True).resolve(
+            PositionProvider
+        )
         where = positions[finding.node]
         finding.node = Span(
             where.start.line, where.start.column + 1, where.end.line, where.end.column + 1

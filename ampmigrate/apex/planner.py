@@ -38,7 +38,7 @@ import os
 from collections.abc import Callable, Mapping
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, ScopeProvider
+from libcst.metadata import ParentNodeProvider, ScopeProvider
 
 from ampmigrate.apex.checkpoints import Checkpoints
 from ampmigrate.apex.clip import Clip
@@ -57,6 +57,7 @@ from ampmigrate.apex.step import Step
 from ampmigrate.apex.unscale import Unscale
 from ampmigrate.apex.verdict import APEX, SUPPORTED, no_rewrite, refusal
 from ampmigrate.catalog import Rule
+from ampmigrate.cstnames import scopes
 from ampmigrate.findings import Finding, Fix
 from ampmigrate.replace import ReplaceNodes
 
@@ -248,8 +249,7 @@ def rewrite(
 ) -> cst.Module:
     """Apply the plan to ``module`` (re-planned: other fixes may have changed it), planned with
     the same setting as the finding (``declared``: see ``_Planner``)."""
-    scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
-    found = _Planner(module, scopes, Walk(module), link, declared=declared).build()
+    found = _Planner(module, scopes(module), Walk(module), link, declared=declared).build()
     if found is None or found.problems:
         return module
     return module.visit(ReplaceNodes(found.edits))
