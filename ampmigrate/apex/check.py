@@ -100,14 +100,9 @@ def _planned(
     nodes of the module they carry, which ``apply`` edits. ``declared``: where the setting
     apex-opt-level = "O1" was made (None: it was not)."""
     import libcst as cst
-    from libcst.metadata import (
-        MetadataWrapper,
-        ParentNodeProvider,
-        PositionProvider,
-        ScopeProvider,
-    )
+    from libcst.metadata import ParentNodeProvider, ScopeProvider
 
-    from ampmigrate.apex.facts import Walk
+    from ampmigrate.apex.facts import Walk, positions
     from ampmigrate.apex.planner import ApexO1
     from ampmigrate.cstnames import scopes
 
@@ -133,7 +128,6 @@ def _planned(
     by_text: dict[str, list[ast.Call]] = {}
     for call in calls:
         by_text.setdefault(source.segment(call), []).append(call)
-    positions = None
     for finding in found:
         if finding.fix is not None and finding.fix.cst_target is not None:
             finding.fix = replace(finding.fix, cst_module=module)
@@ -141,13 +135,8 @@ def _planned(
         if len(same) == 1:
             finding.node = Span(*source.position(same[0]))
             continue
-        positions = positions or MetadataWrapper(module, unsafe_skip_copy=True).resolve(
-            PositionProvider
-        )
-        where = positions[finding.node]
-        finding.node = Span(
-            where.start.line, where.start.column + 1, where.end.line, where.end.column + 1
-        )
+        line, column, end_line, end_column = positions(module)[finding.node]
+        finding.node = Span(line, column + 1, end_line, end_column + 1)
     return found
 
 

@@ -54,19 +54,20 @@ class _Walker(cst.CSTVisitor):
         pass
 
 
-class _Lines(CodegenState):
-    """A code generation pass that keeps only the line each node starts on, as
-    ``PositionProvider`` gives it (a statement's own start, not its leading lines), without
-    the columns, ranges and context managers that make that provider cost seven code
-    generations."""
+class _Positions(CodegenState):
+    """A code generation pass that records where each node is, as ``PositionProvider`` does
+    (a statement's own start, not its leading lines; a suite from its first statement), in
+    plain tuples: that provider's ``CodePosition`` objects, regex split of every token and
+    generator-based context managers make it cost six plain code generations, this pass one
+    and a half (0.20 s -> 0.05 s on a 64 KB file)."""
 
     def __init__(self, module: cst.Module) -> None:
         super().__init__(
             default_indent=module.default_indent, default_newline=module.default_newline
         )
-        self.line = 1
-        self.starts: dict[cst.CSTNode, int] = {}
-        self.open: list[int] = []
+        self.line, self.column = 1, 0
+        self.ranges: dict[cst.CSTNode, tuple[int, int, int, int]] = {}
+        self.open: list[tuple[int, int]] = []
 
     def add_indent_tokens(self) -> None:
         for token in self.indent_tokens:
@@ -74,14 +75,20 @@ class _Lines(CodegenState):
 
     def add_token(self, value: str) -> None:
         self.tokens.append(value)
-        self.line += len(_NEWLINE.findall(value)) if "\r" in value else value.count("\n")
+        if "\n" in value or "\r" in value:
+            segments = _NEWLINE.split(value)
+            self.line += len(segments) - 1
+            self.column = len(segments[-1])
+        else:
+            self.column += len(value)
 
     def before_codegen(self, node: cst.CSTNode) -> None:
-        self.open.append(self.line)
+        self.open.append((self.line, self.column))
 
     def after_codegen(self, node: cst.CSTNode) -> None:
         start = self.open.pop()
-        self.starts.setdefault(node, start)  # a syntactic start recorded inside stays
+        if node not in self.ranges:  # a syntactic range recorded inside stays
+            self.ranges[node] = (*start, self.line, self.column)
 
     def record_syntactic_position(
         self,
@@ -90,31 +97,42 @@ class _Lines(CodegenState):
         start_node: cst.CSTNode | None = None,
         end_node: cst.CSTNode | None = None,
     ) -> _Syntactic:
-        return _Syntactic(self, node, start_node)
+        return _Syntactic(self, node, start_node, end_node)
 
 
 class _Syntactic:
-    """``record_syntactic_position`` of ``_Lines``: the line where ``node``'s code begins, or
-    where ``start`` begins (a suite starts at its first statement)."""
+    """``record_syntactic_position`` of ``_Positions``: ``node`` spans the code generated
+    inside, or starts where ``start`` starts and ends where ``end`` ends."""
 
-    __slots__ = ("begun", "lines", "node", "start")
+    __slots__ = ("begun", "end", "node", "positions", "start")
 
-    def __init__(self, lines: _Lines, node: cst.CSTNode, start: cst.CSTNode | None) -> None:
-        self.lines, self.node, self.start = lines, node, start
+    def __init__(
+        self,
+        positions: _Positions,
+        node: cst.CSTNode,
+        start: cst.CSTNode | None,
+        end: cst.CSTNode | None,
+    ) -> None:
+        self.positions, self.node, self.start, self.end = positions, node, start, end
 
     def __enter__(self) -> None:
-        self.begun = self.lines.line
+        self.begun = (self.positions.line, self.positions.column)
 
     def __exit__(self, *exc: object) -> None:
-        starts = self.lines.starts
-        starts[self.node] = starts[self.start] if self.start is not None else self.begun
+        state, ranges = self.positions, self.positions.ranges
+        start = ranges[self.start][:2] if self.start is not None else self.begun
+        end = ranges[self.end][2:] if self.end is not None else (state.line, state.column)
+        ranges[self.node] = (*start, *end)
 
 
-def start_lines(module: cst.Module) -> dict[cst.CSTNode, int]:
-    """The line each node of ``module`` starts on, as ``PositionProvider``'s ``start.line``."""
-    lines = _Lines(module)
-    module._codegen(lines)
-    return lines.starts
+@functools.lru_cache(maxsize=1)
+def positions(module: cst.Module) -> dict[cst.CSTNode, tuple[int, int, int, int]]:
+    """Where each node of ``module`` is, as ``PositionProvider`` gives it: start line, start
+    column, end line, end column (lines from 1, columns from 0). Kept for the last module:
+    the planner's messages and the finding's place both read it."""
+    state = _Positions(module)
+    module._codegen(state)
+    return state.ranges
 
 
 class _Facts(cst.CSTVisitor):
@@ -222,9 +240,7 @@ class Facts:
         return self.module.code
 
     def line(self, node: cst.CSTNode) -> int:
-        if self._positions is None:  # computed only when a message needs a line
-            self._positions = start_lines(self.module)
-        return self._positions[node]
+        return positions(self.module)[node][0]  # computed only when a message needs a line
 
     def problem(self, node: cst.CSTNode, text: str) -> None:
         self.plan.problems.append(f"line {self.line(node)}: {text}")

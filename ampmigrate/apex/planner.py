@@ -101,7 +101,6 @@ class _Planner(
         self.ends = walk.ends  # where each subtree ends in walk.nodes (one past nodes' index)
         self.plan = Plan()
         self.removed: set[cst.CSTNode] = set()  # statements the plan deletes outright
-        self._positions: Mapping | None = None
         self._qualified: dict[cst.CSTNode, set[str]] = {}
         self.mode = "module"  # where the scaler lives: "module", "function" or "class"
         self.home: cst.CSTNode = module
