@@ -245,6 +245,7 @@ def _copy_env(root: Path, copy: Path) -> dict[str, str]:
 
 def _environment(options: Options, trace: Path) -> dict[str, str]:
     env = dict(os.environ)
+    env.pop("PYTHONPYCACHEPREFIX", None)  # bootstrap.py sets the run's own
     threads = str(options.threads)
     env.update(
         AMPMIGRATE_STEPS=str(options.steps if options.tracing else 0),
@@ -256,7 +257,11 @@ def _environment(options: Options, trace: Path) -> dict[str, str]:
         OMP_NUM_THREADS=threads,
         MKL_NUM_THREADS=threads,
         CUBLAS_WORKSPACE_CONFIG=":4096:8",
-        PYTHONPYCACHEPREFIX=str(trace.parent / "pycache"),  # no bytecode in the user's tree
+        # No bytecode in the user's tree: none written until the script starts, then all of it
+        # in the run's directory (bootstrap.py: bytecode_to_the_run).
+        PYTHONDONTWRITEBYTECODE="1",
+        AMPMIGRATE_PYCACHE=str(trace.parent / "pycache"),
+        AMPMIGRATE_WRITE_BYTECODE="0" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "1",
     )
     if options.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
