@@ -94,6 +94,20 @@ def master_params(optimizer):
         yield from group["params"]
 
 
+class _LossScaler:
+    _loss_scale = 1.0
+
+    def loss_scale(self):
+        return self._loss_scale
+
+
+class _State:
+    loss_scalers = [_LossScaler()]
+
+
+_amp_state = _State()
+
+
 def state_dict():
     return {"loss_scaler0": {"loss_scale": 1.0, "unskipped": 0}}
 

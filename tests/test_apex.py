@@ -50,6 +50,7 @@ REWRITTEN = [
     "resume_key_reads",
     "clip_switch_branches",
     "initialize_pairs_loop",
+    "initial_loss_scale",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -339,6 +340,7 @@ CASES = {
     "resume_key_reads": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
     "clip_switch_branches": [[], ["--amp"]],
     "initialize_pairs_loop": [[], ["--fp16"]],
+    "initial_loss_scale": [[], ["--fp16"]],
 }
 
 
@@ -1187,6 +1189,23 @@ def test_the_scaler_key_note_is_made_only_where_a_key_was_renamed():
     out, _, _ = fix_source(keyword, unsafe=True)
     assert '"extra": dict(scaler=scaler.state_dict()),' in out
     assert 'saved under "scaler"' in _message(keyword)
+
+
+def test_apex_initial_loss_scale_is_init_scale_only_before_any_loss_is_scaled():
+    """Set right after initialize, apex's `_loss_scale` is where the scale starts: the
+    GradScaler's `init_scale`, and the note says so. Set from a name the `if` binds first, or
+    with several loss scalers (`num_losses`), it is not rewritten (the `_amp_state` use blocks)."""
+    source = (APEX / "initial_loss_scale.py").read_text()
+    assert "init_scale=2**10, enabled=fp16)" in fix_source(source, unsafe=True)[0]
+    assert "is the GradScaler's `init_scale=2**10`" in _message(source)
+    line = "        amp._amp_state.loss_scalers[0]._loss_scale = 2**10\n"
+    for changed in (
+        source.replace(line, "        start = 2**10\n" + line.replace("2**10", "start")),
+        source.replace('opt_level="O1")', 'opt_level="O1", num_losses=2)'),
+    ):
+        assert changed != source
+        out, _, _ = fix_source(changed, unsafe=True)
+        assert out == changed and "still reads `amp`" in _message(changed)
 
 
 def test_a_guard_that_an_unscale_would_break_is_refused_with_why():

@@ -9,7 +9,16 @@ import re
 
 import libcst as cst
 
-from ampmigrate.apex.common import _KNOWN_KWARGS, _argument, _code, _is_call_of, _optimizers, _Setup
+from ampmigrate.apex.common import (
+    _KNOWN_KWARGS,
+    _argument,
+    _code,
+    _is_call_of,
+    _optimizers,
+    _Setup,
+    _statements,
+)
+from ampmigrate.apex.verdict import APEX
 from ampmigrate.replace import ReplaceNodes
 
 
@@ -168,12 +177,68 @@ class Initialize:
             # the switch is computed inside the `if`: the GradScaler goes where initialize was,
             # a disabled one before the `if` (the other path), and autocast asks the scaler
             setup.condition = _code(self.module, enabled)
+            self._initial_scale(statement, "num_losses" in args)
             self._place_scaler(setup, small, models, optimizer, None, enabled, inner)
             self._disabled_before(setup, holder)
             setup.condition, setup.by_scaler = None, True
             return setup
+        self._initial_scale(statement, "num_losses" in args)
         self._place_scaler(setup, small, models, optimizer, holder, enabled, inner)
         return setup
+
+    def _initial_scale(self, statement: cst.BaseStatement, losses: bool) -> None:
+        """``amp._amp_state.loss_scalers[0]._loss_scale = X`` after ``initialize``, in its
+        block and before any loss is scaled (ViT-pytorch, NVIDIA's BERT): apex's initial loss
+        scale, which is GradScaler's ``init_scale=X`` (both then double it after 2000 steps
+        without overflow and halve it on one). With ``num_losses`` apex kept several scales:
+        left to the blocker that names ``_amp_state``."""
+        located = self.block_of(statement)
+        if located is None or losses:
+            return
+        block, index = located
+        for later in _statements(block)[index + 1 :]:
+            assign = later.body[0] if isinstance(later, cst.SimpleStatementLine) else None
+            if not (isinstance(assign, cst.Assign) and len(later.body) == 1):
+                if any(
+                    isinstance(n, cst.Attribute) and n.attr.value == "scale_loss"
+                    for n in self._subtree(later)
+                ):
+                    return  # a loss is scaled first: the scale set later is not the initial one
+                continue
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            spelled = _code(self.module, target).replace(" ", "") if target else ""
+            state = next(
+                (n for n in self._subtree(target) if isinstance(n, cst.Attribute)
+                 and n.attr.value == "_amp_state"),
+                None,
+            ) if target else None  # fmt: skip
+            if (
+                state is None
+                or not spelled.endswith("._amp_state.loss_scalers[0]._loss_scale")
+                or not any(q == APEX + "._amp_state" for q in self.qualified(state))
+            ):
+                continue
+            value = assign.value
+            names = {n.value for n in self._subtree(value) if isinstance(n, cst.Name)}
+            bound = {  # names the block binds before it: the scaler is made earlier
+                n.value
+                for s in _statements(block)[: _statements(block).index(later)]
+                for n in self._subtree(s)
+                if isinstance(n, cst.Name) and isinstance(self.parent(n), cst.AssignTarget)
+            }
+            if names & bound or any(
+                isinstance(n, cst.Call | cst.Lambda) for n in self._subtree(value)
+            ):
+                return
+            self.init_scale = _code(self.module, value)
+            self.removed.add(later)
+            self.plan.edits[later] = lambda _u: cst.RemoveFromParent()
+            self.plan.notes.append(
+                f"apex's initial loss scale, set at line {self.line(later)}, is the "
+                f"GradScaler's `init_scale={self.init_scale}` (both double it after 2000 steps "
+                "without overflow and halve it on one)"
+            )
+            return
 
     def _pairs_loop(self, statement, small, models, optimizer) -> cst.For | None:
         """``for i in ...: m, o = amp.initialize(ms[i], os[i], ...)`` with only the write-backs

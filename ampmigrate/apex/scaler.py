@@ -35,7 +35,8 @@ class Scaler:
 
         def scaler_line(leading) -> cst.SimpleStatementLine:
             target = self.access(setup.home) or self.name
-            code = f'{target} = torch.amp.GradScaler("cuda"{enabled})\n'
+            scale = f", init_scale={self.init_scale}" if self.init_scale else ""
+            code = f'{target} = torch.amp.GradScaler("cuda"{scale}{enabled})\n'
             return cst.parse_statement(code).with_changes(leading_lines=leading)
 
         assigned = self._rebind(small, models, optimizer)
