@@ -1193,8 +1193,9 @@ def test_the_scaler_key_note_is_made_only_where_a_key_was_renamed():
 
 def test_apex_initial_loss_scale_is_init_scale_only_before_any_loss_is_scaled():
     """Set right after initialize, apex's `_loss_scale` is where the scale starts: the
-    GradScaler's `init_scale`, and the note says so. Set from a name the `if` binds first, or
-    with several loss scalers (`num_losses`), it is not rewritten (the `_amp_state` use blocks)."""
+    GradScaler's `init_scale`, and the note says so. Set from a name the `if` binds first, with
+    several loss scalers (`num_losses`), or after a call that may scale a loss first, it is not
+    rewritten (the `_amp_state` use blocks)."""
     source = (APEX / "initial_loss_scale.py").read_text()
     assert "init_scale=2**10, enabled=fp16)" in fix_source(source, unsafe=True)[0]
     assert "is the GradScaler's `init_scale=2**10`" in _message(source)
@@ -1202,6 +1203,8 @@ def test_apex_initial_loss_scale_is_init_scale_only_before_any_loss_is_scaled():
     for changed in (
         source.replace(line, "        start = 2**10\n" + line.replace("2**10", "start")),
         source.replace('opt_level="O1")', 'opt_level="O1", num_losses=2)'),
+        source.replace(line, "        warm_up(model, optimizer)\n" + line),
+        source.replace(line, "        losses = warm_up(model, optimizer)\n" + line),
     ):
         assert changed != source
         out, _, _ = fix_source(changed, unsafe=True)

@@ -188,41 +188,43 @@ class Initialize:
 
     def _initial_scale(self, statement: cst.BaseStatement, losses: bool) -> None:
         """``amp._amp_state.loss_scalers[0]._loss_scale = X`` after ``initialize``, in its
-        block and before any loss is scaled (ViT-pytorch, NVIDIA's BERT): apex's initial loss
-        scale, which is GradScaler's ``init_scale=X`` (both then double it after 2000 steps
-        without overflow and halve it on one). With ``num_losses`` apex kept several scales:
-        left to the blocker that names ``_amp_state``."""
+        block, with no call between them that could scale a loss first (ViT-pytorch, NVIDIA's
+        BERT): apex's initial loss scale, which is GradScaler's ``init_scale=X`` (both then
+        double it after 2000 steps without overflow and halve it on one). With ``num_losses``
+        apex kept several scales: left to the blocker that names ``_amp_state``."""
         located = self.block_of(statement)
         if located is None or losses:
             return
         block, index = located
-        for later in _statements(block)[index + 1 :]:
+        body = _statements(block)
+        for later in body[index + 1 :]:
             assign = later.body[0] if isinstance(later, cst.SimpleStatementLine) else None
-            if not (isinstance(assign, cst.Assign) and len(later.body) == 1):
-                if any(
-                    isinstance(n, cst.Attribute) and n.attr.value == "scale_loss"
-                    for n in self._subtree(later)
-                ):
-                    return  # a loss is scaled first: the scale set later is not the initial one
-                continue
-            target = assign.targets[0].target if len(assign.targets) == 1 else None
-            spelled = _code(self.module, target).replace(" ", "") if target else ""
+            target = (
+                assign.targets[0].target
+                if isinstance(assign, cst.Assign) and len(later.body) == 1
+                and len(assign.targets) == 1
+                else None
+            )  # fmt: skip
             state = next(
                 (n for n in self._subtree(target) if isinstance(n, cst.Attribute)
                  and n.attr.value == "_amp_state"),
                 None,
-            ) if target else None  # fmt: skip
-            if (
-                state is None
-                or not spelled.endswith("._amp_state.loss_scalers[0]._loss_scale")
-                or not any(q == APEX + "._amp_state" for q in self.qualified(state))
+            ) if target is not None else None  # fmt: skip
+            if not (
+                state is not None
+                and _code(self.module, target)
+                .replace(" ", "")
+                .endswith("._amp_state.loss_scalers[0]._loss_scale")
+                and any(q == APEX + "._amp_state" for q in self.qualified(state))
             ):
+                if any(isinstance(n, cst.Call) for n in self._subtree(later)):
+                    return  # a call may scale a loss first: the scale set later is not initial
                 continue
             value = assign.value
             names = {n.value for n in self._subtree(value) if isinstance(n, cst.Name)}
             bound = {  # names the block binds before it: the scaler is made earlier
                 n.value
-                for s in _statements(block)[: _statements(block).index(later)]
+                for s in body[: body.index(later)]
                 for n in self._subtree(s)
                 if isinstance(n, cst.Name) and isinstance(self.parent(n), cst.AssignTarget)
             }
