@@ -197,26 +197,9 @@ class Initialize:
             return
         block, index = located
         body = _statements(block)
-        for later in body[index + 1 :]:
-            assign = later.body[0] if isinstance(later, cst.SimpleStatementLine) else None
-            target = (
-                assign.targets[0].target
-                if isinstance(assign, cst.Assign) and len(later.body) == 1
-                and len(assign.targets) == 1
-                else None
-            )  # fmt: skip
-            state = next(
-                (n for n in self._subtree(target) if isinstance(n, cst.Attribute)
-                 and n.attr.value == "_amp_state"),
-                None,
-            ) if target is not None else None  # fmt: skip
-            if not (
-                state is not None
-                and _code(self.module, target)
-                .replace(" ", "")
-                .endswith("._amp_state.loss_scalers[0]._loss_scale")
-                and any(q == APEX + "._amp_state" for q in self.qualified(state))
-            ):
+        for at, later in enumerate(body[index + 1 :], index + 1):
+            assign = self._scale_assignment(later)
+            if assign is None:
                 if any(isinstance(n, cst.Call) for n in self._subtree(later)):
                     return  # a call may scale a loss first: the scale set later is not initial
                 continue
@@ -224,7 +207,7 @@ class Initialize:
             names = {n.value for n in self._subtree(value) if isinstance(n, cst.Name)}
             bound = {  # names the block binds before it: the scaler is made earlier
                 n.value
-                for s in body[: body.index(later)]
+                for s in body[:at]
                 for n in self._subtree(s)
                 if isinstance(n, cst.Name) and isinstance(self.parent(n), cst.AssignTarget)
             }
@@ -241,6 +224,27 @@ class Initialize:
                 "without overflow and halve it on one)"
             )
             return
+
+    def _scale_assignment(self, statement: cst.BaseStatement) -> cst.Assign | None:
+        """``statement`` is ``<apex.amp>._amp_state.loss_scalers[0]._loss_scale = X`` alone."""
+        assign = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if not (isinstance(assign, cst.Assign) and len(statement.body) == 1):
+            return None
+        target = assign.targets[0].target if len(assign.targets) == 1 else None
+        state = next(
+            (n for n in self._subtree(target)
+             if isinstance(n, cst.Attribute) and n.attr.value == "_amp_state"),
+            None,
+        ) if target is not None else None  # fmt: skip
+        if (
+            state is not None
+            and _code(self.module, target)
+            .replace(" ", "")
+            .endswith("._amp_state.loss_scalers[0]._loss_scale")
+            and any(q == APEX + "._amp_state" for q in self.qualified(state))
+        ):
+            return assign
+        return None
 
     def _pairs_loop(self, statement, small, models, optimizer) -> cst.For | None:
         """``for i in ...: m, o = amp.initialize(ms[i], os[i], ...)`` with only the write-backs

@@ -44,8 +44,7 @@ class Link:
 
     @property
     def named(self) -> str:
-        shown = [f"`{f}`" for f in self.functions]
-        return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+        return _listed([f"`{f}`" for f in self.functions])
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -70,11 +69,15 @@ class Link:
         """The other side, as messages show it (relative to the folder holding them all)."""
         if role == "caller":
             return self.shown(self.callee)
-        shown = [self.shown(c) for c in self.callers]
-        return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+        return _listed([self.shown(c) for c in self.callers])
 
     def shown(self, path: str) -> str:
         return os.path.relpath(os.path.abspath(path), os.path.commonpath(self.files))
+
+
+def _listed(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``: how messages list files and functions."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def apex_calls(names: Names) -> list[ast.Call]:
@@ -306,7 +309,7 @@ def _checked(
             calls = [u for u in uses if isinstance(p := file.names.parent(u), ast.Call)
                      and p.func is u]  # fmt: skip
             extra = [u for u in uses if u not in calls]
-            if len(calls) == item.seen_from(path).calls[0] and not extra:
+            if len(calls) == item.calls[item.callers.index(path)] and not extra:
                 continue
             where = extra[0] if extra else calls[0] if calls else None
         elif uses:

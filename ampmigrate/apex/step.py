@@ -245,15 +245,14 @@ class Step:
         loop = next((a for a in self.ancestors(node) if isinstance(a, Loop)), None)
         steps = self.steps.get((id(function), opt), [])
         later = {  # the step statements after it, in its iteration: their step call
-            n: next(
-                s.value for s in n.body if isinstance(s, cst.Expr) and _is_call_of(s.value, "step")
-            )
+            n: step
             for n in self.nodes[self.order[id(node)] + 1 :]
             if isinstance(n, cst.SimpleStatementLine)
+            and (step := next((s.value for s in n.body if isinstance(s, cst.Expr)
+                               and _is_call_of(s.value, "step")), None)) is not None
             and self.function(n) is function
             and (loop is None or self.within(n, loop))
-            and any(isinstance(s, cst.Expr) and _is_call_of(s.value, "step") for s in n.body)
-        }
+        }  # fmt: skip
         first = next(iter(later), None)
         if first not in steps:
             where = f" (`{_code(self.module, later[first])}` comes first)" if later else ""
