@@ -347,3 +347,73 @@ def test_initialize_whose_imports_never_call_apex_says_apex_only_casts(tmp_path)
     [finding] = [d for d in result.diagnostics if d.code == "AMP303"]
     assert "none of the modules it imports that are on disk calls apex amp" in finding.message
     assert "apex only casts here" in finding.message
+
+
+HOOKED = FIXTURES / "apex" / "runner_hook"
+HOOK_FILES = ["selfsup/apis/train.py", "selfsup/hooks/optimizer_hook.py"]
+
+
+def test_a_runner_hook_and_the_script_that_initializes_are_rewritten_together(tmp_path):
+    """mmcv style: the script initializes amp and hands model and optimizer to a runner (a
+    library), whose hook scales `runner.outputs["loss"]`. No call links the two files; apex's
+    process-wide state does. The hook makes its own GradScaler, switched like its scaled
+    backward; the script casts from `initialize` on. Exactly the fixture, then nothing more."""
+    root = tmp_path / "project"
+    shutil.copytree(HOOKED / "before", root)
+    results = run(_files(root), _settings(fix=True))
+    for result in results:
+        relative = Path(result.path).relative_to(root)
+        new = result.new_source if result.changed else Path(result.path).read_bytes()
+        assert new == (HOOKED / "after" / relative).read_bytes(), relative
+        if result.changed:
+            Path(result.path).write_bytes(result.new_source)
+    assert sorted(str(Path(r.path).relative_to(root)) for r in results if r.changed) == HOOK_FILES
+    again = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in again) and not [d for r in again for d in r.fixed]
+    assert not [d for r in again for d in r.diagnostics if d.code.startswith(("AMP2", "AMP3"))]
+
+
+def test_a_runner_hook_alone_or_its_script_alone_refuses(tmp_path):
+    root = tmp_path / "project"
+    shutil.copytree(HOOKED / "before", root)
+    for alone in HOOK_FILES:
+        [result] = run([root / alone], _settings(fix=True))
+        assert not result.changed
+        assert _amp303([result])[Path(alone).name].fix is None
+    # the script in a run whose hook is suppressed: neither changes, and the script says why
+    hook = root / HOOK_FILES[1]
+    hook.write_text(hook.read_text().replace("as scaled_loss:", "as scaled_loss:  # noqa: AMP303"))
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["train.py"].message
+    assert "the hook class `DistOptimizerHook`" in message
+    assert "not rewritten in this run" in message
+
+
+@pytest.mark.torch
+def test_migrated_runner_hook_trains_like_the_original(tmp_path, stub):
+    """The O0 stand-in for apex against the migrated pair: the same losses, with and without
+    `--fp16`; with "cuda" -> "cpu" the runner's forward really runs in float16 under `--fp16`
+    (and in float32 without), and the hook's GradScaler steps on the accumulation schedule."""
+    before = tmp_path / "before"
+    shutil.copytree(HOOKED / "before", before)
+    shutil.copytree(stub / "apex", before / "apex")
+    after = tmp_path / "after"
+    shutil.copytree(HOOKED / "after", after)
+    cpu = tmp_path / "cpu"
+    shutil.copytree(after, cpu)
+    for path in _files(cpu):
+        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    specs = []
+    for flags in ([], ["--fp16"]):
+        for root, record in ((before, False), (after, False), (cpu, True)):
+            specs.append((root / HOOK_FILES[0], flags, root, record))
+    results = _runs(specs, tmp_path)
+    for code, _, error in results:
+        assert code == 0, error
+    for i in (0, 3):
+        assert "iter 7 loss" in results[i][1]
+        assert results[i][1] == results[i + 1][1]
+    assert "forward dtypes: ['torch.float32']" in results[2][1]
+    assert "forward dtypes: ['torch.float16']" in results[5][1]
+    assert results[5][1].count("iter ") == 8

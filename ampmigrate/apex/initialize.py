@@ -169,6 +169,9 @@ class Initialize:
         setup = _Setup(
             statement, self.function(init), {_code(self.module, models), *targets}, condition
         )
+        if self.hooked("caller"):
+            self._casts_only(setup, small, models, optimizer, holder, inner)
+            return setup
         if (
             isinstance(holder, cst.If)
             and enabled is not None

@@ -41,9 +41,15 @@ class Link:
     spellings: tuple[tuple[str, ...], ...]  # per caller: how it spells them (``utils.save``)
     broken: str | None = None  # why the files are not rewritten together
     broken_by: str | None = None  # the absolute path of the file that refused, if one did
+    # a runner hook (mmcv style): the class of the callee whose methods scale the loss on a
+    # runner's optimizer, driven by a runner the callers hand the initialized model to; the
+    # hook keeps its own GradScaler, the callers only cast (None: functions take a scaler)
+    hook: str | None = None
 
     @property
     def named(self) -> str:
+        if self.hook is not None:
+            return f"the hook class `{self.hook}`"
         return _listed([f"`{f}`" for f in self.functions])
 
     @property
@@ -151,6 +157,63 @@ def _linked_functions(file: _File) -> tuple[list[ast.FunctionDef], ast.FunctionD
         return [], None
     trains = scaling.pop() if scaling else None
     return sorted(homes, key=lambda f: f.lineno), trains
+
+
+def _hook_class(file: _File) -> str | None:
+    """The class of a runner hook: every apex call of the file (``scale_loss``, and
+    ``master_params`` beside it) is in methods of one module-level class, which defines
+    ``__init__`` (where its GradScaler is made); the file never initializes amp."""
+    if "initialize" in file.members or set(file.members) - {"scale_loss", "master_params"}:
+        return None
+    classes = set()
+    for call in (c for calls in file.members.values() for c in calls):
+        method = _function(file, call)
+        holder = next(iter(file.names.ancestors(method)), None) if method is not file.tree else None
+        if not isinstance(holder, ast.ClassDef) or holder not in file.tree.body:
+            return None
+        classes.add(holder)
+    if len(classes) != 1:
+        return None
+    cls = classes.pop()
+    if not any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in cls.body):
+        return None
+    return cls.name
+
+
+def _hook_links(callers: list[_File], files: list[_File], taken: set[str]) -> dict[str, Link]:
+    """A script that initializes amp and scales nothing, whose imports (followed on disk) reach
+    apex amp only in one runner hook of the run: the hook is driven by a runner (a library)
+    the script hands the model and optimizer to, so no call of the run links them; apex's
+    process-wide state does. The hook gets a GradScaler of its own, the script an autocast
+    region from ``initialize`` on."""
+    by_path = {f.path: f for f in files}
+    found: dict[str, list[str]] = {}
+    for caller in callers:
+        if caller.path in taken or set(caller.members) != {"initialize"}:
+            continue
+        siblings = {s.path for s in apex_siblings(caller.path)}
+        if len(siblings) != 1:
+            continue
+        path = siblings.pop()
+        hook = by_path.get(path)
+        if hook is None or path in taken or _hook_class(hook) is None:
+            continue
+        found.setdefault(path, []).append(caller.path)
+    out: dict[str, Link] = {}
+    for path, paths in found.items():
+        item = Link(
+            callers=tuple(paths),
+            callee=path,
+            functions=(),
+            trains=None,
+            model="",
+            optimizer="",
+            calls=(0,) * len(paths),
+            spellings=((),) * len(paths),
+            hook=_hook_class(by_path[path]),
+        )
+        out.update((f, item) for f in item.files)
+    return out
 
 
 def _argument(call: ast.Call, which: str) -> ast.expr | None:
@@ -288,6 +351,7 @@ def link(
         )
         item = _checked(item, by_path, everything)
         out.update((f, item) for f in item.files)
+    out.update(_hook_links(callers, files, set(out)))
     return out
 
 

@@ -48,6 +48,7 @@ from ampmigrate.apex.flow import SwitchFlow
 from ampmigrate.apex.gates import VersionGates
 from ampmigrate.apex.guards import Guards
 from ampmigrate.apex.handles import Handles
+from ampmigrate.apex.hooks import RunnerHooks
 from ampmigrate.apex.infer import InferenceOnly
 from ampmigrate.apex.initialize import Initialize
 from ampmigrate.apex.links import Link
@@ -65,6 +66,7 @@ from ampmigrate.replace import ReplaceNodes
 class _Planner(
     Facts,
     Handles,
+    RunnerHooks,
     Guards,
     Initialize,
     Scaler,
@@ -209,7 +211,12 @@ class _Planner(
             if not self.plan.problems:
                 self.verify()
             return self.plan
-        setup = self._initialize(initialize[0]) if initialize else self._linked_setup()
+        if initialize:
+            setup = self._initialize(initialize[0])
+        elif self.hooked("callee"):
+            setup = self._hook_setup(calls)
+        else:
+            setup = self._linked_setup()
         if setup is None:
             return self.plan
         if initialize:
@@ -232,7 +239,9 @@ class _Planner(
                 self._state(call, member)
         if initialize and not calls.get("state_dict") and not calls.get("load_state_dict"):
             self._resume_state(setup, initialize[0])
-        if initialize and role == "caller":
+        if initialize and self.hooked("caller"):
+            pass  # the hook makes its own GradScaler (_hook_setup)
+        elif initialize and role == "caller":
             self._pass_to_linked(setup, initialize[0])
         elif initialize and not calls.get("scale_loss") and not self._stores:
             # (kept as `args.amp`: that blocker says where it goes)

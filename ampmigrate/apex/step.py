@@ -44,7 +44,8 @@ class Step:
             listed = ", ".join(f"`{k}`" for k in sorted(extra)) or "a third positional argument"
             self.problem(call, f"`amp.scale_loss` with {listed}: migrate this call by hand")
             return
-        if not isinstance(loss, cst.Name):
+        hooked = self.hooked("callee")  # a runner's loss: the runner's caller casts
+        if loss is None or (not isinstance(loss, cst.Name) and not hooked):
             self.problem(
                 call,
                 "`amp.scale_loss` of an expression: assign the loss to a name first (`loss = ...`)",
@@ -80,7 +81,7 @@ class Step:
             return  # _scope said why
         new_backward = backward.value.with_changes(
             func=backward.value.func.with_changes(
-                value=cst.parse_expression(f"{access}.scale({loss.value})")
+                value=cst.parse_expression(f"{access}.scale({_code(self.module, loss)})")
             )
         )
         head = first.with_changes(
@@ -97,7 +98,8 @@ class Step:
             enabled = setup.condition
         else:  # another function: the condition's names may not exist there
             enabled = f"{access}.is_enabled()" if setup.condition or setup.by_scaler else None
-        self.requests.append((statement, loss.value, function, enabled))
+        if not hooked:
+            self.requests.append((statement, loss.value, function, enabled))
 
     def _steps(self, opt: str, access: str, function: cst.CSTNode, call: cst.Call) -> None:
         key = (id(function), opt)

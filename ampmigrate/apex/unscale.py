@@ -239,8 +239,8 @@ class Unscale:
         steps = self.steps.get((id(function), opt), [])
         unscale = f"{access}.unscale_({opt})\n"
         scaled = [
-            s for s, _, f, _ in self.requests
-            if f is function and self.order[id(s)] < self.order[id(statement)]
+            s for (f, _), withs in self.scaled.items() for s in withs
+            if f == id(function) and self.order[id(s)] < self.order[id(statement)]
         ]  # fmt: skip
         if not steps or not scaled:
             caller = self._helper_call(function, opt) if depth < 3 else None

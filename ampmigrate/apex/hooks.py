@@ -1,0 +1,201 @@
+"""apex O1 in a runner's hooks (mmcv style): a script initializes amp and hands the model and
+optimizer to a runner from a library; the runner runs the forward and calls a hook of the
+project (``after_train_iter(self, runner)``), which scales ``runner.outputs["loss"]`` and steps
+``runner.optimizer``. No call of the project links the two files (:mod:`ampmigrate.apex.links`
+pairs them through apex's process-wide state); each gets the half of apex it held:
+
+- the hook: a GradScaler of its own, made at the end of ``__init__`` and switched by the test the
+  scaled backward runs under (``self.use_fp16``), so its other path steps plainly as it did;
+- the script: ``initialize`` goes (the model it was given stays, ``model.cuda()``), and every
+  statement after it in its function runs in one autocast region, as apex O1's patched torch
+  functions did from ``initialize`` on: the runner's forward passes, validation included.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ampmigrate.apex.common import _code, _Setup, _statements
+
+
+class RunnerHooks:
+    """The runner-hook stage of ``_Planner`` (mixed into it)."""
+
+    def _hook_setup(self, calls: dict[str, list[cst.Call]]) -> _Setup | None:
+        """The hook side: ``self.scaler`` made at the end of the class's ``__init__``, enabled
+        by the one test every scaled backward runs under, where ``__init__`` sets it."""
+        cls = next(
+            (s for s in self.module.body
+             if isinstance(s, cst.ClassDef) and s.name.value == self.link.hook),
+            None,
+        )  # fmt: skip
+        init = next(
+            (s for s in cls.body.body if isinstance(s, cst.FunctionDef)
+             and s.name.value == "__init__"),
+            None,
+        ) if cls is not None else None  # fmt: skip
+        suite = init is not None and isinstance(init.body, cst.SimpleStatementSuite)
+        if init is None or not init.params.params or suite:
+            self.problem(
+                self.plan.anchor,
+                f"the hook class `{self.link.hook}` has no `__init__(self, ...)` block to make "
+                "its GradScaler in: make `self.scaler` there by hand",
+            )
+            return None
+        me = init.params.params[0].name.value
+        if any(
+            isinstance(n, cst.Attribute)
+            and n.attr.value == "scaler"
+            and isinstance(n.value, cst.Name)
+            and n.value.value == me
+            for n in self._subtree(cls)
+        ):
+            self.problem(
+                self.plan.anchor,
+                f"`{me}.scaler` is already used in `{self.link.hook}`: make its GradScaler "
+                "under another name by hand",
+            )
+            return None
+        self.name = "scaler"
+        switch = self._hook_switch(calls.get("scale_loss", []), cls, init, me)
+        if switch is False:
+            return None
+        enabled = f", enabled={switch}" if switch else ""
+        line = cst.parse_statement(f'{me}.scaler = torch.amp.GradScaler("cuda"{enabled})\n')
+        if any(isinstance(n, cst.Return) for n in self._subtree(init.body)):
+            self.problem(
+                init,
+                f"`{self.link.hook}.__init__` returns early: make `self.scaler` there by hand",
+            )
+            return None
+        previous = self.plan.edits.get(init.body)
+
+        def append(u: cst.IndentedBlock) -> cst.IndentedBlock:
+            u = previous(u) if previous is not None else u
+            return u.with_changes(body=[*u.body, line])
+
+        self.plan.edits[init.body] = append
+        switched = f" (enabled by `{switch}`, the test its scaled backward runs under)"
+        self.plan.notes.append(
+            f"the hook `{self.link.hook}` makes its own GradScaler in `__init__`"
+            + (switched if switch else "")
+            + f"; {self.link.other(self.role)} casts, in the same run"
+        )
+        last = _statements(init.body)[-1]
+        return _Setup(last, init, set(), switch)
+
+    def _hook_switch(self, scaled: list[cst.Call], cls, init, me: str) -> str | bool | None:
+        """The test every scaled backward of the hook runs under (None: they always run);
+        False, with the blocker, where ``__init__`` cannot give the scaler that switch: it
+        must be ``self.<flag>`` set in ``__init__`` and nowhere else in the class."""
+        tests = set()
+        for call in scaled:
+            statement = self.statement(call)
+            holder = self.parent(self.parent(statement))
+            tests.add(
+                _code(self.module, holder.test)
+                if isinstance(holder, cst.If) and self.within(statement, holder.body)
+                else None
+            )
+        if tests == {None}:
+            return None
+        test = tests.pop() if len(tests) == 1 else None
+        flag = cst.parse_expression(test) if test else None
+        if not (
+            isinstance(flag, cst.Attribute)
+            and isinstance(flag.value, cst.Name)
+            and flag.value.value == me
+        ):
+            self.problem(
+                scaled[0],
+                "the scaled backwards of the hook do not all run under one `if self.<flag>:`, "
+                "so its GradScaler has no switch `__init__` can give it: make it by hand",
+            )
+            return False
+        stores = [
+            n
+            for n in self._subtree(cls)
+            if isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
+            and _code(self.module, n.target) == test
+        ]
+        if not stores or any(not self.within(n, init) for n in stores):
+            self.problem(
+                scaled[0],
+                f"`{test}` is not set in `__init__` alone, so the GradScaler made there cannot "
+                "be switched by it: make it by hand",
+            )
+            return False
+        return test
+
+    def _casts_only(self, setup: _Setup, small, models, optimizer, holder, inner) -> None:
+        """The script side: ``initialize`` goes (its model expression stays bound), and the rest
+        of its function runs in autocast, enabled by the condition ``initialize`` ran under."""
+        assigned = self._rebind(small, models, optimizer)
+        self.plan.edits[inner] = lambda _u: (
+            cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
+        )
+        top = holder if isinstance(holder, cst.If) else setup.statement
+        if isinstance(holder, cst.If):
+            rest = [s for s in holder.body.body if s is not inner and s not in self.removed]
+            if not rest and not assigned and holder.orelse is None:
+                self.plan.edits[holder] = lambda _u: cst.RemoveFromParent()
+            if self._set_in(cst.parse_expression(setup.condition), holder, cst.Pass()):
+                self.problem(
+                    setup.statement,
+                    f"`{setup.condition}` is changed inside its `if`: autocast after it could "
+                    "not be switched by the value apex was: migrate this file by hand",
+                )
+                return
+        home = setup.home
+        body = _statements(home.body) if isinstance(home, cst.FunctionDef) else None
+        if body is None or top not in body:
+            self.problem(
+                setup.statement,
+                "`amp.initialize` is not a statement of its function's body (or of an `if` "
+                "there): the autocast region that replaces apex's casts from it on cannot be "
+                "placed; migrate this file by hand",
+            )
+            return
+        tail = body[body.index(top) + 1 :]
+        if not tail:
+            self.problem(
+                setup.statement,
+                "nothing runs after `amp.initialize` in its function: the runner that trains "
+                "is driven elsewhere, where the autocast region has to go; migrate by hand",
+            )
+            return
+        if any(s in self.plan.edits for s in tail):
+            self.problem(
+                tail[0],
+                "a statement after `amp.initialize` is rewritten too: place the autocast "
+                "region by hand",
+            )
+            return
+        nested = next(
+            (n for s in tail for n in self._subtree(s)
+             if isinstance(n, cst.Name | cst.Attribute)
+             and _code(self.module, n).endswith("autocast")),
+            None,
+        )  # fmt: skip
+        if nested is not None:
+            self.problem(
+                nested,
+                f"`{_code(self.module, nested)}` is used after `amp.initialize`: apex cast there "
+                "whatever autocast said, so an autocast region around it would not give apex's "
+                "casts where that one turns them off; migrate this file by hand",
+            )
+            return
+        condition = setup.condition
+        if condition is not None:
+            parsed = cst.parse_expression(condition)
+            boolean = isinstance(parsed, cst.Comparison | cst.UnaryOperation) or (
+                isinstance(parsed, cst.Call) and _code(self.module, parsed.func) == "bool"
+            )
+            condition = condition if boolean else f"bool({condition})"
+        self._wrap(home.body, [tail], condition)
+        self.plan.notes.append(
+            f"everything after `amp.initialize` in `{home.name.value}` runs in one autocast "
+            "region (the runner's forward passes and its hooks), as apex O1's casts did from "
+            f"`initialize` on; they end when `{home.name.value}` returns, where apex's lasted "
+            "for the rest of the process"
+        )
