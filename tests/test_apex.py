@@ -51,6 +51,7 @@ REWRITTEN = [
     "clip_switch_branches",
     "initialize_pairs_loop",
     "initial_loss_scale",
+    "stored_handle",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -59,9 +60,12 @@ BLOCKED = {
     "blocked_opt_level_config": "line 10: opt_level `config.AMP_OPT_LEVEL` is not provably O1: "
     "it comes from `config.AMP_OPT_LEVEL`, set outside this file (a config, an argument); this "
     'file itself branches on `config.AMP_OPT_LEVEL == "O2"` at line 11',
-    "blocked_stored_handle": "line 33: `amp` is kept as `args.amp` and called through it "
-    "(`args.amp.scale_loss` at line 15): the rewrite does not follow apex's module through an "
-    "attribute; put the GradScaler there in its place (`args.scaler = scaler`",
+    "blocked_stored_handle": "line 34: `amp` is kept as `args.amp` and called through it "
+    "(`args.amp.scale_loss` at line 15): the GradScaler cannot take its place there, as "
+    "`train_step` is called at line 29 before the store; put it there by hand "
+    "(`args.scaler = scaler`",
+    "blocked_unbound_amp": "line 26: `amp.scale_loss` at line 12 reads `amp`, which the apex "
+    "import binds only inside another function, not in `train_step`: that call raises NameError",
 }
 
 
@@ -115,10 +119,36 @@ def test_a_stored_handle_is_not_described_as_a_file_that_never_scales():
     assert "(1 blocker)" in finding.message
     elsewhere = source.replace("args.amp.scale_loss", "args.scaling.scale_loss")
     [finding] = [d for d in check_source(elsewhere) if d.code == "AMP303"]
-    assert "`amp` is kept as `args.amp`, where code outside this file may call it" in (
-        finding.message
-    )
+    kept = "`amp` is kept as `args.amp`: the GradScaler cannot take its place there, as nothing "
+    assert kept in finding.message
+    assert "and code outside this file may" in finding.message
     assert "no `amp.scale_loss` in this file" not in finding.message
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        ("    for _ in range(3):", "    print(args.amp)\n    for _ in range(3):",
+         "`args.amp` is read at line 35 other than to call apex"),
+        ("        print(f",
+         "        train_step(vars(args), model, optimizer, 0, 0)\n        print(f",
+         "`train_step` is called at line 37 without `args`"),
+        ("def main():", "def main():\n    steps = [train_step]",
+         "`train_step` is used at line 24 other than by a call"),
+    ],
+)  # fmt: skip
+def test_a_stored_handle_is_followed_only_where_every_path_gets_the_scaler(old, new, why):
+    """The GradScaler replaces the kept module only where every call of the functions that
+    call through it gives them the object the store filled, after the store, and nothing else
+    reads the attribute; otherwise the refusal says which of these failed."""
+    source = (APEX / "stored_handle.py").read_text()
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    assert "`args.amp = amp` becomes `args.scaler = scaler`" in finding.message
+    assert old in source
+    [finding] = [d for d in check_source(source.replace(old, new)) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert why in finding.message, finding.message
 
 
 def test_every_blocker_is_listed_with_its_line():
@@ -341,6 +371,7 @@ CASES = {
     "clip_switch_branches": [[], ["--amp"]],
     "initialize_pairs_loop": [[], ["--fp16"]],
     "initial_loss_scale": [[], ["--fp16"]],
+    "stored_handle": [[], ["--fp16"]],
 }
 
 

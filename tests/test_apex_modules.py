@@ -417,3 +417,76 @@ def test_migrated_runner_hook_trains_like_the_original(tmp_path, stub):
     assert "forward dtypes: ['torch.float32']" in results[2][1]
     assert "forward dtypes: ['torch.float16']" in results[5][1]
     assert results[5][1].count("iter ") == 8
+
+
+KEPT = FIXTURES / "apex" / "kept_family"
+KEPT_FILES = ["finetune/run_classifier.py", "finetune/run_regression.py"]
+
+
+def test_scripts_that_keep_apex_on_args_and_share_a_training_function_move_together(tmp_path):
+    """UER style: each script keeps apex's module as `args.amp`; `train_model`, which one of
+    them defines and the others import (`import *` too), calls through it. Every script keeps
+    a GradScaler there instead (`args.scaler`), all in one run; exactly the fixture, then
+    nothing more. Alone, each refuses and says why."""
+    root = tmp_path / "project"
+    shutil.copytree(KEPT / "before", root)
+    for alone in KEPT_FILES:
+        [result] = run([root / alone], _settings(fix=True))
+        assert not result.changed
+    [one] = run([root / KEPT_FILES[0]], _settings())
+    assert (
+        "`train_model` is also used at run_regression.py:20"
+        in _amp303([one])["run_classifier.py"].message
+    )
+    results = run(_files(root), _settings(fix=True))
+    for result in results:
+        relative = Path(result.path).relative_to(root)
+        new = result.new_source if result.changed else Path(result.path).read_bytes()
+        assert new == (KEPT / "after" / relative).read_bytes(), relative
+        if result.changed:
+            Path(result.path).write_bytes(result.new_source)
+    assert sorted(str(Path(r.path).relative_to(root)) for r in results if r.changed) == KEPT_FILES
+    again = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in again) and not [d for r in again for d in r.fixed]
+
+
+def test_a_script_of_the_family_that_is_refused_keeps_every_one_from_changing(tmp_path):
+    root = tmp_path / "project"
+    shutil.copytree(KEPT / "before", root)
+    other = root / KEPT_FILES[1]
+    other.write_text(other.read_text().replace('opt_level="O1"', 'opt_level="O2"'))
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["run_classifier.py"].message
+    assert "run_regression.py is not rewritten in this run" in message
+
+
+@pytest.mark.torch
+def test_migrated_family_trains_like_the_original(tmp_path, stub):
+    """Both scripts, with and without `--fp16 --adversarial`: the O0 stand-in's prints equal
+    the migrated ones; with "cuda" -> "cpu" the forward runs in float16 and the adversarial
+    backwards, scaled too, step through the scaler."""
+    before = tmp_path / "before"
+    shutil.copytree(KEPT / "before", before)
+    shutil.copytree(stub / "apex", before / "apex")
+    after = tmp_path / "after"
+    shutil.copytree(KEPT / "after", after)
+    cpu = tmp_path / "cpu"
+    shutil.copytree(after, cpu)
+    for path in _files(cpu):
+        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    specs = []
+    for script in KEPT_FILES:
+        for flags in ([], ["--fp16", "--adversarial"]):
+            for root, record in ((before, False), (after, False), (cpu, True)):
+                specs.append((root / script, flags, root, record))
+    results = _runs(specs, tmp_path)
+    for code, _, error in results:
+        assert code == 0, error
+    for i in range(0, len(results), 3):
+        assert " loss " in results[i][1]
+        assert results[i][1] == results[i + 1][1]
+    for i in (2, 8):
+        assert "forward dtypes: ['torch.float32']" in results[i][1]
+    for i in (5, 11):
+        assert "forward dtypes: ['torch.float16']" in results[i][1]

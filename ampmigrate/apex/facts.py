@@ -283,6 +283,9 @@ class Facts:
 
     def access(self, where: cst.CSTNode) -> str | None:
         """How code in ``where`` reaches the scaler (None: it cannot)."""
+        function = where if isinstance(where, cst.FunctionDef) else self.function(where)
+        if id(function) in self.stored_access:
+            return self.stored_access[id(function)]
         if self.mode == "module":
             return self.name
         if self.mode == "class":

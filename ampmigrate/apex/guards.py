@@ -245,7 +245,8 @@ class Guards:
             and len(holder.targets) == 1
             and isinstance(holder.targets[0].target, cst.Attribute)
         ):
-            self.problem(node, self._stored(node, _code(self.module, holder.targets[0].target)))
+            # judged once the GradScaler exists (Handles._through_stores)
+            self.kept[_code(self.module, holder.targets[0].target)] = node
             return
         if parent is None:
             arg = self.parent(node)

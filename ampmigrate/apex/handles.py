@@ -10,8 +10,8 @@ import os
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code, _is_call_of, _Setup
-from ampmigrate.apex.links import apex_siblings
+from ampmigrate.apex.common import _code, _is_call_of, _Setup, _statements
+from ampmigrate.apex.links import apex_siblings, users_on_disk
 from ampmigrate.apex.verdict import SUPPORTED, no_rewrite, without_initialize
 
 
@@ -65,28 +65,195 @@ class Handles:
                     calls.append(node)
         return stores
 
-    def _stored(self, node: cst.CSTNode, where: str) -> str:
-        """The blocker for ``where = amp``: what is called through it, and what replaces it."""
+    def _through_stores(self, setup: _Setup, calls: dict[str, list[cst.Call]]) -> set[cst.Call]:
+        """``args.amp = amp`` after ``initialize`` and ``args.amp.scale_loss(...)`` in the file:
+        the GradScaler takes the module's place as the value kept there (``args.scaler =
+        scaler``, right after it is made, so it is there on both paths as the disabled scaler
+        is), and each call through it becomes the scaler's. Only where every function that
+        calls through it has the object as a parameter that every call in the file fills with
+        that same object after the store. The calls now planned; a store that cannot be
+        followed keeps its blocker."""
+        planned: set[cst.Call] = set()
+        for where, node in self.kept.items():
+            why = self._kept_why(setup, where, node)
+            if why is not None:
+                self.problem(node, self._stored(node, where, why))
+                continue
+            root = where.partition(".")[0]
+            statement = self.statement(node)
+            self.plan.edits[statement] = lambda _u: cst.RemoveFromParent()
+            self.after_scaler.append(f"{root}.{self.name} = {self.name}")
+            through = self._stores.get(where, [])
+            for call in through:
+                member = call.func.attr.value
+                calls.setdefault(member, []).append(call)
+                planned.add(call)
+                function = self.function(call)
+                if function is not setup.home and not self.within(function, setup.home):
+                    self.stored_access[id(function)] = f"{root}.{self.name}"
+            self.plan.notes.append(
+                f"`{where} = amp` becomes `{root}.{self.name} = {self.name}`, made where the "
+                f"GradScaler is (both paths have it); the calls through `{where}` become its "
+                f"(callers in other files must give `{root}` the same way)"
+            )
+        return planned
+
+    def _kept_why(self, setup: _Setup, where: str, node: cst.CSTNode) -> str | None:
+        """Why the scaler cannot take the place of apex's module kept at ``where`` (None: it
+        can)."""
+        root, _, attribute = where.partition(".")
+        statement = self.statement(node)
+        init = setup.statement
+        if "." in attribute or not root.isidentifier():
+            return f"only `name.attribute` is followed, not `{where}`"
+        if self.early is not None:
+            return "the GradScaler is made before the optimizer's restore, where it may not exist"
+        if (
+            self.parent(statement) is not self.parent(init)
+            or self.order[id(statement)] < self.order[id(init)]
+        ):
+            return "it is not kept in the block of `amp.initialize`, after it"
+        block = _statements(self.parent(statement)) or []
+        between = block[block.index(init) : block.index(statement)]
+        if any(root in self.facts(s).assigned for s in between):
+            return f"`{root}` is bound again between `amp.initialize` and it"
+        through = self._stores.get(where, [])
+        linked = self.link is not None and self.link.kept == attribute and not self.link.broken
+        if not through and not linked:
+            return "nothing in this file calls through it, and code outside this file may"
+        members = {c.func.attr.value for c in through}
+        if members - (SUPPORTED - {"initialize"}):
+            listed = ", ".join(f"`{m}`" for m in sorted(members - SUPPORTED))
+            return f"it is used for {listed or '`initialize`'}, which has no GradScaler form here"
+        funcs = {id(c.func.value) for c in through}
+        for other in self.nodes:
+            if (
+                isinstance(other, cst.Attribute)
+                and other.attr.value == self.name
+                and _code(self.module, other.value) == root
+            ):
+                return f"`{root}.{self.name}` is already used in this file"
+            if (
+                isinstance(other, cst.Attribute)
+                and other.attr.value == attribute
+                and _code(self.module, other) == where
+                and id(other) not in funcs
+                and not (
+                    isinstance(self.parent(other), cst.AssignTarget)
+                    and self.statement(other) is statement
+                )
+            ):
+                return f"`{where}` is read at line {self.line(other)} other than to call apex"
+            if (
+                isinstance(other, cst.SimpleString)
+                and other.evaluated_value == attribute
+                and isinstance(self.parent(other), cst.Arg)
+            ):
+                return f"`{where}` may be read by name at line {self.line(other)}"
+        users = {id(self.function(c)) for c in through}
+        if not linked and self.path is not None:
+            names = [f.name.value for f in self.module.body if isinstance(f, cst.FunctionDef)
+                     and id(f) in users]  # fmt: skip
+            outside = users_on_disk(self.path, names) if names else []
+            if outside is None:
+                return "there are too many files around it to find who calls its functions"
+            if outside:
+                other, line, name = outside[0]
+                shown = os.path.relpath(other, os.path.dirname(os.path.abspath(self.path)))
+                return (
+                    f"`{name}` is also used at {shown}:{line}, which must give it `{root}` with "
+                    "the GradScaler: rewrite them in one run"
+                )
+        for call in through:
+            function = self.function(call)
+            if function is setup.home or self.within(function, setup.home):
+                if self.order[id(call)] < self.order[id(statement)]:
+                    return f"it is called through at line {self.line(call)} before it is kept"
+                continue
+            why = self._carries(function, root, setup, statement, users)
+            if why is not None:
+                return why
+        return None
+
+    def _carries(self, function, root: str, setup: _Setup, store, users: set[int]) -> str | None:
+        """Why ``function`` may see another ``root`` than the one the store filled (None: each
+        call in the file passes that one, after the store or from a function that does)."""
+        if not isinstance(function, cst.FunctionDef):
+            return f"`{root}.amp` is called through at module level"
+        params = [p.name.value for p in function.params.params]
+        if root not in params or root in self.facts(function.body).assigned:
+            return f"`{function.name.value}` does not take `{root}` as a parameter"
+        holder = self.parent(self.parent(function))
+        method = isinstance(holder, cst.ClassDef)
+        index = params.index(root) - (1 if method else 0)
+        name = function.name.value
+        found = 0
+        for node in self.nodes:
+            if not isinstance(node, cst.Name) or node.value != name or node is function.name:
+                continue
+            parent = self.parent(node)
+            if method:
+                if not (isinstance(parent, cst.Attribute) and parent.attr is node):
+                    continue
+                call, func = self.parent(parent), parent
+            else:
+                if isinstance(parent, cst.Attribute) and parent.attr is node:
+                    continue
+                call, func = parent, node
+            if not (isinstance(call, cst.Call) and call.func is func):
+                return f"`{name}` is used at line {self.line(node)} other than by a call"
+            positional = [a.value for a in call.args if not a.keyword and not a.star]
+            keywords = {a.keyword.value for a in call.args if a.keyword}
+            if (
+                method
+                and len(positional) <= index
+                and root not in keywords
+                and not any(a.star for a in call.args)
+            ):
+                continue  # it cannot bind `root`: another class's method of that name
+            given = {a.keyword.value: a.value for a in call.args if a.keyword}.get(
+                root, positional[index] if 0 <= index < len(positional) else None
+            )
+            if not (isinstance(given, cst.Name) and given.value == root):
+                return f"`{name}` is called at line {self.line(call)} without `{root}`"
+            caller = self.function(call)
+            if caller is setup.home:
+                if self.order[id(call)] < self.order[id(store)]:
+                    return f"`{name}` is called at line {self.line(call)} before the store"
+            elif id(caller) not in users:
+                return (
+                    f"`{name}` is called at line {self.line(call)} from a function that is not "
+                    f"given `{root}` by the store"
+                )
+            found += 1
+        if not found:
+            return f"`{name}` is not called in this file"
+        return None
+
+    def _stored(self, node: cst.CSTNode, where: str, why: str | None = None) -> str:
+        """The blocker for ``where = amp``: what is called through it, why the GradScaler
+        cannot take its place (``why``; None: this file does not initialize amp once), and
+        what that looks like by hand."""
         calls = self._stores.get(where, [])
         listed = ", ".join(
             f"`{_code(self.module, c.func)}` at line {self.line(c)}" for c in calls[:4]
         )
-        through = (
-            f" and called through it ({listed})"
-            if calls
-            else ", where code outside this file may call it"
-        )
+        through = f" and called through it ({listed})" if calls else ""
+        because = why or "this file does not initialize amp exactly once"
         scaler = where.rsplit(".", 1)[0] + ".scaler"
         return (
-            f"`{_code(self.module, node)}` is kept as `{where}`{through}: the rewrite does not "
-            "follow apex's module through an attribute; put the GradScaler there in its place "
-            f"(`{scaler} = scaler`, `{scaler}.scale(loss).backward()`, `{scaler}.step(optimizer)` "
-            f"+ `{scaler}.update()`, `{scaler}.state_dict()`), by hand"
+            f"`{_code(self.module, node)}` is kept as `{where}`{through}: the GradScaler cannot "
+            f"take its place there, as {because}; put it there by hand (`{scaler} = scaler`, "
+            f"`{scaler}.scale(loss).backward()`, `{scaler}.step(optimizer)` + "
+            f"`{scaler}.update()`, `{scaler}.state_dict()`)"
         )
 
     def _scaled_elsewhere(self, init: cst.Call) -> str:
         """The blocker for a file that initializes but scales the loss in another file: name
         the calls that receive the optimizer, where the GradScaler has to be passed."""
+        broken = self._unbound_use()
+        if broken is not None:
+            return broken
         text = (
             "no `amp.scale_loss` in this file: the loss is scaled and the optimizer stepped in "
             "another file; create the GradScaler here and pass it there"
@@ -119,6 +286,50 @@ class Handles:
             f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in calls[:3]
         )
         return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
+
+    def _unbound_use(self) -> str | None:
+        """An ``amp.scale_loss`` (or another amp call) in a function that cannot see the name
+        apex was imported as: the import binds it only inside another function (``main``), so
+        the original's mixed-precision path raises NameError there. That is the true reason,
+        not a loss scaled in another file."""
+        homes = {
+            id(self.function(n))
+            for n in self.nodes
+            if isinstance(n, cst.ImportFrom | cst.Import) and self._apex_import(n)
+        }
+        if id(self.module) in homes or any(
+            (isinstance(n, cst.Global) and {g.name.value for g in n.names} & self.bound)
+            or (isinstance(n, cst.ImportFrom) and isinstance(n.names, cst.ImportStar))
+            for n in self.nodes
+        ):  # a module-level binding, a `global`, or a star import may give it
+            return None
+        for node in self.nodes:
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in SUPPORTED - {"initialize"}
+                and isinstance(node.func.value, cst.Name)
+                and node.func.value.value in self.bound
+                and not any(id(a) in homes for a in self.ancestors(node))
+            ):
+                name = node.func.value.value
+                function = self.function(node)
+                inside = (
+                    f"`{function.name.value}`" if isinstance(function, cst.FunctionDef) else "it"
+                )
+                return (
+                    f"`{_code(self.module, node.func)}` at line {self.line(node)} reads `{name}`, "
+                    f"which the apex import binds only inside another function, not in {inside}: "
+                    "that call raises NameError, so the original's mixed-precision path cannot "
+                    f"run as written; import `{name}` at module level (or fix the original) "
+                    "before migrating"
+                )
+        return None
+
+    def _apex_import(self, node: cst.Import | cst.ImportFrom) -> bool:
+        if isinstance(node, cst.ImportFrom):
+            return node.module is not None and _code(self.module, node.module).startswith("apex")
+        return any(_code(self.module, a.name).startswith("apex") for a in node.names)
 
     def _dual(self, init: cst.Call) -> bool:
         """apex beside native AMP (timm's ``--apex-amp``/``--native-amp``): ``if use_amp ==
@@ -239,6 +450,12 @@ class Handles:
             )
 
     def _broken(self) -> str:
+        if self.link.kept is not None:
+            return (
+                f"this file and {self.link.other(self.role, self.path)} (which share "
+                f"{self.link.named} and keep apex's module as `.{self.link.kept}`) can only be "
+                f"rewritten together, and they are not: {self.link.broken}"
+            )
         return (
             f"this file and {self.link.other(self.role)} ({self.link.named}, with the "
             "`amp.initialize` that feeds them) can only be rewritten together, and they are "

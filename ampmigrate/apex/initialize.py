@@ -314,8 +314,13 @@ class Initialize:
         def build(u: cst.CSTNode) -> cst.FlattenSentinel:
             target = self.access(setup.home) or self.name
             line = cst.parse_statement(f'{target} = torch.amp.GradScaler("cuda", enabled=False)\n')
+            kept = [cst.parse_statement(f"{s}\n") for s in self.after_scaler]
             return cst.FlattenSentinel(
-                [line.with_changes(leading_lines=u.leading_lines), u.with_changes(leading_lines=())]
+                [
+                    line.with_changes(leading_lines=u.leading_lines),
+                    *kept,
+                    u.with_changes(leading_lines=()),
+                ]
             )
 
         previous = self.plan.edits.get(holder)

@@ -45,6 +45,10 @@ class Link:
     # runner's optimizer, driven by a runner the callers hand the initialized model to; the
     # hook keeps its own GradScaler, the callers only cast (None: functions take a scaler)
     hook: str | None = None
+    # apex's module kept on an object (`args.amp = amp`): the attribute; every file of the link
+    # keeps it and the functions call through it (each file plans its own store, the link
+    # only makes them all rewritten, or none)
+    kept: str | None = None
 
     @property
     def named(self) -> str:
@@ -54,7 +58,7 @@ class Link:
 
     @property
     def files(self) -> tuple[str, ...]:
-        return (*self.callers, self.callee)
+        return tuple(dict.fromkeys((*self.callers, self.callee)))
 
     def role(self, path: str) -> str | None:
         path = os.path.abspath(path)
@@ -64,15 +68,19 @@ class Link:
         """The link as the file ``path`` plans with it: a caller sees itself and the callee
         (its ``calls`` and ``spellings`` are its own), the callee sees every caller."""
         path = os.path.abspath(path)
-        if path not in self.callers:
+        if path not in self.callers or self.kept is not None:
             return self
         i = self.callers.index(path)
         return replace(
             self, callers=(path,), calls=self.calls[i : i + 1], spellings=self.spellings[i : i + 1]
         )
 
-    def other(self, role: str) -> str:
-        """The other side, as messages show it (relative to the folder holding them all)."""
+    def other(self, role: str, path: str | None = None) -> str:
+        """The other side, as messages show it (relative to the folder holding them all); for
+        a kept handle, every file but ``path``."""
+        if self.kept is not None:
+            mine = os.path.abspath(path) if path else None
+            return _listed([self.shown(f) for f in self.files if f != mine] or ["."])
         if role == "caller":
             return self.shown(self.callee)
         return _listed([self.shown(c) for c in self.callers])
@@ -216,6 +224,133 @@ def _hook_links(callers: list[_File], files: list[_File], taken: set[str]) -> di
     return out
 
 
+def kept_handle(file: _File) -> tuple[str, str] | None:
+    """``args.amp = amp`` in a file that initializes amp once: (the object's name, the
+    attribute); None where there is no such store, or more than one."""
+    if len(file.members.get("initialize", [])) != 1:
+        return None
+    found = set()
+    for node in ast.walk(file.tree):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Attribute)
+            and isinstance(node.targets[0].value, ast.Name)
+            and isinstance(node.value, ast.Name | ast.Attribute)
+            and any(q.rstrip(".") == APEX.rstrip(".") for q in file.names.qualified(node.value))
+        ):
+            found.add((node.targets[0].value.id, node.targets[0].attr))
+    return found.pop() if len(found) == 1 else None
+
+
+def carriers(file: _File, attribute: str) -> list[str]:
+    """The module-level functions of ``file`` that call apex through ``<name>.<attribute>``."""
+    names = []
+    for function in file.tree.body:
+        if isinstance(function, ast.FunctionDef) and any(
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and isinstance(n.func.value, ast.Attribute)
+            and n.func.value.attr == attribute
+            and isinstance(n.func.value.value, ast.Name)
+            for n in ast.walk(function)
+        ):
+            names.append(function.name)
+    return names
+
+
+_SCAN_LIMIT = 5000  # files looked at for the users of a function (a project, not a disk)
+
+
+def users_on_disk(path: str, functions: list[str]) -> list[tuple[str, int, str]] | None:
+    """The other files of ``path``'s project on disk that use one of its ``functions``: (file,
+    line, function). The project: below the folder holding its top package; for a script in
+    no package, its folder's files and the packages in it. None: too many files to look at."""
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    packaged = os.path.isfile(os.path.join(folder, "__init__.py"))
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        folder = os.path.dirname(folder)
+    callee = _parsed(path, _read(path))
+    if callee is None or not functions:
+        return []
+    words = [f.encode() for f in functions]
+    stem = os.path.splitext(os.path.basename(path))[0].encode()
+    found: list[tuple[str, int, str]] = []
+    count = 0
+    for where, folders, names in os.walk(folder):
+        folders[:] = sorted(
+            d for d in folders
+            if not d.startswith(".") and d != "__pycache__"
+            and (packaged or os.path.isfile(os.path.join(where, d, "__init__.py")))
+        )  # fmt: skip
+        for name in sorted(names):
+            if not name.endswith(".py"):
+                continue
+            count += 1
+            if count > _SCAN_LIMIT:
+                return None
+            other = os.path.abspath(os.path.join(where, name))
+            if other == path:
+                continue
+            data = _read(other)
+            if stem not in data or not any(w in data for w in words):
+                continue
+            file = _parsed(other, data)
+            if file is None:
+                continue
+            for function in functions:
+                found += [(other, u.lineno, function) for u in _uses(file, callee, function)]
+    return found
+
+
+def _kept_links(files: list[_File], taken: set[str]) -> dict[str, Link]:
+    """Files that keep apex's module on an object and share functions that call through it
+    (fine-tuning scripts that each set ``args.amp`` and call one ``train_model``): one
+    component, rewritten together; broken where a user of those functions does not keep it."""
+    kept = {f.path: (f, k) for f in files if f.path not in taken and (k := kept_handle(f))}
+    groups: dict[str, set[str]] = {}
+    broken: dict[str, str] = {}
+    functions: dict[str, list[str]] = {}
+    for path, (file, (_, attribute)) in kept.items():
+        names = carriers(file, attribute)
+        users = users_on_disk(path, names) if names else []
+        if not users:
+            continue
+        functions[path] = names
+        group = {path}
+        for user, line, name in users or []:
+            if user not in kept or kept[user][1][1] != attribute:
+                shown = os.path.relpath(user, os.path.dirname(path))
+                why = f"`{name}` is also used at {shown}:{line}, which does not keep apex's module"
+                broken.setdefault(path, f"{why} as `.{attribute}` in this run")
+            else:
+                group.add(user)
+        if users is None:
+            broken.setdefault(path, f"too many files around {path} to find who uses {names}")
+        for member in list(group):
+            group |= groups.get(member, set())
+        for member in group:
+            groups[member] = group
+    out: dict[str, Link] = {}
+    for group in {id(g): g for g in groups.values()}.values():
+        owners = sorted(p for p in group if p in functions)
+        item = Link(
+            callers=tuple(sorted(group)),
+            callee=owners[0],
+            functions=tuple(dict.fromkeys(n for p in owners for n in functions[p])),
+            trains=None,
+            model="",
+            optimizer="",
+            calls=(0,) * len(group),
+            spellings=((),) * len(group),
+            broken=next((broken[p] for p in owners if p in broken), None),
+            kept=kept[owners[0]][1][1],
+        )
+        out.update((f, item) for f in item.files)
+    return out
+
+
 def _argument(call: ast.Call, which: str) -> ast.expr | None:
     keywords = {k.arg: k.value for k in call.keywords if k.arg}
     positional = [a for a in call.args if not isinstance(a, ast.Starred)]
@@ -267,7 +402,23 @@ def _uses(file: _File, callee: _File, function: str) -> Iterator[ast.Name | ast.
         b.name for b in file.names.imports() if b.alias is not None and b.alias.name == function
     }
     nodes = [n for spelling in sorted(spellings) for n in file.names.spelled(spelling)]
+    # `from <the callee's module> import *`: its bare names that nothing else binds
+    starred = file is not callee and any(
+        isinstance(stmt, ast.ImportFrom)
+        and any(a.name == "*" for a in stmt.names)
+        and callee.path in {os.path.abspath(m) for m in _module_paths(
+            file.path, stmt.level, stmt.module or "")}
+        for stmt in _import_statements(file.tree.body)
+    )  # fmt: skip
     for node in nodes:
+        if (
+            starred
+            and isinstance(node, ast.Name)
+            and node.id == function
+            and not [b for b in file.names.bindings(node) if not b.builtin]
+        ):
+            yield node
+            continue
         if file is callee:
             if isinstance(node, ast.Name) and any(
                 b.scope is file.names.module_scope for b in file.names.bindings(node)
@@ -352,6 +503,7 @@ def link(
         item = _checked(item, by_path, everything)
         out.update((f, item) for f in item.files)
     out.update(_hook_links(callers, files, set(out)))
+    out.update(_kept_links(files, set(out)))
     return out
 
 

@@ -128,6 +128,11 @@ class _Planner(
         self.scale_gap = False  # apex never checkpointed its scale, nor does the rewrite
         self.global_home: cst.FunctionDef | None = None  # creates the module-level scaler
         self.siblings: list | None = None  # apex_siblings of the file (None: not looked up)
+        # `args.amp = amp`: apex's module kept on an object, by where (`args.amp`)
+        self.kept: dict[str, cst.CSTNode] = {}
+        # how functions that called apex through a kept handle reach the GradScaler
+        self.stored_access: dict[int, str] = {}
+        self.after_scaler: list[str] = []  # statements right after the GradScaler is made
 
     def verify(self, code: str | None = None) -> None:
         """The last guard against a wrong rewrite: apply the plan in memory (``code``: already
@@ -184,6 +189,12 @@ class _Planner(
             self.verify(gated)
             return self.plan
         self._values(calls)
+        # a store that is followed goes; one that is not keeps the plan from being applied
+        self.removed |= {self.statement(n) for n in self.kept.values()}
+        if self.kept and len(initialize) != 1:
+            for where, node in self.kept.items():
+                self.problem(node, self._stored(node, where))
+            self.kept = {}
         role = self.role if self.link and not self.link.broken else None
         refused_here = (
             self.path is not None
@@ -198,15 +209,12 @@ class _Planner(
         self._siblings(role)
         for extra in initialize[1:]:
             self._reinitialize(initialize[0], extra)
-        if set(calls) == {"initialize"} and len(initialize) == 1 and self._dual(initialize[0]):
+        alone = set(calls) == {"initialize"} and len(initialize) == 1 and not self.kept
+        if alone and self._dual(initialize[0]):
             if not self.plan.problems:
                 self.verify()
             return self.plan
-        if (
-            set(calls) == {"initialize"}
-            and len(initialize) == 1
-            and _argument(initialize[0], "optimizers", 1) is None
-        ):
+        if alone and _argument(initialize[0], "optimizers", 1) is None:
             self._inference_only(initialize[0])
             if not self.plan.problems:
                 self.verify()
@@ -218,10 +226,14 @@ class _Planner(
         else:
             setup = self._linked_setup()
         if setup is None:
+            for where, node in self.kept.items():
+                why = "`amp.initialize` itself is not rewritten (see the other blockers)"
+                self.problem(node, self._stored(node, where, why))
             return self.plan
         if initialize:
             self._switch_leaks(setup.statement)
-        uses = [c for m in SUPPORTED - {"initialize"} for c in calls.get(m, [])]
+        stored = self._through_stores(setup, calls)
+        uses = [c for m in SUPPORTED - {"initialize"} for c in calls.get(m, []) if c not in stored]
         self._scope(setup, uses)
         for call in calls.get("scale_loss", []):
             self._scale_loss(call, setup)
@@ -239,8 +251,8 @@ class _Planner(
                 self._state(call, member)
         if initialize and not calls.get("state_dict") and not calls.get("load_state_dict"):
             self._resume_state(setup, initialize[0])
-        if initialize and self.hooked("caller"):
-            pass  # the hook makes its own GradScaler (_hook_setup)
+        if initialize and (self.hooked("caller") or (self.link and self.link.kept)):
+            pass  # the hook makes its own GradScaler; a kept handle is judged by its store
         elif initialize and role == "caller":
             self._pass_to_linked(setup, initialize[0])
         elif initialize and not calls.get("scale_loss") and not self._stores:

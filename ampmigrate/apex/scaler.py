@@ -33,11 +33,12 @@ class Scaler:
         inner = inner or statement
         enabled = f", enabled={setup.condition}" if setup.condition else ""
 
-        def scaler_line(leading) -> cst.SimpleStatementLine:
+        def scaler_lines(leading) -> list[cst.BaseStatement]:
             target = self.access(setup.home) or self.name
             scale = f", init_scale={self.init_scale}" if self.init_scale else ""
             code = f'{target} = torch.amp.GradScaler("cuda"{scale}{enabled})\n'
-            return cst.parse_statement(code).with_changes(leading_lines=leading)
+            line = cst.parse_statement(code).with_changes(leading_lines=leading)
+            return [line, *(cst.parse_statement(f"{s}\n") for s in self.after_scaler)]
 
         assigned = self._rebind(small, models, optimizer)
         tests = [holder.test if isinstance(holder, cst.If) else None, switch]
@@ -45,7 +46,7 @@ class Scaler:
         if anchor is not None:
             self.early = anchor
             self.plan.edits[anchor] = lambda u: cst.FlattenSentinel(
-                [scaler_line(anchor.leading_lines), u.with_changes(leading_lines=())]
+                [*scaler_lines(anchor.leading_lines), u.with_changes(leading_lines=())]
             )
             self.plan.edits[inner] = lambda _u: (
                 cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
@@ -58,12 +59,12 @@ class Scaler:
         if not isinstance(holder, cst.If) and inner is not statement:
             self.plan.edits[inner] = lambda _u: cst.FlattenSentinel(assigned)
             self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
-                [scaler_line(statement.leading_lines), u.with_changes(leading_lines=())]
+                [*scaler_lines(statement.leading_lines), u.with_changes(leading_lines=())]
             )
             return
         if not isinstance(holder, cst.If):
             self.plan.edits[statement] = lambda _u: cst.FlattenSentinel(
-                [scaler_line(statement.leading_lines), *assigned]
+                [*scaler_lines(statement.leading_lines), *assigned]
             )
             return
         # The scaler must exist on both paths: build it before the `if`, disabled when the
@@ -74,10 +75,12 @@ class Scaler:
         rest = [s for s in holder.body.body if s is not statement and s not in self.removed]
         if rest or assigned:
             self.plan.edits[holder] = lambda u: cst.FlattenSentinel(
-                [scaler_line(holder.leading_lines), u.with_changes(leading_lines=())]
+                [*scaler_lines(holder.leading_lines), u.with_changes(leading_lines=())]
             )
         else:
-            self.plan.edits[holder] = lambda _u: scaler_line(holder.leading_lines)
+            self.plan.edits[holder] = lambda _u: cst.FlattenSentinel(
+                scaler_lines(holder.leading_lines)
+            )
 
     def _rebind(self, small, models, optimizer) -> list[cst.SimpleStatementLine]:
         """``a, b = amp.initialize(m, o)``: keep ``a, b = m, o`` unless the names are the same."""

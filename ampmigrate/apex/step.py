@@ -244,8 +244,14 @@ class Step:
             return "this function cannot reach the GradScaler"
         if any(a.keyword is None or a.keyword.value not in ("retain_graph",) for a in call.args):
             return "it is given arguments other than `retain_graph`"
-        loop = next((a for a in self.ancestors(node) if isinstance(a, Loop)), None)
         steps = self.steps.get((id(function), opt), [])
+        # the iteration that steps: the innermost loop around it holding a step of `opt` (an
+        # inner loop of adversarial backwards is part of one step)
+        loop = next(
+            (a for a in self.ancestors(node)
+             if isinstance(a, Loop) and any(self.within(s, a) for s in steps)),
+            None,
+        )  # fmt: skip
         later = {  # the step statements after it, in its iteration: their step call
             n: step
             for n in self.nodes[self.order[id(node)] + 1 :]
