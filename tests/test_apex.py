@@ -1900,3 +1900,45 @@ def test_an_optimizer_state_saved_on_its_own_is_apex_s_gap_not_a_blocker():
     out, remaining, _ = fix_source(source, unsafe=True)
     assert "apex" not in out
     assert [d.code for d in remaining] == ["AMP208"]
+
+
+def test_a_forward_handed_to_another_function_after_initialize_is_a_stated_change():
+    """apex O1 cast every forward from `initialize` on; the rewrite's regions cover the
+    functions that scale a loss. An `evaluate` that `main` hands the model to afterwards (or an
+    object holding it, `args.model = model`) runs its forward in float32 now, and the finding
+    says so; a function given only data says nothing."""
+    source = textwrap.dedent(
+        """
+        import torch
+        from apex import amp
+
+
+        def evaluate(args, batch):
+            return args.model(batch).sum()
+
+
+        def report(values):
+            return sum(values)
+
+
+        def main(args):
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            args.model = model
+            for batch in args.batches:
+                loss = model(batch).pow(2).mean()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            report([1.0])
+            return evaluate(args, args.batches[0])
+        """
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    assert (
+        "behaviour change: the model's forward in `evaluate` (line 7), which `main` calls after "
+        "`amp.initialize`, runs in float32 now"
+    ) in finding.message
+    assert "`report`" not in finding.message

@@ -259,6 +259,7 @@ class _Planner(
             # (kept as `args.amp`: that blocker says where it goes)
             self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))
         self._regions(setup)
+        self._forwards_elsewhere(setup)
         self._helper_notes()
         if not self.plan.problems:
             self.verify()

@@ -132,6 +132,65 @@ class Regions:
             order = {id(s): i for i, s in enumerate(_statements(block))}
             self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
 
+    def _forwards_elsewhere(self, setup: _Setup) -> None:
+        """apex O1 cast every forward after ``initialize``; the regions cover the functions
+        that scale a loss. A same-file function that the initializing function hands the model
+        to afterwards (itself, or an object it stored it on: ``args.model = model``) and that
+        calls it there runs that forward in float32 now: a behaviour change, stated."""
+        home = setup.home
+        if not isinstance(home, cst.FunctionDef) or self.hooked("caller"):
+            return
+        models = {m for m in setup.models if "." not in m}
+        holders: dict[str, set[str]] = {}  # `args` -> the attributes it holds the model in
+        for node in self._subtree(home):
+            if (
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0].target, cst.Attribute)
+                and isinstance(node.targets[0].target.value, cst.Name)
+                and _code(self.module, node.value) in models
+            ):
+                target = node.targets[0].target
+                holders.setdefault(target.value.value, set()).add(target.attr.value)
+        defined = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
+        scaling = {id(f) for _, _, f, _ in self.requests} | {id(home)}
+        after = self.order[id(setup.statement)]
+        named: dict[str, int] = {}
+        for node in self._subtree(home):
+            if not (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Name)
+                and self.order.get(id(node), -1) > after
+            ):
+                continue
+            callee = defined.get(node.func.value)
+            if callee is None or id(callee) in scaling or callee.name.value in named:
+                continue
+            params = [p.name.value for p in callee.params.params]
+            spelled = set()
+            for i, arg in enumerate(node.args):
+                name = arg.keyword.value if arg.keyword else params[i] if i < len(params) else None
+                value = _code(self.module, arg.value)
+                if name is None or arg.star:
+                    continue
+                spelled |= {name} if value in models else set()
+                spelled |= {f"{name}.{a}" for a in holders.get(value, ())}
+            forward = next(
+                (c for c in self._subtree(callee.body)
+                 if isinstance(c, cst.Call) and _code(self.module, c.func) in spelled),
+                None,
+            )  # fmt: skip
+            if forward is not None:
+                named[callee.name.value] = self.line(forward)
+        if named:
+            listed = ", ".join(f"`{n}` (line {line})" for n, line in named.items())
+            self.plan.notes.append(
+                f"behaviour change: the model's forward in {listed}, which "
+                f"`{home.name.value}` calls after `amp.initialize`, runs in float32 now (apex O1 "
+                "cast every forward from `initialize` on): wrap it in "
+                '`torch.amp.autocast("cuda", dtype=torch.float16)` to keep apex\'s precision'
+            )
+
     def _handed_on(self, setup: _Setup, planned: dict, wrapped: set[int], blocked) -> None:
         """With the scaler as module state, the model travels through the functions on the way
         to the one that scales (``train`` -> ``train_epoch`` -> ``train_step``); where one of
