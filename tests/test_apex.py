@@ -52,6 +52,7 @@ REWRITTEN = [
     "initialize_pairs_loop",
     "initial_loss_scale",
     "stored_handle",
+    "gan_models_list",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -372,6 +373,7 @@ CASES = {
     "initialize_pairs_loop": [[], ["--fp16"]],
     "initial_loss_scale": [[], ["--fp16"]],
     "stored_handle": [[], ["--fp16"]],
+    "gan_models_list": [[], ["--fp16"]],
 }
 
 
@@ -441,7 +443,15 @@ def _models(tree: ast.AST) -> set[str]:
         if isinstance(value, ast.Call) and ast.unparse(value.func).endswith("amp.initialize"):
             target = node.targets[0]
             first = target.elts[0] if isinstance(target, ast.Tuple) else target
-            models = {ast.unparse(node.value.args[0]), ast.unparse(first)}
+            given = node.value.args[0]
+            # a list of models is a model each (O1 returns them as they are)
+            models = {
+                ast.unparse(m)
+                for m in (
+                    *(given.elts if isinstance(given, ast.List | ast.Tuple) else [given]),
+                    *(first.elts if isinstance(first, ast.List | ast.Tuple) else [first]),
+                )
+            }
             return models | {
                 alias.targets[0].id
                 for alias in ast.walk(tree)

@@ -91,14 +91,21 @@ class Initialize:
         # `model, opt = amp.initialize(model.cuda(), opt)`: initialize returns the model it
         # is given, so the rewrite keeps `model, opt = model.cuda(), opt` (_rebind)
         assigned = isinstance(small, cst.Assign) and len(small.targets) == 1 and small.value is init
-        if isinstance(models, cst.List | cst.Tuple):
+        # O1 returns each model it is given as it is: a list of them is a model each (GANs:
+        # `[netD, netG], [optD, optG] = amp.initialize([netD, netG], [optD, optG])`)
+        listed = (
+            [e.value for e in models.elements] if isinstance(models, cst.List | cst.Tuple) else None
+        )
+        if listed is not None and (
+            not listed or not all(isinstance(m, cst.Name | cst.Attribute) for m in listed)
+        ):
             self.problem(
                 init,
-                "lists of models in `amp.initialize`: one GradScaler steps each optimizer "
-                "(`scaler.step(o)` for each, one `scaler.update()`); place them by hand",
+                "a list of models in `amp.initialize` that are not all names or attributes: "
+                "bind each to a name first",
             )
             return None
-        if not isinstance(models, cst.Name | cst.Attribute) and not assigned:
+        if not isinstance(models, cst.Name | cst.Attribute) and not assigned and listed is None:
             self.problem(
                 init,
                 f"`amp.initialize` is given the model `{_code(self.module, models)}` and its "
@@ -165,10 +172,13 @@ class Initialize:
             if elements:
                 first = elements[0]
                 first = first.value if isinstance(first, cst.Element) else first
-                targets.add(_code(self.module, first))
-        setup = _Setup(
-            statement, self.function(init), {_code(self.module, models), *targets}, condition
-        )
+                each = first.elements if isinstance(first, cst.Tuple | cst.List) else None
+                if listed is not None and each is not None:  # `[a, b], opts = ...`
+                    targets |= {_code(self.module, e.value) for e in each}
+                else:
+                    targets.add(_code(self.module, first))
+        spelled = {_code(self.module, m) for m in (listed or [models])}
+        setup = _Setup(statement, self.function(init), {*spelled, *targets}, condition)
         if self.hooked("caller"):
             self._casts_only(setup, small, models, optimizer, holder, inner)
             return setup
