@@ -53,6 +53,7 @@ REWRITTEN = [
     "initial_loss_scale",
     "stored_handle",
     "gan_models_list",
+    "stored_on_self",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -374,6 +375,7 @@ CASES = {
     "initial_loss_scale": [[], ["--fp16"]],
     "stored_handle": [[], ["--fp16"]],
     "gan_models_list": [[], ["--fp16"]],
+    "stored_on_self": [[], ["--fp16"]],
 }
 
 

@@ -91,10 +91,19 @@ class Handles:
                 function = self.function(call)
                 if function is not setup.home and not self.within(function, setup.home):
                     self.stored_access[id(function)] = f"{root}.{self.name}"
+            home = setup.home
+            instance = isinstance(home, cst.FunctionDef) and any(
+                p.name.value == root for p in home.params.params[:1]
+            ) and isinstance(self.parent(self.parent(home)), cst.ClassDef)  # fmt: skip
+            callers = (
+                "the other methods reach it through their `self`"
+                if instance
+                else f"callers in other files must give `{root}` the same way"
+            )
             self.plan.notes.append(
                 f"`{where} = amp` becomes `{root}.{self.name} = {self.name}`, made where the "
                 f"GradScaler is (both paths have it); the calls through `{where}` become its "
-                f"(callers in other files must give `{root}` the same way)"
+                f"({callers})"
             )
         return planned
 
@@ -164,11 +173,30 @@ class Handles:
                     f"`{name}` is also used at {shown}:{line}, which must give it `{root}` with "
                     "the GradScaler: rewrite them in one run"
                 )
+        home = setup.home
+        cls = self.parent(self.parent(home)) if isinstance(home, cst.FunctionDef) else None
+        instance = (
+            isinstance(cls, cst.ClassDef)
+            and bool(home.params.params)
+            and home.params.params[0].name.value == root
+        )  # `self.amp = amp` in a method: the other methods reach it through their `self`
         for call in through:
             function = self.function(call)
             if function is setup.home or self.within(function, setup.home):
                 if self.order[id(call)] < self.order[id(statement)]:
                     return f"it is called through at line {self.line(call)} before it is kept"
+                continue
+            if instance:
+                method = self.method_of(call, cls)
+                if (
+                    method is None
+                    or method.params.params[:1] == []
+                    or (method.params.params[0].name.value != root)
+                ):
+                    return (
+                        f"`{where}` is read at line {self.line(call)} outside the methods of "
+                        f"`{cls.name.value}`"
+                    )
                 continue
             why = self._carries(function, root, setup, statement, users)
             if why is not None:
