@@ -197,5 +197,6 @@ class RunnerHooks:
             f"everything after `amp.initialize` in `{home.name.value}` runs in one autocast "
             "region (the runner's forward passes and its hooks), as apex O1's casts did from "
             f"`initialize` on; they end when `{home.name.value}` returns, where apex's lasted "
-            "for the rest of the process"
+            "for the rest of the process, and code the runner runs that turns autocast off "
+            "itself runs in float32 there, where apex cast it regardless"
         )
