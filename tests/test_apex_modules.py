@@ -490,3 +490,58 @@ def test_migrated_family_trains_like_the_original(tmp_path, stub):
         assert "forward dtypes: ['torch.float32']" in results[i][1]
     for i in (5, 11):
         assert "forward dtypes: ['torch.float16']" in results[i][1]
+
+
+@pytest.mark.parametrize(
+    ("path", "old", "new", "why"),
+    [
+        (HOOK_FILES[1], "    def before_run(self, runner):",
+         "    def enable(self):\n        self.use_fp16 = True\n\n    def before_run(self, runner):",
+         "`self.use_fp16` is not set in `__init__` alone"),
+        (HOOK_FILES[1], "        if self.use_fp16:\n            with",
+         "        if self.use_fp16 and runner.iter > 0:\n            with",
+         "do not all run under one `if self.<flag>:`"),
+        (HOOK_FILES[0], "    runner.run(batches, 2)",
+         "    with torch.autocast('cpu', enabled=False):\n        runner.run(batches, 2)",
+         "is used after `amp.initialize`: apex cast there whatever autocast said"),
+        (HOOK_FILES[0], '    if "use_fp16" in cfg and cfg["use_fp16"]:\n        model,',
+         '    if "use_fp16" in cfg and cfg["use_fp16"]:\n        cfg["use_fp16"] = False\n'
+         "        model,",
+         "is changed inside its `if`"),
+    ],
+)  # fmt: skip
+def test_a_runner_hook_component_refuses_where_a_half_cannot_be_exact(
+    tmp_path, path, old, new, why
+):
+    """The hook's GradScaler is switched by a flag only `__init__` sets, under which every
+    scaled backward runs; the script's autocast must be the only one after `initialize`, and
+    its condition must keep apex's value. Otherwise both files refuse, one saying why."""
+    root = tmp_path / "project"
+    shutil.copytree(HOOKED / "before", root)
+    target = root / path
+    assert old in target.read_text()
+    target.write_text(target.read_text().replace(old, new))
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    found = _amp303(results)
+    assert why in found[Path(path).name].message, found[Path(path).name].message
+    other = HOOK_FILES[0] if path == HOOK_FILES[1] else HOOK_FILES[1]
+    assert "not rewritten in this run" in found[Path(other).name].message
+
+
+def test_a_hook_that_always_scales_gets_a_scaler_that_is_always_on(tmp_path):
+    root = tmp_path / "project"
+    shutil.copytree(HOOKED / "before", root)
+    hook = root / HOOK_FILES[1]
+    source = hook.read_text()
+    start = source.index("        if self.use_fp16:\n")
+    end = source.index("        if self.every_n_iters")
+    body = (
+        '        with apex.amp.scale_loss(runner.outputs["loss"], runner.optimizer) as scaled:\n'
+        "            scaled.backward()\n"
+    )
+    hook.write_text(source[:start] + body + source[end:])
+    results = run(_files(root), _settings(fix=True))
+    changed = {Path(r.path).name: r.new_source.decode() for r in results if r.changed}
+    assert set(changed) == {"train.py", "optimizer_hook.py"}
+    assert 'self.scaler = torch.amp.GradScaler("cuda")\n' in changed["optimizer_hook.py"]

@@ -279,7 +279,8 @@ class Facts:
     def hooked(self, role: str) -> bool:
         """This file is the ``role`` side of a runner-hook link (:mod:`ampmigrate.apex.hooks`)."""
         link = self.link
-        return link is not None and link.hook is not None and not link.broken and self.role == role
+        usable = link is not None and (not link.broken or self.refused_here)
+        return usable and link.hook is not None and self.role == role
 
     def access(self, where: cst.CSTNode) -> str | None:
         """How code in ``where`` reaches the scaler (None: it cannot)."""

@@ -127,6 +127,31 @@ class RunnerHooks:
             return False
         return test
 
+    def _changes(self, condition: str, statements: list[cst.CSTNode]) -> bool:
+        """One of ``statements`` may change what ``condition`` reads: it assigns to a name it
+        reads (or to an item or attribute of one), or calls a method of one."""
+        read = {n.value for n in self._subtree(cst.parse_expression(condition))
+                if isinstance(n, cst.Name)}  # fmt: skip
+
+        def root(node: cst.CSTNode) -> str | None:
+            while isinstance(node, cst.Attribute | cst.Subscript):
+                node = node.value
+            return node.value if isinstance(node, cst.Name) else None
+
+        for statement in statements:
+            for node in self._subtree(statement):
+                if isinstance(node, cst.AssignTarget | cst.AugAssign) and (
+                    root(node.target) in read or self.facts(node).assigned & read
+                ):
+                    return True
+                if (
+                    isinstance(node, cst.Call)
+                    and isinstance(node.func, cst.Attribute)
+                    and root(node.func.value) in read
+                ):
+                    return True
+        return False
+
     def _casts_only(self, setup: _Setup, small, models, optimizer, holder, inner) -> None:
         """The script side: ``initialize`` goes (its model expression stays bound), and the rest
         of its function runs in autocast, enabled by the condition ``initialize`` ran under."""
@@ -139,7 +164,7 @@ class RunnerHooks:
             rest = [s for s in holder.body.body if s is not inner and s not in self.removed]
             if not rest and not assigned and holder.orelse is None:
                 self.plan.edits[holder] = lambda _u: cst.RemoveFromParent()
-            if self._set_in(cst.parse_expression(setup.condition), holder, cst.Pass()):
+            if self._changes(setup.condition, [s for s in holder.body.body if s is not inner]):
                 self.problem(
                     setup.statement,
                     f"`{setup.condition}` is changed inside its `if`: autocast after it could "

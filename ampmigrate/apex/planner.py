@@ -128,6 +128,7 @@ class _Planner(
         self.scale_gap = False  # apex never checkpointed its scale, nor does the rewrite
         self.global_home: cst.FunctionDef | None = None  # creates the module-level scaler
         self.siblings: list | None = None  # apex_siblings of the file (None: not looked up)
+        self.refused_here = False  # this file broke its link (see build)
         # `args.amp = amp`: apex's module kept on an object, by where (`args.amp`)
         self.kept: dict[str, cst.CSTNode] = {}
         # how functions that called apex through a kept handle reach the GradScaler
@@ -195,12 +196,14 @@ class _Planner(
             for where, node in self.kept.items():
                 self.problem(node, self._stored(node, where))
             self.kept = {}
-        role = self.role if self.link and not self.link.broken else None
-        refused_here = (
+        refused_here = bool(
             self.path is not None
             and self.link
             and (self.link.broken_by == os.path.abspath(self.path))
         )
+        # the file that broke its link plans as it did, so its own blockers are said again
+        self.refused_here = refused_here
+        role = self.role if self.link and (not self.link.broken or refused_here) else None
         if self.link and self.link.broken and not refused_here:
             self.problem(self.plan.anchor, self._broken())
         if not initialize and role != "callee":
@@ -261,6 +264,8 @@ class _Planner(
         self._regions(setup)
         self._forwards_elsewhere(setup)
         self._helper_notes()
+        if refused_here and not self.plan.problems:  # suppressed, or only offered
+            self.problem(self.plan.anchor, self._broken())
         if not self.plan.problems:
             self.verify()
         return self.plan
