@@ -170,6 +170,9 @@ class Flow:
     calls: list[Event] = field(default_factory=list)
     scalers: set[str] = field(default_factory=set)  # receivers that are GradScalers
     constructions: list[tuple[ast.Call, bool]] = field(default_factory=list)  # (call, enabled)
+    # per scaler: the tests whose falsehood turns it off (its `enabled=` and each `and` operand),
+    # as ``_normal`` spells them: in their `else:` nothing it scales is scaled
+    switches: dict[str, set[str]] = field(default_factory=dict)
     # Where a scaler lives, so that a checkpoint or cast is only judged next to it: functions
     # (ids) that build or use one, classes with a `self.` scaler, and a module-level one; each
     # with the scaler's name as the code spells it, for messages.
@@ -472,6 +475,9 @@ class _Collector:
         if names & GRAD_SCALER:
             enabled = not disabled_by_keyword(node.keywords)
             self.flow.constructions.append((node, enabled))
+            switch = next((k.value for k in node.keywords if k.arg == "enabled"), None)
+            for target in self._assigned if switch is not None else ():
+                self.flow.switches[target] = _switch_off(switch)
             self.flow.scalers.update(self._assigned)
             for target in self._assigned if enabled else ():
                 self._scaler_here(target)
@@ -686,11 +692,43 @@ def _pending_backward(flow: Flow, event: Event) -> Event | None:
     return None if any(r.order > last.order for r in resets) else last
 
 
+def _switch_off(enabled: ast.expr) -> set[str]:
+    """The tests whose falsehood turns off a scaler made with ``enabled=<enabled>``: the
+    expression, each operand of an ``and`` in it, what ``bool(...)`` wraps."""
+    found, pending = set(), [enabled]
+    while pending:
+        node = pending.pop()
+        found.add(ast.unparse(node))
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+            pending += node.values
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "bool" and node.args:
+            pending.append(node.args[0])
+    return found
+
+
+def _normal(text: str) -> str:
+    try:
+        return ast.unparse(ast.parse(text.strip(), mode="eval").body)
+    except SyntaxError:
+        return text
+
+
+def _scaler_off(flow: Flow, event: Event, scaler: str) -> bool:
+    """``event`` runs only in the ``else:`` of a test whose falsehood turns ``scaler`` off:
+    there its ``scale`` returned the loss as it was, and nothing it scaled is scaled."""
+    off = flow.switches.get(scaler)
+    return bool(off) and any(
+        side == "orelse" and _normal(test) in off for test, side in event.branches
+    )
+
+
 def clip_before_unscale(flow: Flow, rule: Rule) -> list[Finding]:
     findings = []
     for event in (e for e in flow.calls if e.kind in {"clip", "norm"}):
         backward = _pending_backward(flow, event)
         if backward is None or _scale_aware(event.node, backward.receiver):
+            continue
+        if _scaler_off(flow, event, backward.receiver):
             continue
         what = "clips" if event.kind == "clip" else "takes the norm of"
         scaler = backward.receiver

@@ -54,6 +54,7 @@ REWRITTEN = [
     "stored_handle",
     "gan_models_list",
     "stored_on_self",
+    "adversarial_fgm",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -376,6 +377,7 @@ CASES = {
     "stored_handle": [[], ["--fp16"]],
     "gan_models_list": [[], ["--fp16"]],
     "stored_on_self": [[], ["--fp16"]],
+    "adversarial_fgm": [[], ["--adv"], ["--fp16"], ["--fp16", "--adv"]],
 }
 
 
@@ -1954,3 +1956,36 @@ def test_a_forward_handed_to_another_function_after_initialize_is_a_stated_chang
         "`amp.initialize`, runs in float32 now"
     ) in finding.message
     assert "`report`" not in finding.message
+
+
+def test_a_checkpoint_of_the_model_alone_is_apex_own_scale_gap_not_a_blocker():
+    """apex never saved its loss scale in a checkpoint that holds only the model, nor does the
+    rewrite: that is apex's behaviour (the scale restarts on resume), so the rewrite is made and
+    AMP208 reports the gap on its own, instead of a refusal telling the user to change an
+    original that has nothing to change."""
+    source = textwrap.dedent(
+        """
+        import torch
+        from apex import amp
+
+
+        def main(data):
+            model = torch.nn.Linear(2, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for epoch in range(2):
+                for x in data:
+                    loss = model(x).sum()
+                    optimizer.zero_grad()
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                    optimizer.step()
+                torch.save({"epoch": epoch, "state_dict": model.state_dict()}, "last.pth")
+        """
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    assert "apex never checkpointed its loss scale here, nor does the rewrite" in finding.message
+    out, remaining, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed} and "amp." not in out.replace("torch.amp.", "")
+    assert "AMP208" in {d.code for d in check_source(out)}

@@ -166,6 +166,10 @@ class Checkpoints:
                     f"the GradScaler's state is restored after `{opt}`'s (line "
                     f"{self.line(statement)}) when the checkpoint has it"
                 )
+        if not joined and not gaps:
+            # no optimizer state saved or restored here: a checkpoint (if any) of the model
+            # alone left apex's scale out too; AMP208 on the result is that gap (see verify)
+            self.scale_gap = True
         if gaps:
             # apex never checkpointed its loss scale here: leaving the GradScaler's out is
             # exactly what apex did (the scale restarts on resume); AMP208 reports that gap

@@ -157,7 +157,16 @@ class _Planner(
         before = {d.code for d in _correctness(self.text)}
         if self.scale_gap:
             before.add("AMP208")  # apex's own gap (see _resume_state), reported on its own
-        for found in _correctness(code):
+        found_codes = _correctness(code)
+        gap = next((f for f in found_codes if f.code == "AMP208"), None)
+        if gap is not None and self.scale_gap and not any("AMP208" in n for n in self.plan.notes):
+            self.plan.notes.append(
+                f"apex never checkpointed its loss scale here, nor does the rewrite (the "
+                f"checkpoint at its line {gap.line} holds no optimizer state to put it beside): "
+                "the scale restarts on resume, as it did under apex (AMP208 reports this gap "
+                "on its own)"
+            )
+        for found in found_codes:
             if found.code not in before:
                 self.plan.problems.append(
                     f"the rewrite would get {found.code} at its line {found.line} "
