@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ampmigrate.apex.links import apex_calls
+from ampmigrate.apex.links import apex_calls, stray_calls
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.settings import FileResult, Settings
@@ -36,6 +36,13 @@ def check(
 ) -> list[Finding]:
     calls = apex_calls(names)
     if not calls:
+        stray = stray_calls(tree, names)
+        if stray:
+            from ampmigrate.apex.verdict import refusal
+
+            message = refusal(why for _, why in stray)
+            where = Span(*source.position(stray[0][0]))
+            return [Finding(rule.code, message, where) for rule in rules]
         return _unused(names, rules, source.path)
     link = settings.project.get(PASS, {}).get(os.path.abspath(source.path))
     if link is None:

@@ -276,6 +276,33 @@ class Facts:
                 return inner
         return None
 
+    def _move_footers(self) -> None:
+        """Comments that follow a compound statement the plan removes or replaces (libcst keeps
+        commented-out lines before the next statement in the footer of the last block) belong to
+        what follows: they become the next statement's leading lines."""
+        for statement in self.footers:
+            last = statement
+            while isinstance(last, cst.If) and isinstance(last.orelse, cst.If):
+                last = last.orelse
+            block = last.orelse.body if isinstance(getattr(last, "orelse", None), cst.Else) else (
+                getattr(last, "body", None)
+            )  # fmt: skip
+            footer = list(block.footer) if isinstance(block, cst.IndentedBlock) else []
+            located = self.block_of(statement)
+            if not any(line.comment for line in footer) or located is None:
+                continue
+            body = _statements(located[0]) or []
+            if located[1] + 1 >= len(body):
+                continue
+            following = body[located[1] + 1]
+            previous = self.plan.edits.get(following)
+
+            def attach(u, lines=footer, p=previous):
+                u = u.with_changes(leading_lines=[*lines, *u.leading_lines])
+                return p(u) if p is not None else u
+
+            self.plan.edits[following] = attach
+
     def hooked(self, role: str) -> bool:
         """This file is the ``role`` side of a runner-hook link (:mod:`ampmigrate.apex.hooks`)."""
         link = self.link

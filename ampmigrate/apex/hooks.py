@@ -164,6 +164,7 @@ class RunnerHooks:
             rest = [s for s in holder.body.body if s is not inner and s not in self.removed]
             if not rest and not assigned and holder.orelse is None:
                 self.plan.edits[holder] = lambda _u: cst.RemoveFromParent()
+                self.footers.append(holder)
             if self._changes(setup.condition, [s for s in holder.body.body if s is not inner]):
                 self.problem(
                     setup.statement,

@@ -45,10 +45,22 @@ class Initialize:
                 "and feed half inputs (O2/O3)",
             )
             return None
-        unknown = sorted(set(args) - _KNOWN_KWARGS)
-        if unknown:
-            listed = ", ".join(f"`{k}`" for k in unknown)
+        # `keep_batchnorm_fp32=None` and the like are apex's own O1 defaults: nothing is set
+        unknown = sorted(
+            k for k in set(args) - _KNOWN_KWARGS
+            if not (isinstance(args[k], cst.Name) and args[k].value == "None")
+        )  # fmt: skip
+        fixed = [k for k in unknown if _literal(args[k])]
+        if fixed:
+            listed = ", ".join(f"`{k}`" for k in fixed)
             self.problem(init, f"`amp.initialize` sets {listed}, which O1 cannot express")
+        for key in (k for k in unknown if k not in fixed):
+            self.problem(
+                init,
+                f"`amp.initialize` is given `{key}={_code(self.module, args[key])}`, which "
+                "this file does not fix to None: under O1 apex accepts only None there (any "
+                "other value raises or belongs to O2/O3's model casts); pass None or drop it",
+            )
         if "num_losses" in args:
             self.plan.notes.append(
                 f"behaviour change: apex kept one loss scale per loss (`num_losses="
@@ -82,10 +94,19 @@ class Initialize:
                     f"({_code(self.module, args['enabled'])}) and {_code(self.module, switch)}"
                 )
         scale = args.get("loss_scale")
-        if scale is not None and not (
-            isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic"
-        ):
+        dynamic = scale is None or (
+            (isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic")
+            or (isinstance(scale, cst.Name) and scale.value == "None")  # O1's default: dynamic
+        )
+        if not dynamic and _literal(scale):
             self.problem(init, "a static `loss_scale`: GradScaler is always dynamic")
+        elif not dynamic:
+            self.problem(
+                init,
+                f'`loss_scale={_code(self.module, scale)}` is not provably "dynamic" here (a '
+                "caller or config may give a static scale): GradScaler is always dynamic; pass "
+                '`loss_scale="dynamic"` or drop it',
+            )
         statement = self.statement(init)
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         # `model, opt = amp.initialize(model.cuda(), opt)`: initialize returns the model it
@@ -401,8 +422,23 @@ class Initialize:
         attr = level.attr.value if isinstance(level, cst.Attribute) else None
         flag, reassigned = None, False
         if attr is not None:
+            # `arg = parser.add_argument` then `arg("--opt-level", ...)`: the same call
+            aliases = {
+                t.target.value
+                for n in self.nodes
+                if isinstance(n, cst.Assign)
+                and isinstance(n.value, cst.Attribute)
+                and n.value.attr.value == "add_argument"
+                for t in n.targets
+                if isinstance(t.target, cst.Name)
+            }
             for node in self.nodes:
-                if isinstance(node, cst.Call) and _is_call_of(node, "add_argument"):
+                adds = _is_call_of(node, "add_argument") or (
+                    isinstance(node, cst.Call)
+                    and isinstance(node.func, cst.Name)
+                    and node.func.value in aliases
+                )
+                if isinstance(node, cst.Call) and adds:
                     options = [a.value for a in node.args if not a.keyword]
                     names = [o.evaluated_value for o in options
                              if isinstance(o, cst.SimpleString)]  # fmt: skip
@@ -598,3 +634,12 @@ def _plain(level: cst.CSTNode) -> bool:
             return False
         level = level.value
     return isinstance(level, cst.Name)
+
+
+def _literal(node: cst.BaseExpression) -> bool:
+    """A value the argument holds in every run (a static loss scale, ``True``)."""
+    if isinstance(node, cst.UnaryOperation):
+        node = node.expression
+    if isinstance(node, cst.Name):
+        return node.value in ("True", "False", "None")
+    return isinstance(node, cst.Integer | cst.Float | cst.SimpleString | cst.ConcatenatedString)

@@ -117,6 +117,58 @@ def apex_calls(names: Names) -> list[ast.Call]:
     return calls
 
 
+_MEMBERS = {"scale_loss", "master_params", "state_dict", "load_state_dict", "initialize"}
+
+
+def stray_calls(tree: ast.Module, names: Names) -> list[tuple[ast.Call, str]]:
+    """apex amp calls that do not resolve to apex, so no other check sees them, each with what
+    it is: ``amp.scale_loss`` where the apex import binds ``amp`` only inside another function
+    (NameError as written), or ``self.amp.scale_loss`` through an attribute that holds apex's
+    module, set in another file."""
+    found: list[tuple[ast.Call, str]] = []
+    roots = {}
+    for binding in names.imports():
+        stmt, alias = binding.node, binding.alias
+        module = alias.name if isinstance(stmt, ast.Import) else stmt.module or ""
+        if alias is not None and (module == "apex" or module.startswith("apex.")):
+            roots.setdefault(binding.name.partition(".")[0], stmt)
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _MEMBERS
+        ):
+            continue
+        holder = node.func.value
+        shown = ast.unparse(node.func)
+        function = next(
+            (a.name for a in names.ancestors(node) if isinstance(a, ast.FunctionDef)), None
+        )
+        inside = f"`{function}`" if function else "module-level code"
+        if isinstance(holder, ast.Name) and holder.id in roots and not names.bindings(holder):
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` reads `{holder.id}`, which the apex import at "
+                f"line {roots[holder.id].lineno} binds only inside another function, not in "
+                f"{inside}: that call raises NameError, so the original's mixed-precision path "
+                f"cannot run as written; import `{holder.id}` at module level (or fix the "
+                "original) before migrating"
+            )))  # fmt: skip
+        elif (
+            not roots
+            and node.func.attr in ("scale_loss", "master_params")
+            and isinstance(holder, ast.Attribute)
+            and holder.attr == "amp"
+        ):
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` calls apex amp's `{node.func.attr}` through "
+                f"`{ast.unparse(holder)}`, which can hold apex's module only where another "
+                "file keeps it there (apex is not imported here); migrate this file with the "
+                "one that keeps it (a GradScaler kept there instead, "
+                f"`{ast.unparse(holder.value)}.scaler`), by hand"
+            )))  # fmt: skip
+    return found
+
+
 @dataclass
 class _File:
     path: str
@@ -653,6 +705,10 @@ def _apex_member(path: str) -> tuple[str, int] | None:
     if b"apex" not in data:
         return None
     file = _parsed(path, data)
+    if file is not None and not file.members:
+        stray = stray_calls(file.tree, file.names)  # a use apex's import does not reach
+        if stray:
+            return stray[0][0].func.attr, stray[0][0].lineno
     if file is None or not file.members or "initialize" in file.members:
         return None
     member, call = min(

@@ -129,6 +129,7 @@ class _Planner(
         self.global_home: cst.FunctionDef | None = None  # creates the module-level scaler
         self.siblings: list | None = None  # apex_siblings of the file (None: not looked up)
         self.refused_here = False  # this file broke its link (see build)
+        self.footers: list[cst.CSTNode] = []  # statements that go: their footer comments stay
         # `args.amp = amp`: apex's module kept on an object, by where (`args.amp`)
         self.kept: dict[str, cst.CSTNode] = {}
         # how functions that called apex through a kept handle reach the GradScaler
@@ -273,6 +274,7 @@ class _Planner(
         self._regions(setup)
         self._forwards_elsewhere(setup)
         self._helper_notes()
+        self._move_footers()
         if refused_here and not self.plan.problems:  # suppressed, or only offered
             self.problem(self.plan.anchor, self._broken())
         if not self.plan.problems:

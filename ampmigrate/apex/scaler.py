@@ -55,6 +55,7 @@ class Scaler:
                     if s is not statement and s not in self.removed]  # fmt: skip
             if isinstance(holder, cst.If) and not rest and not assigned:
                 self.plan.edits[holder] = lambda _u: cst.RemoveFromParent()
+                self.footers.append(holder)
             return
         if not isinstance(holder, cst.If) and inner is not statement:
             self.plan.edits[inner] = lambda _u: cst.FlattenSentinel(assigned)
@@ -81,6 +82,7 @@ class Scaler:
             self.plan.edits[holder] = lambda _u: cst.FlattenSentinel(
                 scaler_lines(holder.leading_lines)
             )
+            self.footers.append(holder)
 
     def _rebind(self, small, models, optimizer) -> list[cst.SimpleStatementLine]:
         """``a, b = amp.initialize(m, o)``: keep ``a, b = m, o`` unless the names are the same."""
