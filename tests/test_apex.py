@@ -1285,7 +1285,7 @@ def test_an_opt_level_flag_is_o1_only_when_its_choices_say_so():
     message = _message(open_flag)
     assert (
         "opt_level `args.fp16_opt_level` is not provably O1: it comes from the flag "
-        "`--fp16_opt_level`, which accepts any level (no `choices` within O0/O1)"
+        "`--fp16_opt_level`, which accepts any level (no `choices`)"
     ) in message
     assert "line 15: opt_level" in message
     reassigned = head.replace(
@@ -1344,7 +1344,7 @@ def test_apex_opt_level_takes_an_open_flag_as_o1_or_o0():
     assert message.startswith("apex.amp O1 can be rewritten to torch.amp")
     assert (
         "note: behaviour change: opt_level `args.fp16_opt_level` comes from the flag "
-        "`--fp16_opt_level`, which accepts any level (no `choices` within O0/O1); the setting "
+        "`--fp16_opt_level`, which accepts any level (no `choices`); the setting "
         "`apex-opt-level` (pyproject.toml) takes it as O1 or O0, so a run given O2/O3 now trains "
         'in float32, without mixed precision (it is on only where the level is "O1")'
     ) in message
@@ -1935,6 +1935,10 @@ def test_a_forward_handed_to_another_function_after_initialize_is_a_stated_chang
             return sum(values)
 
 
+        def test(net, batch):
+            return net(batch).sum()
+
+
         def main(args):
             model = torch.nn.Linear(4, 1)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -1946,14 +1950,16 @@ def test_a_forward_handed_to_another_function_after_initialize_is_a_stated_chang
                     scaled_loss.backward()
                 optimizer.step()
             report([1.0])
+            test_model = args.ema if args.use_ema else model
+            test(test_model, args.batches[0])
             return evaluate(args, args.batches[0])
         """
     )
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix == "unsafe", finding.message
     assert (
-        "behaviour change: the model's forward in `evaluate` (line 7), which `main` calls after "
-        "`amp.initialize`, runs in float32 now"
+        "behaviour change: the model's forward in `test` (line 15), `evaluate` (line 7), which "
+        "`main` calls after `amp.initialize`, runs in float32 now"
     ) in finding.message
     assert "`report`" not in finding.message
 

@@ -468,8 +468,12 @@ class Initialize:
                 levels = values
         if levels is None:
             if flag is not None:
+                choices = _argument(flag[1], "choices", 99)
                 origin = (
-                    f"the flag `{flag[0]}`, which accepts any level (no `choices` within O0/O1)"
+                    f"the flag `{flag[0]}`, whose choices `{_code(self.module, choices)}` are not "
+                    "within O0/O1"
+                    if choices is not None
+                    else f"the flag `{flag[0]}`, which accepts any level (no `choices`)"
                 )
                 if reassigned:
                     origin = f"the flag `{flag[0]}`, reassigned in this file"

@@ -142,6 +142,18 @@ class Regions:
             return
         models = {m for m in setup.models if "." not in m}
         holders: dict[str, set[str]] = {}  # `args` -> the attributes it holds the model in
+        for node in self._subtree(home):  # `test_model = ema.module if args.ema else model`
+            if (
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0].target, cst.Name)
+                and self.order.get(id(node), -1) > self.order[id(setup.statement)]
+                and any(
+                    isinstance(n, cst.Name) and n.value in models for n in self._subtree(node.value)
+                )
+                and not isinstance(node.value, cst.Call)
+            ):
+                models = models | {node.targets[0].target.value}
         for node in self._subtree(home):
             if (
                 isinstance(node, cst.Assign)
