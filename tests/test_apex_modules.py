@@ -353,24 +353,57 @@ HOOKED = FIXTURES / "apex" / "runner_hook"
 HOOK_FILES = ["selfsup/apis/train.py", "selfsup/hooks/optimizer_hook.py"]
 
 
+def _rewritten_exactly(tmp_path: Path, fixture: Path, changed: list[str]) -> None:
+    """`fix` on the whole project gives exactly the fixture's after/ tree, changing `changed`;
+    a second run changes and reports nothing."""
+    root = tmp_path / "project"
+    shutil.copytree(fixture / "before", root)
+    results = run(_files(root), _settings(fix=True))
+    for result in results:
+        relative = Path(result.path).relative_to(root)
+        new = result.new_source if result.changed else Path(result.path).read_bytes()
+        assert new == (fixture / "after" / relative).read_bytes(), relative
+        if result.changed:
+            Path(result.path).write_bytes(result.new_source)
+    assert sorted(str(Path(r.path).relative_to(root)) for r in results if r.changed) == changed
+    again = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in again) and not [d for r in again for d in r.fixed]
+    assert not [d for r in again for d in r.diagnostics if d.code.startswith(("AMP2", "AMP3"))]
+
+
+def _runs_beside_original(tmp_path: Path, stub: Path, fixture: Path, runs: list) -> list:
+    """Each (script, flags) of ``runs`` three times: the original against the O0 stand-in,
+    the migration as written (CUDA AMP off without a GPU) and with "cuda" -> "cpu" (float16
+    on CPU, forward dtypes recorded). All must exit 0, the first two print the same."""
+    before = tmp_path / "before"
+    shutil.copytree(fixture / "before", before)
+    shutil.copytree(stub / "apex", before / "apex")
+    after = tmp_path / "after"
+    shutil.copytree(fixture / "after", after)
+    cpu = tmp_path / "cpu"
+    shutil.copytree(after, cpu)
+    for path in _files(cpu):
+        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    specs = [
+        (root / script, flags, root, record)
+        for script, flags in runs
+        for root, record in ((before, False), (after, False), (cpu, True))
+    ]
+    results = _runs(specs, tmp_path)
+    for code, _, error in results:
+        assert code == 0, error
+    for i in range(0, len(results), 3):
+        assert " loss " in results[i][1]
+        assert results[i][1] == results[i + 1][1]
+    return results
+
+
 def test_a_runner_hook_and_the_script_that_initializes_are_rewritten_together(tmp_path):
     """mmcv style: the script initializes amp and hands model and optimizer to a runner (a
     library), whose hook scales `runner.outputs["loss"]`. No call links the two files; apex's
     process-wide state does. The hook makes its own GradScaler, switched like its scaled
     backward; the script casts from `initialize` on. Exactly the fixture, then nothing more."""
-    root = tmp_path / "project"
-    shutil.copytree(HOOKED / "before", root)
-    results = run(_files(root), _settings(fix=True))
-    for result in results:
-        relative = Path(result.path).relative_to(root)
-        new = result.new_source if result.changed else Path(result.path).read_bytes()
-        assert new == (HOOKED / "after" / relative).read_bytes(), relative
-        if result.changed:
-            Path(result.path).write_bytes(result.new_source)
-    assert sorted(str(Path(r.path).relative_to(root)) for r in results if r.changed) == HOOK_FILES
-    again = run(_files(root), _settings(fix=True))
-    assert not any(r.changed for r in again) and not [d for r in again for d in r.fixed]
-    assert not [d for r in again for d in r.diagnostics if d.code.startswith(("AMP2", "AMP3"))]
+    _rewritten_exactly(tmp_path, HOOKED, HOOK_FILES)
 
 
 def test_a_runner_hook_alone_or_its_script_alone_refuses(tmp_path):
@@ -395,25 +428,9 @@ def test_migrated_runner_hook_trains_like_the_original(tmp_path, stub):
     """The O0 stand-in for apex against the migrated pair: the same losses, with and without
     `--fp16`; with "cuda" -> "cpu" the runner's forward really runs in float16 under `--fp16`
     (and in float32 without), and the hook's GradScaler steps on the accumulation schedule."""
-    before = tmp_path / "before"
-    shutil.copytree(HOOKED / "before", before)
-    shutil.copytree(stub / "apex", before / "apex")
-    after = tmp_path / "after"
-    shutil.copytree(HOOKED / "after", after)
-    cpu = tmp_path / "cpu"
-    shutil.copytree(after, cpu)
-    for path in _files(cpu):
-        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
-    specs = []
-    for flags in ([], ["--fp16"]):
-        for root, record in ((before, False), (after, False), (cpu, True)):
-            specs.append((root / HOOK_FILES[0], flags, root, record))
-    results = _runs(specs, tmp_path)
-    for code, _, error in results:
-        assert code == 0, error
-    for i in (0, 3):
-        assert "iter 7 loss" in results[i][1]
-        assert results[i][1] == results[i + 1][1]
+    runs = [(HOOK_FILES[0], []), (HOOK_FILES[0], ["--fp16"])]
+    results = _runs_beside_original(tmp_path, stub, HOOKED, runs)
+    assert "iter 7 loss" in results[0][1]
     assert "forward dtypes: ['torch.float32']" in results[2][1]
     assert "forward dtypes: ['torch.float16']" in results[5][1]
     assert results[5][1].count("iter ") == 8
@@ -438,16 +455,7 @@ def test_scripts_that_keep_apex_on_args_and_share_a_training_function_move_toget
         "`train_model` is also used at run_regression.py:20"
         in _amp303([one])["run_classifier.py"].message
     )
-    results = run(_files(root), _settings(fix=True))
-    for result in results:
-        relative = Path(result.path).relative_to(root)
-        new = result.new_source if result.changed else Path(result.path).read_bytes()
-        assert new == (KEPT / "after" / relative).read_bytes(), relative
-        if result.changed:
-            Path(result.path).write_bytes(result.new_source)
-    assert sorted(str(Path(r.path).relative_to(root)) for r in results if r.changed) == KEPT_FILES
-    again = run(_files(root), _settings(fix=True))
-    assert not any(r.changed for r in again) and not [d for r in again for d in r.fixed]
+    _rewritten_exactly(tmp_path / "whole", KEPT, KEPT_FILES)
 
 
 def test_a_script_of_the_family_that_is_refused_keeps_every_one_from_changing(tmp_path):
@@ -466,26 +474,8 @@ def test_migrated_family_trains_like_the_original(tmp_path, stub):
     """Both scripts, with and without `--fp16 --adversarial`: the O0 stand-in's prints equal
     the migrated ones; with "cuda" -> "cpu" the forward runs in float16 and the adversarial
     backwards, scaled too, step through the scaler."""
-    before = tmp_path / "before"
-    shutil.copytree(KEPT / "before", before)
-    shutil.copytree(stub / "apex", before / "apex")
-    after = tmp_path / "after"
-    shutil.copytree(KEPT / "after", after)
-    cpu = tmp_path / "cpu"
-    shutil.copytree(after, cpu)
-    for path in _files(cpu):
-        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
-    specs = []
-    for script in KEPT_FILES:
-        for flags in ([], ["--fp16", "--adversarial"]):
-            for root, record in ((before, False), (after, False), (cpu, True)):
-                specs.append((root / script, flags, root, record))
-    results = _runs(specs, tmp_path)
-    for code, _, error in results:
-        assert code == 0, error
-    for i in range(0, len(results), 3):
-        assert " loss " in results[i][1]
-        assert results[i][1] == results[i + 1][1]
+    runs = [(script, f) for script in KEPT_FILES for f in ([], ["--fp16", "--adversarial"])]
+    results = _runs_beside_original(tmp_path, stub, KEPT, runs)
     for i in (2, 8):
         assert "forward dtypes: ['torch.float32']" in results[i][1]
     for i in (5, 11):
