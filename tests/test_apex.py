@@ -1991,7 +1991,9 @@ def test_a_checkpoint_of_the_model_alone_is_apex_own_scale_gap_not_a_blocker():
     )
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix == "unsafe", finding.message
-    assert "apex never checkpointed its loss scale here, nor does the rewrite" in finding.message
+    assert "apex never checkpointed its loss scale here, and the rewrite does not add" in (
+        finding.message
+    )
     out, _, fixed = fix_source(source, unsafe=True)
     assert "AMP303" in {d.code for d in fixed} and "amp." not in out.replace("torch.amp.", "")
     assert "AMP208" in {d.code for d in check_source(out)}
@@ -2147,3 +2149,67 @@ def test_comments_after_a_removed_initialize_block_stay():
     out, _, fixed = fix_source(source, unsafe=True)
     assert "AMP303" in {d.code for d in fixed}
     assert "#if torch.cuda.is_available():\n    # model = torch.compile(model)\n    model = " in out
+
+
+GAN_CLASS = """
+import torch
+from apex import amp
+
+
+class GAN:
+    def __init__(self, generator, discriminator, optimizer):
+        self.generator, self.discriminator, self.optimizer = generator, discriminator, optimizer
+        self.generator, self.optimizer = amp.initialize(
+            self.generator, self.optimizer, opt_level="O1"{options}
+        )
+
+    def score(self, x):
+        return self.generator(x).mean()
+
+    def step(self, x):
+        loss = self.generator(x).pow(2).mean()
+        self.optimizer.zero_grad()
+        with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+            scaled_loss.backward(){inside}
+        self.optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("options", "inside", "fix", "expected"),
+    [
+        ("", "", "unsafe", "the initialized model's forward in `score` (line 14) is outside the "
+         "autocast regions and runs in float32 now"),
+        ("", "\n            torch.nn.utils.clip_grad_norm_(amp.master_params(self.optimizer), 1.0)",
+         None, "line 21: this gradient read is inside the `amp.scale_loss` block, where apex's "
+         "gradients are still scaled"),
+        (", max_loss_scale=2.0**17", "", None, "`amp.initialize` sets `max_loss_scale=2.0**17`: "
+         "GradScaler has no bound on its scale"),
+        (", max_loss_scale=cap", "", None, "`amp.initialize` sets `max_loss_scale=cap`: "
+         "GradScaler has no bound on its scale"),
+    ],
+)  # fmt: skip
+def test_what_apex_did_outside_the_plain_shape_is_said(options, inside, fix, expected):
+    """A forward of an initialized model in a method that scales nothing ran in float16 under
+    apex (a stated change now); a clip inside the `scale_loss` block saw apex's scaled gradients
+    (refused: neither rewrite keeps that); `max_loss_scale` bounds apex's scale, which
+    GradScaler cannot (refused for that reason, not as an O2 option)."""
+    source = GAN_CLASS.format(options=options, inside=inside)
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == fix, finding.message
+    assert expected in finding.message, finding.message
+    assert "`amp.master_params` is not between" not in finding.message
+
+
+def test_a_second_initialize_of_a_model_without_optimizer_is_named_as_such():
+    source = GAN_CLASS.format(options="", inside="").replace(
+        "    def score(self, x):",
+        "    def attach(self, teacher):\n"
+        '        self.teacher = amp.initialize(teacher, opt_level="O1")\n\n'
+        "    def score(self, x):",
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "`amp.initialize` is called again, for `teacher` without an optimizer" in (
+        finding.message
+    )

@@ -10,7 +10,7 @@ import os
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code, _is_call_of, _Setup, _statements
+from ampmigrate.apex.common import _argument, _code, _is_call_of, _Setup, _statements
 from ampmigrate.apex.links import apex_siblings, users_on_disk
 from ampmigrate.apex.verdict import SUPPORTED, no_rewrite, without_initialize
 
@@ -36,6 +36,17 @@ class Handles:
             same = targets == ",".join(values)
         if same:
             self._remove_statement(statement)
+            return
+        if _argument(extra, "optimizers", 1) is None:
+            model = _argument(extra, "models", 0)
+            shown = f"`{_code(self.module, model)}`" if model is not None else "a model"
+            self.problem(
+                extra,
+                f"`amp.initialize` is called again, for {shown} without an optimizer (a model "
+                "apex only casts, such as an EMA or teacher copy): the rewrite handles one "
+                "`initialize`; delete this one and run that model's forward under "
+                '`torch.amp.autocast("cuda", dtype=torch.float16)`, by hand',
+            )
             return
         self.problem(
             extra,

@@ -51,15 +51,28 @@ class Initialize:
             if not (isinstance(args[k], cst.Name) and args[k].value == "None")
         )  # fmt: skip
         fixed = [k for k in unknown if _literal(args[k])]
+        bounds = [k for k in fixed if k in ("min_loss_scale", "max_loss_scale")]
+        if bounds:
+            listed = ", ".join(f"`{k}`" for k in bounds)
+            self.problem(
+                init,
+                f"`amp.initialize` sets {listed}: GradScaler has no bound on its scale (no "
+                "torch.amp counterpart)",
+            )
+        fixed = [k for k in fixed if k not in bounds]
         if fixed:
             listed = ", ".join(f"`{k}`" for k in fixed)
             self.problem(init, f"`amp.initialize` sets {listed}, which O1 cannot express")
         for key in (k for k in unknown if k not in fixed):
+            value = _code(self.module, args[key])
             self.problem(
                 init,
-                f"`amp.initialize` is given `{key}={_code(self.module, args[key])}`, which "
-                "this file does not fix to None: under O1 apex accepts only None there (any "
-                "other value raises or belongs to O2/O3's model casts); pass None or drop it",
+                f"`amp.initialize` sets `{key}={value}`: GradScaler has no bound on its scale "
+                "(apex's `min_loss_scale`/`max_loss_scale` have no torch.amp counterpart)"
+                if key in ("min_loss_scale", "max_loss_scale")
+                else f"`amp.initialize` is given `{key}={value}`, which this file does not fix "
+                "to None: under O1 apex accepts only None there (any other value raises or "
+                "belongs to O2/O3's model casts); pass None or drop it",
             )
         if "num_losses" in args:
             self.plan.notes.append(

@@ -18,7 +18,7 @@ import ast
 import collections
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ampmigrate.engine.names import Names
 from ampmigrate.scalerflow import _module_paths
@@ -247,11 +247,14 @@ def _hook_links(callers: list[_File], files: list[_File], taken: set[str]) -> di
     process-wide state does. The hook gets a GradScaler of its own, the script an autocast
     region from ``initialize`` on."""
     by_path = {f.path: f for f in files}
+    if not any(_hook_class(f) for f in files if f.path not in taken):
+        return {}
     found: dict[str, list[str]] = {}
+    graph = _Graph()
     for caller in callers:
         if caller.path in taken or set(caller.members) != {"initialize"}:
             continue
-        siblings = {s.path for s in apex_siblings(caller.path)}
+        siblings = {s.path for s in apex_siblings(caller.path, graph)}
         if len(siblings) != 1:
             continue
         path = siblings.pop()
@@ -608,32 +611,55 @@ class Sibling:
 _SIBLING_LIMIT = 300  # modules followed from one file: a project's own import graph
 
 
-def apex_siblings(path: str) -> list[Sibling]:
+@dataclass
+class _Graph:
+    """The import edges and apex members of the modules one walk read, kept for the next walk
+    (the pre-pass follows the imports of every initializing file of a run, which share most
+    of their modules)."""
+
+    edges: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    members: dict[str, tuple[str, int] | None] = field(default_factory=dict)
+    exists: dict[str, bool] = field(default_factory=dict)
+
+    def imports(self, path: str) -> list[tuple[str, int]]:
+        """(module file, line of the import) for each import of ``path`` found on disk."""
+        found = self.edges.get(path)
+        if found is None:
+            tree = _tree(path, _read(path))
+            found = self.edges[path] = [
+                (target, node.lineno)
+                for node in (_import_statements(tree.body) if tree is not None else ())
+                for target in _imported(path, node, self.exists)
+            ]
+        return found
+
+    def member(self, path: str) -> tuple[str, int] | None:
+        if path not in self.members:
+            self.members[path] = _apex_member(path)
+        return self.members[path]
+
+
+def apex_siblings(path: str, graph: _Graph | None = None) -> list[Sibling]:
     """The modules ``path`` imports, directly or through other modules on disk, that call
     apex amp but do not ``initialize`` it (a checkpoint module saving ``amp.state_dict()``, a
     training loop scaling the loss): they share this file's amp state, so they are migrated
     with it or it is not migrated. Read from disk, so ``fix`` on one file sees them too."""
+    graph = graph if graph is not None else _Graph()
     start = os.path.abspath(path)
     seen = {start}
     queue = [start]
     found: list[Sibling] = []
-    exists: dict[str, bool] = {}  # os.path.isfile, asked once per path in this walk
     while queue and len(seen) < _SIBLING_LIMIT:
         current = queue.pop(0)
-        data = _read(current)
-        tree = _tree(current, data)
-        if tree is None:
-            continue
-        for node in _import_statements(tree.body):
-            for target in _imported(current, node, exists):
-                if target in seen:
-                    continue
-                seen.add(target)
-                queue.append(target)
-                sibling = _apex_member(target)
-                if sibling is not None:
-                    member, line = sibling
-                    found.append(Sibling(target, member, line, current, node.lineno))
+        for target, line in graph.imports(current):
+            if target in seen:
+                continue
+            seen.add(target)
+            queue.append(target)
+            sibling = graph.member(target)
+            if sibling is not None:
+                member, at = sibling
+                found.append(Sibling(target, member, at, current, line))
     return found
 
 

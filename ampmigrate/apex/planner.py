@@ -162,10 +162,9 @@ class _Planner(
         gap = next((f for f in found_codes if f.code == "AMP208"), None)
         if gap is not None and self.scale_gap and not any("AMP208" in n for n in self.plan.notes):
             self.plan.notes.append(
-                f"apex never checkpointed its loss scale here, nor does the rewrite (the "
-                f"checkpoint at its line {gap.line} holds no optimizer state to put it beside): "
-                "the scale restarts on resume, as it did under apex (AMP208 reports this gap "
-                "on its own)"
+                "apex never checkpointed its loss scale here, and the rewrite does not add "
+                f"the GradScaler's state to the checkpoint at its line {gap.line}: the scale "
+                "restarts on resume, as it did under apex (AMP208 reports this gap on its own)"
             )
         for found in found_codes:
             if found.code not in before:

@@ -128,6 +128,7 @@ class Regions:
                     )
         if self.global_home is not None:
             self._handed_on(setup, planned, wrapped, blocked)
+        self.wrapped = wrapped  # the statements the regions hold (_forwards_elsewhere)
         for block, (runs, enabled) in planned.items():
             order = {id(s): i for i, s in enumerate(_statements(block))}
             self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
@@ -201,6 +202,47 @@ class Regions:
                 f"`{home.name.value}` calls after `amp.initialize`, runs in float32 now (apex O1 "
                 "cast every forward from `initialize` on): wrap it in "
                 '`torch.amp.autocast("cuda", dtype=torch.float16)` to keep apex\'s precision'
+            )
+        self._direct_forwards(setup, {id(f) for _, _, f, _ in self.requests}, set(named))
+
+    def _direct_forwards(self, setup: _Setup, scaling: set[int], named: set[str]) -> None:
+        """A call of an initialized model (``self.discriminator(...)``,
+        ``self.generator.forward_train(...)``) outside every region, in a function that scales
+        no loss (those are checked by ``_regions``), and not before ``initialize``: apex O1 cast
+        it, it runs in float32 now; stated."""
+        home = setup.home
+        after = self.order[id(setup.statement)]
+        wrapped = getattr(self, "wrapped", set())
+        found: dict[str, int] = {}
+        for node in self.nodes:
+            if not isinstance(node, cst.Call):
+                continue
+            func = _code(self.module, node.func)
+            base, _, attr = func.rpartition(".")
+            if func not in setup.models and not (
+                base in setup.models and attr.startswith("forward")
+            ):
+                continue
+            function = self.function(node)
+            if id(function) in scaling:
+                continue  # a function that scales a loss: _regions checks its forwards
+            if function is home and self.order[id(node)] < after:
+                continue
+            if any(id(a) in wrapped for a in self.ancestors(node)):
+                continue
+            where = function.name.value if isinstance(function, cst.FunctionDef) else "module"
+            if where not in named:
+                found.setdefault(where, self.line(node))
+        if found:
+            listed = ", ".join(
+                f"`{n}` (line {line})" if n != "module" else f"module-level code (line {line})"
+                for n, line in found.items()
+            )
+            self.plan.notes.append(
+                f"behaviour change: the initialized model's forward in {listed} is outside the "
+                "autocast regions and runs in float32 now (apex O1 cast every forward after "
+                '`initialize`): wrap it in `torch.amp.autocast("cuda", dtype=torch.float16)` '
+                "to keep apex's precision"
             )
 
     def _handed_on(self, setup: _Setup, planned: dict, wrapped: set[int], blocked) -> None:

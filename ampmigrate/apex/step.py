@@ -77,6 +77,16 @@ class Step:
         ) or any(alias in _code(self.module, s) for s in body[1:]):
             self.problem(call, "the `scale_loss` block does more than `backward()`")
             return
+        inside = next((x for x in body[1:] if self._reads_gradients(x)), None)
+        if inside is not None:
+            self.problem(
+                inside,
+                "this gradient read is inside the `amp.scale_loss` block, where apex's "
+                "gradients are still scaled (apex unscales them when the block exits): the "
+                "original reads scaled gradients (a clip there clips at max_norm over the "
+                "scale); the rewrite would either read unscaled ones, which changes training, "
+                "or keep a read AMP203 flags: move it after the block first (the usual intent)",
+            )
         if access is None:
             return  # _scope said why
         new_backward = backward.value.with_changes(
@@ -169,8 +179,9 @@ class Step:
                     step,
                     f"`{_code(self.module, step.body[0].value)}` can be reached without a "
                     f"backward since the previous step (the `amp.scale_loss` at line {line} "
-                    "does not run on every path to it, e.g. a skipped NaN loss), and a gradient "
-                    "read is unscaled before it: apex ran a plain optimizer step there, "
+                    "is not sure to run before it: it sits in a branch, or in a loop that may "
+                    "run no time), and a gradient read is unscaled before it: apex ran a plain "
+                    "optimizer step there, "
                     "`scaler.step` raises (AssertionError: `_scale is None` before the first "
                     "scaled backward, 'No inf checks were recorded' after `zero_grad`) and an "
                     "`unscale_` without a `scaler.step` leaves the next one raising; guard the "
@@ -182,8 +193,9 @@ class Step:
             lines = ", ".join(str(self.line(s)) for s in self.guarded)
             self.plan.notes.append(
                 f"the step at line{'s' * (len(self.guarded) > 1)} {lines} can come with no "
-                "scaled backward since the previous one (a skipped non-finite loss): apex "
-                "stepped plainly there, `scaler.step` would raise, so the rewrite steps "
+                "scaled backward since the previous one (the scaled backward sits in a branch, "
+                "or in a loop that may run no time): apex stepped plainly there, "
+                "`scaler.step` would raise, so the rewrite steps "
                 "through the scaler only when the optimizer holds gradients (all made by a "
                 "scaled backward) and plainly otherwise"
             )
