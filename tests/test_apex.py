@@ -2072,6 +2072,17 @@ def test_a_flag_added_through_an_alias_of_add_argument_is_followed(flag, expecte
             "line 8: `self.amp.scale_loss` calls apex amp's `scale_loss` through `self.amp`, "
             "which can hold apex's module only where another file keeps it there",
         ),
+        (
+            """
+            from apex.amp._amp_state import _amp_state
+
+
+            def loss_scale():
+                return _amp_state.loss_scalers[0].loss_scale()
+            """,
+            "line 6: `_amp_state` (from `apex.amp._amp_state`, imported at line 2) is apex amp's "
+            "internal state, with no torch.amp counterpart",
+        ),
     ],
 )
 def test_every_apex_amp_call_is_reported_even_where_it_does_not_resolve(source, expected):

@@ -120,7 +120,7 @@ def apex_calls(names: Names) -> list[ast.Call]:
 _MEMBERS = {"scale_loss", "master_params", "state_dict", "load_state_dict", "initialize"}
 
 
-def stray_calls(tree: ast.Module, names: Names) -> list[tuple[ast.Call, str]]:
+def stray_calls(tree: ast.Module, names: Names) -> list[tuple[ast.AST, str]]:
     """apex amp calls that do not resolve to apex, so no other check sees them, each with what
     it is: ``amp.scale_loss`` where the apex import binds ``amp`` only inside another function
     (NameError as written), or ``self.amp.scale_loss`` through an attribute that holds apex's
@@ -165,6 +165,22 @@ def stray_calls(tree: ast.Module, names: Names) -> list[tuple[ast.Call, str]]:
                 "file keeps it there (apex is not imported here); migrate this file with the "
                 "one that keeps it (a GradScaler kept there instead, "
                 f"`{ast.unparse(holder.value)}.scaler`), by hand"
+            )))  # fmt: skip
+    private = {
+        name: stmt
+        for name, stmt in roots.items()
+        if isinstance(stmt, ast.ImportFrom) and (stmt.module or "").startswith("apex.amp.")
+    }  # `from apex.amp._amp_state import _amp_state`: apex's internals, read as attributes
+    for name, stmt in sorted(private.items()):
+        use = next(
+            (n for n in names.spelled(name) if isinstance(n, ast.Name) and n.id == name), None
+        )
+        if use is not None and not found:
+            found.append((use, (
+                f"line {use.lineno}: `{name}` (from `{stmt.module}`, imported at line "
+                f"{stmt.lineno}) is apex amp's internal state, with no torch.amp counterpart "
+                "(a GradScaler's `get_scale()`/`state_dict()` hold its loss scale): migrate "
+                "this use by hand"
             )))  # fmt: skip
     return found
 
@@ -734,7 +750,9 @@ def _apex_member(path: str) -> tuple[str, int] | None:
     if file is not None and not file.members:
         stray = stray_calls(file.tree, file.names)  # a use apex's import does not reach
         if stray:
-            return stray[0][0].func.attr, stray[0][0].lineno
+            node = stray[0][0]
+            member = node.func.attr if isinstance(node, ast.Call) else node.id
+            return member, node.lineno
     if file is None or not file.members or "initialize" in file.members:
         return None
     member, call = min(
