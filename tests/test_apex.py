@@ -2224,3 +2224,32 @@ def test_a_second_initialize_of_a_model_without_optimizer_is_named_as_such():
     assert "`amp.initialize` is called again, for `teacher` without an optimizer" in (
         finding.message
     )
+
+
+def test_a_gradless_forward_feeding_the_loss_before_the_region_is_a_stated_change():
+    """An EMA/teacher forward under `torch.no_grad()` whose output feeds the loss, before the
+    initialized model's forward where the region starts: apex O1 cast it through its global
+    patching; it runs in float32 now, and the finding says so."""
+    source = textwrap.dedent(
+        """
+        import torch
+        from apex import amp
+
+
+        def train(model, teacher, optimizer, data):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in data:
+                with torch.no_grad():
+                    target = teacher(x)
+                loss = (model(x) - target).pow(2).mean()
+                optimizer.zero_grad()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    assert "the `torch.no_grad()` block at line 9 feeds the loss from before the autocast" in (
+        finding.message
+    )

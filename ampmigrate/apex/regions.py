@@ -57,8 +57,10 @@ class Regions:
                 if calling:  # from the forward (or the first call feeding the loss) on
                     picked = True
                     indices, feeds, _ = chosen.setdefault(block, (set(), set(), enabled))
-                    indices.update(range(min(forward or calling), max(calling) + 1))
+                    start = min(forward or calling)
+                    indices.update(range(start, max(calling) + 1))
                     feeds.update(feeding)
+                    self._gradless_before(body, [i for i in calling if i < start])
                 owner = self.owner(block)
                 if owner is None or owner is function or (isinstance(owner, Loop) and picked):
                     break
@@ -132,6 +134,26 @@ class Regions:
         for block, (runs, enabled) in planned.items():
             order = {id(s): i for i, s in enumerate(_statements(block))}
             self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
+
+    def _gradless_before(self, body: list, indices: list[int]) -> None:
+        """A ``with torch.no_grad():`` block that feeds the loss from before the region (an EMA
+        or teacher forward): apex O1 cast it through its global patching, it runs in float32
+        now; stated, as the region starts at the initialized model's forward."""
+        for i in sorted(indices):
+            statement = body[i]
+            if isinstance(statement, cst.With) and any(
+                _code(self.module, item.item).replace(" ", "")
+                in ("torch.no_grad()", "torch.inference_mode()")
+                for item in statement.items
+            ):
+                note = (
+                    f"behaviour change: the `torch.no_grad()` block at line {self.line(statement)} "
+                    "feeds the loss from before the autocast region (a forward apex O1 cast, "
+                    "such as an EMA or teacher model's) and runs in float32 now: wrap it in "
+                    '`torch.amp.autocast("cuda", dtype=torch.float16)` to keep apex\'s precision'
+                )
+                if note not in self.plan.notes:
+                    self.plan.notes.append(note)
 
     def _forwards_elsewhere(self, setup: _Setup) -> None:
         """apex O1 cast every forward after ``initialize``; the regions cover the functions
