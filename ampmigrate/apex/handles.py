@@ -102,13 +102,9 @@ class Handles:
                 function = self.function(call)
                 if function is not setup.home and not self.within(function, setup.home):
                     self.stored_access[id(function)] = f"{root}.{self.name}"
-            home = setup.home
-            instance = isinstance(home, cst.FunctionDef) and any(
-                p.name.value == root for p in home.params.params[:1]
-            ) and isinstance(self.parent(self.parent(home)), cst.ClassDef)  # fmt: skip
             callers = (
                 "the other methods reach it through their `self`"
-                if instance
+                if self._instance_store(setup, root) is not None
                 else f"callers in other files must give `{root}` the same way"
             )
             self.plan.notes.append(
@@ -184,20 +180,14 @@ class Handles:
                     f"`{name}` is also used at {shown}:{line}, which must give it `{root}` with "
                     "the GradScaler: rewrite them in one run"
                 )
-        home = setup.home
-        cls = self.parent(self.parent(home)) if isinstance(home, cst.FunctionDef) else None
-        instance = (
-            isinstance(cls, cst.ClassDef)
-            and bool(home.params.params)
-            and home.params.params[0].name.value == root
-        )  # `self.amp = amp` in a method: the other methods reach it through their `self`
+        cls = self._instance_store(setup, root)
         for call in through:
             function = self.function(call)
             if function is setup.home or self.within(function, setup.home):
                 if self.order[id(call)] < self.order[id(statement)]:
                     return f"it is called through at line {self.line(call)} before it is kept"
                 continue
-            if instance:
+            if cls is not None:
                 method = self.method_of(call, cls)
                 if (
                     method is None
@@ -212,6 +202,20 @@ class Handles:
             why = self._carries(function, root, setup, statement, users)
             if why is not None:
                 return why
+        return None
+
+    def _instance_store(self, setup: _Setup, root: str) -> cst.ClassDef | None:
+        """The class whose method holds ``initialize`` when ``root`` is that method's first
+        parameter (``self.amp = amp``): its other methods reach the store through their own
+        ``self`` (None: not such a store)."""
+        home = setup.home
+        cls = self.parent(self.parent(home)) if isinstance(home, cst.FunctionDef) else None
+        if (
+            isinstance(cls, cst.ClassDef)
+            and home.params.params
+            and home.params.params[0].name.value == root
+        ):
+            return cls
         return None
 
     def _carries(self, function, root: str, setup: _Setup, store, users: set[int]) -> str | None:

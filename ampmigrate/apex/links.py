@@ -33,12 +33,14 @@ class Link:
 
     callers: tuple[str, ...]  # absolute paths of the files that call ``amp.initialize``
     callee: str  # absolute path of the file whose functions make the other amp calls
-    functions: tuple[str, ...]  # those functions, each taking a ``scaler`` parameter
-    trains: str | None  # the one of them that scales the loss (None: checkpoint helpers)
-    model: str  # the parameter of ``trains`` that receives the initialized model
-    optimizer: str  # ... and the optimizer
-    calls: tuple[int, ...]  # per caller: its calls of ``functions`` after ``initialize``
-    spellings: tuple[tuple[str, ...], ...]  # per caller: how it spells them (``utils.save``)
+    functions: tuple[str, ...] = ()  # those functions, each taking a ``scaler`` parameter
+    trains: str | None = None  # the one of them that scales the loss (None: checkpoint helpers)
+    model: str = ""  # the parameter of ``trains`` that receives the initialized model
+    optimizer: str = ""  # ... and the optimizer
+    # per caller: its calls of ``functions`` after ``initialize``, and how it spells them
+    # (``utils.save``); empty for a hook or a kept handle, which pass nothing
+    calls: tuple[int, ...] = ()
+    spellings: tuple[tuple[str, ...], ...] = ()
     broken: str | None = None  # why the files are not rewritten together
     broken_by: str | None = None  # the absolute path of the file that refused, if one did
     # a runner hook (mmcv style): the class of the callee whose methods scale the loss on a
@@ -94,15 +96,22 @@ def _listed(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def apex_calls(names: Names) -> list[ast.Call]:
-    """The calls whose callee resolves to ``apex.amp.*``; only calls rooted at a name an
-    ``apex`` import binds are resolved."""
-    roots = set()
+def _apex_roots(names: Names) -> dict[str, ast.Import | ast.ImportFrom]:
+    """The names an ``apex`` import binds (the root of a dotted one), each with its first
+    import statement."""
+    roots: dict[str, ast.Import | ast.ImportFrom] = {}
     for binding in names.imports():
         stmt, alias = binding.node, binding.alias
         module = alias.name if isinstance(stmt, ast.Import) else stmt.module or ""
         if module == "apex" or module.startswith("apex."):
-            roots.add(binding.name.partition(".")[0])
+            roots.setdefault(binding.name.partition(".")[0], stmt)
+    return roots
+
+
+def apex_calls(names: Names) -> list[ast.Call]:
+    """The calls whose callee resolves to ``apex.amp.*``; only calls rooted at a name an
+    ``apex`` import binds are resolved."""
+    roots = _apex_roots(names)
     calls = []
     for root in sorted(roots):  # from each use of the name up its attribute chain: no walk
         for node in names.spelled(root):
@@ -125,13 +134,8 @@ def stray_calls(tree: ast.Module, names: Names) -> list[tuple[ast.AST, str]]:
     it is: ``amp.scale_loss`` where the apex import binds ``amp`` only inside another function
     (NameError as written), or ``self.amp.scale_loss`` through an attribute that holds apex's
     module, set in another file."""
-    found: list[tuple[ast.Call, str]] = []
-    roots = {}
-    for binding in names.imports():
-        stmt, alias = binding.node, binding.alias
-        module = alias.name if isinstance(stmt, ast.Import) else stmt.module or ""
-        if alias is not None and (module == "apex" or module.startswith("apex.")):
-            roots.setdefault(binding.name.partition(".")[0], stmt)
+    found: list[tuple[ast.AST, str]] = []
+    roots = _apex_roots(names)  # (an import binding always has its alias)
     for node in ast.walk(tree):
         if not (
             isinstance(node, ast.Call)
@@ -262,8 +266,8 @@ def _hook_links(callers: list[_File], files: list[_File], taken: set[str]) -> di
     the script hands the model and optimizer to, so no call of the run links them; apex's
     process-wide state does. The hook gets a GradScaler of its own, the script an autocast
     region from ``initialize`` on."""
-    by_path = {f.path: f for f in files}
-    if not any(_hook_class(f) for f in files if f.path not in taken):
+    hooks = {f.path: name for f in files if f.path not in taken and (name := _hook_class(f))}
+    if not hooks:
         return {}
     found: dict[str, list[str]] = {}
     graph = _Graph()
@@ -271,26 +275,11 @@ def _hook_links(callers: list[_File], files: list[_File], taken: set[str]) -> di
         if caller.path in taken or set(caller.members) != {"initialize"}:
             continue
         siblings = {s.path for s in apex_siblings(caller.path, graph)}
-        if len(siblings) != 1:
-            continue
-        path = siblings.pop()
-        hook = by_path.get(path)
-        if hook is None or path in taken or _hook_class(hook) is None:
-            continue
-        found.setdefault(path, []).append(caller.path)
+        if len(siblings) == 1 and (path := siblings.pop()) in hooks:
+            found.setdefault(path, []).append(caller.path)
     out: dict[str, Link] = {}
     for path, paths in found.items():
-        item = Link(
-            callers=tuple(paths),
-            callee=path,
-            functions=(),
-            trains=None,
-            model="",
-            optimizer="",
-            calls=(0,) * len(paths),
-            spellings=((),) * len(paths),
-            hook=_hook_class(by_path[path]),
-        )
+        item = Link(callers=tuple(paths), callee=path, hook=hooks[path])
         out.update((f, item) for f in item.files)
     return out
 
@@ -386,19 +375,17 @@ def _kept_links(files: list[_File], taken: set[str]) -> dict[str, Link]:
     for path, (file, (_, attribute)) in kept.items():
         names = carriers(file, attribute)
         users = users_on_disk(path, names) if names else []
-        if not users:
+        if not users:  # none, or too many files to look at (the planner then says so)
             continue
         functions[path] = names
         group = {path}
-        for user, line, name in users or []:
+        for user, line, name in users:
             if user not in kept or kept[user][1][1] != attribute:
                 shown = os.path.relpath(user, os.path.dirname(path))
                 why = f"`{name}` is also used at {shown}:{line}, which does not keep apex's module"
                 broken.setdefault(path, f"{why} as `.{attribute}` in this run")
             else:
                 group.add(user)
-        if users is None:
-            broken.setdefault(path, f"too many files around {path} to find who uses {names}")
         for member in list(group):
             group |= groups.get(member, set())
         for member in group:
@@ -410,11 +397,6 @@ def _kept_links(files: list[_File], taken: set[str]) -> dict[str, Link]:
             callers=tuple(sorted(group)),
             callee=owners[0],
             functions=tuple(dict.fromkeys(n for p in owners for n in functions[p])),
-            trains=None,
-            model="",
-            optimizer="",
-            calls=(0,) * len(group),
-            spellings=((),) * len(group),
             broken=next((broken[p] for p in owners if p in broken), None),
             kept=kept[owners[0]][1][1],
         )

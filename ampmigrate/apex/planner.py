@@ -135,6 +135,7 @@ class _Planner(
         # how functions that called apex through a kept handle reach the GradScaler
         self.stored_access: dict[int, str] = {}
         self.after_scaler: list[str] = []  # statements right after the GradScaler is made
+        self.wrapped: set[int] = set()  # the statements the autocast regions hold
 
     def verify(self, code: str | None = None) -> None:
         """The last guard against a wrong rewrite: apply the plan in memory (``code``: already

@@ -8,6 +8,9 @@ import libcst as cst
 
 from ampmigrate.apex.common import Loop, _code, _is_call_of, _Setup, _statements
 
+# how a float32 note ends: what keeps apex's float16 there
+_KEEP = 'wrap it in `torch.amp.autocast("cuda", dtype=torch.float16)` to keep apex\'s precision'
+
 # builtins that never call a model they are handed
 _HARMLESS = frozenset({"print", "len", "isinstance", "str", "repr", "type", "id", "getattr",
                        "hasattr", "setattr", "vars", "dir"})  # fmt: skip
@@ -149,8 +152,7 @@ class Regions:
                 note = (
                     f"behaviour change: the `torch.no_grad()` block at line {self.line(statement)} "
                     "feeds the loss from before the autocast region (a forward apex O1 cast, "
-                    "such as an EMA or teacher model's) and runs in float32 now: wrap it in "
-                    '`torch.amp.autocast("cuda", dtype=torch.float16)` to keep apex\'s precision'
+                    f"such as an EMA or teacher model's) and runs in float32 now: {_KEEP}"
                 )
                 if note not in self.plan.notes:
                     self.plan.notes.append(note)
@@ -188,7 +190,8 @@ class Regions:
                 target = node.targets[0].target
                 holders.setdefault(target.value.value, set()).add(target.attr.value)
         defined = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
-        scaling = {id(f) for _, _, f, _ in self.requests} | {id(home)}
+        requested = {id(f) for _, _, f, _ in self.requests}  # the functions that scale
+        scaling = requested | {id(home)}
         after = self.order[id(setup.statement)]
         named: dict[str, int] = {}
         for node in self._subtree(home):
@@ -222,10 +225,9 @@ class Regions:
             self.plan.notes.append(
                 f"behaviour change: the model's forward in {listed}, which "
                 f"`{home.name.value}` calls after `amp.initialize`, runs in float32 now (apex O1 "
-                "cast every forward from `initialize` on): wrap it in "
-                '`torch.amp.autocast("cuda", dtype=torch.float16)` to keep apex\'s precision'
+                f"cast every forward from `initialize` on): {_KEEP}"
             )
-        self._direct_forwards(setup, {id(f) for _, _, f, _ in self.requests}, set(named))
+        self._direct_forwards(setup, requested, set(named))
 
     def _direct_forwards(self, setup: _Setup, scaling: set[int], named: set[str]) -> None:
         """A call of an initialized model (``self.discriminator(...)``,
@@ -234,7 +236,7 @@ class Regions:
         it, it runs in float32 now; stated."""
         home = setup.home
         after = self.order[id(setup.statement)]
-        wrapped = getattr(self, "wrapped", set())
+        wrapped = self.wrapped
         found: dict[str, int] = {}
         for node in self.nodes:
             if not isinstance(node, cst.Call):
@@ -263,8 +265,7 @@ class Regions:
             self.plan.notes.append(
                 f"behaviour change: the initialized model's forward in {listed} is outside the "
                 "autocast regions and runs in float32 now (apex O1 cast every forward after "
-                '`initialize`): wrap it in `torch.amp.autocast("cuda", dtype=torch.float16)` '
-                "to keep apex's precision"
+                f"`initialize`): {_KEEP}"
             )
 
     def _handed_on(self, setup: _Setup, planned: dict, wrapped: set[int], blocked) -> None:
