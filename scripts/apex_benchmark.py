@@ -511,10 +511,17 @@ def unguarded_apex(original: str, output: str) -> list[str]:
     ]
 
 
-def missed_callers(name: str, func: Function, new: list[str], source: str) -> list[int]:
+def missed_callers(
+    name: str, func: Function, new: list[str], source: str, own: bool = True
+) -> list[int]:
     """Lines of calls in `source` to `name` (or a variable bound to it) that do not pass every
-    parameter in `new`, by keyword or by position."""
+    parameter in `new`, by keyword or by position. `own`: `source` is the changed file; another
+    file that defines a module-level function of that name calls its own by the plain name."""
     tree = ast.parse(source)
+    shadowed = not own and any(
+        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name
+        for node in tree.body
+    )
     aliases = {name}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and name in _levels_names(node.value):
@@ -532,7 +539,7 @@ def missed_callers(name: str, func: Function, new: list[str], source: str) -> li
         if not isinstance(node, ast.Call):
             continue
         callee = node.func
-        if isinstance(callee, ast.Name):
+        if isinstance(callee, ast.Name) and not shadowed:
             called = callee.id
         elif isinstance(callee, ast.Attribute) and (method or dotted(callee.value) in modules):
             called = callee.attr
@@ -584,7 +591,7 @@ def signature_breaks(
                 if name not in text:
                     continue
                 try:
-                    lines = missed_callers(name, func, new, text)
+                    lines = missed_callers(name, func, new, text, path == scratch / rel)
                 except SyntaxError:
                     continue
                 where = path.relative_to(scratch).as_posix()

@@ -55,6 +55,8 @@ REWRITTEN = [
     "gan_models_list",
     "stored_on_self",
     "adversarial_fgm",
+    "passed_handle",
+    "loss_expression",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -152,6 +154,115 @@ def test_a_stored_handle_is_followed_only_where_every_path_gets_the_scaler(old, 
     [finding] = [d for d in check_source(source.replace(old, new)) if d.code == "AMP303"]
     assert finding.fix is None
     assert why in finding.message, finding.message
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        ("    loss = torch.nn", "    print(amp_handle)\n    loss = torch.nn",
+         "`amp` is passed to `train_step(...)`, which the rewrite cannot follow (`train_step` "
+         "uses `amp_handle` at line 28 other than to call apex)"),
+        ("        print(f", "        train_step(model, optimizer, 0, 0, None)\n        print(f",
+         "(`train_step` is called at line 45 without apex's module)"),
+        ("    model, optimizer = amp.initialize(",
+         "    train_step(model, optimizer, 0, 0, amp)\n    model, optimizer = amp.initialize(",
+         "(it is called before `amp.initialize`, where there is no GradScaler yet)"),
+        ("                value.load_state_dict(checkpoint[key])",
+         "                value.load_state_dict(checkpoint[key])\n"
+         "            print(value.scale_loss)",
+         "(it uses a value of `objects` at its line 24 other than to save or restore its state)"),
+        ("    for key, value in objects.items():",
+         "    del objects['amp']\n    for key, value in objects.items():",
+         "(it uses `objects` at its line 18 other than to loop over its values)"),
+        ("from apex import amp", "from apex import amp\nfrom checkpoints import restore",
+         "(`restore` may name more than one function here)"),
+        ("    start = restore(", "    import checkpoints\n    start = checkpoints.restore(",
+         "(its module `checkpoints` is not on disk here)"),
+        ("    start = restore(", "    start = checkpoints.restore(",
+         "(`checkpoints.restore` is bound by no import or definition of this file)"),
+    ],
+)  # fmt: skip
+def test_a_handed_module_is_followed_only_where_the_callee_takes_a_scaler(old, new, why):
+    """apex's module passed to a function is replaced by the GradScaler only where the
+    function does with it what a GradScaler can do (calls through a parameter that every call
+    fills with it, or only saving and restoring the state of its keywords' values), after
+    `initialize`; otherwise the refusal names the function and what failed."""
+    source = (APEX / "passed_handle.py").read_text()
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    assert old in source
+    [finding] = [d for d in check_source(source.replace(old, new)) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert why in finding.message, finding.message
+    assert "no `amp.scale_loss` in this file" not in finding.message
+
+
+GUARDED_STEP = """
+import math
+import torch
+from apex import amp
+
+
+def train(model, opt, batches, clip):
+    model, opt = amp.initialize(model, opt, opt_level="O1")
+    for x, y in batches:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        with amp.scale_loss(loss, opt) as scaled_loss:
+            scaled_loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(amp.master_params(opt), clip)
+        if math.isfinite(norm):
+            opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_a_step_skipped_by_a_test_while_the_gradients_are_cleared_is_refused():
+    """apex lowered its scale at each `scale_loss` exit; `scaler.update()` under the step's
+    test would never run after an overflow whose gradients are then cleared, so the scale
+    would never drop (measured by a reviewer: 0 of 60 steps taken). Where the gradients are
+    cleared under the same test (gradient accumulation), the next step sees the overflow."""
+    [finding] = [d for d in check_source(GUARDED_STEP) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert (
+        "line 15: `opt.step()` runs only when `math.isfinite(norm)`, while the gradients are "
+        "cleared either way (line 16)" in finding.message
+    ), finding.message
+    kept = GUARDED_STEP.replace("            opt.step()\n        opt.zero_grad()",
+                                "            opt.step()\n            opt.zero_grad()")  # fmt: skip
+    [finding] = [d for d in check_source(kept) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+
+
+def test_scale_loss_of_an_expression_that_calls_is_refused():
+    source = (APEX / "loss_expression.py").read_text()
+    called = source.replace('amp.scale_loss(stats["loss"] / accumulation',
+                            'amp.scale_loss(torch.nn.functional.mse_loss(model(x), y)')  # fmt: skip
+    [finding] = [d for d in check_source(called) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "`amp.scale_loss` of an expression that calls something" in finding.message
+
+
+def test_import_apex_stays_for_the_rest_of_apex():
+    """`import apex` read for `apex.parallel...` as well as for amp: amp's uses are rewritten
+    and the import stays, with a note, instead of a rewrite that reads a name it removed."""
+    source = (
+        (APEX / "stored_handle.py")
+        .read_text()
+        .replace(
+            "        from apex import amp\n",
+            "        import apex\n        from apex import amp\n\n"
+            "        model = apex.parallel.convert_syncbn_model(model)\n",
+        )
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    assert "`import apex` stays: it is not mixed precision" in finding.message
+    out, _, _ = fix_source(source, unsafe=True, select=("AMP303",))
+    assert "import apex\n" in out and "apex.parallel.convert_syncbn_model(model)" in out
+    assert "from apex import amp" not in out and "args.scaler.scale(loss)" in out
+    other = source.replace("apex.parallel.convert_syncbn_model", "apex.fp16_utils.network_to_half")
+    [finding] = [d for d in check_source(other) if d.code == "AMP303"]
+    assert finding.fix is None
 
 
 def test_every_blocker_is_listed_with_its_line():
@@ -378,6 +489,8 @@ CASES = {
     "gan_models_list": [[], ["--fp16"]],
     "stored_on_self": [[], ["--fp16"]],
     "adversarial_fgm": [[], ["--adv"], ["--fp16"], ["--fp16", "--adv"]],
+    "passed_handle": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
+    "loss_expression": [[], ["--fp16"]],
 }
 
 

@@ -300,6 +300,11 @@ def test_a_parameter_added_by_the_rewrite_must_reach_every_caller():
         """
     )
     assert bench.missed_callers("do_train", func, new, caller) == [5, 8]
+    # another script with a `do_train` of its own calls that one by the plain name
+    own = "def do_train(model, optimizer):\n    pass\ndo_train(m, o)\ntrainer.do_train(m, o)\n"
+    own = "import trainer\n" + own
+    assert bench.missed_callers("do_train", func, new, own, own=False) == [5]
+    assert bench.missed_callers("do_train", func, new, own) == [4, 5]
 
 
 def test_the_census_names_every_apex_module_and_object_a_file_uses():

@@ -291,12 +291,14 @@ class Checkpoints:
                     continue
                 for alias in node.names:
                     imported[alias.evaluated_alias or alias.evaluated_name] = module
+        handed = {id(h.call) for h in self.handed}  # given the GradScaler already
         for name, module in imported.items():
             if not _HELPER.search(name):
                 continue
             for ref in self._references(name):
                 call = self.parent(ref)
                 reached = isinstance(call, cst.Call) and call.func is ref
+                reached = reached and id(call) not in handed
                 if reached and self.access(self.function(call)) is not None:
                     self.plan.notes.append(
                         f"`{module}.{name}` (called at line {self.line(call)}) is in another "

@@ -62,7 +62,9 @@ class Guards:
             elif isinstance(node, cst.Import):
                 names = [_code(self.module, a.name) for a in node.names]
                 if any(n == "apex" or n.startswith("apex.") for n in names):
-                    if all(n in ("apex", "apex.amp") for n in names):
+                    if names == ["apex"] and node.names[0].asname is None and self._beyond_amp():
+                        self._stays("import apex")  # for `apex.parallel...`; amp's uses go
+                    elif all(n in ("apex", "apex.amp") for n in names):
                         lines.append(self.statement(node))
                         self.bound |= {
                             a.evaluated_alias or _code(self.module, a.name).split(".")[0]
@@ -79,6 +81,21 @@ class Guards:
                 self._remove_statement(line)
         for try_node, imports in guarded.items():
             self._remove_guard(try_node, imports)
+
+    def _beyond_amp(self) -> bool:
+        """``apex.<member>`` is read for a member that is not mixed precision
+        (``apex.parallel.convert_syncbn_model``), and for nothing else but amp."""
+        members = set()
+        for node in self.nodes:
+            if (
+                isinstance(node, cst.Attribute)
+                and isinstance(node.value, cst.Name)
+                and node.value.value == "apex"
+                and "apex" in self.qualified(node.value)
+                and not self._in_import(node)
+            ):
+                members.add(node.attr.value)
+        return bool(members & NOT_PRECISION) and members <= NOT_PRECISION | {"amp"}
 
     def _stays(self, what: str) -> None:
         self.plan.notes.append(
@@ -251,6 +268,9 @@ class Guards:
         if parent is None:
             arg = self.parent(node)
             call = self.parent(arg) if isinstance(arg, cst.Arg) else None
+            if self.handing and isinstance(call, cst.Call) and not arg.star:
+                self.passed.append(node)  # judged once the GradScaler exists (PassedHandles)
+                return
             callee = _code(self.module, call.func) if isinstance(call, cst.Call) else None
             self.problem(node, used_as_value(_code(self.module, node), callee))
             return

@@ -43,15 +43,18 @@ class Handles:
             self.problem(
                 extra,
                 f"`amp.initialize` is called again, for {shown} without an optimizer (a model "
-                "apex only casts, such as an EMA or teacher copy): the rewrite handles one "
+                "apex only casts: an evaluation-only model, an EMA or teacher copy): the "
+                "rewrite handles one "
                 "`initialize`; delete this one and run that model's forward under "
                 '`torch.amp.autocast("cuda", dtype=torch.float16)`, by hand',
             )
             return
         self.problem(
             extra,
-            "`amp.initialize` is called more than once: one GradScaler per optimizer must be "
-            "placed by hand",
+            "`amp.initialize` is called more than once: each call replaced apex's loss "
+            "scalers, so one loss scale served every optimizer, and one GradScaler does "
+            "(`scaler.step(o)` for each optimizer, one `scaler.update()` per iteration); "
+            "place it by hand",
         )
 
     @functools.cached_property

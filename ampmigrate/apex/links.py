@@ -741,3 +741,105 @@ def _apex_member(path: str) -> tuple[str, int] | None:
         ((m, c) for m, calls in file.members.items() for c in calls), key=lambda mc: mc[1].lineno
     )
     return member, call.lineno
+
+
+_STATE_ONLY = {"state_dict", "load_state_dict"}
+
+
+def keeps_state_only(path: str | None, text: str, qualified: str, keyword: str) -> str | None:
+    """Why the function ``qualified`` (as the calling file at ``path`` names it; its own
+    source is ``text``) may do more with the value passed to it as ``keyword=`` than keep its
+    state: a generic checkpoint helper (``restart_from_checkpoint(path, **kwargs)`` calling
+    ``value.load_state_dict(checkpoint[key])`` for each keyword) treats apex's module and a
+    GradScaler alike, as both take one state dict and give one back (None: it does only that)."""
+    dots = len(qualified) - len(qualified.lstrip("."))
+    module, _, name = qualified[dots:].rpartition(".")
+    if not module and not dots:
+        source = text
+    elif path is None:
+        return "it is defined in another module, which a file read alone cannot see"
+    else:
+        found = next((p for p in _module_paths(path, dots, module) if os.path.isfile(p)), None)
+        if found is None:
+            return f"its module `{qualified.rpartition('.')[0]}` is not on disk here"
+        source = _read(found).decode("utf-8", "replace")
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return "its module does not parse"
+    defs = [d for d in tree.body if isinstance(d, ast.FunctionDef) and d.name == name]
+    if len(defs) != 1:
+        return f"`{name}` is not one function of its module"
+    function = defs[0]
+    named = [a.arg for a in (*function.args.posonlyargs, *function.args.args,
+                             *function.args.kwonlyargs)]  # fmt: skip
+    if keyword in named or function.args.kwarg is None:
+        return f"it takes `{keyword}` as a parameter of its own, not as one of its `**` keywords"
+    return _state_only_uses(function, function.args.kwarg.arg)
+
+
+def _state_only_uses(function: ast.FunctionDef, kwargs: str) -> str | None:
+    """Why ``function`` may use a value of its ``**kwargs`` other than to save or restore its
+    state (None: each value is only tested against None and asked ``state_dict()`` or
+    ``load_state_dict(state)``)."""
+    parents = {id(c): p for p in ast.walk(function) for c in ast.iter_child_nodes(p)}
+    values: set[str] = set()
+    for node in ast.walk(function):
+        nested = ast.Lambda | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+        if isinstance(node, nested) and node is not function:
+            return f"it defines `{getattr(node, 'name', 'lambda')}` inside, not followed"
+        if not (isinstance(node, ast.Name) and node.id == kwargs):
+            continue
+        attribute = parents.get(id(node))
+        call = parents.get(id(attribute))
+        member = attribute.attr if isinstance(attribute, ast.Attribute) else None
+        loop = parents.get(id(call))
+        if member in ("keys", "__len__") or (
+            isinstance(attribute, ast.Compare) and node is not attribute.left
+        ):
+            continue  # which keys there are, or `key in kwargs`
+        if (
+            member in ("items", "values")
+            and isinstance(call, ast.Call)
+            and isinstance(loop, ast.For)
+            and loop.iter is call
+        ):
+            target = loop.target
+            if member == "items" and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+                target = target.elts[1]
+            if isinstance(target, ast.Name):
+                values.add(target.id)
+                continue
+        return f"it uses `{kwargs}` at its line {node.lineno} other than to loop over its values"
+    if not values:
+        return f"it does not loop over the values of `{kwargs}`"
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Name) or node.id not in values:
+            continue
+        parent = parents.get(id(node))
+        if isinstance(node.ctx, ast.Store) and isinstance(parent, ast.Tuple | ast.For):
+            continue  # the loop's own target
+        if isinstance(parent, ast.Compare) and len(parent.ops) == 1:
+            other = parent.comparators[0] if parent.left is node else parent.left
+            if isinstance(parent.ops[0], ast.Is | ast.IsNot) and (
+                isinstance(other, ast.Constant) and other.value is None
+            ):
+                continue
+        call = parents.get(id(parent))
+        if (
+            isinstance(parent, ast.Attribute)
+            and parent.attr in _STATE_ONLY
+            and isinstance(call, ast.Call)
+            and call.func is parent
+            and not any(isinstance(a, ast.Starred) for a in call.args)
+            and (
+                (parent.attr == "state_dict" and not call.args and not call.keywords)
+                or (parent.attr == "load_state_dict" and len(call.args) == 1)
+            )
+        ):
+            continue  # a keyword of `load_state_dict` (`strict=False`) raises in both alike
+        return (
+            f"it uses a value of `{kwargs}` at its line {node.lineno} other than to save or "
+            "restore its state"
+        )
+    return None

@@ -52,6 +52,7 @@ from ampmigrate.apex.hooks import RunnerHooks
 from ampmigrate.apex.infer import InferenceOnly
 from ampmigrate.apex.initialize import Initialize
 from ampmigrate.apex.links import Link
+from ampmigrate.apex.passed import PassedHandles
 from ampmigrate.apex.regions import Regions
 from ampmigrate.apex.scaler import Scaler
 from ampmigrate.apex.step import Step
@@ -66,6 +67,7 @@ from ampmigrate.replace import ReplaceNodes
 class _Planner(
     Facts,
     Handles,
+    PassedHandles,
     RunnerHooks,
     Guards,
     Initialize,
@@ -117,7 +119,7 @@ class _Planner(
         self.unsure: dict[cst.CSTNode, int] = {}
         self.guarded: set[cst.CSTNode] = set()
         self.served: set[cst.CSTNode] = set()  # steps an unscale_ placed before a read serves
-        self.requests: list[tuple[cst.With, str, cst.CSTNode, str | None]] = []
+        self.requests: list[tuple[cst.With, cst.BaseExpression, cst.CSTNode, str | None]] = []
         self.moved: set[int] = set()
         self.unscales: list[cst.CSTNode] = []  # where an unscale_ is placed (before, or a step)
         self.dropped: set[int] = set()  # statements removed with the apex import
@@ -134,6 +136,10 @@ class _Planner(
         self.kept: dict[str, cst.CSTNode] = {}
         # how functions that called apex through a kept handle reach the GradScaler
         self.stored_access: dict[int, str] = {}
+        # `amp` handed to a function (`train(model, optimizer, amp)`): pending, then refused
+        self.passed: list[cst.CSTNode] = []
+        self.handing = False
+        self.handed: list = []  # the arguments that are handed the GradScaler instead
         self.after_scaler: list[str] = []  # statements right after the GradScaler is made
         self.wrapped: set[int] = set()  # the statements the autocast regions hold
 
@@ -199,6 +205,7 @@ class _Planner(
         if gated is not None:
             self.verify(gated)
             return self.plan
+        self.handing = len(initialize) == 1  # a handed module can become the GradScaler
         self._values(calls)
         # a store that is followed goes; one that is not keeps the plan from being applied
         self.removed |= {self.statement(n) for n in self.kept.values()}
@@ -242,12 +249,14 @@ class _Planner(
             for where, node in self.kept.items():
                 why = "`amp.initialize` itself is not rewritten (see the other blockers)"
                 self.problem(node, self._stored(node, where, why))
+            self._refuse_passed("`amp.initialize` itself is not rewritten (see the other blockers)")
             return self.plan
         if initialize:
             self._switch_leaks(setup.statement)
-        stored = self._through_stores(setup, calls)
+        stored = self._through_stores(setup, calls) | self._through_params(setup, calls)
         uses = [c for m in SUPPORTED - {"initialize"} for c in calls.get(m, []) if c not in stored]
-        self._scope(setup, uses)
+        self._scope(setup, uses + [h.call for h in self.handed])
+        self._hand_scaler()
         for call in calls.get("scale_loss", []):
             self._scale_loss(call, setup)
         if initialize and len(_optimizers(_argument(initialize[0], "optimizers", 1))) > 1:
@@ -259,6 +268,7 @@ class _Planner(
         self._one_unscale_per_step()
         self._plain_backwards()
         self._guard_steps()
+        self._discarded_overflows()
         for member in ("state_dict", "load_state_dict"):
             for call in calls.get(member, []):
                 self._state(call, member)
@@ -268,8 +278,8 @@ class _Planner(
             pass  # the hook makes its own GradScaler; a kept handle is judged by its store
         elif initialize and role == "caller":
             self._pass_to_linked(setup, initialize[0])
-        elif initialize and not calls.get("scale_loss") and not self._stores:
-            # (kept as `args.amp`: that blocker says where it goes)
+        elif initialize and not calls.get("scale_loss") and not self._stores and not self.passed:
+            # (kept as `args.amp` or handed to a function: that blocker says where it goes)
             self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))
         self._regions(setup)
         self._forwards_elsewhere(setup)
@@ -283,11 +293,14 @@ class _Planner(
 
 
 def rewrite(
-    module: cst.Module, link: tuple[Link, str] | None = None, declared: str | None = None
+    module: cst.Module,
+    link: tuple[Link, str] | None = None,
+    declared: str | None = None,
+    path: str | None = None,
 ) -> cst.Module:
     """Apply the plan to ``module`` (re-planned: other fixes may have changed it), planned with
-    the same setting as the finding (``declared``: see ``_Planner``)."""
-    found = _Planner(module, scopes(module), Walk(module), link, declared=declared).build()
+    the same setting and file as the finding (``declared``: see ``_Planner``)."""
+    found = _Planner(module, scopes(module), Walk(module), link, path, declared).build()
     if found is None or found.problems:
         return module
     return module.visit(ReplaceNodes(found.edits))
@@ -328,7 +341,7 @@ class ApexO1(cst.CSTVisitor):
             "`amp.initialize`, an autocast region around the forward pass and loss, "
             "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`"
         ) + notes
-        build = functools.partial(rewrite, link=self.link, declared=self.declared)
+        build = functools.partial(rewrite, link=self.link, declared=self.declared, path=self.path)
         fix = Fix(
             "unsafe",
             cst_target=node,

@@ -39,8 +39,9 @@ class Regions:
 
         chosen: dict[cst.CSTNode, tuple[set[int], set[int], str | None]] = {}
         checks: list[tuple[cst.CSTNode, str, str | None]] = []
-        for scale, loss, function, enabled in self.requests:
-            needed = {loss}
+        for scale, expression, function, enabled in self.requests:
+            loss = _code(self.module, expression)
+            needed = {loss} if isinstance(expression, cst.Name) else self.facts(expression).used
             current: cst.CSTNode = scale
             picked = False
             while True:

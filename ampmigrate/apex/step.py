@@ -5,6 +5,8 @@ optimizers in turn.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _Setup, _statements
@@ -45,10 +47,13 @@ class Step:
             self.problem(call, f"`amp.scale_loss` with {listed}: migrate this call by hand")
             return
         hooked = self.hooked("callee")  # a runner's loss: the runner's caller casts
-        if loss is None or (not isinstance(loss, cst.Name) and not hooked):
+        if loss is None or (
+            not isinstance(loss, cst.Name) and not hooked and self.facts(loss).calls
+        ):  # `stats["loss"] / accum` is followed by its names; a call could be a forward
             self.problem(
                 call,
-                "`amp.scale_loss` of an expression: assign the loss to a name first (`loss = ...`)",
+                "`amp.scale_loss` of an expression that calls something (it may run a forward, "
+                "which autocast must cover): assign the loss to a name first (`loss = ...`)",
             )
             if isinstance(optimizer, cst.Name | cst.Attribute) and access is not None:
                 self._steps(_code(self.module, optimizer), access, function, call)  # all blockers
@@ -109,7 +114,7 @@ class Step:
         else:  # another function: the condition's names may not exist there
             enabled = f"{access}.is_enabled()" if setup.condition or setup.by_scaler else None
         if not hooked:
-            self.requests.append((statement, loss.value, function, enabled))
+            self.requests.append((statement, loss, function, enabled))
 
     def _steps(self, opt: str, access: str, function: cst.CSTNode, call: cst.Call) -> None:
         key = (id(function), opt)
@@ -199,6 +204,65 @@ class Step:
                 "through the scaler only when the optimizer holds gradients (all made by a "
                 "scaled backward) and plainly otherwise"
             )
+
+    def _discarded_overflows(self) -> None:
+        """A step under a test of the iteration (``if math.isfinite(norm): opt.step()``) while
+        the gradients are cleared whatever the test says: apex lowered its loss scale at every
+        ``scale_loss`` exit, stepped or not, but ``scaler.update()`` under that test never runs
+        after an overflow (the overflowing gradients are cleared unseen), so the scale never
+        drops and every later step overflows too. Gradient accumulation (the gradients kept
+        until the step) is not this: the step sees their overflow."""
+        for (function, _), steps in self.steps.items():
+            for step in steps:
+                loop = next(
+                    (a for a in self.ancestors(step) if isinstance(a, Loop | cst.FunctionDef)),
+                    None,
+                )
+                guards = []
+                for ancestor in self.ancestors(step):
+                    if ancestor is loop:
+                        break
+                    if isinstance(ancestor, cst.If):
+                        guards.append(ancestor)
+                withs = self.scaled.get((function, _), [])
+                if not guards or loop is None or not withs:
+                    continue
+                guard = guards[-1]
+                test = _code(self.module, guard.test)
+                if any(self.within(w, guard) for w in withs) or all(
+                    any(_code(self.module, a.test) == test
+                        for a in self.ancestors(w) if isinstance(a, cst.If))
+                    for w in withs
+                ):  # fmt: skip
+                    continue  # (the test of the scaled backward's own branch: no scale then)
+                cleared = next((c for c in self._clears(loop) if not self._tested(c, loop)), None)
+                if cleared is None:
+                    continue
+                self.problem(
+                    step,
+                    f"`{_code(self.module, step.body[0].value)}` runs only when `{test}`, while "
+                    f"the gradients are cleared either way (line {self.line(cleared)}): apex "
+                    "lowered its loss scale at every `scale_loss` exit, stepped or not, but "
+                    f"`scaler.update()` under `{test}` never runs after an overflow, so the "
+                    "scale would never drop and every later step would be skipped; place "
+                    "`scaler.update()` after the test, with an inf check "
+                    "(`scaler.unscale_(optimizer)`) on the path that skips the step, by hand",
+                )
+
+    def _clears(self, loop: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        """The ``zero_grad()`` calls in ``loop``."""
+        for node in self._subtree(loop):
+            if isinstance(node, cst.Call) and _is_call_of(node, "zero_grad"):
+                yield node
+
+    def _tested(self, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
+        """``node`` runs under a test of ``loop``'s iteration (an accumulation window's)."""
+        for ancestor in self.ancestors(node):
+            if ancestor is loop:
+                return False
+            if isinstance(ancestor, cst.If):
+                return True
+        return False
 
     def _plain_backwards(self) -> None:
         """A plain ``x.backward()`` that can run while apex is on added unscaled gradients to

@@ -72,12 +72,13 @@ def needs_apex(module: str, listed: str) -> str:
     return f"`from {module} import {listed}` needs apex: replace it first"
 
 
-def used_as_value(code: str, callee: str | None = None) -> str:
+def used_as_value(code: str, callee: str | None = None, why: str | None = None) -> str:
     if callee is not None:
+        because = f" ({why})" if why else ""
         return (
-            f"`{code}` is passed to `{callee}(...)`, which the rewrite cannot follow: what it "
-            "does with apex's module (save or restore its state, scale a loss) must change "
-            "with it; pass the GradScaler there and migrate that code by hand"
+            f"`{code}` is passed to `{callee}(...)`, which the rewrite cannot follow{because}: "
+            "what it does with apex's module (save or restore its state, scale a loss) must "
+            "change with it; pass the GradScaler there and migrate that code by hand"
         )
     return f"`{code}` is used as a value: replace it by hand"
 
