@@ -57,6 +57,8 @@ REWRITTEN = [
     "adversarial_fgm",
     "passed_handle",
     "loss_expression",
+    "handoff_evaluate",
+    "accumulation_clip_every_batch",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -491,6 +493,8 @@ CASES = {
     "adversarial_fgm": [[], ["--adv"], ["--fp16"], ["--fp16", "--adv"]],
     "passed_handle": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
     "loss_expression": [[], ["--fp16"]],
+    "handoff_evaluate": [[], ["--fp16"]],
+    "accumulation_clip_every_batch": [[], ["--fp16"]],
 }
 
 
@@ -1133,7 +1137,8 @@ def test_a_moved_if_else_says_its_fp32_branch_moves_too():
             for step, x in enumerate(loader):
                 loss = model(x).sum()
                 if args.fp16:
-                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    delay = step % args.accum != 0
+                    with amp.scale_loss(loss, optimizer, delay_unscale=delay) as scaled_loss:
                         scaled_loss.backward()
                 else:
                     loss.backward()
@@ -1144,7 +1149,7 @@ def test_a_moved_if_else_says_its_fp32_branch_moves_too():
                 if step % args.accum == 0:
                     optimizer.step()
     """)
-    assert "the whole statement at line 16 moves with it, so its other branches" in message
+    assert "the whole statement at line 17 moves with it, so its other branches" in message
 
 
 def test_the_other_branch_of_a_master_params_clip_is_unscaled_when_it_was_scaled_too():
@@ -1194,6 +1199,46 @@ def _weights(out: str) -> list[float]:
 
 
 @pytest.mark.torch
+def test_a_clip_on_every_micro_batch_stays_there_at_the_scaled_norm(stub, tmp_path):
+    """apex unscaled at each `scale_loss` exit, so its clip saw the unscaled sum so far on
+    every micro-batch; the rewrite clips the scaled sum at `max_norm * scale` there (float16
+    autocast and GradScaler really on, cuda -> cpu) and trains to the original's weights (to
+    float16 rounding), where the clip moved to the step (clipping only the window's sum) ends
+    far from them."""
+    pytest.importorskip("torch")
+    # a first scale that does not overflow float16 here: no skipped step (apex skipped those too)
+    fixed = (
+        (APEX / "accumulation_clip_every_batch.fixed.py").read_text().replace('"cuda"', '"cpu"')
+        .replace('GradScaler("cpu", ', 'GradScaler("cpu", init_scale=256.0, ')
+    )  # fmt: skip
+    assert "init_scale=256.0" in fixed
+    clip = (
+        "            torch.nn.utils.clip_grad_norm_((p for group in optimizer.param_groups "
+        'for p in group["params"]), 0.5 * scaler.get_scale())\n'
+    )
+    assert clip in fixed
+    moved = fixed.replace(clip, "").replace(
+        "            scaler.step(optimizer)\n",
+        "            scaler.unscale_(optimizer)\n"
+        "            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n"
+        "            scaler.step(optimizer)\n",
+    )
+    (tmp_path / "fixed.py").write_text(fixed)
+    (tmp_path / "moved.py").write_text(moved)
+    original, migrated, at_step = _runs(
+        [(APEX / "accumulation_clip_every_batch.py", ["--fp16"], stub, False),
+         (tmp_path / "fixed.py", ["--fp16"], None, True),
+         (tmp_path / "moved.py", ["--fp16"], None, False)],
+        tmp_path,
+    )  # fmt: skip
+    assert original[0] == migrated[0] == at_step[0] == 0, original[2] + migrated[2] + at_step[2]
+    assert "forward dtypes: ['torch.float16']" in migrated[1]
+    assert _weights(migrated[1]) == pytest.approx(_weights(original[1]), abs=3e-3)
+    apart = zip(_weights(at_step[1]), _weights(original[1]), strict=True)
+    assert max(abs(a - b) for a, b in apart) > 3e-2
+
+
+@pytest.mark.torch
 def test_a_step_without_a_scaled_backward_is_guarded_because_scaler_step_raises(stub, tmp_path):
     """The guard is needed and enough: the shape-only rewrite of the fixture (scale_loss ->
     scaler.scale, step -> scaler.step + update) raises on CPU where the original, against the
@@ -1224,6 +1269,32 @@ def test_a_step_without_a_scaled_backward_is_guarded_because_scaler_step_raises(
 
     assert _weights(fixed[1]) == pytest.approx(_weights(original[1]), abs=2e-3)
     assert "stepped plainly there" in _message(source)
+
+
+@pytest.mark.torch
+def test_a_model_handed_to_evaluation_code_runs_it_in_float16_as_apex_did(tmp_path):
+    """Every forward of the model after `initialize` ran in float16 under apex O1, the
+    evaluator's and the final report's too: with float16 autocast really on (cuda -> cpu),
+    every Linear output of the migrated run is float16; without the regions around the
+    statements that hand the model over, those forwards run in float32."""
+    pytest.importorskip("torch")
+    fixed = (APEX / "handoff_evaluate.fixed.py").read_text().replace('"cuda"', '"cpu"')
+    (tmp_path / "fixed.py").write_text(fixed)
+    bare = fixed.replace(
+        '        with torch.amp.autocast("cpu", dtype=torch.float16, enabled=fp16):\n'
+        "            score = ",
+        "        if True:\n            score = ",
+    )
+    assert bare != fixed
+    (tmp_path / "bare.py").write_text(bare)
+    migrated, without = _runs(
+        [(tmp_path / "fixed.py", ["--fp16"], None, True),
+         (tmp_path / "bare.py", ["--fp16"], None, True)],
+        tmp_path,
+    )  # fmt: skip
+    assert migrated[0] == 0 and without[0] == 0, migrated[2] + without[2]
+    assert "forward dtypes: ['torch.float16']" in migrated[1]
+    assert "forward dtypes: ['torch.float16', 'torch.float32']" in without[1]
 
 
 @pytest.mark.torch

@@ -40,14 +40,20 @@ class Clip:
             return None
         return self.statement(call), outer
 
-    def _scaled_clip(self, statement: cst.CSTNode, used: cst.Name) -> bool:
-        """``norm = clip_grad_norm_(amp.master_params(opt), max_norm)`` on every micro-batch,
-        its result used there too: unscale_ may run once per step, so the clip stays where it
-        is and works on the scaled gradients, at ``max_norm * scale``, its norm divided by the
-        same scale (a power of two, 1.0 when the scaler is off): apex's clip up to float
-        rounding. False: not that statement."""
+    def _scaled_clip(self, statement: cst.CSTNode, used: cst.Name | None) -> bool:
+        """``clip_grad_norm_(amp.master_params(opt), max_norm)`` on every micro-batch (its
+        result ``used`` there too, or not used at all): unscale_ may run once per step, so the
+        clip stays where it is and works on the scaled gradients, at ``max_norm * scale``, its
+        norm divided by the same scale (a power of two, 1.0 when the scaler is off): apex's
+        clip of the unscaled gradients it had accumulated so far, up to float rounding, as the
+        scale changes only at the step. Not where ``delay_unscale`` kept apex's gradients scaled
+        at some exits (apex clipped scaled gradients at ``max_norm`` there). False: not that
+        statement."""
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-        call = small.value if isinstance(small, cst.Assign) and len(statement.body) == 1 else None
+        kinds = cst.Assign if used is not None else cst.Expr
+        call = small.value if isinstance(small, kinds) and len(statement.body) == 1 else None
+        if self._delays_unscale():
+            return False
         if not (
             isinstance(call, cst.Call)
             and _code(self.module, call.func).rpartition(".")[2] == "clip_grad_norm_"
@@ -71,11 +77,19 @@ class Clip:
             limit = cst.parse_expression(f"{bound} * {scale}")
             args = [*u.args]
             args[1] = args[1].with_changes(value=limit)
-            return cst.BinaryOperation(
-                u.with_changes(args=args), cst.Divide(), cst.parse_expression(scale)
-            )
+            clipped = u.with_changes(args=args)
+            if used is None:
+                return clipped
+            return cst.BinaryOperation(clipped, cst.Divide(), cst.parse_expression(scale))
 
         self.plan.edits[call] = build
+        if used is None:
+            self.plan.notes.append(
+                f"the clip of `amp.master_params` at line {self.line(statement)} runs on every "
+                f"micro-batch, as under apex: it clips the scaled gradients at `max_norm * "
+                f"{scale}` (apex unscaled first; equal up to float rounding)"
+            )
+            return True
         self.plan.notes.append(
             f"behaviour change: the clip of `amp.master_params` at line {self.line(statement)} "
             "runs on every micro-batch and its result is used there "
@@ -84,6 +98,16 @@ class Clip:
             "unscaled first; equal up to float rounding)"
         )
         return True
+
+    def _delays_unscale(self) -> bool:
+        """A ``scale_loss`` of the file passes ``delay_unscale`` other than ``False``."""
+        return any(
+            a.keyword is not None
+            and a.keyword.value == "delay_unscale"
+            and _code(self.module, a.value) != "False"
+            for w, _, _, _ in self.requests
+            for a in w.items[0].item.args
+        )
 
     def _unscale_before(self, statement: cst.CSTNode, unscale: str) -> None:
         self.unscales.append(statement)
@@ -106,6 +130,8 @@ class Clip:
         condition, right before the step."""
         if len(nested) != 1:
             self.problem(statement, "the clip is followed by several conditional steps")
+            return
+        if self._scaled_clip(statement, None):
             return
         step = nested[0]
         conditions: list[cst.BaseExpression] = []

@@ -132,8 +132,7 @@ class Regions:
                         f"`{loss}` but not in the autocast region of its forward (apex O1 ran it "
                         "in float16 too): wrap it in `torch.amp.autocast` by hand",
                     )
-        if self.global_home is not None:
-            self._handed_on(setup, planned, wrapped, blocked)
+        self._handed_on(setup, planned, wrapped, blocked)
         self.wrapped = wrapped  # the statements the regions hold (_forwards_elsewhere)
         for block, (runs, enabled) in planned.items():
             order = {id(s): i for i, s in enumerate(_statements(block))}
@@ -205,6 +204,8 @@ class Regions:
             callee = defined.get(node.func.value)
             if callee is None or id(callee) in scaling or callee.name.value in named:
                 continue
+            if any(id(a) in self.wrapped for a in self.ancestors(node)):
+                continue  # handed on in a region of its own (_handed_on)
             params = [p.name.value for p in callee.params.params]
             spelled = set()
             for i, arg in enumerate(node.args):
@@ -255,6 +256,8 @@ class Regions:
                 continue
             if any(id(a) in wrapped for a in self.ancestors(node)):
                 continue
+            if self._called_in_regions(function):
+                continue
             where = function.name.value if isinstance(function, cst.FunctionDef) else "module"
             if where not in named:
                 found.setdefault(where, self.line(node))
@@ -269,15 +272,31 @@ class Regions:
                 f"`initialize`): {_KEEP}"
             )
 
+    def _called_in_regions(self, function: cst.CSTNode) -> bool:
+        """Every call of ``function`` in this file runs in an autocast region, which covers
+        what it calls."""
+        if not isinstance(function, cst.FunctionDef) or self.parent(function) is not self.module:
+            return False
+        refs = list(self._references(function.name.value))
+        return bool(refs) and all(
+            any(id(a) in self.wrapped for a in self.ancestors(r)) for r in refs
+        )
+
     def _handed_on(self, setup: _Setup, planned: dict, wrapped: set[int], blocked) -> None:
-        """With the scaler as module state, the model travels through the functions on the way
-        to the one that scales (``train`` -> ``train_epoch`` -> ``train_step``); where one of
-        them hands it to code that may run it (``evaluate_epoch(model, ...)``: a validation
-        pass), apex O1 cast that forward too. The statement gets a region (autocast covers what
-        it calls), ``enabled`` by the scaler."""
-        names = {m for m in setup.models if "." not in m}
+        """The model travels through the functions on the way to the one that scales
+        (``train`` -> ``train_epoch`` -> ``train_step``); where one of them hands it to code that
+        may run it (``evaluate(model, ...)``, ``Evaluator(self.model).evaluate()``: a validation
+        pass) while training, apex O1 cast that forward too. The statement gets a region
+        (autocast covers what it calls), enabled as the scaler is; in the initializing function,
+        from the loop that trains on (what comes before it, such as ``DDP(model)``, runs no
+        forward)."""
+        spellings = set(setup.models)
         defined = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
         scaling = {id(f) for _, _, f, _ in self.requests}
+        functions = [*defined.values(), *(f for _, _, f, _ in self.requests
+                                          if isinstance(f, cst.FunctionDef))]  # fmt: skip
+        if isinstance(setup.home, cst.FunctionDef):
+            functions.append(setup.home)
         grew = True
         while grew:  # the same-file functions that lead to a scaled backward
             grew = False
@@ -289,20 +308,23 @@ class Regions:
                 ):  # fmt: skip
                     scaling.add(id(function))
                     grew = True
-        handed = []
-        for function in defined.values():
-            if id(function) not in scaling:
+        start = self._training_start(setup, scaling, defined)
+        handed, seen = [], set()
+        for function in functions:
+            if id(function) not in scaling or id(function) in seen:
                 continue
+            seen.add(id(function))
             for node in self._subtree(function.body):
                 if not isinstance(node, cst.Call) or self.function(node) is not function:
+                    continue
+                if function is setup.home and self.order[id(node)] < start:
                     continue
                 callee = defined.get(node.func.value) if isinstance(node.func, cst.Name) else None
                 if callee is not None and id(callee) in scaling:
                     continue
-                if not any(isinstance(a.value, cst.Name) and a.value.value in names
-                           for a in node.args):  # fmt: skip
+                if not any(_code(self.module, a.value) in spellings for a in node.args):
                     continue
-                if not self._may_run(node, callee, names, defined, 0):
+                if not self._may_run(node, callee, spellings, defined, 0):
                     continue
                 statement = self.statement(node)
                 located = self.block_of(statement)
@@ -314,7 +336,10 @@ class Regions:
                     or any(id(a) in wrapped for a in self.ancestors(statement))
                 ):
                     continue
-                runs, _ = planned.setdefault(located[0], ([], f"{self.name}.is_enabled()"))
+                enabled = self._enabled_at(setup, function, statement)
+                if enabled is False:
+                    continue
+                runs, _ = planned.setdefault(located[0], ([], enabled))
                 runs.append([statement])
                 wrapped.add(id(statement))
                 handed.append(f"`{_code(self.module, node.func)}(...)` (line {self.line(node)})")
@@ -325,12 +350,48 @@ class Regions:
                 "too"
             )
 
+    def _training_start(self, setup: _Setup, scaling: set[int], defined: dict) -> int:
+        """Where training starts in the initializing function: the outermost loop that holds
+        a scaled backward or a call on the way to one (else right after ``initialize``)."""
+        home = setup.home
+        after = self.order[id(setup.statement)]
+        if not isinstance(home, cst.FunctionDef):
+            return after
+        for node in self._subtree(home.body):
+            if not isinstance(node, Loop) or self.order[id(node)] < after:
+                continue
+            for inner in self._subtree(node):
+                scales = isinstance(inner, cst.With) and any(
+                    inner is w for w, _, _, _ in self.requests
+                )
+                calls = (
+                    isinstance(inner, cst.Call)
+                    and isinstance(inner.func, cst.Name)
+                    and id(defined.get(inner.func.value)) in scaling
+                )
+                if scales or calls:
+                    return self.order[id(node)]
+        return after
+
+    def _enabled_at(self, setup: _Setup, function: cst.CSTNode, statement: cst.CSTNode):
+        """The ``enabled=`` of a region at ``statement`` (None: always on; False: the scaler
+        does not reach it, so no region can follow apex's switch there)."""
+        if self.global_home is not None:
+            return f"{self.name}.is_enabled()"
+        if not setup.condition and not setup.by_scaler:
+            return None
+        if function is setup.home and not setup.by_scaler:
+            return setup.condition
+        access = self.access(statement)
+        return f"{access}.is_enabled()" if access is not None else False
+
     def _may_run(self, call: cst.Call, callee, names: set[str], defined: dict, depth: int) -> bool:
         """``call`` hands the model to code that may call it: code outside this file, or a
         function of it whose parameter is called or handed on (its methods run no forward)."""
         if callee is None:
             func = _code(self.module, call.func)
-            return func not in _HARMLESS and func.partition(".")[0] not in names
+            own = any(func.startswith(f"{n}.") for n in names)  # `model.to(...)`
+            return func not in _HARMLESS and not own
         if depth > 3:
             return True
         params = [p.name.value for p in callee.params.params]
