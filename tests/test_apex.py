@@ -267,6 +267,40 @@ def test_import_apex_stays_for_the_rest_of_apex():
     assert finding.fix is None
 
 
+PARAMS_SAVED = """
+import torch
+from apex import amp
+
+
+class Runner:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+    def save(self, path):
+        torch.save({"params": list(amp.master_params(self.optimizer))}, path)
+
+    def step(self, x, y):
+        loss = torch.nn.functional.mse_loss(self.model(x), y)
+        with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+            scaled_loss.backward()
+        self.optimizer.step()
+"""
+
+
+def test_master_params_read_for_the_parameters_needs_no_unscale():
+    """`list(amp.master_params(opt))` saved in a checkpoint reads parameters, not gradients:
+    it becomes the optimizer's parameters, with no `unscale_`; a read of their `.grad` in
+    the same place still needs one (and is refused there, outside the step)."""
+    out, _, fixed = fix_source(PARAMS_SAVED, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert 'list((p for group in self.optimizer.param_groups for p in group["params"]))' in out
+    assert "unscale_" not in out
+    grads = PARAMS_SAVED.replace("list(amp.master_params", "list(p.grad for p in amp.master_params")
+    [finding] = [d for d in check_source(grads) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "place `scaler.unscale_` by hand" in finding.message
+
+
 def test_every_blocker_is_listed_with_its_line():
     [finding] = [
         d for d in check_source((APEX / "blocked_o2_and_losses.py").read_text())

@@ -349,6 +349,50 @@ def test_initialize_whose_imports_never_call_apex_says_apex_only_casts(tmp_path)
     assert "apex only casts here" in finding.message
 
 
+GET_AMP = (
+    "def get_amp(fp16):\n    if fp16:\n        from apex import amp\n\n        return amp\n"
+    "    return None\n"
+)
+USES_GET_AMP = (
+    "import torch\n{head}\n\n"
+    "def train(model, opt, batches, fp16):\n"
+    "    amp = get_amp(fp16)\n"
+    "    if amp:\n"
+    '        model, opt = amp.initialize(model, opt, opt_level="O1")\n'
+    "    for x, y in batches:\n"
+    "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+    "        if amp:\n"
+    "            with amp.scale_loss(loss, opt) as scaled_loss:\n"
+    "                scaled_loss.backward()\n"
+    "        else:\n"
+    "            loss.backward()\n"
+    "        opt.step()\n"
+)
+
+
+def test_apex_handed_out_by_a_function_is_reported_where_it_is_used(tmp_path):
+    """`amp = get_amp(fp16)` then `amp.initialize(...)`, `amp.scale_loss(...)` (nlp-recipes):
+    the calls never resolve to apex by name, so they had no finding at all; the helper that
+    returns the module is reported too, and the calls through what it gave name it, in the
+    same file or in another module on disk."""
+    (tmp_path / "helpers.py").write_text(GET_AMP)
+    (tmp_path / "user.py").write_text(USES_GET_AMP.format(head="from helpers import get_amp"))
+    (tmp_path / "alone.py").write_text(USES_GET_AMP.format(head="\n\n" + GET_AMP))
+    results = run(sorted(tmp_path.glob("*.py")), _settings())
+    found = {Path(r.path).name: [d for d in r.diagnostics if d.code == "AMP303"] for r in results}
+    assert "line 5: `get_amp` returns apex's amp module" in found["helpers.py"][0].message
+    [user] = found["user.py"]
+    assert user.fix is None
+    assert (
+        "line 7: `amp.initialize` calls apex amp through `amp`, which holds what "
+        "`get_amp(...)` (helpers.py:1) returns" in user.message
+    ), user.message
+    assert "line 11: `amp.scale_loss` calls apex amp through `amp`" in user.message
+    [alone] = found["alone.py"]
+    assert "returns apex's amp module" in alone.message
+    assert "which holds what `get_amp(...)` (line 4) returns" in alone.message, alone.message
+
+
 HOOKED = FIXTURES / "apex" / "runner_hook"
 HOOK_FILES = ["selfsup/apis/train.py", "selfsup/hooks/optimizer_hook.py"]
 

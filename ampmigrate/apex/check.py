@@ -36,7 +36,7 @@ def check(
 ) -> list[Finding]:
     calls = apex_calls(names)
     if not calls:
-        stray = stray_calls(tree, names)
+        stray = stray_calls(tree, names, source.path)
         if stray:
             from ampmigrate.apex.verdict import refusal
 

@@ -480,17 +480,21 @@ class Handles:
                 continue
             shown = os.path.relpath(sibling.path, folder)
             via = os.path.relpath(sibling.importer, folder)
+            uses = f"calls `amp.{sibling.member}`"
             if sibling.member in SUPPORTED:
                 how = (
                     "migrate the two together (the GradScaler passed there, "
                     "`scaler.state_dict()` for `amp.state_dict()`) or neither"
                 )
+            elif sibling.member == "amp":  # `return amp`: hands out the module itself
+                uses = "returns apex's amp module"
+                how = "hand out a GradScaler there instead and migrate the two together"
             else:  # a cast helper: no scaler involved, its native form is AMP301's
                 how = f"replace its `amp.{sibling.member}` first ({no_rewrite(sibling.member)})"
             self.problem(
                 self.plan.anchor,
-                f"{shown} (imported by {via} at line {sibling.import_line}) calls "
-                f"`amp.{sibling.member}` at its line {sibling.line} and does not initialize "
+                f"{shown} (imported by {via} at line {sibling.import_line}) {uses} "
+                f"at its line {sibling.line} and does not initialize "
                 "amp: it relies on the amp state this file sets up and would still call apex "
                 f"after this file alone were migrated; {how}",
             )

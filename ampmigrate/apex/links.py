@@ -126,17 +126,35 @@ def apex_calls(names: Names) -> list[ast.Call]:
     return calls
 
 
+_AMP = APEX.rstrip(".")  # the module itself
 _MEMBERS = {"scale_loss", "master_params", "state_dict", "load_state_dict", "initialize"}
 
 
-def stray_calls(tree: ast.Module, names: Names) -> list[tuple[ast.AST, str]]:
+def stray_calls(
+    tree: ast.Module, names: Names, path: str | None = None
+) -> list[tuple[ast.AST, str]]:
     """apex amp calls that do not resolve to apex, so no other check sees them, each with what
     it is: ``amp.scale_loss`` where the apex import binds ``amp`` only inside another function
-    (NameError as written), or ``self.amp.scale_loss`` through an attribute that holds apex's
-    module, set in another file."""
+    (NameError as written), ``self.amp.scale_loss`` through an attribute that holds apex's
+    module, set in another file, or ``amp.scale_loss`` through what a function that returns
+    apex's module gave (``amp = get_amp(fp16)``, that function here or imported from a module
+    on disk next to ``path``); and such a function's own ``return amp``."""
     found: list[tuple[ast.AST, str]] = []
     roots = _apex_roots(names)  # (an import binding always has its alias)
     for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and node.value is not None and roots:
+            if _AMP in names.qualified(node.value):
+                function = next(
+                    (a.name for a in names.ancestors(node) if isinstance(a, ast.FunctionDef)),
+                    "module-level code",
+                )
+                found.append((node, (
+                    f"line {node.lineno}: `{function}` returns apex's amp module: the code "
+                    "that calls it uses apex amp through the value it returns, which the "
+                    f"rewrite does not follow; hand a GradScaler from `{function}` instead "
+                    "and migrate its callers with it, by hand"
+                )))  # fmt: skip
+            continue
         if not (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -156,6 +174,13 @@ def stray_calls(tree: ast.Module, names: Names) -> list[tuple[ast.AST, str]]:
                 f"{inside}: that call raises NameError, so the original's mixed-precision path "
                 f"cannot run as written; import `{holder.id}` at module level (or fix the "
                 "original) before migrating"
+            )))  # fmt: skip
+        elif isinstance(holder, ast.Name) and (given := _given_by(holder, names, path)):
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` calls apex amp through `{holder.id}`, which "
+                f"holds what {given} returns: apex's amp module, which the rewrite does not "
+                "follow through a function's return; hand a GradScaler there instead and "
+                "migrate both, by hand"
             )))  # fmt: skip
         elif (
             not roots
@@ -187,6 +212,46 @@ def stray_calls(tree: ast.Module, names: Names) -> list[tuple[ast.AST, str]]:
                 "this use by hand"
             )))  # fmt: skip
     return found
+
+
+def _given_by(holder: ast.Name, names: Names, path: str | None) -> str | None:
+    """``holder`` is bound by ``holder = helper(...)`` where ``helper`` returns apex's amp
+    module (defined in this file, or imported from a module on disk): how to name it (None:
+    not so)."""
+    for binding in names.bindings(holder):
+        target = binding.node
+        assign = names.parent(target) if isinstance(target, ast.Name) else None
+        call = assign.value if isinstance(assign, ast.Assign) else None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+            continue
+        for helper in names.bindings(call.func):
+            if isinstance(helper.node, ast.FunctionDef) and _returns_apex(helper.node, names):
+                return f"`{call.func.id}(...)` (line {helper.node.lineno})"
+            imported = helper.node
+            if not (isinstance(imported, ast.ImportFrom) and helper.alias and path):
+                continue
+            module = imported.module or ""
+            for candidate in _module_paths(path, imported.level, module):
+                if not os.path.isfile(candidate):
+                    continue
+                other = _parsed(candidate, _read(candidate))
+                named = helper.alias.name
+                body = other.tree.body if other else ()
+                defs = [d for d in body if isinstance(d, ast.FunctionDef) and d.name == named]
+                if defs and _returns_apex(defs[0], other.names):
+                    shown = os.path.relpath(candidate, os.path.dirname(os.path.abspath(path)))
+                    return f"`{call.func.id}(...)` ({shown}:{defs[0].lineno})"
+                break
+    return None
+
+
+def _returns_apex(function: ast.FunctionDef, names: Names) -> bool:
+    return any(
+        isinstance(node, ast.Return)
+        and node.value is not None
+        and _AMP in names.qualified(node.value)
+        for node in ast.walk(function)
+    )
 
 
 @dataclass
@@ -730,10 +795,14 @@ def _apex_member(path: str) -> tuple[str, int] | None:
         return None
     file = _parsed(path, data)
     if file is not None and not file.members:
-        stray = stray_calls(file.tree, file.names)  # a use apex's import does not reach
+        stray = stray_calls(file.tree, file.names, path)  # a use apex's import does not reach
         if stray:
             node = stray[0][0]
-            member = node.func.attr if isinstance(node, ast.Call) else node.id
+            member = (
+                node.func.attr if isinstance(node, ast.Call)
+                else node.id if isinstance(node, ast.Name)
+                else "amp"  # `return amp`: the module itself
+            )  # fmt: skip
             return member, node.lineno
     if file is None or not file.members or "initialize" in file.members:
         return None

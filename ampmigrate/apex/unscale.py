@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ampmigrate.apex.common import Loop, _argument, _code, _statements
+from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _statements
 from ampmigrate.apex.verdict import APEX
+
+# calls that read what they are given, never a gradient (`list(amp.master_params(opt))`)
+_PARAM_READERS = frozenset({
+    "list", "tuple", "len", "sum", "sorted", "numel", "state_dict", "detach", "clone", "cpu",
+    "save", "dict", "print", "append", "extend",
+})  # fmt: skip
 
 
 class Unscale:
@@ -137,7 +143,8 @@ class Unscale:
                 f'(p for group in {opt}.param_groups for p in group["params"])'
             )
             self.plan.edits[call] = lambda _u, params=params: params
-            by_statement.setdefault(statement, []).append(opt)
+            if not self._params_only(statement):
+                by_statement.setdefault(statement, []).append(opt)
         for statement, opt in readers:
             by_statement.setdefault(statement, []).append(opt)
         by_statement = dict(sorted(by_statement.items(), key=lambda i: self.order[id(i[0])]))
@@ -179,6 +186,19 @@ class Unscale:
                         "`scale_loss` exited)"
                     )
                 self._place_unscale(anchor, cluster[0][1], function, access)
+
+    def _params_only(self, statement: cst.CSTNode) -> bool:
+        """``statement`` reads the parameters ``amp.master_params`` gives, not their gradients
+        (``"params": list(amp.master_params(opt))`` in a checkpoint): no ``.grad`` in it, and
+        no call that may read one (a clip, a function it hands them to), so no ``unscale_``."""
+        for node in self._subtree(statement):
+            if isinstance(node, cst.Attribute) and node.attr.value in ("grad", "main_grad"):
+                return False
+            if isinstance(node, cst.Call) and not _is_call_of(node, "master_params"):
+                name = _code(self.module, node.func).rpartition(".")[2]
+                if name not in _PARAM_READERS:
+                    return False
+        return True
 
     def _reader(self, statement: cst.CSTNode) -> str:
         """How a blocker names a gradient read: what it is, not what it is not."""
