@@ -59,6 +59,7 @@ REWRITTEN = [
     "loss_expression",
     "handoff_evaluate",
     "accumulation_clip_every_batch",
+    "evaluation_initialize",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -529,6 +530,7 @@ CASES = {
     "loss_expression": [[], ["--fp16"]],
     "handoff_evaluate": [[], ["--fp16"]],
     "accumulation_clip_every_batch": [[], ["--fp16"]],
+    "evaluation_initialize": [["ckpt.pt"]],
 }
 
 
@@ -2442,6 +2444,24 @@ def test_a_second_initialize_of_a_model_without_optimizer_is_named_as_such():
     assert "`amp.initialize` is called again, for `teacher` without an optimizer" in (
         finding.message
     )
+
+
+def test_an_evaluation_only_initialize_is_followed_only_within_its_block():
+    """The test branch's `model = amp.initialize(model, opt_level="O1")` gets a region over the
+    rest of its block; a run of the model after that block (cast by apex too) keeps it refused,
+    with what the rewrite handles."""
+    source = (APEX / "evaluation_initialize.py").read_text()
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe"
+    assert "the evaluation-only `amp.initialize` at line 38 goes, and the statements at line " \
+        "40, which use `model` after it, run under" in finding.message  # fmt: skip
+    after = source.replace(
+        '        print(f"score {evaluate(model, batches):.3f}")\n',
+        '        print(f"score {evaluate(model, batches):.3f}")\n    evaluate(model, batches)\n',
+    )
+    [finding] = [d for d in check_source(after) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "`amp.initialize` is called again, for `model` without an optimizer" in finding.message
 
 
 def test_a_gradless_forward_feeding_the_loss_before_the_region_is_a_stated_change():

@@ -37,6 +37,14 @@ class Handles:
         if same:
             self._remove_statement(statement)
             return
+        if _argument(extra, "optimizers", 1) is None and self.function(extra) is not (
+            self.function(first)
+        ):  # evaluation only, in another function (a test branch): an autocast region
+            before = len(self.plan.problems)
+            self._inference_only(extra, extra=True)
+            if len(self.plan.problems) == before:
+                return
+            del self.plan.problems[before:]  # said below, with what the rewrite handles
         if _argument(extra, "optimizers", 1) is None:
             model = _argument(extra, "models", 0)
             shown = f"`{_code(self.module, model)}`" if model is not None else "a model"
@@ -44,8 +52,8 @@ class Handles:
                 extra,
                 f"`amp.initialize` is called again, for {shown} without an optimizer (a model "
                 "apex only casts: an evaluation-only model, an EMA or teacher copy): the "
-                "rewrite handles one "
-                "`initialize`; delete this one and run that model's forward under "
+                "rewrite handles one `initialize` and an evaluation-only one that rebinds its "
+                "model in another function; delete this one and run that model's forward under "
                 '`torch.amp.autocast("cuda", dtype=torch.float16)`, by hand',
             )
             return

@@ -19,7 +19,10 @@ _KNOWN = {"models", "opt_level", "verbosity", "enabled"}
 class InferenceOnly:
     """The planner's mode for ``amp.initialize`` without an optimizer."""
 
-    def _inference_only(self, init: cst.Call) -> None:
+    def _inference_only(self, init: cst.Call, extra: bool = False) -> None:
+        """``extra``: a second ``initialize``, for evaluation only, in another function than the
+        training one (a script's test branch): its region is the rest of its own block, and the
+        plan's summary stays the training one's."""
         code = self.module.code_for_node
         args = {a.keyword.value: a.value for a in init.args if a.keyword}
         positional = [a.value for a in init.args if not a.keyword and not a.star]
@@ -63,7 +66,16 @@ class InferenceOnly:
         holder = self.parent(self.parent(statement))
         condition = None
         top = statement
-        if isinstance(holder, cst.If):
+        if extra:
+            after_block = self._run_after_block(statement, name)
+            if after_block is not None:
+                self.problem(
+                    after_block,
+                    f"`{name}` is run after the block of its evaluation-only `amp.initialize` "
+                    f"(line {self.line(init)}), where apex O1 cast it too: wrap it by hand",
+                )
+                return
+        elif isinstance(holder, cst.If):
             if holder.orelse is not None or self._is_elif(holder):
                 self.problem(init, "`amp.initialize` for inference sits in an if/else")
                 return
@@ -78,7 +90,7 @@ class InferenceOnly:
             return
         block, index = located
         owner = self.owner(block)
-        if owner is not None and not isinstance(owner, cst.FunctionDef):
+        if not extra and owner is not None and not isinstance(owner, cst.FunctionDef):
             self.problem(init, "`amp.initialize` for inference is nested in a block other "
                          "than an `if`")  # fmt: skip
             return
@@ -120,8 +132,17 @@ class InferenceOnly:
             return
         self._remove_statement(statement)
         self._wrap(block, [run], condition)
-        self.plan.min_torch = (1, 12)  # torch.amp.autocast("cuda", ...) only (AMP101's floor)
         first, last = self.line(run[0]), self.line(run[-1])
+        if extra:
+            self.wrapped.update(id(s) for s in run)
+            lines = f"line {first}" if first == last else f"lines {first}-{last}"
+            self.plan.notes.append(
+                f"the evaluation-only `amp.initialize` at line {self.line(init)} goes, and "
+                f"the statements at {lines}, which use `{name}` after it, run under "
+                '`torch.amp.autocast("cuda", dtype=torch.float16)`, as apex O1 cast them'
+            )
+            return
+        self.plan.min_torch = (1, 12)  # torch.amp.autocast("cuda", ...) only (AMP101's floor)
         self.plan.summary = (
             "apex O1 for inference (no optimizer) can be rewritten to torch.amp: "
             "`amp.initialize` goes, and the statements that use the model run under "
@@ -133,6 +154,18 @@ class InferenceOnly:
             "(from the first to the last statement that uses the model, and what they call); "
             "apex O1 also cast torch calls after it, until the process ended"
         )
+
+    def _run_after_block(self, statement: cst.CSTNode, name: str) -> cst.CSTNode | None:
+        """A statement of the enclosing function, after the one that holds ``statement``, that
+        runs the model ``name`` (None: none)."""
+        function = self.function(statement)
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        body = list(function.body.body)
+        top = next((s for s in body if s is statement or self.within(statement, s)), None)
+        if top is None or top is statement:
+            return None
+        return next((s for s in body[body.index(top) + 1 :] if self._runs_model(s, name)), None)
 
     def _runs_model(self, statement: cst.CSTNode, name: str) -> bool:
         """``statement`` calls the model or hands it to a call (which may run it); its own

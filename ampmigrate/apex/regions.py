@@ -76,7 +76,7 @@ class Regions:
                     '`torch.amp.autocast("cuda", dtype=torch.float16)` around the forward by hand',
                 )
             checks.append((function, loss, enabled))
-        wrapped: set[int] = set()
+        wrapped: set[int] = set(self.wrapped)  # (an evaluation-only initialize's region)
         planned: dict[cst.CSTNode, tuple[list[list[cst.BaseStatement]], str | None]] = {}
         for block, (indices, feeds, enabled) in chosen.items():
             body = _statements(block)
