@@ -302,6 +302,41 @@ def test_master_params_read_for_the_parameters_needs_no_unscale():
     assert "place `scaler.unscale_` by hand" in finding.message
 
 
+SCALE_READ = """
+import torch
+from apex import amp
+
+
+def train(model, optimizer, batches):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x, y in batches:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        print(amp._amp_state.loss_scalers[0].loss_scale())
+"""
+
+
+def test_apex_loss_scale_read_after_the_step_is_the_scalers():
+    """apex updated its scale at the `scale_loss` exit, a GradScaler at `update()`: after the
+    step they hold the same value, so the read there becomes `scaler.get_scale()`; between
+    the backward and the step, or of another loss's scaler, it is refused and says why."""
+    out, _, fixed = fix_source(SCALE_READ, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert "        print(scaler.get_scale())\n" in out and "_amp_state" not in out
+    early = SCALE_READ.replace(
+        "        optimizer.step()\n        print(amp._amp_state.loss_scalers[0].loss_scale())",
+        "        print(amp._amp_state.loss_scalers[0].loss_scale())\n        optimizer.step()",
+    )
+    [finding] = [d for d in check_source(early) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "it is not read after the step in the step's block" in finding.message
+    other = SCALE_READ.replace("loss_scalers[0]", "loss_scalers[1]")
+    [finding] = [d for d in check_source(other) if d.code == "AMP303"]
+    assert "only `loss_scalers[0].loss_scale()` is the GradScaler's" in finding.message
+
+
 def test_every_blocker_is_listed_with_its_line():
     [finding] = [
         d for d in check_source((APEX / "blocked_o2_and_losses.py").read_text())

@@ -200,6 +200,8 @@ class Guards:
                     continue
                 if any(id(a) in self.dropped for a in self.ancestors(node)):
                     continue
+                if any(self.within(node, c) for c in self.scale_reads):
+                    continue  # apex's loss scale, read through its state (_read_scales)
                 if self._probe(node):
                     continue
                 if APEX in self.qualified(node) and not self._in_import(node):

@@ -63,6 +63,8 @@ from ampmigrate.cstnames import scopes
 from ampmigrate.findings import Finding, Fix
 from ampmigrate.replace import ReplaceNodes
 
+_LOSS_SCALE = "_amp_state.loss_scalers.loss_scale"
+
 
 class _Planner(
     Facts,
@@ -139,6 +141,7 @@ class _Planner(
         # `amp` handed to a function (`train(model, optimizer, amp)`): pending, then refused
         self.passed: list[cst.CSTNode] = []
         self.handing = False
+        self.scale_reads: list[cst.Call] = []  # apex's loss scale read through its state
         self.handed: list = []  # the arguments that are handed the GradScaler instead
         self.after_scaler: list[str] = []  # statements right after the GradScaler is made
         self.wrapped: set[int] = set()  # the statements the autocast regions hold
@@ -198,6 +201,9 @@ class _Planner(
             return None
         initialize = calls.get("initialize", [])
         self.plan.anchor = (initialize or [c for c, _ in others] or next(iter(calls.values())))[0]
+        if len(initialize) == 1:  # `amp._amp_state.loss_scalers[0].loss_scale()`: _read_scales
+            self.scale_reads = [c for c, m in others if m == _LOSS_SCALE]
+            others = [(c, m) for c, m in others if m != _LOSS_SCALE]
         for node, member in others:
             self.problem(node, no_rewrite(member))
         self._imports()
@@ -255,7 +261,7 @@ class _Planner(
             self._switch_leaks(setup.statement)
         stored = self._through_stores(setup, calls) | self._through_params(setup, calls)
         uses = [c for m in SUPPORTED - {"initialize"} for c in calls.get(m, []) if c not in stored]
-        self._scope(setup, uses + [h.call for h in self.handed])
+        self._scope(setup, uses + [h.call for h in self.handed] + self.scale_reads)
         self._hand_scaler()
         for call in calls.get("scale_loss", []):
             self._scale_loss(call, setup)
@@ -269,6 +275,7 @@ class _Planner(
         self._plain_backwards()
         self._guard_steps()
         self._discarded_overflows()
+        self._read_scales(initialize[0] if initialize else None)
         for member in ("state_dict", "load_state_dict"):
             for call in calls.get(member, []):
                 self._state(call, member)

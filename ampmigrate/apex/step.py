@@ -249,6 +249,45 @@ class Step:
                     "(`scaler.unscale_(optimizer)`) on the path that skips the step, by hand",
                 )
 
+    def _read_scales(self, init: cst.Call | None) -> None:
+        """``amp._amp_state.loss_scalers[0].loss_scale()`` (a logged loss scale) becomes
+        ``scaler.get_scale()``, where both hold the same value: after the step in the same
+        block, as apex updated its scale at the ``scale_loss`` exit and a GradScaler only at
+        ``update()``; one scale (no ``num_losses``)."""
+        steps = [s for group in self.steps.values() for s in group]
+        for call in self.scale_reads:
+            func = call.func
+            holder = func.value if isinstance(func, cst.Attribute) else None
+            index = holder.slice[0].slice if isinstance(holder, cst.Subscript) else None
+            statement = self.statement(call)
+            located = self.block_of(statement)
+            why = None
+            if call.args or not (
+                isinstance(index, cst.Index) and _code(self.module, index.value) == "0"
+            ):
+                why = "only `loss_scalers[0].loss_scale()` is the GradScaler's `get_scale()`"
+            elif init is not None and _argument(init, "num_losses", 99) is not None:
+                why = "apex kept one scale per loss (`num_losses`), a GradScaler keeps one"
+            elif located is None or not any(
+                self.block_of(s) is not None
+                and self.block_of(s)[0] is located[0]
+                and self.order[id(s)] < self.order[id(statement)]
+                for s in steps
+            ):
+                why = (
+                    "it is not read after the step in the step's block: apex updated its scale "
+                    "when `scale_loss` exited, a GradScaler does at `update()`, so the two "
+                    "differ between them; read `scaler.get_scale()` after `scaler.update()`"
+                )
+            access = self.access(call)
+            if why is None and access is None:
+                continue  # _scope said why
+            if why is not None:
+                self.problem(call, f"`{_code(self.module, call.func)}()`: {why}, by hand")
+                continue
+            read = cst.parse_expression(f"{access}.get_scale()")
+            self.plan.edits[call] = lambda _u, read=read: read
+
     def _clears(self, loop: cst.CSTNode) -> Iterator[cst.CSTNode]:
         """The ``zero_grad()`` calls in ``loop``."""
         for node in self._subtree(loop):
