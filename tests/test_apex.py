@@ -60,6 +60,8 @@ REWRITTEN = [
     "handoff_evaluate",
     "accumulation_clip_every_batch",
     "evaluation_initialize",
+    "checkpoint_key_variable",
+    "actor_critic_clips",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -337,6 +339,110 @@ def test_apex_loss_scale_read_after_the_step_is_the_scalers():
     assert "only `loss_scalers[0].loss_scale()` is the GradScaler's" in finding.message
 
 
+SHAPES = """
+import torch
+from apex import amp
+
+
+def train(args, model, optimizer, batches):
+    if args.fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x in batches:
+        loss = model(x).sum()
+        optimizer.zero_grad()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        ("    if args.fp16:\n        model,",
+         "    if args.fp16:\n      if args.backend == 'apex':\n        model,",
+         "`amp.initialize` sits in an `if` nested in another statement (line 7)"),
+        ("        optimizer.step()\n",
+         "        optimizer.step()\n        print(scaled_loss.item())\n",
+         "`scaled_loss` (apex's scaled loss, bound by `scale_loss`) is read at line 15, after "
+         "its block"),
+        ("        optimizer.step()\n",
+         "        optimizer.step()\n"
+         "        print(amp.state_dict()['loss_scaler0']['loss_scale'])\n",
+         "reads apex's own state layout, which a GradScaler's state does not have (KeyError)"),
+        ("    for x in batches:",
+         "    return model\n\n\ndef other(model, optimizer):\n"
+         '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+         "    for x in batches:",
+         "`amp.initialize` is called in `train` and again in `other`"),
+    ],
+)  # fmt: skip
+def test_shapes_that_would_break_the_migrated_run_are_refused(old, new, why):
+    """Each was a wrong rewrite a reviewer ran on CPU: a GradScaler made inside an inner `if`
+    (UnboundLocalError on the other path), `scaled_loss` read after its block (NameError),
+    apex's state layout read by key (KeyError), a second function's `initialize` dropped for
+    a parameter nothing passes (TypeError). Each is refused, and the reason says why."""
+    [finding] = [d for d in check_source(SHAPES) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    assert old in SHAPES
+    [finding] = [d for d in check_source(SHAPES.replace(old, new)) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert why in finding.message, finding.message
+
+
+def test_a_warm_up_step_before_the_loop_is_not_a_guarded_step():
+    """`if global_step == 0: optimizer.step()` before the loop that scales: no `scale_loss`
+    comes before it in an iteration, so the guarded-step rule does not apply."""
+    source = SHAPES.replace(
+        "    for x in batches:",
+        "    optimizer.zero_grad()\n    if args.step == 0:\n        optimizer.step()\n"
+        "    for x in batches:",
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+
+
+def test_refusals_list_blockers_in_the_same_order_in_every_process():
+    """The order of the blockers once depended on the interpreter's hash seed."""
+    source = textwrap.dedent(
+        """
+        from apex import amp
+
+
+        def backward(fp16, loss, optimizer):
+            if fp16:
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+
+
+        class Model:
+            def __init__(self, net, optimizer, fp16):
+                if fp16:
+                    self.net, self.optimizer = amp.initialize(net, optimizer, opt_level="O1")
+
+
+        class Runner:
+            def save(self):
+                return {"amp": amp.state_dict()}
+
+            def load(self, state):
+                amp.load_state_dict(state["amp"])
+        """
+    )
+    script = (
+        "import sys\nsys.path.insert(0, 'tests')\nfrom conftest import check_source\n"
+        f"print([d.message for d in check_source({source!r}) if d.code == 'AMP303'])\n"
+    )
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed}, cwd=APEX.parent.parent,
+        ).stdout
+        for seed in ("1", "2", "3", "4", "5", "6")
+    }  # fmt: skip
+    assert len(runs) == 1 and "blocker" in runs.pop()
+
+
 def test_every_blocker_is_listed_with_its_line():
     [finding] = [
         d for d in check_source((APEX / "blocked_o2_and_losses.py").read_text())
@@ -566,6 +672,8 @@ CASES = {
     "handoff_evaluate": [[], ["--fp16"]],
     "accumulation_clip_every_batch": [[], ["--fp16"]],
     "evaluation_initialize": [["ckpt.pt"]],
+    "checkpoint_key_variable": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
+    "actor_critic_clips": [[], ["--fp16"]],
 }
 
 

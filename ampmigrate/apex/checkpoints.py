@@ -19,6 +19,15 @@ class Checkpoints:
         if member == "state_dict" and call.args:
             self.problem(call, "`amp.state_dict(destination)`: GradScaler has no destination")
             return
+        holder = self.parent(call)
+        if member == "state_dict" and isinstance(holder, cst.Subscript) and holder.value is call:
+            self.problem(
+                call,
+                f"`{_code(self.module, holder)}` reads apex's own state layout, which a "
+                "GradScaler's state does not have (KeyError): read the loss scale as "
+                "`scaler.get_scale()` after `scaler.update()`, by hand",
+            )
+            return
         func = cst.parse_expression(f"{access}.{member}")
         self.plan.edits[call] = lambda u: u.with_changes(func=func)
         keyed = (
@@ -216,11 +225,43 @@ class Checkpoints:
             if index is not None:
                 self._new_key(index)
                 return True
+            if isinstance(target, cst.Name) and self._rename_keys_of(target.value, call):
+                return True
+        self.unkeyed.append(call)
         self.plan.notes.append(
             f"`amp.state_dict()` at line {self.line(call)} is not stored under a key: make "
             "sure apex-format state is never fed to `scaler.load_state_dict`"
         )
         return False
+
+    def _rename_keys_of(self, name: str, call: cst.Call) -> bool:
+        """``state = amp.state_dict()`` then ``{"amp": state}`` (or ``ckpt["amp"] = state``,
+        ``dict(amp=state)``) in the same function: the keys it is stored under become the
+        scaler's. False: it is stored under no key there."""
+        keys: list[cst.CSTNode] = []
+        for node in self._subtree(self.function(call)):
+            if not isinstance(node, cst.Name) or node.value != name:
+                continue
+            parent = self.parent(node)
+            if (
+                isinstance(parent, cst.DictElement)
+                and parent.value is node
+                and isinstance(parent.key, cst.SimpleString)
+            ):
+                keys.append(parent.key)
+            elif isinstance(parent, cst.Assign) and parent.value is node:
+                index = self._key_of(parent.targets[0].target)
+                if index is not None:
+                    keys.append(index)
+            elif isinstance(parent, cst.Arg) and parent.keyword is not None:
+                holder = self.parent(parent)
+                if isinstance(holder, cst.Call) and _code(self.module, holder.func) == "dict":
+                    self.plan.edits[parent.keyword] = lambda _u: cst.Name(self.name)
+                    keys.append(parent.keyword)
+        for key in keys:
+            if isinstance(key, cst.SimpleString):
+                self._new_key(key)
+        return bool(keys)
 
     def _key_of(self, node: cst.CSTNode) -> cst.SimpleString | None:
         """The string of ``x["amp"]`` or ``x.get("amp")``."""
@@ -252,6 +293,7 @@ class Checkpoints:
             )
             return False
         self._new_key(key)
+        self.renamed_loads.append(call)
         container = _code(self.module, source.value if isinstance(source, cst.Subscript)
                           else source.func.value)  # fmt: skip
         old = key.evaluated_value

@@ -26,6 +26,7 @@ class Handles:
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         same = (
             isinstance(small, cst.Assign)
+            and self._same_objects(first, extra)
             and len(statement.body) == 1
             and small.value is extra
             and _code(self.module, extra.with_changes(func=first.func)) == _code(self.module, first)
@@ -57,12 +58,40 @@ class Handles:
                 '`torch.amp.autocast("cuda", dtype=torch.float16)`, by hand',
             )
             return
+        if self.function(extra) is not self.function(first):
+            names = [
+                f.name.value if isinstance(f, cst.FunctionDef) else "module-level code"
+                for f in (self.function(first), self.function(extra))
+            ]
+            self.problem(
+                extra,
+                f"`amp.initialize` is called in `{names[0]}` and again in `{names[1]}`: the "
+                "rewrite handles one training `initialize` per file; give each its own "
+                "GradScaler where it initializes, by hand",
+            )
+            return
         self.problem(
             extra,
             "`amp.initialize` is called more than once: each call replaced apex's loss "
             "scalers, so one loss scale served every optimizer, and one GradScaler does "
-            "(`scaler.step(o)` for each optimizer, one `scaler.update()` per iteration); "
-            "place it by hand",
+            "(`scaler.scale(loss).backward()`, then `scaler.step(o)` and `scaler.update()` at "
+            "each step, as apex updated its scale at each `scale_loss` exit); place it by hand",
+        )
+
+    def _same_objects(self, first: cst.Call, extra: cst.Call) -> bool:
+        """``extra`` initializes what ``first`` did: later in the same function, or the same
+        ``self.`` attributes in another method of the class (allennlp's restore)."""
+        one, other = self.function(first), self.function(extra)
+        if one is other:
+            return self.order[id(extra)] > self.order[id(first)]
+        holder = self.parent(self.parent(one)) if isinstance(one, cst.FunctionDef) else None
+        args = [a.value for a in extra.args if not a.keyword]
+        return (
+            isinstance(holder, cst.ClassDef)
+            and isinstance(other, cst.FunctionDef)
+            and self.parent(self.parent(other)) is holder
+            and bool(args)
+            and all(_code(self.module, a).startswith("self.") for a in args)
         )
 
     @functools.cached_property

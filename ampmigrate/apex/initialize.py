@@ -174,6 +174,15 @@ class Initialize:
             ):
                 self.problem(init, "`amp.initialize` sits in an if/else or elif")
                 return None
+            outer = self.owner(self.block_of(holder)[0])
+            if outer is not None and not isinstance(outer, cst.FunctionDef):
+                self.problem(
+                    init,
+                    f"`amp.initialize` sits in an `if` nested in another statement (line "
+                    f"{self.line(outer)}): the GradScaler must exist on every path, enabled by "
+                    "all the tests together; create it before the outer one by hand",
+                )
+                return None
             # with the availability checks folded (`amp is not None and x` is `x`)
             condition = _code(self.module, holder.test.visit(ReplaceNodes(self.plan.edits)))
         elif not (

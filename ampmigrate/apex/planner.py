@@ -124,6 +124,7 @@ class _Planner(
         self.requests: list[tuple[cst.With, cst.BaseExpression, cst.CSTNode, str | None]] = []
         self.moved: set[int] = set()
         self.unscales: list[cst.CSTNode] = []  # where an unscale_ is placed (before, or a step)
+        self.unscaled: dict[int, str] = {}  # which unscale_ (of which optimizer) each one is
         self.dropped: set[int] = set()  # statements removed with the apex import
         self.bound: set[str] = set()  # names the removed apex imports bound
         self.early: cst.BaseStatement | None = None  # the scaler is created right before it
@@ -142,6 +143,8 @@ class _Planner(
         self.passed: list[cst.CSTNode] = []
         self.handing = False
         self.scale_reads: list[cst.Call] = []  # apex's loss scale read through its state
+        self.unkeyed: list[cst.Call] = []  # `amp.state_dict()` stored under no key followed
+        self.renamed_loads: list[cst.Call] = []  # `amp.load_state_dict(ckpt[key])`, key renamed
         self.handed: list = []  # the arguments that are handed the GradScaler instead
         self.after_scaler: list[str] = []  # statements right after the GradScaler is made
         self.wrapped: set[int] = set()  # the statements the autocast regions hold
@@ -279,6 +282,15 @@ class _Planner(
         for member in ("state_dict", "load_state_dict"):
             for call in calls.get(member, []):
                 self._state(call, member)
+        if self.unkeyed and self.renamed_loads:  # saved as it was, loaded from the new key
+            saved, loaded = self.unkeyed[0], self.renamed_loads[0]
+            self.problem(
+                saved,
+                f"`amp.state_dict()` at line {self.line(saved)} is stored under no key this "
+                f"rewrite can follow, while line {self.line(loaded)} loads it from a key that "
+                f'becomes "{self.name}": save and load would disagree; store it under the '
+                "checkpoint key directly, by hand",
+            )
         if initialize and not calls.get("state_dict") and not calls.get("load_state_dict"):
             self._resume_state(setup, initialize[0])
         if initialize and (self.hooked("caller") or (self.link and self.link.kept)):

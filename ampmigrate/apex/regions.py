@@ -275,9 +275,15 @@ class Regions:
     def _called_in_regions(self, function: cst.CSTNode) -> bool:
         """Every call of ``function`` in this file runs in an autocast region, which covers
         what it calls."""
-        if not isinstance(function, cst.FunctionDef) or self.parent(function) is not self.module:
+        if not isinstance(function, cst.FunctionDef):
             return False
-        refs = list(self._references(function.name.value))
+        name = function.name.value
+        if self.parent(function) is self.module:
+            refs: list[cst.CSTNode] = list(self._references(name))
+        elif isinstance(self.parent(self.parent(function)), cst.ClassDef):  # `self.penalty(x)`
+            refs = [n for n in self.nodes if isinstance(n, cst.Attribute) and n.attr.value == name]
+        else:
+            return False
         return bool(refs) and all(
             any(id(a) in self.wrapped for a in self.ancestors(r)) for r in refs
         )

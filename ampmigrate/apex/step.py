@@ -82,6 +82,15 @@ class Step:
         ) or any(alias in _code(self.module, s) for s in body[1:]):
             self.problem(call, "the `scale_loss` block does more than `backward()`")
             return
+        later = self._read_after(statement, alias, function)
+        if later is not None:
+            self.problem(
+                later,
+                f"`{alias}` (apex's scaled loss, bound by `scale_loss`) is read at line "
+                f"{self.line(later)}, after its block: the rewrite binds no such name; read "
+                f"`{_code(self.module, loss)}` (or `scaler.scale(...)` of it) there, by hand",
+            )
+            return
         inside = next((x for x in body[1:] if self._reads_gradients(x)), None)
         if inside is not None:
             self.problem(
@@ -115,6 +124,20 @@ class Step:
             enabled = f"{access}.is_enabled()" if setup.condition or setup.by_scaler else None
         if not hooked:
             self.requests.append((statement, loss, function, enabled))
+
+    def _read_after(self, block: cst.With, alias: str, function) -> cst.Name | None:
+        """A read of ``alias`` after ``block`` in ``function``, before anything binds it again
+        (another ``with amp.scale_loss(...) as alias``)."""
+        end = self.ends[id(block)] - 1
+        for node in self._subtree(function):
+            if self.order.get(id(node), -1) < end or not isinstance(node, cst.Name):
+                continue
+            if node.value != alias:
+                continue
+            if isinstance(self.parent(node), cst.AsName | cst.AssignTarget):
+                return None  # bound again from here on
+            return node
+        return None
 
     def _steps(self, opt: str, access: str, function: cst.CSTNode, call: cst.Call) -> None:
         key = (id(function), opt)
@@ -225,8 +248,9 @@ class Step:
                     if isinstance(ancestor, cst.If):
                         guards.append(ancestor)
                 withs = self.scaled.get((function, _), [])
-                if not guards or loop is None or not withs:
-                    continue
+                withs = [w for w in withs if isinstance(loop, Loop) and self.within(w, loop)]
+                if not guards or not withs:
+                    continue  # (a step outside the iteration that scales: a warm-up step)
                 guard = guards[-1]
                 test = _code(self.module, guard.test)
                 if any(self.within(w, guard) for w in withs) or all(

@@ -148,13 +148,25 @@ class Unscale:
         for statement, opt in readers:
             by_statement.setdefault(statement, []).append(opt)
         by_statement = dict(sorted(by_statement.items(), key=lambda i: self.order[id(i[0])]))
-        per_function: dict[cst.CSTNode, list[tuple[cst.CSTNode, str]]] = {}
+        # one unscale_ per optimizer and step: each optimizer's reads are placed on their own
+        per_function: dict[tuple[int, str], list[tuple[cst.CSTNode, str]]] = {}
+        functions: dict[tuple[int, str], cst.CSTNode] = {}
         for statement, opts in by_statement.items():
             function = self.function(statement)
             if self.access(function) is None:
                 continue  # _scope said why
-            per_function.setdefault(function, []).append((statement, opts[0]))
-        for function, statements in per_function.items():
+            if len(set(opts)) > 1:
+                self.problem(
+                    statement,
+                    f"{self._reader(statement)} reads the gradients of several optimizers "
+                    "in one statement: unscale each before it by hand",
+                )
+                continue
+            key = (id(function), opts[0])
+            functions[key] = function
+            per_function.setdefault(key, []).append((statement, opts[0]))
+        for key, statements in per_function.items():
+            function = functions[key]
             access = self.access(function)
             clusters: list[list[tuple[cst.CSTNode, str]]] = []
             for statement, opt in statements:
@@ -239,12 +251,15 @@ class Unscale:
         return {id(child_a), id(child_b)} == {id(common.body), id(common.orelse)}
 
     def _one_unscale_per_step(self) -> None:
-        """Two unscale_ that can run in one step raise at the second: every pair placed in one
-        function must sit in different branches of an ``if``."""
+        """Two unscale_ of one optimizer that can run in one step raise at the second: every
+        such pair placed in one function must sit in different branches of an ``if`` (one per
+        optimizer and step is allowed: an actor and a critic, each clipped)."""
         placed = list(dict.fromkeys(self.unscales))
         for i, later in enumerate(placed):
             for earlier in placed[:i]:
-                same = self.function(earlier) is self.function(later)
+                same = self.function(earlier) is self.function(later) and self.unscaled.get(
+                    id(earlier)
+                ) == self.unscaled.get(id(later))
                 if same and not self._exclusive(earlier, later):
                     self.problem(
                         later,

@@ -83,9 +83,14 @@ def used_as_value(code: str, callee: str | None = None, why: str | None = None) 
     return f"`{code}` is used as a value: replace it by hand"
 
 
+def _line_of(problem: str) -> int:
+    found = re.match(r"line (\d+):", problem)
+    return int(found.group(1)) if found else 0
+
+
 def refusal(problems: Iterable[str]) -> str:
     """AMP303's message for a file that cannot be rewritten: every blocker once, in order."""
-    blockers = list(dict.fromkeys(problems))
+    blockers = sorted(dict.fromkeys(problems), key=_line_of)  # stable: same order every run
     return (
         f"apex O1 cannot be rewritten automatically here ({len(blockers)} blocker"
         f"{'s' if len(blockers) > 1 else ''}): " + "; ".join(blockers)
