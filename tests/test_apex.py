@@ -390,6 +390,23 @@ def test_shapes_that_would_break_the_migrated_run_are_refused(old, new, why):
     assert why in finding.message, finding.message
 
 
+def test_an_unused_fp16_utils_star_import_goes_with_amp():
+    """`from apex.fp16_utils import *` next to amp's import, none of its names read: it goes
+    (seven University1652 scripts were refused for it); a name of it in use keeps the refusal."""
+    source = SHAPES.replace(
+        "from apex import amp\n", "from apex import amp\nfrom apex.fp16_utils import *\n"
+    )
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert "apex" not in out
+    used = source.replace(
+        "    for x in batches:", "    model = network_to_half(model)\n    for x in batches:"
+    )
+    [finding] = [d for d in check_source(used) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "`from apex.fp16_utils import *` needs apex" in finding.message
+
+
 def test_a_warm_up_step_before_the_loop_is_not_a_guarded_step():
     """`if global_step == 0: optimizer.step()` before the loop that scales: no `scale_loss`
     comes before it in an iteration, so the guarded-step rule does not apply."""

@@ -19,6 +19,15 @@ from ampmigrate.apex.verdict import (
     used_as_value,
 )
 
+# what `from apex.fp16_utils import *` binds: its package's public names, submodules included
+_FP16_UTILS = frozenset({
+    "BN_convert_float", "network_to_half", "half_model", "prep_param_lists",
+    "model_grads_to_master_grads", "master_params_to_model_params", "tofp16",
+    "to_python_float", "clip_grad_norm", "convert_module", "convert_network", "FP16Model",
+    "FP16_Optimizer", "LossScaler", "DynamicLossScaler", "fp16util", "fp16_optimizer",
+    "loss_scaler",
+})  # fmt: skip
+
 
 class Guards:
     """The guards stage of ``_Planner`` (mixed into it)."""
@@ -56,6 +65,16 @@ class Guards:
                         self.plan.edits[node] = lambda u, k=[*kept[:-1], last]: u.with_changes(
                             names=k, lpar=None, rpar=None
                         )
+                elif (
+                    module == "apex.fp16_utils"
+                    and isinstance(node.names, cst.ImportStar)
+                    and self.handing
+                    and not self._reads_any(_FP16_UTILS)
+                ):  # nothing of it is used: it goes with amp's import
+                    lines.append(self.statement(node))
+                    self.plan.notes.append(
+                        "`from apex.fp16_utils import *` goes: this file uses none of its names"
+                    )
                 elif module == "apex" or module.startswith("apex."):
                     listed = ", ".join(a.evaluated_name for a in names) or "*"
                     self.problem(node, needs_apex(module, listed))
@@ -81,6 +100,14 @@ class Guards:
                 self._remove_statement(line)
         for try_node, imports in guarded.items():
             self._remove_guard(try_node, imports)
+
+    def _reads_any(self, names: frozenset[str]) -> bool:
+        return any(
+            isinstance(n, cst.Name)
+            and n.value in names
+            and not (isinstance(self.parent(n), cst.Attribute) and self.parent(n).attr is n)
+            for n in self.nodes
+        )
 
     def _beyond_amp(self) -> bool:
         """``apex.<member>`` is read for a member that is not mixed precision

@@ -209,12 +209,12 @@ class _Planner(
             others = [(c, m) for c, m in others if m != _LOSS_SCALE]
         for node, member in others:
             self.problem(node, no_rewrite(member))
+        self.handing = len(initialize) == 1  # a handed module can become the GradScaler
         self._imports()
         gated = self._version_gated()
         if gated is not None:
             self.verify(gated)
             return self.plan
-        self.handing = len(initialize) == 1  # a handed module can become the GradScaler
         self._values(calls)
         # a store that is followed goes; one that is not keeps the plan from being applied
         self.removed |= {self.statement(n) for n in self.kept.values()}
