@@ -407,6 +407,62 @@ def test_an_unused_fp16_utils_star_import_goes_with_amp():
     assert "`from apex.fp16_utils import *` needs apex" in finding.message
 
 
+def test_options_that_o1_accepts_and_ignores_are_no_blockers():
+    """`patch_torch_functions=True` is O1's own value and `cast_model_type=torch.float32` is
+    accepted by apex under O1 (another type raises): neither blocks. A switchable
+    `patch_torch_functions` does, and says what False means."""
+    options = 'opt_level="O1", patch_torch_functions=True, cast_model_type=torch.float32'
+    source = SHAPES.replace('opt_level="O1"', options)
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    flag = SHAPES.replace('opt_level="O1"', 'opt_level="O1", patch_torch_functions=args.patch')
+    [finding] = [d for d in check_source(flag) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "`patch_torch_functions=args.patch`: False turns O1's casts off" in finding.message
+    half = SHAPES.replace('opt_level="O1"', 'opt_level="O1", cast_model_type=args.dtype')
+    [finding] = [d for d in check_source(half) if d.code == "AMP303"]
+    assert "does not fix to None, False or torch.float32" in finding.message
+
+
+def test_a_guard_whose_handler_only_logs_under_an_if_goes():
+    """`except ImportError: if torch.cuda.is_available(): logger.warning(...)` binds nothing:
+    the guard goes with the import, as one that prints does."""
+    source = SHAPES.replace(
+        "from apex import amp\n",
+        "try:\n    from apex import amp\nexcept ImportError:\n"
+        "    if torch.cuda.is_available():\n        print('no apex')\n",
+    )
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert "apex" not in out and "try:" not in out
+
+
+def test_a_step_in_the_else_of_a_backend_switch_is_not_a_skipped_step():
+    """`if use_native: scaler.step(...) else: optimizer.step()`: the test picks a path for the
+    whole run (the iteration does not change it), so the step is not skipped after an
+    overflow; a test the iteration computes is, and in an `else:` it is said negated."""
+    switch = SHAPES.replace(
+        "        optimizer.step()\n",
+        "        if args.native:\n            pass\n        else:\n            optimizer.step()\n"
+        "        optimizer.zero_grad()\n",
+    )
+    [finding] = [d for d in check_source(switch) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    computed = switch.replace("if args.native:", "if torch.isnan(loss):")
+    [finding] = [d for d in check_source(computed) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "runs only when `not (torch.isnan(loss))`" in finding.message, finding.message
+
+
+def test_initialize_in_an_else_branch_says_so():
+    source = SHAPES.replace(
+        "    if args.fp16:\n        model,",
+        "    if args.fp32:\n        pass\n    else:\n        model,",
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "`amp.initialize` sits in the `else:` of an `if`" in finding.message
+
+
 def test_a_warm_up_step_before_the_loop_is_not_a_guarded_step():
     """`if global_step == 0: optimizer.step()` before the loop that scales: no `scale_loss`
     comes before it in an iteration, so the guarded-step rule does not apply."""

@@ -164,7 +164,8 @@ class Guards:
 
     def _guard_only(self, node: cst.Try, imports: list[cst.BaseStatement]) -> bool:
         """Only the import and flags in the ``try``, handlers for import errors (or bare) that
-        bind nothing the ``try`` does not (``amp = None``, ``has_apex = False``, a print)."""
+        bind nothing the ``try`` does not (``amp = None``, ``has_apex = False``, a print, an
+        ``if`` around a log line)."""
         if node.finalbody is not None:
             return False
         body = [s for s in node.body.body if s not in imports]
@@ -185,8 +186,8 @@ class Guards:
             ):
                 return False
             statements = list(handler.body.body)
-            if not all(isinstance(s, cst.SimpleStatementLine) for s in statements):
-                return False
+            if not all(isinstance(s, cst.SimpleStatementLine | cst.If) for s in statements):
+                return False  # (an `if` that only logs the missing apex binds nothing either)
             if {n for s in statements for n in self.facts(s).assigned} - bound:
                 return False
         return True

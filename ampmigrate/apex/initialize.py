@@ -21,6 +21,14 @@ from ampmigrate.apex.common import (
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.replace import ReplaceNodes
 
+# values of apex's options that O1 accepts and that change nothing there (its `Properties`
+# setter: a `cast_model_type` other than these raises under O1, as any non-None
+# `keep_batchnorm_fp32` or `master_weights` does)
+_O1_OWN = {
+    "patch_torch_functions": {"True"},
+    "cast_model_type": {"None", "False", "torch.float32", "torch.float"},
+}
+
 
 class Initialize:
     """The initialize stage of ``_Planner`` (mixed into it)."""
@@ -45,11 +53,21 @@ class Initialize:
                 "and feed half inputs (O2/O3)",
             )
             return None
-        # `keep_batchnorm_fp32=None` and the like are apex's own O1 defaults: nothing is set
+        # `keep_batchnorm_fp32=None`, `patch_torch_functions=True`, `cast_model_type=
+        # torch.float32` and the like are what O1 accepts and does anyway: nothing is set
         unknown = sorted(
             k for k in set(args) - _KNOWN_KWARGS
-            if not (isinstance(args[k], cst.Name) and args[k].value == "None")
+            if _code(self.module, args[k]).replace(" ", "") not in _O1_OWN.get(k, {"None"})
         )  # fmt: skip
+        switched = [k for k in unknown if k == "patch_torch_functions"]
+        for key in switched:
+            self.problem(
+                init,
+                f"`amp.initialize` is given `patch_torch_functions="
+                f"{_code(self.module, args[key])}`: False turns O1's casts off (apex then only "
+                "scales the loss), which the rewrite does not follow; pass True or drop it",
+            )
+        unknown = [k for k in unknown if k not in switched]
         fixed = [k for k in unknown if _literal(args[k])]
         bounds = [k for k in fixed if k in ("min_loss_scale", "max_loss_scale")]
         if bounds:
@@ -70,6 +88,10 @@ class Initialize:
                 f"`amp.initialize` sets `{key}={value}`: GradScaler has no bound on its scale "
                 "(apex's `min_loss_scale`/`max_loss_scale` have no torch.amp counterpart)"
                 if key in ("min_loss_scale", "max_loss_scale")
+                else f"`amp.initialize` is given `{key}={value}`, which this file does not fix "
+                "to None, False or torch.float32: under O1 apex accepts only those there (another "
+                "type raises: it belongs to O2/O3's model casts); pass one of them or drop it"
+                if key == "cast_model_type"
                 else f"`amp.initialize` is given `{key}={value}`, which this file does not fix "
                 "to None: under O1 apex accepts only None there (any other value raises or "
                 "belongs to O2/O3's model casts); pass None or drop it",
@@ -185,6 +207,13 @@ class Initialize:
                 return None
             # with the availability checks folded (`amp is not None and x` is `x`)
             condition = _code(self.module, holder.test.visit(ReplaceNodes(self.plan.edits)))
+        elif isinstance(holder, cst.Else):
+            self.problem(
+                init,
+                "`amp.initialize` sits in the `else:` of an `if`: the GradScaler must exist on "
+                "both paths, enabled where that test is false; create it before the `if` by hand",
+            )
+            return None
         elif not (
             holder is None
             or isinstance(holder, cst.FunctionDef)

@@ -259,9 +259,13 @@ class Step:
                     for w in withs
                 ):  # fmt: skip
                     continue  # (the test of the scaled backward's own branch: no scale then)
+                if not self.facts(guard.test).used & self.facts(loop).assigned:
+                    continue  # a switch the iteration does not change (apex's path or not)
                 cleared = next((c for c in self._clears(loop) if not self._tested(c, loop)), None)
                 if cleared is None:
                     continue
+                if not self.within(step, guard.body):  # in its `else:` (or an `elif`)
+                    test = f"not ({test})"
                 self.problem(
                     step,
                     f"`{_code(self.module, step.body[0].value)}` runs only when `{test}`, while "
