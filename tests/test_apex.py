@@ -62,6 +62,7 @@ REWRITTEN = [
     "evaluation_initialize",
     "checkpoint_key_variable",
     "actor_critic_clips",
+    "initialize_in_a_row",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -463,6 +464,25 @@ def test_initialize_in_an_else_branch_says_so():
     assert "`amp.initialize` sits in the `else:` of an `if`" in finding.message
 
 
+def test_initialize_calls_in_a_row_are_one_only_with_the_same_options():
+    """Consecutive `initialize` calls that each rebind what they are given, with the same
+    options, are one GradScaler; other options, or a statement between them, keep the
+    refusal."""
+    source = (APEX / "initialize_in_a_row.py").read_text()
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe"
+    assert "the `amp.initialize` calls at line 20 initialize more models" in finding.message
+    for old, new in (
+        ('estimator_optimizer, opt_level="O1"', 'estimator_optimizer, opt_level="O1", verbosity=0'),
+        ("        estimator, estimator_optimizer = amp",
+         "        print('more')\n        estimator, estimator_optimizer = amp"),
+    ):  # fmt: skip
+        assert old in source
+        [finding] = [d for d in check_source(source.replace(old, new)) if d.code == "AMP303"]
+        assert finding.fix is None
+        assert "`amp.initialize` is called more than once" in finding.message
+
+
 def test_a_warm_up_step_before_the_loop_is_not_a_guarded_step():
     """`if global_step == 0: optimizer.step()` before the loop that scales: no `scale_loss`
     comes before it in an iteration, so the guarded-step rule does not apply."""
@@ -747,6 +767,7 @@ CASES = {
     "evaluation_initialize": [["ckpt.pt"]],
     "checkpoint_key_variable": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
     "actor_critic_clips": [[], ["--fp16"]],
+    "initialize_in_a_row": [[], ["--fp16"]],
 }
 
 

@@ -78,6 +78,55 @@ class Handles:
             "each step, as apex updated its scale at each `scale_loss` exit); place it by hand",
         )
 
+    def _merged(self, initialize: list[cst.Call]) -> list[cst.Call]:
+        """The ``initialize`` calls right after the first, in its block, that initialize other
+        models and optimizers with the same options, each rebinding what it is given
+        (``[mi], opt_mi = amp.initialize([mi], opt_mi, opt_level="O1")``): apex replaced its
+        loss scalers at each call, so one scale served them all, as one ``initialize`` of the
+        lists does; they are planned as that one."""
+        first = initialize[0]
+        located = self.block_of(self.statement(first))
+        if located is None or not self._rebinds_own(first):
+            return []
+        block, index = located
+        options = self._options(first)
+        merged = []
+        for statement, call in zip(_statements(block)[index + 1 :], initialize[1:], strict=False):
+            if (
+                self.statement(call) is not statement
+                or not self._rebinds_own(call)
+                or self._options(call) != options
+            ):
+                break
+            merged.append(call)
+        return merged
+
+    def _options(self, call: cst.Call) -> list[str]:
+        return sorted(
+            f"{a.keyword.value}={_code(self.module, a.value)}"
+            for a in call.args
+            if a.keyword is not None
+        )
+
+    def _rebinds_own(self, call: cst.Call) -> bool:
+        """``a, b = amp.initialize(a, b, ...)``: a statement of its own that binds back the
+        model(s) and optimizer it is given, spelled alike."""
+        statement = self.statement(call)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        positional = [a for a in call.args if a.keyword is None]
+        if not (
+            isinstance(small, cst.Assign)
+            and len(statement.body) == 1
+            and len(small.targets) == 1
+            and small.value is call
+            and len(positional) == 2
+            and not any(a.star for a in call.args)
+        ):
+            return False
+        target = _code(self.module, small.targets[0].target).replace(" ", "").strip("()")
+        given = ",".join(_code(self.module, a.value) for a in positional).replace(" ", "")
+        return target == given
+
     def _same_objects(self, first: cst.Call, extra: cst.Call) -> bool:
         """``extra`` initializes what ``first`` did: later in the same function, or the same
         ``self.`` attributes in another method of the class (allennlp's restore)."""

@@ -250,6 +250,21 @@ class Initialize:
                 else:
                     targets.add(_code(self.module, first))
         spelled = {_code(self.module, m) for m in (listed or [models])}
+        for extra in self.merged:  # more models, the same options: one GradScaler for all
+            more = _argument(extra, "models", 0)
+            items = more.elements if isinstance(more, cst.List | cst.Tuple) else [more]
+            spelled |= {
+                _code(self.module, m.value if isinstance(m, cst.Element) else m) for m in items
+            }
+            self._remove_statement(self.statement(extra))
+        if self.merged:
+            lines = ", ".join(str(self.line(c)) for c in self.merged)
+            self.plan.notes.append(
+                f"the `amp.initialize` calls at line{'s' * (len(self.merged) > 1)} {lines} "
+                "initialize more models and optimizers with the same options: apex replaced its "
+                "loss scalers at each call, so one loss scale served them all, and one GradScaler "
+                "does (each step followed by `update()`, as apex updated at each `scale_loss` exit)"
+            )
         setup = _Setup(statement, self.function(init), {*spelled, *targets}, condition)
         if self.hooked("caller"):
             self._casts_only(setup, small, models, optimizer, holder, inner)

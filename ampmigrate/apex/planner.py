@@ -142,6 +142,7 @@ class _Planner(
         # `amp` handed to a function (`train(model, optimizer, amp)`): pending, then refused
         self.passed: list[cst.CSTNode] = []
         self.handing = False
+        self.merged: list[cst.Call] = []  # initialize calls planned as one with the first
         self.scale_reads: list[cst.Call] = []  # apex's loss scale read through its state
         self.unkeyed: list[cst.Call] = []  # `amp.state_dict()` stored under no key followed
         self.renamed_loads: list[cst.Call] = []  # `amp.load_state_dict(ckpt[key])`, key renamed
@@ -204,12 +205,14 @@ class _Planner(
             return None
         initialize = calls.get("initialize", [])
         self.plan.anchor = (initialize or [c for c, _ in others] or next(iter(calls.values())))[0]
-        if len(initialize) == 1:  # `amp._amp_state.loss_scalers[0].loss_scale()`: _read_scales
+        self.merged = self._merged(initialize) if initialize else []
+        one = len(initialize) - len(self.merged) == 1  # (several in a row planned as one)
+        if one:  # `amp._amp_state.loss_scalers[0].loss_scale()`: _read_scales
             self.scale_reads = [c for c, m in others if m == _LOSS_SCALE]
             others = [(c, m) for c, m in others if m != _LOSS_SCALE]
         for node, member in others:
             self.problem(node, no_rewrite(member))
-        self.handing = len(initialize) == 1  # a handed module can become the GradScaler
+        self.handing = one  # a handed module can become the GradScaler
         self._imports()
         gated = self._version_gated()
         if gated is not None:
@@ -218,7 +221,7 @@ class _Planner(
         self._values(calls)
         # a store that is followed goes; one that is not keeps the plan from being applied
         self.removed |= {self.statement(n) for n in self.kept.values()}
-        if self.kept and len(initialize) != 1:
+        if self.kept and not one:
             for where, node in self.kept.items():
                 self.problem(node, self._stored(node, where))
             self.kept = {}
@@ -236,7 +239,7 @@ class _Planner(
             self._no_initialize(calls)
             return self.plan
         self._siblings(role)
-        for extra in initialize[1:]:
+        for extra in initialize[1 + len(self.merged) :]:
             self._reinitialize(initialize[0], extra)
         alone = set(calls) == {"initialize"} and len(initialize) == 1 and not self.kept
         if alone and self._dual(initialize[0]):
@@ -268,7 +271,8 @@ class _Planner(
         self._hand_scaler()
         for call in calls.get("scale_loss", []):
             self._scale_loss(call, setup)
-        if initialize and len(_optimizers(_argument(initialize[0], "optimizers", 1))) > 1:
+        several = [_argument(c, "optimizers", 1) for c in initialize[: 1 + len(self.merged)]]
+        if initialize and sum(len(_optimizers(o)) for o in several) > 1:
             self._steps_in_turn(calls.get("scale_loss", []))
         self._unscaled_steps()
         self._master_params(
