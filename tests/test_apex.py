@@ -362,7 +362,7 @@ def train(args, model, optimizer, batches):
     [
         ("    if args.fp16:\n        model,",
          "    if args.fp16:\n      if args.backend == 'apex':\n        model,",
-         "`amp.initialize` sits in an `if` nested in another statement (line 7)"),
+         "`amp.initialize` sits in an `if` nested in another `if` (line 7)"),
         ("        optimizer.step()\n",
          "        optimizer.step()\n        print(scaled_loss.item())\n",
          "`scaled_loss` (apex's scaled loss, bound by `scale_loss`) is read at line 15, after "
@@ -481,6 +481,20 @@ def test_initialize_calls_in_a_row_are_one_only_with_the_same_options():
         [finding] = [d for d in check_source(source.replace(old, new)) if d.code == "AMP303"]
         assert finding.fix is None
         assert "`amp.initialize` is called more than once" in finding.message
+
+
+def test_initialize_in_an_if_inside_a_loop_is_rewritten():
+    """UER-py's cross-validation: `for fold in ...: if args.fp16: initialize`: the scaler made
+    before that `if`, in the loop's body, exists on every path of the iteration (only an outer
+    `if` leaves a path without it)."""
+    source = SHAPES.replace(
+        "    if args.fp16:\n        model, optimizer = amp.initialize(",
+        "    for fold in range(2):\n      if args.fp16:\n"
+        "        model, optimizer = amp.initialize(",
+    ).replace("    for x in batches:", "      for x in batches:")
+    compile(source, "folds", "exec")
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
 
 
 def test_a_warm_up_step_before_the_loop_is_not_a_guarded_step():

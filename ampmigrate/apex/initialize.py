@@ -197,10 +197,10 @@ class Initialize:
                 self.problem(init, "`amp.initialize` sits in an if/else or elif")
                 return None
             outer = self.owner(self.block_of(holder)[0])
-            if outer is not None and not isinstance(outer, cst.FunctionDef):
+            if isinstance(outer, cst.If):  # (a loop's body holds the scaler on every path)
                 self.problem(
                     init,
-                    f"`amp.initialize` sits in an `if` nested in another statement (line "
+                    f"`amp.initialize` sits in an `if` nested in another `if` (line "
                     f"{self.line(outer)}): the GradScaler must exist on every path, enabled by "
                     "all the tests together; create it before the outer one by hand",
                 )
