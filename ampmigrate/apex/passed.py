@@ -32,10 +32,13 @@ class PassedHandles:
 
     def _refuse_passed(self, why: str | None) -> None:
         for node in self.passed:
-            call = self.parent(self.parent(node))
-            self.problem(
-                node, used_as_value(_code(self.module, node), _code(self.module, call.func), why)
-            )
+            self._not_handed(node, why)
+
+    def _not_handed(self, node: cst.CSTNode, why: str | None) -> None:
+        call = self.parent(self.parent(node))
+        self.problem(
+            node, used_as_value(_code(self.module, node), _code(self.module, call.func), why)
+        )
 
     def _through_params(self, setup: _Setup, calls: dict[str, list[cst.Call]]) -> set[cst.Call]:
         """Plan each function given apex's module: the calls it makes through its parameter
@@ -50,10 +53,7 @@ class PassedHandles:
             why = self._handed(setup, node, arg, call, calls, planned, functions)
             if why is not None:
                 refused.append(node)
-                self.problem(
-                    node,
-                    used_as_value(_code(self.module, node), _code(self.module, call.func), why),
-                )
+                self._not_handed(node, why)
         self.passed = refused
         return planned
 
@@ -71,7 +71,7 @@ class PassedHandles:
             return f"no parameter of `{function.name.value}` receives it"
         key = id(function)
         if key not in functions:
-            functions[key] = self._takes_scaler(setup, function, parameter, calls, planned)
+            functions[key] = self._takes_scaler(function, parameter, calls, planned)
         if functions[key] is not None:
             return functions[key]
         now = self.stored_access[id(function)]
@@ -107,7 +107,7 @@ class PassedHandles:
         positional = [*params.posonly_params, *params.params]
         return positional[len(before)] if len(before) < len(positional) else None
 
-    def _takes_scaler(self, setup, function, parameter, calls, planned) -> str | None:
+    def _takes_scaler(self, function, parameter, calls, planned) -> str | None:
         """Why ``function`` cannot take the GradScaler through ``parameter`` (None: it does;
         its calls through the parameter are planned, and the parameter takes the scaler's
         name where nothing in the function has it)."""
@@ -198,14 +198,7 @@ class PassedHandles:
         for handed in self.handed:
             access = self.access(handed.call)
             if access is None:
-                self.problem(
-                    handed.node,
-                    used_as_value(
-                        _code(self.module, handed.node),
-                        _code(self.module, handed.call.func),
-                        "the GradScaler does not reach this call",
-                    ),
-                )
+                self._not_handed(handed.node, "the GradScaler does not reach this call")
                 continue
             value = cst.parse_expression(access)
             self.plan.edits[handed.node] = lambda _u, v=value: v
