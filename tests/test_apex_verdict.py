@@ -495,3 +495,28 @@ def test_random_combinations_match_the_planner():
         assert on_ast == planned(text), text
         compared += 1
     assert compared >= 30
+
+
+def test_a_method_without_initialize_is_told_to_keep_the_scaler_on_its_object():
+    """A trainer method that scales apex's loss: the GradScaler fits on its object
+    (`self.scaler`); a plain function gets a `scaler` parameter. ast and libcst agree."""
+    method = textwrap.dedent(
+        """
+        from apex import amp
+
+
+        class Trainer:
+            def backward(self, loss, optimizer):
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """
+    )
+    on_ast, on_libcst = _compare(method)
+    assert on_ast == on_libcst
+    assert "keep the GradScaler on `backward`'s object (`self.scaler`" in on_ast[0]
+    function = method.replace("class Trainer:\n    def backward(self, ", "def backward(")
+    function = "\n".join(line.removeprefix("    ") for line in function.splitlines())
+    on_ast, on_libcst = _compare(function)
+    assert on_ast == on_libcst
+    assert "give `backward` a `scaler` parameter (`scaler.scale(loss)" in on_ast[0]

@@ -673,4 +673,9 @@ class Handles:
                     if isinstance(function, cst.FunctionDef)
                     else "module-level code"
                 )
-                self.problem(call, without_initialize(where, member))
+                method = (
+                    isinstance(function, cst.FunctionDef)
+                    and isinstance(self.parent(self.parent(function)), cst.ClassDef)
+                    and [p.name.value for p in function.params.params[:1]] == ["self"]
+                )
+                self.problem(call, without_initialize(where, member, method))

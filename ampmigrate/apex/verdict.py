@@ -49,20 +49,29 @@ def no_rewrite(member: str) -> str:
     return f"`amp.{member}` has no O1 rewrite ({hint})"
 
 
-def without_initialize(where: str, member: str) -> str:
-    """A use of apex in a file without ``initialize``: the GradScaler must be passed in."""
+def without_initialize(where: str, member: str, method: bool = False) -> str:
+    """A use of apex in a file without ``initialize``: the GradScaler must be passed in (to a
+    method, through its object: ``self.scaler``, set where the object gets its optimizer)."""
+    if method:
+        give = (
+            f"keep the GradScaler on {where}'s object (`self.scaler`, set where the object "
+            "gets its optimizer) or give it a `scaler` parameter"
+        )
+        name = "self.scaler"
+    else:
+        give, name = f"give {where} a `scaler` parameter", "scaler"
     if member in ("state_dict", "load_state_dict"):
         return (
             f"{where} uses `amp.{member}` but `amp.initialize` is not in this file: "
-            f"give {where} a `scaler` parameter, use `scaler.{member}(...)` under the "
+            f"{give}, use `{name}.{member}(...)` under the "
             'checkpoint key "scaler" (never feed the old "amp" entry to '
             "GradScaler; old checkpoints: `ampmigrate convert-checkpoint`), and pass "
             "the GradScaler at its call sites"
         )
     return (
         f"{where} uses `amp.{member}` but `amp.initialize` is in another file: "
-        f"give {where} a `scaler` parameter (`scaler.scale(loss).backward()`, "
-        "`scaler.step(optimizer)` + `scaler.update()`, the forward under "
+        f"{give} (`{name}.scale(loss).backward()`, "
+        f"`{name}.step(optimizer)` + `{name}.update()`, the forward under "
         '`torch.amp.autocast("cuda", dtype=torch.float16)`) and pass it the '
         "GradScaler that replaces `amp.initialize`"
     )
@@ -209,7 +218,12 @@ class _Judge:
                     (a for a in self.names.ancestors(call) if isinstance(a, _FUNCTIONS)), None
                 )
                 where = f"`{function.name}`" if function is not None else "module-level code"
-                self.problem(call, without_initialize(where, member))
+                method = (
+                    function is not None
+                    and isinstance(self.names.parent(function), ast.ClassDef)
+                    and [a.arg for a in function.args.args[:1]] == ["self"]
+                )
+                self.problem(call, without_initialize(where, member, method))
         return refusal(self.problems), anchor
 
     # -- what the planner looks at ---------------------------------------------------------
