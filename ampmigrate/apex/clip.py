@@ -110,8 +110,7 @@ class Clip:
         )
 
     def _unscale_before(self, statement: cst.CSTNode, unscale: str) -> None:
-        self.unscales.append(statement)
-        self.unscaled[id(statement)] = unscale
+        self.unscales[statement] = unscale
         own = self.plan.edits.get(statement)
 
         def insert(u: cst.CSTNode) -> cst.FlattenSentinel:
@@ -201,8 +200,7 @@ class Clip:
         self.plan.edits[unit] = take
         self.before_step[step].append(lines)
         if unit is statement:
-            self.unscales.append(step)
-            self.unscaled[id(step)] = unscale
+            self.unscales[step] = unscale
         around = (
             f"; the whole statement at line {self.line(unit)} moves with it, so its other "
             "branches (a clip for runs without mixed precision) run once per step too"

@@ -142,8 +142,8 @@ def stray_calls(
     found: list[tuple[ast.AST, str]] = []
     roots = _apex_roots(names)  # (an import binding always has its alias)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Return) and node.value is not None and roots:
-            if _AMP in names.qualified(node.value):
+        if isinstance(node, ast.Return) and roots:
+            if _hands_out(node, names):
                 function = next(
                     (a.name for a in names.ancestors(node) if isinstance(a, ast.FunctionDef)),
                     "module-level code",
@@ -230,28 +230,32 @@ def _given_by(holder: ast.Name, names: Names, path: str | None) -> str | None:
             imported = helper.node
             if not (isinstance(imported, ast.ImportFrom) and helper.alias and path):
                 continue
-            module = imported.module or ""
-            for candidate in _module_paths(path, imported.level, module):
-                if not os.path.isfile(candidate):
-                    continue
-                other = _parsed(candidate, _read(candidate))
-                named = helper.alias.name
-                body = other.tree.body if other else ()
-                defs = [d for d in body if isinstance(d, ast.FunctionDef) and d.name == named]
-                if defs and _returns_apex(defs[0], other.names):
-                    shown = os.path.relpath(candidate, os.path.dirname(os.path.abspath(path)))
-                    return f"`{call.func.id}(...)` ({shown}:{defs[0].lineno})"
-                break
+            found = _module_file(path, imported.level, imported.module or "")
+            other = _parsed(found, _read(found)) if found is not None else None
+            defs = _defs(other.tree, helper.alias.name) if other is not None else []
+            if defs and _returns_apex(defs[0], other.names):
+                shown = os.path.relpath(found, os.path.dirname(os.path.abspath(path)))
+                return f"`{call.func.id}(...)` ({shown}:{defs[0].lineno})"
     return None
 
 
+def _hands_out(node: ast.Return, names: Names) -> bool:
+    """``return amp``: the value returned is apex's amp module itself."""
+    return node.value is not None and _AMP in names.qualified(node.value)
+
+
 def _returns_apex(function: ast.FunctionDef, names: Names) -> bool:
-    return any(
-        isinstance(node, ast.Return)
-        and node.value is not None
-        and _AMP in names.qualified(node.value)
-        for node in ast.walk(function)
-    )
+    return any(isinstance(n, ast.Return) and _hands_out(n, names) for n in ast.walk(function))
+
+
+def _module_file(path: str, dots: int, module: str) -> str | None:
+    """The file on disk that ``from <dots><module> import ...`` in ``path`` loads."""
+    return next((p for p in _module_paths(path, dots, module) if os.path.isfile(p)), None)
+
+
+def _defs(tree: ast.Module, name: str) -> list[ast.FunctionDef]:
+    """The module-level functions of ``tree`` named ``name``."""
+    return [d for d in tree.body if isinstance(d, ast.FunctionDef) and d.name == name]
 
 
 @dataclass
@@ -828,7 +832,7 @@ def keeps_state_only(path: str | None, text: str, qualified: str, keyword: str) 
     elif path is None:
         return "it is defined in another module, which a file read alone cannot see"
     else:
-        found = next((p for p in _module_paths(path, dots, module) if os.path.isfile(p)), None)
+        found = _module_file(path, dots, module)
         if found is None:
             return f"its module `{qualified.rpartition('.')[0]}` is not on disk here"
         source = _read(found).decode("utf-8", "replace")
@@ -836,7 +840,7 @@ def keeps_state_only(path: str | None, text: str, qualified: str, keyword: str) 
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return "its module does not parse"
-    defs = [d for d in tree.body if isinstance(d, ast.FunctionDef) and d.name == name]
+    defs = _defs(tree, name)
     if len(defs) != 1:
         return f"`{name}` is not one function of its module"
     function = defs[0]

@@ -123,8 +123,8 @@ class _Planner(
         self.served: set[cst.CSTNode] = set()  # steps an unscale_ placed before a read serves
         self.requests: list[tuple[cst.With, cst.BaseExpression, cst.CSTNode, str | None]] = []
         self.moved: set[int] = set()
-        self.unscales: list[cst.CSTNode] = []  # where an unscale_ is placed (before, or a step)
-        self.unscaled: dict[int, str] = {}  # which unscale_ (of which optimizer) each one is
+        # where an unscale_ is placed (before it, or a step), and which one (which optimizer's)
+        self.unscales: dict[cst.CSTNode, str] = {}
         self.dropped: set[int] = set()  # statements removed with the apex import
         self.bound: set[str] = set()  # names the removed apex imports bound
         self.early: cst.BaseStatement | None = None  # the scaler is created right before it
@@ -258,10 +258,10 @@ class _Planner(
         else:
             setup = self._linked_setup()
         if setup is None:
+            why = "`amp.initialize` itself is not rewritten (see the other blockers)"
             for where, node in self.kept.items():
-                why = "`amp.initialize` itself is not rewritten (see the other blockers)"
                 self.problem(node, self._stored(node, where, why))
-            self._refuse_passed("`amp.initialize` itself is not rewritten (see the other blockers)")
+            self._refuse_passed(why)
             return self.plan
         if initialize:
             self._switch_leaks(setup.statement)

@@ -239,6 +239,7 @@ class Regions:
         home = setup.home
         after = self.order[id(setup.statement)]
         wrapped = self.wrapped
+        covered: dict[int, bool] = {}  # per function: every call of it runs in a region
         found: dict[str, int] = {}
         for node in self.nodes:
             if not isinstance(node, cst.Call):
@@ -256,7 +257,9 @@ class Regions:
                 continue
             if any(id(a) in wrapped for a in self.ancestors(node)):
                 continue
-            if self._called_in_regions(function):
+            if id(function) not in covered:
+                covered[id(function)] = self._called_in_regions(function)
+            if covered[id(function)]:
                 continue
             where = function.name.value if isinstance(function, cst.FunctionDef) else "module"
             if where not in named:
@@ -380,10 +383,10 @@ class Regions:
         return after
 
     def _enabled_at(self, setup: _Setup, function: cst.CSTNode, statement: cst.CSTNode):
-        """The ``enabled=`` of a region at ``statement`` (None: always on; False: the scaler
-        does not reach it, so no region can follow apex's switch there)."""
-        if self.global_home is not None:
-            return f"{self.name}.is_enabled()"
+        """The ``enabled=`` of a region at ``statement`` in ``function``: the condition where
+        ``initialize`` was, the scaler's switch elsewhere (the condition's names may not exist
+        there; a module-level scaler sets ``by_scaler``). None: always on; False: the scaler
+        does not reach it, so no region can follow apex's switch there."""
         if not setup.condition and not setup.by_scaler:
             return None
         if function is setup.home and not setup.by_scaler:

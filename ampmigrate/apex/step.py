@@ -118,11 +118,8 @@ class Step:
         opt = _code(self.module, optimizer)
         self.scaled.setdefault((id(function), opt), []).append(statement)
         self._steps(opt, access, function, call)
-        if function is setup.home and not setup.by_scaler:
-            enabled = setup.condition
-        else:  # another function: the condition's names may not exist there
-            enabled = f"{access}.is_enabled()" if setup.condition or setup.by_scaler else None
         if not hooked:
+            enabled = self._enabled_at(setup, function, statement)
             self.requests.append((statement, loss, function, enabled))
 
     def _read_after(self, block: cst.With, alias: str, function) -> cst.Name | None:
@@ -235,7 +232,7 @@ class Step:
         after an overflow (the overflowing gradients are cleared unseen), so the scale never
         drops and every later step overflows too. Gradient accumulation (the gradients kept
         until the step) is not this: the step sees their overflow."""
-        for (function, _), steps in self.steps.items():
+        for (function, opt), steps in self.steps.items():
             for step in steps:
                 loop = next(
                     (a for a in self.ancestors(step) if isinstance(a, Loop | cst.FunctionDef)),
@@ -247,7 +244,7 @@ class Step:
                         break
                     if isinstance(ancestor, cst.If):
                         guards.append(ancestor)
-                withs = self.scaled.get((function, _), [])
+                withs = self.scaled.get((function, opt), [])
                 withs = [w for w in withs if isinstance(loop, Loop) and self.within(w, loop)]
                 if not guards or not withs:
                     continue  # (a step outside the iteration that scales: a warm-up step)
@@ -282,7 +279,12 @@ class Step:
         ``scaler.get_scale()``, where both hold the same value: after the step in the same
         block, as apex updated its scale at the ``scale_loss`` exit and a GradScaler only at
         ``update()``; one scale (no ``num_losses``)."""
-        steps = [s for group in self.steps.values() for s in group]
+        step_blocks = [
+            (located[0], self.order[id(s)])
+            for group in self.steps.values()
+            for s in group
+            if (located := self.block_of(s)) is not None
+        ]
         for call in self.scale_reads:
             func = call.func
             holder = func.value if isinstance(func, cst.Attribute) else None
@@ -297,10 +299,7 @@ class Step:
             elif init is not None and _argument(init, "num_losses", 99) is not None:
                 why = "apex kept one scale per loss (`num_losses`), a GradScaler keeps one"
             elif located is None or not any(
-                self.block_of(s) is not None
-                and self.block_of(s)[0] is located[0]
-                and self.order[id(s)] < self.order[id(statement)]
-                for s in steps
+                block is located[0] and at < self.order[id(statement)] for block, at in step_blocks
             ):
                 why = (
                     "it is not read after the step in the step's block: apex updated its scale "

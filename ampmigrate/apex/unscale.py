@@ -254,12 +254,13 @@ class Unscale:
         """Two unscale_ of one optimizer that can run in one step raise at the second: every
         such pair placed in one function must sit in different branches of an ``if`` (one per
         optimizer and step is allowed: an actor and a critic, each clipped)."""
-        placed = list(dict.fromkeys(self.unscales))
+        placed = list(self.unscales)
         for i, later in enumerate(placed):
             for earlier in placed[:i]:
-                same = self.function(earlier) is self.function(later) and self.unscaled.get(
-                    id(earlier)
-                ) == self.unscaled.get(id(later))
+                same = (
+                    self.function(earlier) is self.function(later)
+                    and self.unscales[earlier] == self.unscales[later]
+                )
                 if same and not self._exclusive(earlier, later):
                     self.problem(
                         later,
