@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -241,6 +241,11 @@ class Facts:
 
     def line(self, node: cst.CSTNode) -> int:
         return positions(self.module)[node][0]  # computed only when a message needs a line
+
+    def lines(self, nodes: Iterable[cst.CSTNode]) -> str:
+        """``line 5`` or ``lines 5, 9``, in source order (whatever order ``nodes`` come in)."""
+        found = sorted(self.line(n) for n in nodes)
+        return f"line{'s' * (len(found) > 1)} {', '.join(map(str, found))}"
 
     def problem(self, node: cst.CSTNode, text: str) -> None:
         self.plan.problems.append(f"line {self.line(node)}: {text}")

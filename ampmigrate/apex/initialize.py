@@ -258,9 +258,8 @@ class Initialize:
             }
             self._remove_statement(self.statement(extra))
         if self.merged:
-            lines = ", ".join(str(self.line(c)) for c in self.merged)
             self.plan.notes.append(
-                f"the `amp.initialize` calls at line{'s' * (len(self.merged) > 1)} {lines} "
+                f"the `amp.initialize` calls at {self.lines(self.merged)} "
                 "initialize more models and optimizers with the same options: apex replaced its "
                 "loss scalers at each call, so one loss scale served them all, and one GradScaler "
                 "does (each step followed by `update()`, as apex updated at each `scale_loss` exit)"

@@ -215,9 +215,8 @@ class Step:
                 continue
             self.guarded.add(step)
         if self.guarded:
-            lines = ", ".join(str(self.line(s)) for s in self.guarded)
             self.plan.notes.append(
-                f"the step at line{'s' * (len(self.guarded) > 1)} {lines} can come with no "
+                f"the step at {self.lines(self.guarded)} can come with no "
                 "scaled backward since the previous one (the scaled backward sits in a branch, "
                 "or in a loop that may run no time): apex stepped plainly there, "
                 "`scaler.step` would raise, so the rewrite steps "
