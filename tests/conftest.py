@@ -17,13 +17,18 @@ FIXTURES = ROOT / "fixtures"
 
 
 def fix_source(
-    source: str | bytes, unsafe: bool = False, select: tuple[str, ...] = (), target_keras: int = 3
+    source: str | bytes,
+    unsafe: bool = False,
+    select: tuple[str, ...] = (),
+    target_keras: int = 3,
+    path: str | os.PathLike = "",
 ):
-    """(new source, remaining diagnostics, fixed diagnostics) through the real engine."""
+    """(new source, remaining diagnostics, fixed diagnostics) through the real engine (``path``:
+    where the file would be, for the modules it imports from disk)."""
     rules = tuple(r for c, r in all_rules().items() if not select or c in select)
     data = source.encode() if isinstance(source, str) else source
     settings = Settings(rules=rules, fix=True, unsafe_fixes=unsafe, target_keras=target_keras)
-    new, remaining, fixed = migrate_source(data, settings)
+    new, remaining, fixed = migrate_source(data, settings, str(path))
     return (new.decode() if isinstance(source, str) else new), remaining, fixed
 
 
@@ -80,7 +85,7 @@ STUB = '''
 import contextlib
 
 
-def initialize(models, optimizers=None, **kwargs):
+def initialize(models, optimizers=None, enabled=True, opt_level="O1", **kwargs):
     return (models, optimizers) if optimizers is not None else models
 
 

@@ -63,6 +63,9 @@ REWRITTEN = [
     "checkpoint_key_variable",
     "actor_critic_clips",
     "initialize_in_a_row",
+    "free_adversarial",
+    "initialize_positional",
+    "bn_sparsity_helper",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -376,19 +379,112 @@ def train(args, model, optimizer, batches):
          '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
          "    for x in batches:",
          "`amp.initialize` is called in `train` and again in `other`"),
+        ("        optimizer.step()\n",
+         "        print(sum(p.grad.norm() for p in model.parameters()))\n"
+         "        with amp.scale_loss(2 * loss, optimizer) as scaled_loss:\n"
+         "            scaled_loss.backward()\n"
+         "        optimizer.step()\n",
+         "the gradient read sits between two scaled backwards of one step (line 15 scales "
+         "again before `optimizer.step()`)"),
     ],
 )  # fmt: skip
 def test_shapes_that_would_break_the_migrated_run_are_refused(old, new, why):
     """Each was a wrong rewrite a reviewer ran on CPU: a GradScaler made inside an inner `if`
     (UnboundLocalError on the other path), `scaled_loss` read after its block (NameError),
     apex's state layout read by key (KeyError), a second function's `initialize` dropped for
-    a parameter nothing passes (TypeError). Each is refused, and the reason says why."""
+    a parameter nothing passes (TypeError), an `unscale_` before a second scaled backward of
+    the same step (stepped 65536 times too large). Each is refused, and the reason says why."""
     [finding] = [d for d in check_source(SHAPES) if d.code == "AMP303"]
     assert finding.fix == "unsafe", finding.message
     assert old in SHAPES
     [finding] = [d for d in check_source(SHAPES.replace(old, new)) if d.code == "AMP303"]
     assert finding.fix is None
     assert why in finding.message, finding.message
+
+
+def test_a_perturbation_gradient_needs_no_unscale_unless_an_optimizer_holds_it():
+    """An input perturbation made in the iteration is no optimizer's parameter: apex left its
+    gradient scaled, as the GradScaler does (free adversarial training, free_adversarial
+    fixture). Handed to an optimizer, its gradient is a parameter's again."""
+    source = (APEX / "free_adversarial.py").read_text()
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed} and "scaler.unscale_" not in out
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "the gradients of the scaled backward at line 19 are cleared at line 22" in (
+        finding.message
+    )
+    held = source.replace(
+        "        x_adv = x",
+        "        torch.optim.SGD([delta], lr=0.1)\n        x_adv = x",
+    )
+    [finding] = [d for d in check_source(held) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "sits between two scaled backwards of one step" in finding.message
+
+
+def test_a_helper_on_disk_that_reads_gradients_gets_unscale_before_its_call(tmp_path):
+    """The gradient read is in a method of a class imported from the project's own module
+    (a reviewer's run: without `unscale_` the L1 term of network slimming lost its effect,
+    15.96 against apex's 15.64 after 40 batches). A helper that only tests `grad is None`
+    reads no value and needs none."""
+    source = (APEX / "bn_sparsity_helper.py").read_text()
+    start, end = source.index("class Sparsity:"), source.index("def train(")
+    (tmp_path / "sparsity.py").write_text("import torch\n\n\n" + source[start:end])
+    script = source[:start] + "from sparsity import Sparsity\n\n\n" + source[end:]
+    (tmp_path / "train.py").write_text(script)
+    out, _, fixed = fix_source(script, unsafe=True, path=tmp_path / "train.py")
+    assert "AMP303" in {d.code for d in fixed}
+    assert "        scaler.unscale_(optimizer)\n        Sparsity.update_bn(" in out
+    (tmp_path / "sparsity.py").write_text(
+        "class Sparsity:\n    @staticmethod\n    def update_bn(enabled, modules, s):\n"
+        "        return [m for m in modules if m.weight.grad is None]\n"
+    )
+    out, _, _ = fix_source(script, unsafe=True, path=tmp_path / "train.py")
+    assert "scaler.unscale_(optimizer)\n" not in out
+
+
+def test_initialize_positional_enabled_and_default_opt_level():
+    """apex's third parameter is `enabled`: `initialize(model, opt, "O1")` ran at the default
+    O1; a falsy literal there switched amp off; no opt_level at all is O1 too."""
+    source = (APEX / "initialize_positional.py").read_text()
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe"
+    assert 'third argument `"O1"` is its `enabled`, not `opt_level`' in finding.message
+    implicit = source.replace('amp.initialize(model, optimizer, "O1")',
+                              "amp.initialize(model, optimizer)")  # fmt: skip
+    [finding] = [d for d in check_source(implicit) if d.code == "AMP303"]
+    assert finding.fix == "unsafe" and "no opt_level: apex's default, O1" in finding.message
+    off = source.replace('amp.initialize(model, optimizer, "O1")',
+                         'amp.initialize(model, optimizer, "")')  # fmt: skip
+    out, _, _ = fix_source(off, unsafe=True)
+    assert 'torch.amp.GradScaler("cuda", enabled=(fp16) and (False))' in out
+
+
+def test_a_module_stored_on_an_object_and_called_through_is_reported():
+    """`self.amp = amp` (an import inside `__init__`'s `try`), then `self.amp.initialize` and
+    `self.amp.scale_loss` in other methods: there was no finding at all."""
+    source = (
+        "class AmpPlugin:\n"
+        "    def __init__(self, opt_level):\n"
+        "        self.opt_level = opt_level\n"
+        "        try:\n"
+        "            from apex import amp\n"
+        "            self.amp = amp\n"
+        "        except ImportError as exc:\n"
+        '            raise RuntimeError("install apex") from exc\n\n'
+        "    def setup(self, model, optimizer):\n"
+        "        return self.amp.initialize(model, optimizer, opt_level=self.opt_level)\n\n"
+        "    def backward(self, loss, optimizer):\n"
+        "        with self.amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "            scaled_loss.backward()\n"
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert (
+        "`self.amp.initialize` calls apex amp through `self.amp`, which holds apex's "
+        "module (stored at line 6)" in finding.message
+    )
+    assert "line 14: `self.amp.scale_loss`" in finding.message
 
 
 def test_an_unused_fp16_utils_star_import_goes_with_amp():
@@ -782,6 +878,9 @@ CASES = {
     "checkpoint_key_variable": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
     "actor_critic_clips": [[], ["--fp16"]],
     "initialize_in_a_row": [[], ["--fp16"]],
+    "free_adversarial": [[], ["--fp16"]],
+    "initialize_positional": [[], ["--fp16"]],
+    "bn_sparsity_helper": [[], ["--fp16"]],
 }
 
 

@@ -96,6 +96,39 @@ def _imports_something(statement: cst.BaseStatement) -> bool:
     )
 
 
+# apex's `initialize(models, optimizers=None, enabled=True, opt_level="O1", ...)` in its order
+INITIALIZE_PARAMETERS = (
+    "models", "optimizers", "enabled", "opt_level", "cast_model_type", "patch_torch_functions",
+    "keep_batchnorm_fp32", "master_weights", "loss_scale", "cast_model_outputs", "num_losses",
+    "verbosity", "min_loss_scale", "max_loss_scale",
+)  # fmt: skip
+
+
+def initialize_arguments(init: cst.Call) -> tuple[dict[str, cst.BaseExpression], str | None]:
+    """``amp.initialize``'s arguments by parameter name, and the note on a literal passed
+    where apex reads ``enabled`` (``initialize(model, opt, "O1")``: the third positional
+    argument is ``enabled``, so a truthy literal there leaves amp on at the default O1 and is
+    dropped). Starred arguments are left out (the callers refuse them)."""
+    args = {a.keyword.value: a.value for a in init.args if a.keyword}
+    positional = [a.value for a in init.args if not a.keyword and not a.star]
+    for name, value in zip(INITIALIZE_PARAMETERS, positional, strict=False):
+        args.setdefault(name, value)
+    enabled = args.get("enabled")
+    if not isinstance(enabled, cst.SimpleString | cst.Integer | cst.Float):
+        return args, None
+    literal = enabled.evaluated_value if isinstance(enabled, cst.SimpleString) else enabled.value
+    if isinstance(enabled, cst.Integer | cst.Float):
+        literal = float(literal.replace("_", ""))
+    if not literal:
+        args["enabled"] = cst.Name("False")
+        return args, None
+    del args["enabled"]
+    return args, (
+        f"`amp.initialize`'s third argument `{enabled.value}` is its `enabled`, not "
+        "`opt_level`: apex ran at its default O1, as the rewrite does"
+    )
+
+
 def _argument(call: cst.Call, keyword: str, index: int) -> cst.BaseExpression | None:
     """The argument of ``call`` passed as ``keyword=`` or at position ``index``."""
     for arg in call.args:

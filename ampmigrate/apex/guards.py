@@ -188,7 +188,11 @@ class Guards:
             statements = list(handler.body.body)
             if not all(isinstance(s, cst.SimpleStatementLine | cst.If) for s in statements):
                 return False  # (an `if` that only logs the missing apex binds nothing either)
-            if {n for s in statements for n in self.facts(s).assigned} - bound:
+            last = statements[-1]
+            raises = isinstance(last, cst.SimpleStatementLine) and isinstance(
+                last.body[-1], cst.Raise
+            )  # what a handler that always raises binds is never read after the `try`
+            if not raises and {n for s in statements for n in self.facts(s).assigned} - bound:
                 return False
         return True
 

@@ -430,11 +430,15 @@ class Handles:
             if isinstance(n, cst.ImportFrom | cst.Import) and self._apex_import(n)
         }
         if id(self.module) in homes or any(
-            (isinstance(n, cst.Global) and {g.name.value for g in n.names} & self.bound)
-            or (isinstance(n, cst.ImportFrom) and isinstance(n.names, cst.ImportStar))
+            isinstance(n, cst.Global) and {g.name.value for g in n.names} & self.bound
             for n in self.nodes
-        ):  # a module-level binding, a `global`, or a star import may give it
+        ):  # a module-level binding or a `global` gives it
             return None
+        star = next(  # a star import may give it (or may not: not followed)
+            (n for n in self.nodes
+             if isinstance(n, cst.ImportFrom) and isinstance(n.names, cst.ImportStar)),
+            None,
+        )  # fmt: skip
         for node in self.nodes:
             if (
                 isinstance(node, cst.Call)
@@ -449,6 +453,15 @@ class Handles:
                 inside = (
                     f"`{function.name.value}`" if isinstance(function, cst.FunctionDef) else "it"
                 )
+                if star is not None:
+                    return (
+                        f"`{_code(self.module, node.func)}` at line {self.line(node)} reads "
+                        f"`{name}`, which the apex import binds only inside another function, "
+                        f"not in {inside}; only the star import at line {self.line(star)} could "
+                        "bind it there (if it does not, that call raises NameError): the "
+                        "rewrite cannot tell which `amp` it calls; import it at module level "
+                        "before migrating, or migrate it by hand"
+                    )
                 return (
                     f"`{_code(self.module, node.func)}` at line {self.line(node)} reads `{name}`, "
                     f"which the apex import binds only inside another function, not in {inside}: "

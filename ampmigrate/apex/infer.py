@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ampmigrate.apex.common import initialize_arguments
+
 _KNOWN = {"models", "opt_level", "verbosity", "enabled"}
 
 
@@ -24,9 +26,8 @@ class InferenceOnly:
         training one (a script's test branch): its region is the rest of its own block, and the
         plan's summary stays the training one's."""
         code = self.module.code_for_node
-        args = {a.keyword.value: a.value for a in init.args if a.keyword}
-        positional = [a.value for a in init.args if not a.keyword and not a.star]
-        models = args.get("models", positional[0] if positional else None)
+        args, _ = initialize_arguments(init)
+        models = args.get("models")
         level = args.get("opt_level")
         if not (isinstance(level, cst.SimpleString) and level.evaluated_value == "O1"):
             self.problem(
@@ -37,7 +38,7 @@ class InferenceOnly:
                 "the forward; O2/O3 cast the model (`model.half()` and half inputs)",
             )
             return
-        if any(a.star for a in init.args) or len(positional) > 1 or set(args) - _KNOWN:
+        if any(a.star for a in init.args) or set(args) - _KNOWN - {"optimizers"}:
             listed = ", ".join(f"`{k}`" for k in sorted(set(args) - _KNOWN)) or "`*args`"
             self.problem(
                 init,

@@ -17,6 +17,7 @@ from ampmigrate.apex.common import (
     _optimizers,
     _Setup,
     _statements,
+    initialize_arguments,
 )
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.replace import ReplaceNodes
@@ -36,15 +37,16 @@ class Initialize:
     def _initialize(self, init: cst.Call) -> _Setup | None:
         """``model, opt = amp.initialize(model, opt, ...)`` -> ``scaler = GradScaler(...)``.
         Problems that do not stop the rest of the plan are only recorded."""
-        args = {a.keyword.value: a.value for a in init.args if a.keyword}
-        positional = [a.value for a in init.args if not a.keyword and not a.star]
         if any(a.star for a in init.args):
             self.problem(init, "`amp.initialize` gets `*args`/`**kwargs`: spell them out")
             return None
-        models = args.get("models", positional[0] if positional else None)
-        optimizer = args.get("optimizers", positional[1] if len(positional) > 1 else None)
+        args, positional_note = initialize_arguments(init)
+        if positional_note is not None:
+            self.plan.notes.append(positional_note)
+        models = args.get("models")
+        optimizer = args.get("optimizers")
         level = args.get("opt_level")
-        if optimizer is None or len(positional) > 2:
+        if optimizer is None or (isinstance(optimizer, cst.Name) and optimizer.value == "None"):
             self.problem(
                 init,
                 "`amp.initialize` without an optimizer (inference only): nothing is scaled, so "
@@ -111,12 +113,9 @@ class Initialize:
                     "in torch.amp; O2/O3 cast the model, which native AMP does not do (switch "
                     "to O1 first if that is acceptable)",
                 )
-        elif level is None:
-            self.problem(
-                init,
-                "`amp.initialize` without opt_level (apex's default O1 is implicit here; write "
-                '`opt_level="O1"` to confirm)',
-            )
+        elif level is None:  # O1 is apex's default (before June 2019 apex raised without one)
+            if positional_note is None:
+                self.plan.notes.append("`amp.initialize` has no opt_level: apex's default, O1")
         else:
             blockers = len(self.plan.problems)
             switch = self._level_switch(level, init)

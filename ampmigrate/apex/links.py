@@ -141,6 +141,7 @@ def stray_calls(
     on disk next to ``path``); and such a function's own ``return amp``."""
     found: list[tuple[ast.AST, str]] = []
     roots = _apex_roots(names)  # (an import binding always has its alias)
+    stored = _stored_handles(names, roots)
     for node in ast.walk(tree):
         if isinstance(node, ast.Return) and roots:
             if _hands_out(node, names):
@@ -182,6 +183,14 @@ def stray_calls(
                 "follow through a function's return; hand a GradScaler there instead and "
                 "migrate both, by hand"
             )))  # fmt: skip
+        elif isinstance(holder, ast.Attribute) and ast.unparse(holder) in stored:
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` calls apex amp through "
+                f"`{ast.unparse(holder)}`, which holds apex's module (stored at line "
+                f"{stored[ast.unparse(holder)]}); the rewrite does not follow apex's calls "
+                "through a stored module here: keep a GradScaler there instead "
+                f"(`{ast.unparse(holder.value)}.scaler`) and migrate its uses, by hand"
+            )))  # fmt: skip
         elif (
             not roots
             and node.func.attr in ("scale_loss", "master_params")
@@ -212,6 +221,24 @@ def stray_calls(
                 "this use by hand"
             )))  # fmt: skip
     return found
+
+
+def _stored_handles(names: Names, roots: dict[str, ast.stmt]) -> dict[str, int]:
+    """Where apex's module is stored on an object (``self.amp = amp``): the target as written,
+    and the line of its first store."""
+    stored: dict[str, int] = {}
+    for root in roots:
+        for node in names.spelled(root):
+            assign = names.parent(node)
+            if (
+                isinstance(node, ast.Name)
+                and isinstance(assign, ast.Assign)
+                and (assign.value is node)
+            ):
+                for target in assign.targets:
+                    if isinstance(target, ast.Attribute):
+                        stored.setdefault(ast.unparse(target), assign.lineno)
+    return stored
 
 
 def _given_by(holder: ast.Name, names: Names, path: str | None) -> str | None:

@@ -116,9 +116,9 @@ class _Planner(
         self.steps: dict[tuple[int, str], list[cst.SimpleStatementLine]] = {}
         self.scaled: dict[tuple[int, str], list[cst.With]] = {}  # the scale_loss blocks per step
         self.before_step: dict[cst.CSTNode, list[Callable[[], list]]] = {}
-        # steps a path reaches with no scaled backward since the last one: the line of the
-        # scale_loss that does not always run, then whether the step is guarded
-        self.unsure: dict[cst.CSTNode, int] = {}
+        # steps a path reaches with no scaled backward since the last one: the scale_loss
+        # statement that does not always run, then whether the step is guarded
+        self.unsure: dict[cst.CSTNode, cst.CSTNode] = {}
         self.guarded: set[cst.CSTNode] = set()
         self.served: set[cst.CSTNode] = set()  # steps an unscale_ placed before a read serves
         self.requests: list[tuple[cst.With, cst.BaseExpression, cst.CSTNode, str | None]] = []
@@ -282,6 +282,7 @@ class _Planner(
         self._plain_backwards()
         self._guard_steps()
         self._discarded_overflows()
+        self._cleared_backwards()
         self._read_scales(initialize[0] if initialize else None)
         for member in ("state_dict", "load_state_dict"):
             for call in calls.get(member, []):

@@ -5,6 +5,7 @@ optimizers in turn.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import libcst as cst
@@ -178,6 +179,22 @@ class Step:
                 "gradients must be stepped through `scaler.step`",
             )
 
+    def _unsure(self, scaled: cst.CSTNode, step: cst.CSTNode) -> str:
+        """Why ``scaled`` may not run before ``step``: the outermost branch or loop around it
+        that does not hold the step too."""
+        why = "it sits in a block that may not run before the step"
+        for ancestor in self.ancestors(scaled):
+            if self.within(step, ancestor):
+                break
+            if isinstance(ancestor, cst.If):
+                why = f"it sits in a branch of the `if` at line {self.line(ancestor)}"
+            elif isinstance(ancestor, Loop):
+                why = (
+                    f"it sits in the loop at line {self.line(ancestor)}, which the rewrite "
+                    "cannot show runs at least once"
+                )
+        return why
+
     def _unscaled_steps(self) -> None:
         """apex ran a plain ``optimizer.step()`` when no scaled backward had happened since the
         last step (a NaN loss whose backward is skipped while the step keeps its gradient
@@ -190,7 +207,7 @@ class Step:
             withs = self.scaled.get(key, [])
             for step in steps:
                 if withs and not self._backward_before(step, withs):
-                    self.unsure[step] = self.line(withs[0])
+                    self.unsure[step] = withs[0]
 
     def _guard_steps(self) -> None:
         """Where a step may come with no scaled backward since the last one, the rewrite asks
@@ -198,15 +215,15 @@ class Step:
         mixed-precision path is scaled) and ``scaler.step`` unscales them as apex had; none
         present is apex's plain step on no gradients. An ``unscale_`` placed before the step
         would run on the plain path too and leave the scaler waiting for an ``update()``."""
-        for step, line in self.unsure.items():
+        for step, scaled in self.unsure.items():
             if self.before_step[step] or step in self.served:
                 self.problem(
                     step,
                     f"`{_code(self.module, step.body[0].value)}` can be reached without a "
-                    f"backward since the previous step (the `amp.scale_loss` at line {line} "
-                    "is not sure to run before it: it sits in a branch, or in a loop that may "
-                    "run no time), and a gradient read is unscaled before it: apex ran a plain "
-                    "optimizer step there, "
+                    f"backward since the previous step (the `amp.scale_loss` at line "
+                    f"{self.line(scaled)} is not sure to run before it: "
+                    f"{self._unsure(scaled, step)}), and a gradient read is unscaled before "
+                    "it: apex ran a plain optimizer step there, "
                     "`scaler.step` raises (AssertionError: `_scale is None` before the first "
                     "scaled backward, 'No inf checks were recorded' after `zero_grad`) and an "
                     "`unscale_` without a `scaler.step` leaves the next one raising; guard the "
@@ -272,6 +289,31 @@ class Step:
                     "`scaler.update()` after the test, with an inf check "
                     "(`scaler.unscale_(optimizer)`) on the path that skips the step, by hand",
                 )
+
+    def _cleared_backwards(self) -> None:
+        """A scaled backward whose gradients are cleared before the step (the first pass of
+        free adversarial training: its input's gradient is read, then ``zero_grad()``): apex
+        checked its overflow at that ``scale_loss`` exit and skipped the step; the GradScaler
+        checks only the gradients the step gets. Said, as it changes only what an overflow
+        there does."""
+        for (function, opt), steps in self.steps.items():
+            withs = sorted(self.scaled.get((function, opt), []), key=lambda w: self.order[id(w)])
+            for first, later in itertools.pairwise(withs):
+                loop = next((a for a in self.ancestors(first) if isinstance(a, Loop)), None)
+                if loop is None or not self.within(later, loop):
+                    continue
+                start, end = self.order[id(first)], self.order[id(later)]
+                cleared = next(
+                    (c for c in self._clears(loop) if start < self.order[id(c)] < end), None
+                )
+                stepped = any(start < self.order[id(s)] < end for s in steps)
+                if cleared is not None and not stepped:
+                    self.plan.notes.append(
+                        f"behaviour change: the gradients of the scaled backward at line "
+                        f"{self.line(first)} are cleared at line {self.line(cleared)} before the "
+                        "step; an overflow there no longer skips the step (apex checked it at "
+                        "that `scale_loss` exit): the GradScaler checks what the step gets"
+                    )
 
     def _read_scales(self, init: cst.Call | None) -> None:
         """``amp._amp_state.loss_scalers[0].loss_scale()`` (a logged loss scale) becomes

@@ -4,9 +4,15 @@ ran every micro-batch moves there).
 
 from __future__ import annotations
 
+import ast
+import functools
+import os
+from collections.abc import Sequence
+
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _statements
+from ampmigrate.apex.links import _module_file
 from ampmigrate.apex.verdict import APEX
 
 # calls that read what they are given, never a gradient (`list(amp.master_params(opt))`)
@@ -14,6 +20,68 @@ _PARAM_READERS = frozenset({
     "list", "tuple", "len", "sum", "sorted", "numel", "state_dict", "detach", "clone", "cpu",
     "save", "dict", "print", "append", "extend",
 })  # fmt: skip
+
+
+# torch functions that make a new tensor (never a parameter an optimizer holds)
+_FACTORIES = frozenset({
+    "zeros", "zeros_like", "ones", "ones_like", "empty", "empty_like", "full", "full_like",
+    "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "tensor", "Variable",
+})  # fmt: skip
+# methods that return the same tensor or a copy of it on another device or dtype
+_TENSOR_METHODS = frozenset({
+    "cuda", "cpu", "to", "float", "half", "detach", "requires_grad_", "uniform_", "normal_",
+    "clone", "contiguous", "zero_", "fill_",
+})  # fmt: skip
+
+
+def _module_reads_grad(path: str, dots: int, module: str, inner: list[str]) -> bool:
+    """The function ``inner`` (``[name]`` or ``[Class, method]``) of the module on disk that
+    ``path`` imports as ``module`` reads gradient values (``x.grad``, not only writes or
+    ``is None`` tests)."""
+    found = _module_file(path, dots, module) if module and inner else None
+    try:
+        stat = os.stat(found) if found is not None else None
+    except OSError:
+        stat = None
+    tree = _tree_of(found, stat.st_mtime_ns, stat.st_size) if stat is not None else None
+    body: list[ast.stmt] = tree.body if tree is not None else []
+    node: ast.AST | None = None
+    for part in inner:
+        node = next(
+            (s for s in body
+             if isinstance(s, ast.FunctionDef | ast.ClassDef) and s.name == part),
+            None,
+        )  # fmt: skip
+        if node is None:
+            return False
+        body = node.body
+    if not isinstance(node, ast.FunctionDef):
+        return False
+    parents = {id(c): p for p in ast.walk(node) for c in ast.iter_child_nodes(p)}
+    for read in ast.walk(node):
+        if not (isinstance(read, ast.Attribute) and read.attr == "grad"):
+            continue
+        if not isinstance(read.ctx, ast.Load):
+            continue
+        test = parents.get(id(read))
+        if (
+            isinstance(test, ast.Compare)
+            and all(isinstance(o, ast.Is | ast.IsNot) for o in test.ops)
+            and all(isinstance(c, ast.Constant) and c.value is None for c in test.comparators)
+        ):
+            continue
+        return True
+    return False
+
+
+@functools.lru_cache(maxsize=64)
+def _tree_of(path: str, mtime: int, size: int) -> ast.Module | None:
+    """The module at ``path`` parsed, once per version of the file."""
+    try:
+        with open(path, "rb") as handle:
+            return ast.parse(handle.read(), path)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 class Unscale:
@@ -96,13 +164,13 @@ class Unscale:
                 pending += [node.left, node.right]
         return found
 
-    def _reads_gradients(self, statement: cst.CSTNode) -> bool:
+    def _reads_gradients(self, statement: cst.CSTNode, follow: bool = True) -> bool:
         """Gradient values are read: not ``p.grad = None`` (a write) nor ``p.grad is None``
         (scaling never changes which gradients exist)."""
         for node in self._subtree(statement):
             if isinstance(node, cst.Attribute) and node.attr.value == "grad":
                 parent = self.parent(node)
-                if isinstance(parent, cst.AssignTarget | cst.Del):
+                if isinstance(parent, cst.AssignTarget | cst.Del) or self._fresh_tensor(node):
                     continue
                 if isinstance(parent, cst.Comparison) and all(
                     isinstance(t.operator, cst.Is | cst.IsNot)
@@ -115,6 +183,8 @@ class Unscale:
             if isinstance(node, cst.Call):
                 if any(q.startswith("torch.nn.utils.clip_grad") for q in self.qualified(node.func)):
                     return True
+                if follow and self._callee_reads_gradients(node):
+                    return True
                 for arg in node.args:
                     value = arg.value
                     if (
@@ -124,6 +194,83 @@ class Unscale:
                     ):
                         return True
         return False
+
+    def _callee_reads_gradients(self, call: cst.Call) -> bool:
+        """``call`` runs a function of the project that reads gradient values (a helper that
+        adds an L1 term to batch-norm gradients, a norm logger): a function of this module or
+        of a module on disk next to it, a method of a class defined there included."""
+        for name in self.qualified(call.func):
+            if name.startswith(("torch.", "builtins.")):
+                continue
+            dots = len(name) - len(name.lstrip("."))
+            parts = name.lstrip(".").split(".")
+            if not self._reads_grad_here(parts) and (
+                self.path is None or not any(
+                    _module_reads_grad(self.path, dots, ".".join(parts[:i]), parts[i:])
+                    for i in range(len(parts) - 1, 0, -1)
+                )
+            ):  # fmt: skip
+                continue
+            return True
+        return False
+
+    def _reads_grad_here(self, parts: list[str]) -> bool:
+        """A function (or ``Class.method``) of this module named ``parts`` reads gradients."""
+        body: Sequence[cst.CSTNode] = self.module.body
+        found: cst.CSTNode | None = None
+        for part in parts:
+            found = next(
+                (s for s in body
+                 if isinstance(s, cst.FunctionDef | cst.ClassDef) and s.name.value == part),
+                None,
+            )  # fmt: skip
+            if found is None:
+                return False
+            body = found.body.body if isinstance(found.body, cst.IndentedBlock) else []
+        return isinstance(found, cst.FunctionDef) and self._reads_gradients(found.body, False)
+
+    def _fresh_tensor(self, read: cst.Attribute) -> bool:
+        """``x.grad`` of a tensor made in the iteration that reads it (``delta =
+        torch.zeros_like(x, requires_grad=True)``: an adversarial perturbation of the input): no
+        optimizer holds it, so apex's ``scale_loss`` left its gradient scaled, as the
+        GradScaler does, and its read needs no ``unscale_``."""
+        if not isinstance(read.value, cst.Name):
+            return False
+        name = read.value.value
+        loop = next((a for a in self.ancestors(read) if isinstance(a, Loop)), None)
+        if loop is None:
+            return False
+        bindings = [
+            n for n in self._subtree(loop.body)
+            if isinstance(n, cst.Assign) and self.order[id(n)] < self.order[id(read)]
+            and any(isinstance(t.target, cst.Name) and t.target.value == name for t in n.targets)
+        ]  # fmt: skip
+        if not bindings or self.function(bindings[-1]) is not self.function(read):
+            return False
+        value = bindings[-1].value
+        while (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and (value.func.attr.value in _TENSOR_METHODS)
+        ):
+            value = value.func.value
+        if not isinstance(value, cst.Call):
+            return False
+        made = any(
+            q.startswith("torch.") and q.rsplit(".", 1)[-1] in _FACTORIES
+            for q in self.qualified(value.func)
+        )
+        handed = any(  # given to an optimizer after all (`SGD([delta])`, `add_param_group`)
+            (isinstance(n, cst.Call)
+            and any((isinstance(a.value, cst.Name) and a.value.value == name)
+                    or any(isinstance(m, cst.Name) and m.value == name
+                           for m in self._subtree(a.value))
+                    for a in n.args)
+            and any(q.startswith("torch.optim") for q in self.qualified(n.func)))
+            or (isinstance(n, cst.Attribute) and n.attr.value == "add_param_group")
+            for n in self._subtree(self.function(read))
+        )  # fmt: skip
+        return made and not handed
 
     def _master_params(
         self, calls: list[cst.Call], readers: list[tuple[cst.CSTNode, str]] = ()
@@ -288,6 +435,22 @@ class Unscale:
                 statement,
                 f"{self._reader(statement)} is not between a scaled backward and `{opt}.step()` "
                 "in this function: place `scaler.unscale_` by hand",
+            )
+            return
+        at = self.order[id(statement)]
+        following = [self.order[id(s)] for s in steps if self.order[id(s)] > at]
+        again = next(
+            (s for (f, o), withs in self.scaled.items() if f == id(function) and o == opt
+             for s in withs if following and at < self.order[id(s)] < min(following)),
+            None,
+        )  # fmt: skip
+        if again is not None:
+            self.problem(
+                statement,
+                f"{self._reader(statement)} sits between two scaled backwards of one step "
+                f"(line {self.line(again)} scales again before `{opt}.step()`): apex unscaled at "
+                "each `scale_loss` exit, but after `scaler.unscale_` the GradScaler would step "
+                "the later backward's gradients still scaled; migrate it by hand",
             )
             return
         current = statement

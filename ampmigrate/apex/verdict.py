@@ -407,7 +407,8 @@ class _Judge:
                 return False
             if any(isinstance(s, _COMPOUND) and not isinstance(s, ast.If) for s in handler.body):
                 return False  # (an `if` that only logs the missing apex binds nothing either)
-            if _assigned(handler.body) - bound:
+            raises = isinstance(handler.body[-1], ast.Raise)  # (its bindings are never read)
+            if not raises and _assigned(handler.body) - bound:
                 return False
         return True
 
