@@ -443,6 +443,62 @@ def test_a_helper_on_disk_that_reads_gradients_gets_unscale_before_its_call(tmp_
     assert "scaler.unscale_(optimizer)\n" not in out
 
 
+CALLED_FROM_MAIN = """
+import torch
+from apex import amp
+
+
+def make_optimizer(args, model):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if args.fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    return optimizer
+
+
+def train_model(args, model, batches):
+    optimizer = make_optimizer(args, model)
+    for x in batches:
+        loop_step(model, optimizer, x)
+
+
+def loop_step(model, optimizer, x):
+    loss = model(x).sum()
+    optimizer.zero_grad()
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+"""
+
+
+def test_the_scaler_reaches_every_function_that_scales_or_becomes_module_state(tmp_path):
+    """`make_optimizer` initializes and returns; `train_model` calls it and then the function
+    that scales (robustness' train.py, from the fifth review). The GradScaler made in
+    `make_optimizer` cannot reach `loop_step` through parameters: giving `train_model` one
+    left it to callers that have none (and the scaler made in `make_optimizer` unused). It is
+    module state, as apex's was. A function called from another file on disk that this run
+    does not rewrite gets no parameter either (TypeError at that call)."""
+    out, _, fixed = fix_source(CALLED_FROM_MAIN, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert "def train_model(args, model, batches):" in out and "global scaler" in out
+    start, end = CALLED_FROM_MAIN.index("def make_optimizer"), CALLED_FROM_MAIN.index("def train")
+    home = (CALLED_FROM_MAIN[:start] + CALLED_FROM_MAIN[end:]).replace(
+        "    optimizer = make_optimizer(args, model)\n    for x",
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    if args.fp16:\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    for x",
+    )
+    (tmp_path / "train.py").write_text(home)
+    out, _, _ = fix_source(home, unsafe=True, path=tmp_path / "train.py")
+    assert "def loop_step(model, optimizer, x, scaler):" in out
+    (tmp_path / "step.py").write_text(
+        "from train import loop_step\n\n\ndef once(model, optimizer, x):\n"
+        "    loop_step(model, optimizer, x)\n"
+    )
+    out, _, fixed = fix_source(home, unsafe=True, path=tmp_path / "train.py")
+    assert "def loop_step(model, optimizer, x):" in out and "global scaler" in out
+
+
 def test_initialize_positional_enabled_and_default_opt_level():
     """apex's third parameter is `enabled`: `initialize(model, opt, "O1")` ran at the default
     O1; a falsy literal there switched amp off; no opt_level at all is O1 too."""

@@ -827,6 +827,8 @@ def _apex_member(path: str) -> tuple[str, int] | None:
     file = _parsed(path, data)
     if file is not None and not file.members:
         stray = stray_calls(file.tree, file.names, path)  # a use apex's import does not reach
+        if any(isinstance(n, ast.Call) and n.func.attr == "initialize" for n, _ in stray):
+            return None  # it initializes amp itself (through `self.amp`): its own amp state
         if stray:
             node = stray[0][0]
             member = (

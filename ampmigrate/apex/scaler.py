@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import libcst as cst
@@ -17,6 +18,7 @@ from ampmigrate.apex.common import (
     _statements,
     _targets,
 )
+from ampmigrate.apex.links import users_on_disk
 
 
 class Scaler:
@@ -284,6 +286,8 @@ class Scaler:
             if function in self.threaded:
                 continue
             self.threaded.add(function)
+            linked = self.link.functions if self.link and self.role == "callee" else ()
+            called = False
             for ref in self._references(function.name.value):
                 call = self.parent(ref)
                 if not (isinstance(call, cst.Call) and call.func is ref):
@@ -301,9 +305,32 @@ class Scaler:
                         self.problem(call, f"`{function.name.value}` is called from a method")
                         continue
                     pending.append(top)
+                called = True
                 self.plan.edits[call] = self._pass_scaler
+            if not called and function.name.value not in linked and home is not None:
+                maker = f"`{home.name.value}`" if isinstance(home, cst.FunctionDef) else "it"
+                # nothing in the file hands it the scaler that `home` makes: no call of it
+                # runs from `home`, so a parameter would have to come from outside
+                self.problem(
+                    function,
+                    f"`{function.name.value}` uses apex amp but is not called from "
+                    f"{maker}, which makes the GradScaler, nor from any function of this file",
+                )
             self.plan.edits[function.params] = self._add_parameter
         linked = self.link.functions if self.link and self.role == "callee" else ()
+        unlinked = [
+            f.name.value for f in sorted(self.threaded, key=lambda f: self.order[id(f)])
+            if f.name.value not in linked and self.parent(f) is self.module
+        ]  # fmt: skip
+        outside = users_on_disk(self.path, unlinked) if self.path and unlinked else []
+        for other, line, name in outside or ():  # a caller the rewrite does not update: TypeError
+            shown = os.path.relpath(other, os.path.dirname(os.path.abspath(self.path)))
+            self.problem(
+                home if home is not None else self.module,
+                f"`{name}` would get a `{self.name}` parameter, but {shown}:{line} calls it "
+                "and is not rewritten with this file (it uses no apex amp): pass the "
+                "GradScaler there by hand, or keep the scaler where both can read it",
+            )
         for function in sorted(self.threaded, key=lambda f: self.order[id(f)]):
             if function.name.value in linked:  # _linked_setup's note says who passes it
                 continue
