@@ -499,6 +499,51 @@ def test_the_scaler_reaches_every_function_that_scales_or_becomes_module_state(t
     assert "def loop_step(model, optimizer, x):" in out and "global scaler" in out
 
 
+ALIASED_OPTIMIZER = """
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, fp16):
+        self.model = model
+        self.fp16 = fp16
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train(self, batches):
+        model = self.model
+        optimizer = self.optimizer
+        if self.fp16:
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        for x in batches:
+            loss = model(x).sum()
+            if self.fp16:
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+            else:
+                loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+"""
+
+
+def test_a_step_through_another_name_of_the_optimizer_is_its_step():
+    """`optimizer = self.optimizer`, then `initialize` (which returns the optimizer it is
+    given) and `self.optimizer.step()` (luke's trainer, from the fifth review): that is the
+    step; "no `optimizer.step()` statement" was false. A second binding of either name
+    keeps them apart."""
+    out, _, fixed = fix_source(ALIASED_OPTIMIZER, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert "            scaler.step(optimizer)\n            scaler.update()\n" in out
+    assert "self.optimizer.step()" not in out
+    rebound = ALIASED_OPTIMIZER.replace(
+        "        for x in batches:", "        self.optimizer = optimizer\n        for x in batches:"
+    )
+    [finding] = [d for d in check_source(rebound) if d.code == "AMP303"]
+    assert finding.fix is None and "no `optimizer.step()` statement" in finding.message
+
+
 def test_initialize_positional_enabled_and_default_opt_level():
     """apex's third parameter is `enabled`: `initialize(model, opt, "O1")` ran at the default
     O1; a falsy literal there switched amp off; no opt_level at all is O1 too."""

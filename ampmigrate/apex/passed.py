@@ -182,6 +182,11 @@ class PassedHandles:
             return f"`{shown}` may name more than one function here"
         if any(a.keyword is not None and a.keyword.value == self.name for a in call.args):
             return f"it is also given `{self.name}=`"
+        if qualified[0].startswith("builtins."):  # `dict(amp=amp)`: a value kept, used later
+            return (
+                f"it is kept in what `{qualified[0].removeprefix('builtins.')}(...)` builds, "
+                "whose later uses the rewrite does not follow"
+            )
         why = keeps_state_only(self.path, self.text, qualified[0], keyword)
         if why is not None:
             return why

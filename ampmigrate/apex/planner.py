@@ -42,7 +42,14 @@ from libcst.metadata import ParentNodeProvider, ScopeProvider
 
 from ampmigrate.apex.checkpoints import Checkpoints
 from ampmigrate.apex.clip import Clip
-from ampmigrate.apex.common import Plan, _argument, _correctness, _optimizers
+from ampmigrate.apex.common import (
+    Plan,
+    _argument,
+    _code,
+    _correctness,
+    _optimizers,
+    initialize_arguments,
+)
 from ampmigrate.apex.facts import Facts, Walk
 from ampmigrate.apex.flow import SwitchFlow
 from ampmigrate.apex.gates import VersionGates
@@ -246,7 +253,8 @@ class _Planner(
             if not self.plan.problems:
                 self.verify()
             return self.plan
-        if alone and _argument(initialize[0], "optimizers", 1) is None:
+        optimizer = initialize_arguments(initialize[0])[0].get("optimizers") if initialize else None
+        if alone and (optimizer is None or _code(self.module, optimizer) == "None"):
             self._inference_only(initialize[0])
             if not self.plan.problems:
                 self.verify()

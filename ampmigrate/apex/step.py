@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _Setup, _statements
+from ampmigrate.apex.verdict import APEX
 
 # the optimizer holds gradients only after a backward, and every backward of the
 # mixed-precision path is scaled
@@ -123,6 +124,38 @@ class Step:
             enabled = self._enabled_at(setup, function, statement)
             self.requests.append((statement, loss, function, enabled))
 
+    def _aliases(self, opt: str, function: cst.CSTNode) -> set[str]:
+        """Other names of the optimizer ``opt`` in ``function``: ``optimizer = self.optimizer``
+        where neither is bound otherwise, but ``opt`` by ``amp.initialize`` (which returns the
+        optimizer it is given)."""
+        if not isinstance(function, cst.FunctionDef):
+            return set()
+        found: set[str] = set()
+        others = 0
+        for node in self._subtree(function.body):
+            if not isinstance(node, cst.Assign):
+                continue
+            targets = [_code(self.module, t.target) for t in node.targets]
+            value = node.value
+            initialized = isinstance(value, cst.Call) and any(
+                q.startswith(APEX) for q in self.qualified(value.func)
+            )
+            if initialized:
+                continue
+            plain = isinstance(value, cst.Name | cst.Attribute)
+            if targets == [opt] and plain:
+                found.add(_code(self.module, value))
+            elif any(opt == t or t in found or f"{opt}," in t or f", {opt}" in t for t in targets):
+                others += 1
+        if others or len(found) != 1:
+            return set()
+        alias = next(iter(found))
+        rebound = any(
+            isinstance(n, cst.AssignTarget) and _code(self.module, n.target) == alias
+            for n in self._subtree(function.body)
+        )
+        return set() if rebound else found
+
     def _read_after(self, block: cst.With, alias: str, function) -> cst.Name | None:
         """A read of ``alias`` after ``block`` in ``function``, before anything binds it again
         (another ``with amp.scale_loss(...) as alias``)."""
@@ -142,13 +175,14 @@ class Step:
         if key in self.steps:
             return
         found = self.steps[key] = []
+        names = {opt, *self._aliases(opt, function)}
         for node in self.nodes:
             if not (
                 isinstance(node, cst.SimpleStatementLine)
                 and len(node.body) == 1
                 and isinstance(node.body[0], cst.Expr)
                 and _is_call_of(node.body[0].value, "step")
-                and _code(self.module, node.body[0].value.func.value) == opt
+                and _code(self.module, node.body[0].value.func.value) in names
                 and self.function(node) is function
             ):
                 continue
