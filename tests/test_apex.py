@@ -544,6 +544,28 @@ def test_a_step_through_another_name_of_the_optimizer_is_its_step():
     assert finding.fix is None and "no `optimizer.step()` statement" in finding.message
 
 
+def test_amp_called_where_nothing_binds_it_is_reported():
+    """`amp.scale_loss` and `amp.master_params` in a file that never imports apex (a broken
+    original: DensePhrases' train_query.py) had no finding. A star import may bind it: then
+    nothing is claimed."""
+    source = (
+        "import torch\n\n\ndef train(args, model, optimizer, batches):\n"
+        "    for x in batches:\n"
+        "        loss = model(x).sum()\n"
+        "        if args.fp16:\n"
+        "            with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "                scaled_loss.backward()\n"
+        "        else:\n"
+        "            loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "`amp.scale_loss` reads `amp`, which nothing in this file binds" in finding.message
+    starred = "from helpers import *\n" + source
+    assert not [d for d in check_source(starred) if d.code == "AMP303"]
+
+
 def test_initialize_positional_enabled_and_default_opt_level():
     """apex's third parameter is `enabled`: `initialize(model, opt, "O1")` ran at the default
     O1; a falsy literal there switched amp off; no opt_level at all is O1 too."""

@@ -183,6 +183,20 @@ def stray_calls(
                 "follow through a function's return; hand a GradScaler there instead and "
                 "migrate both, by hand"
             )))  # fmt: skip
+        elif (
+            isinstance(holder, ast.Name)
+            and holder.id == "amp"
+            and node.func.attr in ("scale_loss", "master_params")
+            and not roots
+            and not names.bindings(holder)
+            and not _star_imports(tree)
+        ):
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` reads `amp`, which nothing in this file binds "
+                "(no apex import, no star import): that call raises NameError, so the "
+                "original's mixed-precision path cannot run as written; fix the original "
+                "(import apex's amp, or take the GradScaler that replaces it) before migrating"
+            )))  # fmt: skip
         elif isinstance(holder, ast.Attribute) and ast.unparse(holder) in stored:
             found.append((node, (
                 f"line {node.lineno}: `{shown}` calls apex amp through "
@@ -221,6 +235,13 @@ def stray_calls(
                 "this use by hand"
             )))  # fmt: skip
     return found
+
+
+def _star_imports(tree: ast.Module) -> bool:
+    return any(
+        isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)
+        for n in ast.walk(tree)
+    )
 
 
 def _stored_handles(names: Names, roots: dict[str, ast.stmt]) -> dict[str, int]:
