@@ -566,6 +566,45 @@ def test_amp_called_where_nothing_binds_it_is_reported():
     assert not [d for d in check_source(starred) if d.code == "AMP303"]
 
 
+HANDED = """
+import torch
+from apex import amp
+from saver import keep
+
+
+def train(model, optimizer, batches):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x in batches:
+        model = torch.nn.DataParallel(model)
+        loss = model(x).sum()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        keep(model, "last.pt")
+"""
+
+
+def test_code_that_takes_the_model_without_running_it_gets_no_region(tmp_path):
+    """A wrapper built on the model (`DataParallel`) and a project helper on disk that only
+    saves its state run no forward: no autocast region around them (TencentPretrain's
+    `save_model`, robustness' `DataParallel`: noise in the diff). A helper that calls the
+    model gets one, as apex O1 cast that forward."""
+    (tmp_path / "saver.py").write_text(
+        "import torch\n\n\ndef keep(model, path):\n"
+        "    if hasattr(model, 'module'):\n"
+        "        torch.save(model.module.state_dict(), path)\n"
+        "    else:\n"
+        "        torch.save(model.state_dict(), path)\n"
+    )
+    out, _, fixed = fix_source(HANDED, unsafe=True, path=tmp_path / "train.py")
+    assert "AMP303" in {d.code for d in fixed}
+    assert "        model = torch.nn.DataParallel(model)\n" in out
+    assert '        keep(model, "last.pt")\n' in out
+    (tmp_path / "saver.py").write_text("def keep(model, path):\n    print(model.generate(path))\n")
+    out, _, _ = fix_source(HANDED, unsafe=True, path=tmp_path / "train.py")
+    assert '            keep(model, "last.pt")\n' in out
+
+
 def test_initialize_positional_enabled_and_default_opt_level():
     """apex's third parameter is `enabled`: `initialize(model, opt, "O1")` ran at the default
     O1; a falsy literal there switched amp off; no opt_level at all is O1 too."""

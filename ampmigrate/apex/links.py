@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import functools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -299,6 +300,46 @@ def _returns_apex(function: ast.FunctionDef, names: Names) -> bool:
 def _module_file(path: str, dots: int, module: str) -> str | None:
     """The file on disk that ``from <dots><module> import ...`` in ``path`` loads."""
     return next((p for p in _module_paths(path, dots, module) if os.path.isfile(p)), None)
+
+
+def module_function(path: str, qualified: str) -> ast.FunctionDef | None:
+    """The function that ``qualified`` names as the file at ``path`` imports it
+    (``pkg.module.name``, ``module.Class.method``, with leading dots for a relative import),
+    where that module is a file on disk; None elsewhere."""
+    dots = len(qualified) - len(qualified.lstrip("."))
+    parts = qualified[dots:].split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        found = _module_file(path, dots, ".".join(parts[:i]))
+        if found is None:
+            continue
+        try:
+            stat = os.stat(found)
+        except OSError:
+            return None
+        tree = _tree_of(found, stat.st_mtime_ns, stat.st_size)
+        body: list[ast.stmt] = tree.body if tree is not None else []
+        node: ast.AST | None = None
+        for part in parts[i:]:
+            node = next(
+                (s for s in body
+                 if isinstance(s, ast.FunctionDef | ast.ClassDef) and s.name == part),
+                None,
+            )  # fmt: skip
+            if node is None:
+                return None
+            body = node.body
+        return node if isinstance(node, ast.FunctionDef) else None
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _tree_of(path: str, mtime: int, size: int) -> ast.Module | None:
+    """The module at ``path`` parsed, once per version of the file."""
+    try:
+        with open(path, "rb") as handle:
+            return ast.parse(handle.read(), path)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _defs(tree: ast.Module, name: str) -> list[ast.FunctionDef]:

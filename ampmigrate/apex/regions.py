@@ -4,9 +4,13 @@ flow, and the invariant that no initialized model runs outside one.
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _code, _is_call_of, _Setup, _statements
+from ampmigrate.apex.links import module_function
+from ampmigrate.apex.verdict import APEX
 
 # how a float32 note ends: what keeps apex's float16 there
 _KEEP = 'wrap it in `torch.amp.autocast("cuda", dtype=torch.float16)` to keep apex\'s precision'
@@ -14,6 +18,58 @@ _KEEP = 'wrap it in `torch.amp.autocast("cuda", dtype=torch.float16)` to keep ap
 # builtins that never call a model they are handed
 _HARMLESS = frozenset({"print", "len", "isinstance", "str", "repr", "type", "id", "getattr",
                        "hasattr", "setattr", "vars", "dir"})  # fmt: skip
+
+
+# calls that take the model without running it: wrappers built on it, a save of it
+_WRAPS = frozenset({
+    "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel", "torch.save", "copy.deepcopy",
+})  # fmt: skip
+# methods of a model that run no forward pass
+_QUIET_METHODS = frozenset({
+    "state_dict", "load_state_dict", "parameters", "named_parameters", "buffers",
+    "named_buffers", "modules", "named_modules", "children", "named_children", "train", "eval",
+    "to", "cuda", "cpu", "half", "float", "zero_grad", "requires_grad_",
+})  # fmt: skip
+
+
+def _runs_parameter(function: ast.FunctionDef, call: cst.Call, names: set[str], module) -> bool:
+    """The function of a module on disk that ``call`` runs may run the model it is handed:
+    the parameter that receives it is called, handed to another call (but a builtin), or
+    asked for a method that may run a forward (``model.generate``; not ``state_dict``)."""
+    params = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+    if params[:1] in (["self"], ["cls"]):
+        return True  # (a method: which object it is bound to is not followed)
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if any(a.star for a in call.args):
+        return True
+    received = {
+        params[i] for i, a in enumerate(positional)
+        if i < len(params) and module.code_for_node(a.value) in names
+    } | {
+        a.keyword.value for a in call.args
+        if a.keyword is not None and module.code_for_node(a.value) in names
+    }  # fmt: skip
+    if not received:
+        return True
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Call):
+            continue
+        chain, attrs = node.func, []
+        while isinstance(chain, ast.Attribute):
+            attrs.append(chain.attr)
+            chain = chain.value
+        if isinstance(chain, ast.Name) and chain.id in received:
+            if not attrs or attrs[0] not in _QUIET_METHODS:
+                return True  # `model(x)`, `model.generate(...)`, `model.module(x)`
+            continue
+        handed = [*node.args, *(k.value for k in node.keywords)]
+        if any(isinstance(a, ast.Name) and a.id in received for a in handed) and not (
+            isinstance(node.func, ast.Name) and node.func.id in _HARMLESS
+        ):
+            return True
+    return False
 
 
 class Regions:
@@ -400,7 +456,15 @@ class Regions:
         if callee is None:
             func = _code(self.module, call.func)
             own = any(func.startswith(f"{n}.") for n in names)  # `model.to(...)`
-            return func not in _HARMLESS and not own
+            if func in _HARMLESS or own:
+                return False
+            qualified = self.qualified(call.func)
+            if qualified and all(q in _WRAPS or q.startswith(APEX) for q in qualified):
+                return False  # a wrapper built on it (DDP), a save; apex's own calls go
+            found = [module_function(self.path, q) for q in qualified] if self.path else []
+            if found and all(f is not None for f in found):
+                return any(_runs_parameter(f, call, names, self.module) for f in found)
+            return True
         if depth > 3:
             return True
         params = [p.name.value for p in callee.params.params]
@@ -415,7 +479,9 @@ class Regions:
             if a.keyword is not None and isinstance(a.value, cst.Name) and a.value.value in names
         }
         for node in self._subtree(callee.body):
-            if not isinstance(node, cst.Call):
+            if not isinstance(node, cst.Call) or any(
+                q.startswith(APEX) for q in self.qualified(node.func)
+            ):  # (`amp.initialize` goes with the rewrite)
                 continue
             if isinstance(node.func, cst.Name) and node.func.value in received:
                 return True

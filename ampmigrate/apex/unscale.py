@@ -5,14 +5,12 @@ ran every micro-batch moves there).
 from __future__ import annotations
 
 import ast
-import functools
-import os
 from collections.abc import Sequence
 
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _statements
-from ampmigrate.apex.links import _module_file
+from ampmigrate.apex.links import module_function
 from ampmigrate.apex.verdict import APEX
 
 # calls that read what they are given, never a gradient (`list(amp.master_params(opt))`)
@@ -34,28 +32,12 @@ _TENSOR_METHODS = frozenset({
 })  # fmt: skip
 
 
-def _module_reads_grad(path: str, dots: int, module: str, inner: list[str]) -> bool:
-    """The function ``inner`` (``[name]`` or ``[Class, method]``) of the module on disk that
-    ``path`` imports as ``module`` reads gradient values (``x.grad``, not only writes or
-    ``is None`` tests)."""
-    found = _module_file(path, dots, module) if module and inner else None
-    try:
-        stat = os.stat(found) if found is not None else None
-    except OSError:
-        stat = None
-    tree = _tree_of(found, stat.st_mtime_ns, stat.st_size) if stat is not None else None
-    body: list[ast.stmt] = tree.body if tree is not None else []
-    node: ast.AST | None = None
-    for part in inner:
-        node = next(
-            (s for s in body
-             if isinstance(s, ast.FunctionDef | ast.ClassDef) and s.name == part),
-            None,
-        )  # fmt: skip
-        if node is None:
-            return False
-        body = node.body
-    if not isinstance(node, ast.FunctionDef):
+def _module_reads_grad(path: str, qualified: str) -> bool:
+    """The function ``qualified`` names (``[pkg.]module.name`` or ``module.Class.method``, as
+    ``path`` imports it) is in a module on disk and reads gradient values (``x.grad``, not only
+    writes or ``is None`` tests)."""
+    node = module_function(path, qualified)
+    if node is None:
         return False
     parents = {id(c): p for p in ast.walk(node) for c in ast.iter_child_nodes(p)}
     for read in ast.walk(node):
@@ -72,16 +54,6 @@ def _module_reads_grad(path: str, dots: int, module: str, inner: list[str]) -> b
             continue
         return True
     return False
-
-
-@functools.lru_cache(maxsize=64)
-def _tree_of(path: str, mtime: int, size: int) -> ast.Module | None:
-    """The module at ``path`` parsed, once per version of the file."""
-    try:
-        with open(path, "rb") as handle:
-            return ast.parse(handle.read(), path)
-    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
 
 
 class Unscale:
@@ -202,16 +174,11 @@ class Unscale:
         for name in self.qualified(call.func):
             if name.startswith(("torch.", "builtins.")):
                 continue
-            dots = len(name) - len(name.lstrip("."))
             parts = name.lstrip(".").split(".")
-            if not self._reads_grad_here(parts) and (
-                self.path is None or not any(
-                    _module_reads_grad(self.path, dots, ".".join(parts[:i]), parts[i:])
-                    for i in range(len(parts) - 1, 0, -1)
-                )
-            ):  # fmt: skip
-                continue
-            return True
+            if self._reads_grad_here(parts) or (
+                self.path is not None and _module_reads_grad(self.path, name)
+            ):
+                return True
         return False
 
     def _reads_grad_here(self, parts: list[str]) -> bool:
