@@ -605,6 +605,106 @@ def test_code_that_takes_the_model_without_running_it_gets_no_region(tmp_path):
     assert '            keep(model, "last.pt")\n' in out
 
 
+OWN_METHOD_CLIPS = """
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+    def clip(self):
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+
+    def step(self, x):
+        loss = self.model(x).sum()
+        with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+            scaled_loss.backward()
+        self.clip()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+"""
+
+
+def test_a_method_of_the_class_that_reads_gradients_gets_unscale_before_its_call():
+    """`self.clip()` between the scaled backward and the step clips the gradients in a method
+    of the trainer's own class (or a base class of the module): apex had unscaled them, so
+    the call needs `unscale_` before it, as a clip written in place does (it clipped the
+    scaled gradients before)."""
+    out, _, fixed = fix_source(OWN_METHOD_CLIPS, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert "        self.scaler.unscale_(self.optimizer)\n        self.clip()\n" in out
+    based = OWN_METHOD_CLIPS.replace("class Trainer:", "class Base:\n    def clip(self):\n"
+        "        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)\n\n\n"
+        "class Trainer(Base):").replace(
+        "    def clip(self):\n        torch.nn.utils.clip_grad_norm_(self.model.parameters(), "
+        "1.0)\n\n    def step", "    def step")  # fmt: skip
+    out, _, _ = fix_source(based, unsafe=True)
+    assert "        self.scaler.unscale_(self.optimizer)\n        self.clip()\n" in out
+    quiet = OWN_METHOD_CLIPS.replace(
+        "torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)", "print('step')"
+    )
+    out, _, _ = fix_source(quiet, unsafe=True)
+    assert "unscale_" not in out
+
+
+def test_sixth_review_reasons():
+    """From the sixth unseen review: a print of gradients inside the `scale_loss` block is
+    not said to change training (it reads the same scaled values); a guard that also catches
+    the AttributeError apex's own init raises on an unsupported torch still only guards the
+    import; a literal O0 is said to be apex switched off, not a model cast; a library's
+    `save_image` is not taken for a checkpoint helper."""
+    printed = SHAPES.replace(
+        "            scaled_loss.backward()\n",
+        "            scaled_loss.backward()\n            print(model.weight.grad.norm())\n",
+    )
+    [finding] = [d for d in check_source(printed) if d.code == "AMP303"]
+    assert finding.fix is None and "it would read the same scaled values" in finding.message
+    assert "changes training" not in finding.message
+    clipped = SHAPES.replace(
+        "            scaled_loss.backward()\n",
+        "            scaled_loss.backward()\n"
+        "            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n",
+    )
+    [finding] = [d for d in check_source(clipped) if d.code == "AMP303"]
+    assert "which changes training" in finding.message
+    guarded = SHAPES.replace(
+        "from apex import amp\n",
+        "try:\n    from apex import amp\nexcept (ImportError, AttributeError):\n    amp = None\n",
+    )
+    [finding] = [d for d in check_source(guarded) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    off = SHAPES.replace('opt_level="O1"', 'opt_level="O0"')
+    [finding] = [d for d in check_source(off) if d.code == "AMP303"]
+    assert "opt_level O0 is apex switched off" in finding.message
+    assert "O2/O3 cast the model" not in finding.message
+
+
+def test_a_library_save_function_is_not_a_checkpoint_helper(tmp_path):
+    """`save_image` from torchvision matched the helper names (`save...`) and got a note
+    asking for a `scaler` parameter; only a module of the project on disk (or a name that
+    says checkpoint) can keep this project's amp state."""
+    source = SHAPES.replace(
+        "import torch\n", "import torch\nfrom torchvision.utils import save_image\n"
+    ).replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        save_image(x, 'x.png')\n"
+    )
+    _, _, fixed = fix_source(source, unsafe=True, path=tmp_path / "train.py")
+    [done] = [d for d in fixed if d.code == "AMP303"]
+    assert "save_image" not in done.message
+    (tmp_path / "helpers.py").write_text("def save_state(model, path):\n    pass\n")
+    own = SHAPES.replace(
+        "import torch\n", "import torch\nfrom helpers import save_state\n"
+    ).replace(
+        "        optimizer.step()\n",
+        "        optimizer.step()\n        save_state(model, 'm.pt')\n",
+    )
+    _, _, fixed = fix_source(own, unsafe=True, path=tmp_path / "train.py")
+    [done] = [d for d in fixed if d.code == "AMP303"]
+    assert "`helpers.save_state` (called at line" in done.message
+
+
 def test_initialize_positional_enabled_and_default_opt_level():
     """apex's third parameter is `enabled`: `initialize(model, opt, "O1")` ran at the default
     O1; a falsy literal there switched amp off; no opt_level at all is O1 too."""

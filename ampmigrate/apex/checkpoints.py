@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ampmigrate.apex.common import _HELPER, _appended, _code, _is_call_of, _Setup
+from ampmigrate.apex.links import _module_file
 
 
 class Checkpoints:
@@ -337,6 +338,13 @@ class Checkpoints:
         for name, module in imported.items():
             if not _HELPER.search(name):
                 continue
+            dots = len(module) - len(module.lstrip("."))
+            if (
+                self.path is not None
+                and "checkpoint" not in name.lower()
+                and _module_file(self.path, dots, module[dots:]) is None
+            ):
+                continue  # a library's `save_image`: it never sees this project's amp state
             for ref in self._references(name):
                 call = self.parent(ref)
                 reached = isinstance(call, cst.Call) and call.func is ref

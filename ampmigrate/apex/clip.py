@@ -110,6 +110,8 @@ class Clip:
         )
 
     def _unscale_before(self, statement: cst.CSTNode, unscale: str) -> None:
+        if self.unscales.get(statement) == unscale:
+            return  # (a helper's call: its `master_params` and its gradient reads alike)
         self.unscales[statement] = unscale
         own = self.plan.edits.get(statement)
 

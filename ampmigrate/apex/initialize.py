@@ -106,7 +106,14 @@ class Initialize:
                 "(each optimizer's step is still skipped only when its own gradients overflow)"
             )
         if isinstance(level, cst.SimpleString):
-            if level.evaluated_value != "O1":
+            if level.evaluated_value == "O0":
+                self.problem(
+                    init,
+                    "opt_level O0 is apex switched off (float32, no loss scaling): nothing of "
+                    "torch.amp replaces it; delete the apex calls by hand (or, to keep a "
+                    'switch, `torch.amp.GradScaler("cuda", enabled=False)`)',
+                )
+            elif level.evaluated_value != "O1":
                 self.problem(
                     init,
                     f"opt_level {level.evaluated_value}: only O1 (autocast + GradScaler) exists "

@@ -94,14 +94,24 @@ class Step:
             )
             return
         inside = next((x for x in body[1:] if self._reads_gradients(x)), None)
-        if inside is not None:
+        if inside is not None and self._changes_gradients(inside):
             self.problem(
                 inside,
                 "this gradient read is inside the `amp.scale_loss` block, where apex's "
                 "gradients are still scaled (apex unscales them when the block exits): the "
-                "original reads scaled gradients (a clip there clips at max_norm over the "
-                "scale); the rewrite would either read unscaled ones, which changes training, "
-                "or keep a read AMP203 flags: move it after the block first (the usual intent)",
+                "original clips scaled gradients (at max_norm over the scale); the rewrite "
+                "would either clip unscaled ones, which changes training, or keep a clip "
+                "AMP203 flags: move it after the block first (the usual intent)",
+            )
+        elif inside is not None:
+            self.problem(
+                inside,
+                "this gradient read is inside the `amp.scale_loss` block, where apex's "
+                "gradients are still scaled (apex unscales them when the block exits): kept "
+                "right after `scaler.scale(loss).backward()` it would read the same scaled "
+                "values, but AMP203 flags a read there, so the rewrite does not keep it; move "
+                "it after the block (it then reads unscaled gradients) or keep it and accept "
+                "AMP203, by hand",
             )
         if access is None:
             return  # _scope said why
@@ -123,6 +133,23 @@ class Step:
         if not hooked:
             enabled = self._enabled_at(setup, function, statement)
             self.requests.append((statement, loss, function, enabled))
+
+    def _changes_gradients(self, statement: cst.CSTNode) -> bool:
+        """``statement`` may change the gradients it reads: a clip, an in-place method, or a
+        call that is not a builtin (only ``print(p.grad)``-like reads are known not to)."""
+        for node in self._subtree(statement):
+            if not isinstance(node, cst.Call):
+                continue
+            name = _code(self.module, node.func)
+            if name in ("print", "len", "float", "str", "repr", "format", "sum", "max", "min"):
+                continue
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in (
+                "item", "norm", "abs", "sum", "mean", "max", "min", "tolist", "format",
+                "info", "debug", "warning", "log", "append", "cpu", "detach", "clone",
+            ):  # fmt: skip
+                continue
+            return True
+        return False
 
     def _aliases(self, opt: str, function: cst.CSTNode) -> set[str]:
         """Other names of the optimizer ``opt`` in ``function``: ``optimizer = self.optimizer``

@@ -170,7 +170,11 @@ class Unscale:
     def _callee_reads_gradients(self, call: cst.Call) -> bool:
         """``call`` runs a function of the project that reads gradient values (a helper that
         adds an L1 term to batch-norm gradients, a norm logger): a function of this module or
-        of a module on disk next to it, a method of a class defined there included."""
+        of a module on disk next to it, a method of a class defined there included, and a
+        method of this class or a base class of this module called on ``self``."""
+        method = self._own_method(call)
+        if method is not None:
+            return self._reads_gradients(method.body, False)
         for name in self.qualified(call.func):
             if name.startswith(("torch.", "builtins.")):
                 continue
@@ -180,6 +184,34 @@ class Unscale:
             ):
                 return True
         return False
+
+    def _own_method(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The method ``self.name(...)`` runs, where the calling method's class (or a base
+        class defined in this module, by name) defines it."""
+        func = call.func
+        function = self.function(call)
+        if not (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and isinstance(function, cst.FunctionDef)
+            and function.params.params
+            and func.value.value == function.params.params[0].name.value
+        ):
+            return None
+        cls = self.parent(self.parent(function))
+        classes = {s.name.value: s for s in self.module.body if isinstance(s, cst.ClassDef)}
+        seen: set[str] = set()
+        while isinstance(cls, cst.ClassDef) and cls.name.value not in seen:
+            seen.add(cls.name.value)
+            for statement in cls.body.body:
+                if (
+                    isinstance(statement, cst.FunctionDef)
+                    and statement.name.value == func.attr.value
+                ):
+                    return statement
+            bases = [b.value for b in cls.bases if isinstance(b.value, cst.Name)]
+            cls = next((classes[b.value] for b in bases if b.value in classes), None)
+        return None
 
     def _reads_grad_here(self, parts: list[str]) -> bool:
         """A function (or ``Class.method``) of this module named ``parts`` reads gradients."""

@@ -37,7 +37,12 @@ HINTS = {
 # apex modules an O1 rewrite leaves alone: distributed wrappers, fused optimizers and layers
 # work on the fp32 parameters and gradients native AMP keeps (GradScaler unscales before step)
 NOT_PRECISION = frozenset({"parallel", "optimizers", "normalization"})
-IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+# what importing apex raises: ImportError, or an error of apex's own init on a torch it does
+# not support (AttributeError: torch._six, RuntimeError, OSError of a compiled extension)
+IMPORT_ERRORS = frozenset({
+    "ImportError", "ModuleNotFoundError", "AttributeError", "RuntimeError", "OSError",
+    "Exception", "BaseException",
+})  # fmt: skip
 
 BESIDES_AMP = "`import apex...` of modules besides amp"
 GUARD_DOES_MORE = "the `try` around the apex import does more than guard it"
