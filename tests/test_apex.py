@@ -681,6 +681,35 @@ def test_sixth_review_reasons():
     assert "O2/O3 cast the model" not in finding.message
 
 
+IMPORTLIB_AMP = """
+import importlib
+
+import torch
+
+amp = importlib.import_module("apex.amp")
+
+
+def train(model, optimizer, batches):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x in batches:
+        loss = model(x).sum()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+"""
+
+
+def test_amp_from_importlib_is_reported_and_blockers_are_listed_once():
+    """`amp = importlib.import_module("apex.amp")` had no finding (NeMo's v0.x backend); a
+    literal `min_loss_scale` was listed twice among the blockers (HatefulMemes)."""
+    [finding] = [d for d in check_source(IMPORTLIB_AMP) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "which `importlib.import_module('apex.amp')` gives" in finding.message
+    bounded = SHAPES.replace('opt_level="O1"', 'opt_level="O1", min_loss_scale=32.0')
+    [finding] = [d for d in check_source(bounded) if d.code == "AMP303"]
+    assert finding.message.count("min_loss_scale") == 1, finding.message
+
+
 def test_a_library_save_function_is_not_a_checkpoint_helper(tmp_path):
     """`save_image` from torchvision matched the helper names (`save...`) and got a note
     asking for a `scaler` parameter; only a module of the project on disk (or a name that

@@ -83,7 +83,7 @@ class Initialize:
         if fixed:
             listed = ", ".join(f"`{k}`" for k in fixed)
             self.problem(init, f"`amp.initialize` sets {listed}, which O1 cannot express")
-        for key in (k for k in unknown if k not in fixed):
+        for key in (k for k in unknown if not _literal(args[k])):
             value = _code(self.module, args[key])
             self.problem(
                 init,

@@ -198,6 +198,12 @@ def stray_calls(
                 "original's mixed-precision path cannot run as written; fix the original "
                 "(import apex's amp, or take the GradScaler that replaces it) before migrating"
             )))  # fmt: skip
+        elif isinstance(holder, ast.Name) and (loaded := _imported_by_name(holder, names)):
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` calls apex amp through `{holder.id}`, which "
+                f"`importlib.import_module({loaded!r})` gives: the rewrite follows only import "
+                f"statements; write `from apex import amp` (or migrate it by hand) first"
+            )))  # fmt: skip
         elif isinstance(holder, ast.Attribute) and ast.unparse(holder) in stored:
             found.append((node, (
                 f"line {node.lineno}: `{shown}` calls apex amp through "
@@ -236,6 +242,25 @@ def stray_calls(
                 "this use by hand"
             )))  # fmt: skip
     return found
+
+
+def _imported_by_name(holder: ast.Name, names: Names) -> str | None:
+    """The apex module that ``holder`` is bound to by ``importlib.import_module("apex...")``
+    (None: not so bound)."""
+    for binding in names.bindings(holder):
+        target = binding.node
+        assign = names.parent(target) if isinstance(target, ast.Name) else None
+        call = assign.value if isinstance(assign, ast.Assign) else None
+        if (
+            isinstance(call, ast.Call)
+            and "importlib.import_module" in names.qualified(call.func)
+            and call.args
+            and isinstance(call.args[0], ast.Constant)
+            and isinstance(call.args[0].value, str)
+            and call.args[0].value.split(".")[0] == "apex"
+        ):
+            return call.args[0].value
+    return None
 
 
 def _star_imports(tree: ast.Module) -> bool:
