@@ -847,6 +847,29 @@ def _updated_by_caller(flow: Flow, event: Event, depth: int = 3) -> bool:
     return False
 
 
+def _hook_of_another_module(flow: Flow, event: Event) -> bool:
+    """The step is in a method on ``self`` that nothing in this file calls, of a class whose
+    base comes from another module: that base's training loop calls it (``_amp_step`` of a
+    trainer subclass) and may update the scaler right after, out of this file's sight."""
+    method = event.scope
+    if not isinstance(method, _FUNCTIONS) or not event.receiver.startswith("self."):
+        return False
+    cls = flow.names.parent(method)
+    if not isinstance(cls, ast.ClassDef) or _callers(flow, method):
+        return False
+    local = {c.name for c in ast.walk(flow.module) if isinstance(c, ast.ClassDef)}
+    return any(
+        not (isinstance(b, ast.Name) and b.id in local) and ast.unparse(b) not in _PLAIN_BASES
+        for b in cls.bases
+    )
+
+
+# bases that never call a subclass's methods from a training loop
+_PLAIN_BASES = frozenset({
+    "object", "ABC", "abc.ABC", "Generic", "Protocol", "Module", "nn.Module", "torch.nn.Module",
+})  # fmt: skip
+
+
 def _exclusive_with(flow: Flow, event: Event, call: ast.Call) -> bool:
     return flow.names.exclusive(event.node, call)
 
@@ -949,6 +972,8 @@ def step_without_update(flow: Flow, rule: Rule) -> list[Finding]:
         missing = _update_missing(flow, event)
         if missing == "none" and _updated_by_caller(flow, event):
             continue  # the function that calls this one updates the scaler after the call
+        if missing == "none" and _hook_of_another_module(flow, event):
+            continue  # a base class in another module calls it (and may update after it)
         if missing == "none":
             message = (
                 f"`{event.receiver}.step({event.arg})` with no `{event.receiver}.update()` after "
