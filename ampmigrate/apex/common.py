@@ -129,6 +129,12 @@ def initialize_arguments(init: cst.Call) -> tuple[dict[str, cst.BaseExpression],
     )
 
 
+def without_optimizer(args: dict[str, cst.BaseExpression]) -> bool:
+    """``initialize_arguments``' result gives no optimizer (absent, or ``None``): inference."""
+    optimizer = args.get("optimizers")
+    return optimizer is None or (isinstance(optimizer, cst.Name) and optimizer.value == "None")
+
+
 def _argument(call: cst.Call, keyword: str, index: int) -> cst.BaseExpression | None:
     """The argument of ``call`` passed as ``keyword=`` or at position ``index``."""
     for arg in call.args:

@@ -18,6 +18,7 @@ from ampmigrate.apex.common import (
     _Setup,
     _statements,
     initialize_arguments,
+    without_optimizer,
 )
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.replace import ReplaceNodes
@@ -46,7 +47,7 @@ class Initialize:
         models = args.get("models")
         optimizer = args.get("optimizers")
         level = args.get("opt_level")
-        if optimizer is None or (isinstance(optimizer, cst.Name) and optimizer.value == "None"):
+        if without_optimizer(args):
             self.problem(
                 init,
                 "`amp.initialize` without an optimizer (inference only): nothing is scaled, so "

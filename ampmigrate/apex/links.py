@@ -244,16 +244,21 @@ def stray_calls(
     return found
 
 
-def _imported_by_name(holder: ast.Name, names: Names) -> str | None:
-    """The apex module that ``holder`` is bound to by ``importlib.import_module("apex...")``
-    (None: not so bound)."""
+def _bound_calls(holder: ast.Name, names: Names) -> Iterator[ast.Call]:
+    """The calls whose results bind ``holder`` (``holder = f(...)``)."""
     for binding in names.bindings(holder):
         target = binding.node
         assign = names.parent(target) if isinstance(target, ast.Name) else None
-        call = assign.value if isinstance(assign, ast.Assign) else None
+        if isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Call):
+            yield assign.value
+
+
+def _imported_by_name(holder: ast.Name, names: Names) -> str | None:
+    """The apex module that ``holder`` is bound to by ``importlib.import_module("apex...")``
+    (None: not so bound)."""
+    for call in _bound_calls(holder, names):
         if (
-            isinstance(call, ast.Call)
-            and "importlib.import_module" in names.qualified(call.func)
+            "importlib.import_module" in names.qualified(call.func)
             and call.args
             and isinstance(call.args[0], ast.Constant)
             and isinstance(call.args[0].value, str)
@@ -292,11 +297,8 @@ def _given_by(holder: ast.Name, names: Names, path: str | None) -> str | None:
     """``holder`` is bound by ``holder = helper(...)`` where ``helper`` returns apex's amp
     module (defined in this file, or imported from a module on disk): how to name it (None:
     not so)."""
-    for binding in names.bindings(holder):
-        target = binding.node
-        assign = names.parent(target) if isinstance(target, ast.Name) else None
-        call = assign.value if isinstance(assign, ast.Assign) else None
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+    for call in _bound_calls(holder, names):
+        if not isinstance(call.func, ast.Name):
             continue
         for helper in names.bindings(call.func):
             if isinstance(helper.node, ast.FunctionDef) and _returns_apex(helper.node, names):

@@ -45,10 +45,10 @@ from ampmigrate.apex.clip import Clip
 from ampmigrate.apex.common import (
     Plan,
     _argument,
-    _code,
     _correctness,
     _optimizers,
     initialize_arguments,
+    without_optimizer,
 )
 from ampmigrate.apex.facts import Facts, Walk
 from ampmigrate.apex.flow import SwitchFlow
@@ -253,8 +253,7 @@ class _Planner(
             if not self.plan.problems:
                 self.verify()
             return self.plan
-        optimizer = initialize_arguments(initialize[0])[0].get("optimizers") if initialize else None
-        if alone and (optimizer is None or _code(self.module, optimizer) == "None"):
+        if alone and without_optimizer(initialize_arguments(initialize[0])[0]):
             self._inference_only(initialize[0])
             if not self.plan.problems:
                 self.verify()

@@ -281,12 +281,12 @@ class Scaler:
     def _thread(self, pending: list[cst.FunctionDef], home: cst.CSTNode | None) -> None:
         """Give each function in ``pending`` a scaler parameter and pass it at every call in
         the file, making the callers' functions take it too (up to ``home``)."""
+        linked = self.link.functions if self.link and self.role == "callee" else ()
         while pending:
             function = pending.pop()
             if function in self.threaded:
                 continue
             self.threaded.add(function)
-            linked = self.link.functions if self.link and self.role == "callee" else ()
             called = False
             for ref in self._references(function.name.value):
                 call = self.parent(ref)
@@ -317,7 +317,6 @@ class Scaler:
                     f"{maker}, which makes the GradScaler, nor from any function of this file",
                 )
             self.plan.edits[function.params] = self._add_parameter
-        linked = self.link.functions if self.link and self.role == "callee" else ()
         unlinked = [
             f.name.value for f in sorted(self.threaded, key=lambda f: self.order[id(f)])
             if f.name.value not in linked and self.parent(f) is self.module

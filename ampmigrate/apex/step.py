@@ -162,7 +162,12 @@ class Step:
         for node in self._subtree(function.body):
             if not isinstance(node, cst.Assign):
                 continue
-            targets = [_code(self.module, t.target) for t in node.targets]
+            targets = [  # each name it binds: `model, optimizer = ...` binds two
+                _code(self.module, e.value if isinstance(e, cst.Element) else e)
+                for t in node.targets
+                for e in (t.target.elements if isinstance(t.target, cst.Tuple | cst.List)
+                          else [t.target])
+            ]  # fmt: skip
             value = node.value
             initialized = isinstance(value, cst.Call) and any(
                 q.startswith(APEX) for q in self.qualified(value.func)
@@ -172,7 +177,7 @@ class Step:
             plain = isinstance(value, cst.Name | cst.Attribute)
             if targets == [opt] and plain:
                 found.add(_code(self.module, value))
-            elif any(opt == t or t in found or f"{opt}," in t or f", {opt}" in t for t in targets):
+            elif opt in targets or found & set(targets):
                 others += 1
         if others or len(found) != 1:
             return set()

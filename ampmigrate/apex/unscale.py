@@ -255,10 +255,11 @@ class Unscale:
             value = value.func.value
         if not isinstance(value, cst.Call):
             return False
-        made = any(
+        if not any(
             q.startswith("torch.") and q.rsplit(".", 1)[-1] in _FACTORIES
             for q in self.qualified(value.func)
-        )
+        ):
+            return False
         handed = any(  # given to an optimizer after all (`SGD([delta])`, `add_param_group`)
             (isinstance(n, cst.Call)
             and any((isinstance(a.value, cst.Name) and a.value.value == name)
@@ -269,7 +270,7 @@ class Unscale:
             or (isinstance(n, cst.Attribute) and n.attr.value == "add_param_group")
             for n in self._subtree(self.function(read))
         )  # fmt: skip
-        return made and not handed
+        return not handed
 
     def _master_params(
         self, calls: list[cst.Call], readers: list[tuple[cst.CSTNode, str]] = ()
