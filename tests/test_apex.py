@@ -66,6 +66,7 @@ REWRITTEN = [
     "free_adversarial",
     "initialize_positional",
     "bn_sparsity_helper",
+    "initialize_nested_if",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -364,8 +365,8 @@ def train(args, model, optimizer, batches):
     ("old", "new", "why"),
     [
         ("    if args.fp16:\n        model,",
-         "    if args.fp16:\n      if args.backend == 'apex':\n        model,",
-         "`amp.initialize` sits in an `if` nested in another `if` (line 7)"),
+         "    if args.fp16:\n      print(1)\n      if args.backend == 'apex':\n        model,",
+         "`amp.initialize` sits in an `if` nested in another `if` (line 7) that is not"),
         ("        optimizer.step()\n",
          "        optimizer.step()\n        print(scaled_loss.item())\n",
          "`scaled_loss` (apex's scaled loss, bound by `scale_loss`) is read at line 15, after "
@@ -749,6 +750,65 @@ def test_initialize_positional_enabled_and_default_opt_level():
                          'amp.initialize(model, optimizer, "")')  # fmt: skip
     out, _, _ = fix_source(off, unsafe=True)
     assert 'torch.amp.GradScaler("cuda", enabled=(fp16) and (False))' in out
+
+
+NESTED = (
+    "import torch\n"
+    "from apex import amp\n\n\n"
+    "def train(model, optimizer, data, fp16):\n"
+    "    if fp16:\n"
+    "        if torch.cuda.is_available():\n"
+    '            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    "    for x, y in data:\n"
+    "        optimizer.zero_grad()\n"
+    "        loss = model(x).sum()\n"
+    "        with amp.scale_loss(loss, optimizer) as scaled:\n"
+    "            scaled.backward()\n"
+    "        optimizer.step()\n"
+)
+
+
+def test_initialize_in_nested_ifs_is_enabled_by_both_tests():
+    """Two `if`s right after each other ran their tests as `a and b` does: the GradScaler is
+    made before the outer one, enabled by both, and the `if`s that only held `initialize` go."""
+    out, _, fixed = fix_source(NESTED, unsafe=True)
+    [done] = [d for d in fixed if d.code == "AMP303"]
+    assert done.fix == "unsafe"
+    assert (
+        '    scaler = torch.amp.GradScaler("cuda", enabled=bool(fp16 and '
+        "torch.cuda.is_available()))\n    for x, y in data:\n"
+    ) in out
+    assert "if fp16" not in out and "amp" not in out.replace("torch.amp", "")
+    compile(out, "nested.py", "exec")
+    again, _, refixed = fix_source(out, unsafe=True)
+    assert again == out and not [d for d in refixed if d.code.startswith("AMP30")]
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "    if fp16:\n        print(1)\n        if torch.cuda.is_available():\n",
+        "    if fp16:\n        pass\n    else:\n        if torch.cuda.is_available():\n",
+    ],
+)
+def test_initialize_nested_after_other_statements_or_in_an_else_is_refused(shape):
+    """A statement between the two tests may change what the inner one reads, and an `else:`
+    runs where the outer test fails: `a and b` is not the test there."""
+    source = NESTED.replace("    if fp16:\n        if torch.cuda.is_available():\n", shape)
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "nested in another `if` (line 6) that is not that `if`'s first statement" in (
+        finding.message
+    )
+
+
+def test_initialize_in_an_elif_is_refused():
+    source = NESTED.replace(
+        "    if fp16:\n        if torch.cuda.is_available():\n",
+        "    if not fp16:\n        pass\n    elif torch.cuda.is_available():\n",
+    ).replace("            model, optimizer", "        model, optimizer")
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None and "sits in an if/else or elif" in finding.message
 
 
 def test_a_module_stored_on_an_object_and_called_through_is_reported():
@@ -1172,6 +1232,7 @@ CASES = {
     "free_adversarial": [[], ["--fp16"]],
     "initialize_positional": [[], ["--fp16"]],
     "bn_sparsity_helper": [[], ["--fp16"]],
+    "initialize_nested_if": [[], ["--fp16"]],
 }
 
 

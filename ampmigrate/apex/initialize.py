@@ -32,6 +32,13 @@ _O1_OWN = {
 }
 
 
+def _loose(test: cst.BaseExpression) -> bool:
+    """``test`` needs parentheses as an operand of ``and`` (``a or b``, ``x if c else y``)."""
+    if isinstance(test, cst.BooleanOperation):
+        return not isinstance(test.operator, cst.And)
+    return isinstance(test, cst.IfExp | cst.Lambda | cst.NamedExpr)
+
+
 class Initialize:
     """The initialize stage of ``_Planner`` (mixed into it)."""
 
@@ -189,6 +196,7 @@ class Initialize:
         inner, statement = statement, loop or statement  # the loop is placed as one statement
         holder = self.parent(self.parent(statement))
         condition = None
+        chain: list[cst.If] = []  # the `if`s around initialize, outermost first
         if isinstance(holder, cst.If) and re.fullmatch(
             r"__name__ *== *['\"]__main__['\"]", _code(self.module, holder.test)
         ):
@@ -200,20 +208,38 @@ class Initialize:
             if (
                 not (holder.orelse is None or (isinstance(holder.orelse, cst.Else) and kept))
                 or self.block_of(holder) is None
+                or isinstance(self.parent(holder), cst.If)
             ):
                 self.problem(init, "`amp.initialize` sits in an if/else or elif")
                 return None
-            outer = self.owner(self.block_of(holder)[0])
-            if isinstance(outer, cst.If):  # (a loop's body holds the scaler on every path)
+            chain = self._if_chain(holder)  # (a loop's body holds the scaler on every path)
+            if chain is None:
+                outer = self.owner(self.block_of(holder)[0])
                 self.problem(
                     init,
                     f"`amp.initialize` sits in an `if` nested in another `if` (line "
-                    f"{self.line(outer)}): the GradScaler must exist on every path, enabled by "
+                    f"{self.line(outer)}) that is not that `if`'s first statement, or that "
+                    "sits in its `else:`: the GradScaler must exist on every path, enabled by "
                     "all the tests together; create it before the outer one by hand",
                 )
                 return None
-            # with the availability checks folded (`amp is not None and x` is `x`)
-            condition = _code(self.module, holder.test.visit(ReplaceNodes(self.plan.edits)))
+            # with the availability checks folded (`amp is not None and x` is `x`); nested
+            # tests right after each other are `and`ed, in the order they ran
+            tests = [h.test.visit(ReplaceNodes(self.plan.edits)) for h in chain]
+            condition = " and ".join(
+                f"({_code(self.module, t)})"
+                if len(tests) > 1 and _loose(t)
+                else _code(self.module, t)
+                for t in tests
+            )
+            if len(tests) > 1 and not isinstance(tests[-1], cst.Comparison | cst.UnaryOperation):
+                condition = f"bool({condition})"  # `a and b` is `b` when `a` holds: autocast
+                # takes only a bool
+            if len(chain) > 1:
+                self._drop_emptied(
+                    chain, statement if statement is inner else None, small, models, optimizer
+                )
+                holder = chain[0]  # the GradScaler goes before the outermost `if`
         elif isinstance(holder, cst.Else):
             self.problem(
                 init,
@@ -234,8 +260,10 @@ class Initialize:
             condition = f"({condition}) and ({text})" if condition else text
         level_text = _code(self.module, level) if level is not None else None
         if condition is not None and level_text is not None and level_text in condition:
-            tests = [holder.test if isinstance(holder, cst.If) else None, enabled]
-            if any(_code(self.module, t) == level_text for t in tests if t is not None):
+            tests = [*(h.test for h in chain), enabled]
+            if not condition.startswith("bool(") and any(
+                _code(self.module, t) == level_text for t in tests if t is not None
+            ):
                 # `if args.fp16:` where args.fp16 is the opt level ("" or "O1"): autocast
                 # takes only a bool
                 condition = f"bool({condition})"
@@ -289,7 +317,7 @@ class Initialize:
             setup.condition, setup.by_scaler = None, True
             return setup
         self._initial_scale(statement, "num_losses" in args)
-        self._place_scaler(setup, small, models, optimizer, holder, enabled, inner)
+        self._place_scaler(setup, small, models, optimizer, holder, enabled, inner, chain[1:])
         return setup
 
     def _initial_scale(self, statement: cst.BaseStatement, losses: bool) -> None:
@@ -406,6 +434,39 @@ class Initialize:
             "one loss scale for all of them too); the loop only re-binds what it is given"
         )
         return loop
+
+    def _if_chain(self, holder: cst.If) -> list[cst.If] | None:
+        """``holder`` and the ``if``s it is nested in, outermost first, where each inner one is
+        the first statement of the body of the one around it (so its test ran right after the
+        outer test, and ``a and b`` is the same test): None when one is not, or sits in an
+        ``else:`` or is an ``elif``."""
+        chain = [holder]
+        while True:
+            located = self.block_of(chain[0])
+            outer = self.owner(located[0]) if located is not None else None
+            if not isinstance(outer, cst.If):
+                return chain
+            if located[1] != 0 or self.parent(located[0]) is not outer:
+                return None
+            if isinstance(self.parent(outer), cst.If):  # an `elif`
+                return None
+            chain.insert(0, outer)
+
+    def _drop_emptied(
+        self, chain: list[cst.If], removed: cst.CSTNode | None, small, models, optimizer
+    ) -> None:
+        """The nested ``if``s left with an empty body once ``initialize`` (``removed``) goes
+        go too, innermost first (the outermost one is the placing code's)."""
+        if removed is None or self._rebind(small, models, optimizer):
+            return
+        gone = {removed}
+        for nested in reversed(chain[1:]):
+            kept = [s for s in nested.body.body if s not in gone and s not in self.removed]
+            if kept or nested.orelse is not None:
+                return
+            gone.add(nested)
+            self.removed.add(nested)
+            self.plan.edits[nested] = lambda _u: cst.RemoveFromParent()
 
     def _set_in(self, expression: cst.CSTNode, holder: cst.If, statement: cst.CSTNode) -> bool:
         """A name ``expression`` reads is assigned in ``holder``'s body before ``statement``."""

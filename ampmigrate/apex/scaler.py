@@ -25,12 +25,13 @@ class Scaler:
     """The scaler stage of ``_Planner`` (mixed into it)."""
 
     def _place_scaler(
-        self, setup: _Setup, small, models, optimizer, holder, switch, inner=None
+        self, setup: _Setup, small, models, optimizer, holder, switch, inner=None, nested=()
     ) -> None:
         """The GradScaler goes where ``initialize`` was, or earlier when the optimizer's state
         is restored before it (see ``_early``); its line is built at apply time, once the plan
         knows whether it is ``self.scaler``. ``inner``: the initialize statement, where
-        ``setup.statement`` is a loop around it (``_pairs_loop``), which stays."""
+        ``setup.statement`` is a loop around it (``_pairs_loop``), which stays; ``nested``: the
+        ``if``s inside ``holder`` around it, whose tests are in ``setup.condition`` too."""
         statement = setup.statement
         inner = inner or statement
         enabled = f", enabled={setup.condition}" if setup.condition else ""
@@ -43,7 +44,11 @@ class Scaler:
             return [line, *(cst.parse_statement(f"{s}\n") for s in self.after_scaler)]
 
         assigned = self._rebind(small, models, optimizer)
-        tests = [holder.test if isinstance(holder, cst.If) else None, switch]
+        tests = [
+            holder.test if isinstance(holder, cst.If) else None,
+            *(n.test for n in nested),
+            switch,
+        ]
         anchor = self._early(setup, _code(self.module, optimizer), holder, tests)
         if anchor is not None:
             self.early = anchor
