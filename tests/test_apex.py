@@ -67,6 +67,7 @@ REWRITTEN = [
     "initialize_positional",
     "bn_sparsity_helper",
     "initialize_nested_if",
+    "casts_only_evaluation",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -86,19 +87,20 @@ BLOCKED = {
 
 @pytest.mark.parametrize("name", [*REWRITTEN, *BLOCKED, "blocked_decorators_fp16_utils"])
 def test_pair_is_exact_and_idempotent(name):
+    """Planned where the fixture lies: the modules it imports from disk are looked at."""
     before = (APEX / f"{name}.py").read_text()
-    out, _, _ = fix_source(before, unsafe=True)
+    out, _, _ = fix_source(before, unsafe=True, path=APEX / f"{name}.py")
     expected = APEX / f"{name}.fixed.py"  # none: the file must stay as it is
     assert out == (expected.read_text() if expected.exists() else before)
     compile(out, name, "exec")
-    again, _, fixed = fix_source(out, unsafe=True)
+    again, _, fixed = fix_source(out, unsafe=True, path=APEX / f"{name}.py")
     assert again == out and not fixed
 
 
 @pytest.mark.parametrize("name", REWRITTEN)
 def test_rewrite_leaves_nothing_of_apex(name):
     before = (APEX / f"{name}.py").read_text()
-    out, remaining, fixed = fix_source(before, unsafe=True)
+    out, remaining, fixed = fix_source(before, unsafe=True, path=APEX / f"{name}.py")
     assert "AMP303" in {d.code for d in fixed}
     imported = set()
     for node in ast.walk(ast.parse(out)):
@@ -113,7 +115,7 @@ def test_rewrite_leaves_nothing_of_apex(name):
     # apex never checkpointed its scale there: the gap stays, reported on its own
     assert found == ({"AMP208"} if name == "resume_scale_gap" else set()), "lint-clean result"
     # structural: only with --unsafe-fixes
-    safe, _, _ = fix_source(before, unsafe=False)
+    safe, _, _ = fix_source(before, unsafe=False, path=APEX / f"{name}.py")
     assert safe == before
 
 
@@ -811,6 +813,21 @@ def test_initialize_in_an_elif_is_refused():
     assert finding.fix is None and "sits in an if/else or elif" in finding.message
 
 
+@pytest.mark.parametrize(
+    "use", ["    train(model, optimizer)\n", "    keep = [optimizer]\n", "    return optimizer\n"]
+)
+def test_an_optimizer_handed_on_keeps_a_cast_only_initialize_refused(use, tmp_path):
+    """Without `amp.scale_loss` in the file, the optimizer given to `amp.initialize` may still
+    reach code that scales a loss with it: handed to a call, stored or returned, it does."""
+    source = (APEX / "casts_only_evaluation.py").read_text()
+    source = source.replace("    optimizer.zero_grad()\n", use)
+    path = tmp_path / "evaluate.py"
+    _, remaining, _ = fix_source(source, unsafe=True, path=path)
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "no `amp.scale_loss` in this file" in finding.message
+
+
 def test_a_module_stored_on_an_object_and_called_through_is_reported():
     """`self.amp = amp` (an import inside `__init__`'s `try`), then `self.amp.initialize` and
     `self.amp.scale_loss` in other methods: there was no finding at all."""
@@ -1233,6 +1250,7 @@ CASES = {
     "initialize_positional": [[], ["--fp16"]],
     "bn_sparsity_helper": [[], ["--fp16"]],
     "initialize_nested_if": [[], ["--fp16"]],
+    "casts_only_evaluation": [[], ["--fp16"]],
 }
 
 

@@ -7,19 +7,68 @@ scoped (it covers the functions called inside it), so one region from the first 
 statement of the function that uses the model covers every forward reached from there. The
 rewrite is refused where that is not the whole story: the model leaves the function (returned,
 stored on an object), a backward would run inside the region, or the level is not O1.
+
+The same holds where ``initialize`` is given an optimizer that nothing can scale a loss for: no
+``amp.scale_loss`` in the file, none in the modules it imports, and the optimizer is only asked
+for its methods after it (never handed on, stored, returned), so apex only cast there.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from ampmigrate.apex.common import initialize_arguments
+from ampmigrate.apex.common import _argument, initialize_arguments
+from ampmigrate.apex.links import users_on_disk
 
 _KNOWN = {"models", "opt_level", "verbosity", "enabled"}
 
 
 class InferenceOnly:
     """The planner's mode for ``amp.initialize`` without an optimizer."""
+
+    def _casts_alone(self, init: cst.Call) -> bool:
+        """``model, opt = amp.initialize(model, opt, ...)`` where no code can scale a loss with
+        ``opt``: nothing this file imports on disk calls apex, and every later use of ``opt``
+        asks it for an attribute (``opt.step()``, ``opt.zero_grad()``); at module level, no
+        other file of the project imports it either."""
+        optimizer = _argument(init, "optimizers", 1)
+        statement = self.statement(init)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if not (
+            self.siblings == []
+            and self.link is None
+            and isinstance(optimizer, cst.Name)
+            and isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Tuple)
+            and [_name(e.value) for e in small.targets[0].target.elements]
+            == [_name(_argument(init, "models", 0)), optimizer.value]
+        ):
+            return False
+        home = self.function(init)
+        scope = home if isinstance(home, cst.FunctionDef) else self.module
+        body = scope.body.body if isinstance(scope, cst.FunctionDef) else scope.body
+        if any(self.facts(s).backward for s in body):
+            return False  # it trains: the regions go around its forwards, not the whole run
+        for node in self._subtree(scope):
+            if isinstance(node, cst.Global | cst.Nonlocal) and optimizer.value in {
+                n.name.value for n in node.names
+            }:
+                return False
+            if not (isinstance(node, cst.Name) and node.value == optimizer.value):
+                continue
+            parent = self.parent(node)
+            if node is optimizer or self.within(node, small.targets[0]):
+                continue
+            if isinstance(parent, cst.AssignTarget) and isinstance(
+                self.parent(parent), cst.Assign
+            ):  # bound (`opt = torch.optim.SGD(...)`): what it is bound to is not handed on
+                continue
+            if not (isinstance(parent, cst.Attribute) and parent.value is node):
+                return False  # handed on, stored or returned: a loss may be scaled with it
+        if scope is self.module:
+            return users_on_disk(self.path, [optimizer.value]) == []
+        return True
 
     def _inference_only(self, init: cst.Call, extra: bool = False) -> None:
         """``extra``: a second ``initialize``, for evaluation only, in another function than the
@@ -48,7 +97,8 @@ class InferenceOnly:
             return
         statement = self.statement(init)
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-        rebinds = (
+        optimizer = _argument(init, "optimizers", 1)
+        rebinds = optimizer is not None or (
             isinstance(small, cst.Assign)
             and len(small.targets) == 1
             and isinstance(small.targets[0].target, cst.Name)
@@ -82,6 +132,11 @@ class InferenceOnly:
                 return
             condition = code(holder.test)
             top = holder
+        if optimizer is not None:
+            self.plan.notes.append(
+                f"`{code(optimizer)}` is never given to `amp.scale_loss` (nor to any code that "
+                "could call it): apex only cast the forward passes, so no GradScaler is needed"
+            )
         if "enabled" in args:  # apex switched off is plain float32: autocast off too
             switch = code(args["enabled"])
             condition = f"({condition}) and ({switch})" if condition else switch
@@ -146,6 +201,8 @@ class InferenceOnly:
         self.plan.min_torch = (1, 12)  # torch.amp.autocast("cuda", ...) only (AMP101's floor)
         self.plan.summary = (
             "apex O1 for inference (no optimizer) can be rewritten to torch.amp: "
+            if optimizer is None
+            else "apex O1 that only casts (no loss is scaled) can be rewritten to torch.amp: "
             "`amp.initialize` goes, and the statements that use the model run under "
             '`torch.amp.autocast("cuda", dtype=torch.float16'
             + (f", enabled={condition})`" if condition else ")`")
@@ -187,3 +244,7 @@ class InferenceOnly:
             if any(isinstance(a.value, cst.Name) and a.value.value == name for a in node.args):
                 return True
         return False
+
+
+def _name(node: cst.CSTNode | None) -> str | None:
+    return node.value if isinstance(node, cst.Name) else None

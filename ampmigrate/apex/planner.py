@@ -253,7 +253,10 @@ class _Planner(
             if not self.plan.problems:
                 self.verify()
             return self.plan
-        if alone and without_optimizer(initialize_arguments(initialize[0])[0]):
+        if alone and (
+            without_optimizer(initialize_arguments(initialize[0])[0])
+            or self._casts_alone(initialize[0])
+        ):
             self._inference_only(initialize[0])
             if not self.plan.problems:
                 self.verify()
