@@ -603,6 +603,12 @@ class _Renames:
         except NoFix as reason:
             self._report(sym, node, f"no automatic fix: {reason}", None)
 
+    def _aliased(self, node: ast.expr) -> bool:
+        """``node`` is the whole value of an assignment (``float_function =
+        amp.float_function``, in a ``try:`` or not): a new name for the API, not a probe."""
+        parent = self.names.parent(node)
+        return isinstance(parent, ast.Assign | ast.AnnAssign) and parent.value is node
+
     def _only_called(self, node: ast.expr) -> bool:
         """``node`` is assigned (possibly as one side of ``a if c else b``) to a name or
         attribute whose every read in this file calls it (``ctx = old``; ``with ctx():``)."""
@@ -841,6 +847,9 @@ class _Renames:
             return False
         if match[0].when_missing:
             return True  # only calls can miss an argument
+        if match[0].kind == "manual" and self._aliased(node):
+            self._report(match[0], node, "", None)  # `f = amp.float_function`: each use is one
+            return True
         typed = self._typed(node)
         identity = "" if typed or match[0].kind != "class" else self._identity(node)
         if self._probed(node) and not typed:

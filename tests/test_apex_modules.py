@@ -14,7 +14,7 @@ from test_apex import _runs
 from ampmigrate.catalog import all_rules
 from ampmigrate.engine import Settings, run
 
-from conftest import FIXTURES
+from conftest import FIXTURES, check_source
 
 PROJECT = FIXTURES / "apex" / "two_modules"
 FILES = ["tools/train_net.py", "detection/engine/trainer.py"]
@@ -579,3 +579,75 @@ def test_a_hook_that_always_scales_gets_a_scaler_that_is_always_on(tmp_path):
     changed = {Path(r.path).name: r.new_source.decode() for r in results if r.changed}
     assert set(changed) == {"train.py", "optimizer_hook.py"}
     assert 'self.scaler = torch.amp.GradScaler("cuda")\n' in changed["optimizer_hook.py"]
+
+
+LAYERS_ALIAS = """\
+import torch
+try:
+    from apex import amp
+    float_function = amp.float_function
+except ImportError:
+    def float_function(fn):
+        return fn
+
+
+class Pool(torch.nn.Module):
+    @float_function
+    def forward(self, x):
+        return torch.nn.functional.adaptive_avg_pool2d(x, 2)
+"""
+
+TRAIN_WITH_LAYERS = """\
+import torch
+from apex import amp
+from layers import Pool
+
+
+def main():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), Pool())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = amp.initialize(model, opt, opt_level="O1")
+    loss = model(torch.randn(2, 3, 8, 8)).sum()
+    with amp.scale_loss(loss, opt) as scaled_loss:
+        scaled_loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "layers",
+    [
+        LAYERS_ALIAS,
+        LAYERS_ALIAS.replace("    @float_function\n", "    @amp.float_function\n"),
+    ],
+    ids=["alias", "decorator"],
+)
+def test_a_layer_module_that_registers_casts_blocks_its_training_file(layers, tmp_path):
+    """`float_function = amp.float_function` (in the import's `try:`) and a bare
+    `@amp.float_function` are apex's casts as surely as a call: the layer's inputs were float32
+    under apex O1 and become float16 under autocast (kernels that take only float32 fail).
+    Both files get a finding, and the training file is not rewritten alone."""
+    (tmp_path / "layers.py").write_text(layers)
+    (tmp_path / "train.py").write_text(TRAIN_WITH_LAYERS)
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    found = {Path(r.path).name: r.diagnostics for r in results}
+    assert [d.line for d in found["layers.py"] if d.code == "AMP301"] == (
+        [4] if "@float_function" in layers else [4, 11]
+    )
+    [refusal] = [d for d in found["train.py"] if d.code == "AMP303"]
+    assert refusal.fix is None
+    assert "layers.py (imported by train.py at line 3) calls `amp.float_function`" in (
+        refusal.message
+    )
+
+
+def test_a_cast_registration_in_the_training_file_is_its_own_blocker():
+    """In the file that initializes, the decorator is named at its line (the rewrite would
+    otherwise keep a read of `amp` after removing its import)."""
+    source = TRAIN_WITH_LAYERS.replace("from layers import Pool\n", "") + (
+        LAYERS_ALIAS.split("\n\n\n")[1].replace("@float_function", "@amp.float_function")
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "line 14: `amp.float_function` has no O1 rewrite" in finding.message

@@ -112,8 +112,21 @@ def _apex_roots(names: Names) -> dict[str, ast.Import | ast.ImportFrom]:
 def apex_calls(names: Names) -> list[ast.Call]:
     """The calls whose callee resolves to ``apex.amp.*``; only calls rooted at a name an
     ``apex`` import binds are resolved."""
+    return [node for node in _apex_uses(names) if isinstance(node, ast.Call)]
+
+
+def apex_references(names: Names) -> list[ast.Attribute]:
+    """The members of ``apex.amp`` read but not called here: a bare decorator
+    (``@amp.float_function``) or an alias (``float_function = amp.float_function``), whose
+    calls elsewhere are apex's."""
+    return [node for node in _apex_uses(names) if isinstance(node, ast.Attribute)]
+
+
+def _apex_uses(names: Names) -> list[ast.Call | ast.Attribute]:
+    """Each ``apex.amp.X`` rooted at a name an ``apex`` import binds: the call when it is
+    called, else the attribute itself."""
     roots = _apex_roots(names)
-    calls = []
+    uses: list[ast.Call | ast.Attribute] = []
     for root in sorted(roots):  # from each use of the name up its attribute chain: no walk
         for node in names.spelled(root):
             if not isinstance(node, ast.Name) or node.id != root:
@@ -121,10 +134,14 @@ def apex_calls(names: Names) -> list[ast.Call]:
             chain, parent = node, names.parent(node)
             while isinstance(parent, ast.Attribute) and parent.value is chain:
                 chain, parent = parent, names.parent(parent)
-            called = isinstance(parent, ast.Call) and parent.func is chain
-            if called and any(q.startswith(APEX) for q in names.qualified(chain)):
-                calls.append(parent)
-    return calls
+            qualified = [q for q in names.qualified(chain) if q.startswith(APEX)]
+            if not qualified:
+                continue
+            if isinstance(parent, ast.Call) and parent.func is chain:
+                uses.append(parent)
+            elif isinstance(chain, ast.Attribute):
+                uses.append(chain)
+    return uses
 
 
 _AMP = APEX.rstrip(".")  # the module itself
@@ -926,12 +943,17 @@ def _apex_member(path: str) -> tuple[str, int] | None:
                 else "amp"  # `return amp`: the module itself
             )  # fmt: skip
             return member, node.lineno
-    if file is None or not file.members or "initialize" in file.members:
+    if file is None or "initialize" in file.members:
         return None
-    member, call = min(
-        ((m, c) for m, calls in file.members.items() for c in calls), key=lambda mc: mc[1].lineno
-    )
-    return member, call.lineno
+    uses = [(m, c) for m, calls in file.members.items() for c in calls]
+    for node in apex_references(file.names):  # `@amp.float_function`: its casts are apex's
+        uses += [(q[len(APEX) :], node) for q in file.names.qualified(node) if q.startswith(APEX)][
+            :1
+        ]
+    if not uses:
+        return None
+    member, use = min(uses, key=lambda mc: mc[1].lineno)
+    return member, use.lineno
 
 
 _STATE_ONLY = {"state_dict", "load_state_dict"}

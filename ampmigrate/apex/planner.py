@@ -199,6 +199,11 @@ class _Planner(
         calls: dict[str, list[cst.Call]] = {}
         others: list[tuple[cst.Call, str]] = []
         for node in self.nodes:
+            if isinstance(node, cst.Attribute) and isinstance(
+                self.parent(node), cst.Decorator | cst.Assign
+            ):  # `@amp.float_function`, `f = amp.float_function`: apex's casts where it is used
+                others += [(node, n[len(APEX) + 1 :]) for n in self.qualified(node)
+                           if n.startswith(APEX + ".")][:1]  # fmt: skip
             if not isinstance(node, cst.Call):
                 continue
             for name in self.qualified(node.func):
@@ -208,8 +213,8 @@ class _Planner(
                         calls.setdefault(member, []).append(node)
                     else:
                         others.append((node, member))
-        if not calls and not others:
-            return None
+        if not calls and not any(isinstance(node, cst.Call) for node, _ in others):
+            return None  # (a bare `@amp.float_function` alone is AMP301's)
         initialize = calls.get("initialize", [])
         self.plan.anchor = (initialize or [c for c, _ in others] or next(iter(calls.values())))[0]
         self.merged = self._merged(initialize) if initialize else []

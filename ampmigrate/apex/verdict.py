@@ -184,6 +184,17 @@ class _Judge:
         found = self._calls(roots)
         if {id(c) for c, _ in found} != {id(c) for c in engine_calls} or not found:
             raise _Unsure  # the planner would look at other calls than the engine found
+        # `@amp.float_function`, `f = amp.float_function`: blockers as the planner's calls are
+        referenced = []
+        for node in self._chains(roots):
+            parent = self.names.parent(node)
+            if isinstance(node, ast.Attribute) and (
+                (isinstance(parent, ast.Assign) and parent.value is node)
+                or node in getattr(parent, "decorator_list", ())
+            ):
+                members = [q[len(APEX) + 1 :] for q in self.names.qualified(node)
+                           if q.startswith(APEX + ".")]  # fmt: skip
+                referenced += [(node, m) for m in members[:1]]
         if any(member == "initialize" for _, member in found):
             return None
         if "__version__" in self.text and any(
@@ -211,6 +222,7 @@ class _Judge:
                 calls.setdefault(member, []).append(call)
             else:
                 others.append((call, member))
+        others = sorted(others + referenced, key=lambda pair: _order(pair[0]))
         anchor = others[0][0] if others else next(iter(calls.values()))[0]
         for call, member in others:
             self.problem(call, no_rewrite(member))
