@@ -804,6 +804,65 @@ def test_initialize_nested_after_other_statements_or_in_an_else_is_refused(shape
     )
 
 
+GUARDED_SCRIPT = """\
+import torch
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+def train(model, optimizer, batches):
+    for x, y in batches:
+        optimizer.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if amp is not None:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    train(model, optimizer, [(torch.randn(2, 4), torch.randn(2, 1))])
+"""
+
+
+@pytest.mark.parametrize("where", ["main guard", "main()"])
+@pytest.mark.parametrize("test", ["amp is not None", "fp16"])
+def test_the_main_guard_and_an_availability_check_are_no_conditions(where, test):
+    """`if __name__ == "__main__":` is not a test on mixed precision (it held a script's body:
+    "nested in another `if`" was false), and `if amp is not None:` is true once apex's import
+    goes: the `if` dissolves, so initialize is unconditional there (the rewrite still read
+    `amp` in it)."""
+    source = GUARDED_SCRIPT.replace("if amp is not None:", f"if {test}:")
+    if test == "fp16":
+        source = source.replace("    model = torch", "    fp16 = True\n    model = torch", 1)
+    if where == "main()":
+        source = source.replace('if __name__ == "__main__":', "def main():")
+        source += '\n\nif __name__ == "__main__":\n    main()\n'
+    out, _, fixed = fix_source(source, unsafe=True)
+    [done] = [d for d in fixed if d.code == "AMP303"]
+    assert done.fix == "unsafe", done.message
+    enabled = ", enabled=fp16)" if test == "fp16" else ")"
+    assert f'    scaler = torch.amp.GradScaler("cuda"{enabled}\n' in out
+    assert "amp is not None" not in out and "apex" not in out
+    compile(out, "script.py", "exec")
+
+
+def test_a_dropped_import_guard_that_switched_a_flag_off_is_a_stated_change():
+    """`except ImportError: args.fp16 = False`: without apex the run trained in float32; the
+    guard goes with apex's import, so the note says such a run now trains in mixed precision."""
+    source = GUARDED_SCRIPT.replace("    amp = None\n", "    args.fp16 = False\n").replace(
+        "import torch\n", "import torch\n\nargs = object()\n", 1
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "the `except` at line 6 set `args.fp16`" in finding.message
+    assert "now trains in mixed precision" in finding.message
+
+
 def test_initialize_in_an_elif_is_refused():
     source = NESTED.replace(
         "    if fp16:\n        if torch.cuda.is_available():\n",

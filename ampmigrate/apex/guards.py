@@ -144,6 +144,12 @@ class Guards:
         self.dropped.add(id(try_node))
         flags = sorted(
             {n for h in try_node.handlers for s in h.body.body for n in self.facts(s).assigned}
+            | {  # `args.fp16 = False`, `cfg["amp"] = False`
+                _code(self.module, n.target)
+                for h in try_node.handlers
+                for n in self._subtree(h.body)
+                if isinstance(n, cst.AssignTarget) and not isinstance(n.target, cst.Name)
+            }
             - {"amp", "apex"}
         )
         if flags:
@@ -338,6 +344,7 @@ class Guards:
             )
         elif isinstance(parent, cst.If) and parent.test is expr:
             if value:
+                self.dissolved.add(parent)
                 self.plan.edits[parent] = lambda u: cst.FlattenSentinel(
                     [
                         u.body.body[0].with_changes(leading_lines=u.leading_lines),

@@ -32,6 +32,11 @@ _O1_OWN = {
 }
 
 
+def _main_guard(module: cst.Module, node: cst.If) -> bool:
+    """``if __name__ == "__main__":``"""
+    return re.fullmatch(r"__name__ *== *['\"]__main__['\"]", _code(module, node.test)) is not None
+
+
 def _loose(test: cst.BaseExpression) -> bool:
     """``test`` needs parentheses as an operand of ``and`` (``a or b``, ``x if c else y``)."""
     if isinstance(test, cst.BooleanOperation):
@@ -197,10 +202,10 @@ class Initialize:
         holder = self.parent(self.parent(statement))
         condition = None
         chain: list[cst.If] = []  # the `if`s around initialize, outermost first
-        if isinstance(holder, cst.If) and re.fullmatch(
-            r"__name__ *== *['\"]__main__['\"]", _code(self.module, holder.test)
-        ):
-            holder = None  # the script's main block: not a condition on mixed precision
+        if isinstance(holder, cst.If) and (
+            _main_guard(self.module, holder) or holder in self.dissolved
+        ):  # the script's main block, or `if amp is not None:` (true now): no condition
+            holder = None
         if isinstance(holder, cst.If):
             # an `else:` stays as it is (the scaler is built before the `if`, disabled there)
             # while the `if` keeps a body; an `elif` chain is not taken apart
@@ -444,7 +449,11 @@ class Initialize:
         while True:
             located = self.block_of(chain[0])
             outer = self.owner(located[0]) if located is not None else None
-            if not isinstance(outer, cst.If):
+            if (
+                not isinstance(outer, cst.If)
+                or _main_guard(self.module, outer)
+                or outer in self.dissolved
+            ):  # (a script's main block, `if amp is not None:`: no condition on precision)
                 return chain
             if located[1] != 0 or self.parent(located[0]) is not outer:
                 return None

@@ -114,6 +114,7 @@ class _Planner(
         self.ends = walk.ends  # where each subtree ends in walk.nodes (one past nodes' index)
         self.plan = Plan()
         self.removed: set[cst.CSTNode] = set()  # statements the plan deletes outright
+        self.dissolved: set[cst.If] = set()  # `if amp is not None:` whose body stays in its place
         self._qualified: dict[cst.CSTNode, set[str]] = {}
         self.mode = "module"  # where the scaler lives: "module", "function" or "class"
         self.home: cst.CSTNode = module
