@@ -863,6 +863,47 @@ def test_a_dropped_import_guard_that_switched_a_flag_off_is_a_stated_change():
     assert "now trains in mixed precision" in finding.message
 
 
+def test_an_evaluation_outside_the_regions_is_a_stated_change():
+    """The training function hands what its regions run (`nets`, called as `nets["head"](x)`)
+    to a function of the file that runs it outside them (an evaluation in the epoch loop): apex
+    O1 cast it, it runs in float32 now, and the note says so (it went silently)."""
+    source = textwrap.dedent(
+        """\
+        import torch
+        from apex import amp
+
+
+        def validate(nets, batches):
+            with torch.no_grad():
+                return sum(nets["head"](x).sum().item() for x in batches)
+
+
+        def train(nets, optimizer, batches):
+            for epoch in range(2):
+                for x in batches:
+                    loss = nets["head"](x).sum()
+                    optimizer.zero_grad()
+                    with amp.scale_loss(loss, optimizer) as scaled:
+                        scaled.backward()
+                    optimizer.step()
+                print(validate(nets, batches))
+
+
+        def main():
+            nets = {"head": torch.nn.Linear(4, 1)}
+            optimizer = torch.optim.SGD(nets["head"].parameters(), lr=0.1)
+            nets["head"], optimizer = amp.initialize(nets["head"], optimizer, opt_level="O1")
+            train(nets, optimizer, [torch.randn(2, 4)])
+        """
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe"
+    assert (
+        "behaviour change: the forward in `validate` (line 7, called from `train`) runs outside "
+        "the autocast regions, in float32 now"
+    ) in finding.message
+
+
 def test_initialize_in_an_elif_is_refused():
     source = NESTED.replace(
         "    if fp16:\n        if torch.cuda.is_available():\n",

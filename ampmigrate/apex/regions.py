@@ -285,7 +285,61 @@ class Regions:
                 f"`{home.name.value}` calls after `amp.initialize`, runs in float32 now (apex O1 "
                 f"cast every forward from `initialize` on): {_KEEP}"
             )
+        self._evaluations(defined, scaling, named)
         self._direct_forwards(setup, requested, set(named))
+
+    def _evaluations(self, defined: dict, scaling: set[int], named: dict[str, int]) -> None:
+        """A function that scales a loss and hands what it runs in its regions (``nets``, for
+        ``nets["base"](x)``) to another function of the file that runs it too, outside the
+        regions (``validate(args, loader, nets)`` in the epoch loop): apex O1 cast that
+        evaluation, it runs in float32 now; stated."""
+        found: dict[str, tuple[int, str]] = {}
+        for function in self.nodes:
+            if id(function) not in scaling or not isinstance(function, cst.FunctionDef):
+                continue
+            own = {p.name.value for p in function.params.params} - {"self", "cls"}
+            run = {  # parameters called in the regions: `model(x)`, `nets["base"](x)`
+                root
+                for node in self._subtree(function.body)
+                if isinstance(node, cst.Call)
+                and any(id(a) in self.wrapped for a in self.ancestors(node))
+                and (root := _called_root(node.func)) in own
+            }
+            for node in self._subtree(function.body):
+                if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)):
+                    continue
+                callee = defined.get(node.func.value)
+                if (
+                    callee is None
+                    or id(callee) in scaling
+                    or callee.name.value in named
+                    or any(id(a) in self.wrapped for a in self.ancestors(node))
+                ):
+                    continue
+                params = [p.name.value for p in callee.params.params]
+                handed = {
+                    (a.keyword.value if a.keyword else params[i])
+                    for i, a in enumerate(node.args)
+                    if not a.star
+                    and (a.keyword is not None or i < len(params))
+                    and isinstance(a.value, cst.Name)
+                    and a.value.value in run
+                }
+                forward = next(
+                    (c for c in self._subtree(callee.body)
+                     if isinstance(c, cst.Call) and _called_root(c.func) in handed),
+                    None,
+                )  # fmt: skip
+                if forward is not None:
+                    found[callee.name.value] = (self.line(forward), function.name.value)
+        if found:
+            listed = ", ".join(f"`{n}` (line {line}, called from `{f}`)"
+                               for n, (line, f) in found.items())  # fmt: skip
+            self.plan.notes.append(
+                f"behaviour change: the forward in {listed} runs outside the autocast regions, "
+                f"in float32 now (apex O1 cast every forward from `initialize` on): {_KEEP}"
+            )
+            named.update({n: line for n, (line, _) in found.items()})
 
     def _direct_forwards(self, setup: _Setup, scaling: set[int], named: set[str]) -> None:
         """A call of an initialized model (``self.discriminator(...)``,
@@ -530,3 +584,11 @@ class Regions:
 
         previous = self.plan.edits.get(block)
         self.plan.edits[block] = regroup if previous is None else lambda u: regroup(previous(u))
+
+
+def _called_root(func: cst.BaseExpression) -> str | None:
+    """The name a call is rooted at where it calls that value itself or an item of it
+    (``model(x)``, ``nets["base"](x)``), not a method of it (``optimizer.step()``)."""
+    while isinstance(func, cst.Subscript):
+        func = func.value
+    return func.value if isinstance(func, cst.Name) else None

@@ -74,7 +74,7 @@ def without_initialize(where: str, member: str, method: bool = False) -> str:
             "the GradScaler at its call sites"
         )
     return (
-        f"{where} uses `amp.{member}` but `amp.initialize` is in another file: "
+        f"{where} uses `amp.{member}` but `amp.initialize` is not in this file: "
         f"{give} (`{name}.scale(loss).backward()`, "
         f"`{name}.step(optimizer)` + `{name}.update()`, the forward under "
         '`torch.amp.autocast("cuda", dtype=torch.float16)`) and pass it the '
