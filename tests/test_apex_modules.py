@@ -651,3 +651,26 @@ def test_a_cast_registration_in_the_training_file_is_its_own_blocker():
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix is None
     assert "line 14: `amp.float_function` has no O1 rewrite" in finding.message
+
+
+@pytest.mark.parametrize("helper_uses_amp", [False, True])
+def test_a_checkpoint_helper_on_disk_without_amp_needs_no_hedge(helper_uses_amp, tmp_path):
+    """`from utils import save_network`: a helper module on disk that names no amp at all keeps
+    no amp state, so the note "if it saves or loads apex amp state, ..." is noise there; one
+    that may (it takes an `amp` argument) keeps the note."""
+    signature, body = "net, path", "torch.save({'net': net.state_dict()}, path)"
+    if helper_uses_amp:
+        signature = "net, path, amp=None"
+        body = "torch.save({'net': net.state_dict(), 'amp': amp.state_dict()}, path)"
+    (tmp_path / "utils.py").write_text(
+        f"import torch\n\n\ndef save_network({signature}):\n    {body}\n"
+    )
+    (tmp_path / "train.py").write_text(
+        TRAIN_WITH_LAYERS.replace("from layers import Pool\n", "from utils import save_network\n")
+        .replace("Pool()", "torch.nn.Flatten()")
+        .replace("    opt.step()\n", "    opt.step()\n    save_network(model, 'net.pt')\n")
+    )
+    results = run([tmp_path / "train.py"], _settings(fix=True))
+    [done] = [d for r in results for d in r.fixed if d.code == "AMP303"]
+    hedge = "`utils.save_network` (called at line 14) is in another module: if it saves or loads"
+    assert (hedge in done.message) is helper_uses_amp

@@ -339,12 +339,11 @@ class Checkpoints:
             if not _HELPER.search(name):
                 continue
             dots = len(module) - len(module.lstrip("."))
-            if (
-                self.path is not None
-                and "checkpoint" not in name.lower()
-                and _module_file(self.path, dots, module[dots:]) is None
-            ):
+            found = _module_file(self.path, dots, module[dots:]) if self.path else None
+            if self.path is not None and "checkpoint" not in name.lower() and found is None:
                 continue  # a library's `save_image`: it never sees this project's amp state
+            if found is not None and not _mentions_amp(found):
+                continue  # on disk, and nothing in it names amp: it keeps no amp state
             for ref in self._references(name):
                 call = self.parent(ref)
                 reached = isinstance(call, cst.Call) and call.func is ref
@@ -357,3 +356,12 @@ class Checkpoints:
                         f'use the key "{self.name}"'
                     )
                     break
+
+
+def _mentions_amp(path: str) -> bool:
+    """The module's text names amp at all (apex's, or a handle passed in as ``amp``)."""
+    try:
+        with open(path, "rb") as handle:
+            return b"amp" in handle.read()
+    except OSError:
+        return True
