@@ -715,8 +715,8 @@ def test_amp_from_importlib_is_reported_and_blockers_are_listed_once():
 
 def test_a_library_save_function_is_not_a_checkpoint_helper(tmp_path):
     """`save_image` from torchvision matched the helper names (`save...`) and got a note
-    asking for a `scaler` parameter; only a module of the project on disk (or a name that
-    says checkpoint) can keep this project's amp state."""
+    asking for a `scaler` parameter; only a module of the project on disk that names amp (or a
+    name that says checkpoint) can keep this project's amp state."""
     source = SHAPES.replace(
         "import torch\n", "import torch\nfrom torchvision.utils import save_image\n"
     ).replace(
@@ -725,7 +725,7 @@ def test_a_library_save_function_is_not_a_checkpoint_helper(tmp_path):
     _, _, fixed = fix_source(source, unsafe=True, path=tmp_path / "train.py")
     [done] = [d for d in fixed if d.code == "AMP303"]
     assert "save_image" not in done.message
-    (tmp_path / "helpers.py").write_text("def save_state(model, path):\n    pass\n")
+    (tmp_path / "helpers.py").write_text("def save_state(model, path, amp=None):\n    pass\n")
     own = SHAPES.replace(
         "import torch\n", "import torch\nfrom helpers import save_state\n"
     ).replace(
