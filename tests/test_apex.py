@@ -68,6 +68,7 @@ REWRITTEN = [
     "bn_sparsity_helper",
     "initialize_nested_if",
     "casts_only_evaluation",
+    "loss_from_caller",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -904,6 +905,26 @@ def test_an_evaluation_outside_the_regions_is_a_stated_change():
     ) in finding.message
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("optimizer_step(lm_loss, ", "optimizer_step(lm_loss * 2, "),
+        (
+            "    train(net, opt, data, 1.0)\n",
+            "    train(net, opt, data, 1.0)\n    hook = optimizer_step\n",
+        ),
+    ],
+    ids=["expression", "handed on"],
+)
+def test_a_loss_from_a_caller_the_regions_cannot_follow_is_refused(old, new):
+    """The region goes in the callers only where each passes the loss by name and every use of
+    the helper is a call in this file."""
+    source = (APEX / "loss_from_caller.py").read_text().replace(old, new)
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "`loss` is not computed before its `scale_loss` in this function" in finding.message
+
+
 def test_initialize_in_an_elif_is_refused():
     source = NESTED.replace(
         "    if fp16:\n        if torch.cuda.is_available():\n",
@@ -1351,6 +1372,7 @@ CASES = {
     "bn_sparsity_helper": [[], ["--fp16"]],
     "initialize_nested_if": [[], ["--fp16"]],
     "casts_only_evaluation": [[], ["--fp16"]],
+    "loss_from_caller": [[], ["--fp16"]],
 }
 
 
@@ -1450,10 +1472,16 @@ def _own_nodes(function: ast.AST):
 
 # version_gated keeps the project's own native path (its fp32 branch calls the model outside
 # autocast, as it always did): the rewrite places no region there; inference_only scales no
-# loss (its region is tested on its own), and neither does casts_only_evaluation
+# loss (its region is tested on its own), and neither does casts_only_evaluation;
+# loss_from_caller's forward is in the caller of the function that scales (its CPU run shows
+# the forward in float16)
 @pytest.mark.parametrize(
     "name",
-    [n for n in REWRITTEN if n not in ("version_gated", "inference_only", "casts_only_evaluation")],
+    [
+        n
+        for n in REWRITTEN
+        if n not in ("version_gated", "inference_only", "casts_only_evaluation", "loss_from_caller")
+    ],
 )
 def test_region_invariant(name):
     """Every call of an initialized model in a function that scales a loss runs inside an

@@ -98,39 +98,28 @@ class Regions:
         for scale, expression, function, enabled in self.requests:
             loss = _code(self.module, expression)
             needed = {loss} if isinstance(expression, cst.Name) else self.facts(expression).used
-            current: cst.CSTNode = scale
-            picked = False
-            while True:
-                located = self.block_of(current)
-                if located is None:
-                    break
-                block, index = located
-                body = _statements(block)
-                feeding, calling, forward = [], [], []
-                for i in range(index - 1, -1, -1):
-                    facts = self.facts(body[i], setup.models)
-                    if facts.assigned & needed:
-                        needed |= facts.used
-                        feeding.append(i)
-                        calling += [i] if facts.calls else []
-                        forward += [i] if facts.model_calls else []
-                if calling:  # from the forward (or the first call feeding the loss) on
-                    picked = True
-                    indices, feeds, _ = chosen.setdefault(block, (set(), set(), enabled))
-                    start = min(forward or calling)
-                    indices.update(range(start, max(calling) + 1))
-                    feeds.update(feeding)
-                    self._gradless_before(body, [i for i in calling if i < start])
-                owner = self.owner(block)
-                if owner is None or owner is function or (isinstance(owner, Loop) and picked):
-                    break
-                current = owner
-            if not picked:
-                self.problem(
-                    scale,
-                    f"`{loss}` is not computed before its `scale_loss` in this function: place "
-                    '`torch.amp.autocast("cuda", dtype=torch.float16)` around the forward by hand',
+            if self._region_before(scale, needed, function, enabled, setup, chosen):
+                checks.append((function, loss, enabled))
+                continue
+            callers = [  # the loss is a parameter: its forward runs in each caller, before
+                (statement, argument, caller, self._enabled_at(setup, caller, statement))
+                for statement, argument, caller in self._loss_callers(expression, function)
+            ]  # (False: the scaler that follows apex's switch does not reach that caller)
+            if (
+                callers
+                and all(on is not False for *_, on in callers)
+                and all(
+                    self._region_before(statement, {argument}, caller, on, setup, chosen)
+                    for statement, argument, caller, on in callers
                 )
+            ):
+                checks += [(caller, argument, on) for _, argument, caller, on in callers]
+                continue
+            self.problem(
+                scale,
+                f"`{loss}` is not computed before its `scale_loss` in this function: place "
+                '`torch.amp.autocast("cuda", dtype=torch.float16)` around the forward by hand',
+            )
             checks.append((function, loss, enabled))
         wrapped: set[int] = set(self.wrapped)  # (an evaluation-only initialize's region)
         planned: dict[cst.CSTNode, tuple[list[list[cst.BaseStatement]], str | None]] = {}
@@ -193,6 +182,80 @@ class Regions:
         for block, (runs, enabled) in planned.items():
             order = {id(s): i for i, s in enumerate(_statements(block))}
             self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
+
+    def _region_before(self, scale, needed: set[str], function, enabled, setup, chosen) -> bool:
+        """Pick the statements before ``scale`` (in its block and the blocks around it, up to
+        ``function``) that compute ``needed``, from the forward on; False: none calls
+        anything."""
+        current: cst.CSTNode = scale
+        picked = False
+        while True:
+            located = self.block_of(current)
+            if located is None:
+                break
+            block, index = located
+            body = _statements(block)
+            feeding, calling, forward = [], [], []
+            for i in range(index - 1, -1, -1):
+                facts = self.facts(body[i], setup.models)
+                if facts.assigned & needed:
+                    needed |= facts.used
+                    feeding.append(i)
+                    calling += [i] if facts.calls else []
+                    forward += [i] if facts.model_calls else []
+            if calling:  # from the forward (or the first call feeding the loss) on
+                picked = True
+                indices, feeds, _ = chosen.setdefault(block, (set(), set(), enabled))
+                start = min(forward or calling)
+                indices.update(range(start, max(calling) + 1))
+                feeds.update(feeding)
+                self._gradless_before(body, [i for i in calling if i < start])
+            owner = self.owner(block)
+            if owner is None or owner is function or (isinstance(owner, Loop) and picked):
+                break
+            current = owner
+        return picked
+
+    def _loss_callers(self, expression, function) -> list[tuple[cst.CSTNode, str, cst.CSTNode]]:
+        """``scale_loss(loss, ...)`` where ``loss`` is a parameter of a module-level function
+        of this file: each call of it here, as (statement, the name passed for ``loss``,
+        the calling function); [] unless every call passes a plain name and nothing else
+        reads the function (a caller elsewhere computes its loss where no region reaches)."""
+        if not (
+            isinstance(expression, cst.Name)
+            and isinstance(function, cst.FunctionDef)
+            and function in self.module.body
+        ):
+            return []
+        params = [p.name.value for p in function.params.params]
+        if (
+            expression.value not in params
+            or function.params.star_arg is not cst.MaybeSentinel.DEFAULT
+        ):
+            return []
+        index = params.index(expression.value)
+        name = function.name.value
+        found = []
+        for node in self.nodes:
+            if not (isinstance(node, cst.Name) and node.value == name) or node is function.name:
+                continue
+            call = self.parent(node)
+            if not (isinstance(call, cst.Call) and call.func is node):
+                return []  # handed on or rebound: its callers are not all here
+            keyword = next(
+                (a for a in call.args if a.keyword and a.keyword.value == params[index]), None
+            )
+            positional = [a for a in call.args if a.keyword is None]
+            if any(a.star for a in call.args):
+                return []
+            argument = keyword or (positional[index] if index < len(positional) else None)
+            if argument is None or not isinstance(argument.value, cst.Name):
+                return []
+            caller = self.function(call)
+            if caller is function or not isinstance(caller, cst.FunctionDef | cst.Module):
+                return []
+            found.append((self.statement(call), argument.value.value, caller))
+        return found
 
     def _gradless_before(self, body: list, indices: list[int]) -> None:
         """A ``with torch.no_grad():`` block that feeds the loss from before the region (an EMA
