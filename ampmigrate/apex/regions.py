@@ -109,11 +109,14 @@ class Regions:
                 callers
                 and all(on is not False for *_, on in callers)
                 and all(
-                    self._region_before(statement, {argument}, caller, on, setup, chosen)
+                    self._region_before(
+                        statement, set(self.facts(argument).used), caller, on, setup, chosen
+                    )
                     for statement, argument, caller, on in callers
                 )
             ):
-                checks += [(caller, argument, on) for _, argument, caller, on in callers]
+                checks += [(caller, _code(self.module, argument), on)
+                           for _, argument, caller, on in callers]  # fmt: skip
                 continue
             self.problem(
                 scale,
@@ -216,11 +219,14 @@ class Regions:
             current = owner
         return picked
 
-    def _loss_callers(self, expression, function) -> list[tuple[cst.CSTNode, str, cst.CSTNode]]:
+    def _loss_callers(
+        self, expression, function
+    ) -> list[tuple[cst.CSTNode, cst.CSTNode, cst.CSTNode]]:
         """``scale_loss(loss, ...)`` where ``loss`` is a parameter of a module-level function
-        of this file: each call of it here, as (statement, the name passed for ``loss``,
-        the calling function); [] unless every call passes a plain name and nothing else
-        reads the function (a caller elsewhere computes its loss where no region reaches)."""
+        of this file: each call of it here, as (statement, what it passes for ``loss``, the
+        calling function); [] unless every call passes an expression without calls and
+        nothing else reads the function (a caller elsewhere computes its loss where no region
+        reaches)."""
         if not (
             isinstance(expression, cst.Name)
             and isinstance(function, cst.FunctionDef)
@@ -249,12 +255,14 @@ class Regions:
             if any(a.star for a in call.args):
                 return []
             argument = keyword or (positional[index] if index < len(positional) else None)
-            if argument is None or not isinstance(argument.value, cst.Name):
+            if argument is None or any(  # `loss / accum` is read as its names; a call could
+                isinstance(n, cst.Call) for n in self._subtree(argument.value)
+            ):  # be a forward, in the statement the region must end before
                 return []
             caller = self.function(call)
             if caller is function or not isinstance(caller, cst.FunctionDef | cst.Module):
                 return []
-            found.append((self.statement(call), argument.value.value, caller))
+            found.append((self.statement(call), argument.value, caller))
         return found
 
     def _gradless_before(self, body: list, indices: list[int]) -> None:
@@ -282,7 +290,11 @@ class Regions:
         to afterwards (itself, or an object it stored it on: ``args.model = model``) and that
         calls it there runs that forward in float32 now: a behaviour change, stated."""
         home = setup.home
-        if not isinstance(home, cst.FunctionDef) or self.hooked("caller"):
+        if self.hooked("caller"):
+            return
+        if not isinstance(home, cst.FunctionDef):  # a script's main block initializes
+            defined = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
+            self._evaluations(defined, {id(f) for _, _, f, _ in self.requests}, {})
             return
         models = {m for m in setup.models if "." not in m}
         holders: dict[str, set[str]] = {}  # `args` -> the attributes it holds the model in
@@ -352,13 +364,13 @@ class Regions:
         self._direct_forwards(setup, requested, set(named))
 
     def _evaluations(self, defined: dict, scaling: set[int], named: dict[str, int]) -> None:
-        """A function that scales a loss and hands what it runs in its regions (``nets``, for
-        ``nets["base"](x)``) to another function of the file that runs it too, outside the
-        regions (``validate(args, loader, nets)`` in the epoch loop): apex O1 cast that
-        evaluation, it runs in float32 now; stated."""
+        """A function that hands what its regions run (``nets``, for ``nets["base"](x)``) to
+        another function of the file that runs it too, outside the regions (``validate(args,
+        loader, nets)`` in the epoch loop): apex O1 cast that evaluation, it runs in float32
+        now; stated."""
         found: dict[str, tuple[int, str]] = {}
-        for function in self.nodes:
-            if id(function) not in scaling or not isinstance(function, cst.FunctionDef):
+        for function in self.nodes:  # (run: empty where no region holds a call of a parameter)
+            if not isinstance(function, cst.FunctionDef):
                 continue
             own = {p.name.value for p in function.params.params} - {"self", "cls"}
             run = {  # parameters called in the regions: `model(x)`, `nets["base"](x)`
