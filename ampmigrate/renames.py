@@ -44,6 +44,7 @@ _MODERN_USE = re.compile(
 # Inside these a reference is compared or registered, never called (`f in [old, new]`).
 _CONTAINERS = (ast.Compare, ast.List, ast.Set, ast.Dict)
 _MISSING_API = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "Exception"})
+_PROBES = frozenset({"AttributeError", "Exception", "BaseException"})
 _FALLBACK = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "TypeError"})
 _OPEN, _CLOSE = {"(", "[", "{"}, {")", "]", "}"}
 _SKIP = {tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT}
@@ -605,9 +606,22 @@ class _Renames:
 
     def _aliased(self, node: ast.expr) -> bool:
         """``node`` is the whole value of an assignment (``float_function =
-        amp.float_function``, in a ``try:`` or not): a new name for the API, not a probe."""
+        amp.float_function``), outside a ``try:`` that catches AttributeError (there it probes
+        for the attribute; one that catches only ImportError guards the package's import)."""
         parent = self.names.parent(node)
-        return isinstance(parent, ast.Assign | ast.AnnAssign) and parent.value is node
+        if not (isinstance(parent, ast.Assign | ast.AnnAssign) and parent.value is node):
+            return False
+        child = node
+        for above in self.names.ancestors(node):
+            if (
+                type(above) is ast.Try
+                and any(child is s for s in above.body)
+                and any(h.type is None or _catches_missing_api(h.type, _PROBES)
+                        for h in above.handlers)
+            ):  # fmt: skip
+                return False
+            child = above
+        return True
 
     def _only_called(self, node: ast.expr) -> bool:
         """``node`` is assigned (possibly as one side of ``a if c else b``) to a name or

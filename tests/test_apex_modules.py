@@ -642,6 +642,15 @@ def test_a_layer_module_that_registers_casts_blocks_its_training_file(layers, tm
     )
 
 
+def test_an_alias_read_to_probe_for_the_attribute_is_left_alone():
+    """`except AttributeError` around `f = amp.float_function` probes an apex release for the
+    member (compatibility code, left alone as for every API); `except ImportError` only guards
+    the package's import, and the alias is a use."""
+    probe = LAYERS_ALIAS.replace("except ImportError:", "except (ImportError, AttributeError):")
+    assert not [d for d in check_source(probe) if d.code == "AMP301" and d.line == 4]
+    assert [d.line for d in check_source(LAYERS_ALIAS) if d.code == "AMP301"] == [4]
+
+
 def test_a_cast_registration_in_the_training_file_is_its_own_blocker():
     """In the file that initializes, the decorator is named at its line (the rewrite would
     otherwise keep a read of `amp` after removing its import)."""
