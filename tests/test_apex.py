@@ -69,6 +69,7 @@ REWRITTEN = [
     "initialize_nested_if",
     "casts_only_evaluation",
     "loss_from_caller",
+    "scale_loss_two_optimizers",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -925,6 +926,29 @@ def test_a_loss_from_a_caller_the_regions_cannot_follow_is_refused(old, new):
     assert "`loss` is not computed before its `scale_loss` in this function" in finding.message
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        (
+            "    o1.step()\n    o2.step()\n",
+            "    o1.step()\n    if fp16:\n        o2.step()\n",
+            "are in different blocks: one `scaler.update()` after the last cannot follow them",
+        ),
+        (
+            "    o2.step()\n",
+            "    o2.step()\n    o1.step()\n",
+            "each must step exactly once in this function",
+        ),
+    ],
+    ids=["blocks", "twice"],
+)
+def test_steps_of_one_scale_for_two_optimizers_the_update_cannot_follow(old, new, why):
+    source = (APEX / "scale_loss_two_optimizers.py").read_text()
+    assert old in source
+    [finding] = [d for d in check_source(source.replace(old, new)) if d.code == "AMP303"]
+    assert finding.fix is None and why in finding.message
+
+
 def test_initialize_in_an_elif_is_refused():
     source = NESTED.replace(
         "    if fp16:\n        if torch.cuda.is_available():\n",
@@ -1373,6 +1397,7 @@ CASES = {
     "initialize_nested_if": [[], ["--fp16"]],
     "casts_only_evaluation": [[], ["--fp16"]],
     "loss_from_caller": [[], ["--fp16"]],
+    "scale_loss_two_optimizers": [[], ["--fp16"]],
 }
 
 
@@ -1743,11 +1768,12 @@ def test_unscale_never_twice_in_one_step():
     assert "`scaler.unscale_` would run twice in one step (before lines 16 and 17" in message
 
 
-def test_one_loss_for_two_optimizers_is_a_refusal():
+def test_one_loss_for_two_optimizers_steps_each_and_updates_once():
     """Each optimizer of a list scaled by its own `scale_loss` maps to `scaler.step` +
     `scaler.update()` (one update per scaled loss, as apex updated its one loss scale); one
-    `scale_loss` for the whole list would need one update after both steps: refused."""
-    message = _message("""
+    `scale_loss` for the whole list steps each and updates once, after the last step (an
+    update between them would unscale the second with another scale)."""
+    source = textwrap.dedent("""\
         from apex import amp
 
 
@@ -1760,7 +1786,13 @@ def test_one_loss_for_two_optimizers_is_a_refusal():
                 opt_a.step()
                 opt_b.step()
     """)
-    assert "line 9: `amp.scale_loss` for several optimizers at once" in message
+    out, _, fixed = fix_source(source, unsafe=True)
+    [done] = [d for d in fixed if d.code == "AMP303"]
+    assert (
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.step(opt_a)\n        scaler.step(opt_b)\n        scaler.update()\n"
+    ) in out
+    assert "GradScaler skips each optimizer whose own gradients did" in done.message
 
 
 RESUME = """

@@ -128,6 +128,8 @@ class _Planner(
         # statement that does not always run, then whether the step is guarded
         self.unsure: dict[cst.CSTNode, cst.CSTNode] = {}
         self.guarded: set[cst.CSTNode] = set()
+        self.groups: list[list[cst.CSTNode]] = []  # steps of one `scale_loss(loss, [a, b])`
+        self.no_update: set[cst.CSTNode] = set()  # steps whose group updates after another
         self.served: set[cst.CSTNode] = set()  # steps an unscale_ placed before a read serves
         self.requests: list[tuple[cst.With, cst.BaseExpression, cst.CSTNode, str | None]] = []
         self.moved: set[int] = set()
@@ -291,6 +293,7 @@ class _Planner(
         if initialize and sum(len(_optimizers(o)) for o in several) > 1:
             self._steps_in_turn(calls.get("scale_loss", []))
         self._unscaled_steps()
+        self._sure_groups()
         self._master_params(
             calls.get("master_params", []), self._grad_readers(calls, setup.condition)
         )

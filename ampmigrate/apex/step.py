@@ -60,11 +60,13 @@ class Step:
             if isinstance(optimizer, cst.Name | cst.Attribute) and access is not None:
                 self._steps(_code(self.module, optimizer), access, function, call)  # all blockers
             return
-        if not isinstance(optimizer, cst.Name | cst.Attribute):
+        group = _group(self.module, optimizer)
+        if group is None and not isinstance(optimizer, cst.Name | cst.Attribute):
             self.problem(
                 call,
-                "`amp.scale_loss` for several optimizers at once: after the backward, "
-                "`scaler.step(o)` for each and one `scaler.update()`; place them by hand",
+                "`amp.scale_loss` for several optimizers at once that are not all names or "
+                "attributes: after the backward, `scaler.step(o)` for each and one "
+                "`scaler.update()`; place them by hand",
             )
             return
         suite = statement.body if isinstance(statement.body, cst.SimpleStatementSuite) else None
@@ -127,12 +129,65 @@ class Step:
         self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
             [head] if suite is not None else [head, *u.body.body[1:]]
         )
-        opt = _code(self.module, optimizer)
-        self.scaled.setdefault((id(function), opt), []).append(statement)
-        self._steps(opt, access, function, call)
+        for opt in group or [_code(self.module, optimizer)]:
+            self.scaled.setdefault((id(function), opt), []).append(statement)
+            self._steps(opt, access, function, call)
+        if group is not None:
+            self._one_update(group, function, call)
         if not hooked:
             enabled = self._enabled_at(setup, function, statement)
             self.requests.append((statement, loss, function, enabled))
+
+    def _one_update(self, group: list[str], function: cst.CSTNode, call: cst.Call) -> None:
+        """``scale_loss(loss, [a, b])``: one scale for both, so ``scaler.step`` for each and a
+        single ``update()`` after the last (an ``update()`` between them would change the scale
+        the other's gradients are unscaled with). Each optimizer steps once, in one block."""
+        steps = [self.steps.get((id(function), opt), []) for opt in group]
+        if not all(steps):
+            return None  # (_steps said which has no step)
+        if any(len(found) != 1 for found in steps):
+            return self.problem(
+                call,
+                f"`amp.scale_loss` for {', '.join(f'`{o}`' for o in group)}: each must step "
+                "exactly once in this function, for one `scaler.update()` after the last; place "
+                "the steps and the update by hand",
+            )
+        nodes = sorted((found[0] for found in steps), key=lambda n: self.order[id(n)])
+        if len({id(self.parent(n)) for n in nodes}) != 1:
+            return self.problem(
+                call,
+                f"the steps of {', '.join(f'`{o}`' for o in group)} (scaled together) are in "
+                "different blocks: one `scaler.update()` after the last cannot follow them; "
+                "place it by hand",
+            )
+        if any(_is_call_of(n, "master_params") for n in self._subtree(function)):
+            return self.problem(
+                call,
+                "`amp.master_params` beside a loss scaled for several optimizers at once: "
+                "unscale each optimizer before its clip and step them by hand",
+            )
+        self.no_update.update(nodes[:-1])
+        self.groups.append(nodes)
+        self.plan.notes.append(
+            f"behaviour change: the loss scaled for {', '.join(f'`{o}`' for o in group)} at "
+            f"line {self.line(call)} is stepped with `scaler.step` for each and one `update()`; "
+            "apex skipped every one of these steps when any of their gradients overflowed, "
+            "GradScaler skips each optimizer whose own gradients did (PyTorch's documented "
+            "behaviour for several optimizers; the scale halves as before)"
+        )
+
+    def _sure_groups(self) -> None:
+        """A step of a group that may come without the scaled backward (``_unscaled_steps``)
+        would be guarded on its own, apart from the one update: refused."""
+        for nodes in self.groups:
+            unsure = next((n for n in nodes if n in self.unsure), None)
+            if unsure is not None:
+                self.problem(
+                    unsure,
+                    f"{self._unsure(self.unsure[unsure], unsure)}, and this step shares one "
+                    "`scaler.update()` with the other optimizers scaled with it: place the "
+                    "steps and the update by hand",
+                )
 
     def _changes_gradients(self, statement: cst.CSTNode) -> bool:
         """``statement`` may change the gradients it reads: a clip, an in-place method, or a
@@ -230,9 +285,10 @@ class Step:
                     if node in self.guarded
                     else [
                         cst.parse_statement(f"{access}.step({opt})\n"),
-                        cst.parse_statement(f"{access}.update()\n"),
+                        *([] if node in self.no_update
+                          else [cst.parse_statement(f"{access}.update()\n")]),
                     ]
-                )
+                )  # fmt: skip
                 lines = [*[s for make in self.before_step[node] for s in make()], *step]
                 lines[0] = lines[0].with_changes(leading_lines=node.leading_lines)
                 return cst.FlattenSentinel(lines)
@@ -634,29 +690,45 @@ class Step:
             opt = _argument(call, "optimizers", 1)
             if opt is None:
                 continue
-            text = _code(self.module, opt)
+            texts = _group(self.module, opt) or [_code(self.module, opt)]
             statement = self.statement(call)
             function = self.function(call)
             events.setdefault(id(function), []).append(
-                (self.order[id(statement)], "scale", text, statement)
+                (self.order[id(statement)], "scale", texts, statement)
             )
-            for step in self.steps.get((id(function), text), []):
-                events[id(function)].append((self.order[id(step)], "step", text, step))
+            for text in texts:
+                for step in self.steps.get((id(function), text), []):
+                    events[id(function)].append((self.order[id(step)], "step", [text], step))
         for found in events.values():
             pending: dict[str, cst.CSTNode] = {}
-            for _, kind, opt, node in sorted(found, key=lambda e: e[0]):
+            for _, kind, opts, node in sorted(found, key=lambda e: e[0]):
                 if kind == "step":
-                    pending.pop(opt, None)
+                    pending.pop(opts[0], None)
                     continue
-                other = next((o for o, n in pending.items() if o != opt
+                shown = ", ".join(f"`{o}`" for o in opts)
+                other = next((o for o, n in pending.items() if o not in opts
                               and not self._exclusive(n, node)), None)  # fmt: skip
                 if other is not None:
                     self.problem(
                         node,
-                        f"`{opt}`'s loss is scaled before `{other}` has stepped: the "
+                        f"{shown}'s loss is scaled before `{other}` has stepped: the "
                         "GradScaler's `update()` after the first step would change the scale "
                         "the other's gradients were made with; step each optimizer right after "
                         "its own backward, or place the steps and one `update()` by hand",
                     )
                     return
-                pending[opt] = node
+                pending.update(dict.fromkeys(opts, node))
+
+
+def _group(module: cst.Module, optimizer: cst.CSTNode | None) -> list[str] | None:
+    """``[a, b]`` given to ``scale_loss``: the optimizers' spellings when there are several and
+    each is a distinct name or attribute (None otherwise)."""
+    if not isinstance(optimizer, cst.List | cst.Tuple) or len(optimizer.elements) < 2:
+        return None
+    if any(isinstance(e, cst.StarredElement) for e in optimizer.elements):
+        return None
+    values = [e.value for e in optimizer.elements]
+    if not all(isinstance(v, cst.Name | cst.Attribute) for v in values):
+        return None
+    texts = [_code(module, v) for v in values]
+    return texts if len(set(texts)) == len(texts) else None
