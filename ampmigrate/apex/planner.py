@@ -129,7 +129,6 @@ class _Planner(
         self.unsure: dict[cst.CSTNode, cst.CSTNode] = {}
         self.guarded: set[cst.CSTNode] = set()
         self.groups: list[list[cst.CSTNode]] = []  # steps of one `scale_loss(loss, [a, b])`
-        self.no_update: set[cst.CSTNode] = set()  # steps whose group updates after another
         self.served: set[cst.CSTNode] = set()  # steps an unscale_ placed before a read serves
         self.requests: list[tuple[cst.With, cst.BaseExpression, cst.CSTNode, str | None]] = []
         self.moved: set[int] = set()

@@ -292,8 +292,8 @@ class Regions:
         home = setup.home
         if self.hooked("caller"):
             return
+        defined = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
         if not isinstance(home, cst.FunctionDef):  # a script's main block initializes
-            defined = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
             self._evaluations(defined, {id(f) for _, _, f, _ in self.requests}, {})
             return
         models = {m for m in setup.models if "." not in m}
@@ -320,7 +320,6 @@ class Regions:
             ):
                 target = node.targets[0].target
                 holders.setdefault(target.value.value, set()).add(target.attr.value)
-        defined = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
         requested = {id(f) for _, _, f, _ in self.requests}  # the functions that scale
         scaling = requested | {id(home)}
         after = self.order[id(setup.statement)]

@@ -144,32 +144,32 @@ class Step:
         the other's gradients are unscaled with). Each optimizer steps once, in one block."""
         steps = [self.steps.get((id(function), opt), []) for opt in group]
         if not all(steps):
-            return None  # (_steps said which has no step)
-        if any(len(found) != 1 for found in steps):
-            return self.problem(
-                call,
-                f"`amp.scale_loss` for {', '.join(f'`{o}`' for o in group)}: each must step "
-                "exactly once in this function, for one `scaler.update()` after the last; place "
-                "the steps and the update by hand",
-            )
+            return  # (_steps said which has no step)
+        shown = ", ".join(f"`{o}`" for o in group)
         nodes = sorted((found[0] for found in steps), key=lambda n: self.order[id(n)])
-        if len({id(self.parent(n)) for n in nodes}) != 1:
-            return self.problem(
-                call,
-                f"the steps of {', '.join(f'`{o}`' for o in group)} (scaled together) are in "
-                "different blocks: one `scaler.update()` after the last cannot follow them; "
-                "place it by hand",
+        if any(len(found) != 1 for found in steps):
+            why = (
+                f"`amp.scale_loss` for {shown}: each must step exactly once in this function, "
+                "for one `scaler.update()` after the last; place the steps and the update by hand"
             )
-        if any(_is_call_of(n, "master_params") for n in self._subtree(function)):
-            return self.problem(
-                call,
+        elif len({id(self.parent(n)) for n in nodes}) != 1:
+            why = (
+                f"the steps of {shown} (scaled together) are in different blocks: one "
+                "`scaler.update()` after the last cannot follow them; place it by hand"
+            )
+        elif any(_is_call_of(n, "master_params") for n in self._subtree(function)):
+            why = (
                 "`amp.master_params` beside a loss scaled for several optimizers at once: "
-                "unscale each optimizer before its clip and step them by hand",
+                "unscale each optimizer before its clip and step them by hand"
             )
-        self.no_update.update(nodes[:-1])
-        self.groups.append(nodes)
+        else:
+            why = None
+        if why is not None:
+            self.problem(call, why)
+            return
+        self.groups.append(nodes)  # (all but the last step without `update()`)
         self.plan.notes.append(
-            f"behaviour change: the loss scaled for {', '.join(f'`{o}`' for o in group)} at "
+            f"behaviour change: the loss scaled for {shown} at "
             f"line {self.line(call)} is stepped with `scaler.step` for each and one `update()`; "
             "apex skipped every one of these steps when any of their gradients overflowed, "
             "GradScaler skips each optimizer whose own gradients did (PyTorch's documented "
@@ -285,7 +285,7 @@ class Step:
                     if node in self.guarded
                     else [
                         cst.parse_statement(f"{access}.step({opt})\n"),
-                        *([] if node in self.no_update
+                        *([] if any(node in g[:-1] for g in self.groups)
                           else [cst.parse_statement(f"{access}.update()\n")]),
                     ]
                 )  # fmt: skip
