@@ -4,6 +4,8 @@ file and in checkpoint helpers.
 
 from __future__ import annotations
 
+import os
+
 import libcst as cst
 
 from ampmigrate.apex.common import _HELPER, _appended, _code, _is_call_of, _Setup
@@ -344,6 +346,8 @@ class Checkpoints:
                 continue  # a library's `save_image`: it never sees this project's amp state
             if found is not None and not _mentions_amp(found):
                 continue  # on disk, and nothing in it names amp: it keeps no amp state
+            if found is not None and self.link and os.path.abspath(found) in self.link.files:
+                continue  # rewritten with this file, given the GradScaler by the link
             for ref in self._references(name):
                 call = self.parent(ref)
                 reached = isinstance(call, cst.Call) and call.func is ref

@@ -11,7 +11,7 @@ import os
 import libcst as cst
 
 from ampmigrate.apex.common import _argument, _code, _is_call_of, _Setup, _statements
-from ampmigrate.apex.links import apex_siblings, users_on_disk
+from ampmigrate.apex.links import _listed, apex_siblings, users_on_disk
 from ampmigrate.apex.verdict import SUPPORTED, no_rewrite, without_initialize
 
 
@@ -571,11 +571,11 @@ class Handles:
         or uninitialized then. The whole component is migrated or none of it."""
         if self.path is None:
             return
-        other = self.link.callee if role == "caller" else None
+        linked = set(self.link.files) if role is not None else set()
         folder = os.path.dirname(os.path.abspath(self.path))
         self.siblings = apex_siblings(self.path)
         for sibling in self.siblings:
-            if sibling.path == other:
+            if sibling.path in linked:
                 continue
             shown = os.path.relpath(sibling.path, folder)
             via = os.path.relpath(sibling.importer, folder)
@@ -611,19 +611,19 @@ class Handles:
             f"not: {self.link.broken}"
         )
 
-    def _linked_setup(self) -> _Setup | None:
-        """The functions of a link (the training function, checkpoint helpers): each gets a
-        ``scaler`` parameter, which every initializing module passes (``_pass_to_linked``
-        there, in the same run)."""
+    def _linked_setup(self, names: tuple[str, ...] | None = None) -> _Setup | None:
+        """The functions of a link (the training function, checkpoint helpers; ``names``: a
+        runner's checkpoint functions): each gets a ``scaler`` parameter, which every module
+        that calls them passes (``_pass_to_linked`` there, in the same run)."""
+        names = self.link.functions if names is None else names
         functions = [
-            s
-            for s in self.module.body
-            if isinstance(s, cst.FunctionDef) and s.name.value in self.link.functions
+            s for s in self.module.body if isinstance(s, cst.FunctionDef) and s.name.value in names
         ]
-        if len(functions) != len(self.link.functions) or self.free_name("scaler") != "scaler":
+        named = _listed([f"`{n}`" for n in names])
+        if len(functions) != len(names) or self.free_name("scaler") != "scaler":
             self.problem(
                 self.plan.anchor,
-                f"{self.link.named} cannot take a new `scaler` parameter (the name is in use "
+                f"{named} cannot take a new `scaler` parameter (the name is in use "
                 "here): pass the GradScaler by hand",
             )
             return None
@@ -632,9 +632,11 @@ class Handles:
             self.threaded.add(function)
             self.plan.edits[function.params] = self._add_parameter
         plural = "each get" if len(functions) > 1 else "gets"
+        by = self.link.other(self.role)
+        if self.role == "state":
+            by = f"the runner `{self.link.runner}` ({self.link.shown(self.link.state[0])})"
         self.plan.notes.append(
-            f"{self.link.named} {plural} a `scaler` parameter, passed by "
-            f"{self.link.other(self.role)} in the same run"
+            f"{named} {plural} a `scaler` parameter, passed by {by} in the same run"
         )
         home = next((f for f in functions if f.name.value == self.link.trains), functions[0])
         models = {self.link.model} if self.link.model else set()

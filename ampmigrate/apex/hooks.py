@@ -13,9 +13,12 @@ pairs them through apex's process-wide state); each gets the half of apex it hel
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
 from ampmigrate.apex.common import _code, _Setup, _statements
+from ampmigrate.apex.links import _listed
 
 
 class RunnerHooks:
@@ -83,6 +86,56 @@ class RunnerHooks:
         )
         last = _statements(init.body)[-1]
         return _Setup(last, init, set(), switch)
+
+    def _state_setup(self) -> _Setup | None:
+        """A module of the hook link's amp state (``Link.state``): the runner class reaches
+        the hook's GradScaler as ``self.scaler``, a property it gains that looks it up on the
+        runner's hooks (apex's state was the process's; the hook holds the scaler now), and
+        passes it to the checkpoint functions; a module of those functions gives each a
+        ``scaler`` parameter."""
+        cls = next(
+            (s for s in self.module.body
+             if isinstance(s, cst.ClassDef) and s.name.value == self.link.runner),
+            None,
+        )  # fmt: skip
+        if cls is None:
+            return self._linked_setup(self.link.helpers)
+        if self.free_name("scaler") != "scaler" or isinstance(cls.body, cst.SimpleStatementSuite):
+            self.problem(
+                self.plan.anchor,
+                f"the runner `{cls.name.value}` cannot gain a `scaler` property (the name is "
+                "in use here): hand it the hook's GradScaler by hand",
+            )
+            return None
+        self.mode, self.cls, self.name = "class", cls, "scaler"
+        for node in self._subtree(cls):
+            if isinstance(node, cst.Call) and _code(self.module, node.func) in set(
+                self.link.helper_spellings
+            ):
+                self.plan.edits[node] = functools.partial(
+                    self._pass_scaler, keyword="scaler", value=self.access(node)
+                )
+        hook = self.link.hook
+        found = cst.parse_statement(
+            "@property\n"
+            "def scaler(self):\n"
+            "    # apex kept one loss scale for the whole process; the GradScaler that\n"
+            f"    # replaces it is that of the hook scaling the loss ({hook}),\n"
+            "    # registered on this runner (a disabled one where there is none)\n"
+            "    return next(\n"
+            '        (hook.scaler for hook in self.hooks if hasattr(hook, "scaler")),\n'
+            '        torch.amp.GradScaler("cuda", enabled=False),\n'
+            "    )\n"
+        ).with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+        self.plan.edits[cls.body] = lambda u: u.with_changes(body=[*u.body, found])
+        helpers = _listed([f"`{n}`" for n in self.link.helpers]) if self.link.helpers else ""
+        self.plan.notes.append(
+            f"the runner `{cls.name.value}` reaches the GradScaler of the hook `{hook}` on its "
+            "registered hooks (its new `scaler` property), which must be registered before "
+            "`resume` (a runner without that hook saves and loads a disabled GradScaler's empty "
+            "state)" + (f", and passes it to {helpers}" if helpers else "")
+        )
+        return _Setup(_statements(cls.body)[0], self.module, set(), None, by_scaler=True)
 
     def _hook_switch(self, scaled: list[cst.Call], cls, init, me: str) -> str | bool | None:
         """The test every scaled backward of the hook runs under (None: they always run);
@@ -152,9 +205,12 @@ class RunnerHooks:
                     return True
         return False
 
-    def _casts_only(self, setup: _Setup, small, models, optimizer, holder, inner) -> None:
+    def _casts_only(
+        self, setup: _Setup, small, models, optimizer, holder, inner, chain: list[cst.If]
+    ) -> None:
         """The script side: ``initialize`` goes (its model expression stays bound), and the rest
-        of its function runs in autocast, enabled by the condition ``initialize`` ran under."""
+        of its function runs in autocast, enabled by the condition ``initialize`` ran under
+        (the tests of ``chain``, the nested ``if``s around it, outermost first)."""
         assigned = self._rebind(small, models, optimizer)
         self.plan.edits[inner] = lambda _u: (
             cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
@@ -165,7 +221,9 @@ class RunnerHooks:
             if not rest and not assigned and holder.orelse is None:
                 self.plan.edits[holder] = lambda _u: cst.RemoveFromParent()
                 self.footers.append(holder)
-            if self._changes(setup.condition, [s for s in holder.body.body if s is not inner]):
+            after = [s for h in chain or [holder] for s in h.body.body
+                     if s is not inner and s not in chain]  # fmt: skip
+            if self._changes(setup.condition, after):
                 self.problem(
                     setup.statement,
                     f"`{setup.condition}` is changed inside its `if`: autocast after it could "

@@ -306,7 +306,7 @@ class Initialize:
             )
         setup = _Setup(statement, self.function(init), {*spelled, *targets}, condition)
         if self.hooked("caller"):
-            self._casts_only(setup, small, models, optimizer, holder, inner)
+            self._casts_only(setup, small, models, optimizer, holder, inner, chain)
             return setup
         if (
             isinstance(holder, cst.If)

@@ -52,6 +52,14 @@ class Link:
     # keeps it and the functions call through it (each file plans its own store, the link
     # only makes them all rewritten, or none)
     kept: str | None = None
+    # a hook link's amp state, saved and restored by a runner class (mmcv style) that reaches
+    # the hook's GradScaler through its hooks: the files of the runner class and of the
+    # checkpoint functions its methods call, each function taking a ``scaler`` (``helpers``),
+    # called as ``helper_spellings`` there
+    state: tuple[str, ...] = ()
+    runner: str | None = None
+    helpers: tuple[str, ...] = ()
+    helper_spellings: tuple[str, ...] = ()
 
     @property
     def named(self) -> str:
@@ -61,10 +69,12 @@ class Link:
 
     @property
     def files(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*self.callers, self.callee)))
+        return tuple(dict.fromkeys((*self.callers, self.callee, *self.state)))
 
     def role(self, path: str) -> str | None:
         path = os.path.abspath(path)
+        if path in self.state:
+            return "state"
         return "caller" if path in self.callers else "callee" if path == self.callee else None
 
     def seen_from(self, path: str) -> Link:
@@ -81,7 +91,7 @@ class Link:
     def other(self, role: str, path: str | None = None) -> str:
         """The other side, as messages show it (relative to the folder holding them all); for
         a kept handle, every file but ``path``."""
-        if self.kept is not None:
+        if self.kept is not None or (self.state and path):
             mine = os.path.abspath(path) if path else None
             return _listed([self.shown(f) for f in self.files if f != mine] or ["."])
         if role == "caller":
@@ -441,11 +451,10 @@ def _linked_functions(file: _File) -> tuple[list[ast.FunctionDef], ast.FunctionD
     return sorted(homes, key=lambda f: f.lineno), trains
 
 
-def _hook_class(file: _File) -> str | None:
-    """The class of a runner hook: every apex call of the file (``scale_loss``, and
-    ``master_params`` beside it) is in methods of one module-level class, which defines
-    ``__init__`` (where its GradScaler is made); the file never initializes amp."""
-    if "initialize" in file.members or set(file.members) - {"scale_loss", "master_params"}:
+def _one_class(file: _File, members: set[str]) -> ast.ClassDef | None:
+    """The module-level class whose methods hold every apex call of the file, all of them
+    calls of ``members``."""
+    if not file.members or set(file.members) - members:
         return None
     classes = set()
     for call in (c for calls in file.members.values() for c in calls):
@@ -454,15 +463,50 @@ def _hook_class(file: _File) -> str | None:
         if not isinstance(holder, ast.ClassDef) or holder not in file.tree.body:
             return None
         classes.add(holder)
-    if len(classes) != 1:
-        return None
-    cls = classes.pop()
-    if not any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in cls.body):
+    return classes.pop() if len(classes) == 1 else None
+
+
+def _hook_class(file: _File) -> str | None:
+    """The class of a runner hook: every apex call of the file (``scale_loss``, and
+    ``master_params`` beside it) is in methods of one module-level class, which defines
+    ``__init__`` (where its GradScaler is made); the file never initializes amp."""
+    cls = _one_class(file, {"scale_loss", "master_params"})
+    if cls is None or not any(
+        isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in cls.body
+    ):
         return None
     return cls.name
 
 
-def _hook_links(callers: list[_File], files: list[_File], taken: set[str]) -> dict[str, Link]:
+_STATE = {"state_dict", "load_state_dict"}
+
+
+def _runner_class(file: _File) -> str | None:
+    """A runner class (mmcv style: it derives from a library's ``...Runner``, whose ``hooks``
+    are the hooks registered on it) whose methods save or restore amp state, and make no
+    other apex call."""
+    cls = _one_class(file, _STATE)
+    if cls is None or not any(
+        ast.unparse(base).rpartition(".")[2].endswith("Runner") for base in cls.bases
+    ):
+        return None
+    return cls.name
+
+
+def _state_helpers(file: _File) -> tuple[str, ...]:
+    """The module-level functions of a checkpoint module holding every apex call of the
+    file, all of them saving or restoring amp state (empty: not such a file)."""
+    if set(file.members) - _STATE:
+        return ()
+    return tuple(f.name for f in _linked_functions(file)[0])
+
+
+def _hook_links(
+    callers: list[_File],
+    files: list[_File],
+    taken: set[str],
+    everything: Callable[[], Iterable[tuple[str, bytes]]],
+) -> dict[str, Link]:
     """A script that initializes amp and scales nothing, whose imports (followed on disk) reach
     apex amp only in one runner hook of the run: the hook is driven by a runner (a library)
     the script hands the model and optimizer to, so no call of the run links them; apex's
@@ -471,19 +515,81 @@ def _hook_links(callers: list[_File], files: list[_File], taken: set[str]) -> di
     hooks = {f.path: name for f in files if f.path not in taken and (name := _hook_class(f))}
     if not hooks:
         return {}
-    found: dict[str, list[str]] = {}
+    free = [f for f in files if f.path not in taken]
+    runners = {f.path: name for f in free if (name := _runner_class(f))}
+    helpers = {f.path: n for f in free if f.path not in runners and (n := _state_helpers(f))}
+    found: dict[tuple[str, frozenset[str]], list[str]] = {}
     graph = _Graph()
     for caller in callers:
         if caller.path in taken or set(caller.members) != {"initialize"}:
             continue
         siblings = {s.path for s in apex_siblings(caller.path, graph)}
-        if len(siblings) == 1 and (path := siblings.pop()) in hooks:
-            found.setdefault(path, []).append(caller.path)
+        hooked = siblings & hooks.keys()
+        state = frozenset(siblings - hooked)
+        if len(hooked) == 1 and state <= runners.keys() | helpers.keys():
+            found.setdefault((hooked.pop(), state), []).append(caller.path)
     out: dict[str, Link] = {}
-    for path, paths in found.items():
+    by_path = {f.path: f for f in files}
+    for (path, state), paths in found.items():
         item = Link(callers=tuple(paths), callee=path, hook=hooks[path])
+        if state:
+            item = _runner_state(item, state, by_path, runners, helpers, everything)
+            if item is None:
+                continue
         out.update((f, item) for f in item.files)
     return out
+
+
+def _runner_state(
+    item: Link,
+    state: frozenset[str],
+    by_path: dict[str, _File],
+    runners: dict[str, str],
+    helpers: dict[str, tuple[str, ...]],
+    everything: Callable[[], Iterable[tuple[str, bytes]]],
+) -> Link | None:
+    """A hook link whose amp state one runner class keeps (its methods save and restore it,
+    themselves or through checkpoint functions of other modules that only its methods call);
+    None: the state is kept some other way (the script then refuses, naming those modules).
+    Broken where a checkpoint function is used elsewhere in the run."""
+    [runner, *more] = sorted(state & runners.keys()) or [None]
+    if runner is None or more:
+        return None
+    cls = next(c for c in by_path[runner].tree.body
+               if isinstance(c, ast.ClassDef) and c.name == runners[runner])  # fmt: skip
+    owners = sorted(state - {runner})
+    names = tuple(n for p in owners for n in helpers[p])
+    if len(set(names)) != len(names):
+        return None
+    item = replace(item, state=(runner, *owners), runner=runners[runner], helpers=names)
+    spellings: set[str] = set()
+    for path, data in everything():
+        path = os.path.abspath(path)
+        if not any(n.encode() in data for n in names):
+            continue
+        file = by_path.get(path) or _parsed(path, data)
+        if file is None:
+            continue
+        for owner in owners:
+            for name in helpers[owner]:
+                for use in _uses(file, by_path[owner], name):
+                    call = file.names.parent(use)
+                    method = _function(file, use)
+                    if (
+                        path == runner
+                        and isinstance(call, ast.Call)
+                        and call.func is use
+                        and method in cls.body
+                    ):
+                        spellings.add(ast.unparse(use))
+                        continue
+                    return replace(
+                        item,
+                        broken=f"`{name}` is also used at {item.shown(path)}:{use.lineno}, "
+                        f"which is not a method of the runner `{item.runner}` that passes it "
+                        "the GradScaler",
+                    )
+    return replace(item, helper_spellings=tuple(sorted(spellings)))
 
 
 def kept_handle(file: _File) -> tuple[str, str] | None:
@@ -757,7 +863,7 @@ def link(
         )
         item = _checked(item, by_path, everything)
         out.update((f, item) for f in item.files)
-    out.update(_hook_links(callers, files, set(out)))
+    out.update(_hook_links(callers, files, set(out), everything))
     out.update(_kept_links(files, set(out)))
     return out
 

@@ -249,7 +249,7 @@ class _Planner(
         role = self.role if self.link and (not self.link.broken or refused_here) else None
         if self.link and self.link.broken and not refused_here:
             self.problem(self.plan.anchor, self._broken())
-        if not initialize and role != "callee":
+        if not initialize and role not in ("callee", "state"):
             self._no_initialize(calls)
             return self.plan
         self._siblings(role)
@@ -272,6 +272,8 @@ class _Planner(
             setup = self._initialize(initialize[0])
         elif self.hooked("callee"):
             setup = self._hook_setup(calls)
+        elif role == "state":
+            setup = self._state_setup()
         else:
             setup = self._linked_setup()
         if setup is None:
