@@ -478,6 +478,103 @@ def test_migrated_runner_hook_trains_like_the_original(tmp_path, stub):
     assert "forward dtypes: ['torch.float32']" in results[2][1]
     assert "forward dtypes: ['torch.float16']" in results[5][1]
     assert results[5][1].count("iter ") == 8
+    # the float16 run tracks the float32 one: the weights the forward uses move with each
+    # step (a region that cached its float16 weights would repeat the first epoch's losses)
+    _tracks(_losses(results[5][1]), _losses(results[3][1]))
+
+
+def _losses(output: str) -> list[float]:
+    return [float(line.rsplit(" ", 1)[1]) for line in output.splitlines() if " loss " in line]
+
+
+def _tracks(half: list[float], full: list[float]) -> None:
+    """The float16 losses of a run are the float32 ones to float16's precision, step by step."""
+    assert len(half) == len(full) > 4
+    assert max(abs(h - f) for h, f in zip(half, full, strict=True)) < 2e-3, (half, full)
+
+
+STATE = FIXTURES / "apex" / "runner_state"
+STATE_FILES = [
+    "custom/runner/checkpoint.py",
+    "custom/runner/epoch_based_runner.py",
+    "detect/apis/train.py",
+    "detect/hooks/optimizer.py",
+]
+
+
+def test_a_runner_that_checkpoints_amp_state_joins_its_hook_and_script(tmp_path):
+    """Swin style: a runner class (a subclass of the library's `EpochBasedRunner`) restores
+    `amp.load_state_dict` in `resume` and saves through a checkpoint function of another
+    module that writes `amp.state_dict()`; the hook scales, the script initializes inside two
+    nested `if`s. All four move together: the runner finds the hook's GradScaler on its hooks
+    and hands it to the checkpoint function. Exactly the fixture, then nothing more."""
+    _rewritten_exactly(tmp_path, STATE, STATE_FILES)
+
+
+def test_a_file_of_the_runner_component_alone_refuses(tmp_path):
+    root = tmp_path / "project"
+    shutil.copytree(STATE / "before", root)
+    for alone in STATE_FILES:
+        [result] = run([root / alone], _settings(fix=True))
+        assert not result.changed
+        assert _amp303([result])[Path(alone).name].fix is None
+    # a checkpoint function also used outside the runner cannot be given the GradScaler
+    (root / "publish.py").write_text(
+        "from custom.runner.checkpoint import save_checkpoint\n\n\n"
+        "def publish(model):\n    save_checkpoint(model, 'final.pth')\n"
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["epoch_based_runner.py"].message
+    assert "`save_checkpoint` is also used at publish.py:5" in message, message
+
+
+@pytest.mark.torch
+def test_migrated_runner_component_trains_and_resumes_like_the_original(tmp_path, stub):
+    """Two runs in one script, the second resumed from the first's epoch-1 checkpoint: the
+    O0 stand-in's losses equal the migration's, with and without `--fp16`. With "cuda" ->
+    "cpu" the forward runs in float16, its losses track the float32 ones, the resumed epoch
+    repeats the first run's exactly, and the GradScaler state the hook holds goes through
+    the runner's checkpoint and back into a new hook's GradScaler."""
+    runs = [(STATE_FILES[2], []), (STATE_FILES[2], ["--fp16"])]
+    results = _runs_beside_original(tmp_path, stub, STATE, runs)
+    fp16 = results[5][1]
+    assert "forward dtypes: ['torch.float16']" in fp16 and "load amp state dict" in fp16
+    losses = _losses(fp16)
+    assert losses[4:8] == losses[8:12]
+    _tracks(losses, _losses(results[3][1]))
+    probe = tmp_path / "cpu" / "probe.py"
+    probe.write_text(PROBE)
+    [(code, out, err)] = _runs([(probe, [], tmp_path / "cpu", False)], tmp_path)
+    assert code == 0, err
+    assert "restored 1024.0 7" in out, out
+
+
+PROBE = """\
+import tempfile
+import warnings
+
+import torch
+
+warnings.simplefilter("error", FutureWarning)
+from custom.runner import EpochBasedRunnerAmp
+from detect.hooks import DistOptimizerHook
+
+model = torch.nn.Linear(2, 1)
+with tempfile.TemporaryDirectory() as work_dir:
+    runners = []
+    for _ in range(2):
+        runner = EpochBasedRunnerAmp(model, None, torch.optim.SGD(model.parameters()), work_dir)
+        runner.register_hook(DistOptimizerHook(use_fp16=True))
+        runners.append(runner)
+    state = {"scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+             "growth_interval": 2000, "_growth_tracker": 7}
+    runners[0].hooks[0].scaler.load_state_dict(state)
+    runners[0].save_checkpoint(work_dir)
+    runners[1].resume(f"{work_dir}/epoch_0.pth")
+    restored = runners[1].hooks[0].scaler.state_dict()
+    print("restored", restored["scale"], restored["_growth_tracker"])
+"""
 
 
 KEPT = FIXTURES / "apex" / "kept_family"

@@ -276,11 +276,14 @@ class RunnerHooks:
                 isinstance(parsed, cst.Call) and _code(self.module, parsed.func) == "bool"
             )
             condition = condition if boolean else f"bool({condition})"
-        self._wrap(home.body, [tail], condition)
+        self._wrap(home.body, [tail], condition, cached=False)
         self.plan.notes.append(
             f"everything after `amp.initialize` in `{home.name.value}` runs in one autocast "
             "region (the runner's forward passes and its hooks), as apex O1's casts did from "
-            f"`initialize` on; they end when `{home.name.value}` returns, where apex's lasted "
+            "`initialize` on, with autocast's cache of float16 weights off "
+            "(`cache_enabled=False`): the optimizer steps inside the region, and a cached copy "
+            "would not see its updates (apex cleared its cache at each `scale_loss` exit); "
+            f"the casts end when `{home.name.value}` returns, where apex's lasted "
             "for the rest of the process, and code the runner runs that turns autocast off "
             "itself runs in float32 there, where apex cast it regardless"
         )

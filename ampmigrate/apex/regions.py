@@ -619,11 +619,16 @@ class Regions:
                     return True
         return False
 
-    def _wrap(self, block: cst.CSTNode, runs: list[list[cst.BaseStatement]], enabled) -> None:
-        """One ``with autocast`` per run; the block regroups its updated statements."""
+    def _wrap(
+        self, block: cst.CSTNode, runs: list[list[cst.BaseStatement]], enabled, cached: bool = True
+    ) -> None:
+        """One ``with autocast`` per run; the block regroups its updated statements. Not
+        ``cached``: a region the optimizer steps in, whose float16 copies of the weights must
+        not outlive a step (autocast keeps them until the region exits)."""
         if not runs:
             return
-        flag = f", enabled={enabled}" if enabled else ""
+        flag = "" if cached else ", cache_enabled=False"
+        flag += f", enabled={enabled}" if enabled else ""
         header = f'with torch.amp.autocast("cuda", dtype=torch.float16{flag}):\n    pass\n'
         template = cst.ensure_type(cst.parse_statement(header), cst.With)
         updated: dict[int, cst.CSTNode] = {}
