@@ -518,10 +518,26 @@ def test_a_file_of_the_runner_component_alone_refuses(tmp_path):
         [result] = run([root / alone], _settings(fix=True))
         assert not result.changed
         assert _amp303([result])[Path(alone).name].fix is None
-    # a checkpoint function also used outside the runner cannot be given the GradScaler
+
+
+@pytest.mark.parametrize(
+    ("imported", "called"),
+    [
+        ("from custom.runner.checkpoint import save_checkpoint", "save_checkpoint"),
+        ("from custom.runner import save_checkpoint", "save_checkpoint"),  # the re-export
+        ("from custom import runner", "runner.save_checkpoint"),
+        ("from custom.runner import *", "save_checkpoint"),
+    ],
+)
+def test_a_checkpoint_function_used_outside_the_runner_keeps_the_component(
+    tmp_path, imported, called
+):
+    """A use the runner does not make would not pass the GradScaler (a required keyword):
+    however it is imported, through the package that re-exports it too, nothing changes."""
+    root = tmp_path / "project"
+    shutil.copytree(STATE / "before", root)
     (root / "publish.py").write_text(
-        "from custom.runner.checkpoint import save_checkpoint\n\n\n"
-        "def publish(model):\n    save_checkpoint(model, 'final.pth')\n"
+        f"{imported}\n\n\ndef publish(model):\n    {called}(model, 'final.pth')\n"
     )
     results = run(_files(root), _settings(fix=True))
     assert not any(r.changed for r in results)

@@ -749,11 +749,35 @@ def _parameters(function: ast.FunctionDef, call: ast.Call, spelled: set[str]) ->
 
 
 def _resolves(caller: _File, qualified: str, callee: _File, function: str) -> bool:
+    """``qualified`` (as ``caller`` imports it) is ``callee``'s ``function``: imported from its
+    module, or from a module that re-exports it (a package's ``__init__.py`` holding
+    ``from .checkpoint import save_checkpoint``)."""
     module, _, name = qualified.rpartition(".")
     if name != function or not module:
         return False
     dots = len(module) - len(module.lstrip("."))
-    return callee.path in _module_paths(caller.path, dots, module.lstrip("."))
+    paths = list(_module_paths(caller.path, dots, module.lstrip(".")))
+    return callee.path in paths or any(_reexports(p, callee.path, function) for p in paths)
+
+
+def _reexports(path: str, callee: str, function: str) -> bool:
+    """The module at ``path`` binds ``function`` by importing it from the file ``callee``
+    (by name or with ``*``)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return False
+    tree = _tree_of(path, stat.st_mtime_ns, stat.st_size)
+    for node in _import_statements(tree.body) if tree is not None else ():
+        if not isinstance(node, ast.ImportFrom) or not any(
+            a.name == "*" or (a.name == function and a.asname in (None, function))
+            for a in node.names
+        ):
+            continue
+        paths = _module_paths(path, node.level, node.module or "")
+        if callee in {os.path.abspath(p) for p in paths}:
+            return True
+    return False
 
 
 def _uses(file: _File, callee: _File, function: str) -> Iterator[ast.Name | ast.Attribute]:
@@ -767,8 +791,8 @@ def _uses(file: _File, callee: _File, function: str) -> Iterator[ast.Name | ast.
     starred = file is not callee and any(
         isinstance(stmt, ast.ImportFrom)
         and any(a.name == "*" for a in stmt.names)
-        and callee.path in {os.path.abspath(m) for m in _module_paths(
-            file.path, stmt.level, stmt.module or "")}
+        and any(os.path.abspath(m) == callee.path or _reexports(m, callee.path, function)
+                for m in _module_paths(file.path, stmt.level, stmt.module or ""))
         for stmt in _import_statements(file.tree.body)
     )  # fmt: skip
     for node in nodes:
