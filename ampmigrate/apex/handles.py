@@ -5,6 +5,7 @@ without ``initialize``.
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
 
@@ -12,7 +13,12 @@ import libcst as cst
 
 from ampmigrate.apex.common import _argument, _code, _is_call_of, _Setup, _statements
 from ampmigrate.apex.links import _listed, apex_siblings, users_on_disk
-from ampmigrate.apex.verdict import SUPPORTED, no_rewrite, without_initialize
+from ampmigrate.apex.verdict import (
+    SUPPORTED,
+    initialized_through_parameter,
+    no_rewrite,
+    without_initialize,
+)
 
 
 class Handles:
@@ -68,6 +74,21 @@ class Handles:
                 f"`amp.initialize` is called in `{names[0]}` and again in `{names[1]}`: the "
                 "rewrite handles one training `initialize` per file; give each its own "
                 "GradScaler where it initializes, by hand",
+            )
+            return
+        branches = next(
+            (h for h in self.ancestors(first) if isinstance(h, cst.If) and h.orelse is not None
+             and {self.within(first, h.body), self.within(extra, h.body)} == {True, False}
+             and self.within(extra, h)),
+            None,
+        )  # fmt: skip
+        if branches is not None:
+            self.problem(
+                extra,
+                f"`amp.initialize` is called in both branches of the `if` at line "
+                f"{self.line(branches)}, so one of them runs: the rewrite places one "
+                "`initialize`; make one GradScaler before that `if` (with each branch's options "
+                "where they differ) by hand",
             )
             return
         self.problem(
@@ -680,6 +701,7 @@ class Handles:
     def _no_initialize(self, calls: dict[str, list[cst.Call]]) -> None:
         """A module that only uses the scaler (a checkpoint helper, a ``do_train`` called from
         another file): the rewrite needs the GradScaler passed in; say exactly where."""
+        through = initialized_through_parameter(ast.parse(self.text))
         for member, group in calls.items():
             for call in group:
                 function = self.function(call)
@@ -693,4 +715,4 @@ class Handles:
                     and isinstance(self.parent(self.parent(function)), cst.ClassDef)
                     and [p.name.value for p in function.params.params[:1]] == ["self"]
                 )
-                self.problem(call, without_initialize(where, member, method))
+                self.problem(call, without_initialize(where, member, method, through))

@@ -276,7 +276,8 @@ class RunnerHooks:
                 isinstance(parsed, cst.Call) and _code(self.module, parsed.func) == "bool"
             )
             condition = condition if boolean else f"bool({condition})"
-        self._wrap(home.body, [tail], condition, cached=False)
+        self.uncached.add(id(tail[0]))  # the runner's optimizer steps inside
+        self._wrap(home.body, [tail], condition)
         self.plan.notes.append(
             f"everything after `amp.initialize` in `{home.name.value}` runs in one autocast "
             "region (the runner's forward passes and its hooks), as apex O1's casts did from "

@@ -187,6 +187,14 @@ class InferenceOnly:
         if len(self.plan.problems) > blockers:
             return
         self._remove_statement(statement)
+        handed = any(
+            isinstance(n, cst.Call)
+            and any(isinstance(a.value, cst.Name) and a.value.value == name for a in n.args)
+            for s in run
+            for n in self._subtree(s)
+        )
+        if handed:  # the code the model is handed to may train it (see _wrap)
+            self.uncached.add(id(run[0]))
         self._wrap(block, [run], condition)
         first, last = self.line(run[0]), self.line(run[-1])
         if extra:

@@ -56,6 +56,9 @@ class Initialize:
         args, positional_note = initialize_arguments(init)
         if positional_note is not None:
             self.plan.notes.append(positional_note)
+        for key in ("opt_level", "loss_scale", "keep_batchnorm_fp32", "master_weights"):
+            if key in args:
+                args[key] = self._constant(args[key], init)
         models = args.get("models")
         optimizer = args.get("optimizers")
         level = args.get("opt_level")
@@ -147,6 +150,7 @@ class Initialize:
                 args["enabled"] = cst.parse_expression(
                     f"({_code(self.module, args['enabled'])}) and {_code(self.module, switch)}"
                 )
+        self._half_parameters(optimizer, init)
         scale = args.get("loss_scale")
         dynamic = scale is None or (
             (isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic")
@@ -498,6 +502,90 @@ class Initialize:
 
         previous = self.plan.edits.get(holder)
         self.plan.edits[holder] = build if previous is None else lambda u: build(previous(u))
+
+    def _half_parameters(self, optimizer: cst.BaseExpression | None, init: cst.Call) -> None:
+        """An optimizer built in this scope over a tensor or model made float16 here
+        (``dtype=torch.half``, ``.half()``, directly or through a name): apex O1 stepped its
+        float16 gradients, GradScaler refuses to unscale them (``ValueError: Attempting to
+        unscale FP16 gradients``), so the rewrite would raise at its first step."""
+        if not isinstance(optimizer, cst.Name):
+            return
+        function = self.function(init)
+        scope = function if isinstance(function, cst.FunctionDef) else self.module
+        assigned: dict[str, list[cst.BaseExpression]] = {}
+        halved: dict[str, cst.CSTNode] = {}
+        for node in self._subtree(scope):
+            if isinstance(node, cst.Assign) and self.function(node) is function:
+                for target in node.targets:
+                    if isinstance(target.target, cst.Name):
+                        assigned.setdefault(target.target.value, []).append(node.value)
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value == "half"
+                and isinstance(node.func.value, cst.Name)
+            ):
+                halved.setdefault(node.func.value.value, node)
+
+        def half(expression: cst.CSTNode, depth: int = 0) -> cst.CSTNode | None:
+            for n in self._subtree(expression):
+                if isinstance(n, cst.Attribute) and n.attr.value in ("half", "float16"):
+                    return n
+                if isinstance(n, cst.Name) and depth < 2:
+                    if n.value in halved:
+                        return halved[n.value]
+                    for value in assigned.get(n.value, []):
+                        found = half(value, depth + 1)
+                        if found is not None:
+                            return found
+            return None
+
+        for built in assigned.get(optimizer.value, []):
+            if not isinstance(built, cst.Call) or not built.args:
+                continue
+            where = half(built.args[0].value)
+            if where is not None:
+                self.problem(
+                    init,
+                    f"the optimizer `{optimizer.value}` updates "
+                    f"`{_code(self.module, built.args[0].value)}`, which is float16 here (line "
+                    f"{self.line(where)}): apex O1 stepped float16 gradients, GradScaler "
+                    "refuses to unscale them (`ValueError: Attempting to unscale FP16 "
+                    "gradients`); keep what it updates in float32 by hand",
+                )
+                return
+
+    def _constant(self, value: cst.BaseExpression, init: cst.Call) -> cst.BaseExpression:
+        """``value``, or the literal a plain name holds at ``initialize``: its one assignment
+        in the same scope comes before the call (``opt_level = "O1"`` two lines above), and
+        nothing else binds the name (no ``global``/``nonlocal``, no parameter, no loop)."""
+        if not isinstance(value, cst.Name) or value.value in ("True", "False", "None"):
+            return value
+        function = self.function(init)
+        scope = function if isinstance(function, cst.FunctionDef) else self.module
+        name = value.value
+        if any(
+            isinstance(n, cst.Global | cst.Nonlocal) and name in {m.name.value for m in n.names}
+            for n in self.nodes
+        ):
+            return value
+        stores = [
+            n for n in self._subtree(scope)
+            if isinstance(n, cst.Name) and n.value == name and not self._read(n)
+            and not (isinstance(self.parent(n), cst.Arg) and self.parent(n).keyword is n)
+            and not (isinstance(self.parent(n), cst.Attribute) and self.parent(n).attr is n)
+        ]  # fmt: skip
+        assign = self.parent(self.parent(stores[0])) if len(stores) == 1 else None
+        if (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and assign.targets[0].target is stores[0]
+            and _literal(assign.value)
+            and self.order[id(assign)] < self.order[id(init)]
+            and self.function(assign) is function
+        ):
+            return assign.value
+        return value
 
     def _level_switch(self, level: cst.CSTNode, init: cst.Call) -> cst.BaseExpression | None:
         """``level = "O1" if x else "O0"``, assigned once before ``initialize``: O0 is apex

@@ -158,6 +158,8 @@ class _Planner(
         self.handed: list = []  # the arguments that are handed the GradScaler instead
         self.after_scaler: list[str] = []  # statements right after the GradScaler is made
         self.wrapped: set[int] = set()  # the statements the autocast regions hold
+        # regions (by their first statement) whose code may step an optimizer (_wrap)
+        self.uncached: set[int] = set()
 
     def verify(self, code: str | None = None) -> None:
         """The last guard against a wrong rewrite: apply the plan in memory (``code``: already
@@ -301,6 +303,7 @@ class _Planner(
         self._one_unscale_per_step()
         self._plain_backwards()
         self._guard_steps()
+        self._accumulation_note()
         self._discarded_overflows()
         self._cleared_backwards()
         self._read_scales(initialize[0] if initialize else None)

@@ -534,6 +534,7 @@ class Regions:
                     continue
                 runs, _ = planned.setdefault(located[0], ([], enabled))
                 runs.append([statement])
+                self.uncached.add(id(statement))  # the code it is handed to may train it
                 wrapped.add(id(statement))
                 handed.append(f"`{_code(self.module, node.func)}(...)` (line {self.line(node)})")
         if handed:
@@ -619,18 +620,25 @@ class Regions:
                     return True
         return False
 
-    def _wrap(
-        self, block: cst.CSTNode, runs: list[list[cst.BaseStatement]], enabled, cached: bool = True
-    ) -> None:
-        """One ``with autocast`` per run; the block regroups its updated statements. Not
-        ``cached``: a region the optimizer steps in, whose float16 copies of the weights must
-        not outlive a step (autocast keeps them until the region exits)."""
+    def _wrap(self, block: cst.CSTNode, runs: list[list[cst.BaseStatement]], enabled) -> None:
+        """One ``with autocast`` per run; the block regroups its updated statements. A run in
+        ``uncached`` (by its first statement) hands the model to code that may step an
+        optimizer on it: autocast keeps its float16 copies of the weights until the outermost
+        region exits, so there it keeps none (``cache_enabled=False``; regions inside inherit
+        it), where a cached copy would not see the steps."""
         if not runs:
             return
-        flag = "" if cached else ", cache_enabled=False"
-        flag += f", enabled={enabled}" if enabled else ""
-        header = f'with torch.amp.autocast("cuda", dtype=torch.float16{flag}):\n    pass\n'
-        template = cst.ensure_type(cst.parse_statement(header), cst.With)
+        flag = f", enabled={enabled}" if enabled else ""
+        templates = {
+            cached: cst.ensure_type(
+                cst.parse_statement(
+                    'with torch.amp.autocast("cuda", dtype=torch.float16'
+                    f"{'' if cached else ', cache_enabled=False'}{flag}):\n    pass\n"
+                ),
+                cst.With,
+            )
+            for cached in (True, False)
+        }
         updated: dict[int, cst.CSTNode] = {}
 
         def keep(u: cst.CSTNode, statement: cst.CSTNode) -> cst.CSTNode:
@@ -649,6 +657,7 @@ class Regions:
                 run = starts.get(id(statement))
                 if run is not None:
                     inner = [updated[id(s)] for s in run]
+                    template = templates[id(run[0]) not in self.uncached]
                     body.append(
                         template.with_changes(
                             body=template.body.with_changes(

@@ -484,6 +484,35 @@ class Step:
             if isinstance(node, cst.Call) and _is_call_of(node, "zero_grad"):
                 yield node
 
+    def _accumulation_note(self) -> None:
+        """A step that may run less often than its scaled backward (under an ``if`` the
+        backward is not under, or outside a loop the backward is in): gradient accumulation.
+        apex updated its loss scale at every ``scale_loss`` exit, GradScaler does at each
+        ``update()``, once per step: stated, as the scale's course differs."""
+        for key, withs in self.scaled.items():
+            for step in self.steps.get(key, []):
+                for scaled in withs:
+                    above_step = [id(a) for a in self.ancestors(step)]
+                    above = list(self.ancestors(scaled))
+                    at = next((i for i, a in enumerate(above) if id(a) in above_step), None)
+                    if at is None:
+                        continue
+                    ids = above_step[: above_step.index(id(above[at]))]
+                    between = [a for a in self.ancestors(step) if id(a) in set(ids)]
+                    inner = above[:at]
+                    if any(isinstance(a, cst.If) for a in between) or any(
+                        isinstance(a, cst.For | cst.While) for a in inner
+                    ):
+                        self.plan.notes.append(
+                            "behaviour change with gradient accumulation: the GradScaler "
+                            "updates its loss scale once per optimizer step, where apex did at "
+                            "every `scale_loss` exit (every micro-batch): the scale grows after "
+                            "2000 steps rather than 2000 micro-batches and halves once per "
+                            "overflowing step rather than per overflowing micro-batch, so the "
+                            "steps skipped after an overflow can differ"
+                        )
+                        return
+
     def _tested(self, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
         """``node`` runs under a test of ``loop``'s iteration (an accumulation window's)."""
         for ancestor in self.ancestors(node):

@@ -54,9 +54,42 @@ def no_rewrite(member: str) -> str:
     return f"`amp.{member}` has no O1 rewrite ({hint})"
 
 
-def without_initialize(where: str, member: str, method: bool = False) -> str:
+def initialized_through_parameter(tree: ast.Module) -> str | None:
+    """``f(model, amp)`` whose body calls ``amp.initialize(...)`` on its parameter: the file
+    does initialize apex, through what it is passed (said instead of "not in this file")."""
+    for node in ast.walk(tree):
+        if not isinstance(node, _FUNCTIONS):
+            continue
+        params = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+        for call in ast.walk(node):
+            func = call.func if isinstance(call, ast.Call) else None
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr == "initialize"
+                and isinstance(func.value, ast.Name)
+                and func.value.id in params
+            ):
+                return (
+                    f"`{node.name}` calls `{func.value.id}.initialize` (line {call.lineno}) on "
+                    f"its parameter `{func.value.id}`"
+                )
+    return None
+
+
+def without_initialize(
+    where: str, member: str, method: bool = False, through: str | None = None
+) -> str:
     """A use of apex in a file without ``initialize``: the GradScaler must be passed in (to a
-    method, through its object: ``self.scaler``, set where the object gets its optimizer)."""
+    method, through its object: ``self.scaler``, set where the object gets its optimizer).
+    ``through``: the file initializes only through a parameter (``initialized_through_
+    parameter``), which the rewrite does not follow."""
+    if through is not None:
+        return (
+            f"{where} uses `amp.{member}`, and `amp.initialize` is called in this file only "
+            f"through a parameter ({through}), which the rewrite does not follow: make the "
+            "GradScaler where that function initializes, pass it to where the loss is scaled "
+            "and migrate the two by hand"
+        )
     if method:
         give = (
             f"keep the GradScaler on {where}'s object (`self.scaler`, set where the object "
@@ -229,6 +262,7 @@ class _Judge:
         dropped = self._imports(imports)
         funcs = {id(c.func) for group in calls.values() for c in group}
         self._values(roots, funcs, dropped)
+        through = initialized_through_parameter(self.names.tree)
         for member, group in calls.items():
             for call in group:
                 function = next(
@@ -240,7 +274,7 @@ class _Judge:
                     and isinstance(self.names.parent(function), ast.ClassDef)
                     and [a.arg for a in function.args.args[:1]] == ["self"]
                 )
-                self.problem(call, without_initialize(where, member, method))
+                self.problem(call, without_initialize(where, member, method, through))
         return refusal(self.problems), anchor
 
     # -- what the planner looks at ---------------------------------------------------------
