@@ -512,16 +512,33 @@ def unguarded_apex(original: str, output: str) -> list[str]:
 
 
 def missed_callers(
-    name: str, func: Function, new: list[str], source: str, own: bool = True
+    name: str,
+    func: Function,
+    new: list[str],
+    source: str,
+    own: bool = True,
+    where: Path | None = None,
+    changed: Path | None = None,
 ) -> list[int]:
     """Lines of calls in `source` to `name` (or a variable bound to it) that do not pass every
     parameter in `new`, by keyword or by position. `own`: `source` is the changed file; another
-    file that defines a module-level function of that name calls its own by the plain name."""
+    file that defines a module-level function of that name calls its own by the plain name, and
+    one (at `where`) that imports the name from a module file next to it other than `changed`
+    (`from .checkpoint import save_checkpoint` in a sibling project's copy) calls that one."""
     tree = ast.parse(source)
     shadowed = not own and any(
         isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name
         for node in tree.body
     )
+    if not own and where is not None and changed is not None:
+        shadowed = shadowed or any(
+            isinstance(node, ast.ImportFrom)
+            and node.level > 0
+            and any(a.name == name and a.asname in (None, name) for a in node.names)
+            and (found := _relative_module(where, node)) is not None
+            and found.resolve() != changed.resolve()
+            for node in tree.body
+        )
     aliases = {name}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and name in _levels_names(node.value):
@@ -559,6 +576,18 @@ def missed_callers(
     return lines
 
 
+def _relative_module(path: Path, node: ast.ImportFrom) -> Path | None:
+    """The file `from .<module> import ...` in `path` loads, where it exists."""
+    folder = path.parent
+    for _ in range(node.level - 1):
+        folder = folder.parent
+    base = folder.joinpath(*(node.module or "").split(".")) if node.module else folder
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if node.module and candidate.is_file():
+            return candidate
+    return None
+
+
 def _levels_names(value: ast.expr) -> set[str]:
     """The plain names an assigned value can be (`f`, `f if fast else g`)."""
     if isinstance(value, ast.Name):
@@ -591,7 +620,9 @@ def signature_breaks(
                 if name not in text:
                     continue
                 try:
-                    lines = missed_callers(name, func, new, text, path == scratch / rel)
+                    lines = missed_callers(
+                        name, func, new, text, path == scratch / rel, path, scratch / rel
+                    )
                 except SyntaxError:
                     continue
                 where = path.relative_to(scratch).as_posix()

@@ -307,6 +307,25 @@ def test_a_parameter_added_by_the_rewrite_must_reach_every_caller():
     assert bench.missed_callers("do_train", func, new, own) == [4, 5]
 
 
+def test_a_sibling_projects_copy_that_imports_its_own_module_is_no_caller(tmp_path):
+    """Two sub-projects with their own `mmcv_custom/runner` (UniFormer's detection and
+    segmentation): the one not rewritten calls `from .checkpoint import save_checkpoint`, its
+    own module, not the changed one; a copy importing the changed module still counts."""
+    func, new = bench.added_parameters(
+        "def save_checkpoint(model, filename):\n    pass\n",
+        "def save_checkpoint(model, filename, *, scaler):\n    pass\n",
+    )["save_checkpoint"]
+    for project in ("detection", "segmentation"):
+        (tmp_path / project / "runner").mkdir(parents=True)
+        (tmp_path / project / "runner" / "checkpoint.py").write_text("")
+    changed = tmp_path / "detection" / "runner" / "checkpoint.py"
+    runner = "from .checkpoint import save_checkpoint\n\nsave_checkpoint(m, 'x.pth')\n"
+    other = tmp_path / "segmentation" / "runner" / "runner.py"
+    assert bench.missed_callers("save_checkpoint", func, new, runner, False, other, changed) == []
+    mine = tmp_path / "detection" / "runner" / "runner.py"
+    assert bench.missed_callers("save_checkpoint", func, new, runner, False, mine, changed) == [3]
+
+
 def test_the_census_names_every_apex_module_and_object_a_file_uses():
     path = ROOT / "scripts" / "apex_census.py"
     spec = importlib.util.spec_from_file_location("apex_census", path)
