@@ -242,6 +242,10 @@ def test_a_step_skipped_by_a_test_while_the_gradients_are_cleared_is_refused():
         "line 15: `opt.step()` runs only when `math.isfinite(norm)`, while the gradients are "
         "cleared either way (line 16)" in finding.message
     ), finding.message
+    # the eighth review (AliceMind's grounding_mplug: a window test, gradients cleared every
+    # micro-batch): the scale does drop there, so the reason must not say it never does
+    assert "overflows cleared without a step never lower its scale" in finding.message
+    assert "where an overflow makes the test false, as a non-finite norm does" in finding.message
     kept = GUARDED_STEP.replace("            opt.step()\n        opt.zero_grad()",
                                 "            opt.step()\n            opt.zero_grad()")  # fmt: skip
     [finding] = [d for d in check_source(kept) if d.code == "AMP303"]

@@ -545,6 +545,52 @@ def test_a_checkpoint_function_used_outside_the_runner_keeps_the_component(
     assert "`save_checkpoint` is also used at publish.py:5" in message, message
 
 
+def _registry_wired(root: Path) -> None:
+    """The runner_state project as mmcv wires it: the script imports neither the hook nor the
+    runner (the config names them); an entry point imports the script's module and the hook's,
+    whose package `__init__` imports the runner and the checkpoint module."""
+    hook = (root / "detect" / "hooks" / "optimizer.py").read_text()
+    (root / "custom" / "runner" / "optimizer.py").write_text(hook)
+    shutil.rmtree(root / "detect" / "hooks")
+    train = root / "detect" / "apis" / "train.py"
+    text = train.read_text()
+    text = text.replace("from custom.runner import EpochBasedRunnerAmp\n", "")
+    text = text.replace("from detect.hooks import DistOptimizerHook\n", "")
+    text = text.replace("    runner = EpochBasedRunnerAmp(", '    runner = cfg["runner"](')
+    text = text.replace("DistOptimizerHook(**options)", 'cfg["hook"](**options)')
+    train.write_text(text)
+    (root / "entry.py").write_text(
+        "from detect.apis.train import train_detector\n"
+        "import custom.runner.optimizer\n\n\n"
+        "def main(cfg, work_dir):\n    train_detector(cfg, work_dir)\n"
+    )
+
+
+def test_a_component_wired_by_a_registry_is_found_through_its_entry_point(tmp_path):
+    """The A-M half of the eighth review (Cream's EfficientViT, BEiT's segmentation): 12
+    files refused with "no `amp.scale_loss` ... in the modules it imports". Through the entry
+    point that imports both sides (and the package `__init__` that imports the runner), the
+    four files are one component; without the entry point in the run, nothing changes."""
+    root = tmp_path / "project"
+    shutil.copytree(STATE / "before", root)
+    _registry_wired(root)
+    alone = [p for p in _files(root) if p.name != "entry.py"]
+    assert not any(r.changed for r in run(alone, _settings(fix=True)))
+    results = run(_files(root), _settings(fix=True))
+    changed = sorted(str(Path(r.path).relative_to(root)) for r in results if r.changed)
+    assert changed == [
+        "custom/runner/checkpoint.py",
+        "custom/runner/epoch_based_runner.py",
+        "custom/runner/optimizer.py",
+        "detect/apis/train.py",
+    ]
+    for result in results:
+        if result.changed:
+            ast.parse(result.new_source)
+            assert b"import apex" not in result.new_source
+            assert b"apex.amp" not in result.new_source
+
+
 @pytest.mark.torch
 def test_migrated_runner_component_trains_and_resumes_like_the_original(tmp_path, stub):
     """Two runs in one script, the second resumed from the first's epoch-1 checkpoint: the

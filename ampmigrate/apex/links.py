@@ -524,6 +524,8 @@ def _hook_links(
         if caller.path in taken or set(caller.members) != {"initialize"}:
             continue
         siblings = {s.path for s in apex_siblings(caller.path, graph)}
+        if not siblings & hooks.keys():  # wired by a registry, through the entry point
+            siblings = _through_entry(caller.path, hooks, everything, graph) or siblings
         hooked = siblings & hooks.keys()
         state = frozenset(siblings - hooked)
         if len(hooked) == 1 and state <= runners.keys() | helpers.keys():
@@ -538,6 +540,47 @@ def _hook_links(
                 continue
         out.update((f, item) for f in item.files)
     return out
+
+
+def _through_entry(
+    path: str,
+    hooks: dict[str, str],
+    everything: Callable[[], Iterable[tuple[str, bytes]]],
+    graph: _Graph,
+) -> set[str] | None:
+    """mmcv's registries: the script that initializes imports no hook; the entry point of the
+    run that imports it (``from mmdet_custom.apis.train import train_detector``) also imports
+    the modules that register the hook and the runner (``import mmcv_custom.runner.optimizer``),
+    which the config then names. The apex modules that entry point reaches, where every entry
+    point that imports ``path`` and reaches a hook reaches the same ones; None: no such entry."""
+    stem = os.path.splitext(os.path.basename(path))[0].encode()
+    stems = {os.path.splitext(os.path.basename(h))[0].encode() for h in hooks}
+    found: set[str] | None = None
+    for other, data in everything():
+        other = os.path.abspath(other)
+        if other == path or stem not in data or not any(s in data for s in stems):
+            continue
+        if path not in _reached(other, graph):
+            continue
+        siblings = {s.path for s in apex_siblings(other, graph)}
+        if not siblings & hooks.keys():
+            continue
+        if found is not None and siblings != found:
+            return None
+        found = siblings
+    return found
+
+
+def _reached(path: str, graph: _Graph) -> set[str]:
+    """The modules on disk ``path`` imports, directly or through others."""
+    seen = {path}
+    queue = [path]
+    while queue and len(seen) < _SIBLING_LIMIT:
+        for target, _ in graph.imports(queue.pop(0)):
+            if target not in seen:
+                seen.add(target)
+                queue.append(target)
+    return seen
 
 
 def _runner_state(
@@ -1041,6 +1084,15 @@ def _imported(path: str, node: ast.AST, exists: dict[str, bool] | None = None) -
     for dots, module in modules:
         if not module:
             continue
+        parts = module.split(".")
+        for i in range(1, len(parts)):  # importing a.b.c runs a/__init__.py and a/b/__init__.py
+            init = next(
+                (p for p in _module_paths(path, dots, ".".join(parts[:i]))
+                 if p.endswith("__init__.py") and _isfile(p, exists)),
+                None,
+            )  # fmt: skip
+            if init is not None:
+                yield os.path.abspath(init)
         target = next((p for p in _module_paths(path, dots, module) if _isfile(p, exists)), None)
         if target is not None:
             yield os.path.abspath(target)

@@ -405,10 +405,12 @@ class Step:
                     step,
                     f"`{_code(self.module, step.body[0].value)}` runs only when `{test}`, while "
                     f"the gradients are cleared either way (line {self.line(cleared)}): apex "
-                    "lowered its loss scale at every `scale_loss` exit, stepped or not, but "
-                    f"`scaler.update()` under `{test}` never runs after an overflow, so the "
-                    "scale would never drop and every later step would be skipped; place "
-                    "`scaler.update()` after the test, with an inf check "
+                    "lowered its loss scale at every `scale_loss` exit whose gradients "
+                    "overflowed, stepped or not, but a GradScaler sees an overflow only at "
+                    f"`scaler.step` under `{test}`, so the overflows cleared without a step "
+                    "never lower its scale (and where an overflow makes the test false, as a "
+                    "non-finite norm does, the scale never drops and every later step is "
+                    "skipped); place `scaler.update()` after the test, with an inf check "
                     "(`scaler.unscale_(optimizer)`) on the path that skips the step, by hand",
                 )
 
