@@ -450,13 +450,18 @@ def test_a_runner_hook_and_the_script_that_initializes_are_rewritten_together(tm
     _rewritten_exactly(tmp_path, HOOKED, HOOK_FILES)
 
 
-def test_a_runner_hook_alone_or_its_script_alone_refuses(tmp_path):
-    root = tmp_path / "project"
-    shutil.copytree(HOOKED / "before", root)
-    for alone in HOOK_FILES:
+def _each_alone_refuses(fixture: Path, files: list[str], root: Path) -> None:
+    """`fix` on one file of a component changes nothing and offers no fix."""
+    shutil.copytree(fixture / "before", root)
+    for alone in files:
         [result] = run([root / alone], _settings(fix=True))
         assert not result.changed
         assert _amp303([result])[Path(alone).name].fix is None
+
+
+def test_a_runner_hook_alone_or_its_script_alone_refuses(tmp_path):
+    root = tmp_path / "project"
+    _each_alone_refuses(HOOKED, HOOK_FILES, root)
     # the script in a run whose hook is suppressed: neither changes, and the script says why
     hook = root / HOOK_FILES[1]
     hook.write_text(hook.read_text().replace("as scaled_loss:", "as scaled_loss:  # noqa: AMP303"))
@@ -512,12 +517,7 @@ def test_a_runner_that_checkpoints_amp_state_joins_its_hook_and_script(tmp_path)
 
 
 def test_a_file_of_the_runner_component_alone_refuses(tmp_path):
-    root = tmp_path / "project"
-    shutil.copytree(STATE / "before", root)
-    for alone in STATE_FILES:
-        [result] = run([root / alone], _settings(fix=True))
-        assert not result.changed
-        assert _amp303([result])[Path(alone).name].fix is None
+    _each_alone_refuses(STATE, STATE_FILES, tmp_path / "project")
 
 
 @pytest.mark.parametrize(
