@@ -842,3 +842,19 @@ def test_a_checkpoint_helper_on_disk_without_amp_needs_no_hedge(helper_uses_amp,
     [done] = [d for r in results for d in r.fixed if d.code == "AMP303"]
     hedge = "`utils.save_network` (called at line 14) is in another module: if it saves or loads"
     assert (hedge in done.message) is helper_uses_amp
+
+
+def test_registry_wired_components_of_several_projects_in_one_run_each_link(tmp_path):
+    """A run over a folder of projects (`owner+name/...`, how the benchmarks lay them out):
+    each project's entry point links its own script and hook; the entry points are looked
+    for inside the project only (a folder of projects is not one)."""
+    for name in ("one+project", "two+project"):
+        root = tmp_path / name
+        shutil.copytree(STATE / "before", root)
+        _registry_wired(root)
+    results = run(_files(tmp_path), _settings(fix=True))
+    changed = sorted(str(Path(r.path).relative_to(tmp_path)) for r in results if r.changed)
+    assert len(changed) == 8 and {c.split("/")[0] for c in changed} == {
+        "one+project",
+        "two+project",
+    }

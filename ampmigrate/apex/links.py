@@ -553,12 +553,23 @@ def _through_entry(
     the modules that register the hook and the runner (``import mmcv_custom.runner.optimizer``),
     which the config then names. The apex modules that entry point reaches, where every entry
     point that imports ``path`` and reaches a hook reaches the same ones; None: no such entry."""
+    # the project: the folder holding the top packages of the script and its nearest hook,
+    # each importable from there (a folder of several projects, `owner+name/...`, is none)
+    nearest = max(hooks, key=lambda h: len(os.path.commonpath([path, h])))
+    root = os.path.commonpath([path, nearest])
+    while os.path.isfile(os.path.join(root, "__init__.py")):
+        root = os.path.dirname(root)
+    tops = [os.path.relpath(p, root).split(os.sep)[0].removesuffix(".py") for p in (path, nearest)]
+    if not all(t.isidentifier() for t in tops):
+        return None
     stem = os.path.splitext(os.path.basename(path))[0].encode()
     stems = {os.path.splitext(os.path.basename(h))[0].encode() for h in hooks}
     found: set[str] | None = None
     for other, data in everything():
         other = os.path.abspath(other)
-        if other == path or stem not in data or not any(s in data for s in stems):
+        if not other.startswith(root + os.sep) or other == path:
+            continue
+        if stem not in data or not any(s in data for s in stems):
             continue
         if path not in _reached(other, graph):
             continue
