@@ -108,10 +108,9 @@ class RunnerHooks:
             )
             return None
         self.mode, self.cls, self.name = "class", cls, "scaler"
+        spellings = set(self.link.helper_spellings)
         for node in self._subtree(cls):
-            if isinstance(node, cst.Call) and _code(self.module, node.func) in set(
-                self.link.helper_spellings
-            ):
+            if isinstance(node, cst.Call) and _code(self.module, node.func) in spellings:
                 self.plan.edits[node] = functools.partial(
                     self._pass_scaler, keyword="scaler", value=self.access(node)
                 )

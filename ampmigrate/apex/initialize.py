@@ -561,31 +561,41 @@ class Initialize:
         nothing else binds the name (no ``global``/``nonlocal``, no parameter, no loop)."""
         if not isinstance(value, cst.Name) or value.value in ("True", "False", "None"):
             return value
-        function = self.function(init)
-        scope = function if isinstance(function, cst.FunctionDef) else self.module
         name = value.value
         if any(
             isinstance(n, cst.Global | cst.Nonlocal) and name in {m.name.value for m in n.names}
             for n in self.nodes
         ):
             return value
-        stores = [
-            n for n in self._subtree(scope)
-            if isinstance(n, cst.Name) and n.value == name and not self._read(n)
+        _, assign = self._single_store(name, init)
+        if (
+            assign is not None
+            and _literal(assign.value)
+            and self.function(assign) is self.function(init)
+        ):
+            return assign.value
+        return value
+
+    def _single_store(self, name: str, init: cst.Call) -> tuple[list[cst.Name], cst.Assign | None]:
+        """The references to ``name`` in the scope of ``initialize`` (keyword and attribute
+        names aside), and its assignment ``name = <value>`` where that is the only store of the
+        name there and comes before the call (None otherwise)."""
+        refs = [
+            n for n in self._subtree(self.function(init))
+            if isinstance(n, cst.Name) and n.value == name
             and not (isinstance(self.parent(n), cst.Arg) and self.parent(n).keyword is n)
             and not (isinstance(self.parent(n), cst.Attribute) and self.parent(n).attr is n)
         ]  # fmt: skip
+        stores = [n for n in refs if not self._read(n)]
         assign = self.parent(self.parent(stores[0])) if len(stores) == 1 else None
         if (
             isinstance(assign, cst.Assign)
             and len(assign.targets) == 1
             and assign.targets[0].target is stores[0]
-            and _literal(assign.value)
             and self.order[id(assign)] < self.order[id(init)]
-            and self.function(assign) is function
         ):
-            return assign.value
-        return value
+            return refs, assign
+        return refs, None
 
     def _level_switch(self, level: cst.CSTNode, init: cst.Call) -> cst.BaseExpression | None:
         """``level = "O1" if x else "O0"``, assigned once before ``initialize``: O0 is apex
@@ -594,24 +604,8 @@ class Initialize:
         another level blocks; anything else is None (taken as O1, with a note)."""
         if not isinstance(level, cst.Name):
             return None
-        function = self.function(init)
-        refs = [
-            n
-            for n in self._subtree(function)
-            if isinstance(n, cst.Name)
-            and n.value == level.value
-            and not (isinstance(self.parent(n), cst.Arg) and self.parent(n).keyword is n)
-            and not (isinstance(self.parent(n), cst.Attribute) and self.parent(n).attr is n)
-        ]
-        stores = [n for n in refs if not self._read(n)]
-        assign = self.parent(self.parent(stores[0])) if len(stores) == 1 else None
-        if not (
-            isinstance(assign, cst.Assign)
-            and len(assign.targets) == 1
-            and assign.targets[0].target is stores[0]
-            and isinstance(assign.value, cst.IfExp)
-            and self.order[id(assign)] < self.order[id(init)]
-        ):
+        refs, assign = self._single_store(level.value, init)
+        if assign is None or not isinstance(assign.value, cst.IfExp):
             return None
         branches = [assign.value.body, assign.value.orelse]
         levels = [b.evaluated_value if isinstance(b, cst.SimpleString) else None for b in branches]
@@ -628,7 +622,7 @@ class Initialize:
             return None
         if set(levels) != {"O0", "O1"}:
             return None  # one level either way: the plain reading (a note) says it
-        reads = [n for n in refs if n is not stores[0]]
+        reads = [n for n in refs if n is not assign.targets[0].target]
         if len(reads) != 1 or not self.within(reads[0], init):
             return cst.parse_expression(f'{level.value} == "O1"')  # the name stays, read later
         self._remove_statement(self.statement(assign))

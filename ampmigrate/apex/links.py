@@ -571,27 +571,16 @@ def _through_entry(
             continue
         if stem not in data or not any(s in data for s in stems):
             continue
-        if path not in _reached(other, graph):
+        reached = [target for target, _, _ in _walk(other, graph)]
+        if path not in reached:
             continue
-        siblings = {s.path for s in apex_siblings(other, graph)}
+        siblings = {t for t in reached if graph.member(t) is not None}
         if not siblings & hooks.keys():
             continue
         if found is not None and siblings != found:
             return None
         found = siblings
     return found
-
-
-def _reached(path: str, graph: _Graph) -> set[str]:
-    """The modules on disk ``path`` imports, directly or through others."""
-    seen = {path}
-    queue = [path]
-    while queue and len(seen) < _SIBLING_LIMIT:
-        for target, _ in graph.imports(queue.pop(0)):
-            if target not in seen:
-                seen.add(target)
-                queue.append(target)
-    return seen
 
 
 def _runner_state(
@@ -617,33 +606,42 @@ def _runner_state(
         return None
     item = replace(item, state=(runner, *owners), runner=runners[runner], helpers=names)
     spellings: set[str] = set()
+    functions = [(by_path[owner], name) for owner in owners for name in helpers[owner]]
+    for path, file, uses in _run_uses(everything, by_path, functions):
+        for use, name in uses.items():
+            call = file.names.parent(use)
+            if (
+                path == runner
+                and isinstance(call, ast.Call)
+                and call.func is use
+                and _function(file, use) in cls.body
+            ):
+                spellings.add(ast.unparse(use))
+                continue
+            return replace(
+                item,
+                broken=f"`{name}` is also used at {item.shown(path)}:{use.lineno}, which is "
+                f"not a method of the runner `{item.runner}` that passes it the GradScaler",
+            )
+    return replace(item, helper_spellings=tuple(sorted(spellings)))
+
+
+def _run_uses(
+    everything: Callable[[], Iterable[tuple[str, bytes]]],
+    by_path: dict[str, _File],
+    functions: list[tuple[_File, str]],
+) -> Iterator[tuple[str, _File, dict[ast.Name | ast.Attribute, str]]]:
+    """Each file of the run whose text names one of ``functions`` (a file and one of its
+    functions), parsed, with its uses of them (each use: the function's name)."""
+    words = [name.encode() for _, name in functions]
     for path, data in everything():
         path = os.path.abspath(path)
-        if not any(n.encode() in data for n in names):
+        if not any(word in data for word in words):
             continue
         file = by_path.get(path) or _parsed(path, data)
-        if file is None:
-            continue
-        for owner in owners:
-            for name in helpers[owner]:
-                for use in _uses(file, by_path[owner], name):
-                    call = file.names.parent(use)
-                    method = _function(file, use)
-                    if (
-                        path == runner
-                        and isinstance(call, ast.Call)
-                        and call.func is use
-                        and method in cls.body
-                    ):
-                        spellings.add(ast.unparse(use))
-                        continue
-                    return replace(
-                        item,
-                        broken=f"`{name}` is also used at {item.shown(path)}:{use.lineno}, "
-                        f"which is not a method of the runner `{item.runner}` that passes it "
-                        "the GradScaler",
-                    )
-    return replace(item, helper_spellings=tuple(sorted(spellings)))
+        if file is not None:
+            uses = {u: name for callee, name in functions for u in _uses(file, callee, name)}
+            yield path, file, uses
 
 
 def kept_handle(file: _File) -> tuple[str, str] | None:
@@ -951,15 +949,8 @@ def _checked(
 ) -> Link:
     """``item``, or ``item`` broken where its functions are used beyond the calls it updates."""
     callee = by_path[item.callee]
-    words = [f.encode() for f in item.functions]
-    for path, data in everything():
-        path = os.path.abspath(path)
-        if not any(word in data for word in words):
-            continue
-        file = by_path.get(path) or _parsed(path, data)
-        if file is None:
-            continue
-        uses = {u: f for f in item.functions for u in _uses(file, callee, f)}
+    functions = [(callee, f) for f in item.functions]
+    for path, file, uses in _run_uses(everything, by_path, functions):
         if path in item.callers:
             calls = [u for u in uses if isinstance(p := file.names.parent(u), ast.Call)
                      and p.func is u]  # fmt: skip
@@ -1029,22 +1020,26 @@ def apex_siblings(path: str, graph: _Graph | None = None) -> list[Sibling]:
     training loop scaling the loss): they share this file's amp state, so they are migrated
     with it or it is not migrated. Read from disk, so ``fix`` on one file sees them too."""
     graph = graph if graph is not None else _Graph()
-    start = os.path.abspath(path)
+    found: list[Sibling] = []
+    for target, line, importer in _walk(os.path.abspath(path), graph):
+        sibling = graph.member(target)
+        if sibling is not None:
+            found.append(Sibling(target, *sibling, importer, line))
+    return found
+
+
+def _walk(start: str, graph: _Graph) -> Iterator[tuple[str, int, str]]:
+    """The modules on disk ``start`` imports, directly or through others, breadth first:
+    (module, line of the import, the module importing it), each once."""
     seen = {start}
     queue = [start]
-    found: list[Sibling] = []
     while queue and len(seen) < _SIBLING_LIMIT:
         current = queue.pop(0)
         for target, line in graph.imports(current):
-            if target in seen:
-                continue
-            seen.add(target)
-            queue.append(target)
-            sibling = graph.member(target)
-            if sibling is not None:
-                member, at = sibling
-                found.append(Sibling(target, member, at, current, line))
-    return found
+            if target not in seen:
+                seen.add(target)
+                queue.append(target)
+                yield target, line, current
 
 
 def _read(path: str) -> bytes:

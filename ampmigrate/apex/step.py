@@ -493,14 +493,15 @@ class Step:
         ``update()``, once per step: stated, as the scale's course differs."""
         for key, withs in self.scaled.items():
             for step in self.steps.get(key, []):
+                above_step = list(self.ancestors(step))
+                ids = [id(a) for a in above_step]
                 for scaled in withs:
-                    above_step = [id(a) for a in self.ancestors(step)]
                     above = list(self.ancestors(scaled))
-                    at = next((i for i, a in enumerate(above) if id(a) in above_step), None)
+                    at = next((i for i, a in enumerate(above) if id(a) in ids), None)
                     if at is None:
                         continue
-                    ids = above_step[: above_step.index(id(above[at]))]
-                    between = [a for a in self.ancestors(step) if id(a) in set(ids)]
+                    # below the innermost node around both: the step's side, the backward's
+                    between = above_step[: ids.index(id(above[at]))]
                     inner = above[:at]
                     if any(isinstance(a, cst.If) for a in between) or any(
                         isinstance(a, cst.For | cst.While) for a in inner
