@@ -71,6 +71,7 @@ REWRITTEN = [
     "loss_from_caller",
     "scale_loss_two_optimizers",
     "evaluation_then_train",
+    "grad_norm_read",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -1404,6 +1405,7 @@ CASES = {
     "loss_from_caller": [[], ["--fp16"]],
     "scale_loss_two_optimizers": [[], ["--fp16"]],
     "evaluation_then_train": [[], ["--resume"]],
+    "grad_norm_read": [[]],
 }
 
 
@@ -2684,6 +2686,79 @@ def test_the_scale_aware_clip_is_apex_clip_up_to_rounding():
             assert torch.allclose(native, apex, rtol=1e-6)
             for a, n in zip(unscaled, scaled, strict=True):
                 assert torch.allclose(n.grad / scale, a.grad, rtol=1e-5, atol=1e-7)
+
+
+NORM_READ = (APEX / "grad_norm_read.py").read_text()
+
+
+@pytest.mark.torch
+def test_a_norm_read_every_micro_batch_is_apex_norm_of_the_unscaled_gradients(stub, tmp_path):
+    """grad_norm_read in float16 on CPU (GradScaler really scaling, at 1024) logs the norms
+    the original logs against apex O0 to float16's precision: the scaled read was divided by
+    the scale, and each micro-batch's norm is of the gradients accumulated so far."""
+    pytest.importorskip("torch")
+    cpu = tmp_path / "cpu.py"
+    fixed = (APEX / "grad_norm_read.fixed.py").read_text().replace('"cuda"', '"cpu"')
+    scaler = 'torch.amp.GradScaler("cpu")'
+    assert scaler in fixed  # a scale float16 holds the first backward at (65536 overflows)
+    cpu.write_text(fixed.replace(scaler, 'torch.amp.GradScaler("cpu", init_scale=1024.0)'))
+    results = _runs(
+        [(APEX / "grad_norm_read.py", [], stub, False), (cpu, [], None, False)], tmp_path
+    )
+    norms = []
+    for code, out, error in results:
+        assert code == 0, error
+        norms.append([float(line.split()[-1]) for line in out.splitlines() if "grad norm" in line])
+    assert len(norms[0]) == 6 and len(norms[1]) == 6
+    for apex, native in zip(*norms, strict=True):
+        assert native == pytest.approx(apex, rel=1e-2)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # a squared norm scales with the square of the scale
+        ("    return total_norm\n", "    return total_norm ** 2\n"),
+        # a cap on the value is no norm: it does not scale
+        ("    return total_norm\n", "    return min(total_norm, 5.0)\n"),
+        # an infinite norm type breaks the sum of powers
+        ("get_grad_norm(amp.master_params(optimizer))",
+         'get_grad_norm(amp.master_params(optimizer), float("inf"))'),
+        # a filter on the gradients' values depends on their scale
+        ("lambda p: p.grad is not None", "lambda p: p.grad.abs().sum() > 1"),
+        # norm(0) counts the nonzero entries
+        ("p.grad.data.norm(norm_type)", "p.grad.data.norm(0)"),
+        # a global the helper reads may be anything
+        ("    total_norm = 0\n", "    total_norm = OFFSET\n"),
+    ],
+)  # fmt: skip
+def test_a_read_through_a_helper_that_is_not_a_norm_is_refused(old, new):
+    assert old in NORM_READ
+    message = _message(NORM_READ.replace(old, new))
+    assert "the gradient read of `amp.master_params` runs on every micro-batch" in message
+
+
+def test_a_norm_helper_in_a_module_on_disk_is_read(tmp_path):
+    """Swin's layout: `get_grad_norm` lives in the project's utils.py; the helper is analysed
+    there, and a copy that is not a norm keeps the file refused."""
+    start = NORM_READ.index("def get_grad_norm")
+    end = NORM_READ.index("def train_one_epoch")
+    helper, script = NORM_READ[start:end], NORM_READ[:start] + NORM_READ[end:]
+    script = script.replace(
+        "from apex import amp\n", "from apex import amp\nfrom utils import get_grad_norm\n"
+    )
+    (tmp_path / "utils.py").write_text("import torch\n\n\n" + helper)
+    out, _, fixed = fix_source(script, unsafe=True, path=tmp_path / "train.py")
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert "get_grad_norm((p for group in optimizer.param_groups" in out
+    assert '"]))) / scaler.get_scale()' in out or '"])) / scaler.get_scale()' in out
+    (tmp_path / "utils.py").write_text(
+        "import torch\n\n\n" + helper.replace("return total_norm", "return total_norm ** 2")
+    )
+    _, remaining, fixed = fix_source(script, unsafe=True, path=tmp_path / "train.py")
+    assert not fixed
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert "the gradient read of `amp.master_params` runs on every micro-batch" in finding.message
 
 
 GATED = APEX / "version_gated.py"

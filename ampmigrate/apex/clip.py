@@ -5,9 +5,13 @@
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _code, _is_call_of, _statements
+from ampmigrate.apex.links import module_function
+from ampmigrate.apex.norms import gradient_norm
 
 
 class Clip:
@@ -52,11 +56,12 @@ class Clip:
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         kinds = cst.Assign if used is not None else cst.Expr
         call = small.value if isinstance(small, kinds) and len(statement.body) == 1 else None
-        if self._delays_unscale():
+        if self._delays_unscale() or not isinstance(call, cst.Call):
             return False
+        if used is not None and self._norm_read(call):
+            return self._scaled_norm(statement, call, used)
         if not (
-            isinstance(call, cst.Call)
-            and _code(self.module, call.func).rpartition(".")[2] == "clip_grad_norm_"
+            _code(self.module, call.func).rpartition(".")[2] == "clip_grad_norm_"
             and 2 <= len(call.args) <= 3
             and not any(a.star for a in call.args)
             and [a.keyword.value if a.keyword else None for a in call.args][:2]
@@ -96,6 +101,48 @@ class Clip:
             f"(`{used.value}`), so it clips the scaled gradients at "
             f"`max_norm * {scale}` and divides the returned norm by the same scale (apex "
             "unscaled first; equal up to float rounding)"
+        )
+        return True
+
+    def _norm_read(self, call: cst.Call) -> bool:
+        """``get_grad_norm(amp.master_params(opt)[, 2])`` where ``get_grad_norm`` (defined in
+        this file or a module on disk) returns a norm of the gradients: it scales with them."""
+        if not call.args or call.args[0].keyword is not None or any(a.star for a in call.args):
+            return False
+        if not _is_call_of(call.args[0].value, "master_params"):
+            return False
+        if any(a.keyword is not None for a in call.args) or not all(
+            isinstance(a.value, cst.Integer | cst.Float)
+            and 0 < a.value.evaluated_value < float("inf")
+            for a in call.args[1:]
+        ):  # a norm type other than a positive literal (inf, 0) is no p-norm of this form
+            return False
+        qualified = self.qualified(call.func)
+        if len(qualified) != 1:
+            return False
+        [name] = qualified
+        local = [
+            d for d in self.module.body if isinstance(d, cst.FunctionDef) and d.name.value == name
+        ]
+        if "." not in name and len(local) == 1:
+            function = ast.parse(_code(self.module, local[0])).body[0]
+        else:
+            function = module_function(self.path, name) if self.path else None
+        return isinstance(function, ast.FunctionDef) and gradient_norm(function, len(call.args))
+
+    def _scaled_norm(self, statement: cst.CSTNode, call: cst.Call, used: cst.Name) -> bool:
+        """The norm of the scaled gradients over the scale: apex's norm of the unscaled ones
+        it had accumulated so far (the scale, a power of two, changes only at the step)."""
+        access = self.access(self.function(statement))
+        if access is None:
+            return False
+        scale = cst.parse_expression(f"{access}.get_scale()")
+        self.plan.edits[call] = lambda u: cst.BinaryOperation(u, cst.Divide(), scale)
+        self.plan.notes.append(
+            f"behaviour change: the gradient norm `{used.value}` at line "
+            f"{self.line(statement)} is read on every micro-batch, as under apex: it is read from "
+            f"the scaled gradients and divided by `{access}.get_scale()` (apex unscaled first; "
+            "equal up to float rounding)"
         )
         return True
 
