@@ -119,6 +119,10 @@ def state_dict():
 
 def load_state_dict(state):
     pass
+
+
+def register_half_function(module, name):
+    getattr(module, name)  # apex checks the attribute; O0 casts nothing
 '''
 
 

@@ -72,6 +72,7 @@ REWRITTEN = [
     "scale_loss_two_optimizers",
     "evaluation_then_train",
     "grad_norm_read",
+    "register_einsum",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -1406,6 +1407,7 @@ CASES = {
     "scale_loss_two_optimizers": [[], ["--fp16"]],
     "evaluation_then_train": [[], ["--resume"]],
     "grad_norm_read": [[]],
+    "register_einsum": [[], ["--fp16"]],
 }
 
 
@@ -2759,6 +2761,57 @@ def test_a_norm_helper_in_a_module_on_disk_is_read(tmp_path):
     assert not fixed
     [finding] = [d for d in remaining if d.code == "AMP303"]
     assert "the gradient read of `amp.master_params` runs on every micro-batch" in finding.message
+
+
+EINSUM = (APEX / "register_einsum.py").read_text()
+
+
+def test_the_einsum_registration_goes_and_the_finding_says_what_changes():
+    [finding] = [d for d in check_source(EINSUM) if d.code == "AMP303"]
+    assert finding.fix == "unsafe"
+    assert '`amp.register_half_function(torch, "einsum")` at line 30 goes' in finding.message
+    assert "an einsum that contracts no index between operands" in finding.message
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # apex read its registry at initialize: a later entry did nothing
+        ('            apex.amp.register_half_function(torch, "einsum")\n', "            pass\n"),
+        # softmax is on autocast's float32 list: apex's registration ran it in float16
+        ('(torch, "einsum")', '(torch, "softmax")'),
+        ("register_half_function", "register_float_function"),
+        # a project module's function: no autocast list speaks for it
+        ('(torch, "einsum")', '(Attention, "forward")'),
+    ],
+)
+def test_a_registration_autocast_does_not_reproduce_keeps_the_refusal(old, new):
+    assert old in EINSUM
+    source = EINSUM.replace(old, new)
+    if new.endswith("pass\n"):  # the registration after initialize instead
+        source = source.replace(
+            '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+            '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+            '        amp.register_half_function(torch, "einsum")\n',
+        )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "has no O1 rewrite" in finding.message
+
+
+@pytest.mark.torch
+def test_autocast_runs_einsum_contractions_in_float16_and_leaves_the_rest():
+    """What the removed registration relies on, and what its note states: a contraction
+    between operands runs in float16 (through bmm), a transpose, trace or elementwise product
+    keeps float32."""
+    torch = pytest.importorskip("torch")
+    a, b = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert torch.einsum("bqd,bkd->bqk", a, b).dtype == torch.float16
+        assert torch.einsum("ij,jk->ik", a[0], b[0].T).dtype == torch.float16
+        assert torch.einsum("bij->bji", a).dtype == torch.float32
+        assert torch.einsum("ii->i", a[0, :3, :3]).dtype == torch.float32
+        assert torch.einsum("ij,ij->ij", a[0], a[0]).dtype == torch.float32
 
 
 GATED = APEX / "version_gated.py"

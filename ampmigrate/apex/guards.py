@@ -134,7 +134,7 @@ class Guards:
         if not self._guard_only(try_node, imports):
             self.problem(try_node, GUARD_DOES_MORE)
             return
-        kept = [s for s in try_node.body.body if s not in imports]
+        kept = [s for s in try_node.body.body if s not in imports and s not in self.removed]
         if any(_imports_something(s) for s in kept):
             # the guard still guards those imports (`from apex.parallel import ...`): dropping it
             # would make a program that ran without apex fail at import; only amp's import goes
@@ -174,7 +174,7 @@ class Guards:
         ``if`` around a log line)."""
         if node.finalbody is not None:
             return False
-        body = [s for s in node.body.body if s not in imports]
+        body = [s for s in node.body.body if s not in imports and s not in self.removed]
         if node.orelse is not None:
             body += list(node.orelse.body.body)
         if not all(isinstance(s, cst.SimpleStatementLine) for s in body):

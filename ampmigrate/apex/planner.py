@@ -73,6 +73,14 @@ from ampmigrate.replace import ReplaceNodes
 _LOSS_SCALE = "_amp_state.loss_scalers.loss_scale"
 
 
+# the ops CUDA autocast runs in float16 (torch.amp's "CUDA Ops that can autocast to float16")
+_AUTOCAST_HALF = frozenset({
+    "addbmm", "addmm", "addmv", "addr", "baddbmm", "bmm", "chain_matmul", "conv1d", "conv2d",
+    "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "matmul", "mm", "mv",
+    "prelu",
+})  # fmt: skip
+
+
 class _Planner(
     Facts,
     Handles,
@@ -199,6 +207,46 @@ class _Planner(
                     "by hand"
                 )
 
+    def _registered_half(self, call: cst.CSTNode, member: str, initialize: list) -> bool:
+        """``amp.register_half_function(torch, "einsum")``, a statement of its own (the
+        transformers SQuAD recipe): autocast needs no registry, its own lists cast the torch op
+        (einsum through the ``bmm`` it calls for each contraction), so the statement goes.
+        einsum is stated: one that contracts no index between operands (a transpose, a trace,
+        an elementwise or outer product) keeps its inputs' dtype, where apex cast them to
+        float16. Only before ``initialize``: apex read its registry there and ignored later
+        entries. False: not this call (the usual blocker)."""
+        statement = self.statement(call)
+        if not (
+            member == "register_half_function"
+            and isinstance(call, cst.Call)
+            and isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and statement.body[0].value is call
+            and len(call.args) == 2
+            and not any(a.keyword or a.star for a in call.args)
+            and isinstance(name := call.args[1].value, cst.SimpleString)
+            and self.qualified(call.args[0].value) == {"torch"}
+            and all(self.order[id(call)] < self.order[id(i)] for i in initialize)
+        ):
+            return False
+        op = name.evaluated_value
+        if op != "einsum" and op not in _AUTOCAST_HALF:
+            return False
+        self._remove_statement(statement)
+        self.plan.notes.append(
+            f"`amp.register_half_function(torch, {name.value})` at line {self.line(call)} goes: "
+            + (
+                "autocast runs einsum's contractions in float16 (through `bmm`, on its float16 "
+                "list); behaviour change: an einsum that contracts no index between operands (a "
+                "transpose, a trace, an elementwise or outer product) keeps its inputs' dtype, "
+                "where apex cast them to float16"
+                if op == "einsum"
+                else f"autocast casts `torch.{op}` to float16 itself (its float16 list)"
+            )
+        )
+        return True
+
     def build(self) -> Plan | None:
         calls: dict[str, list[cst.Call]] = {}
         others: list[tuple[cst.Call, str]] = []
@@ -227,7 +275,8 @@ class _Planner(
             self.scale_reads = [c for c, m in others if m == _LOSS_SCALE]
             others = [(c, m) for c, m in others if m != _LOSS_SCALE]
         for node, member in others:
-            self.problem(node, no_rewrite(member))
+            if not self._registered_half(node, member, initialize):
+                self.problem(node, no_rewrite(member))
         self.handing = one  # a handed module can become the GradScaler
         self._imports()
         gated = self._version_gated()
