@@ -213,8 +213,8 @@ class _Planner(
         (einsum through the ``bmm`` it calls for each contraction), so the statement goes.
         einsum is stated: one that contracts no index between operands (a transpose, a trace,
         an elementwise or outer product) keeps its inputs' dtype, where apex cast them to
-        float16. Only before ``initialize``: apex read its registry there and ignored later
-        entries. False: not this call (the usual blocker)."""
+        float16. Only before an ``initialize`` of this file: apex read its registry there and
+        ignored later entries (one in another file has no order here). False: not this call (the usual blocker)."""
         statement = self.statement(call)
         if not (
             member == "register_half_function"
@@ -227,6 +227,7 @@ class _Planner(
             and not any(a.keyword or a.star for a in call.args)
             and isinstance(name := call.args[1].value, cst.SimpleString)
             and self.qualified(call.args[0].value) == {"torch"}
+            and initialize
             and all(self.order[id(call)] < self.order[id(i)] for i in initialize)
         ):
             return False
