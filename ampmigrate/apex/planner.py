@@ -214,7 +214,8 @@ class _Planner(
         einsum is stated: one that contracts no index between operands (a transpose, a trace,
         an elementwise or outer product) keeps its inputs' dtype, where apex cast them to
         float16. Only before an ``initialize`` of this file: apex read its registry there and
-        ignored later entries (one in another file has no order here). False: not this call (the usual blocker)."""
+        ignored later entries (one in another file has no order here). False: not this call
+        (the usual blocker)."""
         statement = self.statement(call)
         if not (
             member == "register_half_function"
