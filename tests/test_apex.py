@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -73,6 +74,7 @@ REWRITTEN = [
     "evaluation_then_train",
     "grad_norm_read",
     "register_einsum",
+    "optimizer_wrapper",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -1408,6 +1410,7 @@ CASES = {
     "evaluation_then_train": [[], ["--resume"]],
     "grad_norm_read": [[]],
     "register_einsum": [[], ["--fp16"]],
+    "optimizer_wrapper": [[], ["--fp16"]],
 }
 
 
@@ -2812,6 +2815,86 @@ def test_autocast_runs_einsum_contractions_in_float16_and_leaves_the_rest():
         assert torch.einsum("bij->bji", a).dtype == torch.float32
         assert torch.einsum("ii->i", a[0, :3, :3]).dtype == torch.float32
         assert torch.einsum("ij,ij->ij", a[0], a[0]).dtype == torch.float32
+
+
+WRAPPER = (APEX / "optimizer_wrapper.py").read_text()
+
+
+def test_a_wrapper_step_skipped_on_overflow_still_moves_the_learning_rate():
+    """optimizer_wrapper in float16 on CPU with an inf batch: apex's patched inner step did
+    nothing there, the scale halved and the wrapper still updated the learning rate; the
+    written-out step does the same, and the other batches step."""
+    torch = pytest.importorskip("torch")
+    fixed = (APEX / "optimizer_wrapper.fixed.py").read_text().replace('"cuda"', '"cpu"')
+    space: dict = {"__name__": "optimizer_wrapper"}
+    exec(compile(fixed, "optimizer_wrapper.fixed.py", "exec"), space)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1)
+    optimizer = space["NoamAdam"](model.parameters(), lr=0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    x = torch.randn(4, 8)
+    data = [(x, torch.randn(4, 1)), (x, torch.full((4, 1), float("inf"))), (x, torch.randn(4, 1))]
+    seen = []
+    original_step = optimizer._optim.step
+
+    def counted(*args, **kwargs):
+        seen.append([p.detach().clone() for p in model.parameters()])
+        return original_step(*args, **kwargs)
+
+    optimizer._optim.step = counted
+    space["train"](SimpleNamespace(fp16=True), model, optimizer, data, scaler=scaler)
+    assert len(seen) == 2  # the inf batch's step was skipped
+    assert optimizer.step_num == 4  # ... and the learning rate moved at all three
+    assert scaler.get_scale() == 512.0
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # the learning rate moves before the inner step: not the order written out
+        ("        self._optim.step()\n        self._update_learning_rate()\n",
+         "        self._update_learning_rate()\n        self._optim.step()\n"),
+        # the rest of the body reads more than literals
+        ("        self._update_learning_rate()\n    def zero_grad",
+         "        self._update_learning_rate(self._optim)\n    def zero_grad"),
+        # a step with a closure is not the inner step apex patched
+        ("    def step(self):\n        self._optim.step()",
+         "    def step(self, closure=None):\n        self._optim.step(closure)"),
+        # the wrapper made by two classes at two calls
+        ("    train(args, model, optimizer, data)\n",
+         "    train(args, model, optimizer, data)\n    other = Other()\n"
+         "    train(args, model, other, data)\n"),
+        # the training function handed on as a value: its other callers are unknown
+        ("    train(args, model, optimizer, data)\n",
+         "    train(args, model, optimizer, data)\n    CALLBACKS.append(train)\n"),
+    ],
+)  # fmt: skip
+def test_a_wrapper_whose_step_is_not_provably_the_inner_one_keeps_the_refusal(old, new):
+    source = WRAPPER.replace("\n\n    def zero_grad", "\n    def zero_grad")
+    assert old in source
+    message = _message(source.replace(old, new))
+    assert "no `optimizer._optim.step()` statement in the function that scales the loss" in message
+
+
+def test_a_wrapper_class_in_a_module_on_disk_is_read(tmp_path):
+    """glow-tts's layout: the wrapper lives in the project's commons.py."""
+    start, end = WRAPPER.index("class NoamAdam"), WRAPPER.index("def clip_grad_value_")
+    (tmp_path / "commons.py").write_text("import torch\n\n\n" + WRAPPER[start:end])
+    script = (WRAPPER[:start] + WRAPPER[end:]).replace(
+        "from apex import amp\n", "from apex import amp\n\nimport commons\n"
+    )
+    script = script.replace("NoamAdam(", "commons.NoamAdam(")
+    out, _, fixed = fix_source(script, unsafe=True, path=tmp_path / "train.py")
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert "scaler.step(optimizer._optim)\n" in out
+    assert "scaler.update()\n        optimizer._update_learning_rate()\n" in out
+    (tmp_path / "commons.py").write_text(
+        (tmp_path / "commons.py").read_text().replace("self._optim.step()", "self._optim.step(1)")
+    )
+    _, remaining, fixed = fix_source(script, unsafe=True, path=tmp_path / "train.py")
+    assert not fixed
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert "no `optimizer._optim.step()` statement" in finding.message
 
 
 GATED = APEX / "version_gated.py"

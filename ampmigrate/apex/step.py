@@ -5,6 +5,7 @@ optimizers in turn.
 
 from __future__ import annotations
 
+import ast
 import itertools
 from collections.abc import Iterator
 
@@ -12,6 +13,7 @@ import libcst as cst
 
 from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _Setup, _statements
 from ampmigrate.apex.verdict import APEX
+from ampmigrate.apex.wrappers import wrapper_step
 
 # the optimizer holds gradients only after a backward, and every backward of the
 # mixed-precision path is scaled
@@ -295,11 +297,71 @@ class Step:
 
             self.plan.edits[node] = build
         if not found:
+            found += self._wrapper_steps(opt, access, function)
+        if not found:
             self.problem(
                 call,
                 f"no `{opt}.step()` statement in the function that scales the loss: scaled "
                 "gradients must be stepped through `scaler.step`",
             )
+
+    def _wrapper_steps(self, opt: str, access: str, function: cst.CSTNode) -> list[cst.CSTNode]:
+        """``holder.step()`` where ``opt`` is ``holder.attribute`` and ``holder`` an optimizer
+        wrapper whose ``step`` runs ``self.attribute.step()`` and then only calls of its own
+        methods (:mod:`ampmigrate.apex.wrappers`): written out, so that ``scaler.step`` makes
+        the inner step apex had patched, and the rest runs after it as before."""
+        holder, dot, attribute = opt.partition(".")
+        if not (
+            dot
+            and holder.isidentifier()
+            and attribute.isidentifier()
+            and isinstance(function, cst.FunctionDef)
+            and function in self.module.body
+        ):
+            return []
+        calls = [
+            node
+            for node in self._subtree(function.body)
+            if isinstance(node, cst.SimpleStatementLine)
+            and len(node.body) == 1
+            and isinstance(node.body[0], cst.Expr)
+            and _is_call_of(node.body[0].value, "step")
+            and not node.body[0].value.args
+            and _code(self.module, node.body[0].value.func.value) == holder
+        ]
+        if not calls:
+            return []
+        wrapper = wrapper_step(
+            ast.parse(self.text), self.path, function.name.value, holder, attribute
+        )
+        if wrapper is None:
+            return []
+        made, tail = wrapper
+        for node in calls:
+            self.before_step[node] = []
+
+            def build(_u, node=node):
+                step = [
+                    *([cst.parse_statement(_GUARD.format(access=access, opt=opt))]
+                      if node in self.guarded
+                      else [cst.parse_statement(f"{access}.step({opt})\n"),
+                            *([] if any(node in g[:-1] for g in self.groups)
+                              else [cst.parse_statement(f"{access}.update()\n")])]),
+                    *[cst.parse_statement(line + "\n") for line in tail],
+                ]  # fmt: skip
+                lines = [*[s for make in self.before_step[node] for s in make()], *step]
+                lines[0] = lines[0].with_changes(leading_lines=node.leading_lines)
+                return cst.FlattenSentinel(lines)
+
+            self.plan.edits[node] = build
+            self.plan.notes.append(
+                f"`{holder}.step()` at line {self.line(node)} is written out from `{made}.step`: "
+                f"`{access}.step({opt})` (skipped on overflow, as apex's patched step was), "
+                f"`{access}.update()`"
+                + "".join(f", then `{line}`" for line in tail)
+                + " as that method ran them"
+            )
+        return calls
 
     def _unsure(self, scaled: cst.CSTNode, step: cst.CSTNode) -> str:
         """Why ``scaled`` may not run before ``step``: the outermost branch or loop around it
