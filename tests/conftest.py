@@ -123,6 +123,14 @@ def load_state_dict(state):
 
 def register_half_function(module, name):
     getattr(module, name)  # apex checks the attribute; O0 casts nothing
+
+
+def float_function(fn):
+    return fn  # O0 casts nothing
+
+
+def init(enabled=True, **kwargs):
+    return None  # the old handle API: O0 casts nothing
 '''
 
 

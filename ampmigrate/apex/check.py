@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ampmigrate.apex.casts import Casts, components, key, layer_edits, layer_findings
 from ampmigrate.apex.links import apex_calls, stray_calls
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
@@ -34,6 +35,10 @@ PASS = "apex_links"
 def check(
     tree: ast.Module, source: Source, names: Names, rules: list[Rule], settings: Settings
 ) -> list[Finding]:
+    linked = settings.project.get(PASS, {})
+    casts = linked.get(key(source.path))
+    if casts is not None and os.path.abspath(source.path) in casts.layers:
+        return layer_findings(tree, source, names, rules, casts)
     calls = apex_calls(names)
     if not calls:
         stray = stray_calls(tree, names, source.path)
@@ -44,7 +49,18 @@ def check(
             where = Span(*source.position(stray[0][0]))
             return [Finding(rule.code, message, where) for rule in rules]
         return _unused(names, rules, source.path)
-    link = settings.project.get(PASS, {}).get(os.path.abspath(source.path))
+    if casts is None and layer_edits(tree, names, source) is not None:
+        from ampmigrate.apex.verdict import refusal
+
+        message = refusal([
+            f"line {calls[0].lineno}: its apex casts become `torch.amp.custom_fwd` only "
+            "together with the files that initialize amp and import this module, in one run "
+            "(under apex they cast only once amp was initialized): none of them is in this run"
+        ])  # fmt: skip
+        return [Finding(rule.code, message, calls[0]) for rule in rules]
+    link = linked.get(os.path.abspath(source.path))
+    if casts is None and link is not None:  # a pair's other side reaches the same layers
+        casts = next((c for f in link.files if (c := linked.get(key(f))) is not None), None)
     if link is None:
         from ampmigrate.apex.verdict import verdict
 
@@ -54,7 +70,7 @@ def check(
             where = Span(*source.position(anchor))
             return [Finding(rule.code, message, where) for rule in rules]
     declared = settings.apex_opt_level_from if settings.apex_opt_level == "O1" else None
-    found = _planned(source, rules, calls, link, declared)
+    found = _planned(source, rules, calls, link, declared, casts)
     if found:
         return found
     # apex calls the engine resolves but the planner's libcst scopes do not: every apex use is
@@ -101,7 +117,12 @@ def _unused(names: Names, rules: list[Rule], path: str) -> list[Finding]:
 
 
 def _planned(
-    source: Source, rules: list[Rule], calls: list[ast.Call], link: Any, declared: str | None
+    source: Source,
+    rules: list[Rule],
+    calls: list[ast.Call],
+    link: Any,
+    declared: str | None,
+    casts: Casts | None,
 ) -> list[Finding]:
     """The libcst planner (imported here only). Its nodes become ``Span``s; its fixes keep
     nodes of the module they carry, which ``apply`` edits. ``declared``: where the setting
@@ -126,6 +147,7 @@ def _planned(
             (link.seen_from(source.path), link.role(source.path)) if link else None,
             source.path,
             declared,
+            casts,
         )
         visitor.metadata = {p: metadata[p] for p in visitor.get_inherited_dependencies()}
         module.visit(visitor)
@@ -150,10 +172,11 @@ def _planned(
 def link_pairs(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -> Any:
     """The apex links of the run, by absolute path (None when no link is possible)."""
     apex = [(n, s) for n, s, _ in candidates if b"apex" in s and b"amp" in s]
+    layers = components(apex) if any(b"_function" in s for _, s in apex) else {}
     initializing = {n for n, s in apex if b".initialize(" in s}
     using = {n for n, s in apex if b".scale_loss(" in s or b"state_dict(" in s}
     if not initializing or not using or len(initializing | using) < 2:
-        return None  # no link is possible: nothing to parse
+        return layers or None  # no link is possible: nothing to parse
     apex = [(n, s) for n, s in apex if n in initializing | using]
     from ampmigrate.apex import links
 
@@ -170,7 +193,7 @@ def link_pairs(settings: Settings, candidates: list[Item], paths: Sequence[Path]
             except OSError:
                 continue
 
-    return links.link(apex, everything) or None
+    return {**links.link(apex, everything), **layers} or None
 
 
 def _pair_state(result: FileResult) -> str:
@@ -188,24 +211,28 @@ def settle_pairs(
     results: dict[str, FileResult],
     rerun: Callable[[list[Item], Settings], list[FileResult]],
 ) -> None:
-    """Both files of a pair rewritten (or both only offered), or neither: where the two sides
-    disagree (one refused, suppressed or ignored), both are run again with the pair broken, so
-    each refuses and says why."""
-    links = settings.project.get(PASS, {})
+    """Every file of a pair or component rewritten (or all only offered), or none: where they
+    disagree (one refused, suppressed or ignored), all are run again with it broken, so each
+    refuses and says why; until none disagrees, as a file refused there may break another."""
+    links = dict(settings.project.get(PASS, {}))
     items = {os.path.abspath(item[0]): item for item in candidates}
-    broken: dict[str, object] = {}
-    for link in {id(v): v for v in links.values()}.values():
-        if link.broken or any(f not in items for f in link.files):
-            continue
-        state = {items[f][0]: _pair_state(results[items[f][0]]) for f in link.files}
-        if len(set(state.values())) == 1 and "no" not in state.values():
-            continue
-        # the file that is not rewritten (the first, should they differ otherwise)
-        refused = next((n for n, s in state.items() if s == "no"), next(iter(state)))
-        reason = f"{link.shown(refused)} is not rewritten in this run (see its AMP303 finding)"
-        by = os.path.abspath(refused)
-        broken.update((f, replace(link, broken=reason, broken_by=by)) for f in link.files)
-    if not broken:
-        return
-    again = replace(settings, project={**settings.project, PASS: {**links, **broken}})
-    results.update((r.path, r) for r in rerun([items[path] for path in broken], again))
+    while True:
+        broken: dict[object, object] = {}
+        for link in {id(v): v for v in links.values()}.values():
+            if link.broken or any(f not in items for f in link.files):
+                continue
+            state = {items[f][0]: _pair_state(results[items[f][0]]) for f in link.files}
+            if len(set(state.values())) == 1 and "no" not in state.values():
+                continue
+            # the file that is not rewritten (the first, should they differ otherwise)
+            refused = next((n for n, s in state.items() if s == "no"), next(iter(state)))
+            reason = f"{link.shown(refused)} is not rewritten in this run (see its AMP303 finding)"
+            item = replace(link, broken=reason, broken_by=os.path.abspath(refused))
+            keyed = key if isinstance(link, Casts) else str
+            broken.update((keyed(f), item) for f in link.files)
+        if not broken:
+            return
+        links.update(broken)
+        again = replace(settings, project={**settings.project, PASS: links})
+        paths = dict.fromkeys(f for v in broken.values() for f in v.files)
+        results.update((r.path, r) for r in rerun([items[p] for p in paths], again))

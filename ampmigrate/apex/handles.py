@@ -595,8 +595,16 @@ class Handles:
         linked = set(self.link.files) if role is not None else set()
         folder = os.path.dirname(os.path.abspath(self.path))
         self.siblings = apex_siblings(self.path)
+        casts = self.casts if self.casts is not None and not self.casts.broken else None
         for sibling in self.siblings:
             if sibling.path in linked:
+                continue
+            if casts is not None and sibling.path in casts.layers:
+                self.plan.notes.append(
+                    f"{os.path.relpath(sibling.path, folder)}'s `amp.{sibling.member}` at its line "
+                    f"{sibling.line} becomes `torch.amp.custom_fwd` in this run (see its AMP303 "
+                    "finding): the two are migrated together"
+                )
                 continue
             shown = os.path.relpath(sibling.path, folder)
             via = os.path.relpath(sibling.importer, folder)

@@ -256,3 +256,127 @@ class InferenceOnly:
 
 def _name(node: cst.CSTNode | None) -> str | None:
     return node.value if isinstance(node, cst.Name) else None
+
+
+_INIT_KNOWN = {"enabled", "verbose", "enable_caching"}
+
+
+class HandleInit:
+    """The planner's mode for ``amp.init(...)``, apex's first API, in a file with no other amp
+    call (maskrcnn-benchmark's ``tools/test_net.py``)."""
+
+    def _amp_init(self, inits: list[cst.Call]) -> None:
+        """``amp.init(enabled=...)`` patched torch's functions from there until the process
+        ended; nothing is scaled (the handle's own ``scale_loss`` raises since 2019). So the
+        rest of the function after it runs under one autocast region, where that function is
+        the script's last statement (``main()`` under the ``__main__`` test): nothing ran
+        after it for apex to cast."""
+        code = self.module.code_for_node
+        init = inits[0]
+        if len(inits) > 1:
+            self.problem(inits[1], f"`amp.init` is called again (line {self.line(init)})")
+            return
+        arguments = {
+            (a.keyword.value if a.keyword else "enabled" if i == 0 else "*"): a.value
+            for i, a in enumerate(init.args)
+        }
+        if any(a.star for a in init.args) or set(arguments) - _INIT_KNOWN:
+            listed = ", ".join(f"`{k}`" for k in sorted(set(arguments) - _INIT_KNOWN))
+            self.problem(init, f"`amp.init` sets {listed or '`*args`'}, which an autocast "
+                         "region cannot express: migrate it by hand")  # fmt: skip
+            return
+        statement = self.statement(init)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        handle = (
+            small.targets[0].target.value
+            if isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            else None
+        )
+        located = self.block_of(statement)
+        function = self.owner(located[0]) if located is not None else None
+        if not (
+            len(statement.body) == 1
+            and (isinstance(small, cst.Expr) or handle is not None)
+            and small.value is init
+            and isinstance(function, cst.FunctionDef)
+            and function in self.module.body
+        ):
+            self.problem(init, "`amp.init` is not a statement of its own in the body of a "
+                         "module-level function: migrate it by hand")  # fmt: skip
+            return
+        if handle is not None and any(
+            isinstance(n, cst.Name) and n.value == handle and n is not small.targets[0].target
+            for n in self.nodes
+        ):
+            self.problem(init, f"the handle `{handle}` that `amp.init` returns is used: its "
+                         "API has no native counterpart; migrate it by hand")  # fmt: skip
+            return
+        name = function.name.value
+        if not self._last_run(name):
+            self.problem(init, f"apex patched every torch call after `amp.init` until the "
+                         f"process ended; `{name}()` is not the script's last statement "
+                         "(under its `__main__` test), so code after it would leave "
+                         "the autocast region: migrate it by hand")  # fmt: skip
+            return
+        block, index = located
+        after = list(block.body)[index + 1 :]
+        if not after:
+            self.problem(init, "nothing runs after `amp.init` in its function")
+            return
+        for s in after:
+            if self.facts(s).backward:
+                self.problem(s, "a `backward()` would run inside the autocast region: migrate "
+                             "by hand")  # fmt: skip
+                return
+        enabled = arguments.get("enabled")
+        condition = code(enabled) if enabled is not None else None
+        self._remove_statement(statement)
+        self._wrap(block, [after], condition)
+        first, last = self.line(after[0]), self.line(after[-1])
+        self.plan.min_torch = (1, 12)
+        self.plan.summary = (
+            "apex O1 through `amp.init` (no loss is scaled) can be rewritten to torch.amp: "
+            f"`amp.init` goes, and the rest of `{name}` runs under "
+            '`torch.amp.autocast("cuda", dtype=torch.float16'
+            + (f", enabled={condition})`" if condition else ")`")
+        )
+        self.plan.notes.append(
+            f"the region covers lines {first}-{last} of the original, the rest of `{name}`, "
+            f"which is the script's last statement: apex O1 cast every torch call after "
+            "`amp.init` until the process ended"
+        )
+
+    def _last_run(self, name: str) -> bool:
+        """``name()`` is the last statement of the module (or of its final ``if __name__ ==
+        "__main__":`` block), the only use of ``name`` here, and no other file of the
+        project imports it."""
+        body = list(self.module.body)
+        last = body[-1] if body else None
+        if (
+            isinstance(last, cst.If)
+            and last.orelse is None
+            and _main_test(self.module.code_for_node(last.test))
+        ):
+            last = last.body.body[-1] if last.body.body else None
+        if not (
+            isinstance(last, cst.SimpleStatementLine)
+            and len(last.body) == 1
+            and isinstance(last.body[0], cst.Expr)
+            and isinstance(call := last.body[0].value, cst.Call)
+            and isinstance(call.func, cst.Name)
+            and call.func.value == name
+        ):
+            return False
+        spelled = [n for n in self.nodes if isinstance(n, cst.Name) and n.value == name]
+        if len(spelled) != 2:  # the def's name and this call
+            return False
+        return self.path is None or users_on_disk(self.path, [name]) == []
+
+
+def _main_test(test: str) -> bool:
+    return test.replace("'", '"').replace(" ", "") in {
+        '__name__=="__main__"',
+        '"__main__"==__name__',
+    }

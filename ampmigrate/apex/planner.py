@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 import libcst as cst
 from libcst.metadata import ParentNodeProvider, ScopeProvider
 
+from ampmigrate.apex.casts import Casts
 from ampmigrate.apex.checkpoints import Checkpoints
 from ampmigrate.apex.clip import Clip
 from ampmigrate.apex.common import (
@@ -56,7 +57,7 @@ from ampmigrate.apex.gates import VersionGates
 from ampmigrate.apex.guards import Guards
 from ampmigrate.apex.handles import Handles
 from ampmigrate.apex.hooks import RunnerHooks
-from ampmigrate.apex.infer import InferenceOnly
+from ampmigrate.apex.infer import HandleInit, InferenceOnly
 from ampmigrate.apex.initialize import Initialize
 from ampmigrate.apex.links import Link
 from ampmigrate.apex.passed import PassedHandles
@@ -97,6 +98,7 @@ class _Planner(
     VersionGates,
     SwitchFlow,
     InferenceOnly,
+    HandleInit,
 ):
     def __init__(
         self,
@@ -106,8 +108,11 @@ class _Planner(
         link: tuple[Link, str] | None = None,
         path: str | None = None,
         declared: str | None = None,
+        casts: Casts | None = None,
     ) -> None:
         self.module = module
+        # layer modules whose apex casts are rewritten with this file (apex.casts)
+        self.casts = casts
         self.path = path  # the file on disk (None: no sibling modules are looked up)
         # where the setting apex-opt-level = "O1" was made (None: not): an opt level the code
         # leaves open is taken as O1 or O0 (_level_choices)
@@ -276,7 +281,10 @@ class _Planner(
         if one:  # `amp._amp_state.loss_scalers[0].loss_scale()`: _read_scales
             self.scale_reads = [c for c, m in others if m == _LOSS_SCALE]
             others = [(c, m) for c, m in others if m != _LOSS_SCALE]
+        inits = [c for c, m in others if m == "init"] if not calls else []
         for node, member in others:
+            if node in inits:
+                continue  # the file's whole apex: planned below
             if not self._registered_half(node, member, initialize):
                 self.problem(node, no_rewrite(member))
         self.handing = one  # a handed module can become the GradScaler
@@ -302,6 +310,12 @@ class _Planner(
         role = self.role if self.link and (not self.link.broken or refused_here) else None
         if self.link and self.link.broken and not refused_here:
             self.problem(self.plan.anchor, self._broken())
+        if inits and role is None:
+            self._siblings(role)
+            self._amp_init(inits)
+            if not self.plan.problems:
+                self.verify()
+            return self.plan
         if not initialize and role not in ("callee", "state"):
             self._no_initialize(calls)
             return self.plan
@@ -395,10 +409,11 @@ def rewrite(
     link: tuple[Link, str] | None = None,
     declared: str | None = None,
     path: str | None = None,
+    casts: Casts | None = None,
 ) -> cst.Module:
     """Apply the plan to ``module`` (re-planned: other fixes may have changed it), planned with
-    the same setting and file as the finding (``declared``: see ``_Planner``)."""
-    found = _Planner(module, scopes(module), Walk(module), link, path, declared).build()
+    the same setting, file and components as the finding (``declared``: see ``_Planner``)."""
+    found = _Planner(module, scopes(module), Walk(module), link, path, declared, casts).build()
     if found is None or found.problems:
         return module
     return module.visit(ReplaceNodes(found.edits))
@@ -415,17 +430,21 @@ class ApexO1(cst.CSTVisitor):
         link: tuple[Link, str] | None = None,
         path: str | None = None,
         declared: str | None = None,
+        casts: Casts | None = None,
     ) -> None:
         super().__init__()
         self.rule = rule
         self.link = link
         self.path = path
         self.declared = declared  # see _Planner
+        self.casts = casts
         self.findings: list[Finding] = []
 
     def visit_Module(self, node: cst.Module) -> bool:
         scopes, parents = self.metadata[ScopeProvider], self.metadata[ParentNodeProvider]
-        found = _Planner(node, scopes, parents, self.link, self.path, self.declared).build()
+        found = _Planner(
+            node, scopes, parents, self.link, self.path, self.declared, self.casts
+        ).build()
         if found is None or found.anchor is None:
             return False
         notes = "".join(f"; note: {n}" for n in dict.fromkeys(found.notes))
@@ -439,7 +458,9 @@ class ApexO1(cst.CSTVisitor):
             "`amp.initialize`, an autocast region around the forward pass and loss, "
             "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`"
         ) + notes
-        build = functools.partial(rewrite, link=self.link, declared=self.declared, path=self.path)
+        build = functools.partial(
+            rewrite, link=self.link, declared=self.declared, path=self.path, casts=self.casts
+        )
         fix = Fix(
             "unsafe",
             cst_target=node,

@@ -230,6 +230,10 @@ class _Judge:
                 referenced += [(node, m) for m in members[:1]]
         if any(member == "initialize" for _, member in found):
             return None
+        if all(member not in SUPPORTED for _, member in found) and any(
+            member == "init" for _, member in found
+        ):
+            return None  # `amp.init(...)` alone: the planner's (HandleInit)
         if "__version__" in self.text and any(
             isinstance(node, ast.If)
             and "__version__" in ast.unparse(node.test)

@@ -1,0 +1,214 @@
+"""apex's cast decorators in a model's layers (maskrcnn-benchmark: ``nms =
+amp.float_function(_C.nms)``, ``@amp.float_function`` on ``ROIAlign.forward``), migrated with the
+files that initialize amp.
+
+Once amp was initialized (O1), such a function received its float16 CUDA tensor arguments as
+float32; before, or without apex, it was a plain call. ``torch.amp.custom_fwd(device_type="cuda",
+cast_inputs=torch.float32)`` casts where autocast is on, which in the migrated program is where
+apex's casting was on. So a layer module can move only with the files that initialize amp and
+reach it through their imports: rewritten alone, its kernels would receive float16 under apex;
+left alone, they would receive float16 under autocast. The pre-pass joins each such module with
+every initializing file of the run that reaches it (on ``ast``); all of them are rewritten, or
+none (:func:`ampmigrate.apex.check.settle_pairs`).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ampmigrate.apex.links import _apex_uses, _Graph, _listed, _parsed, apex_siblings
+from ampmigrate.catalog import Rule
+from ampmigrate.engine.names import Names
+from ampmigrate.engine.source import Source
+from ampmigrate.findings import Edit, Finding, Fix, ImportEdit
+
+APEX = "apex.amp."
+# `half_function` is not here: apex cast float64 to float16 too, custom_fwd leaves it
+DTYPES = {"float_function": "torch.float32"}
+
+
+@dataclass(frozen=True)
+class Casts:
+    """Layer modules whose cast decorators become ``torch.amp.custom_fwd`` and the files of the
+    run that initialize amp and import them (directly or through other modules): one
+    component."""
+
+    initializing: tuple[str, ...]
+    layers: tuple[str, ...]
+    broken: str | None = None  # why the files are not rewritten together
+    broken_by: str | None = None
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return (*self.initializing, *self.layers)
+
+    def shown(self, path: str) -> str:
+        return os.path.relpath(os.path.abspath(path), os.path.commonpath(self.files))
+
+    def others(self, path: str) -> str:
+        mine = os.path.abspath(path)
+        return _listed([f"`{self.shown(f)}`" for f in self.files if f != mine])
+
+
+def key(path: str) -> tuple[str, str]:
+    """Where a file's component is kept among the links of the run."""
+    return ("casts", os.path.abspath(path))
+
+
+def _native(member: str) -> str:
+    return f'device_type="cuda", cast_inputs={DTYPES[member]}'
+
+
+def layer_edits(tree: ast.Module, names: Names, source: Source) -> tuple[Fix, list[str]] | None:
+    """The fix that gives each apex use of a layer module its ``torch.amp.custom_fwd`` form,
+    and what it does, line by line; None where a use is anything else (another member, an
+    alias, a value), or apex is imported otherwise than by a plain module-level import."""
+    uses = _apex_uses(names)
+    if not uses:
+        return None
+    edits: list[Edit] = []
+    said: list[str] = []
+    for node in uses:
+        member = _member(names, node)
+        if member not in DTYPES:
+            return None
+        start, end = source.span(node)
+        if isinstance(node, ast.Call):
+            if len(node.args) != 1 or node.keywords or isinstance(node.args[0], ast.Starred):
+                return None
+            wrapped = source.segment(node.args[0])
+            text = f"torch.amp.custom_fwd({wrapped}, {_native(member)})"
+        else:
+            parent = names.parent(node)
+            if not (
+                isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef)
+                and node in parent.decorator_list
+            ):
+                return None  # an alias or a value: its calls are elsewhere
+            text = f"torch.amp.custom_fwd({_native(member)})"
+        edits.append(Edit(start, end, text))
+        said.append(f"`{source.segment(node)}` at line {node.lineno} -> `{text}`")
+    removed: list[ImportEdit] = []
+    for binding in names.imports():
+        stmt, alias = binding.node, binding.alias
+        module = alias.name if isinstance(stmt, ast.Import) else stmt.module or ""
+        if not (module == "apex" or module.startswith("apex.")):
+            continue
+        if stmt not in tree.body or (isinstance(stmt, ast.ImportFrom) and stmt.level):
+            return None  # guarded, in a function, or relative: not this plain form
+        if isinstance(stmt, ast.ImportFrom):
+            if (stmt.module, alias.name) != ("apex", "amp"):
+                return None
+            removed.append(ImportEdit("apex", "amp", alias.asname))
+        else:
+            if alias.name != "apex":
+                return None
+            removed.append(ImportEdit("apex", None, alias.asname))
+        bound = alias.asname or alias.name.partition(".")[0]
+        reads = [n for n in names.spelled(bound) if isinstance(n, ast.Name)]
+        if len(reads) != len([u for u in uses if _root(u) == bound]):
+            return None  # the module is read otherwise too
+    fix = Fix("unsafe", edits=tuple(edits), add_imports=frozenset({"torch"}),
+              remove_imports=tuple(removed))  # fmt: skip
+    return fix, said
+
+
+def _member(names: Names, node: ast.AST) -> str:
+    """The apex amp member a use names (``float_function``)."""
+    node = node.func if isinstance(node, ast.Call) else node
+    found = [q[len(APEX) :] for q in names.qualified(node) if q.startswith(APEX)]
+    return found[0] if found else ""
+
+
+def _root(node: ast.AST) -> str:
+    node = node.func if isinstance(node, ast.Call) else node
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Casts]:
+    """The components of the run: each layer module that only casts, joined with every file
+    of the run that initializes amp and reaches it."""
+    files = list(files)
+    initializing = [
+        os.path.abspath(p) for p, s in files if b".initialize(" in s or b"amp.init(" in s
+    ]
+    candidates = {os.path.abspath(p): s for p, s in files if b"_function" in s}
+    if not initializing or not candidates:
+        return {}
+    convertible: dict[str, bool] = {}
+    graph = _Graph()
+    edges: dict[str, set[str]] = {}
+    for start in initializing:
+        for sibling in apex_siblings(start, graph):
+            if sibling.path not in candidates or sibling.path in initializing:
+                continue
+            if sibling.path not in convertible:
+                convertible[sibling.path] = _convertible(sibling.path, candidates[sibling.path])
+            if convertible[sibling.path]:
+                edges.setdefault(start, set()).add(sibling.path)
+                edges.setdefault(sibling.path, set()).add(start)
+    out: dict[tuple[str, str], Casts] = {}
+    seen: set[str] = set()
+    for start in edges:
+        if start in seen:
+            continue
+        group, queue = {start}, [start]
+        while queue:
+            for other in edges[queue.pop()]:
+                if other not in group:
+                    group.add(other)
+                    queue.append(other)
+        seen |= group
+        item = Casts(
+            initializing=tuple(sorted(f for f in group if f in initializing)),
+            layers=tuple(sorted(f for f in group if f not in initializing)),
+        )
+        out.update((key(f), item) for f in item.files)
+    return out
+
+
+def _convertible(path: str, data: bytes) -> bool:
+    file = _parsed(path, data)
+    if file is None:
+        return False
+    try:
+        source = Source.from_bytes(data, path)
+    except (UnicodeDecodeError, LookupError, ValueError):
+        return False
+    return layer_edits(file.tree, file.names, source) is not None
+
+
+def layer_findings(
+    tree: ast.Module, source: Source, names: Names, rules: list[Rule], casts: Casts
+) -> list[Finding]:
+    """AMP303 for a layer module of a component: the fix, or why the component is refused."""
+    from ampmigrate.apex.verdict import refusal
+
+    planned = layer_edits(tree, names, source)
+    anchor = _apex_uses(names)[0]
+    if casts.broken or planned is None:
+        why = (
+            f"its apex casts can only become `torch.amp.custom_fwd` together with "
+            f"{casts.others(source.path)}, the files that initialize amp and reach it: "
+            f"{casts.broken}"
+            if casts.broken
+            else "its apex casts are not all of the forms that have a rewrite"
+        )
+        message = refusal([f"line {anchor.lineno}: {why}"])
+        return [Finding(rule.code, message, anchor) for rule in rules]
+    fix, said = planned
+    message = (
+        "apex O1 can be rewritten to torch.amp with "
+        f"{casts.others(source.path)} (migrated together): " + "; ".join(said) + "; behaviour "
+        "change: where autocast is on, floating CUDA tensor arguments but float64 become "
+        "float32 (apex cast only float16 ones, and not inside dicts), and the function runs "
+        "with autocast off, where apex kept casting inside it: torch ops there on autocast's "
+        "float16 list run in float32; custom_fwd also sets `_dtype` and `_fwd_used_autocast` "
+        "on its first argument"
+    )
+    return [Finding(rule.code, message, anchor, fix) for rule in rules]

@@ -1,0 +1,135 @@
+"""apex's cast decorators in a model's layers (maskrcnn-benchmark's ``nms =
+amp.float_function(_C.nms)`` and ``@amp.float_function`` on a module's forward), migrated with the
+files that initialize amp (``amp.initialize`` in train.py, the old ``amp.init`` in test.py): all
+rewritten in one run, or none."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from test_apex import _runs
+from test_apex_modules import _amp303, _files, _settings
+
+from ampmigrate.engine import run
+
+from conftest import FIXTURES
+
+PROJECT = FIXTURES / "apex" / "cast_layers"
+FILES = ["detector/layers.py", "train.py", "test.py"]
+
+
+def _copy(tmp_path: Path, side: str = "before", name: str | None = None) -> Path:
+    root = tmp_path / (name or side)
+    shutil.copytree(PROJECT / side, root)
+    return root
+
+
+def test_the_layers_and_both_scripts_are_rewritten_together_exactly_and_once(tmp_path):
+    root = _copy(tmp_path)
+    results = run(_files(root), _settings(fix=True))
+    for result in results:
+        relative = Path(result.path).relative_to(root)
+        new = result.new_source if result.changed else Path(result.path).read_bytes()
+        assert new == (PROJECT / "after" / relative).read_bytes(), relative
+        if result.changed:
+            Path(result.path).write_bytes(result.new_source)
+    assert sorted(Path(r.path).name for r in results if r.changed) == [
+        "layers.py", "test.py", "train.py"
+    ]  # fmt: skip
+    found = _amp303(run(_files(_copy(tmp_path, "before", "again")), _settings()))
+    layers = found["layers.py"].message
+    assert "with `test.py` and `train.py` (migrated together)" in layers
+    assert "the function runs with autocast off, where apex kept casting inside it" in layers
+    assert "detector/layers.py's `amp.float_function` at its line 14 becomes" in (
+        found["train.py"].message
+    )
+    assert "the rest of `main` runs under" in found["test.py"].message
+    again = run(_files(root), _settings(fix=True))
+    assert not [d for r in again for d in r.fixed] and not any(r.changed for r in again)
+    assert not [d for r in again for d in r.diagnostics if d.code.startswith(("AMP2", "AMP3"))]
+
+
+def test_each_file_alone_refuses_and_names_the_layers(tmp_path):
+    root = _copy(tmp_path)
+    for alone in FILES:
+        [result] = run([root / alone], _settings(fix=True))
+        assert not result.changed
+        finding = _amp303([result]).get(Path(alone).name)
+        if alone == "detector/layers.py":  # the decorator alone is AMP301's; the call is here
+            assert finding is not None and finding.fix is None
+            assert "only together with the files that initialize amp" in finding.message
+        else:
+            assert finding.fix is None
+            assert "layers.py (imported by " in finding.message
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        # a keyword autocast cannot express: test.py is refused, so all are
+        ("verbose=False)", "verbose=False, allow_banned=True)", "sets `allow_banned`"),
+        # the handle is used: its API has no native counterpart
+        ("    torch.manual_seed(1)\n", "    torch.manual_seed(1)\n    print(amp_handle)\n",
+         "the handle `amp_handle` that `amp.init` returns is used"),
+        # code after `main()`: apex kept casting there, a region would not
+        ('    main()\n', '    main()\n    print(torch.ones(1) @ torch.ones(1))\n',
+         "`main()` is not the script's last statement"),
+    ],
+)  # fmt: skip
+def test_a_refused_member_keeps_the_whole_component_refused(tmp_path, old, new, why):
+    root = _copy(tmp_path)
+    script = root / "test.py"
+    assert old in script.read_text()
+    script.write_text(script.read_text().replace(old, new))
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    found = _amp303(results)
+    assert why in found["test.py"].message
+    assert "test.py is not rewritten in this run" in found["layers.py"].message
+    assert found["train.py"].fix is None
+
+
+@pytest.mark.torch
+def test_the_migrated_project_runs_like_the_original_and_its_kernels_get_float32(tmp_path, stub):
+    """The originals against apex's O0 stand-in and the migration as written print the same;
+    with "cuda" -> "cpu" the linear layers run in float16 and the float32-only kernels still
+    receive float32 through custom_fwd. Without it, they raise."""
+    pytest.importorskip("torch")
+    before, after = _copy(tmp_path), _copy(tmp_path, "after")
+    cpu, bare = _copy(tmp_path, "after", "cpu"), _copy(tmp_path, "after", "bare")
+    for root in (cpu, bare):  # a scale float16 holds the first backward at (65536 overflows)
+        for path in root.rglob("*.py"):
+            text = path.read_text().replace('"cuda"', '"cpu"')
+            path.write_text(
+                text.replace('GradScaler("cpu", ', 'GradScaler("cpu", init_scale=1024.0, ')
+            )
+    layers = bare / "detector" / "layers.py"
+    cast = 'device_type="cpu", cast_inputs=torch.float32'
+    text = layers.read_text().replace(f"torch.amp.custom_fwd(_kernel, {cast})", "_kernel")
+    layers.write_text(text.replace(f"    @torch.amp.custom_fwd({cast})\n", ""))
+    shutil.copytree(stub / "apex", before / "apex")
+    specs = []
+    for root in (before, after):
+        for script, args in (("train.py", ["--fp16"]), ("test.py", ["--fp16"]), ("train.py", [])):
+            specs.append((root / script, [*args, "--out", str(tmp_path / "m.pt")]
+                          if script == "train.py" else args, root, False))  # fmt: skip
+    specs += [(cpu / "train.py", ["--fp16", "--out", str(tmp_path / "c.pt")], cpu, True),
+              (cpu / "test.py", ["--fp16"], cpu, True),
+              (bare / "test.py", ["--fp16"], bare, False)]  # fmt: skip
+    results = _runs(specs, tmp_path)
+    for (code, original, error), (code2, migrated, error2) in zip(
+        results[:3], results[3:6], strict=True
+    ):
+        assert code == 0, error
+        assert code2 == 0, error2
+        assert original == migrated and ("loss" in original or "outputs" in original)
+    for code, out, error in results[6:8]:
+        assert code == 0, error
+        assert "forward dtypes: ['torch.float16']" in out, out
+    losses = [float(line.split()[-1]) for line in results[6][1].splitlines() if "loss" in line]
+    reference = [float(line.split()[-1]) for line in results[0][1].splitlines() if "loss" in line]
+    assert losses == pytest.approx(reference, rel=2e-2)
+    code, _, error = results[8]
+    assert code != 0 and "float32 only, got torch.float16" in error
