@@ -924,6 +924,15 @@ def _loop_assigned(flow: Flow, loop: ast.AST) -> set[str]:
     return assigned
 
 
+def _tested_per_iteration(flow: Flow, event: Event) -> bool:
+    """``event`` sits under a test decided on each iteration of its innermost loop that reads
+    what the loop changes (``if j == len(chunks) - 1:``): it may run once per loop, as the
+    step after the loop needs, so "every iteration" cannot be told."""
+    varying = _loop_assigned(flow, event.loops[-1])
+    tests = [test for test, _ in event.conditions_in(len(event.loops))]
+    return any(_mentions(test, name) for test in tests for name in varying)
+
+
 def _mentions(text: str, name: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text) is not None
 
@@ -942,7 +951,7 @@ def double_unscale(flow: Flow, rule: Rule) -> list[Finding]:
                 f"`{event.receiver}.unscale_({event.arg})` already ran earlier with no "
                 f"`{event.receiver}.update()` between: the second call raises RuntimeError"
             )
-        elif _update_missing(flow, event) == "loop":
+        elif _update_missing(flow, event) == "loop" and not _tested_per_iteration(flow, event):
             message = (
                 f"`{event.receiver}.unscale_({event.arg})` runs on every iteration of this loop "
                 f"but `{event.receiver}.update()` runs outside it: the second iteration raises "

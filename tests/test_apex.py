@@ -719,6 +719,20 @@ def test_amp_from_importlib_is_reported_and_blockers_are_listed_once():
     [finding] = [d for d in check_source(IMPORTLIB_AMP) if d.code == "AMP303"]
     assert finding.fix is None
     assert "which `importlib.import_module('apex.amp')` gives" in finding.message
+    # kept on an object (t5-experiments' trainer): "apex is not imported here" was false
+    kept = (
+        IMPORTLIB_AMP.replace('amp = importlib.import_module("apex.amp")\n', "")
+        .replace(
+            "def train(model, optimizer, batches):\n",
+            "def train(self, model, optimizer, batches):\n"
+            '    self.amp = importlib.import_module("apex.amp")\n',
+        )
+        .replace("amp.", "self.amp.")
+    )
+    [finding] = [d for d in check_source(kept) if d.code == "AMP303"]
+    assert finding.fix is None and "apex is not imported here" not in finding.message
+    assert "`self.amp.initialize` calls apex amp through `self.amp`, which " in finding.message
+    assert "`importlib.import_module('apex.amp')` gives at line 9" in finding.message
     bounded = SHAPES.replace('opt_level="O1"', 'opt_level="O1", min_loss_scale=32.0')
     [finding] = [d for d in check_source(bounded) if d.code == "AMP303"]
     assert finding.message.count("min_loss_scale") == 1, finding.message
@@ -2817,6 +2831,86 @@ def test_autocast_runs_einsum_contractions_in_float16_and_leaves_the_rest():
         assert torch.einsum("ij,ij->ij", a[0], a[0]).dtype == torch.float32
 
 
+HANDOFF = """
+import torch
+from apex import amp
+
+
+def embed(model, x):
+    with torch.no_grad():
+        return model.encoder(x)
+
+
+def evaluate(model, data):
+    with torch.no_grad():
+        return sum(model(x).sum().item() for x in data)
+
+
+def train(model, optimizer, data, negatives, parallel):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for epoch in range(2):
+        if negatives:
+            bank = embed(model, data[0])
+        for x in data:
+            loss = model(x).sum()
+            optimizer.zero_grad()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+        if parallel:
+            print(evaluate(model=model.module, data=data))
+        else:
+            print(evaluate(model=model, data=data))
+"""
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "bank = embed(model, data[0])",  # a callee that runs a submodule (ToD-BERT's k-means)
+        "print(evaluate(model=model.module, data=data))",  # the model unwrapped (DAL)
+        "print(evaluate(model=model, data=data))",
+    ],
+)
+def test_a_model_handed_on_as_a_part_or_run_through_a_submodule_gets_a_region(statement):
+    """apex O1 cast every forward after `initialize`; code handed the model runs it, also when
+    it is handed `model.module` or runs `model.encoder(x)`: each such statement gets a region."""
+    out, _, fixed = fix_source(textwrap.dedent(HANDOFF), unsafe=True)
+    assert [d.code for d in fixed] == ["AMP303"]
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip() == statement)
+    assert "torch.amp.autocast(" in lines[at - 1], out
+
+
+FROZEN = """
+import torch
+from apex import amp
+
+
+def train(encoder, head, optimizer, data):
+    head, optimizer = amp.initialize(head, optimizer, opt_level="O1")
+    for x in data:
+        x = x.cuda()
+        features = encoder(x)
+        loss = head(features).float().pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_model_not_initialized_that_feeds_the_loss_before_the_region_is_stated():
+    """K-Adapter: a frozen encoder not given to `initialize` runs before the region and feeds
+    the loss; apex O1 cast it, it runs in float32 now: the finding says so (a tensor method
+    such as `x.cuda()` is no such call)."""
+    [finding] = [d for d in check_source(textwrap.dedent(FROZEN)) if d.code == "AMP303"]
+    assert finding.fix == "unsafe"
+    assert "behaviour change: `encoder(...)` at line 10 feeds the loss from before" in (
+        finding.message
+    )
+    assert "cuda(" not in finding.message
+
+
 WRAPPER = (APEX / "optimizer_wrapper.py").read_text()
 
 
@@ -3418,7 +3512,10 @@ def test_every_apex_amp_call_is_reported_even_where_it_does_not_resolve(source, 
     [
         ('keep_batchnorm_fp32=None, loss_scale=None, master_weights=None', None),
         ('loss_scale="dynamic"', None),
-        ("keep_batchnorm_fp32=keep_bn", "is given `keep_batchnorm_fp32=keep_bn`, which this file "
+        # O1 raises on anything but None: every run that trained passed None (semseg's flag)
+        ("keep_batchnorm_fp32=keep_bn", "note: `keep_batchnorm_fp32=keep_bn` goes: it was None "
+         "wherever apex O1 trained (O1 raises on any other value)"),
+        ("master_weights=keep_bn", "is given `master_weights=keep_bn`, which this file "
          "does not fix to None: under O1 apex accepts only None there"),
         ("loss_scale=scale", '`loss_scale=scale` is not provably "dynamic" here'),
         ("loss_scale=128.0", "a static `loss_scale`: GradScaler is always dynamic"),
@@ -3446,8 +3543,9 @@ def test_initialize_options_are_judged_by_what_they_can_hold(options, expected):
         """
     )
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
-    if expected is None:
+    if expected is None or "note: " in expected:
         assert finding.fix == "unsafe", finding.message
+        assert expected is None or expected[len("note: ") :] in finding.message
     else:
         assert finding.fix is None and expected in finding.message, finding.message
 

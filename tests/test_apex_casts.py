@@ -29,6 +29,7 @@ def _copy(tmp_path: Path, side: str = "before", name: str | None = None) -> Path
 def test_the_layers_and_both_scripts_are_rewritten_together_exactly_and_once(tmp_path):
     root = _copy(tmp_path)
     results = run(_files(root), _settings(fix=True))
+    assert not [r.error for r in results if r.error]
     for result in results:
         relative = Path(result.path).relative_to(root)
         new = result.new_source if result.changed else Path(result.path).read_bytes()
@@ -42,11 +43,16 @@ def test_the_layers_and_both_scripts_are_rewritten_together_exactly_and_once(tmp
     layers = found["layers.py"].message
     assert "with `test.py` and `train.py` (migrated together)" in layers
     assert "the function runs with autocast off, where apex kept casting inside it" in layers
-    assert "detector/layers.py's `amp.float_function` at its line 14 becomes" in (
+    assert '`amp.disable_casts()` at line 27 -> `torch.amp.autocast("cuda", enabled=False)`' in (
+        layers
+    )
+    assert "where amp was never initialized, apex's `disable_casts` raised" in layers
+    assert "detector/layers.py's `amp.float_function` at its line 15 gets its torch.amp form" in (
         found["train.py"].message
     )
     assert "the rest of `main` runs under" in found["test.py"].message
     again = run(_files(root), _settings(fix=True))
+    assert not [r.error for r in again if r.error]  # a rewritten layer still says "apex"
     assert not [d for r in again for d in r.fixed] and not any(r.changed for r in again)
     assert not [d for r in again for d in r.diagnostics if d.code.startswith(("AMP2", "AMP3"))]
 
@@ -94,21 +100,30 @@ def test_a_refused_member_keeps_the_whole_component_refused(tmp_path, old, new, 
 @pytest.mark.torch
 def test_the_migrated_project_runs_like_the_original_and_its_kernels_get_float32(tmp_path, stub):
     """The originals against apex's O0 stand-in and the migration as written print the same;
-    with "cuda" -> "cpu" the linear layers run in float16 and the float32-only kernels still
-    receive float32 through custom_fwd. Without it, they raise."""
+    with "cuda" -> "cpu" the linear layers run in float16, the float32-only kernels still
+    receive float32 through custom_fwd, and the solver runs in float32 in the region switched
+    off. Without either, they raise."""
     pytest.importorskip("torch")
     before, after = _copy(tmp_path), _copy(tmp_path, "after")
     cpu, bare = _copy(tmp_path, "after", "cpu"), _copy(tmp_path, "after", "bare")
-    for root in (cpu, bare):  # a scale float16 holds the first backward at (65536 overflows)
+    region = _copy(tmp_path, "after", "region")
+    for root in (
+        cpu,
+        bare,
+        region,
+    ):  # a scale float16 holds the first backward at (65536 overflows)
         for path in root.rglob("*.py"):
             text = path.read_text().replace('"cuda"', '"cpu"')
-            path.write_text(
-                text.replace('GradScaler("cpu", ', 'GradScaler("cpu", init_scale=1024.0, ')
-            )
+            scaler = 'GradScaler("cpu", '
+            path.write_text(text.replace(scaler, scaler + "init_scale=1024.0, "))
     layers = bare / "detector" / "layers.py"
     cast = 'device_type="cpu", cast_inputs=torch.float32'
     text = layers.read_text().replace(f"torch.amp.custom_fwd(_kernel, {cast})", "_kernel")
     layers.write_text(text.replace(f"    @torch.amp.custom_fwd({cast})\n", ""))
+    layers = region / "detector" / "layers.py"
+    off = 'torch.amp.autocast("cpu", enabled=False)'
+    layers.write_text(layers.read_text().replace(off, "contextlib.nullcontext()"))
+    layers.write_text("import contextlib\n" + layers.read_text())
     shutil.copytree(stub / "apex", before / "apex")
     specs = []
     for root in (before, after):
@@ -117,7 +132,8 @@ def test_the_migrated_project_runs_like_the_original_and_its_kernels_get_float32
                           if script == "train.py" else args, root, False))  # fmt: skip
     specs += [(cpu / "train.py", ["--fp16", "--out", str(tmp_path / "c.pt")], cpu, True),
               (cpu / "test.py", ["--fp16"], cpu, True),
-              (bare / "test.py", ["--fp16"], bare, False)]  # fmt: skip
+              (bare / "test.py", ["--fp16"], bare, False),
+              (region / "train.py", ["--fp16", "--out", "r.pt"], region, False)]  # fmt: skip
     results = _runs(specs, tmp_path)
     for (code, original, error), (code2, migrated, error2) in zip(
         results[:3], results[3:6], strict=True
@@ -132,4 +148,6 @@ def test_the_migrated_project_runs_like_the_original_and_its_kernels_get_float32
     reference = [float(line.split()[-1]) for line in results[0][1].splitlines() if "loss" in line]
     assert losses == pytest.approx(reference, rel=2e-2)
     code, _, error = results[8]
-    assert code != 0 and "float32 only, got torch.float16" in error
+    assert code != 0 and "float32 only, got torch.float16" in error  # the pool or the kernel
+    code, _, error = results[9]
+    assert code != 0 and "solver: float32 only, got torch.float16" in error

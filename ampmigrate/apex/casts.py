@@ -9,7 +9,9 @@ apex's casting was on. So a layer module can move only with the files that initi
 reach it through their imports: rewritten alone, its kernels would receive float16 under apex;
 left alone, they would receive float16 under autocast. The pre-pass joins each such module with
 every initializing file of the run that reaches it (on ``ast``); all of them are rewritten, or
-none (:func:`ampmigrate.apex.check.settle_pairs`).
+none (:func:`ampmigrate.apex.check.settle_pairs`). ``with amp.disable_casts():`` (semantic-
+segmentation's RMI loss, whose Cholesky does not take float16) is such a use too: apex's casting
+switched off in a region is ``torch.amp.autocast("cuda", enabled=False)``.
 """
 
 from __future__ import annotations
@@ -58,37 +60,68 @@ def key(path: str) -> tuple[str, str]:
     return ("casts", os.path.abspath(path))
 
 
+_CUSTOM_FWD = (
+    "where autocast is on, floating CUDA tensor arguments but float64 become float32 (apex cast "
+    "only float16 ones, and not inside dicts), and the function runs with autocast off, where "
+    "apex kept casting inside it: torch ops there on autocast's float16 list run in float32; "
+    "custom_fwd also sets `_dtype` and `_fwd_used_autocast` on its first argument"
+)
+_DISABLED = (
+    "where amp was never initialized, apex's `disable_casts` raised AttributeError; the region "
+    "now runs"
+)
+
+
 def _native(member: str) -> str:
     return f'device_type="cuda", cast_inputs={DTYPES[member]}'
 
 
-def layer_edits(tree: ast.Module, names: Names, source: Source) -> tuple[Fix, list[str]] | None:
-    """The fix that gives each apex use of a layer module its ``torch.amp.custom_fwd`` form,
-    and what it does, line by line; None where a use is anything else (another member, an
-    alias, a value), or apex is imported otherwise than by a plain module-level import."""
+def layer_edits(
+    tree: ast.Module, names: Names, source: Source
+) -> tuple[Fix, list[str], list[str]] | None:
+    """The fix that gives each apex use of a layer module its native form (``torch.amp.
+    custom_fwd``, or an autocast region switched off for ``with amp.disable_casts():``), what
+    it does line by line, and the behaviour changes it accepts; None where a use is anything
+    else (another member, an alias, a value), or apex is imported otherwise than by a plain
+    module-level import."""
     uses = _apex_uses(names)
     if not uses:
         return None
     edits: list[Edit] = []
     said: list[str] = []
+    changes: list[str] = []
     for node in uses:
         member = _member(names, node)
-        if member not in DTYPES:
-            return None
         start, end = source.span(node)
-        if isinstance(node, ast.Call):
+        parent = names.parent(node)
+        if member == "disable_casts":  # apex's handle switched off: autocast switched off
+            if not (
+                isinstance(node, ast.Call)
+                and not node.args
+                and not node.keywords
+                and isinstance(parent, ast.withitem)
+                and parent.context_expr is node
+                and parent.optional_vars is None
+            ):
+                return None
+            text = 'torch.amp.autocast("cuda", enabled=False)'
+            changes.append(_DISABLED)
+        elif member not in DTYPES:
+            return None
+        elif isinstance(node, ast.Call):
             if len(node.args) != 1 or node.keywords or isinstance(node.args[0], ast.Starred):
                 return None
             wrapped = source.segment(node.args[0])
             text = f"torch.amp.custom_fwd({wrapped}, {_native(member)})"
+            changes.append(_CUSTOM_FWD)
         else:
-            parent = names.parent(node)
             if not (
                 isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef)
                 and node in parent.decorator_list
             ):
                 return None  # an alias or a value: its calls are elsewhere
             text = f"torch.amp.custom_fwd({_native(member)})"
+            changes.append(_CUSTOM_FWD)
         edits.append(Edit(start, end, text))
         said.append(f"`{source.segment(node)}` at line {node.lineno} -> `{text}`")
     removed: list[ImportEdit] = []
@@ -113,7 +146,7 @@ def layer_edits(tree: ast.Module, names: Names, source: Source) -> tuple[Fix, li
             return None  # the module is read otherwise too
     fix = Fix("unsafe", edits=tuple(edits), add_imports=frozenset({"torch"}),
               remove_imports=tuple(removed))  # fmt: skip
-    return fix, said
+    return fix, said, list(dict.fromkeys(changes))
 
 
 def _member(names: Names, node: ast.AST) -> str:
@@ -137,7 +170,7 @@ def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Cast
     initializing = [
         os.path.abspath(p) for p, s in files if b".initialize(" in s or b"amp.init(" in s
     ]
-    candidates = {os.path.abspath(p): s for p, s in files if b"_function" in s}
+    candidates = {os.path.abspath(p): s for p, s in files if casting(s)}
     if not initializing or not candidates:
         return {}
     convertible: dict[str, bool] = {}
@@ -172,6 +205,11 @@ def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Cast
     return out
 
 
+def casting(data: bytes) -> bool:
+    """The bytes of a file that may hold apex casts (a necessary condition)."""
+    return b"_function" in data or b"disable_casts" in data
+
+
 def _convertible(path: str, data: bytes) -> bool:
     file = _parsed(path, data)
     if file is None:
@@ -189,11 +227,14 @@ def layer_findings(
     """AMP303 for a layer module of a component: the fix, or why the component is refused."""
     from ampmigrate.apex.verdict import refusal
 
+    uses = _apex_uses(names)
+    if not uses:
+        return []  # (rewritten: a second pass)
     planned = layer_edits(tree, names, source)
-    anchor = _apex_uses(names)[0]
+    anchor = uses[0]
     if casts.broken or planned is None:
         why = (
-            f"its apex casts can only become `torch.amp.custom_fwd` together with "
+            f"its apex casts can only become their torch.amp forms together with "
             f"{casts.others(source.path)}, the files that initialize amp and reach it: "
             f"{casts.broken}"
             if casts.broken
@@ -201,14 +242,9 @@ def layer_findings(
         )
         message = refusal([f"line {anchor.lineno}: {why}"])
         return [Finding(rule.code, message, anchor) for rule in rules]
-    fix, said = planned
+    fix, said, changes = planned
     message = (
-        "apex O1 can be rewritten to torch.amp with "
-        f"{casts.others(source.path)} (migrated together): " + "; ".join(said) + "; behaviour "
-        "change: where autocast is on, floating CUDA tensor arguments but float64 become "
-        "float32 (apex cast only float16 ones, and not inside dicts), and the function runs "
-        "with autocast off, where apex kept casting inside it: torch ops there on autocast's "
-        "float16 list run in float32; custom_fwd also sets `_dtype` and `_fwd_used_autocast` "
-        "on its first argument"
+        f"apex O1 can be rewritten to torch.amp with {casts.others(source.path)} (migrated "
+        "together): " + "; ".join(said) + "; behaviour change: " + "; ".join(changes)
     )
     return [Finding(rule.code, message, anchor, fix) for rule in rules]

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ampmigrate.apex.casts import Casts, components, key, layer_edits, layer_findings
+from ampmigrate.apex.casts import Casts, casting, components, key, layer_edits, layer_findings
 from ampmigrate.apex.links import apex_calls, stray_calls
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
@@ -53,7 +53,7 @@ def check(
         from ampmigrate.apex.verdict import refusal
 
         message = refusal([
-            f"line {calls[0].lineno}: its apex casts become `torch.amp.custom_fwd` only "
+            f"line {calls[0].lineno}: its apex casts become their torch.amp forms only "
             "together with the files that initialize amp and import this module, in one run "
             "(under apex they cast only once amp was initialized): none of them is in this run"
         ])  # fmt: skip
@@ -172,7 +172,7 @@ def _planned(
 def link_pairs(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -> Any:
     """The apex links of the run, by absolute path (None when no link is possible)."""
     apex = [(n, s) for n, s, _ in candidates if b"apex" in s and b"amp" in s]
-    layers = components(apex) if any(b"_function" in s for _, s in apex) else {}
+    layers = components(apex) if any(casting(s) for _, s in apex) else {}
     initializing = {n for n, s in apex if b".initialize(" in s}
     using = {n for n, s in apex if b".scale_loss(" in s or b"state_dict(" in s}
     if not initializing or not using or len(initializing | using) < 2:

@@ -602,7 +602,7 @@ class Handles:
             if casts is not None and sibling.path in casts.layers:
                 self.plan.notes.append(
                     f"{os.path.relpath(sibling.path, folder)}'s `amp.{sibling.member}` at its line "
-                    f"{sibling.line} becomes `torch.amp.custom_fwd` in this run (see its AMP303 "
+                    f"{sibling.line} gets its torch.amp form in this run (see its AMP303 "
                     "finding): the two are migrated together"
                 )
                 continue

@@ -101,6 +101,15 @@ class Initialize:
             self.problem(init, f"`amp.initialize` sets {listed}, which O1 cannot express")
         for key in (k for k in unknown if not _literal(args[k])):
             value = _code(self.module, args[key])
+            literal_o1 = isinstance(level, cst.SimpleString) and level.evaluated_value == "O1"
+            if key == "keep_batchnorm_fp32" and (literal_o1 or self.declared is not None):
+                self.plan.notes.append(
+                    f"`keep_batchnorm_fp32={value}` goes: it was None wherever apex O1 trained "
+                    "(O1 raises on any other value)"
+                    + ("" if literal_o1 else f", every run being declared O1 or O0 "
+                       f"({self.declared}), and does nothing under O0, whose model stays float32")
+                )  # fmt: skip
+                continue
             self.problem(
                 init,
                 f"`amp.initialize` sets `{key}={value}`: GradScaler has no bound on its scale "

@@ -231,6 +231,13 @@ def stray_calls(
                 f"`importlib.import_module({loaded!r})` gives: the rewrite follows only import "
                 f"statements; write `from apex import amp` (or migrate it by hand) first"
             )))  # fmt: skip
+        elif isinstance(holder, ast.Attribute) and (loaded := _imported_into(holder, tree, names)):
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` calls apex amp through "
+                f"`{ast.unparse(holder)}`, which `importlib.import_module({loaded[0]!r})` gives "
+                f"at line {loaded[1]}: the rewrite follows only import statements; write "
+                "`from apex import amp` (or migrate it by hand) first"
+            )))  # fmt: skip
         elif isinstance(holder, ast.Attribute) and ast.unparse(holder) in stored:
             found.append((node, (
                 f"line {node.lineno}: `{shown}` calls apex amp through "
@@ -292,6 +299,26 @@ def _imported_by_name(holder: ast.Name, names: Names) -> str | None:
             and call.args[0].value.split(".")[0] == "apex"
         ):
             return call.args[0].value
+    return None
+
+
+def _imported_into(holder: ast.Attribute, tree: ast.Module, names: Names) -> tuple[str, int] | None:
+    """The apex module that ``importlib.import_module("apex...")`` stores in the attribute
+    ``holder`` spells (``self.amp = importlib.import_module("apex.amp")``), and the line."""
+    spelled = ast.unparse(holder)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and ast.unparse(node.targets[0]) == spelled
+            and isinstance(call := node.value, ast.Call)
+            and "importlib.import_module" in names.qualified(call.func)
+            and call.args
+            and isinstance(call.args[0], ast.Constant)
+            and isinstance(call.args[0].value, str)
+            and call.args[0].value.split(".")[0] == "apex"
+        ):
+            return call.args[0].value, node.lineno
     return None
 
 

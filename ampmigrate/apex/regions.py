@@ -5,6 +5,7 @@ flow, and the invariant that no initialized model runs outside one.
 from __future__ import annotations
 
 import ast
+import builtins
 
 import libcst as cst
 
@@ -283,6 +284,46 @@ class Regions:
                 )
                 if note not in self.plan.notes:
                     self.plan.notes.append(note)
+                continue
+            for called in self._objects_called(statement):
+                note = (
+                    f"behaviour change: `{called}(...)` at line {self.line(statement)} feeds the "
+                    "loss from before the autocast region (a model not given to "
+                    "`amp.initialize`, such as a frozen encoder, which apex O1 cast through its "
+                    f"global patching) and runs in float32 now: {_KEEP}"
+                )
+                if note not in self.plan.notes:
+                    self.plan.notes.append(note)
+
+    def _objects_called(self, statement: cst.CSTNode) -> list[str]:
+        """The names in a simple ``statement`` that are called as objects: a parameter or a
+        variable (``encoder(x)``, ``pretrained_model(**inputs)``), not a function or class of
+        this module, an import or a builtin."""
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return []
+        defined = {
+            d.name.value for d in self.module.body if isinstance(d, cst.FunctionDef | cst.ClassDef)
+        }
+        found = []
+        for node in self._subtree(statement):
+            if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)):
+                continue
+            name = node.func.value
+            if name in defined or hasattr(builtins, name) or name in found:
+                continue
+            if any("." in q and "<locals>" not in q for q in self.qualified(node.func)):
+                continue  # imported (`torch.randn` as `randn`)
+            if self._imported(name):
+                continue
+            found.append(name)
+        return found
+
+    def _imported(self, name: str) -> bool:
+        return any(
+            isinstance(n, cst.ImportAlias)
+            and (n.asname.name.value if n.asname else _code(self.module, n.name)) == name
+            for n in self.nodes
+        )
 
     def _forwards_elsewhere(self, setup: _Setup) -> None:
         """apex O1 cast every forward after ``initialize``; the regions cover the functions
@@ -515,7 +556,7 @@ class Regions:
                 callee = defined.get(node.func.value) if isinstance(node.func, cst.Name) else None
                 if callee is not None and id(callee) in scaling:
                     continue
-                if not any(_code(self.module, a.value) in spellings for a in node.args):
+                if not any(_of_model(a.value, spellings) for a in node.args):
                     continue
                 if not self._may_run(node, callee, spellings, defined, 0):
                     continue
@@ -601,19 +642,25 @@ class Regions:
         received = {
             params[i]
             for i, a in enumerate(positional)
-            if i < len(params) and isinstance(a.value, cst.Name) and a.value.value in names
+            if i < len(params) and _of_model(a.value, names)
         } | {
             a.keyword.value
             for a in call.args
-            if a.keyword is not None and isinstance(a.value, cst.Name) and a.value.value in names
+            if a.keyword is not None and _of_model(a.value, names)
         }
         for node in self._subtree(callee.body):
             if not isinstance(node, cst.Call) or any(
                 q.startswith(APEX) for q in self.qualified(node.func)
             ):  # (`amp.initialize` goes with the rewrite)
                 continue
-            if isinstance(node.func, cst.Name) and node.func.value in received:
-                return True
+            chain, attributes = node.func, []
+            while isinstance(chain, cst.Attribute):
+                attributes.append(chain.attr.value)
+                chain = chain.value
+            if isinstance(chain, cst.Name) and chain.value in received:
+                if not attributes or attributes[0] not in _QUIET_METHODS:
+                    return True  # `model(x)`, `model.bert(x)`, `model.module.generate(...)`
+                continue
             if any(isinstance(a.value, cst.Name) and a.value.value in received for a in node.args):
                 inner = defined.get(node.func.value) if isinstance(node.func, cst.Name) else None
                 if self._may_run(node, inner, received, defined, depth + 1):
@@ -680,3 +727,12 @@ def _called_root(func: cst.BaseExpression) -> str | None:
     while isinstance(func, cst.Subscript):
         func = func.value
     return func.value if isinstance(func, cst.Name) else None
+
+
+def _of_model(value: cst.CSTNode, names: set[str]) -> bool:
+    """``value`` is the model (one of its ``names``) or a part of it reached by attributes
+    (``model.module`` unwrapped from DataParallel, ``model.encoder``): handing it on hands
+    code a forward that apex O1 cast."""
+    while isinstance(value, cst.Attribute):
+        value = value.value
+    return isinstance(value, cst.Name) and value.value in names
