@@ -28,7 +28,7 @@ from ampmigrate.engine.source import Source
 from ampmigrate.findings import Edit, Finding, Fix, ImportEdit
 
 APEX = "apex.amp."
-# `half_function` is not here: apex cast float64 to float16 too, custom_fwd leaves it
+# `half_function` is not here: apex cast float64 arguments to float16, custom_fwd leaves them
 DTYPES = {"float_function": "torch.float32"}
 
 
@@ -61,10 +61,12 @@ def key(path: str) -> tuple[str, str]:
 
 
 _CUSTOM_FWD = (
-    "where autocast is on, floating CUDA tensor arguments but float64 become float32 (apex cast "
-    "only float16 ones, and not inside dicts), and the function runs with autocast off, where "
-    "apex kept casting inside it: torch ops there on autocast's float16 list run in float32; "
-    "custom_fwd also sets `_dtype` and `_fwd_used_autocast` on its first argument"
+    "where autocast is on, floating CUDA tensor arguments become float32 as under apex, but "
+    "float64 ones stay float64 (apex cast them to float32 too) and those inside dicts and other "
+    "iterables are cast as well (apex cast only in lists and tuples); the function runs with "
+    "autocast off, where apex kept casting inside it: torch ops there on autocast's float16 "
+    "list run in float32; custom_fwd also sets `_dtype` and `_fwd_used_autocast` on its first "
+    "argument"
 )
 _DISABLED = (
     "where amp was never initialized, apex's `disable_casts` raised AttributeError; the region "
