@@ -403,6 +403,7 @@ def _rewritten_exactly(tmp_path: Path, fixture: Path, changed: list[str]) -> Non
     root = tmp_path / "project"
     shutil.copytree(fixture / "before", root)
     results = run(_files(root), _settings(fix=True))
+    assert not [r.error for r in results if r.error]
     for result in results:
         relative = Path(result.path).relative_to(root)
         new = result.new_source if result.changed else Path(result.path).read_bytes()
@@ -411,6 +412,7 @@ def _rewritten_exactly(tmp_path: Path, fixture: Path, changed: list[str]) -> Non
             Path(result.path).write_bytes(result.new_source)
     assert sorted(str(Path(r.path).relative_to(root)) for r in results if r.changed) == changed
     again = run(_files(root), _settings(fix=True))
+    assert not [r.error for r in again if r.error]  # (a second pass that fails is no fix)
     assert not any(r.changed for r in again) and not [d for r in again for d in r.fixed]
     assert not [d for r in again for d in r.diagnostics if d.code.startswith(("AMP2", "AMP3"))]
 
