@@ -21,13 +21,20 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ampmigrate.apex.links import _apex_uses, _Graph, _listed, _parsed, apex_siblings
+from ampmigrate.apex.links import (
+    APEX,
+    _apex_uses,
+    _Graph,
+    _listed,
+    _parsed,
+    apex_siblings,
+    shown_among,
+)
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.source import Source
 from ampmigrate.findings import Edit, Finding, Fix, ImportEdit
 
-APEX = "apex.amp."
 # `half_function` is not here: apex cast float64 arguments to float16, custom_fwd leaves them
 DTYPES = {"float_function": "torch.float32"}
 
@@ -48,7 +55,7 @@ class Casts:
         return (*self.initializing, *self.layers)
 
     def shown(self, path: str) -> str:
-        return os.path.relpath(os.path.abspath(path), os.path.commonpath(self.files))
+        return shown_among(self.files, path)
 
     def others(self, path: str) -> str:
         mine = os.path.abspath(path)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ampmigrate.apex.common import _argument, initialize_arguments
+from ampmigrate.apex.initialize import _main_guard
 from ampmigrate.apex.links import users_on_disk
 
 _KNOWN = {"models", "opt_level", "verbosity", "enabled"}
@@ -354,11 +355,7 @@ class HandleInit:
         project imports it."""
         body = list(self.module.body)
         last = body[-1] if body else None
-        if (
-            isinstance(last, cst.If)
-            and last.orelse is None
-            and _main_test(self.module.code_for_node(last.test))
-        ):
+        if isinstance(last, cst.If) and last.orelse is None and _main_guard(self.module, last):
             last = last.body.body[-1] if last.body.body else None
         if not (
             isinstance(last, cst.SimpleStatementLine)
@@ -373,10 +370,3 @@ class HandleInit:
         if len(spelled) != 2:  # the def's name and this call
             return False
         return self.path is None or users_on_disk(self.path, [name]) == []
-
-
-def _main_test(test: str) -> bool:
-    return test.replace("'", '"').replace(" ", "") in {
-        '__name__=="__main__"',
-        '"__main__"==__name__',
-    }

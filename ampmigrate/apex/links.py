@@ -99,7 +99,12 @@ class Link:
         return _listed([self.shown(c) for c in self.callers])
 
     def shown(self, path: str) -> str:
-        return os.path.relpath(os.path.abspath(path), os.path.commonpath(self.files))
+        return shown_among(self.files, path)
+
+
+def shown_among(files: tuple[str, ...], path: str) -> str:
+    """``path`` as messages show it among ``files``: relative to the folder holding them all."""
+    return os.path.relpath(os.path.abspath(path), os.path.commonpath(files))
 
 
 def _listed(items: list[str]) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
@@ -279,23 +279,7 @@ class Step:
                 self.problem(node, f"`{opt}.step(...)` with a closure")
                 continue
             found.append(node)
-            self.before_step[node] = []
-
-            def build(_u, node=node):
-                step = (
-                    [cst.parse_statement(_GUARD.format(access=access, opt=opt))]
-                    if node in self.guarded
-                    else [
-                        cst.parse_statement(f"{access}.step({opt})\n"),
-                        *([] if any(node in g[:-1] for g in self.groups)
-                          else [cst.parse_statement(f"{access}.update()\n")]),
-                    ]
-                )  # fmt: skip
-                lines = [*[s for make in self.before_step[node] for s in make()], *step]
-                lines[0] = lines[0].with_changes(leading_lines=node.leading_lines)
-                return cst.FlattenSentinel(lines)
-
-            self.plan.edits[node] = build
+            self._replace_step(node, access, opt)
         if not found:
             found += self._wrapper_steps(opt, access, function)
         if not found:
@@ -304,6 +288,35 @@ class Step:
                 f"no `{opt}.step()` statement in the function that scales the loss: scaled "
                 "gradients must be stepped through `scaler.step`",
             )
+
+    def _replace_step(
+        self, node: cst.CSTNode, access: str, opt: str, tail: Sequence[str] = ()
+    ) -> None:
+        """Plan ``node`` (a step statement) as what other stages put before it, then
+        ``scaler.step`` + ``scaler.update()`` (the guarded form where a path reaches it
+        without a scaled backward; no update before the last optimizer of a group), then
+        ``tail``: decided when the edit is built, once every stage has planned."""
+        self.before_step[node] = []
+
+        def build(_u):
+            step = (
+                [cst.parse_statement(_GUARD.format(access=access, opt=opt))]
+                if node in self.guarded
+                else [
+                    cst.parse_statement(f"{access}.step({opt})\n"),
+                    *([] if any(node in g[:-1] for g in self.groups)
+                      else [cst.parse_statement(f"{access}.update()\n")]),
+                ]
+            )  # fmt: skip
+            lines = [
+                *[s for make in self.before_step[node] for s in make()],
+                *step,
+                *[cst.parse_statement(line + "\n") for line in tail],
+            ]
+            lines[0] = lines[0].with_changes(leading_lines=node.leading_lines)
+            return cst.FlattenSentinel(lines)
+
+        self.plan.edits[node] = build
 
     def _wrapper_steps(self, opt: str, access: str, function: cst.CSTNode) -> list[cst.CSTNode]:
         """``holder.step()`` where ``opt`` is ``holder.attribute`` and ``holder`` an optimizer
@@ -338,22 +351,7 @@ class Step:
             return []
         made, tail = wrapper
         for node in calls:
-            self.before_step[node] = []
-
-            def build(_u, node=node):
-                step = [
-                    *([cst.parse_statement(_GUARD.format(access=access, opt=opt))]
-                      if node in self.guarded
-                      else [cst.parse_statement(f"{access}.step({opt})\n"),
-                            *([] if any(node in g[:-1] for g in self.groups)
-                              else [cst.parse_statement(f"{access}.update()\n")])]),
-                    *[cst.parse_statement(line + "\n") for line in tail],
-                ]  # fmt: skip
-                lines = [*[s for make in self.before_step[node] for s in make()], *step]
-                lines[0] = lines[0].with_changes(leading_lines=node.leading_lines)
-                return cst.FlattenSentinel(lines)
-
-            self.plan.edits[node] = build
+            self._replace_step(node, access, opt, tail)
             self.plan.notes.append(
                 f"`{holder}.step()` at line {self.line(node)} is written out from `{made}.step`: "
                 f"`{access}.step({opt})` (skipped on overflow, as apex's patched step was), "

@@ -13,6 +13,9 @@ from __future__ import annotations
 import ast
 
 from ampmigrate.apex.links import module_function
+from ampmigrate.engine.names import Names
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def wrapper_step(
@@ -23,10 +26,11 @@ def wrapper_step(
     statements that follow the inner step in its ``step`` method, on ``holder``. None: the
     class is not one class made in this file, or its ``step`` is not the inner step followed by
     calls of its own methods with literal arguments."""
-    made = _made_as(tree, function, holder)
+    names = Names(tree)
+    made = _made_as(names, function, holder)
     if made is None:
         return None
-    method = _method(tree, path, made, "step")
+    method = _method(names, path, made, "step")
     if method is None:
         return None
     arguments = method.args
@@ -73,26 +77,25 @@ def _is_call(statement: ast.stmt, this: str, dotted: str) -> bool:
     )
 
 
-def _made_as(tree: ast.Module, function: str, holder: str) -> str | None:
-    """The callee that makes ``holder`` as ``function`` sees it: bound there by one
+def _made_as(names: Names, function: str, holder: str) -> str | None:
+    """The class that makes ``holder`` as ``function`` sees it, qualified: bound there by one
     ``holder = C(...)``, or a parameter that every call of ``function`` in this file fills with
     a name its caller binds once by ``name = C(...)``, the same ``C`` at every call."""
-    defs = [d for d in tree.body if isinstance(d, ast.FunctionDef) and d.name == function]
+    defs = [d for d in names.tree.body if isinstance(d, ast.FunctionDef) and d.name == function]
     if len(defs) != 1:
         return None
     [training] = defs
     if _stores(training, holder):
-        return _bound_by_call(training, holder)
-    names = [a.arg for a in training.args.posonlyargs + training.args.args]
-    if holder not in names or training.args.vararg:
+        return _bound_by_call(names, training, holder)
+    params = [a.arg for a in training.args.posonlyargs + training.args.args]
+    if holder not in params or training.args.vararg:
         return None
-    position = names.index(holder)
-    parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    position = params.index(holder)
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in names.spelled(function):
         if not (isinstance(node, ast.Name) and node.id == function):
             continue
-        call = parents.get(id(node))
+        call = names.parent(node)
         if not (isinstance(call, ast.Call) and call.func is node):
             return None  # handed on as a value: its other callers are unknown
         argument = next((k.value for k in call.keywords if k.arg == holder), None)
@@ -100,10 +103,10 @@ def _made_as(tree: ast.Module, function: str, holder: str) -> str | None:
             if any(isinstance(a, ast.Starred) for a in call.args[: position + 1]):
                 return None
             argument = call.args[position]
-        caller = _enclosing(parents, call)
+        caller = next((a for a in names.ancestors(call) if isinstance(a, _FUNCTIONS)), None)
         made = (
-            _bound_by_call(caller, argument.id)
-            if isinstance(argument, ast.Name) and caller is not None
+            _bound_by_call(names, caller, argument.id)
+            if isinstance(argument, ast.Name) and isinstance(caller, ast.FunctionDef)
             else None
         )
         if made is None:
@@ -121,8 +124,8 @@ def _stores(function: ast.FunctionDef, name: str) -> list[ast.Name]:
     ]
 
 
-def _bound_by_call(function: ast.FunctionDef, name: str) -> str | None:
-    """The dotted callee ``C`` where ``name`` is bound in ``function`` only by one
+def _bound_by_call(names: Names, function: ast.FunctionDef, name: str) -> str | None:
+    """The qualified class ``C`` where ``name`` is bound in ``function`` only by one
     ``name = C(...)`` (not a parameter, a global or any other binding)."""
     if any(a.arg == name for a in ast.walk(function.args) if isinstance(a, ast.arg)):
         return None
@@ -144,43 +147,17 @@ def _bound_by_call(function: ast.FunctionDef, name: str) -> str | None:
     value = assigns[0].value
     if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Name | ast.Attribute):
         return None
-    dotted = ast.unparse(value.func)
-    return dotted if all(p.isidentifier() for p in dotted.split(".")) else None
+    qualified = names.qualified(value.func)
+    return next(iter(qualified)) if len(qualified) == 1 else None
 
 
-def _enclosing(parents: dict[int, ast.AST], node: ast.AST) -> ast.FunctionDef | None:
-    parent = parents.get(id(node))
-    while parent is not None and not isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef):
-        parent = parents.get(id(parent))
-    return parent if isinstance(parent, ast.FunctionDef) else None
-
-
-def _method(tree: ast.Module, path: str | None, made: str, name: str) -> ast.FunctionDef | None:
-    """The method ``name`` of the class ``made`` (as this file spells it): a class of this
-    file, or one of a module on disk that this file imports."""
-    head, _, rest = made.partition(".")
-    classes = [c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == head]
-    if not rest and len(classes) == 1:
+def _method(names: Names, path: str | None, made: str, name: str) -> ast.FunctionDef | None:
+    """The method ``name`` of the class ``made`` (qualified as this file sees it): a class of
+    this file, or one of a module on disk that this file imports."""
+    classes = [c for c in names.tree.body if isinstance(c, ast.ClassDef) and c.name == made]
+    if len(classes) == 1:
         found = [d for d in classes[0].body if isinstance(d, ast.FunctionDef) and d.name == name]
         return found[0] if len(found) == 1 else None
-    qualified = _imported_as(tree, head)
-    if qualified is None or path is None:
+    if "." not in made or path is None:
         return None
-    return module_function(path, ".".join(p for p in (qualified, rest, name) if p))
-
-
-def _imported_as(tree: ast.Module, head: str) -> str | None:
-    """What the module-level import that binds ``head`` imports (``pkg.mod``, ``.mod.Class``)."""
-    found: list[str] = []
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if (alias.asname or alias.name.partition(".")[0]) == head:
-                    found.append(alias.name if alias.asname else head)
-        elif isinstance(node, ast.ImportFrom):
-            for alias in node.names:
-                if (alias.asname or alias.name) == head:
-                    found.append(
-                        "." * node.level + ".".join(p for p in (node.module, alias.name) if p)
-                    )
-    return found[0] if len(found) == 1 else None
+    return module_function(path, f"{made}.{name}")
