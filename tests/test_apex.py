@@ -75,6 +75,8 @@ REWRITTEN = [
     "grad_norm_read",
     "register_einsum",
     "optimizer_wrapper",
+    "initialize_both_branches",
+    "initialize_each_path",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -455,6 +457,37 @@ def test_a_helper_on_disk_that_reads_gradients_gets_unscale_before_its_call(tmp_
     )
     out, _, _ = fix_source(script, unsafe=True, path=tmp_path / "train.py")
     assert "scaler.unscale_(optimizer)\n" not in out
+
+
+def test_a_gradient_writer_from_a_star_import_is_found_and_refused_under_accumulation(tmp_path):
+    """The helper comes through `from sparsity import *` (yolov3-style pruning scripts), which
+    the scope provider resolves nothing through: it is looked up in the star-imported module.
+    Called on every micro-batch while the step runs every second one, it is refused with that
+    reason: moved under the step (where `unscale_` may go) its L1 term would be added once per
+    step instead of at each micro-batch, and where it is, it would see scaled gradients."""
+    source = (APEX / "bn_sparsity_helper.py").read_text()
+    start, end = source.index("class Sparsity:"), source.index("def train(")
+    (tmp_path / "sparsity.py").write_text("import torch\n\n\n" + source[start:end])
+    script = source[:start] + "from sparsity import *\n\n\n" + source[end:]
+    (tmp_path / "train.py").write_text(script)
+    out, _, fixed = fix_source(script, unsafe=True, path=tmp_path / "train.py")
+    assert "AMP303" in {d.code for d in fixed}
+    assert "        scaler.unscale_(optimizer)\n        Sparsity.update_bn(" in out
+    accumulated = script.replace(
+        "    for x, y in batches:", "    for i, (x, y) in enumerate(batches):"
+    ).replace(
+        "        optimizer.step()\n        optimizer.zero_grad()\n",
+        "        if i % 2 == 1:\n            optimizer.step()\n            optimizer.zero_grad()\n",
+    )
+    assert accumulated.count("if i % 2 == 1:") == 1
+    (tmp_path / "train.py").write_text(accumulated)
+    out, remaining, _ = fix_source(accumulated, unsafe=True, path=tmp_path / "train.py")
+    assert out == accumulated
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert "`Sparsity.update_bn(...)` reads or changes gradient values on every micro-batch" in (
+        finding.message
+    )
+    assert "clipped" not in finding.message
 
 
 CALLED_FROM_MAIN = """
@@ -1425,6 +1458,8 @@ CASES = {
     "grad_norm_read": [[]],
     "register_einsum": [[], ["--fp16"]],
     "optimizer_wrapper": [[], ["--fp16"]],
+    "initialize_both_branches": [[], ["--teacher"], ["--fp16"], ["--fp16", "--teacher"]],
+    "initialize_each_path": [[], ["--do-train"], ["--fp16"], ["--fp16", "--do-train"]],
 }
 
 
@@ -3853,3 +3888,258 @@ def test_gradient_accumulation_states_that_the_scale_is_updated_per_step(name, a
     assert finding.fix is not None
     stated = "the GradScaler updates its loss scale once per optimizer step" in finding.message
     assert stated == accumulates
+
+
+def test_tenth_review_a_model_stored_in_a_state_object_is_followed_to_other_methods():
+    """`self._state = TrainerState(model=model, ...)` after `initialize`: a sibling method that
+    runs `self._state.model(batch)` (or a local alias of it) runs the model apex cast; the
+    note says it is float32 now (it went without a word)."""
+    source = """
+        import torch
+        from apex import amp
+
+
+        class Trainer:
+            def _init_state(self, model, optimizer):
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+                self._state = TrainerState(model=model, optimizer=optimizer)
+
+            def _train(self, loader):
+                for batch in loader:
+                    loss = self._state.model(batch).mean()
+                    with amp.scale_loss(loss, self._state.optimizer) as scaled:
+                        scaled.backward()
+                    self._state.optimizer.step()
+                return self._eval(loader)
+
+            def _eval(self, loader):
+                with torch.no_grad():
+                    return [self._state.model(batch) for batch in loader]
+
+            def _test(self, loader):
+                net = self._state.model
+                return [net(batch) for batch in loader]
+    """
+    message = _message(source)
+    assert (
+        "the initialized model's forward in `_eval` (line 21), `_test` (line 25) is outside "
+        "the autocast regions and runs in float32 now"
+    ) in message
+
+
+def test_tenth_review_a_script_hands_its_model_to_imported_evaluations(tmp_path):
+    """A module-level training loop hands the model to `evaluate(...)` from a star import and
+    from a named import: apex O1 cast those forwards, so each call gets a region (none had one,
+    and no note said so); a module function that runs the global model is a stated change."""
+    (tmp_path / "helpers.py").write_text(
+        "def eval_model(model, data):\n    return [model(x) for x in data]\n"
+    )
+    (tmp_path / "evaluation.py").write_text(
+        "def evaluate(model, data):\n    return [model(x) for x in data]\n"
+    )
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+        from helpers import *
+        from evaluation import evaluate as run_eval
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+
+        def test():
+            return model(torch.randn(2, 4))
+
+
+        for epoch in range(2):
+            for x in [torch.randn(2, 4)]:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled:
+                    scaled.backward()
+                optimizer.step()
+            acc = eval_model(model, [x])
+            acc2 = run_eval(model, [x])
+        print(test())
+    """)
+    path = tmp_path / "train.py"
+    out, _, fixed = fix_source(source, unsafe=True, path=path)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    for call in ("acc = eval_model(model, [x])", "acc2 = run_eval(model, [x])"):
+        above = out.splitlines()[out.splitlines().index(f"        {call}") - 1]
+        assert above.strip().startswith("with torch.amp.autocast("), out
+    assert "`eval_model(...)` (line 21), `run_eval(...)` (line 22)" in finding.message
+    assert "the initialized model's forward in `test` (line 12)" in finding.message
+
+
+@pytest.mark.parametrize("guard", ["main", "function"])
+def test_tenth_review_inference_through_a_method_of_the_model_is_a_run(guard):
+    """`model.encode_q(...)` runs the model's submodules: an inference-only `initialize` whose
+    model is only used that way is rewritten (it was refused as 'not run after'), in a
+    function or in the script's main block, and the summary names what it does."""
+    body = """\
+        model = torch.nn.Linear(4, 4)
+        from apex import amp
+        model = amp.initialize(model, opt_level="O1")
+        model.eval()
+        with torch.no_grad():
+            embeds = model.encode_q(torch.randn(2, 4))
+        print(embeds.dtype)
+    """
+    head = 'if __name__ == "__main__":\n' if guard == "main" else "def main():\n"
+    source = "import torch\n\n" + head + textwrap.indent(textwrap.dedent(body), "    ")
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    assert finding.message.startswith(
+        "apex O1 for inference (no optimizer) can be rewritten to torch.amp: `amp.initialize` "
+        'goes, and the statements that use the model run under `torch.amp.autocast("cuda", '
+        "dtype=torch.float16)`"
+    )
+    assert "the autocast region covers line 8 of the original" in finding.message
+    out, _, _ = fix_source(source, unsafe=True)
+    assert 'with torch.amp.autocast("cuda", dtype=torch.float16):\n' in out
+
+
+def test_tenth_review_scale_loss_through_partial_is_refused_for_what_it_is():
+    """`functools.partial(amp.scale_loss, optimizers=...)`: the loss is scaled where the value
+    is called. The blocker says so; it said there was no `amp.scale_loss` and advised dropping
+    the loss scaling."""
+    message = _message("""
+        import functools
+
+        from apex import amp
+
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        scale_loss = functools.partial(amp.scale_loss, optimizers=optimizer)
+        for x in batches:
+            with scale_loss(model(x).sum()) as scaled:
+                scaled.backward()
+            optimizer.step()
+    """)
+    assert "`amp.scale_loss` is handed to `functools.partial(...)` at line 7" in message
+    assert "no `amp.scale_loss` in this file" not in message
+    assert "apex only casts" not in message
+
+
+def test_tenth_review_a_registration_in_main_before_the_training_call_goes():
+    """`main()` registers einsum, then calls `train()`, which initializes: the registry entry
+    ran first, as apex required; it goes (it was 'no O1 rewrite'). After the call it would not
+    have: that stays a blocker."""
+    source = """
+        import torch
+        from apex import amp
+
+
+        def train(model, optimizer, batches):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in batches:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled:
+                    scaled.backward()
+                optimizer.step()
+
+
+        def main(model, optimizer, batches):
+            amp.register_half_function(torch, "einsum")
+            train(model, optimizer, batches)
+    """
+    message = _message(source)
+    assert '`amp.register_half_function(torch, "einsum")` at line 16 goes' in message
+    late = source.replace(
+        '            amp.register_half_function(torch, "einsum")\n'
+        "            train(model, optimizer, batches)\n",
+        "            train(model, optimizer, batches)\n"
+        '            amp.register_half_function(torch, "einsum")\n',
+    )
+    assert "`amp.register_half_function` has no O1 rewrite" in _message(late)
+
+
+def test_tenth_review_casts_of_a_module_loaded_by_name_move_with_the_loader(tmp_path):
+    """The training script builds its network with `importlib.import_module(args.arch)`: no
+    import edge reaches the layer module whose `@amp.float_function` apex cast once amp was
+    initialized. The two are one component (both rewritten, the script's note says why);
+    before, the script was rewritten alone and the layer kept apex's decorator, inactive."""
+    from click.testing import CliRunner
+
+    from ampmigrate.cli import main as cli
+
+    (tmp_path / "nets").mkdir()
+    (tmp_path / "nets" / "__init__.py").write_text("")
+    (tmp_path / "nets" / "layers.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        @amp.float_function
+        def upsample(x):
+            return torch.nn.functional.interpolate(x, scale_factor=2)
+    """)
+    )
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""\
+        import importlib
+
+        import torch
+        from apex import amp
+
+        net = importlib.import_module(ARCH).Net()
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        net, optimizer = amp.initialize(net, optimizer, opt_level="O1")
+        for x in [torch.randn(2, 4)]:
+            loss = net(x).sum()
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+            optimizer.step()
+    """)
+    )
+    result = CliRunner().invoke(cli, ["check", "--unsafe-fixes", "--select", "AMP303",
+                                      "--output-format", "json", str(tmp_path)])  # fmt: skip
+    findings = {Path(f["filename"]).name: f for f in json.loads(result.stdout)}
+    assert findings["layers.py"]["fix"] is not None, findings["layers.py"]["message"]
+    assert findings["train.py"]["fix"] is not None, findings["train.py"]["message"]
+    assert "imports modules by a computed name" in findings["train.py"]["message"]
+    assert "nets/layers.py" in findings["train.py"]["message"]
+    static = (tmp_path / "train.py").read_text().replace("importlib.import_module(ARCH)", "nets")
+    (tmp_path / "train.py").write_text(static.replace("import importlib\n", "import nets\n"))
+    result = CliRunner().invoke(cli, ["check", "--unsafe-fixes", "--select", "AMP303",
+                                      "--output-format", "json", str(tmp_path)])  # fmt: skip
+    findings = {Path(f["filename"]).name: f for f in json.loads(result.stdout)}
+    assert "imports modules by a computed name" not in findings["train.py"]["message"]
+
+
+def test_no_two_stages_of_the_planner_define_the_same_method():
+    """The planner's stages are mixins of one class: a method name defined in two of them is
+    silently shadowed by the one first in the MRO (a `_aliases` in the regions stage once hid
+    the step stage's)."""
+    import collections
+    import inspect
+
+    from ampmigrate.apex.planner import _Planner
+
+    defined = collections.defaultdict(list)
+    for base in _Planner.__mro__[1:]:
+        for name, value in vars(base).items():
+            if inspect.isfunction(value) and not name.startswith("__"):
+                defined[name].append(base.__name__)
+    assert {n: b for n, b in defined.items() if len(b) > 1} == {}
+
+
+def test_tenth_review_a_gradient_all_reduce_in_the_block_is_not_called_a_clip():
+    """An all-reduce of the still-scaled gradients inside `scale_loss` (UNITER's recipe) is
+    named for what it is, with the condition under which keeping it is exact; it was described
+    as a clip 'at max_norm over the scale'."""
+    message = _message("""
+        from apex import amp
+
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        for step, batch in enumerate(loader):
+            loss = model(batch).mean()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+                grads = [p.grad.data for p in model.parameters() if p.grad is not None]
+                all_reduce_and_rescale_tensors(grads, float(1))
+            optimizer.step()
+    """)
+    assert "this code changes gradients (`all_reduce_and_rescale_tensors(...)`)" in message
+    assert "max_norm" not in message

@@ -265,3 +265,42 @@ def test_a_migrated_file_leaves_no_syntax_tree_to_the_cycle_collector():
         assert trees() == before
     finally:
         gc.enable()
+
+
+def test_a_removed_statement_keeps_the_comments_a_blank_line_sets_apart():
+    """What a fix removes takes the comment right above it along, not commented-out code or a
+    note that a blank line separates from it: those go to the statement that now follows, or
+    to the block's end (a removal at the end of a block, and at the end of the module)."""
+    import libcst as cst
+
+    from ampmigrate.replace import ReplaceNodes
+
+    source = (
+        "def f():\n"
+        "    a = 1\n"
+        "    # old code\n"
+        "    # b = 2\n"
+        "\n"
+        "    # about c\n"
+        "    c = 3\n"
+        "    d = 4\n"
+        "    # kept at the end\n"
+        "\n"
+        "    e = 5\n"
+        "x = 1\n"
+    )
+    module = cst.parse_module(source)
+    body = module.body[0].body.body
+    gone = {body[1]: lambda _u: cst.RemoveFromParent(), body[3]: lambda _u: cst.RemoveFromParent()}
+    out = module.visit(ReplaceNodes(gone)).code
+    assert out == (
+        "def f():\n"
+        "    a = 1\n"
+        "    # old code\n"
+        "    # b = 2\n"
+        "\n"
+        "    d = 4\n"
+        "    # kept at the end\n"
+        "\n"
+        "x = 1\n"
+    )

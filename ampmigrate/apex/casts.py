@@ -27,6 +27,9 @@ from ampmigrate.apex.links import (
     _Graph,
     _listed,
     _parsed,
+    _read,
+    _tree,
+    _walk,
     apex_siblings,
     shown_among,
 )
@@ -194,6 +197,17 @@ def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Cast
             if convertible[sibling.path]:
                 edges.setdefault(start, set()).add(sibling.path)
                 edges.setdefault(sibling.path, set()).add(start)
+    reached = {p for group in edges.values() for p in group}
+    orphans = [
+        p for p in sorted(candidates)
+        if p not in reached and p not in initializing
+        and convertible.setdefault(p, _convertible(p, candidates[p]))
+    ]  # fmt: skip
+    for start in initializing if orphans else ():
+        if any(_loads_by_name(p) for p in (start, *(t for t, _, _ in _walk(start, graph)))):
+            for orphan in orphans:  # it may run them: moved together, or neither
+                edges.setdefault(start, set()).add(orphan)
+                edges.setdefault(orphan, set()).add(start)
     out: dict[tuple[str, str], Casts] = {}
     seen: set[str] = set()
     for start in edges:
@@ -212,6 +226,26 @@ def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Cast
         )
         out.update((key(f), item) for f in item.files)
     return out
+
+
+def _loads_by_name(path: str) -> bool:
+    """``path`` imports a module whose name it computes (``importlib.import_module(args.arch)``,
+    ``__import__(name)``): no import edge shows which, so any layer module of the run may be
+    among the code it runs."""
+    data = _read(path)
+    if b"import_module" not in data and b"__import__" not in data:
+        return False
+    tree = _tree(path, data)
+    return tree is not None and any(
+        isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+            or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__"))
+        )
+        and node.args
+        and not isinstance(node.args[0], ast.Constant)
+        for node in ast.walk(tree)
+    )
 
 
 def casting(data: bytes) -> bool:

@@ -197,6 +197,25 @@ class Clip:
             and not isinstance(self.parent(n), cst.AssignTarget | cst.AnnAssign | cst.AugAssign)
         ]  # fmt: skip
         blockers = self._blocks_move(unit)
+        clip = any(
+            isinstance(n, cst.Call)
+            and _code(self.module, n.func).rpartition(".")[2].startswith("clip_grad")
+            for n in self._subtree(statement)
+        )
+        if not clip and not reads and not blockers:
+            call = next((n for n in self._subtree(statement) if isinstance(n, cst.Call)), None)
+            shown = f"`{_code(self.module, call.func)}(...)`" if call is not None else "it"
+            self.problem(
+                statement,
+                f"{shown} reads or changes gradient values on every micro-batch, while "
+                f"`optimizer.step()` (line {self.line(step)}) runs under a condition: apex had "
+                "unscaled the gradients it saw at each `scale_loss` exit; a GradScaler keeps them "
+                "scaled until `unscale_`, which may run once per step, and moved before the step "
+                "it would run once instead of at each micro-batch (a term it adds to the "
+                "gradients would be added once); make it work on scaled gradients (multiply "
+                "what it adds, divide what it reads, by `scaler.get_scale()`) by hand",
+            )
+            return
         if reads or blockers:
             own = self.facts(statement).assigned
             used = [n for n in reads if n.value in own]
@@ -208,11 +227,6 @@ class Clip:
                 else "; it shares a block with the scaled backward"
                 if blockers
                 else f"; `{reads[0].value}` from its block is used at line {self.line(reads[0])}"
-            )
-            clip = any(
-                isinstance(n, cst.Call)
-                and _code(self.module, n.func).rpartition(".")[2].startswith("clip_grad")
-                for n in self._subtree(statement)
             )
             what = "the clip" if clip else "the gradient read"
             self.problem(

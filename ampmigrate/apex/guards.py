@@ -222,6 +222,11 @@ class Guards:
                     self.plan.edits[statement] = lambda _u: cst.RemoveFromParent()
                     self._remove_statement(owner)
                     return
+                clause = self.parent(block)
+                if isinstance(clause, cst.Else):  # `else: pass` is no `else`
+                    self.plan.edits[statement] = lambda _u: cst.RemoveFromParent()
+                    self.plan.edits[clause] = lambda _u: cst.RemoveFromParent()
+                    return
                 self.plan.edits[statement] = lambda _u: cst.parse_statement("pass\n")
                 return
         self.plan.edits[statement] = lambda _u: cst.RemoveFromParent()

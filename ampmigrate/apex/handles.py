@@ -14,6 +14,7 @@ import libcst as cst
 from ampmigrate.apex.common import _argument, _code, _is_call_of, _Setup, _statements
 from ampmigrate.apex.links import _listed, apex_siblings, users_on_disk
 from ampmigrate.apex.verdict import (
+    APEX,
     SUPPORTED,
     initialized_through_parameter,
     no_rewrite,
@@ -109,6 +110,11 @@ class Handles:
         located = self.block_of(self.statement(first))
         if located is None or not self._rebinds_own(first):
             return []
+        branched = self._branches(initialize)
+        if branched is None:
+            branched = self._split(initialize)
+        if branched is not None:
+            return branched
         block, index = located
         options = self._options(first)
         merged = []
@@ -121,6 +127,110 @@ class Handles:
                 break
             merged.append(call)
         return merged
+
+    def _branches(self, initialize: list[cst.Call]) -> list[cst.Call] | None:
+        """``if t: m, o = amp.initialize(m, o, ...)`` ``else: [m, n], o = amp.initialize([m, n],
+        o, ...)``: both branches hold only ``initialize`` calls that rebind what they are given,
+        with the same options and the same optimizer, so one of them always runs and the
+        scaler is the same either way (under O1 apex's casts are global: every forward after
+        either call is cast, whichever models were listed). The ``if`` is planned as one
+        ``initialize`` of all the models (``self.branched``); the calls after the first are
+        returned as merged. None: not this shape."""
+        statement = self.statement(initialize[0])
+        holder = self.parent(self.parent(statement))
+        if not (
+            isinstance(holder, cst.If)
+            and isinstance(holder.orelse, cst.Else)
+            and not isinstance(self.parent(holder), cst.If)
+            and isinstance(holder.body, cst.IndentedBlock)
+            and isinstance(holder.orelse.body, cst.IndentedBlock)
+            and holder.body.body[0] is statement
+        ):
+            return None
+        statements = [*holder.body.body, *holder.orelse.body.body]
+        calls = initialize[: len(statements)]
+        if len(calls) < len(statements) or len(holder.orelse.body.body) == 0:
+            return None
+        optimizer = _code(self.module, _argument(initialize[0], "optimizers", 1))
+        options = self._options(initialize[0])
+        for each, call in zip(statements, calls, strict=True):
+            if (
+                self.statement(call) is not each
+                or not self._rebinds_own(call)
+                or self._options(call) != options
+                or _code(self.module, _argument(call, "optimizers", 1)) != optimizer
+            ):
+                return None
+        self.branched = holder
+        return calls[1:]
+
+    def _split(self, initialize: list[cst.Call]) -> list[cst.Call] | None:
+        """``if train: ...; [if T:] m, o = amp.initialize(m, o, ...)`` ``else: [if T:] m =
+        amp.initialize(m, ...)`` (the Hugging Face-era ``do_train`` / ``do_predict`` scripts):
+        one call on each path of the ``if``, the same options, the second for the same model
+        with the same optimizer or none (evaluation only). One of them ran, under the same
+        test ``T``: one GradScaler made before that ``if``, enabled by ``T``, serves either
+        path, and a scaler no loss goes through changes nothing (``self.split``: the ``if``,
+        the two statements that go with their ``if T:``, and ``T``). None: not this shape."""
+        if len(initialize) != 2:
+            return None
+        first, second = initialize
+
+        def guarded(call: cst.Call) -> tuple[cst.CSTNode, cst.BaseExpression | None]:
+            statement = self.statement(call)
+            holder = self.parent(self.parent(statement))
+            if (
+                isinstance(holder, cst.If)
+                and holder.orelse is None
+                and isinstance(holder.body, cst.IndentedBlock)
+                and all(s is statement or self._imports_apex(s) for s in holder.body.body)
+                and not isinstance(self.parent(holder), cst.If)
+            ):  # (`if args.fp16: from apex import amp` and the call: the import goes too)
+                return holder, holder.test
+            return statement, None
+
+        (one, test), (other, again) = guarded(first), guarded(second)
+        outer = self.parent(self.parent(one))
+        small = self.statement(second).body[0]
+        model = _argument(second, "models", 0)
+        optimizer = _argument(second, "optimizers", 1)
+        if not (
+            isinstance(outer, cst.If)
+            and isinstance(outer.orelse, cst.Else)
+            and not isinstance(self.parent(outer), cst.If)
+            and isinstance(outer.body, cst.IndentedBlock)
+            and isinstance(outer.orelse.body, cst.IndentedBlock)
+            and one in outer.body.body
+            and other in outer.orelse.body.body
+            and (test is None) == (again is None)
+            and (test is None or _code(self.module, test) == _code(self.module, again))
+            and self._options(first) == self._options(second)
+            and (self._rebinds_own(second) or (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and small.value is second
+                and optimizer is None
+                and isinstance(model, cst.Name)
+                and _code(self.module, small.targets[0].target) == model.value
+            ))
+            and _code(self.module, model) == _code(self.module, _argument(first, "models", 0))
+            and (optimizer is None or _code(self.module, optimizer)
+                 == _code(self.module, _argument(first, "optimizers", 1)))
+        ):  # fmt: skip
+            return None
+        self.split = (outer, one, other, test)
+        return [second]
+
+    def _imports_apex(self, statement: cst.BaseStatement) -> bool:
+        """``from apex import amp`` or ``import apex``, alone on its line."""
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+            return False
+        small = statement.body[0]
+        if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+            return _code(self.module, small.module).partition(".")[0] == "apex"
+        return isinstance(small, cst.Import) and all(
+            _code(self.module, a.name).partition(".")[0] == "apex" for a in small.names
+        )
 
     def _options(self, call: cst.Call) -> list[str]:
         return sorted(
@@ -407,6 +517,32 @@ class Handles:
         broken = self._unbound_use()
         if broken is not None:
             return broken
+        value = next(
+            (
+                n
+                for n in self.nodes
+                if isinstance(n, cst.Attribute | cst.Name)
+                and not (isinstance(self.parent(n), cst.Call) and self.parent(n).func is n)
+                and not isinstance(self.parent(n), cst.Attribute)
+                and APEX + ".scale_loss" in self.qualified(n)
+            ),
+            None,
+        )
+        if value is not None:
+            holder = self.parent(self.parent(value))
+            how = (
+                f"handed to `{_code(self.module, holder.func)}(...)`"
+                if isinstance(self.parent(value), cst.Arg) and isinstance(holder, cst.Call)
+                else "used as a value"
+            )
+            return (
+                f"`{_code(self.module, value)}` is {how} at line {self.line(value)}, and the "
+                "loss is scaled "
+                "where that value is called, which the rewrite does not follow: replace each "
+                "`with <it>(loss) as scaled: scaled.backward()` by "
+                "`scaler.scale(loss).backward()`, the step by `scaler.step(optimizer)` + "
+                "`scaler.update()`, by hand"
+            )
         text = (
             "no `amp.scale_loss` in this file: the loss is scaled and the optimizer stepped in "
             "another file; create the GradScaler here and pass it there"
@@ -596,6 +732,15 @@ class Handles:
         folder = os.path.dirname(os.path.abspath(self.path))
         self.siblings = apex_siblings(self.path)
         casts = self.casts if self.casts is not None and not self.casts.broken else None
+        reached = {sibling.path for sibling in self.siblings}
+        unseen = [f for f in casts.layers if f not in reached] if casts is not None else []
+        if unseen and os.path.abspath(self.path) in casts.initializing:
+            listed = _listed([f"{os.path.relpath(f, folder)}" for f in unseen])
+            self.plan.notes.append(
+                f"this file imports modules by a computed name (`importlib.import_module`), so "
+                f"it may run the apex casts of {listed}, which no import of it reaches: they get "
+                "their torch.amp forms in this run too (see their AMP303 findings)"
+            )
         for sibling in self.siblings:
             if sibling.path in linked:
                 continue

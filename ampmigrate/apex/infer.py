@@ -20,6 +20,7 @@ import libcst as cst
 from ampmigrate.apex.common import _argument, initialize_arguments
 from ampmigrate.apex.initialize import _main_guard
 from ampmigrate.apex.links import users_on_disk
+from ampmigrate.apex.regions import _QUIET_METHODS
 
 _KNOWN = {"models", "opt_level", "verbosity", "enabled"}
 
@@ -127,7 +128,7 @@ class InferenceOnly:
                     f"(line {self.line(init)}), where apex O1 cast it too: wrap it by hand",
                 )
                 return
-        elif isinstance(holder, cst.If):
+        elif isinstance(holder, cst.If) and not _main_guard(self.module, holder):
             if holder.orelse is not None or self._is_elif(holder):
                 self.problem(init, "`amp.initialize` for inference sits in an if/else")
                 return
@@ -147,7 +148,12 @@ class InferenceOnly:
             return
         block, index = located
         owner = self.owner(block)
-        if not extra and owner is not None and not isinstance(owner, cst.FunctionDef):
+        if (
+            not extra
+            and owner is not None
+            and not isinstance(owner, cst.FunctionDef)
+            and not (isinstance(owner, cst.If) and _main_guard(self.module, owner))
+        ):
             self.problem(init, "`amp.initialize` for inference is nested in a block other "
                          "than an `if`")  # fmt: skip
             return
@@ -209,15 +215,18 @@ class InferenceOnly:
             return
         self.plan.min_torch = (1, 12)  # torch.amp.autocast("cuda", ...) only (AMP101's floor)
         self.plan.summary = (
-            "apex O1 for inference (no optimizer) can be rewritten to torch.amp: "
-            if optimizer is None
-            else "apex O1 that only casts (no loss is scaled) can be rewritten to torch.amp: "
-            "`amp.initialize` goes, and the statements that use the model run under "
+            (
+                "apex O1 for inference (no optimizer) can be rewritten to torch.amp: "
+                if optimizer is None
+                else "apex O1 that only casts (no loss is scaled) can be rewritten to torch.amp: "
+            )
+            + "`amp.initialize` goes, and the statements that use the model run under "
             '`torch.amp.autocast("cuda", dtype=torch.float16'
             + (f", enabled={condition})`" if condition else ")`")
         )
         self.plan.notes.append(
-            f"behaviour change: the autocast region covers lines {first}-{last} of the original "
+            f"behaviour change: the autocast region covers "
+            f"{f'line {first}' if first == last else f'lines {first}-{last}'} of the original "
             "(from the first to the last statement that uses the model, and what they call); "
             "apex O1 also cast torch calls after it, until the process ended"
         )
@@ -235,21 +244,26 @@ class InferenceOnly:
         return next((s for s in body[body.index(top) + 1 :] if self._runs_model(s, name)), None)
 
     def _runs_model(self, statement: cst.CSTNode, name: str) -> bool:
-        """``statement`` calls the model or hands it to a call (which may run it); its own
-        methods (``model.eval()``, ``model.to(...)``) run no forward."""
+        """``statement`` calls the model, a method of it that may run a forward
+        (``model.encode_q(x)``), or hands it to a call (which may run it); ``model.eval()``,
+        ``model.to(...)`` and the other quiet methods run no forward."""
         for node in self._subtree(statement):
             if not isinstance(node, cst.Call):
                 continue
             func = node.func
             if isinstance(func, cst.Name) and func.value == name:
                 return True
+            attributes = []
+            while isinstance(func, cst.Attribute):
+                attributes.append(func.attr.value)
+                func = func.value
             if (
-                isinstance(func, cst.Attribute)
-                and isinstance(func.value, cst.Name)
-                and func.value.value == name
-                and func.attr.value in ("forward", "__call__")
+                attributes
+                and isinstance(func, cst.Name)
+                and func.value == name
+                and not _QUIET_METHODS.intersection(attributes)
             ):
-                return True
+                return True  # `model.encode_q(x)`, `model.module.generate(x)`: submodules run
             if any(isinstance(a.value, cst.Name) and a.value.value == name for a in node.args):
                 return True
         return False

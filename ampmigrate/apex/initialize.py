@@ -212,66 +212,75 @@ class Initialize:
             )
             return None
         inner, statement = statement, loop or statement  # the loop is placed as one statement
-        holder = self.parent(self.parent(statement))
-        condition = None
+        if self.branched is not None:  # both branches initialize: the `if` goes as one
+            inner = statement = self.branched
         chain: list[cst.If] = []  # the `if`s around initialize, outermost first
-        if isinstance(holder, cst.If) and (
-            _main_guard(self.module, holder) or holder in self.dissolved
-        ):  # the script's main block, or `if amp is not None:` (true now): no condition
-            holder = None
-        if isinstance(holder, cst.If):
-            # an `else:` stays as it is (the scaler is built before the `if`, disabled there)
-            # while the `if` keeps a body; an `elif` chain is not taken apart
-            kept = [s for s in holder.body.body if s is not statement]
-            if (
-                not (holder.orelse is None or (isinstance(holder.orelse, cst.Else) and kept))
-                or self.block_of(holder) is None
-                or isinstance(self.parent(holder), cst.If)
-            ):
-                self.problem(init, "`amp.initialize` sits in an if/else or elif")
-                return None
-            chain = self._if_chain(holder)  # (a loop's body holds the scaler on every path)
-            if chain is None:
-                outer = self.owner(self.block_of(holder)[0])
+        if self.split is not None:  # one initialize on each path of an `if`: before it
+            holder, _, _, test = self.split
+            condition = _code(self.module, test) if test is not None else None
+            self._remove_statement(statement)  # (with its `if T:`, emptied)
+        else:
+            holder = self.parent(self.parent(statement))
+            condition = None
+            if isinstance(holder, cst.If) and (
+                _main_guard(self.module, holder) or holder in self.dissolved
+            ):  # the script's main block, or `if amp is not None:` (true now): no condition
+                holder = None
+            if isinstance(holder, cst.If):
+                # an `else:` stays as it is (the scaler is built before the `if`, disabled there)
+                # while the `if` keeps a body; an `elif` chain is not taken apart
+                kept = [s for s in holder.body.body if s is not statement]
+                if (
+                    not (holder.orelse is None or (isinstance(holder.orelse, cst.Else) and kept))
+                    or self.block_of(holder) is None
+                    or isinstance(self.parent(holder), cst.If)
+                ):
+                    self.problem(init, "`amp.initialize` sits in an if/else or elif")
+                    return None
+                chain = self._if_chain(holder)  # (a loop's body holds the scaler on every path)
+                if chain is None:
+                    outer = self.owner(self.block_of(holder)[0])
+                    self.problem(
+                        init,
+                        f"`amp.initialize` sits in an `if` nested in another `if` (line "
+                        f"{self.line(outer)}) that is not that `if`'s first statement, or that "
+                        "sits in its `else:`: the GradScaler must exist on every path, enabled by "
+                        "all the tests together; create it before the outer one by hand",
+                    )
+                    return None
+                # with the availability checks folded (`amp is not None and x` is `x`); nested
+                # tests right after each other are `and`ed, in the order they ran
+                tests = [h.test.visit(ReplaceNodes(self.plan.edits)) for h in chain]
+                condition = " and ".join(
+                    f"({_code(self.module, t)})"
+                    if len(tests) > 1 and _loose(t)
+                    else _code(self.module, t)
+                    for t in tests
+                )
+                if len(tests) > 1 and not isinstance(
+                    tests[-1], cst.Comparison | cst.UnaryOperation
+                ):  # `a and b` is `b` when `a` holds: autocast takes only a bool
+                    condition = f"bool({condition})"
+                if len(chain) > 1:
+                    self._drop_emptied(
+                        chain, statement if statement is inner else None, small, models, optimizer
+                    )
+                    holder = chain[0]  # the GradScaler goes before the outermost `if`
+            elif isinstance(holder, cst.Else):
                 self.problem(
                     init,
-                    f"`amp.initialize` sits in an `if` nested in another `if` (line "
-                    f"{self.line(outer)}) that is not that `if`'s first statement, or that "
-                    "sits in its `else:`: the GradScaler must exist on every path, enabled by "
-                    "all the tests together; create it before the outer one by hand",
+                    "`amp.initialize` sits in the `else:` of an `if`: the GradScaler must exist "
+                    "on both paths, enabled where that test is false; create it before the `if` "
+                    "by hand",
                 )
                 return None
-            # with the availability checks folded (`amp is not None and x` is `x`); nested
-            # tests right after each other are `and`ed, in the order they ran
-            tests = [h.test.visit(ReplaceNodes(self.plan.edits)) for h in chain]
-            condition = " and ".join(
-                f"({_code(self.module, t)})"
-                if len(tests) > 1 and _loose(t)
-                else _code(self.module, t)
-                for t in tests
-            )
-            if len(tests) > 1 and not isinstance(tests[-1], cst.Comparison | cst.UnaryOperation):
-                condition = f"bool({condition})"  # `a and b` is `b` when `a` holds: autocast
-                # takes only a bool
-            if len(chain) > 1:
-                self._drop_emptied(
-                    chain, statement if statement is inner else None, small, models, optimizer
-                )
-                holder = chain[0]  # the GradScaler goes before the outermost `if`
-        elif isinstance(holder, cst.Else):
-            self.problem(
-                init,
-                "`amp.initialize` sits in the `else:` of an `if`: the GradScaler must exist on "
-                "both paths, enabled where that test is false; create it before the `if` by hand",
-            )
-            return None
-        elif not (
-            holder is None
-            or isinstance(holder, cst.FunctionDef)
-            or self.parent(statement) is self.module
-        ):
-            self.problem(init, "`amp.initialize` is nested in a block other than an `if`")
-            return None
+            elif not (
+                holder is None
+                or isinstance(holder, cst.FunctionDef)
+                or self.parent(statement) is self.module
+            ):
+                self.problem(init, "`amp.initialize` is nested in a block other than an `if`")
+                return None
         enabled = args.get("enabled")
         if enabled is not None:
             text = _code(self.module, enabled)
@@ -309,8 +318,31 @@ class Initialize:
             spelled |= {
                 _code(self.module, m.value if isinstance(m, cst.Element) else m) for m in items
             }
-            self._remove_statement(self.statement(extra))
-        if self.merged:
+            if self.branched is None:
+                self._remove_statement(self.statement(extra))
+        if self.branched is not None:
+            self.plan.notes.append(
+                f"`amp.initialize` is called in both branches of the `if` at line "
+                f"{self.line(self.branched)}, with the same options and optimizer: one of them "
+                "always ran, so one GradScaler, made where that `if` was, serves either path "
+                "(apex O1 cast every forward after it, whichever models it was given, as "
+                "autocast does)"
+            )
+        elif self.split is not None:
+            outer, _, _, test = self.split
+            other = self.merged[0]
+            alone = _argument(other, "optimizers", 1) is None
+            self.plan.notes.append(
+                f"`amp.initialize` is called on each path of the `if` at line "
+                f"{self.line(outer)} (line {self.line(init)}, and line {self.line(other)}"
+                + (" for the model alone" if alone else "")
+                + "): one of them ran"
+                + (f", under `{_code(self.module, test)}`" if test is not None else "")
+                + ", so one GradScaler, made before that `if`, serves either path (one that "
+                "scales no loss changes nothing; apex O1 cast every forward after either call, "
+                "as autocast does)"
+            )
+        elif self.merged:
             self.plan.notes.append(
                 f"the `amp.initialize` calls at {self.lines(self.merged)} "
                 "initialize more models and optimizers with the same options: apex replaced its "

@@ -46,6 +46,7 @@ from ampmigrate.apex.clip import Clip
 from ampmigrate.apex.common import (
     Plan,
     _argument,
+    _code,
     _correctness,
     _optimizers,
     initialize_arguments,
@@ -165,6 +166,9 @@ class _Planner(
         self.passed: list[cst.CSTNode] = []
         self.handing = False
         self.merged: list[cst.Call] = []  # initialize calls planned as one with the first
+        self.branched: cst.If | None = None  # an `if` whose branches both initialize
+        # an `if` with an initialize on each path among other statements (handles._split)
+        self.split: tuple[cst.If, cst.CSTNode, cst.CSTNode, cst.BaseExpression | None] | None = None
         self.scale_reads: list[cst.Call] = []  # apex's loss scale read through its state
         self.unkeyed: list[cst.Call] = []  # `amp.state_dict()` stored under no key followed
         self.renamed_loads: list[cst.Call] = []  # `amp.load_state_dict(ckpt[key])`, key renamed
@@ -218,9 +222,9 @@ class _Planner(
         (einsum through the ``bmm`` it calls for each contraction), so the statement goes.
         einsum is stated: one that contracts no index between operands (a transpose, a trace,
         an elementwise or outer product) keeps its inputs' dtype, where apex cast them to
-        float16. Only before an ``initialize`` of this file: apex read its registry there and
-        ignored later entries (one in another file has no order here). False: not this call
-        (the usual blocker)."""
+        float16. Only where it runs before an ``initialize`` of this file: apex read its
+        registry there and ignored later entries (one in another file has no order here).
+        False: not this call (the usual blocker)."""
         statement = self.statement(call)
         if not (
             member == "register_half_function"
@@ -234,7 +238,7 @@ class _Planner(
             and isinstance(name := call.args[1].value, cst.SimpleString)
             and self.qualified(call.args[0].value) == {"torch"}
             and initialize
-            and all(self.order[id(call)] < self.order[id(i)] for i in initialize)
+            and all(self._registered_first(call, i) for i in initialize)
         ):
             return False
         op = name.evaluated_value
@@ -253,6 +257,28 @@ class _Planner(
             )
         )
         return True
+
+    def _registered_first(self, call: cst.Call, init: cst.Call) -> bool:
+        """The registry entry ``call`` runs before ``init``: it comes first in the file, or
+        its function calls the module-level function that initializes after it (``main()``
+        registers, then calls ``train()``)."""
+        if self.order[id(call)] < self.order[id(init)]:
+            return True
+        home, caller = self.function(init), self.function(call)
+        if not (
+            isinstance(home, cst.FunctionDef)
+            and isinstance(caller, cst.FunctionDef)
+            and self.parent(home) is self.module
+        ):
+            return False
+        return any(
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Name)
+            and n.func.value == home.name.value
+            and self.function(n) is caller
+            and self.order[id(n)] > self.order[id(call)]
+            for n in self._subtree(caller.body)
+        )
 
     def build(self) -> Plan | None:
         calls: dict[str, list[cst.Call]] = {}
@@ -358,7 +384,7 @@ class _Planner(
         for call in calls.get("scale_loss", []):
             self._scale_loss(call, setup)
         several = [_argument(c, "optimizers", 1) for c in initialize[: 1 + len(self.merged)]]
-        if initialize and sum(len(_optimizers(o)) for o in several) > 1:
+        if initialize and len({_code(self.module, o) for s in several for o in _optimizers(s)}) > 1:
             self._steps_in_turn(calls.get("scale_loss", []))
         self._unscaled_steps()
         self._sure_groups()

@@ -335,7 +335,9 @@ class Regions:
             return
         defined = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
         if not isinstance(home, cst.FunctionDef):  # a script's main block initializes
-            self._evaluations(defined, {id(f) for _, _, f, _ in self.requests}, {})
+            requested = {id(f) for _, _, f, _ in self.requests}
+            self._evaluations(defined, requested, {})
+            self._direct_forwards(setup, requested, set())
             return
         models = {m for m in setup.models if "." not in m}
         holders: dict[str, set[str]] = {}  # `args` -> the attributes it holds the model in
@@ -466,16 +468,19 @@ class Regions:
         wrapped = self.wrapped
         covered: dict[int, bool] = {}  # per function: every call of it runs in a region
         found: dict[str, int] = {}
+        stored = self._stored_models(setup)
+        aliases: dict[int, set[str]] = {}  # per function: `model = self._state.model`
         for node in self.nodes:
             if not isinstance(node, cst.Call):
                 continue
             func = _code(self.module, node.func)
             base, _, attr = func.rpartition(".")
-            if func not in setup.models and not (
-                base in setup.models and attr.startswith("forward")
-            ):
-                continue
             function = self.function(node)
+            if id(function) not in aliases:
+                aliases[id(function)] = self._model_aliases(function, stored)
+            models = stored | aliases[id(function)]
+            if func not in models and not (base in models and attr.startswith("forward")):
+                continue
             if id(function) in scaling:
                 continue  # a function that scales a loss: _regions checks its forwards
             if function is home and self.order[id(node)] < after:
@@ -499,6 +504,47 @@ class Regions:
                 "autocast regions and runs in float32 now (apex O1 cast every forward after "
                 f"`initialize`): {_KEEP}"
             )
+
+    def _stored_models(self, setup: _Setup) -> set[str]:
+        """The spellings of the initialized models, with the places the initializing function
+        stores them after ``initialize``: ``self.model = model`` gives ``self.model``,
+        ``self._state = TrainerState(model=model)`` gives ``self._state.model``, so a method that
+        runs ``self._state.model(x)`` runs the model apex cast."""
+        models = set(setup.models)
+        after = self.order[id(setup.statement)]
+        for node in self._subtree(setup.home):
+            if not (
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0].target, cst.Attribute)
+                and self.order.get(id(node), -1) > after
+            ):
+                continue
+            target = _code(self.module, node.targets[0].target)
+            value = node.value
+            if _code(self.module, value) in models:
+                models.add(target)
+            elif isinstance(value, cst.Call):
+                models |= {
+                    f"{target}.{a.keyword.value}"
+                    for a in value.args
+                    if a.keyword is not None and _code(self.module, a.value) in models
+                }
+        return models
+
+    def _model_aliases(self, function: cst.CSTNode, models: set[str]) -> set[str]:
+        """The local names ``function`` gives a stored model (``model = self._state.model``)."""
+        if not isinstance(function, cst.FunctionDef):
+            return set()
+        return {
+            node.targets[0].target.value
+            for node in self._subtree(function.body)
+            if isinstance(node, cst.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and "." in (code := _code(self.module, node.value))
+            and code in models
+        }
 
     def _called_in_regions(self, function: cst.CSTNode) -> bool:
         """Every call of ``function`` in this file runs in an autocast region, which covers
@@ -527,10 +573,7 @@ class Regions:
         spellings = set(setup.models)
         defined = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
         scaling = {id(f) for _, _, f, _ in self.requests}
-        functions = [*defined.values(), *(f for _, _, f, _ in self.requests
-                                          if isinstance(f, cst.FunctionDef))]  # fmt: skip
-        if isinstance(setup.home, cst.FunctionDef):
-            functions.append(setup.home)
+        functions = [*defined.values(), *(f for _, _, f, _ in self.requests), setup.home]
         grew = True
         while grew:  # the same-file functions that lead to a scaled backward
             grew = False
@@ -547,8 +590,8 @@ class Regions:
         for function in functions:
             if id(function) not in scaling or id(function) in seen:
                 continue
-            seen.add(id(function))
-            for node in self._subtree(function.body):
+            seen.add(id(function))  # (a script's module-level loop: the module)
+            for node in self._subtree(function if function is self.module else function.body):
                 if not isinstance(node, cst.Call) or self.function(node) is not function:
                     continue
                 if function is setup.home and self.order[id(node)] < start:

@@ -98,7 +98,28 @@ class Step:
             )
             return
         inside = next((x for x in body[1:] if self._reads_gradients(x)), None)
-        if inside is not None and self._changes_gradients(inside):
+        clips = inside is not None and any(
+            isinstance(n, cst.Call)
+            and _code(self.module, n.func).rpartition(".")[2].startswith("clip_grad")
+            for n in self._subtree(inside)
+        )
+        if inside is not None and self._changes_gradients(inside) and not clips:
+            call = next(
+                (n for s in body[body.index(inside) :] for n in self._subtree(s)
+                 if isinstance(n, cst.Call) and isinstance(self.parent(n), cst.Expr)),
+                None,
+            )  # fmt: skip  (a call whose result is dropped: the one that writes)
+            shown = f" (`{_code(self.module, call.func)}(...)`)" if call is not None else ""
+            self.problem(
+                inside,
+                f"this code changes gradients{shown} inside the `amp.scale_loss` block, where "
+                "apex's gradients are still scaled (apex unscales them when the block exits): "
+                "kept right after `scaler.scale(loss).backward()` it sees GradScaler's scaled "
+                "gradients, which gives apex's result only if what it does commutes with the "
+                "scale (a sum or an all-reduce does; a clip or a threshold does not): place it "
+                "by hand",
+            )
+        elif inside is not None and self._changes_gradients(inside):
             self.problem(
                 inside,
                 "this gradient read is inside the `amp.scale_loss` block, where apex's "

@@ -175,7 +175,8 @@ class Unscale:
         method = self._own_method(call)
         if method is not None:
             return self._reads_gradients(method.body, False)
-        for name in self.qualified(call.func):
+        names = self.qualified(call.func) or self._star_imported(call.func)
+        for name in names:
             if name.startswith(("torch.", "builtins.")):
                 continue
             parts = name.lstrip(".").split(".")
@@ -184,6 +185,32 @@ class Unscale:
             ):
                 return True
         return False
+
+    def _star_imported(self, func: cst.BaseExpression) -> set[str]:
+        """``name(...)`` or ``Class.method(...)`` that nothing in this module binds, with
+        ``from m import *`` here: the names it may be in those modules (the scope provider
+        resolves nothing through a star import)."""
+        parts: list[str] = []
+        while isinstance(func, cst.Attribute):
+            parts.insert(0, func.attr.value)
+            func = func.value
+        if not isinstance(func, cst.Name):
+            return set()
+        parts.insert(0, func.value)
+        scope = self.scopes.get(func)
+        if scope is None or scope[func.value]:
+            return set()
+        found = set()
+        dotted = ".".join(parts)
+        for node in self.module.body:
+            if not isinstance(node, cst.SimpleStatementLine):
+                continue
+            for small in node.body:
+                if isinstance(small, cst.ImportFrom) and isinstance(small.names, cst.ImportStar):
+                    dots = "." * len(small.relative)
+                    module = _code(self.module, small.module) if small.module is not None else ""
+                    found.add(f"{dots}{module}.{dotted}" if module else dots + dotted)
+        return found
 
     def _own_method(self, call: cst.Call) -> cst.FunctionDef | None:
         """The method ``self.name(...)`` runs, where the calling method's class (or a base
