@@ -35,6 +35,8 @@ class ReplaceNodes(cst.CSTTransformer):
         result = build(updated_node) if build else updated_node
         if isinstance(original_node, cst.IndentedBlock | cst.Module) and self._orphans:
             result = self._adopt(original_node, result)
+        if isinstance(original_node, cst.IndentedBlock):
+            result = self._close_up(original_node, result)
         if isinstance(original_node, cst.BaseStatement):
             self._left[id(original_node)] = result
             if isinstance(result, cst.RemovalSentinel):
@@ -42,6 +44,25 @@ class ReplaceNodes(cst.CSTTransformer):
                 if kept:
                     self._orphans[id(original_node)] = kept
         return result
+
+    def _close_up(self, original, updated):
+        """A block whose first statement was removed starts at the next one, without the
+        blank lines that separated the two (``def f():`` then a blank line is not code anyone
+        writes); its comments stay."""
+        body = getattr(updated, "body", None)
+        if not (
+            isinstance(updated, cst.IndentedBlock)
+            and body
+            and original.body
+            and isinstance(self._left.get(id(original.body[0])), cst.RemovalSentinel)
+        ):
+            return updated
+        first = body[0]
+        lines = list(getattr(first, "leading_lines", ()))
+        at = next((i for i, line in enumerate(lines) if line.comment is not None), len(lines))
+        if at == 0:
+            return updated
+        return updated.with_changes(body=[first.with_changes(leading_lines=lines[at:]), *body[1:]])
 
     def _adopt(self, original, updated):
         """Give the comments of removed statements of ``original``'s body to the statement

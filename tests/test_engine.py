@@ -304,3 +304,24 @@ def test_a_removed_statement_keeps_the_comments_a_blank_line_sets_apart():
         "\n"
         "x = 1\n"
     )
+
+
+def test_a_block_whose_first_statement_goes_starts_at_the_next_one():
+    """`from apex import amp` first in a function, then a blank line: once it goes, the body
+    starts at the next statement, not at a blank line; a comment there stays, and a block
+    whose first statement stays is left as it was."""
+    from ampmigrate.replace import ReplaceNodes
+
+    source = "def f():\n    import a\n\n    # kept\n    x = 1\n\n    y = 2\n"
+    module = cst.parse_module(source)
+    first = module.body[0].body.body[0]
+    out = module.visit(ReplaceNodes({first: lambda _u: cst.RemoveFromParent()}))
+    assert out.code == "def f():\n    # kept\n    x = 1\n\n    y = 2\n"
+    plain = cst.parse_module("def f():\n    import a\n\n    x = 1\n")
+    gone = plain.body[0].body.body[0]
+    assert plain.visit(ReplaceNodes({gone: lambda _u: cst.RemoveFromParent()})).code == (
+        "def f():\n    x = 1\n"
+    )
+    second = plain.body[0].body.body[1]
+    kept = plain.visit(ReplaceNodes({second: lambda _u: cst.parse_statement("y = 2\n")}))
+    assert kept.code == "def f():\n    import a\n    y = 2\n"
