@@ -105,8 +105,12 @@ class Step:
         )
         if inside is not None and self._changes_gradients(inside) and not clips:
             call = next(
-                (n for s in body[body.index(inside) :] for n in self._subtree(s)
-                 if isinstance(n, cst.Call) and isinstance(self.parent(n), cst.Expr)),
+                (
+                    n
+                    for s in body[body.index(inside) :]
+                    for n in self._subtree(s)
+                    if isinstance(n, cst.Call) and isinstance(self.parent(n), cst.Expr)
+                ),
                 None,
             )  # fmt: skip  (a call whose result is dropped: the one that writes)
             shown = f" (`{_code(self.module, call.func)}(...)`)" if call is not None else ""
