@@ -3161,7 +3161,7 @@ def test_inference_only_with_enabled_switches_the_region_and_o2_is_named():
     assert 'with torch.amp.autocast("cuda", dtype=torch.float16, enabled=opts.fp16):' in out
     assert "model.eval()\n    with torch.amp" in out  # the model's own methods stay outside
     message = _message(source.replace('"O1"', '"O2"'))
-    assert '(inference only) at opt_level `"O2"`: only a literal "O1" maps' in message
+    assert '(inference only) at opt_level `"O2"`: only "O1" (a literal, or a level' in message
 
 
 def test_clearing_a_gradient_is_not_reading_one():
@@ -4143,3 +4143,32 @@ def test_tenth_review_a_gradient_all_reduce_in_the_block_is_not_called_a_clip():
     """)
     assert "this code changes gradients (`all_reduce_and_rescale_tensors(...)`)" in message
     assert "max_norm" not in message
+
+
+def test_tenth_review_inference_at_a_flag_level_follows_the_declared_setting():
+    """An inference-only `initialize` at `args.fp16_opt_level` (a flag without choices): refused
+    without the setting, as before; with `apex-opt-level = "O1"` declared it becomes a region
+    enabled where the level is O1 (O0 is apex off), with the note that an O2/O3 run now *runs*
+    in float32; wrapping the model in DistributedDataParallel is no forward, so the region
+    starts at the evaluation."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        def main(args, model, loader):
+            if args.fp16:
+                model = amp.initialize(model, opt_level=args.fp16_opt_level)
+            model = torch.nn.parallel.DistributedDataParallel(model)
+            with torch.no_grad():
+                print(evaluate(model, loader))
+    """)
+    assert "a level the setting `apex-opt-level` declares O1" in _message(source)
+    out, message = _declared(source)
+    assert "amp.initialize" not in out
+    assert (
+        "    model = torch.nn.parallel.DistributedDataParallel(model)\n"
+        '    with torch.amp.autocast("cuda", dtype=torch.float16, cache_enabled=False, '
+        'enabled=(args.fp16) and (args.fp16_opt_level == "O1")):\n'
+    ) in out
+    assert "so a run given O2/O3 now runs in float32" in message

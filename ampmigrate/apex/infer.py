@@ -20,7 +20,7 @@ import libcst as cst
 from ampmigrate.apex.common import _argument, initialize_arguments
 from ampmigrate.apex.initialize import _main_guard
 from ampmigrate.apex.links import users_on_disk
-from ampmigrate.apex.regions import _QUIET_METHODS
+from ampmigrate.apex.regions import _QUIET_METHODS, _WRAPS
 
 _KNOWN = {"models", "opt_level", "verbosity", "enabled"}
 
@@ -80,15 +80,25 @@ class InferenceOnly:
         args, _ = initialize_arguments(init)
         models = args.get("models")
         level = args.get("opt_level")
-        if not (isinstance(level, cst.SimpleString) and level.evaluated_value == "O1"):
-            self.problem(
-                init,
-                "`amp.initialize` without an optimizer (inference only) at "
-                f"opt_level `{code(level) if level is not None else 'O1 (implicit)'}`: only a "
-                'literal "O1" maps to `torch.amp.autocast("cuda", dtype=torch.float16)` around '
-                "the forward; O2/O3 cast the model (`model.half()` and half inputs)",
-            )
-            return
+        switch = None  # the level's test where it is O1 or O0 (a flag, the setting)
+        if isinstance(level, cst.SimpleString) or level is None or self.declared is None:
+            if not (isinstance(level, cst.SimpleString) and level.evaluated_value == "O1"):
+                self.problem(
+                    init,
+                    "`amp.initialize` without an optimizer (inference only) at "
+                    f"opt_level `{code(level) if level is not None else 'O1 (implicit)'}`: only "
+                    '"O1" (a literal, or a level the setting `apex-opt-level` declares O1) '
+                    'maps to `torch.amp.autocast("cuda", dtype=torch.float16)` around the '
+                    "forward; O2/O3 cast the model (`model.half()` and half inputs)",
+                )
+                return
+        else:  # a level from a flag or a config, which the setting speaks for
+            blockers = len(self.plan.problems)
+            switch = self._level_switch(level, init)
+            if switch is None and len(self.plan.problems) == blockers:
+                switch = self._level_choices(level, init)
+            if len(self.plan.problems) > blockers:
+                return
         if any(a.star for a in init.args) or set(args) - _KNOWN - {"optimizers"}:
             listed = ", ".join(f"`{k}`" for k in sorted(set(args) - _KNOWN)) or "`*args`"
             self.problem(
@@ -140,8 +150,11 @@ class InferenceOnly:
                 "could call it): apex only cast the forward passes, so no GradScaler is needed"
             )
         if "enabled" in args:  # apex switched off is plain float32: autocast off too
-            switch = code(args["enabled"])
-            condition = f"({condition}) and ({switch})" if condition else switch
+            enabled = code(args["enabled"])
+            condition = f"({condition}) and ({enabled})" if condition else enabled
+        if switch is not None and switch is not True:  # O0 is apex off: autocast off too
+            level_test = code(switch)
+            condition = f"({condition}) and ({level_test})" if condition else level_test
         located = self.block_of(top)
         if located is None:
             self.problem(init, "`amp.initialize` for inference is nested in a block")
@@ -264,6 +277,9 @@ class InferenceOnly:
                 and not _QUIET_METHODS.intersection(attributes)
             ):
                 return True  # `model.encode_q(x)`, `model.module.generate(x)`: submodules run
+            qualified = self.qualified(node.func)
+            if qualified and qualified <= _WRAPS:
+                continue  # `DistributedDataParallel(model)`, `torch.save(model)`: no forward
             if any(isinstance(a.value, cst.Name) and a.value.value == name for a in node.args):
                 return True
         return False

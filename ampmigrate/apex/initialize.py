@@ -776,15 +776,16 @@ class Initialize:
             for t in guards
         )  # fmt: skip
         if taken is not None:
+            trains = _argument(init, "optimizers", 1) is not None
             run = (
-                "as O1 (autocast + GradScaler, with fp32 weights)"
+                f"as O1 ({'autocast + GradScaler' if trains else 'autocast'}, with fp32 weights)"
                 if excluded
                 else 'in float32, without mixed precision (it is on only where the level is "O1")'
             )
             self.plan.notes.append(
                 f"behaviour change: opt_level `{spelled}` comes from {taken}; the setting "
                 f"`apex-opt-level` ({self.declared}) takes it as O1 or O0, so a run given O2/O3 "
-                f"now trains {run}"
+                f"now {'trains' if trains else 'runs'} {run}"
             )
         if levels == {"O1"} or excluded:
             return True
