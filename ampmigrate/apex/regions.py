@@ -26,6 +26,9 @@ _WRAPS = frozenset({
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
     "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.parallel.distributed.DistributedDataParallel", "torch.save", "copy.deepcopy",
+    "apex.parallel.DistributedDataParallel", "apex.parallel.distributed.DistributedDataParallel",
+    "apex.parallel.convert_syncbn_model", "torch.nn.SyncBatchNorm.convert_sync_batchnorm",
+    "torch.compile",
 })  # fmt: skip
 # methods of a model that run no forward pass
 _QUIET_METHODS = frozenset({
