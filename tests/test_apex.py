@@ -4101,11 +4101,25 @@ def test_tenth_review_casts_of_a_module_loaded_by_name_move_with_the_loader(tmp_
     assert "imports modules by a computed name" in findings["train.py"]["message"]
     assert "nets/layers.py" in findings["train.py"]["message"]
     static = (tmp_path / "train.py").read_text().replace("importlib.import_module(ARCH)", "nets")
-    (tmp_path / "train.py").write_text(static.replace("import importlib\n", "import nets\n"))
+    static = static.replace("import importlib\n", "import nets\n")
+    (tmp_path / "train.py").write_text(static)
     result = CliRunner().invoke(cli, ["check", "--unsafe-fixes", "--select", "AMP303",
                                       "--output-format", "json", str(tmp_path)])  # fmt: skip
     findings = {Path(f["filename"]).name: f for f in json.loads(result.stdout)}
     assert "imports modules by a computed name" not in findings["train.py"]["message"]
+    # the loader is a module the script imports (DecoupleSegNets' network/__init__.py)
+    (tmp_path / "nets" / "factory.py").write_text(
+        "import importlib\n\n\ndef build(name):\n    return importlib.import_module(name).Net()\n"
+    )
+    loaded = static.replace("import nets\n", "from nets.factory import build\n")
+    (tmp_path / "train.py").write_text(loaded.replace("nets.Net()", "build(ARCH)"))
+    result = CliRunner().invoke(cli, ["check", "--unsafe-fixes", "--select", "AMP303",
+                                      "--output-format", "json", str(tmp_path)])  # fmt: skip
+    findings = {Path(f["filename"]).name: f for f in json.loads(result.stdout)}
+    assert (
+        f"{os.path.join('nets', 'factory.py')}, which this file imports, imports modules by a "
+        "computed name"
+    ) in findings["train.py"]["message"]
 
 
 def test_no_two_stages_of_the_planner_define_the_same_method():

@@ -204,7 +204,7 @@ def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Cast
         and convertible.setdefault(p, _convertible(p, candidates[p]))
     ]  # fmt: skip
     for start in initializing if orphans else ():
-        if any(_loads_by_name(p) for p in (start, *(t for t, _, _ in _walk(start, graph)))):
+        if loads_by_name(start, graph) is not None:
             for orphan in orphans:  # it may run them: moved together, or neither
                 edges.setdefault(start, set()).add(orphan)
                 edges.setdefault(orphan, set()).add(start)
@@ -246,6 +246,14 @@ def _loads_by_name(path: str) -> bool:
         and not isinstance(node.args[0], ast.Constant)
         for node in ast.walk(tree)
     )
+
+
+def loads_by_name(path: str, graph: _Graph | None = None) -> str | None:
+    """The module, ``path`` or one it imports (directly or through others), that imports
+    modules by a computed name; None: none does."""
+    start = os.path.abspath(path)
+    walked = (t for t, _, _ in _walk(start, graph if graph is not None else _Graph()))
+    return next((p for p in (start, *walked) if _loads_by_name(p)), None)
 
 
 def casting(data: bytes) -> bool:

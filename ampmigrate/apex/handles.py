@@ -11,6 +11,7 @@ import os
 
 import libcst as cst
 
+from ampmigrate.apex.casts import loads_by_name
 from ampmigrate.apex.common import _argument, _code, _is_call_of, _Setup, _statements
 from ampmigrate.apex.links import _listed, apex_siblings, users_on_disk
 from ampmigrate.apex.verdict import (
@@ -736,9 +737,15 @@ class Handles:
         unseen = [f for f in casts.layers if f not in reached] if casts is not None else []
         if unseen and os.path.abspath(self.path) in casts.initializing:
             listed = _listed([f"{os.path.relpath(f, folder)}" for f in unseen])
+            loader = loads_by_name(self.path)
+            where = (
+                "this file imports"
+                if loader is None or loader == os.path.abspath(self.path)
+                else f"{os.path.relpath(loader, folder)}, which this file imports, imports"
+            )
             self.plan.notes.append(
-                f"this file imports modules by a computed name (`importlib.import_module`), so "
-                f"it may run the apex casts of {listed}, which no import of it reaches: they get "
+                f"{where} modules by a computed name (`importlib.import_module`), so this file "
+                f"may run the apex casts of {listed}, which no import of it reaches: they get "
                 "their torch.amp forms in this run too (see their AMP303 findings)"
             )
         for sibling in self.siblings:
