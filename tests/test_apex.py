@@ -4186,3 +4186,41 @@ def test_tenth_review_inference_at_a_flag_level_follows_the_declared_setting():
         'enabled=(args.fp16) and (args.fp16_opt_level == "O1")):\n'
     ) in out
     assert "so a run given O2/O3 now runs in float32" in message
+
+
+def test_tenth_review_a_script_that_loads_by_name_is_not_rewritten_without_the_casts(tmp_path):
+    """`fix` on the training script alone, where a module it imports loads the network by a
+    computed name and a layer module of the project casts through apex: rewritten alone, the
+    layer's decorator would stay apex's and never cast again (float16 into its kernel under
+    autocast), so the script is refused, naming both; in one run with the layer it is
+    rewritten."""
+    (tmp_path / "nets").mkdir()
+    (tmp_path / "nets" / "__init__.py").write_text(
+        "import importlib\n\n\ndef build(name):\n    return importlib.import_module(name).Net()\n"
+    )
+    (tmp_path / "nets" / "layers.py").write_text(
+        "from apex import amp\n\n\n@amp.float_function\ndef kernel(x):\n    return x\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import torch
+        from apex import amp
+        from nets import build
+
+        net = build(ARCH)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        net, optimizer = amp.initialize(net, optimizer, opt_level="O1")
+        for x in [torch.randn(2, 4)]:
+            loss = net(x).sum()
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+            optimizer.step()
+    """))
+    out, remaining, fixed = fix_source(script.read_text(), unsafe=True, path=script)
+    assert not fixed and out == script.read_text()
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert (
+        f"{os.path.join('nets', '__init__.py')}, which this file imports, imports modules by a "
+        f"computed name (`importlib.import_module`), and {os.path.join('nets', 'layers.py')} "
+        "casts through apex"
+    ) in finding.message

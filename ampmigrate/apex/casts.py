@@ -256,6 +256,36 @@ def loads_by_name(path: str, graph: _Graph | None = None) -> str | None:
     return next((p for p in (start, *walked) if _loads_by_name(p)), None)
 
 
+_CAST_MEMBERS = ("float_function", "half_function", "promote_function", "disable_casts")
+_SCAN_LIMIT = 3000  # .py files read under a loader's folder
+
+
+def cast_modules_under(folder: str) -> list[str]:
+    """The modules under ``folder`` (its whole tree, skipping hidden and virtual-environment
+    folders, up to ``_SCAN_LIMIT`` files) that use one of apex's cast members: what code that
+    imports modules by a computed name may run, where no import edge shows it."""
+    found: list[str] = []
+    seen = 0
+    for directory, subdirs, names in os.walk(folder):
+        subdirs[:] = sorted(
+            d for d in subdirs if not d.startswith(".") and d not in ("venv", "__pycache__")
+        )
+        for name in sorted(n for n in names if n.endswith(".py")):
+            seen += 1
+            if seen > _SCAN_LIMIT:
+                return found
+            path = os.path.join(directory, name)
+            data = _read(path)
+            if not (casting(data) and b"apex" in data):
+                continue
+            file = _parsed(path, data)
+            if file is not None and any(
+                _member(file.names, use) in _CAST_MEMBERS for use in _apex_uses(file.names)
+            ):
+                found.append(os.path.abspath(path))
+    return found
+
+
 def casting(data: bytes) -> bool:
     """The bytes of a file that may hold apex casts (a necessary condition)."""
     return b"_function" in data or b"disable_casts" in data

@@ -11,9 +11,9 @@ import os
 
 import libcst as cst
 
-from ampmigrate.apex.casts import loads_by_name
+from ampmigrate.apex.casts import cast_modules_under, loads_by_name
 from ampmigrate.apex.common import _argument, _code, _is_call_of, _Setup, _statements
-from ampmigrate.apex.links import _listed, apex_siblings, users_on_disk
+from ampmigrate.apex.links import _Graph, _listed, apex_siblings, users_on_disk
 from ampmigrate.apex.verdict import (
     APEX,
     SUPPORTED,
@@ -731,9 +731,11 @@ class Handles:
             return
         linked = set(self.link.files) if role is not None else set()
         folder = os.path.dirname(os.path.abspath(self.path))
-        self.siblings = apex_siblings(self.path)
+        graph = _Graph()  # (the import edges, read once for both walks)
+        self.siblings = apex_siblings(self.path, graph)
         casts = self.casts if self.casts is not None and not self.casts.broken else None
         reached = {sibling.path for sibling in self.siblings}
+        self._loaded_casts(casts, reached, folder, graph)
         unseen = [f for f in casts.layers if f not in reached] if casts is not None else []
         if unseen and os.path.abspath(self.path) in casts.initializing:
             listed = _listed([f"{os.path.relpath(f, folder)}" for f in unseen])
@@ -778,6 +780,40 @@ class Handles:
                 "amp: it relies on the amp state this file sets up and would still call apex "
                 f"after this file alone were migrated; {how}",
             )
+
+    def _loaded_casts(self, casts, reached: set[str], folder: str, graph: _Graph) -> None:
+        """This file (or a module it imports) imports modules by a computed name, and a module
+        of its folder's tree casts through apex (``@amp.float_function``) where no import of
+        this file reaches it: apex cast there once this file initialized amp. It can move only
+        with that module, in one run (the pre-pass then joins them; see ``casts``)."""
+        loader = loads_by_name(self.path, graph)
+        if loader is None:
+            return
+        joined = set(casts.layers) if casts is not None else set()
+        mine = os.path.abspath(self.path)
+        left = [
+            f for f in cast_modules_under(
+                os.path.commonpath([os.path.dirname(mine), os.path.dirname(loader)])
+            )
+            if f != mine and f not in reached and f not in joined
+        ]  # fmt: skip
+        if not left:
+            return
+        shown = _listed([os.path.relpath(f, folder) for f in left[:4]])
+        via = (
+            "this file imports"
+            if loader == mine
+            else f"{os.path.relpath(loader, folder)}, which this file imports, imports"
+        )
+        self.problem(
+            self.plan.anchor,
+            f"{via} modules by a computed name (`importlib.import_module`), and {shown} "
+            f"{'casts' if len(left) == 1 else 'cast'} through apex (`amp.float_function` and "
+            "the like), which no import of this file reaches: apex cast there once this file "
+            "initialized amp, and rewritten alone this file would leave those casts inactive "
+            "(float16 under autocast); migrate them in one run with it (their casts become "
+            "`torch.amp.custom_fwd`), or neither",
+        )
 
     def _broken(self) -> str:
         if self.link.kept is not None:

@@ -752,8 +752,8 @@ class Initialize:
                 origin = f"`{spelled}`, set outside this file (a config, an argument)"
             branches = [
                 n for n in self.nodes if isinstance(n, cst.Comparison)
-                and spelled in {_code(self.module, o) for o in _operands(n)}
                 and any(self._other_level(o) for o in _operands(n))
+                and spelled in {_code(self.module, o) for o in _operands(n)}
             ]  # fmt: skip
             also = (
                 f"; this file itself branches on `{_code(self.module, branches[0])}` at line "
