@@ -281,7 +281,7 @@ def test_import_apex_stays_for_the_rest_of_apex():
     )
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix == "unsafe", finding.message
-    assert "`import apex` stays: it is not mixed precision" in finding.message
+    assert "`import apex` is not this rewrite's: it is not mixed precision" in finding.message
     out, _, _ = fix_source(source, unsafe=True, select=("AMP303",))
     assert "import apex\n" in out and "apex.parallel.convert_syncbn_model(model)" in out
     assert "from apex import amp" not in out and "args.scaler.scale(loss)" in out
@@ -3298,6 +3298,43 @@ def test_a_dropped_except_that_switched_mixed_precision_off_is_a_stated_change()
     [finding] = [d for d in fixed if d.code == "AMP303"]
     assert "the `except` at line 7 set `mixed_precision`" in finding.message
     assert "mixed_precision = False" not in out and "mixed_precision = True" in out
+    assert "every test of it (lines 12, 17) now takes the path" in finding.message
+
+
+def test_eleventh_review_a_flag_that_also_chose_the_ddp_is_named_at_every_test():
+    """The eleventh review (a timm-style script): `has_apex` from the import probe also chose
+    apex's DDP over torch's; once the probe goes it is always true, and the note names that
+    test too, not only the mixed-precision ones."""
+    _, _, fixed = fix_source(
+        textwrap.dedent("""
+            import torch
+
+            try:
+                from apex import amp
+                has_apex = True
+            except ImportError:
+                has_apex = False
+
+
+            def train(model, optimizer, loader, wrap):
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+                if has_apex and wrap:
+                    model = wrap(model)
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                    optimizer.step()
+        """),
+        unsafe=True,
+    )
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "set `has_apex`" in finding.message
+    assert (
+        "every test of it (line 13) now takes the path that ran where apex was installed, "
+        "also where it chose code other than mixed precision" in finding.message
+    )
 
 
 UNUSED_AMP = "import torch\ntry:\n    from apex import amp\nexcept ImportError:\n    amp = None\n"
@@ -3343,6 +3380,58 @@ def test_an_unused_amp_import_in_a_package_init_is_removed_only_as_unsafe(cli, t
     assert "`apex.amp` is imported but unused" in result.stdout
     assert "a package's `__init__` may re-export it" in result.stdout
     assert "1 more with `--unsafe-fixes`" in result.stdout + result.stderr
+
+
+TRAINER = """
+def train(model, optimizer, x):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    with amp.scale_loss(model(x).sum(), optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("exporter", "imports"),
+    [
+        ("utils.py", "from .utils import *\n"),
+        ("utils.py", "from pkg.utils import amp\n"),
+        ("utils.py", "from pkg import utils\namp = utils.amp\n"),
+        ("__init__.py", "from pkg import amp\n"),
+    ],
+)
+def test_eleventh_review_an_amp_import_other_modules_take_is_not_unused(
+    cli, tmp_path, exporter, imports
+):
+    """The eleventh review: `from apex import amp` in a module that other modules import it
+    from (a star import, by name, as an attribute, from the package) was deleted by a *safe*
+    fix as unused, and the distillers that called `amp.initialize` through it then raised
+    NameError. It stays, and the finding names where it is used."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / exporter).write_text("import torch\nfrom apex import amp\n")
+    (package / "trainer.py").write_text(imports + TRAINER)
+    before = {p: p.read_bytes() for p in package.iterdir()}
+    result = cli("check", "--select", "AMP303", "--output-format", "concise", str(package))
+    assert "imported but unused" not in result.stdout
+    assert f"{exporter}:2:1: AMP303 `apex.amp` is not read in this file" in result.stdout
+    assert "other modules use `amp` through it (trainer.py:" in result.stdout
+    cli("fix", "--unsafe-fixes", str(package))
+    assert {p: p.read_bytes() for p in package.iterdir()} == before
+
+
+def test_an_unused_amp_import_no_other_module_takes_still_goes(cli, tmp_path):
+    """The same module with a sibling that imports something else from it: unused, and the
+    safe fix removes it."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "utils.py").write_text("import torch\nfrom apex import amp\nX = 1\n")
+    (package / "trainer.py").write_text("from pkg.utils import X\namp = None\nprint(amp, X)\n")
+    result = cli("check", "--select", "AMP303", "--output-format", "concise", str(package))
+    assert "utils.py:2:1: AMP303 [*] `apex.amp` is imported but unused" in result.stdout
+    cli("fix", str(package))
+    assert "apex" not in (package / "utils.py").read_text()
 
 
 def test_an_optimizer_state_saved_on_its_own_is_apex_s_gap_not_a_blocker():
@@ -4202,7 +4291,8 @@ def test_tenth_review_a_script_that_loads_by_name_is_not_rewritten_without_the_c
         "from apex import amp\n\n\n@amp.float_function\ndef kernel(x):\n    return x\n"
     )
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""\
+    script.write_text(
+        textwrap.dedent("""\
         import torch
         from apex import amp
         from nets import build
@@ -4215,7 +4305,8 @@ def test_tenth_review_a_script_that_loads_by_name_is_not_rewritten_without_the_c
             with amp.scale_loss(loss, optimizer) as scaled:
                 scaled.backward()
             optimizer.step()
-    """))
+    """)
+    )
     out, remaining, fixed = fix_source(script.read_text(), unsafe=True, path=script)
     assert not fixed and out == script.read_text()
     [finding] = [d for d in remaining if d.code == "AMP303"]

@@ -69,7 +69,7 @@ def test_check_offers_the_pair_and_names_the_other_side(tmp_path):
     )
     assert "passed to `do_train` (detection/engine/trainer.py)" in found["train_net.py"].message
     # apex's DDP wrapper is not mixed precision: it stays, and does not block the rewrite
-    assert "`from apex.parallel import ...` stays: it is not mixed precision" in (
+    assert "`from apex.parallel import ...` is not this rewrite's: it is not mixed precision" in (
         found["train_net.py"].message
     )
 

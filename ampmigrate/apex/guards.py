@@ -126,8 +126,9 @@ class Guards:
 
     def _stays(self, what: str) -> None:
         self.plan.notes.append(
-            f"`{what}` stays: it is not mixed precision, and runs with torch.amp as it ran with "
-            "apex.amp (apex stays a dependency for it)"
+            f"`{what}` is not this rewrite's: it is not mixed precision, and runs with "
+            "torch.amp as it ran with apex.amp; the rules for the rest of apex (AMP31x) migrate "
+            "what has a torch counterpart, and where none does, apex stays a dependency for it"
         )
 
     def _remove_guard(self, try_node: cst.Try, imports: list[cst.BaseStatement]) -> None:
@@ -158,7 +159,7 @@ class Guards:
                 f"behaviour change: where apex was not installed, the `except` at line "
                 f"{self.line(try_node.handlers[0])} set {listed}; native AMP is always there, "
                 "so that branch goes: a run without apex that trained in float32 now trains "
-                "in mixed precision where the flag turns it on"
+                f"in mixed precision where the flag turns it on{self._flag_reads(try_node, flags)}"
             )
         if try_node.orelse is not None:
             kept += list(try_node.orelse.body.body)
@@ -167,6 +168,24 @@ class Guards:
             self.plan.edits[try_node] = lambda _u, k=[first, *kept[1:]]: cst.FlattenSentinel(k)
         else:
             self._remove_statement(try_node)
+
+    def _flag_reads(self, try_node: cst.Try, flags: list[str]) -> str:
+        """Where else the flags are read: each such test now takes its apex-installed path, also
+        where it chose code other than mixed precision (apex's or torch's DDP)."""
+        inside = {id(n) for n in self._subtree(try_node)}
+        lines = sorted({
+            self.line(n) for n in self.nodes
+            if isinstance(n, cst.Name) and n.value in flags and id(n) not in inside
+            and not isinstance(self.parent(n), cst.AssignTarget | cst.Attribute)
+        })  # fmt: skip
+        if not lines:
+            return ""
+        shown = ", ".join(str(n) for n in lines[:6]) + (", ..." if len(lines) > 6 else "")
+        return (
+            f"; every test of it (line{'s' if len(lines) > 1 else ''} {shown}) now takes the "
+            "path that ran where apex was installed, also where it chose code other than "
+            "mixed precision"
+        )
 
     def _guard_only(self, node: cst.Try, imports: list[cst.BaseStatement]) -> bool:
         """Only the import and flags in the ``try``, handlers for import errors (or bare) that

@@ -594,7 +594,10 @@ def _through_entry(
     tops = [os.path.relpath(p, root).split(os.sep)[0].removesuffix(".py") for p in (path, nearest)]
     if not all(t.isidentifier() for t in tops):
         return None
-    stem = os.path.splitext(os.path.basename(path))[0].encode()
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if stem == "__init__":  # a package's names are imported by the package's name
+        stem = os.path.basename(os.path.dirname(path))
+    stem = stem.encode()
     stems = {os.path.splitext(os.path.basename(h))[0].encode() for h in hooks}
     found: set[str] | None = None
     for other, data in everything():
@@ -727,7 +730,10 @@ def users_on_disk(path: str, functions: list[str]) -> list[tuple[str, int, str]]
     if callee is None or not functions:
         return []
     words = [f.encode() for f in functions]
-    stem = os.path.splitext(os.path.basename(path))[0].encode()
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if stem == "__init__":  # a package's names are imported by the package's name
+        stem = os.path.basename(os.path.dirname(path))
+    stem = stem.encode()
     found: list[tuple[str, int, str]] = []
     count = 0
     for where, folders, names in os.walk(folder):

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ampmigrate.apex.api import table
 from ampmigrate.apex.api.table import TARGETS, Target
+from ampmigrate.apex.links import users_on_disk
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names, dotted
 from ampmigrate.engine.source import Source
@@ -87,6 +88,10 @@ def unused_import(
     if any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) for n in names.spelled(bound)):
         return None
     package = os.path.basename(path) == "__init__.py"
+    if not any(isinstance(a, _SCOPES) for a in names.ancestors(stmt)):
+        users = users_on_disk(path, [bound])
+        if users is None or users:
+            return Finding(code, _reexported(full, bound, path, users), stmt)
     guarded = any(
         isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
         for a in names.ancestors(stmt)
@@ -108,6 +113,30 @@ def unused_import(
         ),
     )
     return Finding(code, message, stmt, fix)
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _reexported(full: str, bound: str, path: str, users: list[tuple[str, int, str]] | None) -> str:
+    """Why a module-level apex import that this file never reads stays: other modules of the
+    project take ``bound`` from this one (``from .utils import *``, ``from utils import amp``),
+    and deleting it would break them at import or at their first apex call."""
+    if users is None:
+        return (
+            f"`{full}` is not read in this file, but the project is too large to tell whether "
+            f"another module imports `{bound}` from it: remove the import by hand once no "
+            "module does"
+        )
+    folder = os.path.dirname(os.path.abspath(path))
+    shown = [f"{os.path.relpath(f, folder)}:{line}" for f, line, _ in users[:3]]
+    more = f" and {len(users) - 3} more" if len(users) > 3 else ""
+    return (
+        f"`{full}` is not read in this file, but other modules use `{bound}` through it "
+        f"({', '.join(shown)}{more}): that is apex code the rewrite does not follow through a "
+        "re-export; migrate those uses by hand (or import apex there directly), then this "
+        "import goes"
+    )
 
 
 def _bound_names(body: list[ast.stmt]) -> set[str]:
