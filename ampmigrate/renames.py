@@ -69,6 +69,9 @@ def _catches_missing_api(
     return any((dotted(n) or "").rsplit(".", 1)[-1] in kinds for n in names)
 
 
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
 class NoFix(Exception):
     """Raised while planning a fix to say why there is none; the text joins the message."""
 
@@ -599,7 +602,10 @@ class _Renames:
             fix = self._fix(sym, node, node, "unsafe", as_partial, unconditional, extra)
             detail = "used as a value: becomes a `functools.partial`"
             if sym.kind == "class":
-                detail += " (it is only called here; it is no class for `isinstance`)"
+                detail += (
+                    " (it is only called, here or in the functions of this file it is handed "
+                    "to; it is no class for `isinstance`)"
+                )
             self._report(sym, node, detail, fix)
         except NoFix as reason:
             self._report(sym, node, f"no automatic fix: {reason}", None)
@@ -644,7 +650,43 @@ class _Renames:
             n for n in self.names.spelled(last) if isinstance(n.ctx, ast.Load) and dotted(n) == text
         ]
         return bool(reads) and all(
-            isinstance(p := self.names.parent(n), ast.Call) and p.func is n for n in reads
+            (isinstance(p := self.names.parent(n), ast.Call) and p.func is n)
+            or self._handed_to_caller(n)
+            for n in reads
+        )
+
+    def _handed_to_caller(self, read: ast.expr) -> bool:
+        """``read`` is an argument of a call of a function of this file whose parameter for it
+        is only ever called there (timm's ``train_one_epoch(..., amp_autocast=amp_autocast)``,
+        ``with amp_autocast():``): handing the value on is no other use."""
+        parent = self.names.parent(read)
+        call = self.names.parent(parent) if isinstance(parent, ast.keyword) else parent
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
+            return False
+        [*bindings] = self.names.bindings(call.func)
+        if len(bindings) != 1 or not isinstance(bindings[0].node, _FUNCTIONS):
+            return False
+        function = bindings[0].node
+        positional = [*function.args.posonlyargs, *function.args.args]
+        if isinstance(parent, ast.keyword):
+            params = [a for a in [*positional, *function.args.kwonlyargs] if a.arg == parent.arg]
+        elif any(isinstance(a, ast.Starred) for a in call.args):
+            return False
+        else:
+            index = next(i for i, a in enumerate(call.args) if a is read)
+            params = positional[index : index + 1]
+        if not params:
+            return False
+        uses = [
+            n for n in self.names.spelled(params[0].arg)
+            if isinstance(n, ast.Name) and function in self.names.ancestors(n)
+        ]  # fmt: skip
+        return bool(uses) and all(
+            isinstance(n.ctx, ast.Load)
+            and [b.node for b in self.names.bindings(n)] == [params[0]]
+            and isinstance(p := self.names.parent(n), ast.Call)
+            and p.func is n
+            for n in uses
         )
 
     def _decorator(self, node: ast.expr) -> bool:

@@ -4143,6 +4143,17 @@ def test_tenth_review_a_registration_in_main_before_the_training_call_goes():
     assert "`amp.register_half_function` has no O1 rewrite" in _message(late)
 
 
+NET_LOOP = """\
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+net, optimizer = amp.initialize(net, optimizer, opt_level="O1")
+for x in [torch.randn(2, 4)]:
+    loss = net(x).sum()
+    with amp.scale_loss(loss, optimizer) as scaled:
+        scaled.backward()
+    optimizer.step()
+"""
+
+
 def test_tenth_review_casts_of_a_module_loaded_by_name_move_with_the_loader(tmp_path):
     """The training script builds its network with `importlib.import_module(args.arch)`: no
     import edge reaches the layer module whose `@amp.float_function` apex cast once amp was
@@ -4173,14 +4184,8 @@ def test_tenth_review_casts_of_a_module_loaded_by_name_move_with_the_loader(tmp_
         from apex import amp
 
         net = importlib.import_module(ARCH).Net()
-        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
-        net, optimizer = amp.initialize(net, optimizer, opt_level="O1")
-        for x in [torch.randn(2, 4)]:
-            loss = net(x).sum()
-            with amp.scale_loss(loss, optimizer) as scaled:
-                scaled.backward()
-            optimizer.step()
     """)
+        + NET_LOOP
     )
     result = CliRunner().invoke(cli, ["check", "--unsafe-fixes", "--select", "AMP303",
                                       "--output-format", "json", str(tmp_path)])  # fmt: skip
@@ -4298,14 +4303,8 @@ def test_tenth_review_a_script_that_loads_by_name_is_not_rewritten_without_the_c
         from nets import build
 
         net = build(ARCH)
-        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
-        net, optimizer = amp.initialize(net, optimizer, opt_level="O1")
-        for x in [torch.randn(2, 4)]:
-            loss = net(x).sum()
-            with amp.scale_loss(loss, optimizer) as scaled:
-                scaled.backward()
-            optimizer.step()
     """)
+        + NET_LOOP
     )
     out, remaining, fixed = fix_source(script.read_text(), unsafe=True, path=script)
     assert not fixed and out == script.read_text()

@@ -9,7 +9,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
+
+import torch
 
 from ampmigrate.catalog import all_rules
 from ampmigrate.engine import Settings
@@ -157,6 +160,50 @@ def test_a_class_value_becomes_a_partial_only_where_it_is_only_called():
         out, remaining, fixed = fix_source(source, unsafe=True)
         assert out == source and not fixed
         assert "no automatic fix: the class is used as a value" in remaining[0].message
+
+
+HANDED = """\
+import warnings
+from contextlib import suppress
+
+import torch
+
+
+def train_one_epoch(model, x, amp_autocast=suppress):
+    with amp_autocast():
+        return model(x)
+
+
+def main(use_amp):
+    amp_autocast = suppress
+    if use_amp:
+        amp_autocast = torch.cuda.amp.autocast
+    model = torch.nn.Linear(4, 4)
+    return train_one_epoch(model, torch.randn(2, 4), amp_autocast=amp_autocast)
+"""
+
+
+def test_eleventh_review_a_class_value_handed_to_a_function_that_only_calls_it_is_a_partial():
+    """timm's training scripts: `amp_autocast = torch.cuda.amp.autocast` handed to
+    `train_one_epoch(..., amp_autocast=amp_autocast)`, which only calls it. "Used as a value
+    that is not only called" was false; it becomes a partial, and the migrated region runs
+    (on CPU, with torch's FutureWarnings as errors)."""
+    out, remaining, fixed = fix_source(HANDED, unsafe=True)
+    assert not remaining and [d.fix for d in fixed] == ["unsafe"]
+    assert 'amp_autocast = functools.partial(torch.amp.autocast, "cuda"' in out
+    namespace: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+        assert namespace["main"](True).dtype == torch.float16
+        assert namespace["main"](False).dtype == torch.float32
+    for other in (
+        "    print(amp_autocast is suppress)\n",  # compared in the callee
+        "    amp_autocast = suppress\n",  # rebound there
+    ):
+        source = HANDED.replace("    with amp_autocast():\n", other + "    with amp_autocast():\n")
+        out, remaining, fixed = fix_source(source, unsafe=True)
+        assert not fixed and "not only called" in remaining[0].message, other
 
 
 def test_a_policy_loss_scale_is_never_written_onto_the_stable_policy():
