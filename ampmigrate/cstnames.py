@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
 import libcst as cst
@@ -14,6 +15,7 @@ from libcst.metadata import (
     Scope,
     ScopeProvider,
 )
+from libcst.metadata.scope_provider import ScopeVisitor
 
 
 def qualified_names(scope: Scope | None, node: cst.CSTNode) -> set[str]:
@@ -37,8 +39,66 @@ def scopes(module: cst.Module) -> Mapping[cst.CSTNode, Scope | None]:
     contexts.visit_Module(module)
     found = ScopeProvider()
     found.metadata = {ExpressionContextProvider: contexts._computed}
-    found.visit_Module(module)
+    late = _late_globals(module)
+    if late and hasattr(ScopeVisitor, "_new_scope"):
+        visitor = _GlobalsFirst(found, late)
+        module.visit(visitor)
+        visitor.infer_accesses()
+    else:
+        found.visit_Module(module)
     return found._computed
+
+
+def _late_globals(module: cst.Module) -> dict[cst.FunctionDef, set[str]]:
+    """The functions whose ``global x`` follows a binding of ``x`` in them. CPython lets an
+    import bind a name before its ``global`` statement (mt-dnn: ``from apex import amp`` then
+    ``global amp``, which binds the module's ``amp``); libcst's scopes record that import as
+    a local. Rare: only such modules take the visit below."""
+    found: dict[cst.FunctionDef, set[str]] = {}
+
+    class Finder(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.stack: list[tuple[cst.FunctionDef, set[str]]] = []
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            self.stack.append((node, set()))
+
+        def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+            self.stack.pop()
+
+        def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+            if self.stack:
+                bound = node.asname.name if node.asname else node.name
+                while isinstance(bound, cst.Attribute):
+                    bound = bound.value
+                if isinstance(bound, cst.Name):
+                    self.stack[-1][1].add(bound.value)
+
+        def visit_Global(self, node: cst.Global) -> None:
+            if self.stack:
+                function, bound = self.stack[-1]
+                late = {n.name.value for n in node.names} & bound
+                if late:
+                    found.setdefault(function, set()).update(late)
+
+    module.visit(Finder())
+    return found
+
+
+class _GlobalsFirst(ScopeVisitor):
+    """libcst's scope visit, with each late ``global`` of a function declared as its scope
+    opens, as CPython's symbol table reads it."""
+
+    def __init__(self, provider: ScopeProvider, late: dict[cst.FunctionDef, set[str]]) -> None:
+        super().__init__(provider)
+        self.late = late
+
+    @contextlib.contextmanager
+    def _new_scope(self, kind, node, name=None):  # libcst's (private) signature
+        with super()._new_scope(kind, node, name):
+            for declared in self.late.get(node, ()):
+                self.scope.record_global_overwrite(declared)
+            yield
 
 
 def _module_only(provider: type[BatchableMetadataProvider]) -> bool:

@@ -77,6 +77,7 @@ REWRITTEN = [
     "optimizer_wrapper",
     "initialize_both_branches",
     "initialize_each_path",
+    "late_global_import",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -4314,3 +4315,73 @@ def test_tenth_review_a_script_that_loads_by_name_is_not_rewritten_without_the_c
         f"computed name (`importlib.import_module`), and {os.path.join('nets', 'layers.py')} "
         "casts through apex"
     ) in finding.message
+
+
+@pytest.mark.parametrize(
+    ("helpers", "broken"),
+    [
+        ("import torch\n\n\ndef accuracy(out, y):\n    return (out.argmax(1) == y).sum()\n", True),
+        ("from apex import amp\n", False),
+        ("amp = None\n", False),  # binds it (to something else: not the rewrite's to guess)
+        ('from apex import amp\n__all__ = ["accuracy"]\n\n\ndef accuracy(o, y):\n    return o\n',
+         True),
+        ("from more_helpers import *\n", False),  # more_helpers.py binds it
+        ("from not_on_disk import *\n", False),  # cannot be read: may bind it
+    ],
+)  # fmt: skip
+def test_a_star_import_on_disk_that_cannot_bind_amp_makes_the_original_broken(
+    tmp_path, helpers, broken
+):
+    """UER-py's fine-tuning scripts import apex amp in `main` and call `amp.scale_loss` in
+    `train`; their only other source of `amp` is `from uer.utils.optimizers import *` (and
+    four like it), modules on disk that bind no `amp`. The refusal said the star import
+    'could bind it'; read from disk, it cannot: the original's fp16 path raises NameError,
+    and that is the reason given. A star import whose module binds `amp` (or may: it is not
+    on disk, or stars further) keeps the cautious reason."""
+    (tmp_path / "helpers.py").write_text(helpers)
+    (tmp_path / "more_helpers.py").write_text("from apex import amp\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom helpers import *\n\n\n"
+        "def train(model, optimizer, x, y):\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "        scaled_loss.backward()\n"
+        "    optimizer.step()\n\n\n"
+        "def main():\n"
+        "    from apex import amp\n\n"
+        "    model = torch.nn.Linear(4, 2).cuda()\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    train(model, optimizer, torch.randn(2, 4).cuda(), torch.tensor([0, 1]).cuda())\n"
+    )
+    out, remaining, _ = fix_source(script.read_text(), unsafe=True, path=script)
+    assert out == script.read_text()
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert ("that call raises NameError, so the original's mixed-precision path cannot run"
+            in finding.message) is broken, finding.message  # fmt: skip
+    assert ("only the star import at line 2 could bind it" in finding.message) is not broken
+
+
+@pytest.mark.torch
+def test_an_import_made_global_after_it_is_migrated_and_trains_like_the_original(stub, tmp_path):
+    """mt-dnn: `from apex import amp` then `global amp` in the set-up method (CPython binds the
+    module's `amp`; libcst's scopes took it as a local, and the file was refused as 'not
+    followed'). Migrated with `global amp` gone, it runs float16 autocast and GradScaler on
+    CPU and ends at the original's weights (O0 stand-in) to float16 rounding."""
+    pytest.importorskip("torch")
+    fixed = (APEX / "late_global_import.fixed.py").read_text()
+    assert "global amp" not in fixed
+    migrated = fixed.replace('"cuda"', '"cpu"').replace(
+        'GradScaler("cpu", ', 'GradScaler("cpu", init_scale=256.0, '
+    )
+    assert "init_scale=256.0" in migrated
+    (tmp_path / "fixed.py").write_text(migrated)
+    original, run = _runs(
+        [(APEX / "late_global_import.py", ["--fp16"], stub, False),
+         (tmp_path / "fixed.py", ["--fp16"], None, True)],
+        tmp_path,
+    )  # fmt: skip
+    assert original[0] == run[0] == 0, original[2] + run[2]
+    assert "forward dtypes: ['torch.float16']" in run[1]
+    assert _weights(run[1]) == pytest.approx(_weights(original[1]), abs=3e-3)

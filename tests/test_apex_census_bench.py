@@ -74,3 +74,25 @@ def test_apex_opt_level_is_passed_to_fix_and_check(tmp_path):
     assert not plain["apex_free"] and plain["left_by"] == ["apex.amp"]
     assert any("is not provably O1" in f for f in plain["remaining"]["train.py"]["findings"])
     assert declared["apex_free"] and declared["changed"] == 1
+
+
+def test_a_repository_that_names_o2_is_native_by_name_but_not_by_level(tmp_path):
+    """UNITER and HERO import only `apex.amp` (a name with a torch counterpart) but initialize
+    at a literal O2, which torch.amp cannot express: counted apart, with the level."""
+    census = tmp_path / "census"
+    (census / "d+o2").mkdir(parents=True)
+    source = OPEN_LEVEL.replace("opt_level=args.fp16_opt_level", 'opt_level="O2"')
+    assert '"O2"' in source
+    (census / "d+o2" / "train.py").write_text(source)
+    manifest = tmp_path / "census.json"
+    entry = {"repo": "d/o2", "split": "dev", "files": {"train.py": ["apex.amp.initialize"]}}
+    manifest.write_text(json.dumps({"entries": [entry]}))
+    out = tmp_path / "result.json"
+    assert bench.main([str(census), "--manifest", str(manifest), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    [row] = result["repositories"]
+    assert row["expected"] == "native" and row["literal_o2_o3"] == ["O2"]
+    assert not row["apex_free"]
+    summary = result["summary"]
+    assert summary["expected_native"] == 1 and summary["expected_native_at_o1"] == 0
+    assert summary["native_at_o1_apex_free"] == 0

@@ -860,3 +860,83 @@ def test_registry_wired_components_of_several_projects_in_one_run_each_link(tmp_
         "one+project",
         "two+project",
     }
+
+
+_LIBRARY = {
+    "trainlib/__init__.py": "import trainlib.engine\n",
+    "trainlib/engine/__init__.py": (
+        "def _apex_step(model, optimizer, loss_fn):\n"
+        "    from apex import amp as apex_amp\n\n"
+        "    def update(x, y):\n"
+        "        loss = loss_fn(model(x), y)\n"
+        "        with apex_amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "            scaled_loss.backward()\n"
+        "        optimizer.step()\n\n"
+        "    return update\n\n\n"
+        "def _plain_step(model, optimizer, loss_fn):\n"
+        "    def update(x, y):\n"
+        "        loss_fn(model(x), y).backward()\n"
+        "        optimizer.step()\n\n"
+        "    return update\n\n\n"
+        "def make_trainer(model, optimizer, loss_fn, amp_mode=None):\n"
+        '    if amp_mode == "apex":\n'
+        "        return _apex_step(model, optimizer, loss_fn)\n"
+        "    return _plain_step(model, optimizer, loss_fn)\n\n\n"
+        "def make_evaluator(model):\n"
+        "    return lambda x: model(x)\n"
+    ),
+}
+_SCRIPT = (
+    "import torch\n"
+    "from apex import amp\n"
+    "{imports}\n\n"
+    "model = torch.nn.Linear(4, 2).cuda()\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    'model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    "for x, y in [(torch.randn(8, 4).cuda(), torch.randint(0, 2, (8,)).cuda())]:\n"
+    "    optimizer.zero_grad()\n"
+    "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+    "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+    "        scaled_loss.backward()\n"
+    "    optimizer.step()\n"
+    "{uses}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("imports", "uses", "tied"),
+    [
+        ("from trainlib.engine import make_evaluator", "evaluate = make_evaluator(model)", False),
+        ("import trainlib.engine", "evaluate = trainlib.engine.make_evaluator(model)", False),
+        ("from trainlib.engine import make_trainer", "step = make_trainer(model, optimizer, "
+         "torch.nn.functional.cross_entropy)", True),
+        ("import trainlib.engine as eng", "step = eng.make_trainer", True),
+        ("import trainlib.engine as eng", "print(eng)", True),
+        ("from trainlib.engine import *", "", True),
+    ],
+)  # fmt: skip
+def test_a_library_whose_apex_path_the_script_cannot_reach_does_not_tie_it(
+    tmp_path, imports, uses, tied
+):
+    """ignite's engine module keeps `supervised_training_step_apex` (apex amp) behind
+    `create_supervised_trainer(amp_mode="apex")`; a script that initializes and scales in its
+    own loop and takes only `Engine`/an evaluator from that module was refused as 'relying on
+    the amp state this file sets up'. apex code in functions that no name the program takes
+    reaches cannot run: the script is rewritten alone. Where the names taken (or a module
+    object, a star import) may reach it, the tie stays."""
+    root = tmp_path / "project"
+    for name, text in {**_LIBRARY, "train.py": _SCRIPT.format(imports=imports, uses=uses)}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    [result] = run([root / "train.py"], _settings(fix=True))
+    [finding] = [d for d in [*result.fixed, *result.diagnostics] if d.code == "AMP303"]
+    sibling = "trainlib/engine/__init__.py (imported by "
+    if tied:
+        assert not result.changed and sibling in finding.message
+    else:
+        assert result.changed and sibling not in finding.message, finding.message
+        assert b"apex" not in result.new_source and b"scaler.scale(loss)" in result.new_source
+    # the library is its own case either way: its apex path is reported, not rewritten
+    [library] = run([root / "trainlib/engine/__init__.py"], _settings(fix=True))
+    assert not library.changed
+    assert any(d.code == "AMP303" for d in library.diagnostics)

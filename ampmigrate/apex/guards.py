@@ -91,6 +91,11 @@ class Guards:
                         }
                     else:
                         self.problem(node, BESIDES_AMP)
+        for node in self.nodes:  # `global amp` beside the import it made module-wide
+            if isinstance(node, cst.Global) and {g.name.value for g in node.names} <= self.bound:
+                statement = self.statement(node)
+                if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+                    lines.append(statement)
         guarded: dict[cst.Try, list[cst.BaseStatement]] = {}
         for line in lines:
             try_node = self.parent(self.parent(line))

@@ -13,7 +13,7 @@ import libcst as cst
 
 from ampmigrate.apex.casts import cast_modules_under, loads_by_name
 from ampmigrate.apex.common import _argument, _code, _is_call_of, _Setup, _statements
-from ampmigrate.apex.links import _Graph, _listed, apex_siblings, users_on_disk
+from ampmigrate.apex.links import _Graph, _listed, apex_siblings, star_may_bind, users_on_disk
 from ampmigrate.apex.verdict import (
     APEX,
     SUPPORTED,
@@ -592,11 +592,10 @@ class Handles:
             for n in self.nodes
         ):  # a module-level binding or a `global` gives it
             return None
-        star = next(  # a star import may give it (or may not: not followed)
-            (n for n in self.nodes
-             if isinstance(n, cst.ImportFrom) and isinstance(n.names, cst.ImportStar)),
-            None,
-        )  # fmt: skip
+        stars = [  # a star import may give it: followed where its module is on disk
+            n for n in self.nodes
+            if isinstance(n, cst.ImportFrom) and isinstance(n.names, cst.ImportStar)
+        ]  # fmt: skip
         for node in self.nodes:
             if (
                 isinstance(node, cst.Call)
@@ -611,6 +610,7 @@ class Handles:
                 inside = (
                     f"`{function.name.value}`" if isinstance(function, cst.FunctionDef) else "it"
                 )
+                star = next((n for n in stars if self._star_may_bind(n, name)), None)
                 if star is not None:
                     return (
                         f"`{_code(self.module, node.func)}` at line {self.line(node)} reads "
@@ -628,6 +628,12 @@ class Handles:
                     "before migrating"
                 )
         return None
+
+    def _star_may_bind(self, node: cst.ImportFrom, name: str) -> bool:
+        if self.path is None:
+            return True
+        statement = ast.parse(_code(self.module, node).strip()).body[0]
+        return star_may_bind(self.path, statement, name)
 
     def _apex_import(self, node: cst.Import | cst.ImportFrom) -> bool:
         if isinstance(node, cst.ImportFrom):

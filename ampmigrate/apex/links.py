@@ -1059,11 +1059,232 @@ def apex_siblings(path: str, graph: _Graph | None = None) -> list[Sibling]:
     with it or it is not migrated. Read from disk, so ``fix`` on one file sees them too."""
     graph = graph if graph is not None else _Graph()
     found: list[Sibling] = []
-    for target, line, importer in _walk(os.path.abspath(path), graph):
+    walked = [os.path.abspath(path)]
+    for target, line, importer in _walk(walked[0], graph):
+        walked.append(target)
         sibling = graph.member(target)
         if sibling is not None:
             found.append(Sibling(target, *sibling, importer, line))
-    return found
+    return [s for s in found if not _dormant(s.path, walked, graph)]
+
+
+def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
+    """The apex amp code of the module ``path`` cannot run in this program: every use sits in
+    a module-level function (or class) that no module of the program takes from it, directly
+    or through the module's own functions (ignite's ``supervised_training_step_apex``, behind
+    ``create_supervised_trainer(amp_mode="apex")``, for a script that imports ``Engine``).
+    Such a library keeps its apex path, reported as its own finding; the script's amp state is
+    not its. False wherever that is not certain: a module object or star import taken, apex
+    code at module level, a decorated function, a lookup by a computed name."""
+    taken: set[str] = set()
+    for module in walked:
+        names = _taken_from(module, path, graph)
+        if names is None:
+            return False
+        taken |= names
+    tree = _tree(path, _read(path))
+    if tree is None:
+        return False
+    holders = {}
+    for statement in tree.body:
+        if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        holders[statement.name] = statement
+    apex = [s for s in tree.body if _uses_apex(s)]
+    if not apex or any(s not in holders.values() or s.decorator_list for s in apex):
+        return False
+    dynamic = any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        and n.func.id in {"getattr", "globals", "eval", "exec", "vars"}
+        for n in ast.walk(tree)
+    )  # fmt: skip
+    if dynamic:
+        return False
+    reached: set[str] = set()
+    pending = [n for n in taken if n in holders]
+    pending += [  # what module-level code (and decorators, defaults) refers to runs or escapes
+        n.id
+        for s in tree.body
+        for part in ([s] if s not in holders.values() else [*s.decorator_list, *_defaults(s)])
+        for n in ast.walk(part)
+        if isinstance(n, ast.Name) and n.id in holders
+    ]
+    while pending:
+        name = pending.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        pending += [
+            n.id for n in ast.walk(holders[name]) if isinstance(n, ast.Name) and n.id in holders
+        ]
+    return not any(s.name in reached for s in apex)
+
+
+def _defaults(statement: ast.stmt) -> list[ast.expr]:
+    if isinstance(statement, ast.ClassDef):
+        return [*statement.bases, *(k.value for k in statement.keywords)]
+    arguments = statement.args
+    return [*arguments.defaults, *(d for d in arguments.kw_defaults if d is not None)]
+
+
+def _uses_apex(statement: ast.stmt) -> bool:
+    """Whether ``statement`` imports apex or names it (``apex.amp``, an ``amp`` the module
+    binds from apex is read only where that import is in scope: a module-level apex import
+    makes every statement suspect, so it counts as module-level apex code)."""
+    return any(
+        (isinstance(n, ast.ImportFrom) and (n.module or "").partition(".")[0] == "apex"
+         and not n.level)
+        or (isinstance(n, ast.Import) and any(a.name.partition(".")[0] == "apex" for a in n.names))
+        for n in ast.walk(statement)
+    )  # fmt: skip
+
+
+def _taken_from(module: str, path: str, graph: _Graph) -> set[str] | None:
+    """The names the module file ``module`` takes from the module file ``path`` by its
+    imports (empty: it does not import it, or only runs it as a package on the way to another
+    module); None where it may use any of them (``import`` of it, a star import, the module
+    object taken ``from`` its package)."""
+    if module == path:
+        return set()
+    tree = _tree(module, _read(module))
+    taken: set[str] = set()
+    for node in _import_statements(tree.body) if tree is not None else ():
+        if path not in _imported(module, node, graph.exists):
+            continue
+        if isinstance(node, ast.Import):
+            used = _attributes_taken(tree, module, node, path, graph)
+            if used is None:
+                return None
+            taken |= used
+            continue
+        base = next(
+            (os.path.abspath(p) for p in _module_paths(module, node.level, node.module or "")
+             if _isfile(p, graph.exists)),
+            None,
+        ) if node.module else _package_init(module, node.level)  # fmt: skip
+        if base != path:
+            if any(
+                os.path.abspath(p) == path
+                for a in node.names
+                for p in _module_paths(
+                    module, node.level, f"{node.module}.{a.name}" if node.module else a.name
+                )
+            ):  # fmt: skip
+                return None  # the module object itself
+            continue  # a package run on the way to a submodule
+        if any(a.name == "*" for a in node.names):
+            return None
+        taken |= {a.name for a in node.names}
+    return taken
+
+
+def _attributes_taken(
+    tree: ast.Module, module: str, node: ast.Import, path: str, graph: _Graph
+) -> set[str] | None:
+    """``import a.b`` (or ``import a.b as m``) where ``a.b`` is the module ``path``: the
+    attributes ``module`` reads from it (``a.b.f``); None where the module object is used
+    otherwise (passed, returned, stored)."""
+    prefixes = set()
+    for alias in node.names:
+        parts = alias.name.split(".")
+        for i in range(1, len(parts) + 1):
+            dotted = ".".join(parts[:i])
+            if any(
+                os.path.abspath(p) == path and _isfile(p, graph.exists)
+                for p in _module_paths(module, 0, dotted)
+            ):
+                if alias.asname and i == len(parts):
+                    prefixes.add(alias.asname)
+                elif not alias.asname:
+                    prefixes.add(dotted)
+                else:
+                    return None  # `import a.b.c as m`: `a.b` is not reachable through `m`
+    parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    taken: set[str] = set()
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Name | ast.Attribute) or ast.unparse(n) not in prefixes:
+            continue
+        parent = parents.get(id(n))
+        if isinstance(parent, ast.Attribute) and parent.value is n:
+            taken.add(parent.attr)
+        elif not isinstance(parent, ast.alias):
+            return None
+    return taken
+
+
+def star_may_bind(path: str, node: ast.ImportFrom, name: str, depth: int = 0) -> bool:
+    """Whether ``from m import *`` in the file ``path`` may bind ``name``: True unless ``m`` is
+    on disk and neither binds it at module level (or exports it in ``__all__``), nor has a
+    submodule of that name, nor may bind it through star imports of its own."""
+    if depth > 8:
+        return True
+    target = (
+        next((p for p in _module_paths(path, node.level, node.module) if os.path.isfile(p)), None)
+        if node.module
+        else _package_init(path, node.level)
+    )
+    if target is None:
+        return True
+    try:
+        tree = ast.parse(_read(target))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    folder = os.path.dirname(target)
+    if target.endswith("__init__.py") and (
+        os.path.isfile(os.path.join(folder, f"{name}.py"))
+        or os.path.isfile(os.path.join(folder, name, "__init__.py"))
+    ):
+        return True
+    body = tree.body
+    bound: set[str] = set()
+    exported: set[str] | None = None
+    for statement in _module_level(body):
+        if isinstance(statement, ast.ImportFrom) and any(a.name == "*" for a in statement.names):
+            if star_may_bind(target, statement, name, depth + 1):
+                return True
+            continue
+        for n in ast.walk(statement) if not isinstance(statement, _DEFS) else [statement]:
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                bound.add(n.id)
+            elif isinstance(n, ast.alias):
+                bound.add(n.asname or n.name.partition(".")[0])
+            elif isinstance(n, _DEFS):
+                bound.add(n.name)
+        if isinstance(statement, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in statement.targets
+        ):
+            try:
+                exported = set(ast.literal_eval(statement.value))
+            except ValueError:
+                return True
+    if name not in bound:
+        return False
+    return exported is None or name in exported
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements that run at module level: ``body`` and the blocks of its ``if``, ``try``,
+    ``with`` and loops, but not function or class bodies."""
+    for statement in body:
+        if isinstance(statement, ast.If | ast.Try | ast.With | ast.For | ast.While):
+            blocks = [statement.body, getattr(statement, "orelse", [])]
+            blocks.append(getattr(statement, "finalbody", []))
+            blocks += [h.body for h in getattr(statement, "handlers", [])]
+            yield from _module_level([s for block in blocks for s in block])
+        else:
+            yield statement
+
+
+def _package_init(module: str, level: int) -> str | None:
+    """The ``__init__.py`` that ``from . import x`` (``level`` dots) reads from ``module``."""
+    folder = os.path.dirname(os.path.abspath(module))
+    for _ in range(max(level - 1, 0)):
+        folder = os.path.dirname(folder)
+    init = os.path.join(folder, "__init__.py")
+    return init if os.path.isfile(init) else None
 
 
 def _walk(start: str, graph: _Graph) -> Iterator[tuple[str, int, str]]:
