@@ -25,14 +25,19 @@ Result = tuple[str, tuple[int, int, int, int]]  # (message, (line, col, end line
 def planned(text: str) -> Result | None:
     """The planner's AMP303 finding on ``text`` (no apex pair), with libcst's position."""
     import libcst as cst
-    from libcst.metadata import MetadataWrapper, PositionProvider
+    from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
+    from ampmigrate.apex.facts import Walk
     from ampmigrate.apex.planner import ApexO1
     from ampmigrate.catalog import all_rules
+    from ampmigrate.cstnames import scopes
 
-    wrapper = MetadataWrapper(cst.parse_module(text))
+    module = cst.parse_module(text)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     visitor = ApexO1(all_rules()["AMP303"])
-    wrapper.visit(visitor)
+    metadata = {ParentNodeProvider: Walk(module), ScopeProvider: scopes(module)}  # as the engine
+    visitor.metadata = {p: metadata[p] for p in visitor.get_inherited_dependencies()}
+    module.visit(visitor)
     if not visitor.findings:
         return None
     (finding,) = visitor.findings

@@ -940,3 +940,61 @@ def test_a_library_whose_apex_path_the_script_cannot_reach_does_not_tie_it(
     [library] = run([root / "trainlib/engine/__init__.py"], _settings(fix=True))
     assert not library.changed
     assert any(d.code == "AMP303" for d in library.diagnostics)
+
+
+_TRAINER = (
+    "{imports}\n\n\n"
+    "def train(model, optimizer, x, fp16):\n"
+    "    if fp16:\n"
+    '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+    "    loss = model(x).sum()\n"
+    "    if fp16:\n"
+    "        with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+    "            scaled_loss.backward()\n"
+    "    else:\n"
+    "        loss.backward()\n"
+    "    optimizer.step()\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("imports", "utils", "exporter"),
+    [
+        ("from pkg.utils import amp", "import torch\nfrom apex import amp\n", "utils.py"),
+        ("from .utils import *", "import torch\nfrom apex import amp\n", "utils.py"),
+        ("from .utils import amp as mp\namp = mp", "from apex import amp\n", None),
+        ("from .common import *", "from apex import amp\n", "utils.py"),  # common stars utils
+        ("from .utils import *", "has_apex = True\nif has_apex:\n    from apex import amp\n",
+         "utils.py"),
+        ("from .utils import *", "amp = None\n", None),  # binds something else
+    ],
+)  # fmt: skip
+def test_apex_amp_taken_from_another_module_is_reported_where_it_is_called(
+    tmp_path, imports, utils, exporter
+):
+    """TextBrewer's distillers call `amp.initialize`/`amp.scale_loss` on the `amp` that
+    `from .distiller_utils import *` gives (distiller_utils imports it from apex): they had no
+    finding at all. Each call is now reported in its own file, naming the module it comes
+    from and what to do; nothing is rewritten."""
+    root = tmp_path / "project"
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/utils.py": utils,
+        "pkg/common.py": "from .utils import *\n",
+        "pkg/trainer.py": _TRAINER.format(imports=imports),
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    [result] = run([root / "pkg/trainer.py"], _settings(fix=True))
+    assert not result.changed
+    found = [d for d in result.diagnostics if d.code == "AMP303"]
+    if exporter is None:
+        assert not any("which this file takes from" in d.message for d in found)
+        return
+    [finding] = found
+    assert (
+        f"line 6: `amp.initialize` calls apex amp through `amp`, which this file takes from "
+        f"{exporter} (it imports apex's amp there)"
+    ) in finding.message
+    assert "import it from apex in this file (`from apex import amp`)" in finding.message

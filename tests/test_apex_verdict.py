@@ -392,9 +392,10 @@ def test_fixtures_with_initialize_renamed_match_the_planner(path):
     if on_ast == "no calls":
         assert on_libcst is None
     elif on_ast == "planner":  # apex behind a torch-version gate: only the planner can drop it;
-        # a keyword or parameter spelled as the import (`amp=amp`, `def save(model, amp)`):
-        # libcst may resolve it to the import; the old `amp.init` is the planner's
-        spelled = re.search(r"[(,]\s*amp\s*[=,)]", text)
+        # a keyword, parameter or `global` spelled as the import (`amp=amp`,
+        # `def save(model, amp)`, `global amp`): libcst may resolve it to the import; the old
+        # `amp.init` is the planner's
+        spelled = re.search(r"[(,]\s*amp\s*[=,)]|\bglobal amp\b", text)
         assert ("__version__" in text or spelled or "amp.init(" in text) and on_libcst is not None
     else:
         assert isinstance(on_ast, tuple) and on_ast == on_libcst

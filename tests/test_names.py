@@ -167,13 +167,17 @@ def test_import_edits_and_bindings() -> None:
 
 
 def _libcst_names(data: bytes) -> dict[tuple, set[str]]:
+    """libcst's names on the scopes the apex planner uses: libcst's own, but for an import
+    declared ``global`` after it, read as CPython does (tests/test_apex_metadata.py)."""
     import libcst as cst
-    from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
+    from libcst.metadata import MetadataWrapper, PositionProvider
 
-    wrapper = MetadataWrapper(cst.parse_module(data), unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
+    from ampmigrate.cstnames import scopes
+
+    module = cst.parse_module(data)
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     out = {}
-    for node, scope in wrapper.resolve(ScopeProvider).items():
+    for node, scope in scopes(module).items():
         if isinstance(node, cst.Name | cst.Attribute) and scope is not None and node in positions:
             p = positions[node]
             key = (type(node).__name__, p.start.line, p.start.column, p.end.line, p.end.column)

@@ -218,6 +218,17 @@ def stray_calls(
             )))  # fmt: skip
         elif (
             isinstance(holder, ast.Name)
+            and path
+            and (exporter := _reexported(holder, names, tree, path))
+        ):
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` calls apex amp through `{holder.id}`, which "
+                f"this file takes from {exporter} (it imports apex's amp there): the rewrite "
+                "does not follow apex's amp through another module; import it from apex in "
+                f"this file (`from apex import amp`) and run again, or migrate it by hand"
+            )))  # fmt: skip
+        elif (
+            isinstance(holder, ast.Name)
             and holder.id == "amp"
             and node.func.attr in ("scale_loss", "master_params")
             and not roots
@@ -324,6 +335,64 @@ def _imported_into(holder: ast.Attribute, tree: ast.Module, names: Names) -> tup
             and call.args[0].value.split(".")[0] == "apex"
         ):
             return call.args[0].value, node.lineno
+    return None
+
+
+def _reexported(holder: ast.Name, names: Names, tree: ast.Module, path: str) -> str | None:
+    """Where ``holder`` comes from when it is apex's amp taken from a project module on disk
+    (``from pkg.utils import amp``, ``from .utils import *`` where utils imports it from
+    apex): that module's path, relative to ``path``'s folder (None: not so)."""
+    bindings = names.bindings(holder)
+    imports = [
+        (b.node, b.alias.name) for b in bindings
+        if isinstance(b.node, ast.ImportFrom) and b.alias is not None
+    ]  # fmt: skip
+    if bindings and len(imports) != len(bindings):
+        return None
+    if not bindings:
+        imports = [
+            (n, holder.id) for n in tree.body
+            if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)
+        ]  # fmt: skip
+    for node, name in imports:
+        if node.module and node.module.partition(".")[0] == "apex" and not node.level:
+            continue
+        found = _apex_binding(path, node, name)
+        if found is not None:
+            return os.path.relpath(found, os.path.dirname(os.path.abspath(path)))
+    return None
+
+
+def _apex_binding(path: str, node: ast.ImportFrom, name: str, depth: int = 0) -> str | None:
+    """The module file that binds ``name`` to apex's amp for ``from m import name`` (or
+    ``from m import *``) in ``path``, following such imports through modules on disk."""
+    target = (
+        _module_file(path, node.level, node.module) if node.module
+        else _package_init(path, node.level)
+    )  # fmt: skip
+    if target is None or depth > 8:
+        return None
+    try:
+        tree = ast.parse(_read(target))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    for statement in _module_level(tree.body):
+        if isinstance(statement, ast.Import):
+            if any(a.name == "apex.amp" and a.asname == name for a in statement.names):
+                return target
+        elif isinstance(statement, ast.ImportFrom):
+            apex = (statement.module or "").partition(".")[0] == "apex" and not statement.level
+            for alias in statement.names:
+                if alias.name == "*" and not apex:
+                    found = _apex_binding(target, statement, name, depth + 1)
+                elif (alias.asname or alias.name) != name:
+                    continue
+                elif apex:
+                    found = target if f"{statement.module}.{alias.name}" == "apex.amp" else None
+                else:
+                    found = _apex_binding(target, statement, alias.name, depth + 1)
+                if found is not None:
+                    return found
     return None
 
 
