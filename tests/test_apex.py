@@ -78,6 +78,7 @@ REWRITTEN = [
     "initialize_both_branches",
     "initialize_each_path",
     "late_global_import",
+    "initialize_returned_default",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -1462,6 +1463,7 @@ CASES = {
     "initialize_both_branches": [[], ["--teacher"], ["--fp16"], ["--fp16", "--teacher"]],
     "initialize_each_path": [[], ["--do-train"], ["--fp16"], ["--fp16", "--do-train"]],
     "late_global_import": [[], ["--fp16"]],
+    "initialize_returned_default": [[], ["--amp"]],
 }
 
 
@@ -1527,11 +1529,12 @@ def _models(tree: ast.AST) -> set[str]:
     """What went through `amp.initialize`: its first argument, the first assigned name, and
     the names later bound to one of them (`loss_model = loss_models[i]`)."""
     for node in ast.walk(tree):
-        value = node.value if isinstance(node, ast.Assign) else None
+        value = node.value if isinstance(node, ast.Assign | ast.Return) else None
         if isinstance(value, ast.Call) and ast.unparse(value.func).endswith("amp.initialize"):
-            target = node.targets[0]
-            first = target.elts[0] if isinstance(target, ast.Tuple) else target
             given = node.value.args[0]
+            # `return amp.initialize(model, ...)`: the caller binds what it is given
+            target = node.targets[0] if isinstance(node, ast.Assign) else given
+            first = target.elts[0] if isinstance(target, ast.Tuple) else target
             # a list of models is a model each (O1 returns them as they are)
             models = {
                 ast.unparse(m)
@@ -4365,3 +4368,79 @@ def test_a_star_import_on_disk_that_cannot_bind_amp_makes_the_original_broken(
     assert ("that call raises NameError, so the original's mixed-precision path cannot run"
             in finding.message) is broken, finding.message  # fmt: skip
     assert ("only the star import at line 2 could bind it" in finding.message) is not broken
+
+
+@pytest.mark.parametrize(
+    ("call", "taken"),
+    [
+        ("setup(model, optimizer)", True),
+        ('setup(model, optimizer, "O2")', False),
+        ('setup(model, optimizer, opt_level="O2")', False),
+        ("setup(*pair)", False),
+        ("setup(model, optimizer, **options)", False),
+        ("handlers = [setup]", False),  # a use that is not a call: any level may come
+    ],
+)
+def test_a_level_parameter_is_its_default_where_no_call_passes_another(tmp_path, call, taken):
+    """`def setup(model, optimizer, opt_level="O1")`, every call of it in the project leaving
+    the level out: the level is O1 at every run, and the finding names the calls. A call that
+    passes one (or may: `*args`, `**kwargs`), or a use that is not a call, keeps the refusal.
+    A call in another module of the project counts like one in this file."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    helper = tmp_path / "pkg" / "amp_setup.py"
+    helper.write_text(
+        "from apex import amp\n\n\n"
+        'def setup(model, optimizer, opt_level="O1"):\n'
+        "    return amp.initialize(model, optimizer, opt_level=opt_level)\n\n\n"
+        "def train(model, optimizer, batches):\n"
+        "    for x, y in batches:\n"
+        "        loss = ((model(x) - y) ** 2).mean()\n"
+        "        with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "            scaled_loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    (tmp_path / "run.py").write_text(
+        "from pkg.amp_setup import setup, train\n\n"
+        "model, optimizer, pair, options = None, None, (), {}\n"
+        f"{call}\n"
+    )
+    out, remaining, fixed = fix_source(helper.read_text(), unsafe=True, path=helper)
+    if taken:
+        [finding] = [d for d in fixed if d.code == "AMP303"]
+        assert '`setup`\'s default "O1" at every call of it in the project (../run.py:4)' in (
+            finding.message
+        )
+        assert "    return model, optimizer\n" in out and "apex" not in out
+    else:
+        [finding] = [d for d in remaining if d.code == "AMP303"]
+        assert "it comes from the parameter `opt_level`: a caller may pass any level" in (
+            finding.message
+        )
+        assert out == helper.read_text()
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        'net, opt = other = amp.initialize(model, optimizer, opt_level="O1")',
+        'pair: tuple = amp.initialize(model, optimizer, opt_level="O1")\n    net, opt = pair',
+    ],
+)
+def test_initialize_bound_by_a_chained_or_annotated_assignment_is_refused(binding):
+    """`net, opt = other = amp.initialize(...)`: the rewrite kept no binding of `net`/`opt`
+    (the statement went: NameError at the forward). Refused, with how to bind it."""
+    source = (
+        "import torch\nfrom apex import amp\n\n\ndef main():\n"
+        "    model = torch.nn.Linear(4, 2)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        f"    {binding}\n"
+        "    loss = net(torch.randn(2, 4)).sum()\n"
+        "    with amp.scale_loss(loss, opt) as s:\n"
+        "        s.backward()\n"
+        "    opt.step()\n"
+    )
+    out, remaining, _ = fix_source(source, unsafe=True)
+    assert out == source
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert "bound by an annotated, augmented or chained assignment" in finding.message

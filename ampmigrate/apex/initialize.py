@@ -20,6 +20,7 @@ from ampmigrate.apex.common import (
     initialize_arguments,
     without_optimizer,
 )
+from ampmigrate.apex.links import calls_keep_default
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.replace import ReplaceNodes
 
@@ -202,6 +203,16 @@ class Initialize:
             return None
         if small is None or len(statement.body) != 1 or getattr(small, "value", None) is not init:
             self.problem(init, "`amp.initialize` is not a statement of its own")
+            return None
+        if isinstance(small, cst.AnnAssign | cst.AugAssign) or (
+            isinstance(small, cst.Assign) and len(small.targets) != 1
+        ):  # what O1 returns would have to be bound the same way (`a = b = m, o`): not done
+            self.problem(
+                init,
+                "`amp.initialize`'s result is bound by an annotated, augmented or chained "
+                "assignment (`a = b = amp.initialize(...)`): bind it with one plain "
+                "assignment first",
+            )
             return None
         loop = self._pairs_loop(statement, small, models, optimizer)
         if not _optimizers(optimizer) and loop is None:
@@ -731,6 +742,8 @@ class Initialize:
                       if isinstance(e.value, cst.SimpleString)}  # fmt: skip
             if elements and len(values) == len(elements) and values <= {"O0", "O1"}:
                 levels = values
+        if levels is None and flag is None and self._default_everywhere(level, init):
+            levels = {"O1"}
         if levels is None:
             if flag is not None:
                 choices = _argument(flag[1], "choices", 99)
@@ -790,6 +803,46 @@ class Initialize:
         if levels == {"O1"} or excluded:
             return True
         return cst.parse_expression(f'{spelled} == "O1"')
+
+    def _default_everywhere(self, level: cst.CSTNode, init: cst.Call) -> bool:
+        """``def setup(model, optimizer, opt_level="O1")`` (a module-level function) whose
+        every call in the project leaves ``opt_level`` out: the level is its default, O1, at
+        each run (with a note naming the calls). Not where the function rebinds it, or where a
+        call may pass it (a keyword, enough positionals, ``*args``), or is not a call."""
+        function = self.function(init)
+        if (
+            not isinstance(level, cst.Name)
+            or not isinstance(function, cst.FunctionDef)
+            or not isinstance(self.parent(function), cst.Module)
+            or self.path is None
+        ):
+            return False
+        listed = [*function.params.posonly_params, *function.params.params]
+        params = [*listed, *function.params.kwonly_params]
+        param = next((p for p in params if p.name.value == level.value), None)
+        if (
+            param is None
+            or not isinstance(param.default, cst.SimpleString)
+            or param.default.evaluated_value != "O1"
+            or any(
+                isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
+                and isinstance(n.target, cst.Name) and n.target.value == level.value
+                for n in self._subtree(function)
+            )
+        ):  # fmt: skip
+            return False
+        position = listed.index(param) if param in listed else 0
+        if param not in listed:  # keyword-only: no positional argument reaches it
+            position = 10**6
+        calls = calls_keep_default(self.path, function.name.value, position, level.value)
+        if calls is None:
+            return False
+        shown = ", ".join(calls[:4]) + (", ..." if len(calls) > 4 else "")
+        self.plan.notes.append(
+            f'opt_level `{level.value}` is `{function.name.value}`\'s default "O1" at every '
+            f"call of it in the project ({shown}): none passes another level"
+        )
+        return True
 
     def _not_o1(self, spelled: str, origin: str, also: str, uncovered: str) -> str:
         """Why an opt level is refused, and the ways out that would allow the rewrite: the

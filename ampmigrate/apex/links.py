@@ -786,6 +786,45 @@ def carriers(file: _File, attribute: str) -> list[str]:
 _SCAN_LIMIT = 5000  # files looked at for the users of a function (a project, not a disk)
 
 
+def calls_keep_default(path: str, function: str, position: int, name: str) -> list[str] | None:
+    """Where the module-level ``function`` of ``path`` is called, in its file and in the files
+    of its project on disk (``file:line``), where every use of it is a call that leaves the
+    parameter ``name`` (at ``position``) to its default: no keyword for it, fewer positional
+    arguments, no ``*args``/``**kwargs``. None: a use that may pass it (or is not a call), no
+    call at all, or too many files to look at."""
+    tree = _tree(path, _read(path)) or ast.parse(_read(path))
+    own = [
+        n for n in ast.walk(tree)
+        if isinstance(n, ast.Name) and n.id == function and isinstance(n.ctx, ast.Load)
+    ]  # fmt: skip
+    elsewhere = users_on_disk(path, [function])
+    if elsewhere is None:
+        return None
+    sites = [(tree, path, n) for n in own]
+    for other, line, _ in elsewhere:
+        other_tree = _tree(other, _read(other))
+        uses = [
+            n for n in ast.walk(other_tree) if getattr(n, "lineno", None) == line
+            and isinstance(n, ast.Name | ast.Attribute)
+            and (n.id if isinstance(n, ast.Name) else n.attr) == function
+        ] if other_tree is not None else []  # fmt: skip
+        if not uses:
+            return None
+        sites += [(other_tree, other, n) for n in uses[:1]]
+    folder = os.path.dirname(os.path.abspath(path))
+    found = []
+    for site_tree, where, use in sites:
+        call = next(
+            (c for c in ast.walk(site_tree) if isinstance(c, ast.Call) and c.func is use), None
+        )
+        if call is None or any(isinstance(a, ast.Starred) for a in call.args):
+            return None
+        if len(call.args) > position or any(k.arg in (None, name) for k in call.keywords):
+            return None
+        found.append(f"{os.path.relpath(where, folder)}:{call.lineno}")
+    return found or None
+
+
 def users_on_disk(path: str, functions: list[str]) -> list[tuple[str, int, str]] | None:
     """The other files of ``path``'s project on disk that use one of its ``functions``: (file,
     line, function). The project: below the folder holding its top package; for a script in

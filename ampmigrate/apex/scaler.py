@@ -92,7 +92,13 @@ class Scaler:
             self.footers.append(holder)
 
     def _rebind(self, small, models, optimizer) -> list[cst.SimpleStatementLine]:
-        """``a, b = amp.initialize(m, o)``: keep ``a, b = m, o`` unless the names are the same."""
+        """``a, b = amp.initialize(m, o)``: keep ``a, b = m, o`` unless the names are the same;
+        ``return amp.initialize(m, o)``: ``return m, o`` (what O1 returns: the models and
+        optimizers it is given, the models alone without optimizers)."""
+        if isinstance(small, cst.Return):
+            given = _code(self.module, models)
+            given += f", {_code(self.module, optimizer)}" if optimizer is not None else ""
+            return [cst.parse_statement(f"return {given}\n")]
         if not isinstance(small, cst.Assign):
             return []
         targets = _code(self.module, small.targets[0].target)
