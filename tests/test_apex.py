@@ -4382,17 +4382,22 @@ def test_a_star_import_on_disk_that_cannot_bind_amp_makes_the_original_broken(
     ],
 )
 def test_a_level_parameter_is_its_default_where_no_call_passes_another(tmp_path, call, taken):
-    """`def setup(model, optimizer, opt_level="O1")`, every call of it in the project leaving
-    the level out: the level is O1 at every run, and the finding names the calls. A call that
-    passes one (or may: `*args`, `**kwargs`), or a use that is not a call, keeps the refusal.
-    A call in another module of the project counts like one in this file."""
+    """`def setup(model, optimizer, opt_level="O1", keep_batchnorm_fp32=None,
+    loss_scale="dynamic")` (argus-alaska's `initialize_amp`), every call of it in the project
+    leaving them out: the level is O1 at every run (the finding names the calls), the scale
+    dynamic and keep_batchnorm_fp32 None. A call that passes one (or may: `*args`,
+    `**kwargs`), or a use that is not a call, keeps the refusal. A call in another module of
+    the project counts like one in this file."""
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
     helper = tmp_path / "pkg" / "amp_setup.py"
     helper.write_text(
         "from apex import amp\n\n\n"
-        'def setup(model, optimizer, opt_level="O1"):\n'
-        "    return amp.initialize(model, optimizer, opt_level=opt_level)\n\n\n"
+        'def setup(model, optimizer, opt_level="O1", keep_batchnorm_fp32=None,\n'
+        '          loss_scale="dynamic"):\n'
+        "    return amp.initialize(model, optimizer, opt_level=opt_level,\n"
+        "                          keep_batchnorm_fp32=keep_batchnorm_fp32,\n"
+        "                          loss_scale=loss_scale)\n\n\n"
         "def train(model, optimizer, batches):\n"
         "    for x, y in batches:\n"
         "        loss = ((model(x) - y) ** 2).mean()\n"
@@ -4412,11 +4417,15 @@ def test_a_level_parameter_is_its_default_where_no_call_passes_another(tmp_path,
             finding.message
         )
         assert "    return model, optimizer\n" in out and "apex" not in out
+        assert "`keep_batchnorm_fp32=keep_batchnorm_fp32` goes: it was None" in finding.message
     else:
         [finding] = [d for d in remaining if d.code == "AMP303"]
         assert "it comes from the parameter `opt_level`: a caller may pass any level" in (
             finding.message
         )
+        # a call that passes only the level leaves the scale at its default, dynamic
+        dynamic_unsure = '`loss_scale=loss_scale` is not provably "dynamic"' in finding.message
+        assert dynamic_unsure is ("O2" not in call)
         assert out == helper.read_text()
 
 
@@ -4444,3 +4453,21 @@ def test_initialize_bound_by_a_chained_or_annotated_assignment_is_refused(bindin
     assert out == source
     [finding] = [d for d in remaining if d.code == "AMP303"]
     assert "bound by an annotated, augmented or chained assignment" in finding.message
+
+
+def test_an_optimizer_nothing_scales_with_is_not_called_missing():
+    """HatefulMemes' UNITER `test_meme_itm.py` builds an optimizer and passes it to
+    `amp.initialize(..., opt_level='O2')`, then only evaluates: the refusal said 'without an
+    optimizer'; it names the optimizer that no loss is scaled with."""
+    message = _message("""
+        import torch
+        from apex import amp
+
+        model = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O2")
+        print(model(torch.randn(2, 4)))
+    """)
+    assert "without an optimizer" not in message
+    expected = "`amp.initialize` whose optimizer `optimizer` no loss is scaled with (it only casts)"
+    assert f'{expected} at opt_level `"O2"`' in message

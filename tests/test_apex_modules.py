@@ -998,3 +998,47 @@ def test_apex_amp_taken_from_another_module_is_reported_where_it_is_called(
         f"{exporter} (it imports apex's amp there)"
     ) in finding.message
     assert "import it from apex in this file (`from apex import amp`)" in finding.message
+
+
+@pytest.mark.parametrize(
+    ("imports", "tied"),
+    [("from model.heads import ForITM", False), ("from model.heads import ForAdversarial", True)],
+)
+def test_a_model_module_whose_apex_amp_only_an_unused_class_calls_does_not_tie(
+    tmp_path, imports, tied
+):
+    """UNITER's `model/vqa.py` imports apex's amp (and FusedLayerNorm) at module level; only
+    `VillaForVisualQuestionAnswering.forward_adv` scales a loss through it. A script that
+    imports two other classes was told it formed a component with that class ('the hook class
+    ..., with the amp.initialize that feeds them'): a module-level apex import runs no amp
+    code, and the classes it takes never reach the one that does."""
+    root = tmp_path / "project"
+    files = {
+        "model/__init__.py": "",
+        "model/heads.py": (
+            "import torch\n"
+            "from apex import amp\n"
+            "from apex.normalization import FusedLayerNorm as LayerNorm\n\n\n"
+            "class ForITM(torch.nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.norm = LayerNorm(4)\n\n\n"
+            "class ForAdversarial(torch.nn.Module):\n"
+            "    def forward_adv(self, loss, optim):\n"
+            "        with amp.scale_loss(loss, optim) as scaled_loss:\n"
+            "            scaled_loss.backward()\n"
+        ),
+        "train.py": _SCRIPT.format(imports=imports, uses=""),
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    settings = Settings(
+        rules=tuple(r for c, r in all_rules().items() if c.startswith("AMP30")),
+        fix=True,
+        unsafe_fixes=True,
+    )
+    [result] = run([root / "train.py"], settings)
+    [finding] = [d for d in [*result.fixed, *result.diagnostics] if d.code == "AMP303"]
+    assert ("model/heads.py (imported by train.py" in finding.message) is tied, finding.message
+    assert result.changed is not tied

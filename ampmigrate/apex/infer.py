@@ -81,11 +81,17 @@ class InferenceOnly:
         models = args.get("models")
         level = args.get("opt_level")
         switch = None  # the level's test where it is O1 or O0 (a flag, the setting)
+        given = args.get("optimizers")
+        alone = (
+            "without an optimizer (inference only)"
+            if given is None
+            else f"whose optimizer `{code(given)}` no loss is scaled with (it only casts)"
+        )
         if isinstance(level, cst.SimpleString) or level is None or self.declared is None:
             if not (isinstance(level, cst.SimpleString) and level.evaluated_value == "O1"):
                 self.problem(
                     init,
-                    "`amp.initialize` without an optimizer (inference only) at "
+                    f"`amp.initialize` {alone} at "
                     f"opt_level `{code(level) if level is not None else 'O1 (implicit)'}`: only "
                     '"O1" (a literal, or a level the setting `apex-opt-level` declares O1) '
                     'maps to `torch.amp.autocast("cuda", dtype=torch.float16)` around the '
@@ -103,7 +109,7 @@ class InferenceOnly:
             listed = ", ".join(f"`{k}`" for k in sorted(set(args) - _KNOWN)) or "`*args`"
             self.problem(
                 init,
-                f"`amp.initialize` without an optimizer sets {listed}, which an autocast "
+                f"`amp.initialize` {alone} sets {listed}, which an autocast "
                 "region cannot express: migrate it by hand",
             )
             return

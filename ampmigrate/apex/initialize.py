@@ -102,7 +102,13 @@ class Initialize:
             self.problem(init, f"`amp.initialize` sets {listed}, which O1 cannot express")
         for key in (k for k in unknown if not _literal(args[k])):
             value = _code(self.module, args[key])
-            literal_o1 = isinstance(level, cst.SimpleString) and level.evaluated_value == "O1"
+            literal_o1 = (
+                isinstance(level, cst.SimpleString) and level.evaluated_value == "O1"
+            ) or (
+                key == "keep_batchnorm_fp32"
+                and self._default_calls(args[key], init, None) is not None
+                and (level is None or self._default_calls(level, init, "O1") is not None)
+            )  # both parameters left at their defaults (None, "O1") by every call
             if key == "keep_batchnorm_fp32" and (literal_o1 or self.declared is not None):
                 self.plan.notes.append(
                     f"`keep_batchnorm_fp32={value}` goes: it was None wherever apex O1 trained "
@@ -165,6 +171,7 @@ class Initialize:
         dynamic = scale is None or (
             (isinstance(scale, cst.SimpleString) and scale.evaluated_value == "dynamic")
             or (isinstance(scale, cst.Name) and scale.value == "None")  # O1's default: dynamic
+            or self._default_calls(scale, init, "dynamic") is not None  # a parameter left so
         )
         if not dynamic and _literal(scale):
             self.problem(init, "a static `loss_scale`: GradScaler is always dynamic")
@@ -805,44 +812,51 @@ class Initialize:
         return cst.parse_expression(f'{spelled} == "O1"')
 
     def _default_everywhere(self, level: cst.CSTNode, init: cst.Call) -> bool:
-        """``def setup(model, optimizer, opt_level="O1")`` (a module-level function) whose
-        every call in the project leaves ``opt_level`` out: the level is its default, O1, at
-        each run (with a note naming the calls). Not where the function rebinds it, or where a
-        call may pass it (a keyword, enough positionals, ``*args``), or is not a call."""
+        """``def setup(model, optimizer, opt_level="O1")`` whose every call in the project
+        leaves ``opt_level`` out: the level is its default, O1, at each run (with a note naming
+        the calls)."""
+        calls = self._default_calls(level, init, "O1")
+        if calls is None:
+            return False
+        shown = ", ".join(calls[:4]) + (", ..." if len(calls) > 4 else "")
+        function = self.function(init).name.value
+        self.plan.notes.append(
+            f'opt_level `{_code(self.module, level)}` is `{function}`\'s default "O1" at every '
+            f"call of it in the project ({shown}): none passes another level"
+        )
+        return True
+
+    def _default_calls(
+        self, value: cst.CSTNode, init: cst.Call, default: str | None
+    ) -> list[str] | None:
+        """Where the module-level function holding ``initialize`` is called (``file:line``),
+        when ``value`` is one of its parameters, with the default ``default`` (a string, or
+        None for ``None``), that the function never rebinds and that every call of it in the
+        project leaves out (no keyword for it, fewer positionals, no ``*args``/``**kwargs``,
+        no use other than a call). None: not so."""
         function = self.function(init)
         if (
-            not isinstance(level, cst.Name)
+            not isinstance(value, cst.Name)
             or not isinstance(function, cst.FunctionDef)
             or not isinstance(self.parent(function), cst.Module)
             or self.path is None
         ):
-            return False
+            return None
         listed = [*function.params.posonly_params, *function.params.params]
         params = [*listed, *function.params.kwonly_params]
-        param = next((p for p in params if p.name.value == level.value), None)
-        if (
-            param is None
-            or not isinstance(param.default, cst.SimpleString)
-            or param.default.evaluated_value != "O1"
-            or any(
-                isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
-                and isinstance(n.target, cst.Name) and n.target.value == level.value
-                for n in self._subtree(function)
-            )
+        param = next((p for p in params if p.name.value == value.value), None)
+        given = param.default if param is not None else None
+        if not (
+            (default is None and isinstance(given, cst.Name) and given.value == "None")
+            or (isinstance(given, cst.SimpleString) and given.evaluated_value == default)
+        ) or any(
+            isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
+            and isinstance(n.target, cst.Name) and n.target.value == value.value
+            for n in self._subtree(function)
         ):  # fmt: skip
-            return False
-        position = listed.index(param) if param in listed else 0
-        if param not in listed:  # keyword-only: no positional argument reaches it
-            position = 10**6
-        calls = calls_keep_default(self.path, function.name.value, position, level.value)
-        if calls is None:
-            return False
-        shown = ", ".join(calls[:4]) + (", ..." if len(calls) > 4 else "")
-        self.plan.notes.append(
-            f'opt_level `{level.value}` is `{function.name.value}`\'s default "O1" at every '
-            f"call of it in the project ({shown}): none passes another level"
-        )
-        return True
+            return None
+        position = listed.index(param) if param in listed else 10**6  # keyword-only: none
+        return calls_keep_default(self.path, function.name.value, position, value.value)
 
     def _not_o1(self, spelled: str, origin: str, also: str, uncovered: str) -> str:
         """Why an opt level is refused, and the ways out that would allow the rewrite: the

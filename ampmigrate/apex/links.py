@@ -1198,8 +1198,17 @@ def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
         if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             continue
         holders[statement.name] = statement
-    apex = [s for s in tree.body if _uses_apex(s)]
-    if not apex or any(s not in holders.values() or s.decorator_list for s in apex):
+    bound = {  # what module-level apex amp imports bind: read anywhere in the module
+        a.asname or a.name.partition(".")[0]
+        for statement in _module_level(tree.body)
+        if isinstance(statement, ast.Import | ast.ImportFrom) and _uses_apex(statement)
+        for a in statement.names
+        if isinstance(statement, ast.ImportFrom) or a.name.partition(".")[0] == "apex"
+    }
+    if any(_reads(s, bound) for s in _module_level(tree.body) if s not in holders.values()):
+        return False  # apex code that runs at import
+    apex = [s for s in holders.values() if _uses_apex(s) or _reads(s, bound)]
+    if not apex or any(s.decorator_list for s in apex):
         return False
     dynamic = any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
@@ -1228,6 +1237,13 @@ def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
     return not any(s.name in reached for s in apex)
 
 
+def _reads(statement: ast.stmt, names: set[str]) -> bool:
+    return bool(names) and any(
+        isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load)
+        for n in ast.walk(statement)
+    )
+
+
 def _defaults(statement: ast.stmt) -> list[ast.expr]:
     if isinstance(statement, ast.ClassDef):
         return [*statement.bases, *(k.value for k in statement.keywords)]
@@ -1236,13 +1252,16 @@ def _defaults(statement: ast.stmt) -> list[ast.expr]:
 
 
 def _uses_apex(statement: ast.stmt) -> bool:
-    """Whether ``statement`` imports apex or names it (``apex.amp``, an ``amp`` the module
-    binds from apex is read only where that import is in scope: a module-level apex import
-    makes every statement suspect, so it counts as module-level apex code)."""
+    """Whether ``statement`` imports apex's amp (``from apex import amp``, ``apex.amp...``,
+    ``import apex``): the other apex modules (a norm, an optimizer) hold no amp state."""
     return any(
-        (isinstance(n, ast.ImportFrom) and (n.module or "").partition(".")[0] == "apex"
-         and not n.level)
-        or (isinstance(n, ast.Import) and any(a.name.partition(".")[0] == "apex" for a in n.names))
+        (isinstance(n, ast.ImportFrom) and not n.level and n.module is not None and (
+            (n.module == "apex" and any(a.name in ("amp", "*") for a in n.names))
+            or n.module == "apex.amp" or n.module.startswith("apex.amp.")
+        ))
+        or (isinstance(n, ast.Import) and any(
+            a.name == "apex" or a.name.startswith("apex.amp") for a in n.names
+        ))
         for n in ast.walk(statement)
     )  # fmt: skip
 
