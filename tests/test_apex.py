@@ -4471,3 +4471,17 @@ def test_an_optimizer_nothing_scales_with_is_not_called_missing():
     assert "without an optimizer" not in message
     expected = "`amp.initialize` whose optimizer `optimizer` no loss is scaled with (it only casts)"
     assert f'{expected} at opt_level `"O2"`' in message
+
+
+def test_initialize_given_none_for_the_optimizer_is_without_one():
+    """`amp.initialize(model, None, ...)` (retinanet-examples' infer.py): no optimizer at all,
+    said so (not 'whose optimizer `None`')."""
+    message = _message("""
+        import torch
+        from apex import amp
+
+        model = torch.nn.Linear(4, 2)
+        model = amp.initialize(model, None, opt_level="O2")
+        print(model(torch.randn(2, 4)))
+    """)
+    assert "`amp.initialize` without an optimizer (inference only) at opt_level" in message

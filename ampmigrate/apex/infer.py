@@ -84,7 +84,7 @@ class InferenceOnly:
         given = args.get("optimizers")
         alone = (
             "without an optimizer (inference only)"
-            if given is None
+            if given is None or (isinstance(given, cst.Name) and given.value == "None")
             else f"whose optimizer `{code(given)}` no loss is scaled with (it only casts)"
         )
         if isinstance(level, cst.SimpleString) or level is None or self.declared is None:
