@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from ampmigrate.engine.names import Names
-from ampmigrate.scalerflow import _module_paths
+from ampmigrate.scalerflow import _module_paths, _stem
 
 APEX = "apex.amp."
 
@@ -363,19 +363,28 @@ def _reexported(holder: ast.Name, names: Names, tree: ast.Module, path: str) -> 
     return None
 
 
-def _apex_binding(path: str, node: ast.ImportFrom, name: str, depth: int = 0) -> str | None:
-    """The module file that binds ``name`` to apex's amp for ``from m import name`` (or
-    ``from m import *``) in ``path``, following such imports through modules on disk."""
+def _from_module(path: str, node: ast.ImportFrom) -> tuple[str, ast.Module] | None:
+    """The file on disk that ``from m import ...`` (or ``from . import ...``) in ``path``
+    reads, and its tree (None: not on disk, or it does not parse)."""
     target = (
         _module_file(path, node.level, node.module) if node.module
         else _package_init(path, node.level)
     )  # fmt: skip
-    if target is None or depth > 8:
+    if target is None:
         return None
     try:
-        tree = ast.parse(_read(target))
+        return target, ast.parse(_read(target))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+
+
+def _apex_binding(path: str, node: ast.ImportFrom, name: str, depth: int = 0) -> str | None:
+    """The module file that binds ``name`` to apex's amp for ``from m import name`` (or
+    ``from m import *``) in ``path``, following such imports through modules on disk."""
+    found = _from_module(path, node) if depth <= 8 else None
+    if found is None:
+        return None
+    target, tree = found
     for statement in _module_level(tree.body):
         if isinstance(statement, ast.Import):
             if any(a.name == "apex.amp" and a.asname == name for a in statement.names):
@@ -663,10 +672,7 @@ def _through_entry(
     tops = [os.path.relpath(p, root).split(os.sep)[0].removesuffix(".py") for p in (path, nearest)]
     if not all(t.isidentifier() for t in tops):
         return None
-    stem = os.path.splitext(os.path.basename(path))[0]
-    if stem == "__init__":  # a package's names are imported by the package's name
-        stem = os.path.basename(os.path.dirname(path))
-    stem = stem.encode()
+    stem = _stem(path).encode()  # a package's names are imported by the package's name
     stems = {os.path.splitext(os.path.basename(h))[0].encode() for h in hooks}
     found: set[str] | None = None
     for other, data in everything():
@@ -792,7 +798,9 @@ def calls_keep_default(path: str, function: str, position: int, name: str) -> li
     parameter ``name`` (at ``position``) to its default: no keyword for it, fewer positional
     arguments, no ``*args``/``**kwargs``. None: a use that may pass it (or is not a call), no
     call at all, or too many files to look at."""
-    tree = _tree(path, _read(path)) or ast.parse(_read(path))
+    tree = _tree(path, _read(path))  # (it imports apex: `import` is in it)
+    if tree is None:
+        return None
     own = [
         n for n in ast.walk(tree)
         if isinstance(n, ast.Name) and n.id == function and isinstance(n.ctx, ast.Load)
@@ -838,10 +846,7 @@ def users_on_disk(path: str, functions: list[str]) -> list[tuple[str, int, str]]
     if callee is None or not functions:
         return []
     words = [f.encode() for f in functions]
-    stem = os.path.splitext(os.path.basename(path))[0]
-    if stem == "__init__":  # a package's names are imported by the package's name
-        stem = os.path.basename(os.path.dirname(path))
-    stem = stem.encode()
+    stem = _stem(path).encode()  # a package's names are imported by the package's name
     found: list[tuple[str, int, str]] = []
     count = 0
     for where, folders, names in os.walk(folder):
@@ -1343,19 +1348,10 @@ def star_may_bind(path: str, node: ast.ImportFrom, name: str, depth: int = 0) ->
     """Whether ``from m import *`` in the file ``path`` may bind ``name``: True unless ``m`` is
     on disk and neither binds it at module level (or exports it in ``__all__``), nor has a
     submodule of that name, nor may bind it through star imports of its own."""
-    if depth > 8:
+    found = _from_module(path, node) if depth <= 8 else None
+    if found is None:
         return True
-    target = (
-        next((p for p in _module_paths(path, node.level, node.module) if os.path.isfile(p)), None)
-        if node.module
-        else _package_init(path, node.level)
-    )
-    if target is None:
-        return True
-    try:
-        tree = ast.parse(_read(target))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return True
+    target, tree = found
     folder = os.path.dirname(target)
     if target.endswith("__init__.py") and (
         os.path.isfile(os.path.join(folder, f"{name}.py"))
