@@ -79,6 +79,7 @@ REWRITTEN = [
     "initialize_each_path",
     "late_global_import",
     "initialize_returned_default",
+    "trainer_step_in_caller",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -1464,6 +1465,7 @@ CASES = {
     "initialize_each_path": [[], ["--do-train"], ["--fp16"], ["--fp16", "--do-train"]],
     "late_global_import": [[], ["--fp16"]],
     "initialize_returned_default": [[], ["--amp"]],
+    "trainer_step_in_caller": [[], ["--fp16"], ["--fp16", "--gradient_accumulation_steps", "1"]],
 }
 
 
@@ -4485,3 +4487,88 @@ def test_initialize_given_none_for_the_optimizer_is_without_one():
         print(model(torch.randn(2, 4)))
     """)
     assert "`amp.initialize` without an optimizer (inference only) at opt_level" in message
+
+
+HELPER_STEPPED_BY_CALLER = """\
+import torch
+from apex import amp
+
+
+def train_step(model, batch, opt):
+    loss = model(batch).sum()
+    with amp.scale_loss(loss, opt) as scaled:
+        scaled.backward()
+    return loss.item()
+
+
+def main():
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for _ in range(3):
+        train_step(model, torch.randn(2, 4), optimizer)
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def test_a_helper_that_scales_is_stepped_by_its_callers():
+    """The transformers 2.x Trainer shape (fixture trainer_step_in_caller) for a module-level
+    helper: the optimizer it is given is the one its caller steps; that step becomes
+    `scaler.step`, plainly (the helper backpropagates on every path)."""
+    out, _, fixed = fix_source(HELPER_STEPPED_BY_CALLER, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert "        train_step(model, torch.randn(2, 4), optimizer, scaler=scaler)\n" in out
+    assert "        scaler.step(optimizer)\n        scaler.update()\n" in out
+    assert "p.grad is not None" not in out
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "guarded"),
+    [
+        # a NaN loss returns before the backward: the caller may step with no scaled backward
+        ("    loss = model(batch).sum()\n",
+         "    loss = model(batch).sum()\n    if not torch.isfinite(loss):\n        return 0.0\n",
+         True),
+        # a raise leaves the caller's step too
+        ("    loss = model(batch).sum()\n",
+         "    loss = model(batch).sum()\n    if not torch.isfinite(loss):\n"
+         "        raise ValueError\n",
+         False),
+        # the call itself may not run in the iteration
+        ("        train_step(model, torch.randn(2, 4), optimizer)\n",
+         "        if _ % 2:\n            train_step(model, torch.randn(2, 4), optimizer)\n",
+         True),
+    ],
+)  # fmt: skip
+def test_a_caller_step_with_no_sure_backward_is_guarded(old, new, guarded):
+    """apex stepped plainly where no scaled backward had run since the last step;
+    `scaler.step` raises there, so such a step asks the optimizer whether it holds gradients."""
+    source = HELPER_STEPPED_BY_CALLER.replace(old, new)
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert ("p.grad is not None" in out) is guarded
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # the helper is passed as a value: its calls cannot all be seen
+        ("def main():\n", "STEP = train_step\n\n\ndef main():\n"),
+        # a caller that does not step
+        ("def main():\n",
+         "def warm_up(model, opt):\n    train_step(model, torch.randn(2, 4), opt)\n\n\n"
+         "def main():\n"),
+        # the helper rebinds its optimizer parameter: not the one the caller steps
+        ("    loss = model(batch).sum()\n", "    opt = opt.inner\n    loss = model(batch).sum()\n"),
+        # the caller steps another optimizer
+        ("        optimizer.step()\n", "        other.step()\n"),
+    ],
+)  # fmt: skip
+def test_a_helper_whose_calls_are_not_all_followed_by_a_step_is_refused(old, new):
+    source = HELPER_STEPPED_BY_CALLER.replace(old, new)
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "no `opt.step()` statement in the function that scales the loss, nor in every" in (
+        finding.message
+    )

@@ -52,6 +52,7 @@ from ampmigrate.apex.common import (
     initialize_arguments,
     without_optimizer,
 )
+from ampmigrate.apex.delegate import Delegate
 from ampmigrate.apex.facts import Facts, Walk
 from ampmigrate.apex.flow import SwitchFlow
 from ampmigrate.apex.gates import VersionGates
@@ -92,6 +93,7 @@ class _Planner(
     Initialize,
     Scaler,
     Step,
+    Delegate,
     Unscale,
     Clip,
     Checkpoints,
@@ -137,6 +139,9 @@ class _Planner(
         self.name = "scaler"
         self.steps: dict[tuple[int, str], list[cst.SimpleStatementLine]] = {}
         self.scaled: dict[tuple[int, str], list[cst.With]] = {}  # the scale_loss blocks per step
+        # a call of a helper that scales (a caller's scaled backward): the helper, its optimizer
+        self.delegates: dict[cst.CSTNode, tuple[cst.FunctionDef, str]] = {}
+        self.stepped_by_callers: set[tuple[int, str]] = set()  # scaled here, stepped by callers
         self.before_step: dict[cst.CSTNode, list[Callable[[], list]]] = {}
         # steps a path reaches with no scaled backward since the last one: the scale_loss
         # statement that does not always run, then whether the step is guarded

@@ -26,6 +26,9 @@ else:  # no backward since the last step (apex stepped plainly here)
 """
 
 
+_EXITS = (cst.Continue, cst.Return, cst.Raise, cst.Break)
+
+
 class Step:
     """The step stage of ``_Planner`` (mixed into it)."""
 
@@ -285,9 +288,21 @@ class Step:
         return None
 
     def _steps(self, opt: str, access: str, function: cst.CSTNode, call: cst.Call) -> None:
+        if not self._find_steps(opt, access, function, 0):
+            self.problem(
+                call,
+                f"no `{opt}.step()` statement in the function that scales the loss, nor in "
+                "every function that calls it in this file: scaled gradients must be stepped "
+                "through `scaler.step`",
+            )
+
+    def _find_steps(self, opt: str, access: str, function: cst.CSTNode, depth: int) -> bool:
+        """Plan the steps of ``opt`` that follow a scaled backward in ``function``: its own
+        ``opt.step()`` statements, a wrapper's, or those of the functions that call it
+        (:mod:`ampmigrate.apex.delegate`). False: none found."""
         key = (id(function), opt)
         if key in self.steps:
-            return
+            return bool(self.steps[key]) or key in self.stepped_by_callers
         found = self.steps[key] = []
         names = {opt, *self._aliases(opt, function)}
         for node in self.nodes:
@@ -307,12 +322,9 @@ class Step:
             self._replace_step(node, access, opt)
         if not found:
             found += self._wrapper_steps(opt, access, function)
-        if not found:
-            self.problem(
-                call,
-                f"no `{opt}.step()` statement in the function that scales the loss: scaled "
-                "gradients must be stepped through `scaler.step`",
-            )
+        if not found and self._caller_steps(opt, function, depth):
+            self.stepped_by_callers.add(key)
+        return bool(found) or key in self.stepped_by_callers
 
     def _replace_step(
         self, node: cst.CSTNode, access: str, opt: str, tail: Sequence[str] = ()
@@ -765,12 +777,13 @@ class Step:
                 return False
             node = owner
 
-    def _surely_backward(self, statement: cst.CSTNode, withs: list[cst.With]) -> bool:
+    def _surely_backward(self, statement: cst.CSTNode, withs: list[cst.With], exits=_EXITS) -> bool:
         """``statement`` backpropagates on every path through it that goes on: a scaled
-        backward, a plain ``x.backward()`` (the branch where apex was off), or a ``with``/
-        ``if``-``else`` whose every branch does."""
+        backward (or the call of a helper that surely does one), a plain ``x.backward()`` (the
+        branch where apex was off), or a ``with``/``if``-``else`` whose every branch does."""
         if any(statement is w for w in withs):
-            return True
+            delegated = self.delegates.get(statement)
+            return delegated is None or self._backs_every_path(*delegated)
         if isinstance(statement, cst.SimpleStatementLine | cst.SimpleStatementSuite):
             return any(isinstance(s, cst.Expr) and _is_call_of(s.value, "backward")
                        for s in statement.body)  # fmt: skip
@@ -785,18 +798,16 @@ class Step:
             if current is None:  # no `else`: the path through none of the branches
                 return False
             blocks.append(current.body)
-        return bool(blocks) and all(self._leaves_or_backward(b, withs) for b in blocks)
+        return bool(blocks) and all(self._leaves_or_backward(b, withs, exits) for b in blocks)
 
-    def _leaves_or_backward(self, block: cst.CSTNode, withs: list[cst.With]) -> bool:
-        """A branch that backpropagates, or that leaves (``continue``, ``return``, ``raise``,
-        ``break``: it never reaches a step later in the same iteration)."""
+    def _leaves_or_backward(self, block: cst.CSTNode, withs: list[cst.With], exits=_EXITS) -> bool:
+        """A branch that backpropagates, or that leaves (``exits``: ``continue``, ``return``,
+        ``raise``, ``break`` never reach a step later in the same iteration)."""
         lines = [block] if isinstance(block, cst.SimpleStatementSuite) else list(block.body)
         last = lines[-1] if lines else None
         simple = isinstance(last, cst.SimpleStatementLine | cst.SimpleStatementSuite)
-        leaves = simple and isinstance(
-            last.body[-1], cst.Continue | cst.Return | cst.Raise | cst.Break
-        )
-        return leaves or any(self._surely_backward(s, withs) for s in lines)
+        leaves = simple and isinstance(last.body[-1], exits)
+        return leaves or any(self._surely_backward(s, withs, exits) for s in lines)
 
     def _steps_in_turn(self, scales: list[cst.Call]) -> None:
         """Several optimizers, one scale: each optimizer's ``scaler.step`` + ``update()`` must

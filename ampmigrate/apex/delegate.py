@@ -1,0 +1,124 @@
+"""A helper that scales the loss and the callers that step (the transformers 2.x Trainer's
+``_training_step``, whose ``train`` loop clips ``amp.master_params`` and steps): apex's scaled
+backward ends inside the helper, the step is its caller's, so the caller's ``opt.step()``
+becomes ``scaler.step`` + ``update()`` and the helper's call is the caller's scaled backward.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ampmigrate.apex.common import _code
+
+
+class Delegate:
+    """The caller-steps stage of ``_Planner`` (mixed into it)."""
+
+    def _caller_steps(self, opt: str, helper: cst.CSTNode, depth: int) -> bool:
+        """Every call of ``helper`` in this file sits in a function that steps the optimizer
+        the helper scales with (passed as an argument, or the same ``self`` attribute): those
+        steps are planned, each call recorded as that function's scaled backward. False
+        (nothing planned) where one call cannot be followed: the helper is referenced other
+        than by a call, a call passes something else, or its function has no such step."""
+        sites = self._call_sites(helper) if depth < 3 else None
+        if not sites or any(isinstance(n, cst.Yield) for n in self._subtree(helper)):
+            return False
+        followed = []
+        for call, caller in sites:
+            spelled = self._spelled_at(helper, call, caller, opt)
+            access = self.access(caller)
+            if spelled is None or access is None:
+                return False
+            followed.append((self.statement(call), caller, spelled, access))
+        for _, caller, spelled, access in followed:
+            if not self._find_steps(spelled, access, caller, depth + 1):
+                return False
+        for statement, caller, spelled, _ in followed:
+            self.scaled.setdefault((id(caller), spelled), []).append(statement)
+            self.delegates[statement] = (helper, opt)
+        return True
+
+    def _backs_every_path(self, helper: cst.FunctionDef, opt: str) -> bool:
+        """A call of ``helper`` surely backpropagates: a statement of its body does on every
+        path (a ``raise`` leaves it for the caller's step too, a ``return`` before it does
+        not)."""
+        withs = self.scaled.get((id(helper), opt), [])
+        if not isinstance(helper.body, cst.IndentedBlock):
+            return False
+        for statement in helper.body.body:
+            if self._surely_backward(statement, withs, (cst.Raise,)):
+                return True
+            if any(isinstance(n, cst.Return) for n in self._subtree(statement)):
+                return False
+        return False
+
+    def _call_sites(self, helper: cst.CSTNode) -> list[tuple[cst.Call, cst.CSTNode]] | None:
+        """The calls of ``helper`` in this file and the function each sits in; None when its
+        name is read otherwise (passed as a value, called on another object, or a method
+        called from outside its class)."""
+        if not isinstance(helper, cst.FunctionDef) or helper.decorators:
+            return None
+        name = helper.name.value
+        holder = self._holder(helper)
+        sites = []
+        for node in self.nodes:
+            if isinstance(node, cst.Name) and node.value == name:
+                parent = self.parent(node)
+                if parent is helper or (isinstance(parent, cst.Attribute) and parent.attr is node):
+                    continue
+                reference = node
+            elif isinstance(node, cst.Attribute) and node.attr.value == name:
+                reference = node
+            else:
+                continue
+            call = self.parent(reference)
+            if not isinstance(call, cst.Call) or call.func is not reference:
+                return None
+            caller = self.function(call)
+            if caller is helper or not isinstance(caller, cst.FunctionDef):
+                return None
+            if isinstance(holder, cst.ClassDef):
+                method = self.method_of(call, holder)
+                params = method.params.params if method is not None else ()
+                first = params[0].name.value if params else None
+                if not (
+                    method is caller
+                    and isinstance(reference, cst.Attribute)
+                    and isinstance(reference.value, cst.Name)
+                    and reference.value.value == first
+                ):
+                    return None
+            elif holder is not self.module or not isinstance(reference, cst.Name):
+                return None
+            sites.append((call, caller))
+        return sites
+
+    def _spelled_at(self, helper: cst.FunctionDef, call: cst.Call, caller, opt: str) -> str | None:
+        """How ``opt`` (the helper's spelling of the optimizer) reads in ``caller`` at ``call``:
+        the argument given for that parameter (a name or attribute), or ``self.x`` through the
+        same instance; None otherwise (a default, a global, a starred argument)."""
+        params = [p.name.value for p in (*helper.params.posonly_params, *helper.params.params)]
+        head, dot, rest = opt.partition(".")
+        if isinstance(self._holder(helper), cst.ClassDef):
+            own, params = params[0] if params else None, params[1:]
+            if head == own and dot:
+                return f"{_code(self.module, call.func.value)}.{rest}"
+        if any(a.star for a in call.args):
+            return None
+        given = {
+            arg.keyword.value if arg.keyword else params[index] if index < len(params) else None: (
+                arg.value
+            )
+            for index, arg in enumerate(call.args)
+        }
+        rebound = head in self.facts(helper.body).assigned
+        value = None if rebound else given.get(head)
+        if not isinstance(value, cst.Name | cst.Attribute):
+            return None
+        return _code(self.module, value) + dot + rest
+
+    def _holder(self, helper: cst.FunctionDef) -> cst.CSTNode | None:
+        """The class or module whose body holds ``helper`` (a function in a function: its
+        block's owner)."""
+        container = self.parent(helper)
+        return self.parent(container) if isinstance(container, cst.IndentedBlock) else container
