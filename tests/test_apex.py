@@ -4572,3 +4572,24 @@ def test_a_helper_whose_calls_are_not_all_followed_by_a_step_is_refused(old, new
     assert "no `opt.step()` statement in the function that scales the loss, nor in every" in (
         finding.message
     )
+
+
+def test_a_clip_whose_step_is_in_one_branch_is_not_said_to_run_every_micro_batch():
+    """transformers 2.x with TPU support: the clip runs once per accumulation window, the step
+    in the `else` of `if is_tpu_available()`; the clip stays on the scaled gradients (an
+    unscale_ there would be left without `scaler.step` on the other path), and the note says
+    why, where it said "runs on every micro-batch" (HatefulMemesChallenge's trainer)."""
+    source = (APEX / "trainer_step_in_caller.py").read_text()
+    stepped = "                    optimizer.step()\n"
+    assert stepped in source
+    source = source.replace(
+        stepped,
+        "                    if self.args.tpu:\n                        tpu_step(optimizer)\n"
+        "                    else:\n                        optimizer.step()\n",
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is not None
+    assert "runs where the step may not follow it (`optimizer.step()` at line 50" in (
+        finding.message
+    )
+    assert "runs on every micro-batch" not in finding.message

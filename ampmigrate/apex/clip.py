@@ -44,7 +44,7 @@ class Clip:
             return None
         return self.statement(call), outer
 
-    def _scaled_clip(self, statement: cst.CSTNode, used: cst.Name | None) -> bool:
+    def _scaled_clip(self, statement: cst.CSTNode, used: cst.Name | None, step) -> bool:
         """``clip_grad_norm_(amp.master_params(opt), max_norm)`` on every micro-batch (its
         result ``used`` there too, or not used at all): unscale_ may run once per step, so the
         clip stays where it is and works on the scaled gradients, at ``max_norm * scale``, its
@@ -88,19 +88,23 @@ class Clip:
             return cst.BinaryOperation(clipped, cst.Divide(), cst.parse_expression(scale))
 
         self.plan.edits[call] = build
+        where = (
+            f"the clip of `amp.master_params` at line {self.line(statement)} runs where the step "
+            f"may not follow it (`{_code(self.module, step.body[0].value)}` at line "
+            f"{self.line(step)} is under a condition the clip is not: on every micro-batch, "
+            "or on a path that steps otherwise), as under apex, where `scaler.unscale_` could "
+            "run twice before an `update()`"
+        )
         if used is None:
             self.plan.notes.append(
-                f"the clip of `amp.master_params` at line {self.line(statement)} runs on every "
-                f"micro-batch, as under apex: it clips the scaled gradients at `max_norm * "
-                f"{scale}` (apex unscaled first; equal up to float rounding)"
+                f"{where}: it clips the scaled gradients at `max_norm * {scale}` (apex unscaled "
+                "first; equal up to float rounding)"
             )
             return True
         self.plan.notes.append(
-            f"behaviour change: the clip of `amp.master_params` at line {self.line(statement)} "
-            "runs on every micro-batch and its result is used there "
-            f"(`{used.value}`), so it clips the scaled gradients at "
-            f"`max_norm * {scale}` and divides the returned norm by the same scale (apex "
-            "unscaled first; equal up to float rounding)"
+            f"behaviour change: {where}, and its result is used there (`{used.value}`), so it "
+            f"clips the scaled gradients at `max_norm * {scale}` and divides the returned norm "
+            "by the same scale (apex unscaled first; equal up to float rounding)"
         )
         return True
 
@@ -180,9 +184,9 @@ class Clip:
         if len(nested) != 1:
             self.problem(statement, "the clip is followed by several conditional steps")
             return
-        if self._scaled_clip(statement, None):
-            return
         step = nested[0]
+        if self._scaled_clip(statement, None, step):
+            return
         conditions: list[cst.BaseExpression] = []
         if self._blocks_move(unit):  # the clip shares its block with the backward
             narrowed = self._narrow(statement, unit)
@@ -219,7 +223,7 @@ class Clip:
         if reads or blockers:
             own = self.facts(statement).assigned
             used = [n for n in reads if n.value in own]
-            if used and self._scaled_clip(statement, used[0]):
+            if used and self._scaled_clip(statement, used[0], step):
                 return
             why = (
                 f"; its result `{used[0].value}` is used at line {self.line(used[0])}"
