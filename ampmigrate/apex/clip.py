@@ -13,6 +13,12 @@ from ampmigrate.apex.common import Loop, _code, _is_call_of, _statements
 from ampmigrate.apex.links import module_function
 from ampmigrate.apex.norms import gradient_norm
 
+# the optimizer holds gradients only after a backward (every one of the mixed-precision path is
+# scaled): the test of a guarded step and its unscale_
+_HOLDS_GRADIENTS = (
+    'any(p.grad is not None for group in {opt}.param_groups for p in group["params"])'
+)
+
 
 class Clip:
     """The clip stage of ``_Planner`` (mixed into it)."""
@@ -160,6 +166,15 @@ class Clip:
             for a in w.items[0].item.args
         )
 
+    def _unscale_statement(self, unscale: str) -> cst.BaseStatement:
+        """``scaler.unscale_(opt)``, asked of the optimizer as its step is (:meth:`_guard_steps`)
+        where a path reaches them with no scaled backward since the last step: no gradients
+        there, apex's plain step, nothing to unscale; decided when the edit is built."""
+        opt = self.guarded_unscales.get(unscale)
+        if opt is None:
+            return cst.parse_statement(unscale)
+        return cst.parse_statement(f"if {_HOLDS_GRADIENTS.format(opt=opt)}:\n    {unscale}")
+
     def _unscale_before(self, statement: cst.CSTNode, unscale: str) -> None:
         if self.unscales.get(statement) == unscale:
             return  # (a helper's call: its `master_params` and its gradient reads alike)
@@ -170,7 +185,7 @@ class Clip:
             u = own(u) if own is not None else u
             return cst.FlattenSentinel(
                 [
-                    cst.parse_statement(unscale).with_changes(leading_lines=u.leading_lines),
+                    self._unscale_statement(unscale).with_changes(leading_lines=u.leading_lines),
                     u.with_changes(leading_lines=()),
                 ]
             )
@@ -253,7 +268,7 @@ class Clip:
             return cst.parse_statement("pass\n") if alone else cst.RemoveFromParent()
 
         def lines() -> list[cst.BaseStatement]:
-            body = [cst.parse_statement(unscale)] if unit is statement else []
+            body = [self._unscale_statement(unscale)] if unit is statement else []
             body.append(moved["unit"])
             for test in reversed(conditions):  # under the conditions it ran under
                 header = cst.ensure_type(

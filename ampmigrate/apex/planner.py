@@ -147,6 +147,7 @@ class _Planner(
         # statement that does not always run, then whether the step is guarded
         self.unsure: dict[cst.CSTNode, cst.CSTNode] = {}
         self.guarded: set[cst.CSTNode] = set()
+        self.guarded_unscales: dict[str, str] = {}  # unscale_ lines asked as a guarded step: opt
         self.groups: list[list[cst.CSTNode]] = []  # steps of one `scale_loss(loss, [a, b])`
         self.served: set[cst.CSTNode] = set()  # steps an unscale_ placed before a read serves
         self.requests: list[tuple[cst.With, cst.BaseExpression, cst.CSTNode, str | None]] = []

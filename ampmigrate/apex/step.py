@@ -11,18 +11,17 @@ from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
+from ampmigrate.apex.clip import _HOLDS_GRADIENTS
 from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _Setup, _statements
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.apex.wrappers import wrapper_step
 
-# the optimizer holds gradients only after a backward, and every backward of the
-# mixed-precision path is scaled
-_GUARD = """\
-if any(p.grad is not None for group in {opt}.param_groups for p in group["params"]):
-    {access}.step({opt})
-    {access}.update()
+_GUARD = f"""\
+if {_HOLDS_GRADIENTS}:
+    {{access}}.step({{opt}})
+    {{access}}.update()
 else:  # no backward since the last step (apex stepped plainly here)
-    {opt}.step()
+    {{opt}}.step()
 """
 
 
@@ -432,23 +431,17 @@ class Step:
         """Where a step may come with no scaled backward since the last one, the rewrite asks
         the optimizer: gradients present were made by a scaled backward (every backward of the
         mixed-precision path is scaled) and ``scaler.step`` unscales them as apex had; none
-        present is apex's plain step on no gradients. An ``unscale_`` placed before the step
-        would run on the plain path too and leave the scaler waiting for an ``update()``."""
-        for step, scaled in self.unsure.items():
+        present is apex's plain step on no gradients. An ``unscale_`` placed before such a step
+        (for a clip) asks the same: unguarded, it would run on the plain path too and leave the
+        scaler waiting for an ``update()``; nothing between it and the step makes gradients."""
+        opts = {id(s): opt for (_, opt), steps in self.steps.items() for s in steps}
+        unscaled = []
+        for step in self.unsure:
             if self.before_step[step] or step in self.served:
-                self.problem(
-                    step,
-                    f"`{_code(self.module, step.body[0].value)}` can be reached without a "
-                    f"backward since the previous step (the `amp.scale_loss` at line "
-                    f"{self.line(scaled)} is not sure to run before it: "
-                    f"{self._unsure(scaled, step)}), and a gradient read is unscaled before "
-                    "it: apex ran a plain optimizer step there, "
-                    "`scaler.step` raises (AssertionError: `_scale is None` before the first "
-                    "scaled backward, 'No inf checks were recorded' after `zero_grad`) and an "
-                    "`unscale_` without a `scaler.step` leaves the next one raising; guard the "
-                    "step and its unscale by hand",
-                )
-                continue
+                opt = opts[id(step)]
+                access = self.access(step)
+                self.guarded_unscales[f"{access}.unscale_({opt})\n"] = opt
+                unscaled.append(step)
             self.guarded.add(step)
         if self.guarded:
             self.plan.notes.append(
@@ -458,7 +451,9 @@ class Step:
                 "`scaler.step` would raise, so the rewrite steps "
                 "through the scaler only when the optimizer holds gradients (all made by a "
                 "scaled backward) and plainly otherwise"
-            )
+                + (", and unscales them for the clip before it under the same test"
+                   if unscaled else "")
+            )  # fmt: skip
 
     def _discarded_overflows(self) -> None:
         """A step under a test of the iteration (``if math.isfinite(norm): opt.step()``) while
