@@ -4575,3 +4575,28 @@ def test_a_clip_whose_step_is_in_one_branch_is_not_said_to_run_every_micro_batch
         finding.message
     )
     assert "runs on every micro-batch" not in finding.message
+
+
+def test_a_helper_stepped_in_another_module_is_refused_with_the_true_reasons(tmp_path):
+    """The step-in-caller shape across two files: the helper's module is told that its
+    callers are elsewhere (not "in every function that calls it in this file"), and the
+    script that steps is not told that the optimizer is "stepped in another file"."""
+    engine, _, script = HELPER_STEPPED_BY_CALLER.partition("\n\ndef main():")
+    (tmp_path / "engine.py").write_text(engine)
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom apex import amp\n\nfrom engine import train_step\n\n\ndef main():"
+        + script
+    )
+    from click.testing import CliRunner
+
+    from ampmigrate.cli import main as cli
+
+    result = CliRunner().invoke(cli, ["check", "--select", "AMP303", "--output-format", "json",
+                                      str(tmp_path)])  # fmt: skip
+    report = json.loads(result.output[: result.output.rindex("]") + 1])
+    messages = {Path(d["filename"]).name: d["message"] for d in report}
+    helper, caller = messages["engine.py"], messages["train.py"]
+    assert "nor in this file, which never calls `train_step`: its callers are in other" in helper
+    assert "the loss is scaled in another file" in caller
+    assert "stepped in another file" not in caller
+    assert "make `optimizer.step()` (line 13) `scaler.step(optimizer)`" in caller

@@ -545,8 +545,8 @@ class Handles:
                 "`scaler.update()`, by hand"
             )
         text = (
-            "no `amp.scale_loss` in this file: the loss is scaled and the optimizer stepped in "
-            "another file; create the GradScaler here and pass it there"
+            "no `amp.scale_loss` in this file: the loss is scaled in another file; create the "
+            "GradScaler here and pass it there"
         )
         if self.siblings == [] and self.path is not None and os.path.isfile(self.path):
             # nothing it imports calls apex: perhaps nothing scales at all
@@ -564,6 +564,16 @@ class Handles:
             return text
         name = _code(self.module, optimizer)
         home = self.function(init)
+        stepped = [
+            n for n in self._subtree(home)
+            if isinstance(n, cst.Call) and _is_call_of(n, "step")
+            and _code(self.module, n.func.value) == name
+        ]  # fmt: skip
+        if stepped:  # its step is here: `scaler.step` there needs the GradScaler here too
+            text += (
+                f", and make `{name}.step()` (line {self.line(stepped[0])}) "
+                f"`scaler.step({name})` + `scaler.update()`"
+            )
         calls = [
             n for n in self._subtree(home)
             if isinstance(n, cst.Call) and self.order[id(n)] > self.order[id(init)]

@@ -287,13 +287,21 @@ class Step:
         return None
 
     def _steps(self, opt: str, access: str, function: cst.CSTNode, call: cst.Call) -> None:
-        if not self._find_steps(opt, access, function, 0):
-            self.problem(
-                call,
-                f"no `{opt}.step()` statement in the function that scales the loss, nor in "
-                "every function that calls it in this file: scaled gradients must be stepped "
-                "through `scaler.step`",
+        if self._find_steps(opt, access, function, 0):
+            return
+        called = isinstance(function, cst.FunctionDef) and self._call_sites(function) == []
+        self.problem(
+            call,
+            f"no `{opt}.step()` statement in the function that scales the loss, nor in "
+            + (
+                f"this file, which never calls `{function.name.value}`: its callers are in "
+                "other modules, whose step of that optimizer would have to become "
+                "`scaler.step`, which the rewrite does not follow across files"
+                if called
+                else "every function that calls it in this file"
             )
+            + ": scaled gradients must be stepped through `scaler.step`",
+        )
 
     def _find_steps(self, opt: str, access: str, function: cst.CSTNode, depth: int) -> bool:
         """Plan the steps of ``opt`` that follow a scaled backward in ``function``: its own
