@@ -81,6 +81,7 @@ REWRITTEN = [
     "initialize_returned_default",
     "trainer_step_in_caller",
     "nan_skip_clip",
+    "two_optional_losses",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -1468,6 +1469,12 @@ CASES = {
     "initialize_returned_default": [[], ["--amp"]],
     "trainer_step_in_caller": [[], ["--fp16"], ["--fp16", "--gradient_accumulation_steps", "1"]],
     "nan_skip_clip": [[], ["--amp"]],
+    "two_optional_losses": [
+        ["--doc", "--wiki"],
+        ["--amp"],
+        ["--amp", "--wiki"],
+        ["--amp", "--doc", "--wiki"],
+    ],
 }
 
 
@@ -4600,3 +4607,49 @@ def test_a_helper_stepped_in_another_module_is_refused_with_the_true_reasons(tmp
     assert "the loss is scaled in another file" in caller
     assert "stepped in another file" not in caller
     assert "make `optimizer.step()` (line 13) `scaler.step(optimizer)`" in caller
+
+
+RETURNED_MODEL = """\
+import torch
+from apex import amp
+
+
+def train(fp16):
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    level = "O1" if fp16 else "O0"
+    model, optimizer = amp.initialize(model, optimizer, opt_level=level)
+    for _ in range(3):
+        loss = model(torch.randn(2, 4)).sum()
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model
+
+
+def run_test(model):
+    print(model(torch.randn(2, 4)))
+
+
+def main(fp16, skip_test):
+    model = train(fp16)
+    if not skip_test:
+        run_test(model)
+"""
+
+
+def test_a_test_of_the_returned_model_after_training_is_a_stated_change():
+    """maskrcnn-benchmark's train_net.py (a reviewer's sampling-free): `train` initializes and
+    returns the model, `main` tests it. apex O1 patched torch for the whole process, so the test
+    ran in float16; where the region cannot be placed there (the switch is `train`'s own), the
+    finding says so, where it said nothing. With a literal level the test gets a region."""
+    message = _message(RETURNED_MODEL)
+    assert (
+        "behaviour change: `train` returns the initialized model (line 16) and main then hands "
+        "it to `run_test(...)` (line 26)"
+    ) in message
+    literal = RETURNED_MODEL.replace("opt_level=level", 'opt_level="O1"')
+    out, _, _ = fix_source(literal, unsafe=True)
+    assert "    if not skip_test:\n        with torch.amp.autocast(" in out
+    assert "returns the initialized model" not in _message(literal)

@@ -62,6 +62,7 @@ from ampmigrate.apex.hooks import RunnerHooks
 from ampmigrate.apex.infer import HandleInit, InferenceOnly
 from ampmigrate.apex.initialize import Initialize
 from ampmigrate.apex.links import Link
+from ampmigrate.apex.outflow import Outflow
 from ampmigrate.apex.passed import PassedHandles
 from ampmigrate.apex.regions import Regions
 from ampmigrate.apex.scaler import Scaler
@@ -94,6 +95,7 @@ class _Planner(
     Scaler,
     Step,
     Delegate,
+    Outflow,
     Unscale,
     Clip,
     Checkpoints,

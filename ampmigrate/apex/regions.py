@@ -206,7 +206,12 @@ class Regions:
             for i in range(index - 1, -1, -1):
                 facts = self.facts(body[i], setup.models)
                 if facts.assigned & needed:
-                    needed |= facts.used
+                    bound = _rebound(body[i])
+                    if bound:  # what it binds comes from here, not from before it
+                        needed -= bound
+                        needed |= self.facts(body[i].body[0].value, setup.models).used
+                    else:
+                        needed |= facts.used
                     feeding.append(i)
                     calling += [i] if facts.calls else []
                     forward += [i] if facts.model_calls else []
@@ -407,6 +412,7 @@ class Regions:
             )
         self._evaluations(defined, scaling, named)
         self._direct_forwards(setup, requested, set(named))
+        self._returned_model(setup, models, _KEEP)
 
     def _evaluations(self, defined: dict, scaling: set[int], named: dict[str, int]) -> None:
         """A function that hands what its regions run (``nets``, for ``nets["base"](x)``) to
@@ -782,3 +788,24 @@ def _of_model(value: cst.CSTNode, names: set[str]) -> bool:
     while isinstance(value, cst.Attribute):
         value = value.value
     return isinstance(value, cst.Name) and value.value in names
+
+
+def _rebound(statement: cst.CSTNode) -> set[str]:
+    """The names ``x = ...`` (``a, b = ...``) alone on its line binds whatever they held (none
+    for an augmented assignment, which reads them, or a subscript or attribute target)."""
+    if not (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Assign)
+    ):
+        return set()
+    names: set[str] = set()
+    for target in statement.body[0].targets:
+        node = target.target
+        elements = (
+            [e.value for e in node.elements] if isinstance(node, cst.Tuple | cst.List) else [node]
+        )
+        if not all(isinstance(e, cst.Name) for e in elements):
+            return set()
+        names |= {e.value for e in elements}
+    return names
