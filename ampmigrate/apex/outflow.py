@@ -61,6 +61,6 @@ class Outflow:
         self.plan.notes.append(
             f"behaviour change: `{home.name.value}` returns the initialized model (line "
             f"{self.line(returned[0])}) and {caller} then hands it to {listed}: apex O1 cast "
-            "every forward in the process from `initialize` on, so a forward there (a test "
-            f"after training) runs in float32 now: {keep}"
+            "every forward in the process from `initialize` on, so where it was on, a forward "
+            f"there (a test after training) ran in float16 and runs in float32 now: {keep}"
         )

@@ -477,6 +477,7 @@ class Regions:
         wrapped = self.wrapped
         covered: dict[int, bool] = {}  # per function: every call of it runs in a region
         found: dict[str, int] = {}
+        elsewhere: set[str] = set()  # functions this file never calls
         stored = self._stored_models(setup)
         aliases: dict[int, set[str]] = {}  # per function: `model = self._state.model`
         for node in self.nodes:
@@ -503,15 +504,27 @@ class Regions:
             where = function.name.value if isinstance(function, cst.FunctionDef) else "module"
             if where not in named:
                 found.setdefault(where, self.line(node))
-        if found:
-            listed = ", ".join(
-                f"`{n}` (line {line})" if n != "module" else f"module-level code (line {line})"
-                for n, line in found.items()
-            )
+                if isinstance(function, cst.FunctionDef) and not self._called_here(function):
+                    elsewhere.add(where)
+        listed = ", ".join(
+            f"`{n}` (line {line})" if n != "module" else f"module-level code (line {line})"
+            for n, line in found.items()
+            if n not in elsewhere
+        )
+        if listed:
             self.plan.notes.append(
                 f"behaviour change: the initialized model's forward in {listed} is outside the "
                 "autocast regions and runs in float32 now (apex O1 cast every forward after "
                 f"`initialize`): {_KEEP}"
+            )
+        listed = ", ".join(f"`{n}` (line {found[n]})" for n in sorted(elsewhere))
+        if listed:
+            self.plan.notes.append(
+                f"behaviour change where another module calls it after `amp.initialize`: the "
+                f"model's forward in {listed}, which this file never calls, is outside the "
+                "autocast regions (apex O1 cast every forward after `initialize`, in the whole "
+                f"process; a caller that never initialized amp ran it in float32 and still "
+                f"does): {_KEEP} there"
             )
 
     def _stored_models(self, setup: _Setup) -> set[str]:
@@ -555,10 +568,11 @@ class Regions:
             and code in models
         }
 
-    def _called_in_regions(self, function: cst.CSTNode) -> bool:
+    def _called_in_regions(self, function: cst.CSTNode, depth: int = 0) -> bool:
         """Every call of ``function`` in this file runs in an autocast region, which covers
-        what it calls."""
-        if not isinstance(function, cst.FunctionDef):
+        what it calls: directly, through a name bound to it (``eval_func = eval_F1 if ... else
+        eval_ACC``) whose every call does, or from functions whose every call does."""
+        if not isinstance(function, cst.FunctionDef) or depth > 3:
             return False
         name = function.name.value
         if self.parent(function) is self.module:
@@ -567,8 +581,37 @@ class Regions:
             refs = [n for n in self.nodes if isinstance(n, cst.Attribute) and n.attr.value == name]
         else:
             return False
-        return bool(refs) and all(
-            any(id(a) in self.wrapped for a in self.ancestors(r)) for r in refs
+        return bool(refs) and all(self._covered_reference(r, depth) for r in refs)
+
+    def _called_here(self, function: cst.FunctionDef) -> bool:
+        """``function``'s name is read in this file (a call, or handed on)."""
+        name = function.name.value
+        if self.parent(function) is self.module:
+            return next(iter(self._references(name)), None) is not None
+        return any(isinstance(n, cst.Attribute) and n.attr.value == name for n in self.nodes)
+
+    def _covered_reference(self, ref: cst.CSTNode, depth: int) -> bool:
+        if any(id(a) in self.wrapped for a in self.ancestors(ref)):
+            return True
+        parent = self.parent(ref)
+        if isinstance(parent, cst.Call) and parent.func is ref:
+            return self._called_in_regions(self.function(parent), depth + 1)
+        holder = parent
+        while isinstance(holder, cst.IfExp):  # `f = a if kind == "a" else b`
+            holder = self.parent(holder)
+        target = holder.targets[0].target if isinstance(holder, cst.Assign) else None
+        if len(getattr(holder, "targets", ())) != 1 or not isinstance(target, cst.Name):
+            return False
+        uses = [
+            n
+            for n in self._subtree(self.function(holder))
+            if isinstance(n, cst.Name) and n.value == target.value and n is not target
+        ]
+        return bool(uses) and all(
+            isinstance(self.parent(u), cst.Call)
+            and self.parent(u).func is u
+            and self._covered_reference(u, depth + 1)
+            for u in uses
         )
 
     def _handed_on(self, setup: _Setup, planned: dict, wrapped: set[int], blocked) -> None:

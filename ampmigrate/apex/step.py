@@ -655,10 +655,20 @@ class Step:
                     continue
                 call = calls[0]
                 loss = _code(self.module, call.func.value)
-                why = self._unscalable(node, call, function, opt, access)
+                why, other = self._unscalable(node, call, function, opt, access)
                 if why is None:
                     self._scale_plain(node, call, access, opt)
                     continue
+                remedy = (
+                    f"keep it unscaled, as `{other}` is a plain step of its gradients (scaled, "
+                    "they would reach it multiplied by the scale); where they are cleared before "
+                    f"`{opt}`'s next step (a `zero_grad` over its parameters) the rest of the "
+                    f"rewrite holds, and where they are not, keep them off `{opt}`'s step, "
+                    "by hand"
+                    if other is not None
+                    else f"scale it (`scaler.scale({loss}).backward()`) or keep it off the "
+                    "mixed-precision path, by hand"
+                )
                 self.problem(
                     node,
                     f"`{_code(self.module, call)}` is not scaled and can run while apex is on, "
@@ -666,9 +676,7 @@ class Step:
                     "had unscaled that one's gradients before these were added; under "
                     "GradScaler, if they reach "
                     f"`{opt}`'s step, `scaler.step` divides them by the scale too, and the "
-                    f"rewrite cannot scale this backward as well because {why}: scale it "
-                    f"(`scaler.scale({loss}).backward()`) or keep it off the mixed-precision "
-                    "path, by hand",
+                    f"rewrite cannot scale this backward as well because {why}: {remedy}",
                 )
 
     def _unscalable(self, node, call: cst.Call, function, opt: str, access: str | None):
@@ -676,11 +684,12 @@ class Step:
         would). Its gradients must go to ``opt``'s scaled step and to nothing else: the next
         step after it, in its loop iteration, is ``opt``'s; no other optimizer steps after
         it there (an LR scheduler's step reads no gradient); no ``unscale_`` (a gradient read)
-        comes between the scaled backward and it, as the step would not unscale again."""
+        comes between the scaled backward and it, as the step would not unscale again. With
+        the reason, the plain step of another optimizer that takes its gradients first."""
         if access is None:
-            return "this function cannot reach the GradScaler"
+            return "this function cannot reach the GradScaler", None
         if any(a.keyword is None or a.keyword.value not in ("retain_graph",) for a in call.args):
-            return "it is given arguments other than `retain_graph`"
+            return "it is given arguments other than `retain_graph`", None
         steps = self.steps.get((id(function), opt), [])
         # the iteration that steps: the innermost loop around it holding a step of `opt` (an
         # inner loop of adversarial backwards is part of one step)
@@ -700,8 +709,9 @@ class Step:
         }  # fmt: skip
         first = next(iter(later), None)
         if first not in steps:
-            where = f" (`{_code(self.module, later[first])}` comes first)" if later else ""
-            return f"`{opt}.step()` is not the next step after it{where}"
+            shown = _code(self.module, later[first]) if later else None
+            where = f" (`{shown}` comes first)" if later else ""
+            return f"`{opt}.step()` is not the next step after it{where}", shown
         other = next(
             (
                 n
@@ -714,7 +724,7 @@ class Step:
             return (
                 f"`{_code(self.module, later[other])}` at line {self.line(other)} steps after "
                 "it and may read its gradients (apex left them unscaled there)"
-            )
+            ), None
         read = next(
             (
                 u
@@ -729,8 +739,8 @@ class Step:
             return (
                 f"the gradients are unscaled for a read at line {self.line(read)} before it, "
                 "and the step would not unscale them again"
-            )
-        return None
+            ), None
+        return None, None
 
     def _scale_plain(self, node: cst.SimpleStatementLine, call: cst.Call, access: str, opt):
         """``loss.backward()`` -> ``scaler.scale(loss).backward()``: the sum the scaler unscales
