@@ -924,6 +924,10 @@ def test_a_dropped_import_guard_that_switched_a_flag_off_is_a_stated_change():
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert "the `except` at line 6 set `args.fp16`" in finding.message
     assert "now trains in mixed precision" in finding.message
+    # `amp = None` switches nothing: where apex was missing its use raised (SoCo's `assert amp
+    # is not None` under the flag, a reviewer's), so no run trained in float32 that way
+    [finding] = [d for d in check_source(GUARDED_SCRIPT) if d.code == "AMP303"]
+    assert "amp = None" in GUARDED_SCRIPT and "was not installed" not in finding.message
 
 
 def test_an_evaluation_outside_the_regions_is_a_stated_change():
@@ -4735,3 +4739,72 @@ def test_a_forward_in_a_function_this_file_never_calls_is_said_to_change_only_wh
         "forward in `do_train_one_step` (line 6), which this file never calls"
     ) in message
     assert "runs in float32 now" not in message
+
+
+def test_apex_kept_on_an_object_only_to_initialize_is_told_it_only_casts():
+    """End-to-end-ASR's solver: `self.amp_lib = amp`, `self.amp_lib.initialize(...)` and a plain
+    `loss.backward()`: apex scaled nothing, so "keep a GradScaler there" was wrong advice."""
+    source = textwrap.dedent("""\
+        class Solver:
+            def __init__(self, model, optimizer):
+                self.model, self.optimizer = model, optimizer
+
+            def enable_apex(self):
+                from apex import amp
+                self.amp_lib = amp
+                self.model, self.optimizer = self.amp_lib.initialize(
+                    self.model, self.optimizer, opt_level="O1"
+                )
+
+            def train(self, loader):
+                for x in loader:
+                    loss = self.model(x).mean()
+                    loss.backward()
+                    self.optimizer.step()
+        """)
+    message = _message(source)
+    assert "apex only casts here (O1's autocast, no loss scaling)" in message
+    assert "keep a GradScaler there" not in message
+    scaled = source.replace(
+        "            loss.backward()\n",
+        "            with self.amp_lib.scale_loss(loss, self.optimizer) as scaled:\n"
+        "                scaled.backward()\n",
+    )
+    assert scaled != source
+    assert "keep a GradScaler there instead (`self.scaler`)" in _message(scaled)
+
+
+def test_two_initializes_are_named_with_their_classes_and_conditional_arms():
+    """NMTGMinor's two trainer classes each initialize in `__init__` ("called in `__init__`
+    and again in `__init__`" read as one function calling it twice); convasr's `initialize(m,
+    optimizers=o) if o is not None else (initialize(m), None)` is one call or the other, not
+    "called again"."""
+    classes = textwrap.dedent("""\
+        from apex import amp
+
+
+        class A:
+            def __init__(self, model, opt):
+                self.model, self.opt = amp.initialize(model, opt, opt_level="O1")
+
+
+        class B:
+            def __init__(self, model, opt):
+                self.model, self.opt = amp.initialize(model, opt, opt_level="O1")
+        """)
+    assert "is called in `A.__init__` and again in `B.__init__`" in _message(classes)
+    arms = textwrap.dedent("""\
+        from apex import amp
+
+
+        def setup(model, opt):
+            model, opt = (
+                amp.initialize(model, opt, opt_level="O1")
+                if opt is not None
+                else (amp.initialize(model, opt_level="O1"), None)
+            )
+            return model, opt
+        """)
+    message = _message(arms)
+    assert "is called in the other arm of the conditional expression at line 6" in message
+    assert "called again" not in message

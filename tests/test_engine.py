@@ -81,10 +81,23 @@ CASES = {
         [AMP],
         [],
     ),
+    "import guard": (
+        "import os\n\n# probe\ntry:\n    from torch.cuda.amp import autocast\nexcept ImportError:\n"
+        "    raise\n\n\ndef f():\n    pass\n",
+        [AMP],
+        [],
+    ),
+    # a mention in a comment sends it to libcst, which must not leave `try: pass` (SimVODIS)
+    "import guard, name in a comment": (
+        "import os\n\ntry:\n    from torch.cuda.amp import autocast\nexcept ImportError:\n"
+        "    raise\n# autocast here\nx = 1\n",
+        [AMP],
+        [],
+    ),
 }
 FAST = {"whole statement, comment above", "one of two names", "still used", "add after the block"}
 FAST |= {"add before a comment", "add before a blank line", "already there", "remove, then add"}
-FAST |= {"crlf"}
+FAST |= {"crlf", "import guard"}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -96,6 +109,8 @@ def test_import_fast_path_is_libcst_or_declines(case):
         assert fast is not None, "a common shape went to libcst"
     if fast is not None:
         assert fast == libcst_imports(cst.parse_module(text), removals, additions)
+    if case.startswith("import guard"):  # nothing left to guard: the try goes
+        assert "try" not in libcst_imports(cst.parse_module(text), removals, additions)
 
 
 def test_batches_put_big_files_first_and_alone():

@@ -149,14 +149,16 @@ class Guards:
             return
         self.dropped.add(id(try_node))
         flags = sorted(
-            {n for h in try_node.handlers for s in h.body.body for n in self.facts(s).assigned}
-            | {  # `args.fp16 = False`, `cfg["amp"] = False`
-                _code(self.module, n.target)
-                for h in try_node.handlers
-                for n in self._subtree(h.body)
-                if isinstance(n, cst.AssignTarget) and not isinstance(n.target, cst.Name)
-            }
-            - {"amp", "apex"}
+            (
+                {n for h in try_node.handlers for s in h.body.body for n in self.facts(s).assigned}
+                | {  # `args.fp16 = False`, `cfg["amp"] = False`
+                    _code(self.module, n.target)
+                    for h in try_node.handlers
+                    for n in self._subtree(h.body)
+                    if isinstance(n, cst.AssignTarget) and not isinstance(n.target, cst.Name)
+                }
+            )
+            - {"amp", "apex"}  # `amp = None`: the name itself, no switch (its use raised)
         )
         if flags:
             listed = ", ".join(f"`{f}`" for f in flags)

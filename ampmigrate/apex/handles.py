@@ -57,9 +57,20 @@ class Handles:
         if _argument(extra, "optimizers", 1) is None:
             model = _argument(extra, "models", 0)
             shown = f"`{_code(self.module, model)}`" if model is not None else "a model"
+            arms = next(
+                (a for a in self.ancestors(extra) if isinstance(a, cst.IfExp)
+                 and self.within(first, a)),
+                None,
+            )  # fmt: skip
+            why = (
+                f"in the other arm of the conditional expression at line {self.line(arms)}"
+                " (one of the two runs)"
+                if arms is not None
+                else "again"
+            )
             self.problem(
                 extra,
-                f"`amp.initialize` is called again, for {shown} without an optimizer (a model "
+                f"`amp.initialize` is called {why}, for {shown} without an optimizer (a model "
                 "apex only casts: an evaluation-only model, an EMA or teacher copy): the "
                 "rewrite handles one `initialize` and an evaluation-only one that rebinds its "
                 "model in another function; delete this one and run that model's forward under "
@@ -67,10 +78,7 @@ class Handles:
             )
             return
         if self.function(extra) is not self.function(first):
-            names = [
-                f.name.value if isinstance(f, cst.FunctionDef) else "module-level code"
-                for f in (self.function(first), self.function(extra))
-            ]
+            names = [self._function_name(self.function(c)) for c in (first, extra)]
             self.problem(
                 extra,
                 f"`amp.initialize` is called in `{names[0]}` and again in `{names[1]}`: the "
@@ -493,6 +501,14 @@ class Handles:
         if not found:
             return f"`{name}` is not called in this file"
         return None
+
+    def _function_name(self, function: cst.CSTNode) -> str:
+        """``train``, ``Trainer.__init__`` (a method, with its class), or module-level code."""
+        if not isinstance(function, cst.FunctionDef):
+            return "module-level code"
+        holder = self.parent(self.parent(function))
+        prefix = f"{holder.name.value}." if isinstance(holder, cst.ClassDef) else ""
+        return prefix + function.name.value
 
     def _stored(self, node: cst.CSTNode, where: str, why: str | None = None) -> str:
         """The blocker for ``where = amp``: what is called through it, why the GradScaler

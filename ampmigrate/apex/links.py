@@ -255,12 +255,27 @@ def stray_calls(
                 "`from apex import amp` (or migrate it by hand) first"
             )))  # fmt: skip
         elif isinstance(holder, ast.Attribute) and ast.unparse(holder) in stored:
+            called = {
+                c.func.attr
+                for c in ast.walk(tree)
+                if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                and ast.unparse(c.func.value) in (ast.unparse(holder), "amp")
+            }  # fmt: skip
+            remedy = (
+                "keep a GradScaler there instead "
+                f"(`{ast.unparse(holder.value)}.scaler`) and migrate its uses, by hand"
+                if called - {"initialize"}
+                else "nothing in this file scales a loss through it (only `initialize` is "
+                "called), so apex only casts here (O1's autocast, no loss scaling): delete "
+                "the `initialize` and run the forwards under "
+                '`torch.amp.autocast("cuda", dtype=torch.float16)`, with no GradScaler, by '
+                "hand (if another file scales through it, migrate the two together)"
+            )
             found.append((node, (
                 f"line {node.lineno}: `{shown}` calls apex amp through "
                 f"`{ast.unparse(holder)}`, which holds apex's module (stored at line "
                 f"{stored[ast.unparse(holder)]}); the rewrite does not follow apex's calls "
-                "through a stored module here: keep a GradScaler there instead "
-                f"(`{ast.unparse(holder.value)}.scaler`) and migrate its uses, by hand"
+                f"through a stored module here: {remedy}"
             )))  # fmt: skip
         elif (
             not roots

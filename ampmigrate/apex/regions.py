@@ -478,6 +478,8 @@ class Regions:
         covered: dict[int, bool] = {}  # per function: every call of it runs in a region
         found: dict[str, int] = {}
         elsewhere: set[str] = set()  # functions this file never calls
+        holder = self.parent(self.parent(home)) if isinstance(home, cst.FunctionDef) else None
+        holder = holder if isinstance(holder, cst.ClassDef) else None
         stored = self._stored_models(setup)
         aliases: dict[int, set[str]] = {}  # per function: `model = self._state.model`
         for node in self.nodes:
@@ -504,7 +506,11 @@ class Regions:
             where = function.name.value if isinstance(function, cst.FunctionDef) else "module"
             if where not in named:
                 found.setdefault(where, self.line(node))
-                if isinstance(function, cst.FunctionDef) and not self._called_here(function):
+                if (
+                    isinstance(function, cst.FunctionDef)
+                    and not self._called_here(function)
+                    and (holder is None or self.method_of(function, holder) is not function)
+                ):  # (a method of the class that initializes runs on an initialized object)
                     elsewhere.add(where)
         listed = ", ".join(
             f"`{n}` (line {line})" if n != "module" else f"module-level code (line {line})"

@@ -101,7 +101,75 @@ def libcst_imports(module: Any, removals: Sequence[ImportEdit], additions: Seque
         module_name, _, obj = name.partition(":")  # "a.b:c" is `from a.b import c`
         AddImportsVisitor.add_needed_import(context, module_name, obj or None)
     if removals:
+        before = module
         module = RemoveImportsVisitor(context).transform_module(module)
+        module = _drop_emptied_guards(before, module)
     if additions:
         module = AddImportsVisitor(context).transform_module(module)
     return module.code
+
+
+def _drop_emptied_guards(before: Any, after: Any) -> Any:
+    """A ``try:`` of imports only whose imports all went is left as ``try: pass`` by libcst:
+    nothing is left to guard and its handlers can no longer run, so it goes, as on the text
+    fast path (its leading comments move to the next statement)."""
+    import libcst as cst
+
+    def tries(module: Any) -> list:
+        found: list = []
+
+        class Collect(cst.CSTVisitor):
+            def visit_Try(self, node: cst.Try) -> None:
+                found.append(node)
+
+        module.visit(Collect())
+        return found
+
+    old, new = tries(before), tries(after)
+    if len(old) != len(new):
+        return after
+    emptied = {
+        id(n)
+        for o, n in zip(old, new, strict=True)
+        if o.orelse is None
+        and o.finalbody is None
+        and all(
+            isinstance(s, cst.SimpleStatementLine)
+            and all(isinstance(i, cst.Import | cst.ImportFrom) for i in s.body)
+            for s in o.body.body
+        )
+        and all(  # (libcst leaves an empty block, which it writes as `pass`)
+            isinstance(s, cst.SimpleStatementLine) and all(isinstance(i, cst.Pass) for i in s.body)
+            for s in n.body.body
+        )
+    }
+    if not emptied:
+        return after
+
+    def kept(original: Sequence[Any], body: Sequence[Any]) -> list:
+        out: list = []
+        carried: Sequence[Any] = ()
+        for before_edit, statement in zip(original, body, strict=True):
+            if id(before_edit) in emptied:
+                carried = [*carried, *statement.leading_lines]
+                continue
+            if carried:
+                statement = statement.with_changes(
+                    leading_lines=[*carried, *statement.leading_lines]
+                )
+                carried = ()
+            out.append(statement)
+        return out or [cst.SimpleStatementLine(body=[cst.Pass()])]
+
+    class Drop(cst.CSTTransformer):
+        def leave_IndentedBlock(self, original: Any, updated: Any) -> Any:
+            if not any(id(s) in emptied for s in original.body):
+                return updated
+            return updated.with_changes(body=kept(original.body, updated.body))
+
+        def leave_Module(self, original: Any, updated: Any) -> Any:
+            if not any(id(s) in emptied for s in original.body):
+                return updated
+            return updated.with_changes(body=kept(original.body, updated.body))
+
+    return after.visit(Drop())
