@@ -4693,6 +4693,10 @@ def train(model, optimizer, loader):
         # through a name bound to it (ERICA's `eval_func = eval_F1 if ... else eval_ACC`)
         ("        evaluate(model, x)\n",
          "        run = evaluate if x is not None else None\n        run(model, x)\n"),
+        # bound in both branches of an `if` (ERICA's own shape)
+        ("        evaluate(model, x)\n",
+         "        if x is not None:\n            run = evaluate\n        else:\n"
+         "            run = outer\n        run(model, x)\n"),
         # through a helper whose every call is in a region (anli's evaluation_dataset)
         ("def train(", "def outer(model, data):\n    return evaluate(model, data)\n\n\ndef train("),
     ],
@@ -4701,12 +4705,16 @@ def test_an_evaluation_reached_only_from_regions_is_not_said_to_run_in_float32(o
     """The call of the evaluation gets a region; a function reached only through it runs
     there too. A call of it outside every region keeps the note."""
     source = EVALUATED_IN_LOOP.replace(old, new)
-    if "def outer" in source:
+    if "run = outer" in source:  # the other branch's function
+        source = source.replace(
+            "def train(", "def outer(model, data):\n    return model(data)\n\n\ndef train("
+        )
+    elif "def outer" in source:
         source = source.replace("        evaluate(model, x)\n", "        outer(model, x)\n")
     message = _message(source)
     assert "gets its own autocast region" in message
     assert "float32" not in message
-    if "def outer" in source:  # a call of the helper outside every region
+    if "outer(model, x)" in source:  # a call of the helper outside every region
         outside = source + "\n\nouter(torch.nn.Linear(8, 1), None)\n"
         assert "forward in `evaluate` (line 6) is outside the autocast regions" in (
             _message(outside)

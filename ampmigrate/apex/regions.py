@@ -611,7 +611,9 @@ class Regions:
         uses = [
             n
             for n in self._subtree(self.function(holder))
-            if isinstance(n, cst.Name) and n.value == target.value and n is not target
+            if isinstance(n, cst.Name)
+            and n.value == target.value
+            and not isinstance(self.parent(n), cst.AssignTarget)  # (another binding of it)
         ]
         return bool(uses) and all(
             isinstance(self.parent(u), cst.Call)
