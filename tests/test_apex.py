@@ -4816,3 +4816,32 @@ def test_two_initializes_are_named_with_their_classes_and_conditional_arms():
     message = _message(arms)
     assert "is called in the other arm of the conditional expression at line 6" in message
     assert "called again" not in message
+
+
+def test_an_unused_apex_import_without_counterpart_is_deleted_and_said_to_be_unused():
+    """YOLOv2's `from apex.multi_tensor_apply import multi_tensor_applier`, never read: the
+    blocker said "replace it first"; it is unused, so AMP315 deletes it (safely) and the same
+    `fix` run rewrites the rest."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+        from apex.multi_tensor_apply import multi_tensor_applier
+
+
+        def train(model, optimizer, loader):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in loader:
+                loss = model(x).mean()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """)
+    assert "needs apex, and nothing in this file reads it: delete it" in _message(source)
+    [unused] = [d for d in check_source(source) if d.code == "AMP315"]
+    assert unused.fix == "safe" and "imported but unused" in unused.message
+    out, remaining, _ = fix_source(source, unsafe=True)
+    assert "apex" not in out and not [d for d in remaining if d.code.startswith("AMP3")]
+    used = source + "\n\nnorm = multi_tensor_applier\n"
+    assert "`from apex.multi_tensor_apply import multi_tensor_applier` needs apex: replace it" in (
+        _message(used)
+    )

@@ -77,7 +77,9 @@ class Guards:
                     )
                 elif module == "apex" or module.startswith("apex."):
                     listed = ", ".join(a.evaluated_name for a in names) or "*"
-                    self.problem(node, needs_apex(module, listed))
+                    bound = frozenset(a.evaluated_alias or a.evaluated_name for a in names)
+                    unused = bool(names) and not self._reads_any(bound)
+                    self.problem(node, needs_apex(module, listed, unused))
             elif isinstance(node, cst.Import):
                 names = [_code(self.module, a.name) for a in node.names]
                 if any(n == "apex" or n.startswith("apex.") for n in names):
@@ -111,6 +113,7 @@ class Guards:
             isinstance(n, cst.Name)
             and n.value in names
             and not (isinstance(self.parent(n), cst.Attribute) and self.parent(n).attr is n)
+            and not isinstance(self.parent(n), cst.ImportAlias | cst.AsName)
             for n in self.nodes
         )
 

@@ -115,7 +115,12 @@ def without_initialize(
     )
 
 
-def needs_apex(module: str, listed: str) -> str:
+def needs_apex(module: str, listed: str, unused: bool = False) -> str:
+    if unused:  # (AMP311-AMP315 delete an unused apex import)
+        return (
+            f"`from {module} import {listed}` needs apex, and nothing in this file reads it: "
+            "delete it (the AMP31x finding on it does, with `fix`)"
+        )
     return f"`from {module} import {listed}` needs apex: replace it first"
 
 
@@ -373,7 +378,12 @@ class _Judge:
                 if (module == "apex" and listed == ["amp"]) or module.startswith("apex.amp"):
                     lines.append(node)
                 elif not stays and (module == "apex" or module.startswith("apex.")):
-                    self.problem(node, needs_apex(module, ", ".join(listed) or "*"))
+                    bound = {a.asname or a.name for a in node.names}
+                    unused = not star and not any(
+                        isinstance(n, ast.Name) and n.id in bound and isinstance(n.ctx, ast.Load)
+                        for n in ast.walk(self.names.tree)
+                    )
+                    self.problem(node, needs_apex(module, ", ".join(listed) or "*", unused))
             else:
                 spelled = [a.name for a in node.names]
                 if any(n == "apex" or n.startswith("apex.") for n in spelled):

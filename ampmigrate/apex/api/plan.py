@@ -505,8 +505,8 @@ class _Planner:
         return False
 
     def _unused_imports(self) -> None:
-        """An import of an apex name with a torch counterpart that nothing reads (what is left
-        once its uses are migrated); see ``unused_import``."""
+        """An import of an apex name that nothing reads (what is left once its uses are
+        migrated, or never used: an unused `multi_tensor_applier`); see ``unused_import``."""
         for binding in self.names.imports():
             stmt, alias = binding.node, binding.alias
             if not isinstance(stmt, ast.ImportFrom) or alias is None or stmt.level:
@@ -515,6 +515,8 @@ class _Planner:
             target = TARGETS.get(full)
             code = table.MODULES.get(full) or (target.code if target else table.SAME_OBJECT)
             known = target or full in table.SAME or full in table.TO_PYTHON_FLOAT
+            if not known and full not in table.MODULES and table.no_native(full) is not None:
+                known, code = True, table.NO_NATIVE  # unused, it only ties the file to apex
             if not known and full not in table.MODULES:
                 continue
             if self._consumed and any(self._inside(stmt, c) for c in self._consumed):
