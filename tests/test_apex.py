@@ -4845,3 +4845,42 @@ def test_an_unused_apex_import_without_counterpart_is_deleted_and_said_to_be_unu
     assert "`from apex.multi_tensor_apply import multi_tensor_applier` needs apex: replace it" in (
         _message(used)
     )
+
+
+def test_a_set_up_helper_that_initializes_names_the_importer_that_scales(tmp_path):
+    """OVANet's reverse link: `utils/defaults.py`'s `get_models` initializes and returns the
+    pair, `train.py` imports it and scales. The helper's refusal said that "if no other code
+    scales the loss, apex only casts here"; it now names the script that does."""
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "__init__.py").write_text("")
+    (tmp_path / "utils" / "defaults.py").write_text(textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        def get_models():
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, opt = amp.initialize(model, opt, opt_level="O1")
+            return model, opt
+        """))
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+        from utils.defaults import get_models
+
+        model, opt = get_models()
+
+
+        def train():
+            loss = model(torch.randn(2, 4)).sum()
+            with amp.scale_loss(loss, opt) as scaled:
+                scaled.backward()
+            opt.step()
+        """))
+    path = tmp_path / "utils" / "defaults.py"
+    _, remaining, _ = fix_source(path.read_text(), unsafe=True, path=path)
+    [message] = [d.message for d in remaining if d.code == "AMP303"]
+    assert "no `amp.scale_loss` in this file: ../train.py (line 6) takes `get_models`" in message
+    assert "apex only casts here" not in message

@@ -565,6 +565,16 @@ class Handles:
             "GradScaler here and pass it there"
         )
         if self.siblings == [] and self.path is not None and os.path.isfile(self.path):
+            scaling = self._importers_that_scale(init)
+            if scaling:
+                return (
+                    f"no `amp.scale_loss` in this file: {scaling} takes "
+                    f"`{self.function(init).name.value}` from this file and scales the loss "
+                    "with what it returns; the rewrite pairs a file that initializes with the "
+                    "modules it imports, not with its importers: migrate the two together by "
+                    "hand (the GradScaler made here and returned with the model and optimizer, "
+                    "or made there)"
+                )
             # nothing it imports calls apex: perhaps nothing scales at all
             return (
                 "no `amp.scale_loss` in this file, and none of the modules it imports that are "
@@ -602,6 +612,26 @@ class Handles:
             f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in calls[:3]
         )
         return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
+
+    def _importers_that_scale(self, init: cst.Call) -> str | None:
+        """The project files that import the function holding ``init`` (a set-up helper that
+        returns the initialized pair: OVANet's ``get_models``) and call ``amp.scale_loss``:
+        "train.py (line 12)"; None when it is not a module-level function or none does."""
+        home = self.function(init)
+        if not isinstance(home, cst.FunctionDef) or self.parent(home) is not self.module:
+            return None
+        users = users_on_disk(self.path, [home.name.value]) or []
+        folder = os.path.dirname(os.path.abspath(self.path))
+        shown = []
+        for file, line, _ in users:
+            try:
+                with open(file, encoding="utf-8", errors="replace") as handle:
+                    if "scale_loss" not in handle.read():
+                        continue
+            except OSError:
+                continue
+            shown.append(f"{os.path.relpath(file, folder)} (line {line})")
+        return ", ".join(dict.fromkeys(shown)) or None
 
     def _unbound_use(self) -> str | None:
         """An ``amp.scale_loss`` (or another amp call) in a function that cannot see the name
