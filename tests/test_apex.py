@@ -82,6 +82,7 @@ REWRITTEN = [
     "trainer_step_in_caller",
     "nan_skip_clip",
     "two_optional_losses",
+    "loss_dict",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -1473,6 +1474,7 @@ CASES = {
     "initialize_returned_default": [[], ["--amp"]],
     "trainer_step_in_caller": [[], ["--fp16"], ["--fp16", "--gradient_accumulation_steps", "1"]],
     "nan_skip_clip": [[], ["--amp"]],
+    "loss_dict": [[], ["--amp"]],
     "two_optional_losses": [
         ["--doc", "--wiki"],
         ["--amp"],
@@ -3506,8 +3508,9 @@ def test_a_forward_handed_to_another_function_after_initialize_is_a_stated_chang
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix == "unsafe", finding.message
     assert (
-        "behaviour change: the model's forward in `test` (line 15), `evaluate` (line 7), which "
-        "`main` calls after `amp.initialize`, runs in float32 now"
+        "behaviour change: the model's forward in `test` (line 15; called at line 30), "
+        "`evaluate` (line 7; called at line 31), which `main` calls after `amp.initialize` "
+        "outside the autocast regions, runs in float32 there now"
     ) in finding.message
     assert "`report`" not in finding.message
 

@@ -205,7 +205,7 @@ class Regions:
             feeding, calling, forward = [], [], []
             for i in range(index - 1, -1, -1):
                 facts = self.facts(body[i], setup.models)
-                if facts.assigned & needed:
+                if (facts.assigned | _filled(body[i])) & needed:
                     bound = _rebound(body[i])
                     if bound:  # what it binds comes from here, not from before it
                         needed -= bound
@@ -375,6 +375,7 @@ class Regions:
         scaling = requested | {id(home)}
         after = self.order[id(setup.statement)]
         named: dict[str, int] = {}
+        calls: dict[str, int] = {}  # where `home` calls each, outside the regions
         for node in self._subtree(home):
             if not (
                 isinstance(node, cst.Call)
@@ -403,12 +404,16 @@ class Regions:
             )  # fmt: skip
             if forward is not None:
                 named[callee.name.value] = self.line(forward)
+                calls[callee.name.value] = self.line(node)
         if named:
-            listed = ", ".join(f"`{n}` (line {line})" for n, line in named.items())
+            listed = ", ".join(
+                f"`{n}` (line {line}; called at line {calls[n]})" for n, line in named.items()
+            )
             self.plan.notes.append(
                 f"behaviour change: the model's forward in {listed}, which "
-                f"`{home.name.value}` calls after `amp.initialize`, runs in float32 now (apex O1 "
-                f"cast every forward from `initialize` on): {_KEEP}"
+                f"`{home.name.value}` calls after `amp.initialize` outside the autocast regions, "
+                f"runs in float32 there now (apex O1 cast every forward from `initialize` on): "
+                f"{_KEEP}"
             )
         self._evaluations(defined, scaling, named)
         self._direct_forwards(setup, requested, set(named))
@@ -860,3 +865,40 @@ def _rebound(statement: cst.CSTNode) -> set[str]:
             return set()
         names |= {e.value for e in elements}
     return names
+
+
+# methods that fill a container in place (`losses.append(vgg(out, y))`)
+_FILLING = frozenset({"append", "extend", "update", "insert", "add", "setdefault"})
+
+
+def _filled(statement: cst.CSTNode) -> set[str]:
+    """The local containers a simple statement fills in place, feeding what later reads them
+    (pix2pixHD's `G_losses["VGG"] = criterionVGG(fake, real)` before `sum(G_losses.values())`):
+    the root name of a subscript or attribute target, or of a filling method's object. Not
+    `self`: its attributes are the object's state, not a loss being built."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return set()
+    found: set[str] = set()
+    for small in statement.body:
+        inside: list[cst.BaseExpression] = []  # what the statement writes into
+        if isinstance(small, cst.Assign):
+            inside = [t.target.value for t in small.targets if _member(t.target)]
+        elif isinstance(small, cst.AugAssign | cst.AnnAssign) and _member(small.target):
+            inside = [small.target.value]
+        elif (
+            isinstance(small, cst.Expr)
+            and isinstance(small.value, cst.Call)
+            and isinstance(small.value.func, cst.Attribute)
+            and small.value.func.attr.value in _FILLING
+        ):
+            inside = [small.value.func.value]
+        for root in inside:
+            while _member(root):
+                root = root.value
+            if isinstance(root, cst.Name) and root.value not in ("self", "cls"):
+                found.add(root.value)
+    return found
+
+
+def _member(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Subscript | cst.Attribute)
