@@ -83,6 +83,7 @@ REWRITTEN = [
     "nan_skip_clip",
     "two_optional_losses",
     "loss_dict",
+    "distiller_optimize",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -1475,6 +1476,7 @@ CASES = {
     "trainer_step_in_caller": [[], ["--fp16"], ["--fp16", "--gradient_accumulation_steps", "1"]],
     "nan_skip_clip": [[], ["--amp"]],
     "loss_dict": [[], ["--amp"]],
+    "distiller_optimize": [[], ["--fp16"]],
     "two_optional_losses": [
         ["--doc", "--wiki"],
         ["--amp"],
@@ -1609,6 +1611,13 @@ def test_region_invariant(name):
         and any(isinstance(n, ast.Attribute) and n.attr == "scale" for n in _own_nodes(f))
     ]  # fmt: skip
     assert training
+    names = {f.name for f in training if isinstance(f, ast.FunctionDef)}
+    training += [  # a loss handed to the function that scales: its callers run the forward
+        f for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef) and f not in training
+        and any(isinstance(n, ast.Call) and ast.unparse(n.func).rpartition(".")[2] in names
+                for n in _own_nodes(f))
+    ]  # fmt: skip
     forwards = [
         n for f in training for n in _own_nodes(f)
         if isinstance(n, ast.Call) and ast.unparse(n.func) in models
@@ -4856,7 +4865,8 @@ def test_a_set_up_helper_that_initializes_names_the_importer_that_scales(tmp_pat
     scales the loss, apex only casts here"; it now names the script that does."""
     (tmp_path / "utils").mkdir()
     (tmp_path / "utils" / "__init__.py").write_text("")
-    (tmp_path / "utils" / "defaults.py").write_text(textwrap.dedent("""\
+    (tmp_path / "utils" / "defaults.py").write_text(
+        textwrap.dedent("""\
         import torch
         from apex import amp
 
@@ -4866,8 +4876,10 @@ def test_a_set_up_helper_that_initializes_names_the_importer_that_scales(tmp_pat
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             model, opt = amp.initialize(model, opt, opt_level="O1")
             return model, opt
-        """))
-    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        """)
+    )
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""\
         import torch
         from apex import amp
 
@@ -4881,9 +4893,96 @@ def test_a_set_up_helper_that_initializes_names_the_importer_that_scales(tmp_pat
             with amp.scale_loss(loss, opt) as scaled:
                 scaled.backward()
             opt.step()
-        """))
+        """)
+    )
     path = tmp_path / "utils" / "defaults.py"
     _, remaining, _ = fix_source(path.read_text(), unsafe=True, path=path)
     [message] = [d.message for d in remaining if d.code == "AMP303"]
     assert "no `amp.scale_loss` in this file: ../train.py (line 6) takes `get_models`" in message
     assert "apex only casts here" not in message
+
+
+def test_an_unused_fp16_utils_import_goes_with_amps():
+    """Outline2Story's `from apex.fp16_utils import FP16_Optimizer`, never read: it blocked
+    the rewrite with "replace it first"; nothing reads it, so it goes with amp's import."""
+    source = HELPER_STEPPED_BY_CALLER.replace(
+        "from apex import amp\n",
+        "from apex import amp\nfrom apex.fp16_utils import FP16_Optimizer\n",
+    )
+    out, remaining, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed} and "apex" not in out
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "`from apex.fp16_utils import FP16_Optimizer` goes: this file never reads it" in (
+        finding.message
+    )
+    used = source + "\n\nWRAPPER = FP16_Optimizer\n"
+    assert "`from apex.fp16_utils import FP16_Optimizer` needs apex: replace it first" in (
+        _message(used)
+    )
+
+
+def test_master_params_of_an_fp16_optimizer_is_not_called_an_o1_file_missing_initialize():
+    """robustLM: `clip_grad_norm_(amp.master_params(optimizer), clip)` on an `FP16_Optimizer`,
+    no `amp.initialize` in the project: the refusal said to pass "the GradScaler that replaces
+    `amp.initialize`"; it is FP16_Optimizer code (AMP302's)."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+        from apex.fp16_utils import FP16_Optimizer
+
+
+        def main(model, loader):
+            model = model.half()
+            optimizer = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+            for x in loader:
+                loss = model(x).float().mean()
+                optimizer.backward(loss)
+                torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+                optimizer.step()
+        """)
+    message = _message(source)
+    assert (
+        "uses `amp.master_params` on the optimizer this file wraps in apex's `FP16_Optimizer`"
+        in (message)
+    )
+    assert "the GradScaler that replaces `amp.initialize`" not in message
+
+
+def test_an_empty_optimizer_list_is_inference_not_an_optimizer_to_bind():
+    """`model, _ = amp.initialize(model, [], opt_level="O3")` (WaveGlow inference): "bind it
+    to a name first" was wrong advice: `[]` is no optimizer."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        def main(model, x):
+            model, _ = amp.initialize(model, [], opt_level="O1")
+            with torch.no_grad():
+                return model(x)
+        """)
+    message = _message(source)
+    assert "`amp.initialize` is given `[]` for its optimizers, none: inference only" in message
+    assert "bind it to a name first" not in message
+
+
+def test_an_edit_of_apex_cast_lists_says_what_autocast_cannot_follow():
+    """Tacotron2 copies move softmax to apex's float16 list: the refusal pointed at "AMP301's
+    guidance", which has no finding on that line; it now says why autocast cannot follow."""
+    source = textwrap.dedent("""\
+        from apex import amp
+
+        amp.lists.functional_overrides.FP32_FUNCS.remove("softmax")
+
+
+        def train(model, optimizer, loader):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in loader:
+                loss = model(x).mean()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """)
+    message = _message(source)
+    assert "it edits apex's cast lists; autocast's are fixed" in message
+    assert "AMP301's guidance" not in message

@@ -17,6 +17,7 @@ from ampmigrate.apex.links import _Graph, _listed, apex_siblings, star_may_bind,
 from ampmigrate.apex.verdict import (
     APEX,
     SUPPORTED,
+    fp16_optimizer_built,
     initialized_through_parameter,
     no_rewrite,
     without_initialize,
@@ -959,7 +960,9 @@ class Handles:
     def _no_initialize(self, calls: dict[str, list[cst.Call]]) -> None:
         """A module that only uses the scaler (a checkpoint helper, a ``do_train`` called from
         another file): the rewrite needs the GradScaler passed in; say exactly where."""
-        through = initialized_through_parameter(ast.parse(self.text))
+        tree = ast.parse(self.text)
+        through = initialized_through_parameter(tree)
+        wrapped = fp16_optimizer_built(tree)
         for member, group in calls.items():
             for call in group:
                 function = self.function(call)
@@ -973,4 +976,4 @@ class Handles:
                     and isinstance(self.parent(self.parent(function)), cst.ClassDef)
                     and [p.name.value for p in function.params.params[:1]] == ["self"]
                 )
-                self.problem(call, without_initialize(where, member, method, through))
+                self.problem(call, without_initialize(where, member, method, through, wrapped))

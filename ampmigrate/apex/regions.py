@@ -102,7 +102,13 @@ class Regions:
         for scale, expression, function, enabled in self.requests:
             loss = _code(self.module, expression)
             needed = {loss} if isinstance(expression, cst.Name) else self.facts(expression).used
-            if self._region_before(scale, needed, function, enabled, setup, chosen):
+            # a loss handed in by the callers (the function runs no forward itself: DistilBERT's
+            # `optimize(loss)` that takes `loss.mean()` first): its regions are the callers'
+            handed = (
+                isinstance(function, cst.FunctionDef)
+                and not self.facts(function.body, setup.models).model_calls
+            )
+            if not handed and self._region_before(scale, needed, function, enabled, setup, chosen):
                 checks.append((function, loss, enabled))
                 continue
             callers = [  # the loss is a parameter: its forward runs in each caller, before
@@ -121,6 +127,9 @@ class Regions:
             ):
                 checks += [(caller, _code(self.module, argument), on)
                            for _, argument, caller, on in callers]  # fmt: skip
+                continue
+            if handed and self._region_before(scale, needed, function, enabled, setup, chosen):
+                checks.append((function, loss, enabled))
                 continue
             self.problem(
                 scale,
@@ -236,13 +245,12 @@ class Regions:
         calling function); [] unless every call passes an expression without calls and
         nothing else reads the function (a caller elsewhere computes its loss where no region
         reaches)."""
-        if not (
-            isinstance(expression, cst.Name)
-            and isinstance(function, cst.FunctionDef)
-            and function in self.module.body
-        ):
+        if not (isinstance(expression, cst.Name) and isinstance(function, cst.FunctionDef)):
             return []
-        params = [p.name.value for p in function.params.params]
+        method = isinstance(self._holder(function), cst.ClassDef)
+        if function not in self.module.body and not method:
+            return []
+        params = [p.name.value for p in function.params.params][1 if method else 0 :]
         if (
             expression.value not in params
             or function.params.star_arg is not cst.MaybeSentinel.DEFAULT
@@ -251,12 +259,21 @@ class Regions:
         index = params.index(expression.value)
         name = function.name.value
         found = []
-        for node in self.nodes:
-            if not (isinstance(node, cst.Name) and node.value == name) or node is function.name:
-                continue
-            call = self.parent(node)
-            if not (isinstance(call, cst.Call) and call.func is node):
-                return []  # handed on or rebound: its callers are not all here
+        if method:  # `self.optimize(loss)` from the class's own methods (DistilBERT's step)
+            sites = self._call_sites(function)
+            calls = [call for call, _ in sites] if sites else []
+            if not calls:
+                return []
+        else:
+            calls = []
+            for node in self.nodes:
+                if not (isinstance(node, cst.Name) and node.value == name) or node is function.name:
+                    continue
+                call = self.parent(node)
+                if not (isinstance(call, cst.Call) and call.func is node):
+                    return []  # handed on or rebound: its callers are not all here
+                calls.append(call)
+        for call in calls:
             keyword = next(
                 (a for a in call.args if a.keyword and a.keyword.value == params[index]), None
             )

@@ -21,6 +21,7 @@ import ast
 import re
 from collections.abc import Iterable, Sequence
 
+from ampmigrate.apex.api.table import no_native
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.source import Source
 
@@ -51,6 +52,12 @@ ASSERTS_MISSING = "an assertion that apex is missing: remove it by hand"
 
 def no_rewrite(member: str) -> str:
     hint = HINTS.get(member, "see AMP301's guidance")
+    if member.startswith("lists."):  # (AMP301 has no finding on these)
+        hint = (
+            "it edits apex's cast lists; autocast's are fixed: an op runs in the precision "
+            "autocast gives it (softmax always in float32), so apex's choice needs an "
+            "explicit cast around that op in the model, by hand"
+        )
     return f"`amp.{member}` has no O1 rewrite ({hint})"
 
 
@@ -76,13 +83,36 @@ def initialized_through_parameter(tree: ast.Module) -> str | None:
     return None
 
 
+def fp16_optimizer_built(tree: ast.AST) -> bool:
+    """The file wraps an optimizer in apex.fp16_utils' ``FP16_Optimizer`` (whose
+    ``param_groups`` are its fp32 master copies: what ``amp.master_params`` walks there)."""
+    return any(
+        isinstance(n, ast.Call)
+        and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None))
+        == "FP16_Optimizer"
+        for n in ast.walk(tree)
+    )
+
+
 def without_initialize(
-    where: str, member: str, method: bool = False, through: str | None = None
+    where: str,
+    member: str,
+    method: bool = False,
+    through: str | None = None,
+    fp16_optimizer: bool = False,
 ) -> str:
     """A use of apex in a file without ``initialize``: the GradScaler must be passed in (to a
     method, through its object: ``self.scaler``, set where the object gets its optimizer).
     ``through``: the file initializes only through a parameter (``initialized_through_
     parameter``), which the rewrite does not follow."""
+    if fp16_optimizer and member == "master_params":
+        return (
+            f"{where} uses `amp.master_params` on the optimizer this file wraps in apex's "
+            "`FP16_Optimizer` (it walks that wrapper's fp32 master copies; no `amp.initialize` "
+            "and no O1 is involved): this is FP16_Optimizer code, which AMP302 migrates (drop "
+            "`.half()` and the wrapper, then a GradScaler with `scaler.unscale_` before the "
+            "clip), by hand"
+        )
     if through is not None:
         return (
             f"{where} uses `amp.{member}`, and `amp.initialize` is called in this file only "
@@ -116,10 +146,12 @@ def without_initialize(
 
 
 def needs_apex(module: str, listed: str, unused: bool = False) -> str:
-    if unused:  # (AMP311-AMP315 delete an unused apex import)
+    if unused:
+        names = [n.strip() for n in listed.split(",")]
+        deleted = all(no_native(f"{module}.{n}") for n in names)  # AMP315 deletes it unused
         return (
             f"`from {module} import {listed}` needs apex, and nothing in this file reads it: "
-            "delete it (the AMP31x finding on it does, with `fix`)"
+            + ("delete it (the AMP315 finding on it does, with `fix`)" if deleted else "delete it")
         )
     return f"`from {module} import {listed}` needs apex: replace it first"
 
@@ -272,6 +304,7 @@ class _Judge:
         funcs = {id(c.func) for group in calls.values() for c in group}
         self._values(roots, funcs, dropped)
         through = initialized_through_parameter(self.names.tree)
+        wrapped = fp16_optimizer_built(self.names.tree)
         for member, group in calls.items():
             for call in group:
                 function = next(
@@ -283,7 +316,7 @@ class _Judge:
                     and isinstance(self.names.parent(function), ast.ClassDef)
                     and [a.arg for a in function.args.args[:1]] == ["self"]
                 )
-                self.problem(call, without_initialize(where, member, method, through))
+                self.problem(call, without_initialize(where, member, method, through, wrapped))
         return refusal(self.problems), anchor
 
     # -- what the planner looks at ---------------------------------------------------------
@@ -383,6 +416,9 @@ class _Judge:
                         isinstance(n, ast.Name) and n.id in bound and isinstance(n.ctx, ast.Load)
                         for n in ast.walk(self.names.tree)
                     )
+                    if unused and module.startswith("apex.fp16_utils"):
+                        lines.append(node)  # goes with amp's import (the planner's note)
+                        continue
                     self.problem(node, needs_apex(module, ", ".join(listed) or "*", unused))
             else:
                 spelled = [a.name for a in node.names]
