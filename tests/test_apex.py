@@ -4909,7 +4909,7 @@ def test_an_unused_fp16_utils_import_goes_with_amps():
         "from apex import amp\n",
         "from apex import amp\nfrom apex.fp16_utils import FP16_Optimizer\n",
     )
-    out, remaining, fixed = fix_source(source, unsafe=True)
+    out, _, fixed = fix_source(source, unsafe=True)
     assert "AMP303" in {d.code for d in fixed} and "apex" not in out
     [finding] = [d for d in fixed if d.code == "AMP303"]
     assert "`from apex.fp16_utils import FP16_Optimizer` goes: this file never reads it" in (
@@ -4986,3 +4986,99 @@ def test_an_edit_of_apex_cast_lists_says_what_autocast_cannot_follow():
     message = _message(source)
     assert "it edits apex's cast lists; autocast's are fixed" in message
     assert "AMP301's guidance" not in message
+
+
+KEY_TEST = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+    def step(self, x):
+        loss = self.model(x).mean()
+        with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+            scaled_loss.backward()
+        self.optimizer.step()
+
+    def save(self, path):
+        state = {"model": self.model.state_dict()}
+        state["AMP"] = amp.state_dict()
+        torch.save(state, path)
+
+    def load(self, path):
+        state = torch.load(path)
+        if not "AMP" in state.keys():
+            print("trained without mixed precision")
+        else:
+            amp.load_state_dict(state["AMP"])
+"""
+
+
+def test_a_test_of_the_checkpoint_key_through_keys_is_renamed_with_the_load():
+    """Glow_TTS (a reviewer's wrong rewrite): `if not 'AMP' in state.keys(): ... else:
+    amp.load_state_dict(state['AMP'])` kept its test on 'AMP' while the load read 'scaler':
+    a resume never restored the scale. Now renamed; a form the rewrite does not follow is
+    refused instead of left behind."""
+    out, _, fixed = fix_source(KEY_TEST, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert 'if not "scaler" in state.keys():' in out and '"AMP"' not in out
+    other = KEY_TEST.replace('if not "AMP" in state.keys():', 'if "AMP" not in list(state):')
+    assert other != KEY_TEST
+    out, _, _ = fix_source(other, unsafe=True)
+    assert out == other
+    assert 'the checkpoint key "AMP" is read here in a form the rewrite does not rename' in (
+        _message(other)
+    )
+
+
+def test_an_optimizer_read_by_subscript_is_not_called_several_optimizers():
+    """`with amp.scale_loss(loss, self.opt["G"])` (HiFiSinger-style dicts of optimizers): the
+    refusal said "several optimizers at once"; it is one, read by subscript."""
+    source = KEY_TEST.replace("self.optimizer", 'self.opt["G"]').replace(
+        'self.model, self.opt["G"] = amp.initialize(model, optimizer, opt_level="O1")',
+        'self.opt = {"G": optimizer}\n        self.model, self.opt["G"] = amp.initialize('
+        'model, optimizer, opt_level="O1")',
+    )
+    message = _message(source)
+    assert "several optimizers" not in message
+    assert '`amp.scale_loss` for the optimizer `self.opt["G"]`, neither a name nor' in message
+
+
+def test_apex_handed_on_as_a_value_is_not_said_to_only_cast():
+    """cookietts' tacotron2_ssvae: `criterion_dict = {"amp": amp, ...}` feeds a loss module that
+    scales with it; the refusal also said "apex only casts here ... delete `amp.initialize`",
+    which would drop the loss scaling of a GAN."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        def main(criterion):
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            handles = {"amp": amp, "optimizer": optimizer}
+            criterion(model(torch.randn(2, 4)), handles)
+        """)
+    message = _message(source)
+    assert "apex's `amp` itself is handed on at line 9" in message
+    assert "apex only casts here" not in message
+
+
+def test_a_model_method_or_submodule_call_outside_the_regions_is_a_stated_change():
+    """Glow_TTS's Trainer: `self.model.inference(x)` and `self.model.layer_Dict["Enc"](x)` in
+    other methods ran in float16 under apex and run in float32 now: the note named neither.
+    `state_dict()` runs no forward."""
+    source = KEY_TEST + (
+        "\n    def evaluate(self, x):\n        return self.model.inference(x)\n"
+        "\n    def encode(self, x):\n        return self.model.layers['enc'](x)\n"
+        "\n    def weights(self):\n        return self.model.state_dict()\n"
+    )
+    message = _message(source)
+    assert "forward in `evaluate` (line 28), `encode` (line 31) is outside the autocast" in (
+        message
+    )
+    assert "`weights`" not in message

@@ -300,8 +300,12 @@ class Checkpoints:
         container = _code(self.module, source.value if isinstance(source, cst.Subscript)
                           else source.func.value)  # fmt: skip
         old = key.evaluated_value
+        spellings = (container, f"{container}.keys()")  # `"amp" in ckpt`, `... in ckpt.keys()`
+        left = []  # other mentions of the key in the function, not renamed
         for node in self._subtree(self.function(call)):
             if not isinstance(node, cst.SimpleString) or node.evaluated_value != old:
+                continue
+            if node is key or node in self.plan.edits:
                 continue
             parent = self.parent(node)
             reader = None
@@ -313,15 +317,25 @@ class Checkpoints:
                 of = reader.value if isinstance(reader, cst.Subscript) else reader.func.value
                 if _code(self.module, of) == container:
                     self._new_key(node)
-                continue
-            if (
+                    continue
+            elif (
                 isinstance(parent, cst.Comparison)
                 and parent.left is node
                 and len(parent.comparisons) == 1
                 and isinstance(parent.comparisons[0].operator, cst.In | cst.NotIn)
-                and _code(self.module, parent.comparisons[0].comparator) == container
+                and _code(self.module, parent.comparisons[0].comparator) in spellings
             ):
                 self._new_key(node)
+                continue
+            if container in _code(self.module, self.statement(node)):
+                left.append(node)
+        if left:  # a test of the old key left behind would never see the new one
+            self.problem(
+                left[0],
+                f"the checkpoint key {left[0].value} is read here in a form the rewrite does "
+                f"not rename with the load at line {self.line(call)} (a test left on the old "
+                "key never sees the scaler's): rename it by hand",
+            )
         return True
 
     def _helper_notes(self) -> None:

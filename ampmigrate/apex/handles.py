@@ -565,6 +565,23 @@ class Handles:
             "no `amp.scale_loss` in this file: the loss is scaled in another file; create the "
             "GradScaler here and pass it there"
         )
+        handed = next(  # apex's module itself handed on (`{"amp": amp}`, `criterion(amp)`)
+            (
+                n
+                for n in self.nodes
+                if isinstance(n, cst.Name)
+                and APEX in self.qualified(n)
+                and not isinstance(self.parent(n), cst.Attribute | cst.ImportAlias | cst.AsName)
+                and not self._in_import(n)
+            ),
+            None,
+        )
+        if handed is not None:
+            return (
+                f"no `amp.scale_loss` in this file: apex's `{handed.value}` itself is handed on "
+                f"at line {self.line(handed)}, and the code that receives it may scale the loss "
+                "with it, which the rewrite does not follow: migrate the two together by hand"
+            )
         if self.siblings == [] and self.path is not None and os.path.isfile(self.path):
             scaling = self._importers_that_scale(init)
             if scaling:

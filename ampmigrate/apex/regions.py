@@ -513,7 +513,11 @@ class Regions:
             if id(function) not in aliases:
                 aliases[id(function)] = self._model_aliases(function, stored)
             models = stored | aliases[id(function)]
-            if func not in models and not (base in models and attr.startswith("forward")):
+            if (
+                func not in models
+                and not (base in models and (attr.startswith("forward") or attr in _RUNS))
+                and not _submodule_of(node.func, models, self.module)
+            ):
                 continue
             if id(function) in scaling:
                 continue  # a function that scales a loss: _regions checks its forwards
@@ -919,3 +923,20 @@ def _filled(statement: cst.CSTNode) -> set[str]:
 
 def _member(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Subscript | cst.Attribute)
+
+
+# methods of a model that run its forward (`self.model.inference(text)`)
+_RUNS = frozenset({"inference", "infer", "generate", "sample", "predict", "encode", "decode"})
+
+
+def _submodule_of(func: cst.BaseExpression, models: set[str], module: cst.Module) -> bool:
+    """``model.layers["enc"](x)``: a call of a submodule picked by subscript from a model's
+    attribute (its forward runs in the model's precision)."""
+    if not isinstance(func, cst.Subscript):
+        return False
+    root = func.value
+    while isinstance(root, cst.Subscript | cst.Attribute):
+        if _code(module, root) in models:
+            return True
+        root = root.value
+    return False

@@ -66,11 +66,17 @@ class Step:
             return
         group = _group(self.module, optimizer)
         if group is None and not isinstance(optimizer, cst.Name | cst.Attribute):
+            several = isinstance(optimizer, cst.List | cst.Tuple)
             self.problem(
                 call,
                 "`amp.scale_loss` for several optimizers at once that are not all names or "
                 "attributes: after the backward, `scaler.step(o)` for each and one "
-                "`scaler.update()`; place them by hand",
+                "`scaler.update()`; place them by hand"
+                if several
+                else f"`amp.scale_loss` for the optimizer `{_code(self.module, optimizer)}`, "
+                "neither a name nor an attribute (the rewrite follows an optimizer by its "
+                "spelling to its step): bind it to a name first (`opt_g = self.opt['G']`), "
+                "or migrate by hand",
             )
             return
         suite = statement.body if isinstance(statement.body, cst.SimpleStatementSuite) else None
