@@ -5082,3 +5082,16 @@ def test_a_model_method_or_submodule_call_outside_the_regions_is_a_stated_change
         message
     )
     assert "`weights`" not in message
+
+
+def test_a_scale_restored_but_never_saved_is_apex_own_gap_not_a_blocker():
+    """cookietts' GANTTS: `amp.load_state_dict(ckpt["amp"])` on resume, the save's
+    `'amp': amp.state_dict()` commented out. Apex never saved its scale there: the rewrite
+    leaves the GradScaler's out too (AMP208 reports it), where it refused "would get AMP208"."""
+    source = KEY_TEST.replace('        state["AMP"] = amp.state_dict()\n', "")
+    assert source != KEY_TEST
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "restored here (line 24) but never saved" in finding.message
+    assert "AMP208" in {d.code for d in check_source(out)}

@@ -420,6 +420,14 @@ class _Planner(
             )
         if initialize and not calls.get("state_dict") and not calls.get("load_state_dict"):
             self._resume_state(setup, initialize[0])
+        elif initialize and not calls.get("state_dict"):  # restored, never saved (GANTTS)
+            self.scale_gap = True
+            self.plan.notes.append(
+                "apex's loss scale is restored here (line "
+                f"{self.line(calls['load_state_dict'][0])}) but never saved, so no checkpoint "
+                "this code writes holds it: the GradScaler's is not saved either, and the "
+                "scale restarts on resume, as under apex (AMP208 reports this gap on its own)"
+            )
         if initialize and (self.hooked("caller") or (self.link and self.link.kept)):
             pass  # the hook makes its own GradScaler; a kept handle is judged by its store
         elif initialize and role == "caller":
