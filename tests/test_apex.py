@@ -4736,23 +4736,9 @@ def test_an_evaluation_reached_only_from_regions_is_not_said_to_run_in_float32(o
 def test_a_forward_in_a_function_this_file_never_calls_is_said_to_change_only_where_called():
     """SimVODIS's trainer: `do_train_one_step` is called only by a script that never
     initializes amp: the note no longer says it "runs in float32 now" outright."""
-    source = textwrap.dedent("""\
-        import torch
-        from apex import amp
-
-
-        def do_train_one_step(model, x):
-            return model(x)
-
-
-        def train(model, optimizer, loader):
-            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
-            for x in loader:
-                loss = model(x).mean()
-                with amp.scale_loss(loss, optimizer) as scaled_loss:
-                    scaled_loss.backward()
-                optimizer.step()
-        """)
+    source = EVALUATED_IN_LOOP.replace("        evaluate(model, x)\n", "").replace(
+        "def evaluate(", "def do_train_one_step("
+    )
     message = _message(source)
     assert (
         "behaviour change where another module calls it after `amp.initialize`: the model's "
