@@ -5081,3 +5081,29 @@ def test_a_scale_restored_but_never_saved_is_apex_own_gap_not_a_blocker():
     [finding] = [d for d in fixed if d.code == "AMP303"]
     assert "restored here (line 24) but never saved" in finding.message
     assert "AMP208" in {d.code for d in check_source(out)}
+
+
+def test_a_function_that_scales_and_that_nothing_calls_is_said_to_be_unreached(tmp_path):
+    """graph-rcnn.pytorch's leftover maskrcnn-benchmark `do_train`: no file initializes amp,
+    none calls it; the refusal told to pass it "the GradScaler that replaces
+    `amp.initialize`", which would turn a float32 path mixed. A caller on disk keeps that
+    advice."""
+    (tmp_path / "engine.py").write_text(textwrap.dedent("""\
+        from apex import amp
+
+
+        def do_train(model, optimizer, loader):
+            for x in loader:
+                loss = model(x).mean()
+                with amp.scale_loss(loss, optimizer) as scaled:
+                    scaled.backward()
+                optimizer.step()
+        """))
+    path = tmp_path / "engine.py"
+    _, remaining, _ = fix_source(path.read_text(), unsafe=True, path=path)
+    [message] = [d.message for d in remaining if d.code == "AMP303"]
+    assert "no file of the project calls `do_train`" in message
+    (tmp_path / "train.py").write_text("from engine import do_train\n\ndo_train(None, None, [])\n")
+    _, remaining, _ = fix_source(path.read_text(), unsafe=True, path=path)
+    [message] = [d.message for d in remaining if d.code == "AMP303"]
+    assert "no file of the project calls" not in message

@@ -19,6 +19,7 @@ from ampmigrate.apex.verdict import (
     SUPPORTED,
     fp16_optimizer_built,
     initialized_through_parameter,
+    never_called,
     no_rewrite,
     without_initialize,
 )
@@ -631,6 +632,18 @@ class Handles:
         )
         return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
 
+    def _never_called(self, function: cst.CSTNode) -> bool:
+        """A module-level function that nothing in this file nor any file of the project on
+        disk calls (maskrcnn-benchmark's `do_train` left behind by a fork that trains with its
+        own loop): dead code, not a helper waiting for a GradScaler."""
+        if not isinstance(function, cst.FunctionDef) or self.parent(function) is not self.module:
+            return False
+        if self.path is None or not os.path.isfile(self.path):
+            return False
+        if next(iter(self._references(function.name.value)), None) is not None:
+            return False
+        return users_on_disk(self.path, [function.name.value]) == []
+
     def _importers_that_scale(self, init: cst.Call) -> str | None:
         """The project files that import the function holding ``init`` (a set-up helper that
         returns the initialized pair: OVANet's ``get_models``) and call ``amp.scale_loss``:
@@ -993,4 +1006,7 @@ class Handles:
                     and isinstance(self.parent(self.parent(function)), cst.ClassDef)
                     and [p.name.value for p in function.params.params[:1]] == ["self"]
                 )
+                if self._never_called(function):
+                    self.problem(call, never_called(where, member, function.name.value))
+                    continue
                 self.problem(call, without_initialize(where, member, method, through, wrapped))

@@ -18,6 +18,7 @@ body), :func:`verdict` returns None and the planner decides: a slow answer beats
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections.abc import Iterable, Sequence
 
@@ -81,6 +82,17 @@ def initialized_through_parameter(tree: ast.Module) -> str | None:
                     f"its parameter `{func.value.id}`"
                 )
     return None
+
+
+def never_called(where: str, member: str, name: str) -> str:
+    """The blocker for apex amp code in a function no file of the project calls (a fork's
+    leftover ``do_train``): dead code, not a helper waiting for a GradScaler."""
+    return (
+        f"{where} uses `amp.{member}`, and no file of the project calls `{name}` (nor "
+        "initializes amp here): unless code outside the project calls it after "
+        "`amp.initialize`, no run reaches it (one that did would have raised that amp is not "
+        "initialized); delete it, or give it a plain backward, by hand"
+    )
 
 
 def fp16_optimizer_built(tree: ast.AST) -> bool:
@@ -316,8 +328,25 @@ class _Judge:
                     and isinstance(self.names.parent(function), ast.ClassDef)
                     and [a.arg for a in function.args.args[:1]] == ["self"]
                 )
+                if function is not None and self._never_called(function):
+                    self.problem(call, never_called(where, member, function.name))
+                    continue
                 self.problem(call, without_initialize(where, member, method, through, wrapped))
         return refusal(self.problems), anchor
+
+    def _never_called(self, function: ast.AST) -> bool:
+        """A module-level function nothing in this file nor any file of the project on disk
+        calls (see ``never_called``)."""
+        from ampmigrate.apex.links import users_on_disk  # (links reads the planner's verdicts)
+
+        path = self.source.path
+        if function not in self.names.tree.body or not path or not os.path.isfile(path):
+            return False
+        if any(
+            isinstance(n, ast.Name) and n.id == function.name for n in ast.walk(self.names.tree)
+        ):
+            return False
+        return users_on_disk(path, [function.name]) == []
 
     # -- what the planner looks at ---------------------------------------------------------
     def _roots(self) -> set[str]:
