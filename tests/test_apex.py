@@ -5088,7 +5088,8 @@ def test_a_function_that_scales_and_that_nothing_calls_is_said_to_be_unreached(t
     none calls it; the refusal told to pass it "the GradScaler that replaces
     `amp.initialize`", which would turn a float32 path mixed. A caller on disk keeps that
     advice."""
-    (tmp_path / "engine.py").write_text(textwrap.dedent("""\
+    (tmp_path / "engine.py").write_text(
+        textwrap.dedent("""\
         from apex import amp
 
 
@@ -5098,7 +5099,8 @@ def test_a_function_that_scales_and_that_nothing_calls_is_said_to_be_unreached(t
                 with amp.scale_loss(loss, optimizer) as scaled:
                     scaled.backward()
                 optimizer.step()
-        """))
+        """)
+    )
     path = tmp_path / "engine.py"
     _, remaining, _ = fix_source(path.read_text(), unsafe=True, path=path)
     [message] = [d.message for d in remaining if d.code == "AMP303"]
