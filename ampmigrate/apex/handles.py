@@ -21,6 +21,7 @@ from ampmigrate.apex.verdict import (
     initialized_through_parameter,
     never_called,
     no_rewrite,
+    unreached,
     without_initialize,
 )
 
@@ -508,7 +509,7 @@ class Handles:
         """``train``, ``Trainer.__init__`` (a method, with its class), or module-level code."""
         if not isinstance(function, cst.FunctionDef):
             return "module-level code"
-        holder = self.parent(self.parent(function))
+        holder = self._holder(function)
         prefix = f"{holder.name.value}." if isinstance(holder, cst.ClassDef) else ""
         return prefix + function.name.value
 
@@ -572,7 +573,7 @@ class Handles:
                 for n in self.nodes
                 if isinstance(n, cst.Name)
                 and APEX in self.qualified(n)
-                and not isinstance(self.parent(n), cst.Attribute | cst.ImportAlias | cst.AsName)
+                and not isinstance(self.parent(n), cst.Attribute)
                 and not self._in_import(n)
             ),
             None,
@@ -631,18 +632,6 @@ class Handles:
             f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in calls[:3]
         )
         return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
-
-    def _never_called(self, function: cst.CSTNode) -> bool:
-        """A module-level function that nothing in this file nor any file of the project on
-        disk calls (maskrcnn-benchmark's `do_train` left behind by a fork that trains with its
-        own loop): dead code, not a helper waiting for a GradScaler."""
-        if not isinstance(function, cst.FunctionDef) or self.parent(function) is not self.module:
-            return False
-        if self.path is None or not os.path.isfile(self.path):
-            return False
-        if next(iter(self._references(function.name.value)), None) is not None:
-            return False
-        return users_on_disk(self.path, [function.name.value]) == []
 
     def _importers_that_scale(self, init: cst.Call) -> str | None:
         """The project files that import the function holding ``init`` (a set-up helper that
@@ -1006,7 +995,11 @@ class Handles:
                     and isinstance(self.parent(self.parent(function)), cst.ClassDef)
                     and [p.name.value for p in function.params.params[:1]] == ["self"]
                 )
-                if self._never_called(function):
+                if (
+                    isinstance(function, cst.FunctionDef)
+                    and self.parent(function) is self.module
+                    and unreached(tree, function.name.value, self.path)
+                ):
                     self.problem(call, never_called(where, member, function.name.value))
                     continue
                 self.problem(call, without_initialize(where, member, method, through, wrapped))

@@ -500,7 +500,7 @@ class Regions:
         covered: dict[int, bool] = {}  # per function: every call of it runs in a region
         found: dict[str, int] = {}
         elsewhere: set[str] = set()  # functions this file never calls
-        holder = self.parent(self.parent(home)) if isinstance(home, cst.FunctionDef) else None
+        holder = self._holder(home) if isinstance(home, cst.FunctionDef) else None
         holder = holder if isinstance(holder, cst.ClassDef) else None
         stored = self._stored_models(setup)
         aliases: dict[int, set[str]] = {}  # per function: `model = self._state.model`
@@ -606,21 +606,28 @@ class Regions:
         eval_ACC``) whose every call does, or from functions whose every call does."""
         if not isinstance(function, cst.FunctionDef) or depth > 3:
             return False
-        name = function.name.value
-        if self.parent(function) is self.module:
-            refs: list[cst.CSTNode] = list(self._references(name))
-        elif isinstance(self.parent(self.parent(function)), cst.ClassDef):  # `self.penalty(x)`
-            refs = [n for n in self.nodes if isinstance(n, cst.Attribute) and n.attr.value == name]
-        else:
+        refs = self._refs(function)
+        if refs is None:
             return False
         return bool(refs) and all(self._covered_reference(r, depth) for r in refs)
 
     def _called_here(self, function: cst.FunctionDef) -> bool:
         """``function``'s name is read in this file (a call, or handed on)."""
+        refs = self._refs(function)
+        if refs is None:  # (a nested function: read as an attribute, as a method would be)
+            name = function.name.value
+            return any(isinstance(n, cst.Attribute) and n.attr.value == name for n in self.nodes)
+        return bool(refs)
+
+    def _refs(self, function: cst.FunctionDef) -> list[cst.CSTNode] | None:
+        """Where this file reads ``function``'s name: a module-level function's name, a
+        method's attribute (``self.penalty(x)``); None for a function nested in another."""
         name = function.name.value
         if self.parent(function) is self.module:
-            return next(iter(self._references(name)), None) is not None
-        return any(isinstance(n, cst.Attribute) and n.attr.value == name for n in self.nodes)
+            return list(self._references(name))
+        if isinstance(self.parent(self.parent(function)), cst.ClassDef):
+            return [n for n in self.nodes if isinstance(n, cst.Attribute) and n.attr.value == name]
+        return None
 
     def _covered_reference(self, ref: cst.CSTNode, depth: int) -> bool:
         if any(id(a) in self.wrapped for a in self.ancestors(ref)):
@@ -935,7 +942,7 @@ def _submodule_of(func: cst.BaseExpression, models: set[str], module: cst.Module
     if not isinstance(func, cst.Subscript):
         return False
     root = func.value
-    while isinstance(root, cst.Subscript | cst.Attribute):
+    while _member(root):
         if _code(module, root) in models:
             return True
         root = root.value

@@ -95,6 +95,18 @@ def never_called(where: str, member: str, name: str) -> str:
     )
 
 
+def unreached(tree: ast.Module, name: str, path: str | None) -> bool:
+    """The module-level function ``name`` of the file ``path`` (parsed: ``tree``) is read
+    nowhere in it, nor used by any file of its project on disk (see ``never_called``)."""
+    from ampmigrate.apex.links import users_on_disk  # (links reads the planner's verdicts)
+
+    if not path or not os.path.isfile(path):
+        return False
+    if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(tree)):
+        return False
+    return users_on_disk(path, [name]) == []
+
+
 def fp16_optimizer_built(tree: ast.AST) -> bool:
     """The file wraps an optimizer in apex.fp16_utils' ``FP16_Optimizer`` (whose
     ``param_groups`` are its fp32 master copies: what ``amp.master_params`` walks there)."""
@@ -328,25 +340,12 @@ class _Judge:
                     and isinstance(self.names.parent(function), ast.ClassDef)
                     and [a.arg for a in function.args.args[:1]] == ["self"]
                 )
-                if function is not None and self._never_called(function):
+                tree, path = self.names.tree, self.source.path
+                if function in tree.body and unreached(tree, function.name, path):
                     self.problem(call, never_called(where, member, function.name))
                     continue
                 self.problem(call, without_initialize(where, member, method, through, wrapped))
         return refusal(self.problems), anchor
-
-    def _never_called(self, function: ast.AST) -> bool:
-        """A module-level function nothing in this file nor any file of the project on disk
-        calls (see ``never_called``)."""
-        from ampmigrate.apex.links import users_on_disk  # (links reads the planner's verdicts)
-
-        path = self.source.path
-        if function not in self.names.tree.body or not path or not os.path.isfile(path):
-            return False
-        if any(
-            isinstance(n, ast.Name) and n.id == function.name for n in ast.walk(self.names.tree)
-        ):
-            return False
-        return users_on_disk(path, [function.name]) == []
 
     # -- what the planner looks at ---------------------------------------------------------
     def _roots(self) -> set[str]:
