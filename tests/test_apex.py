@@ -4820,20 +4820,10 @@ def test_an_unused_apex_import_without_counterpart_is_deleted_and_said_to_be_unu
     """YOLOv2's `from apex.multi_tensor_apply import multi_tensor_applier`, never read: the
     blocker said "replace it first"; it is unused, so AMP315 deletes it (safely) and the same
     `fix` run rewrites the rest."""
-    source = textwrap.dedent("""\
-        import torch
-        from apex import amp
-        from apex.multi_tensor_apply import multi_tensor_applier
-
-
-        def train(model, optimizer, loader):
-            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
-            for x in loader:
-                loss = model(x).mean()
-                with amp.scale_loss(loss, optimizer) as scaled_loss:
-                    scaled_loss.backward()
-                optimizer.step()
-        """)
+    source = HELPER_STEPPED_BY_CALLER.replace(
+        "from apex import amp\n",
+        "from apex import amp\nfrom apex.multi_tensor_apply import multi_tensor_applier\n",
+    )
     assert "needs apex, and nothing in this file reads it: delete it" in _message(source)
     [unused] = [d for d in check_source(source) if d.code == "AMP315"]
     assert unused.fix == "safe" and "imported but unused" in unused.message
