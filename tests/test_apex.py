@@ -84,6 +84,7 @@ REWRITTEN = [
     "two_optional_losses",
     "loss_dict",
     "distiller_optimize",
+    "models_in_dicts",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -1477,6 +1478,7 @@ CASES = {
     "nan_skip_clip": [[], ["--amp"]],
     "loss_dict": [[], ["--amp"]],
     "distiller_optimize": [[], ["--fp16"]],
+    "models_in_dicts": [[], ["--fp16"]],
     "two_optional_losses": [
         ["--doc", "--wiki"],
         ["--amp"],
@@ -1550,7 +1552,9 @@ def _models(tree: ast.AST) -> set[str]:
     for node in ast.walk(tree):
         value = node.value if isinstance(node, ast.Assign | ast.Return) else None
         if isinstance(value, ast.Call) and ast.unparse(value.func).endswith("amp.initialize"):
-            given = node.value.args[0]
+            given = (
+                next((k.value for k in value.keywords if k.arg == "models"), None) or value.args[0]
+            )
             # `return amp.initialize(model, ...)`: the caller binds what it is given
             target = node.targets[0] if isinstance(node, ast.Assign) else given
             first = target.elts[0] if isinstance(target, ast.Tuple) else target
@@ -5010,17 +5014,27 @@ def test_a_test_of_the_checkpoint_key_through_keys_is_renamed_with_the_load():
     )
 
 
-def test_an_optimizer_read_by_subscript_is_not_called_several_optimizers():
-    """`with amp.scale_loss(loss, self.opt["G"])` (HiFiSinger-style dicts of optimizers): the
-    refusal said "several optimizers at once"; it is one, read by subscript."""
+def test_an_optimizer_read_by_a_constant_key_is_followed_by_its_spelling():
+    """`with amp.scale_loss(loss, self.opt["G"])` (HiFiSinger-style dicts of optimizers): a
+    constant key names one object wherever it is spelled the same, as an attribute does, so
+    its step becomes `scaler.step`; a computed key may name another and is refused."""
     source = KEY_TEST.replace("self.optimizer", 'self.opt["G"]').replace(
         'self.model, self.opt["G"] = amp.initialize(model, optimizer, opt_level="O1")',
         'self.opt = {"G": optimizer}\n        self.model, self.opt["G"] = amp.initialize('
         'model, optimizer, opt_level="O1")',
     )
-    message = _message(source)
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert 'self.scaler.step(self.opt["G"])' in out and "apex" not in out
+    computed = source.replace(
+        'amp.scale_loss(loss, self.opt["G"])', "amp.scale_loss(loss, self.opt[k])"
+    )
+    computed = computed.replace("def step(self, x):", 'def step(self, x, k="G"):')
+    message = _message(computed)
     assert "several optimizers" not in message
-    assert '`amp.scale_loss` for the optimizer `self.opt["G"]`, neither a name nor' in message
+    assert (
+        "`amp.scale_loss` for the optimizer `self.opt[k]`, neither a name, an attribute" in message
+    )
 
 
 def test_apex_handed_on_as_a_value_is_not_said_to_only_cast():

@@ -144,15 +144,30 @@ def _argument(call: cst.Call, keyword: str, index: int) -> cst.BaseExpression | 
     return positional[index] if len(positional) > index else None
 
 
+def is_path(node: cst.CSTNode | None) -> bool:
+    """A name, or attributes and literal-key subscripts of one (``self.opt["G"]``): an
+    expression that denotes the same object wherever it is spelled the same, so the rewrite
+    can follow a model or optimizer by its spelling (a computed key can name another)."""
+    while isinstance(node, cst.Attribute | cst.Subscript):
+        if isinstance(node, cst.Subscript):
+            if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+                return False
+            key = node.slice[0].slice.value
+            if not isinstance(key, cst.SimpleString | cst.Integer):
+                return False
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
 def _optimizers(node: cst.BaseExpression | None) -> list[cst.BaseExpression]:
     """The optimizers ``initialize`` is given: a name, or a list/tuple of names (apex kept one
     loss scale for all of them, updated after each ``scale_loss``, as ``scaler.update()``
     after each ``scaler.step`` does)."""
-    if isinstance(node, cst.Name | cst.Attribute):
+    if is_path(node):
         return [node]
     if isinstance(node, cst.List | cst.Tuple) and node.elements:
         values = [e.value for e in node.elements]
-        if all(isinstance(v, cst.Name | cst.Attribute) for v in values):
+        if all(is_path(v) for v in values):
             return values
     return []
 

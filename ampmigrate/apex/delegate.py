@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code
+from ampmigrate.apex.common import _code, is_path
 
 
 class Delegate:
@@ -113,7 +113,7 @@ class Delegate:
         }
         rebound = head in self.facts(helper.body).assigned
         value = None if rebound else given.get(head)
-        if not isinstance(value, cst.Name | cst.Attribute):
+        if not is_path(value):
             return None
         return _code(self.module, value) + dot + rest
 

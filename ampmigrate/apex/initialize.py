@@ -18,6 +18,7 @@ from ampmigrate.apex.common import (
     _Setup,
     _statements,
     initialize_arguments,
+    is_path,
     without_optimizer,
 )
 from ampmigrate.apex.links import calls_keep_default
@@ -192,16 +193,15 @@ class Initialize:
         listed = (
             [e.value for e in models.elements] if isinstance(models, cst.List | cst.Tuple) else None
         )
-        if listed is not None and (
-            not listed or not all(isinstance(m, cst.Name | cst.Attribute) for m in listed)
-        ):
+        if listed is not None and (not listed or not all(is_path(m) for m in listed)):
             self.problem(
                 init,
-                "a list of models in `amp.initialize` that are not all names or attributes: "
+                "a list of models in `amp.initialize` that are not all names, attributes or "
+                'constant-key subscripts (`self.models["G"]`): '
                 "bind each to a name first",
             )
             return None
-        if not isinstance(models, cst.Name | cst.Attribute) and not assigned and listed is None:
+        if not is_path(models) and not assigned and listed is None:
             self.problem(
                 init,
                 f"`amp.initialize` is given the model `{_code(self.module, models)}` and its "
@@ -232,7 +232,7 @@ class Initialize:
                 'forward under `torch.amp.autocast("cuda", dtype=torch.float16)` by hand'
                 if empty
                 else f"the optimizer `{_code(self.module, optimizer)}` of `amp.initialize` is "
-                "not a name or an attribute: bind it to a name first",
+                "not a name, an attribute or a constant-key subscript: bind it to a name first",
             )
             return None
         inner, statement = statement, loop or statement  # the loop is placed as one statement

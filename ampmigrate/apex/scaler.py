@@ -108,8 +108,9 @@ class Scaler:
             _code(self.module, models),
         ):
             return []
-        single = "," not in targets
-        source = _code(self.module, models) if single else values
+        # `wrapped = amp.initialize([g, d], [og, od])` binds the pair: `wrapped[1]` is the list
+        # of optimizers; only without optimizers is the result the models alone
+        source = _code(self.module, models) if optimizer is None else values
         target = small.targets[0].target
         if (
             isinstance(target, cst.Tuple)

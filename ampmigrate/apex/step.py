@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 import libcst as cst
 
 from ampmigrate.apex.clip import _HOLDS_GRADIENTS
-from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _Setup, _statements
+from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _Setup, _statements, is_path
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.apex.wrappers import wrapper_step
 
@@ -61,21 +61,21 @@ class Step:
                 "`amp.scale_loss` of an expression that calls something (it may run a forward, "
                 "which autocast must cover): assign the loss to a name first (`loss = ...`)",
             )
-            if isinstance(optimizer, cst.Name | cst.Attribute) and access is not None:
+            if is_path(optimizer) and access is not None:
                 self._steps(_code(self.module, optimizer), access, function, call)  # all blockers
             return
         group = _group(self.module, optimizer)
-        if group is None and not isinstance(optimizer, cst.Name | cst.Attribute):
+        if group is None and not is_path(optimizer):
             several = isinstance(optimizer, cst.List | cst.Tuple)
             self.problem(
                 call,
-                "`amp.scale_loss` for several optimizers at once that are not all names or "
-                "attributes: after the backward, `scaler.step(o)` for each and one "
-                "`scaler.update()`; place them by hand"
+                "`amp.scale_loss` for several optimizers at once that are not all names, "
+                "attributes or constant-key subscripts: after the backward, `scaler.step(o)` "
+                "for each and one `scaler.update()`; place them by hand"
                 if several
                 else f"`amp.scale_loss` for the optimizer `{_code(self.module, optimizer)}`, "
-                "neither a name nor an attribute (the rewrite follows an optimizer by its "
-                "spelling to its step): bind it to a name first (`opt_g = self.opt['G']`), "
+                "neither a name, an attribute nor a constant-key subscript (the rewrite follows "
+                "an optimizer by its spelling to its step): bind it to a name first, "
                 "or migrate by hand",
             )
             return
@@ -264,7 +264,7 @@ class Step:
             )
             if initialized:
                 continue
-            plain = isinstance(value, cst.Name | cst.Attribute)
+            plain = is_path(value)
             if targets == [opt] and plain:
                 found.add(_code(self.module, value))
             elif opt in targets or found & set(targets):
@@ -875,7 +875,7 @@ def _group(module: cst.Module, optimizer: cst.CSTNode | None) -> list[str] | Non
     if any(isinstance(e, cst.StarredElement) for e in optimizer.elements):
         return None
     values = [e.value for e in optimizer.elements]
-    if not all(isinstance(v, cst.Name | cst.Attribute) for v in values):
+    if not all(is_path(v) for v in values):
         return None
     texts = [_code(module, v) for v in values]
     return texts if len(set(texts)) == len(texts) else None

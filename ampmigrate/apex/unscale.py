@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _statements
+from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _statements, is_path
 from ampmigrate.apex.links import module_function
 from ampmigrate.apex.verdict import APEX
 
@@ -79,7 +79,7 @@ class Unscale:
         found: dict[cst.CSTNode, str] = {}
         for call in calls.get("scale_loss", []):
             optimizer = _argument(call, "optimizers", 1)
-            if not isinstance(optimizer, cst.Name | cst.Attribute):
+            if not is_path(optimizer):
                 continue
             opt, scaled, function = (
                 _code(self.module, optimizer),
