@@ -621,6 +621,43 @@ def test_amp_called_where_nothing_binds_it_is_reported():
     assert not [d for d in check_source(starred) if d.code == "AMP303"]
 
 
+def test_apex_handed_in_as_a_parameter_is_reported_where_it_is_used():
+    """HiFiGAN_Denoiser's loss module (`forward(..., amp, optimizer)`: `with amp.scale_loss`)
+    and tacotron2_ssvae's (`amp, ... = criterion_dict.values()`) call apex amp on a value their
+    caller hands in; they had no finding. A name without "amp" in it, or one bound otherwise,
+    is not claimed."""
+    source = textwrap.dedent("""\
+        import torch
+
+
+        class GANLoss(torch.nn.Module):
+            def forward(self, loss, amp, optimizer):
+                if amp is not None:
+                    with amp.scale_loss(loss, optimizer) as scaled:
+                        scaled.backward()
+                optimizer.step()
+
+
+        def dict_loss(loss, handles):
+            amp, optimizer = handles.values()
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+            optimizer.step()
+        """)
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None and finding.line == 7
+    assert (
+        "line 7: `amp.scale_loss` calls apex amp's `scale_loss` through `amp`, a parameter "
+        "of `forward`: it holds apex's module only where a caller hands it in" in finding.message
+    )
+    assert (
+        "line 14: `amp.scale_loss` calls apex amp's `scale_loss` through `amp`, bound at "
+        "line 13 from `handles.values()`" in finding.message
+    )
+    other = source.replace("amp", "scaler_like").replace("handles.values()", "make()")
+    assert not [d for d in check_source(other) if d.code == "AMP303"]
+
+
 HANDED = """
 import torch
 from apex import amp

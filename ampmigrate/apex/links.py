@@ -163,6 +163,27 @@ _AMP = APEX.rstrip(".")  # the module itself
 _MEMBERS = {"scale_loss", "master_params", "state_dict", "load_state_dict", "initialize"}
 
 
+def _handed_in(holder: ast.Name, names: Names) -> str | None:
+    """How ``holder`` got its value when a caller hands it in: a parameter, or a name bound
+    from a parameter's contents (``amp, opt = handles.values()``); None otherwise."""
+    bindings = names.bindings(holder)
+    if len(bindings) != 1:
+        return None
+    node, where = bindings[0].node, names.scope(holder)
+    name = getattr(where, "name", None)
+    if isinstance(node, ast.arg):
+        return f"a parameter of `{name}`"
+    statement = names.parent(node)
+    while statement is not None and not isinstance(statement, ast.stmt):
+        statement = names.parent(statement)
+    params = {a.arg for a in ast.walk(where.args) if isinstance(a, ast.arg)} if name else set()
+    if isinstance(statement, ast.Assign) and any(
+        isinstance(n, ast.Name) and n.id in params for n in ast.walk(statement.value)
+    ):
+        return f"bound at line {statement.lineno} from `{ast.unparse(statement.value)}`"
+    return None
+
+
 def stray_calls(
     tree: ast.Module, names: Names, path: str | None = None
 ) -> list[tuple[ast.AST, str]]:
@@ -290,6 +311,21 @@ def stray_calls(
                 "one that keeps it (a GradScaler kept there instead, "
                 f"`{ast.unparse(holder.value)}.scaler`), by hand"
             )))  # fmt: skip
+        elif (
+            not roots
+            and node.func.attr in ("scale_loss", "master_params")
+            and isinstance(holder, ast.Name)
+            and "amp" in holder.id.lower()
+            and (given := _handed_in(holder, names))
+        ):
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` calls apex amp's `{node.func.attr}` through "
+                f"`{holder.id}`, {given}: it holds apex's module only where a caller hands it "
+                "in (apex is not imported here), which the rewrite does not follow; migrate "
+                "this code with the caller that hands it (a GradScaler handed in instead: "
+                "`scaler.scale(loss).backward()`, `scaler.step(optimizer)` + "
+                "`scaler.update()`), by hand"
+            )))  # fmt: skip
     private = {
         name: stmt
         for name, stmt in roots.items()
@@ -306,7 +342,7 @@ def stray_calls(
                 "(a GradScaler's `get_scale()`/`state_dict()` hold its loss scale): migrate "
                 "this use by hand"
             )))  # fmt: skip
-    return found
+    return sorted(found, key=lambda f: (f[0].lineno, f[0].col_offset))  # (walked breadth-first)
 
 
 def _bound_calls(holder: ast.Name, names: Names) -> Iterator[ast.Call]:
