@@ -621,6 +621,28 @@ def test_amp_called_where_nothing_binds_it_is_reported():
     assert not [d for d in check_source(starred) if d.code == "AMP303"]
 
 
+def test_an_empty_optimizer_list_is_inference():
+    """`model, _ = amp.initialize(model, [], opt_level="O3")` (a TensorRT test script's shape,
+    at O1): apex returns `[]` beside the model, nothing is scaled. Rewritten as inference, as
+    without the `[]`; where the `[]` it binds is read later, refused (its name would be unbound)."""
+    before = (APEX / "inference_only.py").read_text()
+    source = before.replace(
+        'model = amp.initialize(model, opt_level="O1")',
+        'model, _ = amp.initialize(model, [], opt_level="O1")',
+    )
+    assert source != before
+    out, _, fixed = fix_source(source, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert finding.message.startswith("apex O1 for inference (no optimizer) can be rewritten")
+    assert out == (APEX / "inference_only.fixed.py").read_text()
+    read = source.replace("model, _ = amp", "model, opts = amp").replace(
+        "    model.eval()", "    print(opts)\n    model.eval()"
+    )
+    message = _message(read)
+    assert "binds `model, opts`, whose optimizers are read later" in message
+    assert "bind it to a name first" not in message  # (WaveGlow's inference: `[]` is none)
+
+
 def test_apex_handed_in_as_a_parameter_is_reported_where_it_is_used():
     """HiFiGAN_Denoiser's loss module (`forward(..., amp, optimizer)`: `with amp.scale_loss`)
     and tacotron2_ssvae's (`amp, ... = criterion_dict.values()`) call apex amp on a value their
@@ -4963,24 +4985,6 @@ def test_master_params_of_an_fp16_optimizer_is_not_called_an_o1_file_missing_ini
         in (message)
     )
     assert "the GradScaler that replaces `amp.initialize`" not in message
-
-
-def test_an_empty_optimizer_list_is_inference_not_an_optimizer_to_bind():
-    """`model, _ = amp.initialize(model, [], opt_level="O3")` (WaveGlow inference): "bind it
-    to a name first" was wrong advice: `[]` is no optimizer."""
-    source = textwrap.dedent("""\
-        import torch
-        from apex import amp
-
-
-        def main(model, x):
-            model, _ = amp.initialize(model, [], opt_level="O1")
-            with torch.no_grad():
-                return model(x)
-        """)
-    message = _message(source)
-    assert "`amp.initialize` is given `[]` for its optimizers, none: inference only" in message
-    assert "bind it to a name first" not in message
 
 
 def test_an_edit_of_apex_cast_lists_says_what_autocast_cannot_follow():

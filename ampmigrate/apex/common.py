@@ -130,9 +130,14 @@ def initialize_arguments(init: cst.Call) -> tuple[dict[str, cst.BaseExpression],
 
 
 def without_optimizer(args: dict[str, cst.BaseExpression]) -> bool:
-    """``initialize_arguments``' result gives no optimizer (absent, or ``None``): inference."""
+    """``initialize_arguments``' result gives no optimizer (absent, ``None``, or ``[]``, with
+    which apex returns ``[]`` beside the model): inference."""
     optimizer = args.get("optimizers")
-    return optimizer is None or (isinstance(optimizer, cst.Name) and optimizer.value == "None")
+    return (
+        optimizer is None
+        or (isinstance(optimizer, cst.Name) and optimizer.value == "None")
+        or (isinstance(optimizer, cst.List | cst.Tuple) and not optimizer.elements)
+    )
 
 
 def _argument(call: cst.Call, keyword: str, index: int) -> cst.BaseExpression | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ampmigrate.apex.common import _argument, initialize_arguments
+from ampmigrate.apex.common import _argument, initialize_arguments, without_optimizer
 from ampmigrate.apex.initialize import _main_guard
 from ampmigrate.apex.links import users_on_disk
 from ampmigrate.apex.regions import _QUIET_METHODS, _WRAPS
@@ -84,7 +84,7 @@ class InferenceOnly:
         given = args.get("optimizers")
         alone = (
             "without an optimizer (inference only)"
-            if given is None or (isinstance(given, cst.Name) and given.value == "None")
+            if without_optimizer(args)
             else f"whose optimizer `{code(given)}` no loss is scaled with (it only casts)"
         )
         if isinstance(level, cst.SimpleString) or level is None or self.declared is None:
@@ -132,6 +132,21 @@ class InferenceOnly:
                          'model, opt_level="O1")`: migrate it by hand')  # fmt: skip
             return
         name = models.value
+        target = small.targets[0].target if isinstance(small, cst.Assign) else None
+        if isinstance(target, cst.Tuple | cst.List):
+            second = [e.value for e in target.elements][1:]
+            kept = optimizer is not None and [code(optimizer)] == [code(v) for v in second]
+            scope = self.scopes.get(statement)
+            unread = (  # `model, _ = amp.initialize(model, [])`: nothing reads the `[]`
+                len(second) == 1
+                and isinstance(second[0], cst.Name)
+                and scope is not None
+                and not scope.accesses[second[0].value]
+            )
+            if not kept and not unread:
+                self.problem(init, f"`amp.initialize` for inference binds `{code(target)}`, "
+                             "whose optimizers are read later: migrate it by hand")  # fmt: skip
+                return
         holder = self.parent(self.parent(statement))
         condition = None
         top = statement
@@ -150,7 +165,7 @@ class InferenceOnly:
                 return
             condition = code(holder.test)
             top = holder
-        if optimizer is not None:
+        if optimizer is not None and not without_optimizer(args):
             self.plan.notes.append(
                 f"`{code(optimizer)}` is never given to `amp.scale_loss` (nor to any code that "
                 "could call it): apex only cast the forward passes, so no GradScaler is needed"
@@ -236,7 +251,7 @@ class InferenceOnly:
         self.plan.summary = (
             (
                 "apex O1 for inference (no optimizer) can be rewritten to torch.amp: "
-                if optimizer is None
+                if without_optimizer(args)
                 else "apex O1 that only casts (no loss is scaled) can be rewritten to torch.amp: "
             )
             + "`amp.initialize` goes, and the statements that use the model run under "

@@ -223,15 +223,9 @@ class Initialize:
             return None
         loop = self._pairs_loop(statement, small, models, optimizer)
         if not _optimizers(optimizer) and loop is None:
-            empty = isinstance(optimizer, cst.List | cst.Tuple) and not optimizer.elements
             self.problem(
                 init,
-                f"`amp.initialize` is given `{_code(self.module, optimizer)}` for its optimizers, "
-                "none: inference only (apex returns the empty list with the model); write it "
-                "`model = amp.initialize(model, opt_level=...)` and run again, or run the "
-                'forward under `torch.amp.autocast("cuda", dtype=torch.float16)` by hand'
-                if empty
-                else f"the optimizer `{_code(self.module, optimizer)}` of `amp.initialize` is "
+                f"the optimizer `{_code(self.module, optimizer)}` of `amp.initialize` is "
                 "not a name, an attribute or a constant-key subscript: bind it to a name first",
             )
             return None
