@@ -235,6 +235,42 @@ def test_an_unused_apex_module_import_goes():
     assert grades == {"apex.optimizers": "unsafe", "apex.parallel": "safe"}
 
 
+def test_a_function_local_apex_import_beside_a_torch_one_goes_with_its_use():
+    """DeeBERT's distiller: `if fp16: from apex.parallel import DistributedDataParallel` and
+    `else: from torch.nn.parallel import DistributedDataParallel` in one method. The else
+    arm's read of the name made the apex import look used (by scope), so it stayed after its
+    own call was rewritten, and `check` passed a file that still needs apex."""
+    source = """
+    import torch
+
+
+    def wrap(model, fp16):
+        if fp16:
+            from apex.parallel import DistributedDataParallel
+
+            print("apex DDP")
+            model = DistributedDataParallel(model)
+        else:
+            from torch.nn.parallel import DistributedDataParallel
+
+            model = DistributedDataParallel(model, device_ids=[0])
+        return model
+    """
+    out, remaining, fixed = _fix(source)
+    assert "apex" not in out.replace('"apex DDP"', "") and not remaining
+    assert "    if fp16:\n        print(" in out  # (the blank line after it went with it)
+    assert {d.code for d in fixed} == {"AMP313"} and len(fixed) == 2
+    again, _, refixed = _fix(out)
+    assert again == out and not refixed
+    compile(out, "wrap", "exec")
+    # a read its own arm does not rebind first may be the apex class: the import stays
+    kept = source.replace(
+        "            from torch.nn.parallel import DistributedDataParallel\n\n", ""
+    )
+    out, _, _ = _fix(kept)
+    assert "from apex.parallel import DistributedDataParallel" in out
+
+
 def test_the_two_module_apex_project_ends_apex_free_with_every_rule(tmp_path):
     """fixtures/apex/two_modules with AMP303 and this family together: no apex import is left,
     every file compiles, a second run changes nothing."""

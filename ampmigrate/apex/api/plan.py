@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -72,6 +73,28 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     return any((dotted(k) or "").rsplit(".", 1)[-1] in _IMPORT_ERRORS for k in kinds)
 
 
+def _rebound_first(names: Names, stmt: ast.stmt, load: ast.Name) -> bool:
+    """``load`` cannot read what ``stmt`` binds: it sits in another arm of an ``if``/``try``
+    than ``stmt``, after a statement of its own arm that binds the name again (an
+    ``if fp16: from apex.parallel import DDP ... else: from torch.nn.parallel import DDP``
+    pair, in one function: a scope-wide reading calls the apex import used)."""
+    if not names.exclusive(stmt, load):
+        return False
+    shared = {id(a) for a in names.ancestors(stmt)}
+    child: ast.AST = load
+    for above in names.ancestors(load):
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(above, field, None)
+            if isinstance(block, list) and child in block:
+                earlier = block[: block.index(child)]
+                if any(load.id in _bound_names([s]) for s in earlier):
+                    return True
+        if id(above) in shared:  # the arms meet: nothing of the load's own arm rebinds it
+            return False
+        child = above
+    return False
+
+
 def unused_import(
     names: Names,
     stmt: ast.Import | ast.ImportFrom,
@@ -79,14 +102,43 @@ def unused_import(
     full: str,
     code: str,
     path: str,
+    source: Source | None = None,
 ) -> Finding | None:
     """The finding for ``from <module> import <alias>`` or ``import <alias>`` (the apex name
     ``full``) when nothing reads it (None otherwise): deleting it is safe, as Ruff's F401 fix;
     inside a ``try`` that catches its ImportError it is an availability probe, and in a
-    package's ``__init__`` it may be re-exported: deleting it is unsafe there."""
+    package's ``__init__`` it may be re-exported: deleting it is unsafe there. Where the
+    name is read only after another arm binds it again (``_rebound_first``), the import
+    manager, which judges a name by scope, would keep it: the statement itself is deleted
+    (given ``source``; it must hold that one name and share its block)."""
     bound = alias.asname or alias.name
-    if any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) for n in names.spelled(bound)):
+    loads = [
+        n for n in names.spelled(bound) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    ]
+    if any(not _rebound_first(names, stmt, n) for n in loads):
         return None
+    edits: tuple[Edit, ...] = ()
+    if loads:
+        block = next(
+            (
+                b
+                for a in names.ancestors(stmt)
+                for b in (getattr(a, f, None) for f in ("body", "orelse", "finalbody"))
+                if isinstance(b, list) and stmt in b
+            ),
+            [],
+        )
+        if source is None or len(stmt.names) != 1 or len(block) < 2:
+            return None
+        start, stop = source.span(stmt)
+        line = source.line_start(stmt.lineno)
+        after = re.compile(r"[ \t]*(#[^\r\n]*)?(\r\n|\r|\n|$)").match(source.text, stop)
+        if source.text[line:start].strip() or after is None:
+            return None  # another statement on its lines (`;`)
+        end = after.end()
+        if block[0] is stmt:  # the blank lines after a block's first statement go with it
+            end = re.compile(r"([ \t]*(\r\n|\r|\n))*").match(source.text, end).end()
+        edits = (Edit(line, end, ""),)
     package = os.path.basename(path) == "__init__.py"
     if not any(isinstance(a, _SCOPES) for a in names.ancestors(stmt)):
         users = users_on_disk(path, [bound])
@@ -106,7 +158,10 @@ def unused_import(
         message += " (a package's `__init__` may re-export it)"
     fix = Fix(
         "unsafe" if guarded or package else "safe",
-        remove_imports=(
+        edits=edits,
+        remove_imports=()
+        if edits
+        else (
             ImportEdit(stmt.module or "", alias.name, alias.asname)
             if isinstance(stmt, ast.ImportFrom)
             else ImportEdit(alias.name, None, alias.asname),
@@ -521,7 +576,9 @@ class _Planner:
                 continue
             if self._consumed and any(self._inside(stmt, c) for c in self._consumed):
                 continue
-            found = unused_import(self.names, stmt, alias, full, code, self.source.path)
+            found = unused_import(
+                self.names, stmt, alias, full, code, self.source.path, self.source
+            )
             if found is not None:
                 self.findings.append(found)
 
