@@ -774,6 +774,17 @@ def _insert_unscale(flow: Flow, clip: Event, backward: Event) -> tuple[Fix | Non
     if len(optimizers) != 1:
         return None, ""
     optimizer = optimizers.pop()
+    only = [b for b in backward.branches if b not in clip.branches]
+    if only:  # (SwinBERT: `if method == "fairscale": scaler.scale(loss).backward()` beside
+        # an apex and a deepspeed arm, one clip after them all)
+        test, side = only[-1]
+        arm = f"`if {test}:`" if side == "body" else f"the `else:` of `if {test}:`"
+        return None, (
+            f" (no fix: the scaled backward at line {backward.node.lineno} runs only in {arm}, "
+            "the clip on every path: an unscale_ on the others would run where nothing was "
+            "scaled (a GradScaler that is on raises there); unscale_ under the same test, by "
+            "hand)"
+        )
     unscale = replace(clip, kind="unscale", receiver=backward.receiver, arg=optimizer)
     condition = _update_only_if(flow, unscale)
     if condition or _update_missing(flow, unscale) == "loop":

@@ -206,6 +206,43 @@ def test_amp203_gives_no_fix_that_amp204_would_flag():
         run(SETUP + ACCUMULATE)
 
 
+def test_amp203_gives_no_fix_for_a_clip_shared_by_arms_only_one_of_which_scaled():
+    """SwinBERT: `if method == "fairscale": scaler.scale(loss).backward()` beside other arms,
+    one clip after them all. An `unscale_` inserted before the clip ran on every arm; on the
+    others nothing was scaled and GradScaler raises, so the default path died at its first
+    step. The finding stays (the fairscale arm clips scaled gradients); the fix does not."""
+    source = """\
+import torch
+
+
+def train(method, model, optimizer, batch, scaler):
+    loss = model(batch).sum()
+    if method == "fairscale":
+        scaler.scale(loss).backward()
+    else:
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if method == "fairscale":
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+"""
+    [found] = [d for d in check_source(source) if d.code == "AMP203"]
+    assert found.fix is None
+    assert 'runs only in `if method == "fairscale":`, the clip on every path' in found.message
+    assert fix_source(source, unsafe=True)[0] == source
+    torch = pytest.importorskip("torch")
+    namespace: dict = {}
+    exec(compile(source, "swin", "exec"), namespace)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    namespace["train"]("apex", model, optimizer, torch.randn(3, 2), scaler)  # runs as it is
+    with pytest.raises(AssertionError, match="_scale is None"):
+        scaler.unscale_(optimizer)  # what the inserted line did on that arm
+
+
 APEX_ACCUMULATION = """\
 import torch
 from apex import amp
