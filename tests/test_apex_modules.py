@@ -942,6 +942,52 @@ def test_a_library_whose_apex_path_the_script_cannot_reach_does_not_tie_it(
     assert any(d.code == "AMP303" for d in library.diagnostics)
 
 
+_VENDORED = {
+    "pkg/__init__.py": "",
+    "pkg/utils/__init__.py": "from .cuda import ApexScaler, NativeScaler\nfrom .misc import "
+    'accuracy\n\n__all__ = ["ApexScaler", "NativeScaler", "accuracy"]\n',
+    "pkg/utils/misc.py": "def accuracy(out):\n    return out.mean()\n",
+    "pkg/utils/cuda.py": (
+        "try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n\n\n"
+        "class ApexScaler:\n"
+        "    def __call__(self, loss, optimizer):\n"
+        "        with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "            scaled_loss.backward()\n"
+        "        optimizer.step()\n\n\n"
+        "class NativeScaler:\n    pass\n"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("imports", "uses", "tied"),
+    [
+        ("from pkg import utils", "print(utils.accuracy(loss))", False),
+        ("from pkg.utils import accuracy", "print(accuracy(loss))", False),
+        ("from pkg import utils", "print(utils.ApexScaler)", True),
+        ("from pkg.utils import ApexScaler", "print(ApexScaler)", True),
+        ("from pkg import utils", 'print(getattr(utils, "Apex" + "Scaler"))', True),
+    ],
+)  # fmt: skip
+def test_a_class_a_package_only_re_exports_does_not_tie_the_script(tmp_path, imports, uses, tied):
+    """SwinBERT vendors timm, whose `utils/__init__.py` re-exports `ApexScaler` (it scales
+    with apex amp) beside helpers the script uses: the script was refused as 'relying on the
+    amp state' of a class nothing takes. A name a package only re-exports is used only where a
+    module takes it from the package (or may compute it)."""
+    root = tmp_path / "project"
+    script = _SCRIPT.format(imports=imports, uses=uses)
+    for name, text in {**_VENDORED, "train.py": script}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    [result] = run([root / "train.py"], _settings(fix=True))
+    [finding] = [d for d in [*result.fixed, *result.diagnostics] if d.code == "AMP303"]
+    sibling = "pkg/utils/cuda.py (imported by "
+    if tied:
+        assert not result.changed and sibling in finding.message
+    else:
+        assert result.changed and sibling not in finding.message, finding.message
+
+
 _TRAINER = (
     "{imports}\n\n\n"
     "def train(model, optimizer, x, fp16):\n"
@@ -1001,11 +1047,15 @@ def test_apex_amp_taken_from_another_module_is_reported_where_it_is_called(
 
 
 @pytest.mark.parametrize(
-    ("imports", "tied"),
-    [("from model.heads import ForITM", False), ("from model.heads import ForAdversarial", True)],
+    ("imports", "uses", "tied"),
+    [
+        ("from model.heads import ForITM", "head = ForITM()", False),
+        ("from model.heads import ForAdversarial", "head = ForAdversarial()", True),
+        ("from model.heads import ForAdversarial", "", False),  # imported, never used
+    ],
 )
 def test_a_model_module_whose_apex_amp_only_an_unused_class_calls_does_not_tie(
-    tmp_path, imports, tied
+    tmp_path, imports, uses, tied
 ):
     """UNITER's `model/vqa.py` imports apex's amp (and FusedLayerNorm) at module level; only
     `VillaForVisualQuestionAnswering.forward_adv` scales a loss through it. A script that
@@ -1028,7 +1078,7 @@ def test_a_model_module_whose_apex_amp_only_an_unused_class_calls_does_not_tie(
             "        with amp.scale_loss(loss, optim) as scaled_loss:\n"
             "            scaled_loss.backward()\n"
         ),
-        "train.py": _SCRIPT.format(imports=imports, uses=""),
+        "train.py": _SCRIPT.format(imports=imports, uses=uses),
     }
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)

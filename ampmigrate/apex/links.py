@@ -18,6 +18,7 @@ import ast
 import collections
 import functools
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -1245,7 +1246,7 @@ def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
         names = _taken_from(module, path, graph)
         if names is None:
             return False
-        taken |= names
+        taken |= {n for n in names if _used_by(module, n, walked, graph, {path})}
     tree = _tree(path, _read(path))
     if tree is None:
         return False
@@ -1291,6 +1292,36 @@ def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
             n.id for n in ast.walk(holders[name]) if isinstance(n, ast.Name) and n.id in holders
         ]
     return not any(s.name in reached for s in apex)
+
+
+def _used_by(module: str, name: str, walked: list[str], graph: _Graph, seen: set[str]) -> bool:
+    """``module``, which imports ``name``, reads it, or hands it on to a module of the program
+    that does (a package ``__init__`` that re-exports timm's ``ApexScaler``, which nothing
+    takes from it, does not use it). True wherever that is not certain."""
+    tree = _tree(module, _read(module))
+    if tree is None or module in seen:
+        return True
+    dynamic = {"getattr", "globals", "eval", "exec", "vars", "__getattr__"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and (
+            (node.id == name and isinstance(node.ctx, ast.Load)) or node.id in dynamic
+        ):
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == name:  # `import m as e`: `e.name`
+            return True
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+            return True
+    for other in walked:
+        names = _taken_from(other, module, graph)
+        if names is None:  # the module object: what it spells (or may compute) counts
+            text = _read(other) or b""
+            if re.search(rb"\b%s\b" % re.escape(name.encode()), text) or re.search(
+                rb"\b(getattr|vars|eval|exec|__dict__)\b", text
+            ):
+                return True
+        elif name in names and _used_by(other, name, walked, graph, seen | {module}):
+            return True
+    return False
 
 
 def _reads(statement: ast.stmt, names: set[str]) -> bool:
