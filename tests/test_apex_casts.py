@@ -136,3 +136,47 @@ def test_the_migrated_project_runs_like_the_original_and_its_kernels_get_float32
     assert code != 0 and "float32 only, got torch.float16" in error  # the pool or the kernel
     code, _, error = results[9]
     assert code != 0 and "solver: float32 only, got torch.float16" in error
+
+
+_FUNCTION = """\
+import torch
+from apex import amp
+
+
+class Deform(torch.autograd.Function):
+    @staticmethod
+    @amp.float_function
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    @amp.float_function
+    def backward(ctx, grad):
+        return grad * 2
+"""
+
+
+def test_an_autograd_backward_gets_custom_bwd_and_a_module_nothing_initializes_is_told(tmp_path):
+    """ASFF's deformable convolution: `@amp.float_function` on an autograd Function's forward
+    and backward. Its backward got `custom_fwd(cast_inputs=...)` (the advice too), where torch
+    has `custom_bwd`; and in a run where nothing initializes amp the module had no AMP303
+    finding at all, though apex's casts do nothing there."""
+    root = _copy(tmp_path)
+    (root / "detector" / "deform.py").write_text(_FUNCTION)
+    train = root / "train.py"
+    train.write_text(
+        "from detector.deform import Deform\n\nDEFORM = Deform.apply\n" + train.read_text()
+    )
+    results = run(_files(root), _settings(fix=True))
+    [out] = [r.new_source.decode() for r in results if r.path.endswith("deform.py")]
+    assert '    @torch.amp.custom_bwd(device_type="cuda")\n    def backward' in out
+    cast = '@torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)'
+    assert f"    {cast}\n    def forward" in out and "apex" not in out
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "deform.py").write_text(_FUNCTION)
+    [result] = run([alone / "deform.py"], _settings(fix=True))
+    [finding] = [d for d in result.diagnostics if d.code == "AMP303"]
+    assert not result.changed and finding.fix is None and finding.line == 7
+    assert "none of them is in this run; if nothing initializes amp" in finding.message
+    assert "they do nothing and can simply go" in finding.message

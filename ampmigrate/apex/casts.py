@@ -78,6 +78,12 @@ _CUSTOM_FWD = (
     "list run in float32; custom_fwd also sets `_dtype` and `_fwd_used_autocast` on its first "
     "argument"
 )
+_CUSTOM_BWD = (
+    "`backward` runs with its forward's autocast state (custom_bwd), where apex cast its "
+    "float16 CUDA tensor arguments to float32 and kept casting inside it: its gradients "
+    "arrive as the dtype of forward's outputs, and torch ops there on autocast's float16 list "
+    "run as forward ran them"
+)
 _DISABLED = (
     "where amp was never initialized, apex's `disable_casts` raised AttributeError; the region "
     "now runs"
@@ -132,8 +138,13 @@ def layer_edits(
                 and node in parent.decorator_list
             ):
                 return None  # an alias or a value: its calls are elsewhere
-            text = f"torch.amp.custom_fwd({_native(member)})"
-            changes.append(_CUSTOM_FWD)
+            if parent.name == "backward" and isinstance(names.parent(parent), ast.ClassDef):
+                # an autograd Function's backward: custom_fwd's casts belong to forward
+                text = 'torch.amp.custom_bwd(device_type="cuda")'
+                changes.append(_CUSTOM_BWD)
+            else:
+                text = f"torch.amp.custom_fwd({_native(member)})"
+                changes.append(_CUSTOM_FWD)
         edits.append(Edit(start, end, text))
         said.append(f"`{source.segment(node)}` at line {node.lineno} -> `{text}`")
     removed: list[ImportEdit] = []

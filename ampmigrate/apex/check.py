@@ -40,6 +40,19 @@ def check(
     if casts is not None and os.path.abspath(source.path) in casts.layers:
         return layer_findings(tree, source, names, rules, casts)
     calls = apex_calls(names)
+    if casts is None and layer_edits(tree, names, source) is not None:
+        from ampmigrate.apex.links import _apex_uses
+        from ampmigrate.apex.verdict import refusal
+
+        anchor = _apex_uses(names)[0]
+        message = refusal([
+            f"line {anchor.lineno}: its apex casts become their torch.amp forms only "
+            "together with the files that initialize amp and import this module, in one run "
+            "(under apex they cast only once amp was initialized): none of them is in this "
+            "run; if nothing initializes amp (`amp.initialize`, `amp.init`), they do nothing "
+            "and can simply go"
+        ])  # fmt: skip
+        return [Finding(rule.code, message, anchor) for rule in rules]
     if not calls:
         stray = stray_calls(tree, names, source.path)
         if stray:
@@ -49,15 +62,6 @@ def check(
             where = Span(*source.position(stray[0][0]))
             return [Finding(rule.code, message, where) for rule in rules]
         return _unused(names, rules, source.path)
-    if casts is None and layer_edits(tree, names, source) is not None:
-        from ampmigrate.apex.verdict import refusal
-
-        message = refusal([
-            f"line {calls[0].lineno}: its apex casts become their torch.amp forms only "
-            "together with the files that initialize amp and import this module, in one run "
-            "(under apex they cast only once amp was initialized): none of them is in this run"
-        ])  # fmt: skip
-        return [Finding(rule.code, message, calls[0]) for rule in rules]
     link = linked.get(os.path.abspath(source.path))
     if casts is None and link is not None:  # a pair's other side reaches the same layers
         casts = next((c for f in link.files if (c := linked.get(key(f))) is not None), None)
