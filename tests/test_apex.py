@@ -621,6 +621,32 @@ def test_amp_called_where_nothing_binds_it_is_reported():
     assert not [d for d in check_source(starred) if d.code == "AMP303"]
 
 
+def test_a_model_setting_or_text_made_of_the_model_is_not_handed_to_code_that_runs_it():
+    """Optimus: `"step {} beta {}".format(step, model.args.beta)` and `os.path.join(out,
+    "ckpt-{}".format(model.config.beta))` after `amp.initialize` each got an autocast region
+    and the note "the model is handed to code that may run it": a setting read from the model,
+    or text made of it, runs no forward."""
+    before = (APEX / "handoff_evaluate.py").read_text()
+    extra = (
+        '        print("epoch {} beta {}".format(epoch, model.args.beta))\n'
+        '        path = os.path.join("out", "ckpt-{}".format(model.config.beta))\n'
+    )
+    source = before.replace("import sys\n", "import os\nimport sys\n").replace(
+        "        score = Evaluator(model).run(batches)\n",
+        extra + "        score = Evaluator(model).run(batches)\n",
+    )
+    assert source.count("model.args.beta") == 1
+    out, _, fixed = fix_source(source, unsafe=True)
+    expected = (APEX / "handoff_evaluate.fixed.py").read_text()
+    region = '        with torch.amp.autocast("cuda", dtype=torch.float16, cache_enabled=False'
+    assert expected.count(region) == 1
+    assert out == expected.replace("import sys\n", "import os\nimport sys\n").replace(
+        region, extra + region
+    )
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "format(...)" not in finding.message and "os.path.join" not in finding.message
+
+
 def test_an_empty_optimizer_list_is_inference():
     """`model, _ = amp.initialize(model, [], opt_level="O3")` (a TensorRT test script's shape,
     at O1): apex returns `[]` beside the model, nothing is scaled. Rewritten as inference, as

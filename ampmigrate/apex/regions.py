@@ -762,7 +762,10 @@ class Regions:
         if callee is None:
             func = _code(self.module, call.func)
             own = any(func.startswith(f"{n}.") for n in names)  # `model.to(...)`
-            if func in _HARMLESS or own:
+            text = isinstance(call.func, cst.Attribute) and isinstance(
+                call.func.value, cst.SimpleString | cst.FormattedString | cst.ConcatenatedString
+            )  # `"step {}".format(model)`, `" ".join(...)`: text made of it
+            if func in _HARMLESS or own or text or func.startswith("os.path."):
                 return False
             qualified = self.qualified(call.func)
             if qualified and all(q in _WRAPS or q.startswith(APEX) for q in qualified):
@@ -865,11 +868,18 @@ def _called_root(func: cst.BaseExpression) -> str | None:
     return func.value if isinstance(func, cst.Name) else None
 
 
+# attributes of a model that hold its settings, not submodules (`model.args.beta`, HF's
+# `model.config`): what is reached through them runs no forward
+_SETTINGS = frozenset({"args", "config", "cfg", "hparams", "device", "dtype", "training"})
+
+
 def _of_model(value: cst.CSTNode, names: set[str]) -> bool:
     """``value`` is the model (one of its ``names``) or a part of it reached by attributes
     (``model.module`` unwrapped from DataParallel, ``model.encoder``): handing it on hands
     code a forward that apex O1 cast."""
     while isinstance(value, cst.Attribute):
+        if value.attr.value in _SETTINGS:
+            return False
         value = value.value
     return isinstance(value, cst.Name) and value.value in names
 
