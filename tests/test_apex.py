@@ -3041,16 +3041,29 @@ def train(encoder, head, optimizer, data):
 """
 
 
-def test_a_model_not_initialized_that_feeds_the_loss_before_the_region_is_stated():
-    """K-Adapter: a frozen encoder not given to `initialize` runs before the region and feeds
-    the loss; apex O1 cast it, it runs in float32 now: the finding says so (a tensor method
-    such as `x.cuda()` is no such call)."""
-    [finding] = [d for d in check_source(textwrap.dedent(FROZEN)) if d.code == "AMP303"]
-    assert finding.fix == "unsafe"
+def test_a_model_not_initialized_that_feeds_the_loss_before_the_region_is_in_it():
+    """K-Adapter: a frozen encoder not given to `initialize` runs before the initialized
+    model's forward and feeds the loss; apex O1 cast it through its global patching, so the
+    region starts there (it ran in float32, with a note); a tensor method such as `x.cuda()`
+    before it stays out. With a backward in between, the region cannot reach up to it: the
+    float32 change is stated."""
+    out, _, fixed = fix_source(textwrap.dedent(FROZEN), unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "feeds the loss from before" not in finding.message
+    assert (
+        "        x = x.cuda()\n"
+        '        with torch.amp.autocast("cuda", dtype=torch.float16):\n'
+        "            features = encoder(x)\n"
+        "            loss = head(features)"
+    ) in out
+    between = textwrap.dedent(FROZEN).replace(
+        "        features = encoder(x)\n",
+        "        features = encoder(x)\n        features.sum().backward()\n",
+    )
+    [finding] = [d for d in check_source(between) if d.code == "AMP303"]
     assert "behaviour change: `encoder(...)` at line 10 feeds the loss from before" in (
         finding.message
     )
-    assert "cuda(" not in finding.message
 
 
 WRAPPER = (APEX / "optimizer_wrapper.py").read_text()
@@ -3897,10 +3910,10 @@ def test_an_evaluation_only_initialize_is_followed_only_within_its_block():
     assert "`amp.initialize` is called again, for `model` without an optimizer" in finding.message
 
 
-def test_a_gradless_forward_feeding_the_loss_before_the_region_is_a_stated_change():
+def test_a_gradless_forward_feeding_the_loss_before_the_region_is_in_it():
     """An EMA/teacher forward under `torch.no_grad()` whose output feeds the loss, before the
-    initialized model's forward where the region starts: apex O1 cast it through its global
-    patching; it runs in float32 now, and the finding says so."""
+    initialized model's forward (FaceShifter's frozen generator and face encoder): apex O1 cast
+    it through its global patching, so the region covers it (it ran in float32, with a note)."""
     source = textwrap.dedent(
         """
         import torch
@@ -3919,11 +3932,15 @@ def test_a_gradless_forward_feeding_the_loss_before_the_region_is_a_stated_chang
                 optimizer.step()
         """
     )
-    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
-    assert finding.fix == "unsafe", finding.message
-    assert "the `torch.no_grad()` block at line 9 feeds the loss from before the autocast" in (
-        finding.message
-    )
+    out, _, fixed = fix_source(source, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert finding.fix == "unsafe" and "feeds the loss from before" not in finding.message
+    assert (
+        '        with torch.amp.autocast("cuda", dtype=torch.float16):\n'
+        "            with torch.no_grad():\n"
+        "                target = teacher(x)\n"
+        "            loss = (model(x) - target).pow(2).mean()\n"
+    ) in out
 
 
 LOCAL_LEVEL = """\

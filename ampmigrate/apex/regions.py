@@ -228,6 +228,11 @@ class Regions:
                 picked = True
                 indices, feeds, _ = chosen.setdefault(block, (set(), set(), enabled))
                 start = min(forward or calling)
+                early = [i for i in calling if i < start and self._gradless(body[i])]
+                if early and not any(
+                    self.facts(body[j]).backward for j in range(min(early), start)
+                ):  # a teacher or frozen encoder feeding the loss: apex O1 cast it too
+                    start = min(early)
                 indices.update(range(start, max(calling) + 1))
                 feeds.update(feeding)
                 self._gradless_before(body, [i for i in calling if i < start])
@@ -290,6 +295,17 @@ class Regions:
                 return []
             found.append((self.statement(call), argument.value, caller))
         return found
+
+    def _gradless(self, statement: cst.CSTNode) -> bool:
+        """A ``with torch.no_grad():`` block, or a simple statement that calls an object (a
+        frozen encoder: ``feat = encoder(x)``): a forward apex O1 cast that no region held."""
+        if isinstance(statement, cst.With):
+            return any(
+                _code(self.module, item.item).replace(" ", "")
+                in ("torch.no_grad()", "torch.inference_mode()")
+                for item in statement.items
+            )
+        return bool(self._objects_called(statement))
 
     def _gradless_before(self, body: list, indices: list[int]) -> None:
         """A ``with torch.no_grad():`` block that feeds the loss from before the region (an EMA
