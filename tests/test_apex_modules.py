@@ -695,7 +695,7 @@ def test_migrated_family_trains_like_the_original(tmp_path, stub):
          "`self.use_fp16` is not set in `__init__` alone"),
         (HOOK_FILES[1], "        if self.use_fp16:\n            with",
          "        if self.use_fp16 and runner.iter > 0:\n            with",
-         "do not all run under one `if self.<flag>:`"),
+         "runs under `if self.use_fp16 and runner.iter > 0:`, not under a flag its `__init__`"),
         (HOOK_FILES[0], "    runner.run(batches, 2)",
          "    with torch.autocast('cpu', enabled=False):\n        runner.run(batches, 2)",
          "is used after `amp.initialize`: apex cast there whatever autocast said"),

@@ -151,6 +151,7 @@ class RunnerHooks:
             )
         if tests == {None}:
             return None
+        shown = " and ".join(f"`if {t}:`" for t in sorted(t for t in tests if t))
         test = tests.pop() if len(tests) == 1 else None
         flag = cst.parse_expression(test) if test else None
         if not (
@@ -158,10 +159,17 @@ class RunnerHooks:
             and isinstance(flag.value, cst.Name)
             and flag.value.value == me
         ):
+            function = self.function(scaled[0])
+            method = function.name.value if isinstance(function, cst.FunctionDef) else "it"
             self.problem(
                 scaled[0],
-                "the scaled backwards of the hook do not all run under one `if self.<flag>:`, "
-                "so its GradScaler has no switch `__init__` can give it: make it by hand",
+                f"the scaled backward{'s' if len(scaled) > 1 else ''} of `{cls.name.value}` "
+                f"run{'' if len(scaled) > 1 else 's'} under {shown}, not under a flag its "
+                "`__init__` sets (`if self.fp16:`), so a GradScaler made there could not be "
+                "switched off where apex was: it and its forwards' autocast would be on "
+                "wherever the class is used, also where nothing initializes amp (apex ran "
+                f"those forwards in float32); give `{method}` a `scaler` parameter that the "
+                "callers that initialize amp pass (None elsewhere), by hand",
             )
             return False
         stores = [
