@@ -386,7 +386,12 @@ class _Planner(
         if initialize:
             self._switch_leaks(setup.statement)
         stored = self._through_stores(setup, calls) | self._through_params(setup, calls)
-        uses = [c for m in SUPPORTED - {"initialize"} for c in calls.get(m, []) if c not in stored]
+        others = {id(self.function(c)) for c in initialize[1:]}  # (refused above: their
+        # uses are theirs, not this scaler's to reach)
+        uses = [
+            c for m in SUPPORTED - {"initialize"} for c in calls.get(m, [])
+            if c not in stored and id(self.function(c)) not in others
+        ]  # fmt: skip
         self._scope(setup, uses + [h.call for h in self.handed] + self.scale_reads)
         self._hand_scaler()
         for call in calls.get("scale_loss", []):
