@@ -180,3 +180,18 @@ def test_an_autograd_backward_gets_custom_bwd_and_a_module_nothing_initializes_i
     assert not result.changed and finding.fix is None and finding.line == 7
     assert "none of them is in this run; if nothing initializes amp" in finding.message
     assert "they do nothing and can simply go" in finding.message
+
+
+def test_a_layer_a_package_only_re_exports_still_moves_with_the_scripts(tmp_path):
+    """LSTFE-Net: `layers/__init__.py` re-exports `ROIPool` (its forward decorated with
+    `@amp.float_function`), which no script uses. The decorator runs when the package is
+    imported, so the module needs apex whatever the scripts take: it moves with them (a
+    re-exported name that nothing reads no longer counted as used, and this module was left
+    on apex, the migrated scripts failing at import)."""
+    root = _copy(tmp_path)
+    (root / "detector" / "deform.py").write_text(_FUNCTION)
+    init = root / "detector" / "__init__.py"
+    init.write_text(init.read_text() + "from .deform import Deform\n")
+    results = run(_files(root), _settings(fix=True))
+    [out] = [r.new_source.decode() for r in results if r.path.endswith("deform.py")]
+    assert "apex" not in out and "torch.amp.custom_bwd" in out

@@ -1265,7 +1265,7 @@ def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
     if any(_reads(s, bound) for s in _module_level(tree.body) if s not in holders.values()):
         return False  # apex code that runs at import
     apex = [s for s in holders.values() if _uses_apex(s) or _reads(s, bound)]
-    if not apex or any(s.decorator_list for s in apex):
+    if not apex or any(s.decorator_list or _at_import(s, bound) for s in apex):
         return False
     dynamic = any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
@@ -1320,6 +1320,21 @@ def _used_by(module: str, name: str, walked: list[str], graph: _Graph, seen: set
             ):
                 return True
         elif name in names and _used_by(other, name, walked, graph, seen | {module}):
+            return True
+    return False
+
+
+def _at_import(holder: ast.stmt, bound: set[str]) -> bool:
+    """A class whose body reads apex's amp when the module is imported: a method's decorator
+    (``@amp.float_function`` on a layer's ``forward``), a default, a class attribute."""
+    if not isinstance(holder, ast.ClassDef):
+        return False
+    for statement in holder.body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            parts = [*statement.decorator_list, *_defaults(statement)]
+            if any(_reads(ast.Expr(p), bound) or _uses_apex(ast.Expr(p)) for p in parts):
+                return True
+        elif _reads(statement, bound) or _uses_apex(statement) or _at_import(statement, bound):
             return True
     return False
 
