@@ -699,6 +699,57 @@ def test_a_subclass_that_initializes_in_its_own_override_is_not_told_to_take_the
     assert "used outside class" not in message
 
 
+KEYED_LEVEL = """\
+import torch
+from apex import amp
+
+
+class Agent:
+    def __init__(self, model):
+        self.args = {"amp_level": "O1", "lr": 0.1}
+        self.model = model
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=self.args["lr"])
+        self.model, self.optimizer = amp.initialize(
+            self.model, self.optimizer, opt_level=self.args["amp_level"]
+        )
+
+    def step(self, x):
+        loss = self.model(x).mean()
+        with amp.scale_loss(loss, self.optimizer) as scaled:
+            scaled.backward()
+        self.optimizer.step()
+"""
+
+
+def test_a_level_read_from_a_dict_literal_of_the_file_is_that_literal():
+    """HashRetrieval: `self.args = {'amp_level': 'O2'}` then `opt_level=self.args['amp_level']`.
+    Read as a level from outside, the setting declared it O1 and the rewrite switched mixed
+    precision off for good (`enabled=self.args['amp_level'] == "O1"`). The file fixes it: O2
+    is refused, O1 rewritten; an item store or a method call on the dict keeps it unknown."""
+    o2 = KEYED_LEVEL.replace('"amp_level": "O1"', '"amp_level": "O2"')
+    assert o2 != KEYED_LEVEL
+    settings = Settings(
+        rules=tuple(all_rules().values()),
+        fix=True,
+        unsafe_fixes=True,
+        apex_opt_level="O1",
+        apex_opt_level_from="pyproject.toml",
+    )
+    new, _, fixed = migrate_source(o2.encode(), settings)
+    assert new.decode() == o2 and "AMP303" not in {d.code for d in fixed}
+    assert "opt_level O2: only O1" in _message(o2)
+    out, _, fixed = fix_source(KEYED_LEVEL, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed} and "enabled" not in out
+    for changed in (
+        KEYED_LEVEL.replace("        self.model = model\n", "        self.model = model\n"
+                            '        self.args["amp_level"] = level()\n'),
+        KEYED_LEVEL.replace("        self.model = model\n", "        self.model = model\n"
+                            "        self.args.update(load())\n"),
+    ):  # fmt: skip
+        assert changed != KEYED_LEVEL
+        assert 'opt_level `self.args["amp_level"]` is not provably O1' in _message(changed)
+
+
 def test_an_empty_optimizer_list_is_inference():
     """`model, _ = amp.initialize(model, [], opt_level="O3")` (a TensorRT test script's shape,
     at O1): apex returns `[]` beside the model, nothing is scaled. Rewritten as inference, as

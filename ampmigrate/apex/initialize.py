@@ -618,6 +618,8 @@ class Initialize:
         """``value``, or the literal a plain name holds at ``initialize``: its one assignment
         in the same scope comes before the call (``opt_level = "O1"`` two lines above), and
         nothing else binds the name (no ``global``/``nonlocal``, no parameter, no loop)."""
+        if is_path(value) and isinstance(value, cst.Subscript):
+            return self._keyed_constant(value)
         if not isinstance(value, cst.Name) or value.value in ("True", "False", "None"):
             return value
         name = value.value
@@ -634,6 +636,39 @@ class Initialize:
         ):
             return assign.value
         return value
+
+    def _keyed_constant(self, value: cst.Subscript) -> cst.BaseExpression:
+        """``self.args["amp_level"]`` where the file binds ``self.args`` once, to a dict literal
+        whose entry for that key is a literal, and changes it nowhere (no item store, no method
+        call on it): that literal (HashRetrieval's ``{'amp_level': 'O2'}``, which the setting
+        would otherwise have declared O1)."""
+        base = _code(self.module, value.value)
+        key = value.slice[0].slice.value
+        stores = [
+            n for n in self.nodes
+            if isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
+            and _code(self.module, n.target).startswith(base)
+        ]  # fmt: skip
+        changed = any(
+            isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+            and _code(self.module, n.func.value) == base
+            for n in self.nodes
+        )  # fmt: skip
+        if changed or len(stores) != 1 or _code(self.module, stores[0].target) != base:
+            return value
+        assign = self.parent(stores[0])
+        literal = assign.value if isinstance(assign, cst.Assign) else None
+        if not isinstance(literal, cst.Dict) or any(
+            isinstance(e, cst.StarredDictElement) for e in literal.elements
+        ):
+            return value
+        found = [
+            e.value for e in literal.elements
+            if _code(self.module, e.key) == _code(self.module, key)
+            or (isinstance(e.key, cst.SimpleString) and isinstance(key, cst.SimpleString)
+                and e.key.evaluated_value == key.evaluated_value)
+        ]  # fmt: skip
+        return found[0] if len(found) == 1 and _literal(found[0]) else value
 
     def _single_store(self, name: str, init: cst.Call) -> tuple[list[cst.Name], cst.Assign | None]:
         """The references to ``name`` in the scope of ``initialize`` (keyword and attribute
