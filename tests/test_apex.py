@@ -750,6 +750,73 @@ def test_a_level_read_from_a_dict_literal_of_the_file_is_that_literal():
         assert 'opt_level `self.args["amp_level"]` is not provably O1' in _message(changed)
 
 
+SYNTHESIS_O3 = """\
+import torch
+from apex import amp
+
+
+def train(model, optimizer, data, fp16_run):
+    if fp16_run:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x in data:
+        loss = model(x).mean()
+        if fp16_run:
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+
+
+def synthesize(model, x, fp16_run):
+    if fp16_run:
+        model, _ = amp.initialize(model, [], opt_level="O3")
+    with torch.no_grad():
+        return model(x)
+"""
+
+
+def test_a_second_inference_initialize_at_o3_is_named_as_such():
+    """WaveFlow: `train` initializes at O1, `synthesize` at O3 with `[]` for optimizers. It
+    was called a second *training* initialize ("give each its own GradScaler"), the O3
+    never named; `[]` is no optimizer, and O3 has no autocast form."""
+    message = _message(SYNTHESIS_O3)
+    assert "line 20: `amp.initialize` is called again, for `model` without an optimizer" in message
+    assert "opt_level O3 (inference in float16" in message and "GradScaler" not in message
+
+
+UNBOUND_APEX = """\
+import torch
+# import apex
+
+
+def train(model, optimizer, data, fp16):
+    if fp16:
+        model, optimizer = apex.amp.initialize(model, optimizer, opt_level="O1")
+    for x in data:
+        loss = model(x).mean()
+        if fp16:
+            with apex.amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+"""
+
+
+def test_apex_amp_called_through_an_unbound_apex_is_said_to_raise():
+    """sungjae-cho/tacotron2: `# import apex` commented out, `apex.amp.initialize` and
+    `apex.amp.scale_loss` still called: the refusal spoke of another file keeping apex's
+    module (`apex.scaler`); the name is unbound and the fp16 path raises NameError."""
+    message = _message(UNBOUND_APEX)
+    assert "line 7: `apex.amp.initialize` reads `apex`, which nothing in this file binds" in (
+        message
+    )
+    assert "line 11: `apex.amp.scale_loss` reads `apex`" in message and "another file" not in (
+        message
+    )
+
+
 def test_an_empty_optimizer_list_is_inference():
     """`model, _ = amp.initialize(model, [], opt_level="O3")` (a TensorRT test script's shape,
     at O1): apex returns `[]` beside the model, nothing is scaled. Rewritten as inference, as

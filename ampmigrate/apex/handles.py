@@ -57,9 +57,20 @@ class Handles:
             if len(self.plan.problems) == before:
                 return
             del self.plan.problems[before:]  # said below, with what the rewrite handles
-        if _argument(extra, "optimizers", 1) is None:
+        given = _argument(extra, "optimizers", 1)
+        if given is None or (isinstance(given, cst.List | cst.Tuple) and not given.elements):
             model = _argument(extra, "models", 0)
             shown = f"`{_code(self.module, model)}`" if model is not None else "a model"
+            level = _argument(extra, "opt_level", 2)
+            if isinstance(level, cst.SimpleString) and level.evaluated_value in ("O2", "O3"):
+                self.problem(
+                    extra,
+                    f"`amp.initialize` is called again, for {shown} without an optimizer at "
+                    f"opt_level {level.evaluated_value} (inference in float16: apex cast the "
+                    "model itself, which autocast does not do): delete it and call "
+                    "`model.half()` with half inputs there, by hand",
+                )
+                return
             arms = next(
                 (a for a in self.ancestors(extra) if isinstance(a, cst.IfExp)
                  and self.within(first, a)),

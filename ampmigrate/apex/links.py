@@ -301,6 +301,21 @@ def stray_calls(
             )))  # fmt: skip
         elif (
             not roots
+            and node.func.attr in ("scale_loss", "master_params", "initialize")
+            and isinstance(holder, ast.Attribute)
+            and holder.attr == "amp"
+            and isinstance(holder.value, ast.Name)
+            and not names.bindings(holder.value)
+            and not _star_imports(tree)
+        ):
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` reads `{holder.value.id}`, which nothing in "
+                "this file binds (no import of it, no star import): that call raises "
+                "NameError, so the original's "
+                "mixed-precision path cannot run as written; fix the original before migrating"
+            )))  # fmt: skip
+        elif (
+            not roots
             and node.func.attr in ("scale_loss", "master_params")
             and isinstance(holder, ast.Attribute)
             and holder.attr == "amp"
