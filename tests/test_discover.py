@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from ampmigrate.engine.discover import discover
 
 
@@ -29,6 +31,22 @@ def test_walk_skips_venvs_caches_and_non_python(tmp_path):
     touch(tmp_path / "node_modules" / "e.py")
     touch(tmp_path / "__pycache__" / "f.py")
     assert names(discover([tmp_path]), tmp_path) == ["a.py", "pkg/b.py"]
+
+
+@pytest.mark.parametrize("git", [False, True])
+def test_a_copy_of_apex_kept_in_the_project_is_skipped(tmp_path, git):
+    """wavebender-gan keeps NVIDIA apex's source under `apex/` (to build it): `fix` rewrote
+    14 of apex's own files. A package `apex` with its `amp/` is apex itself, not a user of
+    it; a project module that merely has `apex` in its name is checked."""
+    touch(tmp_path / "train.py")
+    touch(tmp_path / "apex" / "__init__.py")
+    touch(tmp_path / "apex" / "amp" / "__init__.py")
+    touch(tmp_path / "apex" / "amp" / "handle.py")
+    touch(tmp_path / "apex" / "parallel" / "distributed.py")
+    touch(tmp_path / "tools" / "apex" / "helpers.py")  # no amp/: the project's own
+    if git:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert names(discover([tmp_path]), tmp_path) == ["tools/apex/helpers.py", "train.py"]
 
 
 def test_git_ignored_files_are_skipped(tmp_path):

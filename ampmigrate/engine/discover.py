@@ -3,7 +3,8 @@
 Directories are walked recursively for ``.py`` and ``.ipynb`` files; inside a git work tree,
 git itself decides what is ignored (``git ls-files --cached --others --exclude-standard``), so
 ``.gitignore`` semantics are exact.
-Virtualenvs and tool caches are skipped everywhere; symlinks are not followed out of the root,
+Virtualenvs, tool caches and copies of apex itself (a package ``apex`` with ``amp/``, kept in a
+project to build it) are skipped everywhere; symlinks are not followed out of the root,
 and a symlink to a file that is checked anyway is skipped (the file is checked once).
 Explicit file arguments are always checked, whatever their suffix or ignore status.
 With ``dependency_files``, the files that declare a project's requirements are found too
@@ -43,7 +44,15 @@ def is_dependency_file(name: str) -> bool:
 
 
 def _is_venv(directory: str | Path) -> bool:
-    return os.path.isfile(os.path.join(directory, "pyvenv.cfg"))
+    return os.path.isfile(os.path.join(directory, "pyvenv.cfg")) or _is_apex_copy(directory)
+
+
+def _is_apex_copy(directory: str | Path) -> bool:
+    """A copy of NVIDIA apex itself kept in the project (a package ``apex`` with its ``amp``
+    subpackage): apex's own code, not code that uses it."""
+    return os.path.basename(os.fspath(directory)) == "apex" and os.path.isfile(
+        os.path.join(directory, "amp", "__init__.py")
+    )
 
 
 def _folder_excluded(folder: str, root: str, dirs: frozenset[str], known: dict[str, bool]) -> bool:
