@@ -817,6 +817,38 @@ def test_apex_amp_called_through_an_unbound_apex_is_said_to_raise():
     )
 
 
+AMPLITUDE = """\
+import numpy as np
+import torch
+from apex import amp
+
+waveglow = torch.load("waveglow.pt")
+waveglow, _ = amp.initialize(waveglow, [], opt_level="O1")
+for source in [np.ones(4)]:
+    amp = 32768 * 0.8 / np.max(np.abs(source))
+    e = np.log(amp**0.5 + 1)
+    with torch.no_grad():
+        audio = waveglow(torch.from_numpy(source))
+    print(e, audio)
+"""
+
+
+def test_a_name_amp_rebound_to_a_number_is_not_apex_where_it_is_read_after():
+    """CLVC: `amp = 32768 * 0.8 / peak` in the synthesis loop, read on the next line: it was
+    "`amp` is used as a value" (apex's module), and the rewrite's last check said it "still
+    reads `amp`". Read after its own block rebinds it, it is that number; read before (a
+    previous pass of the loop), it stays a blocker."""
+    out, _, fixed = fix_source(AMPLITUDE, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed} and "apex" not in out
+    assert "        e = np.log(amp**0.5 + 1)\n" in out
+    before = AMPLITUDE.replace("    e = np.log(amp**0.5 + 1)\n", "").replace(
+        "for source in [np.ones(4)]:\n",
+        "for source in [np.ones(4)]:\n    e = np.log(amp**0.5 + 1)\n",
+    )
+    assert before != AMPLITUDE
+    assert "line 8: `amp` is used as a value" in _message(before)
+
+
 def test_an_empty_optimizer_list_is_inference():
     """`model, _ = amp.initialize(model, [], opt_level="O3")` (a TensorRT test script's shape,
     at O1): apex returns `[]` beside the model, nothing is scaled. Rewritten as inference, as

@@ -282,8 +282,46 @@ class Guards:
                     continue  # apex's loss scale, read through its state (_read_scales)
                 if self._probe(node):
                     continue
-                if APEX in self.qualified(node) and not self._in_import(node):
+                if (
+                    APEX in self.qualified(node)
+                    and not self._in_import(node)
+                    and not self._rebound_here(node)
+                ):
                     self._guard(node)
+
+    def _rebound_here(self, node: cst.CSTNode) -> bool:
+        """``amp`` read after an earlier statement of a block that holds it assigned the
+        name something else (CLVC's ``amp = 32768 * 0.8 / peak``): not apex's module there
+        (verdict's ``_rebound``)."""
+        while isinstance(node, cst.Attribute):
+            node = node.value
+        if not isinstance(node, cst.Name):
+            return False
+        child: cst.CSTNode = self.statement(node)
+        for above in self.ancestors(child):
+            body = _statements(above) if isinstance(above, cst.IndentedBlock | cst.Module) else None
+            if body is not None and child in body:
+                for earlier in reversed(body[: body.index(child)]):
+                    small = earlier.body if isinstance(earlier, cst.SimpleStatementLine) else []
+                    if any(isinstance(b, cst.Import | cst.ImportFrom) for b in small):
+                        if node.value in self.facts(earlier).assigned | {
+                            _code(self.module, a.asname.name if a.asname else a.name)
+                            for b in small
+                            if isinstance(b, cst.Import | cst.ImportFrom)
+                            and not isinstance(b.names, cst.ImportStar)
+                            for a in b.names
+                        }:
+                            return False  # imported again: apex's (or another module)
+                        continue
+                    if (
+                        any(isinstance(b, cst.Assign | cst.AnnAssign) for b in small)
+                        and node.value in self.facts(earlier).assigned
+                    ):
+                        return True
+            if isinstance(above, cst.FunctionDef | cst.ClassDef | cst.Lambda):
+                return False
+            child = above
+        return False
 
     def _probe(self, node: cst.CSTNode) -> bool:
         """A feature probe of the amp module for a member the rewrite provides

@@ -71,6 +71,7 @@ from ampmigrate.apex.unscale import Unscale
 from ampmigrate.apex.verdict import APEX, SUPPORTED, no_rewrite, refusal
 from ampmigrate.catalog import Rule
 from ampmigrate.cstnames import scopes
+from ampmigrate.engine.names import Names
 from ampmigrate.findings import Finding, Fix
 from ampmigrate.replace import ReplaceNodes
 
@@ -198,8 +199,17 @@ class _Planner(
         except SyntaxError as exc:  # a bug in the plan; refuse rather than write it
             self.plan.problems.append(f"internal: the rewrite does not compile ({exc.msg})")
             return
+        names = None
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id in self.bound:
+                if isinstance(node.ctx, ast.Store):
+                    continue  # (binds the name, reads nothing)
+                names = names or Names(tree)
+                rebound = names.bound_before(node)
+                if isinstance(rebound, ast.Assign) and not (
+                    isinstance(rebound.value, ast.Constant) and rebound.value.value is None
+                ):
+                    continue  # just bound by the code itself (`amp = peak * 0.8`), not by apex
                 self.plan.problems.append(
                     f"line {node.lineno} of the rewrite still reads `{node.id}`: replace that "
                     "use of apex by hand"

@@ -191,6 +191,17 @@ def used_as_value(code: str, callee: str | None = None, why: str | None = None) 
     return f"`{code}` is used as a value: replace it by hand"
 
 
+def _rebound(names: Names, node: ast.AST) -> bool:
+    """``amp`` read after its own block bound it to something else (CLVC's ``amp = 32768 *
+    0.8 / peak`` in the loop that then reads it): not apex's module there."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return False
+    statement = names.bound_before(node)
+    return statement is not None and not isinstance(statement, ast.Import | ast.ImportFrom)
+
+
 def _line_of(problem: str) -> int:
     found = re.match(r"line (\d+):", problem)
     return int(found.group(1)) if found else 0
@@ -553,7 +564,7 @@ class _Judge:
             seen.add(id(node))
             if any(id(a) in dropped for a in self.names.ancestors(node)):
                 continue
-            if APEX in self.names.qualified(node):
+            if APEX in self.names.qualified(node) and not _rebound(self.names, node):
                 self._guard(node)
 
     def _guard(self, node: ast.Name | ast.Attribute) -> None:

@@ -184,6 +184,32 @@ def _import_names(stmt: ast.Import | ast.ImportFrom, full_name: str) -> set[str]
     return out
 
 
+_BLOCK_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.Module)
+
+
+def _top_bindings(statement: ast.stmt) -> set[str]:
+    """The names ``statement`` binds at its own top level (not in blocks it holds)."""
+    if isinstance(statement, ast.Assign):
+        return {n.id for t in statement.targets for n in _target_names(t)}
+    if isinstance(statement, ast.AnnAssign) and statement.value is not None:
+        return {n.id for n in _target_names(statement.target)}
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        return {(a.asname or a.name).partition(".")[0] for a in statement.names}
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {statement.name}
+    return set()
+
+
+def _target_names(target: ast.expr) -> list[ast.Name]:
+    if isinstance(target, ast.Name):
+        return [target]
+    if isinstance(target, ast.Tuple | ast.List):
+        return [n for e in target.elts for n in _target_names(e)]
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    return []
+
+
 def dotted(node: ast.AST) -> str | None:
     """``a.b.c`` for a chain of attributes on a name, else None."""
     parts = []
@@ -257,6 +283,24 @@ class Names:
         while parent is not None:
             yield parent
             parent = self._parents.get(parent)
+
+    def bound_before(self, node: ast.Name, stop: set[int] = frozenset()) -> ast.stmt | None:
+        """The statement that last binds ``node``'s name before it in a block that holds it
+        (up to its scope, or an ancestor in ``stop``), at that statement's top level (an
+        assignment, an import, a def): ``node`` reads what it binds (a loop body's earlier
+        statements run first on every pass). None: none does."""
+        child: ast.AST = node
+        for above in self.ancestors(node):
+            for arm in ("body", "orelse", "finalbody"):
+                block = getattr(above, arm, None)
+                if isinstance(block, list) and child in block:
+                    for statement in reversed(block[: block.index(child)]):
+                        if node.id in _top_bindings(statement):
+                            return statement
+            if id(above) in stop or isinstance(above, _BLOCK_SCOPES):
+                return None
+            child = above
+        return None
 
     def exclusive(self, a: ast.AST, b: ast.AST) -> bool:
         """``a`` and ``b`` sit in different arms of one ``if``/``else`` (``elif`` included),

@@ -80,19 +80,7 @@ def _rebound_first(names: Names, stmt: ast.stmt, load: ast.Name) -> bool:
     pair, in one function: a scope-wide reading calls the apex import used)."""
     if not names.exclusive(stmt, load):
         return False
-    shared = {id(a) for a in names.ancestors(stmt)}
-    child: ast.AST = load
-    for above in names.ancestors(load):
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            block = getattr(above, field, None)
-            if isinstance(block, list) and child in block:
-                earlier = block[: block.index(child)]
-                if any(load.id in _bound_names([s]) for s in earlier):
-                    return True
-        if id(above) in shared:  # the arms meet: nothing of the load's own arm rebinds it
-            return False
-        child = above
-    return False
+    return names.bound_before(load, {id(a) for a in names.ancestors(stmt)}) is not None
 
 
 def unused_import(
