@@ -849,6 +849,47 @@ def test_a_name_amp_rebound_to_a_number_is_not_apex_where_it_is_read_after():
     assert "line 8: `amp` is used as a value" in _message(before)
 
 
+ENGINE_HANDED = """\
+import torch
+from apex import amp
+from ignite.engine import Engine, Events
+
+
+def train(model, optimizer, loader, val_loader):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+    def update(engine, batch):
+        loss = model(batch).mean()
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+        optimizer.step()
+        return loss.item()
+
+    def inference(engine, batch):
+        with torch.no_grad():
+            return model(batch)
+
+    trainer = Engine(update)
+    evaluator = Engine(inference)
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, lambda _: evaluator.run(val_loader))
+    trainer.run(loader, max_epochs=1)
+"""
+
+
+def test_a_function_handed_to_an_engine_is_not_said_to_be_called_only_elsewhere():
+    """WSDM2022-MHKD-TriKE (ignite): `evaluator = Engine(inference)` runs every epoch after
+    `initialize`; the note said its forward changed only "where another module calls it"
+    ("which this file never calls"). It is handed to a call here, which may run it: its
+    forward runs in float32 now, said plainly."""
+    [finding] = [d for d in check_source(ENGINE_HANDED) if d.code == "AMP303"]
+    assert "never calls" not in finding.message
+    assert (
+        "the initialized model's forward in `inference` (line 18, handed to `Engine(...)` at "
+        "line 21, which may run it after `initialize`) is outside the autocast regions and runs "
+        "in float32 now"
+    ) in finding.message
+
+
 def test_an_empty_optimizer_list_is_inference():
     """`model, _ = amp.initialize(model, [], opt_level="O3")` (a TensorRT test script's shape,
     at O1): apex returns `[]` beside the model, nothing is scaled. Rewritten as inference, as

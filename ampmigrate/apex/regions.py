@@ -516,6 +516,7 @@ class Regions:
         covered: dict[int, bool] = {}  # per function: every call of it runs in a region
         found: dict[str, int] = {}
         elsewhere: set[str] = set()  # functions this file never calls
+        via: dict[str, str] = {}  # functions handed to a call instead (`Engine(inference)`)
         holder = self._holder(home) if isinstance(home, cst.FunctionDef) else None
         holder = holder if isinstance(holder, cst.ClassDef) else None
         stored = self._stored_models(setup)
@@ -548,14 +549,19 @@ class Regions:
             where = function.name.value if isinstance(function, cst.FunctionDef) else "module"
             if where not in named:
                 found.setdefault(where, self.line(node))
-                if (
+                handed = self._handed_as_value(function)
+                if handed:
+                    via[where] = handed
+                elif (
                     isinstance(function, cst.FunctionDef)
                     and not self._called_here(function)
                     and (holder is None or self.method_of(function, holder) is not function)
                 ):  # (a method of the class that initializes runs on an initialized object)
                     elsewhere.add(where)
         listed = ", ".join(
-            f"`{n}` (line {line})" if n != "module" else f"module-level code (line {line})"
+            (f"`{n}` (line {line}" + (f", {via[n]}" if n in via else "") + ")")
+            if n != "module"
+            else f"module-level code (line {line})"
             for n, line in found.items()
             if n not in elsewhere
         )
@@ -574,6 +580,23 @@ class Regions:
                 f"process; a caller that never initialized amp ran it in float32 and still "
                 f"does): {_KEEP} there"
             )
+
+    def _handed_as_value(self, function: cst.CSTNode) -> str:
+        """Where this file hands ``function`` to a call as a value (ignite's ``evaluator =
+        Engine(inference)``, run by the trainer's event handlers): '' where it does not."""
+        if not isinstance(function, cst.FunctionDef):
+            return ""
+        name = function.name.value
+        for node in self.nodes:
+            if isinstance(node, cst.Name) and node.value == name and node is not function.name:
+                arg = self.parent(node)
+                call = self.parent(arg) if isinstance(arg, cst.Arg) else None
+                if isinstance(call, cst.Call) and arg.value is node:
+                    return (
+                        f"handed to `{_code(self.module, call.func)}(...)` at line "
+                        f"{self.line(call)}, which may run it after `initialize`"
+                    )
+        return ""
 
     def _stored_models(self, setup: _Setup) -> set[str]:
         """The spellings of the initialized models, with the places the initializing function
