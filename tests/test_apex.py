@@ -388,8 +388,9 @@ def train(args, model, optimizer, batches):
     ("old", "new", "why"),
     [
         ("    if args.fp16:\n        model,",
-         "    if args.fp16:\n      print(1)\n      if args.backend == 'apex':\n        model,",
-         "`amp.initialize` sits in an `if` nested in another `if` (line 7) that is not"),
+         "    if args.fp16:\n      args.backend = 'apex'\n      if args.backend == 'apex':\n"
+         "        model,",
+         "`amp.initialize` sits in an `if` nested in another `if` (line 7) after statements"),
         ("        optimizer.step()\n",
          "        optimizer.step()\n        print(scaled_loss.item())\n",
          "`scaled_loss` (apex's scaled loss, bound by `scale_loss`) is read at line 15, after "
@@ -890,6 +891,57 @@ def test_a_function_handed_to_an_engine_is_not_said_to_be_called_only_elsewhere(
     ) in finding.message
 
 
+NESTED_AFTER_STATEMENTS = """\
+import torch
+
+try:
+    import apex
+except ImportError:
+    apex = None
+
+
+def train_detector(model, cfg, batches):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if cfg.get("use_fp16", False):
+        if apex is None:
+            raise RuntimeError("apex is not installed")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        if cfg.get("opt_level_o1", True):
+            model, optimizer = apex.amp.initialize(model, optimizer, opt_level="O1")
+    for x in batches:
+        loss = model(x).mean()
+        if cfg.get("use_fp16", False):
+            with apex.amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+"""
+
+
+def test_initialize_in_an_if_after_statements_that_keep_its_test_is_rewritten():
+    """mmdetection forks: `if use_fp16:` holds `if apex is None: raise ...` and a rebuilt
+    optimizer before the `if` that initializes: refused ("not that if's first statement").
+    Statements that leave the inner test as it was and always reach it keep `a and b` the same
+    test; `apex is None` (apex imported only for amp) is an availability test like `amp`'s.
+    A statement that changes the test, or may leave the block first, keeps the refusal."""
+    out, _, fixed = fix_source(NESTED_AFTER_STATEMENTS, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed} and "apex" not in out
+    assert (
+        'scaler = torch.amp.GradScaler("cuda", enabled=bool(cfg.get("use_fp16", False) and '
+        'cfg.get("opt_level_o1", True)))'
+    ) in out
+    compile(out, "train", "exec")
+    for old, new in (
+        ("        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)\n",
+         '        cfg["opt_level_o1"] = False\n'),
+        ('            raise RuntimeError("apex is not installed")\n', "            return\n"),
+    ):  # fmt: skip
+        changed = NESTED_AFTER_STATEMENTS.replace(old, new)
+        assert changed != NESTED_AFTER_STATEMENTS
+        assert "sits in an `if` nested in another `if`" in _message(changed)
+
+
 def test_an_empty_optimizer_list_is_inference():
     """`model, _ = amp.initialize(model, [], opt_level="O3")` (a TensorRT test script's shape,
     at O1): apex returns `[]` beside the model, nothing is scaled. Rewritten as inference, as
@@ -1183,17 +1235,20 @@ def test_initialize_in_nested_ifs_is_enabled_by_both_tests():
 @pytest.mark.parametrize(
     "shape",
     [
-        "    if fp16:\n        print(1)\n        if torch.cuda.is_available():\n",
+        "    if fp16:\n        torch.cuda.init()\n        if torch.cuda.is_available():\n",
+        "    if fp16:\n        if x is None:\n            return\n"
+        "        if torch.cuda.is_available():\n",
         "    if fp16:\n        pass\n    else:\n        if torch.cuda.is_available():\n",
     ],
 )
 def test_initialize_nested_after_other_statements_or_in_an_else_is_refused(shape):
-    """A statement between the two tests may change what the inner one reads, and an `else:`
-    runs where the outer test fails: `a and b` is not the test there."""
+    """A statement between the two tests that may change what the inner one reads (a method
+    call on it) or leave first, and an `else:`, which runs where the outer test fails: `a and
+    b` is not the test there."""
     source = NESTED.replace("    if fp16:\n        if torch.cuda.is_available():\n", shape)
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix is None
-    assert "nested in another `if` (line 6) that is not that `if`'s first statement" in (
+    assert "nested in another `if` (line 6) after statements that may change its test" in (
         finding.message
     )
 

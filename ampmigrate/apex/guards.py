@@ -283,11 +283,26 @@ class Guards:
                 if self._probe(node):
                     continue
                 if (
-                    APEX in self.qualified(node)
+                    (APEX in self.qualified(node) or self._amp_only_apex(node))
                     and not self._in_import(node)
                     and not self._rebound_here(node)
                 ):
                     self._guard(node)
+
+    def _amp_only_apex(self, node: cst.CSTNode) -> bool:
+        """``apex`` itself (``import apex``) in a file that uses nothing of apex but its amp:
+        its import goes with the rewrite, so a test of it (mmdetection's ``if apex is None:
+        raise ...``) is an availability test like one of ``amp``."""
+        if not (isinstance(node, cst.Name) and self.qualified(node) == {"apex"}):
+            return False
+        if self._only_amp is None:
+            chains = [
+                n for n in self.nodes
+                if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name)
+                and self.qualified(n.value) == {"apex"}
+            ]  # fmt: skip
+            self._only_amp = all(c.attr.value == "amp" for c in chains)
+        return self._only_amp
 
     def _rebound_here(self, node: cst.CSTNode) -> bool:
         """``amp`` read after an earlier statement of a block that holds it assigned the

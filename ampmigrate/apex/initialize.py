@@ -261,9 +261,10 @@ class Initialize:
                     self.problem(
                         init,
                         f"`amp.initialize` sits in an `if` nested in another `if` (line "
-                        f"{self.line(outer)}) that is not that `if`'s first statement, or that "
-                        "sits in its `else:`: the GradScaler must exist on every path, enabled by "
-                        "all the tests together; create it before the outer one by hand",
+                        f"{self.line(outer)}) after statements that may change its test or "
+                        "leave the block (`return`, `break`, `continue`), or in its `else:`: the "
+                        "GradScaler must exist on every path, enabled by all the tests together; "
+                        "create it before the outer one by hand",
                     )
                     return None
                 # with the availability checks folded (`amp is not None and x` is `x`); nested
@@ -504,10 +505,10 @@ class Initialize:
         return loop
 
     def _if_chain(self, holder: cst.If) -> list[cst.If] | None:
-        """``holder`` and the ``if``s it is nested in, outermost first, where each inner one is
-        the first statement of the body of the one around it (so its test ran right after the
-        outer test, and ``a and b`` is the same test): None when one is not, or sits in an
-        ``else:`` or is an ``elif``."""
+        """``holder`` and the ``if``s it is nested in, outermost first, where each inner one
+        sits in the body of the one around it, after statements that keep its test (so ``a and
+        b`` is the same test): None when one is not, or sits in an ``else:`` or is an
+        ``elif``."""
         chain = [holder]
         while True:
             located = self.block_of(chain[0])
@@ -518,11 +519,27 @@ class Initialize:
                 or outer in self.dissolved
             ):  # (a script's main block, `if amp is not None:`: no condition on precision)
                 return chain
-            if located[1] != 0 or self.parent(located[0]) is not outer:
+            if self.parent(located[0]) is not outer:
+                return None
+            before = list(located[0].body)[: located[1]]
+            if before and not self._test_holds(chain[0], before):
                 return None
             if isinstance(self.parent(outer), cst.If):  # an `elif`
                 return None
             chain.insert(0, outer)
+
+    def _test_holds(self, inner: cst.If, before: list[cst.CSTNode]) -> bool:
+        """The statements ``before`` the nested ``inner`` in its outer ``if`` (mmdetection's
+        ``if apex is None: raise ...``, ``optimizer = build_optimizer(...)``) leave its test as
+        it was and always reach it (no ``return``, ``break`` or ``continue``): the test means
+        the same read right after the outer one."""
+        if any(
+            isinstance(n, cst.Return | cst.Break | cst.Continue)
+            for s in before
+            for n in self._subtree(s)
+        ):
+            return False
+        return not self._changes(_code(self.module, inner.test), before)
 
     def _drop_emptied(
         self, chain: list[cst.If], removed: cst.CSTNode | None, small, models, optimizer

@@ -169,6 +169,7 @@ class _Planner(
         self.footers: list[cst.CSTNode] = []  # statements that go: their footer comments stay
         # `args.amp = amp`: apex's module kept on an object, by where (`args.amp`)
         self.kept: dict[str, cst.CSTNode] = {}
+        self._only_amp: bool | None = None  # (guards._amp_only_apex, asked once)
         # how functions that called apex through a kept handle reach the GradScaler
         self.stored_access: dict[int, str] = {}
         # `amp` handed to a function (`train(model, optimizer, amp)`): pending, then refused
