@@ -840,7 +840,11 @@ def test_a_name_amp_rebound_to_a_number_is_not_apex_where_it_is_read_after():
     reads `amp`". Read after its own block rebinds it, it is that number; read before (a
     previous pass of the loop), it stays a blocker."""
     out, _, fixed = fix_source(AMPLITUDE, unsafe=True)
-    assert "AMP303" in {d.code for d in fixed} and "apex" not in out
+    assert (
+        "AMP303" in {d.code for d in fixed}
+        and "from apex" not in out
+        and "amp.initialize" not in out
+    )
     assert "        e = np.log(amp**0.5 + 1)\n" in out
     before = AMPLITUDE.replace("    e = np.log(amp**0.5 + 1)\n", "").replace(
         "for source in [np.ones(4)]:\n",
@@ -926,7 +930,11 @@ def test_initialize_in_an_if_after_statements_that_keep_its_test_is_rewritten():
     test; `apex is None` (apex imported only for amp) is an availability test like `amp`'s.
     A statement that changes the test, or may leave the block first, keeps the refusal."""
     out, _, fixed = fix_source(NESTED_AFTER_STATEMENTS, unsafe=True)
-    assert "AMP303" in {d.code for d in fixed} and "apex" not in out
+    assert (
+        "AMP303" in {d.code for d in fixed}
+        and "from apex" not in out
+        and "amp.initialize" not in out
+    )
     assert (
         'scaler = torch.amp.GradScaler("cuda", enabled=bool(cfg.get("use_fp16", False) and '
         'cfg.get("opt_level_o1", True)))'
@@ -940,6 +948,78 @@ def test_initialize_in_an_if_after_statements_that_keep_its_test_is_rewritten():
         changed = NESTED_AFTER_STATEMENTS.replace(old, new)
         assert changed != NESTED_AFTER_STATEMENTS
         assert "sits in an `if` nested in another `if`" in _message(changed)
+
+
+WRAP_MODEL = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, optimizer, use_apex, deepspeed=None):
+        self.model, self.optimizer = model, optimizer
+        self.use_apex, self.deepspeed = use_apex, deepspeed
+
+    def _wrap_model(self, model, training=True):
+        if self.deepspeed:
+            return self.deepspeed
+        if self.use_apex and training:
+            model, self.optimizer = amp.initialize(model, self.optimizer, opt_level="O1")
+        return model
+
+    def training_step(self, model, x):
+        loss = model(x).mean()
+        if self.use_apex:
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        return loss
+
+    def train(self, batches, max_grad_norm, native):
+        model = self._wrap_model(self.model)
+        for x in batches:
+            self.training_step(model, x)
+            torch.nn.utils.clip_grad_norm_(
+                amp.master_params(self.optimizer) if self.use_apex else model.parameters(),
+                max_grad_norm,
+            )
+            if native:
+                native.step(self.optimizer)
+            else:
+                self.optimizer.step()
+"""
+
+
+def test_a_vendored_trainers_wrap_model_and_backend_chain_are_refused_truthfully():
+    """2022-RAFT's copy of the HF Trainer: `initialize` under `if self.use_apex and training:`
+    in `_wrap_model`, which evaluations call with `training=False` and which returns early for
+    deepspeed; the clip before a chain of steps, one per backend. The rewrite made the
+    GradScaler there (an evaluation then replaced it with a disabled one; deepspeed runs read an
+    attribute never set) and moved the clip into the plain step's `else:` (no clip on the other
+    backends). Each is now a blocker; without them the class is rewritten."""
+    message = _message(WRAP_MODEL)
+    assert "`_wrap_model` can return (line 12) before the line that would make the GradScaler" in (
+        message
+    )
+    assert "which reads `training`, a parameter of `_wrap_model`" in message
+    assert "the clip of `amp.master_params` runs before the `if`/`else` at line 34" in message
+    plain = (
+        WRAP_MODEL.replace("        if self.deepspeed:\n            return self.deepspeed\n", "")
+        .replace("if self.use_apex and training:", "if self.use_apex:")
+        .replace(
+            "            if native:\n                native.step(self.optimizer)\n"
+            "            else:\n                self.optimizer.step()\n",
+            "            self.optimizer.step()\n",
+        )
+    )
+    assert plain.count("if ") == WRAP_MODEL.count("if ") - 2 and "training:" not in plain
+    out, _, fixed = fix_source(plain, unsafe=True)
+    assert (
+        "AMP303" in {d.code for d in fixed}
+        and "from apex" not in out
+        and "amp.initialize" not in out
+    )
 
 
 def test_an_empty_optimizer_list_is_inference():
@@ -5290,7 +5370,11 @@ def test_an_unused_fp16_utils_import_goes_with_amps():
         "from apex import amp\nfrom apex.fp16_utils import FP16_Optimizer\n",
     )
     out, _, fixed = fix_source(source, unsafe=True)
-    assert "AMP303" in {d.code for d in fixed} and "apex" not in out
+    assert (
+        "AMP303" in {d.code for d in fixed}
+        and "from apex" not in out
+        and "amp.initialize" not in out
+    )
     [finding] = [d for d in fixed if d.code == "AMP303"]
     assert "`from apex.fp16_utils import FP16_Optimizer` goes: this file never reads it" in (
         finding.message

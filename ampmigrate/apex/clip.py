@@ -202,6 +202,25 @@ class Clip:
         step = nested[0]
         if self._scaled_clip(statement, None, step):
             return
+        around = {id(a) for a in self.ancestors(statement)}
+        arms = next(
+            (a for a in self.ancestors(step) if id(a) not in around
+             and isinstance(a, cst.If) and (a.orelse is not None or self._is_elif(a))),
+            None,
+        )  # fmt: skip
+        while arms is not None and self._is_elif(arms):
+            arms = self.parent(arms)  # (the chain is shown from its `if`)
+        if arms is not None:  # (a vendored HF Trainer: deepspeed / TPU / native / plain step)
+            self.problem(
+                statement,
+                f"the clip of {self._reader(statement)} runs before the `if`/`else` at line "
+                f"{self.line(arms)}, one arm of which steps with "
+                f"`{_code(self.module, step.body[0].value)}` (line {self.line(step)}): moved "
+                "before that step, the clip would stop on the other arms' paths; place "
+                "`scaler.unscale_(optimizer)` before the clip on the path this scaler scales, "
+                "by hand",
+            )
+            return
         conditions: list[cst.BaseExpression] = []
         if self._blocks_move(unit):  # the clip shares its block with the backward
             narrowed = self._narrow(statement, unit)

@@ -216,6 +216,44 @@ class Scaler:
                 return True
         return direct(statement)
 
+    def _once_per_object(self, setup: _Setup, home: cst.FunctionDef) -> None:
+        """The GradScaler made where ``initialize`` was, kept on the object and read by its
+        other methods: that method must make it on every call that reaches it the same way.
+        Not where its switch reads one of the method's parameters (HF Trainer's
+        ``_wrap_model(model, training=False)`` for an evaluation would replace it with a
+        disabled one), nor where the method returns before it (its deepspeed path: the other
+        methods would read an attribute never set)."""
+        params = {p.name.value for p in home.params.params[1:]}
+        params |= {p.name.value for p in home.params.kwonly_params}
+        read = (
+            {n.value for n in self._subtree(cst.parse_expression(setup.condition))
+             if isinstance(n, cst.Name)}
+            if setup.condition else set()
+        )  # fmt: skip
+        name = home.name.value
+        if read & params and name != "__init__":  # (`__init__` runs once per object)
+            shown = ", ".join(f"`{p}`" for p in sorted(read & params))
+            self.problem(
+                setup.statement,
+                f"`amp.initialize` runs under `{setup.condition}`, which reads {shown}, a "
+                f"parameter of `{name}`: the GradScaler kept on the object would be made again, "
+                f"switched as that call says, each time `{name}` runs (a call for evaluation "
+                "would turn it off); make it once, where the object is set up, by hand",
+            )
+        early = next(
+            (n for n in self._subtree(home.body) if isinstance(n, cst.Return)
+             and self.order[id(n)] < self.order[id(setup.statement)]
+             and self.function(n) is home),
+            None,
+        )  # fmt: skip
+        if early is not None:
+            self.problem(
+                early,
+                f"`{name}` can return (line {self.line(early)}) before the line that would "
+                "make the GradScaler its other methods read: on that path they would read an "
+                "attribute never set; make it where the object is set up, by hand",
+            )
+
     def _scope(self, setup: _Setup, uses: list[cst.Call]) -> None:
         home = self.home = setup.home
         if home is self.module:
@@ -227,6 +265,7 @@ class Scaler:
         holder = self.parent(self.parent(home))
         if isinstance(holder, cst.ClassDef) and home.params.params:
             self.mode, self.cls = "class", holder
+            self._once_per_object(setup, home)
             for use in outside:
                 if self.method_of(use, holder) is None:
                     self.problem(
