@@ -1022,6 +1022,94 @@ def test_a_vendored_trainers_wrap_model_and_backend_chain_are_refused_truthfully
     )
 
 
+RUN_ONCE = """\
+import torch
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+class Trainer(object):
+    def __init__(self, network, optimizer, fp16=False):
+        self.network = network
+        self.optimizer = optimizer
+        self.fp16 = fp16
+        self.amp_initialized = False
+
+    def maybe_init_amp(self):
+        if self.fp16:
+            if not self.amp_initialized:
+                self.network, self.optimizer = amp.initialize(
+                    self.network, self.optimizer, opt_level="O1"
+                )
+                self.amp_initialized = True
+
+    def run_iteration(self, x, y):
+        self.optimizer.zero_grad()
+        out = self.network(x)
+        loss = torch.nn.functional.mse_loss(out, y)
+        if not self.fp16:
+            loss.backward()
+        else:
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+        self.optimizer.step()
+        return loss.item()
+"""
+
+_VARIANT = """\
+import torch
+from apex import amp
+
+from pkg.trainer import Trainer
+
+
+class FastTrainer(Trainer):
+    def run_iteration(self, x, y):
+        loss = torch.nn.functional.mse_loss(self.network(x), y)
+        with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+            scaled_loss.backward()
+        self.optimizer.step()
+"""
+
+
+def test_nnunet_shapes_are_refused_where_the_rewrite_was_wrong(tmp_path):
+    """nnUNet's trainer: `if self.fp16: if not self.amp_initialized: amp.initialize(...)` in a
+    method called again (a run-once guard made the switch: the next call made a disabled
+    GradScaler); the same under `if amp is not None:` (the GradScaler was made inside the
+    `if`s, unswitched, and read on every path); trainer variants in other modules that
+    subclass it and scale with apex (left calling apex uninitialized). Each is a blocker now."""
+    message = _message(RUN_ONCE)
+    assert "which reads `self.amp_initialized`, that `maybe_init_amp` itself sets" in message
+    guarded = (
+        RUN_ONCE.replace(
+            "            if not self.amp_initialized:\n",
+            "            if not self.amp_initialized:\n                if amp is not None:\n",
+        )
+        .replace("\n                ", "\n                    ")
+        .replace(
+            "\n                    if amp is not None:", "\n                if amp is not None:"
+        )
+    )
+    assert guarded != RUN_ONCE
+    assert "sits in `if amp is not None:`, itself in the `if` at line 17" in _message(guarded)
+    once = RUN_ONCE.replace("            if not self.amp_initialized:\n", "            if True:\n")
+    once = once.replace("                self.amp_initialized = True\n", "")
+    root = tmp_path / "pkg"
+    (root / "variants").mkdir(parents=True)
+    for name in ("__init__.py", "variants/__init__.py"):
+        (root / name).write_text("")
+    (root / "trainer.py").write_text(once)
+    out, _, fixed = fix_source(once, unsafe=True, path=root / "trainer.py")
+    assert "AMP303" in {d.code for d in fixed}
+    (root / "variants" / "fast.py").write_text(_VARIANT)
+    out, remaining, _ = fix_source(once, unsafe=True, path=root / "trainer.py")
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert out == once
+    assert "variants/fast.py subclasses `Trainer` and calls apex amp" in finding.message
+
+
 def test_an_empty_optimizer_list_is_inference():
     """`model, _ = amp.initialize(model, [], opt_level="O3")` (a TensorRT test script's shape,
     at O1): apex returns `[]` beside the model, nothing is scaled. Rewritten as inference, as

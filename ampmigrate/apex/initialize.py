@@ -240,6 +240,19 @@ class Initialize:
         else:
             holder = self.parent(self.parent(statement))
             condition = None
+            if isinstance(holder, cst.If) and holder in self.dissolved:
+                outer = self.parent(self.parent(holder))
+                if isinstance(outer, cst.If | cst.Else) and not (
+                    isinstance(outer, cst.If) and _main_guard(self.module, outer)
+                ):  # (nnUNet: `if self.fp16: if not self.amp_initialized: if amp is not None:`)
+                    self.problem(
+                        init,
+                        f"`amp.initialize` sits in `if {_code(self.module, holder.test)}:`, "
+                        f"itself in the `if` at line {self.line(outer)}: the GradScaler must "
+                        "exist on every path, enabled by the tests around it; create it before "
+                        "the outer one by hand",
+                    )
+                    return None
             if isinstance(holder, cst.If) and (
                 _main_guard(self.module, holder) or holder in self.dissolved
             ):  # the script's main block, or `if amp is not None:` (true now): no condition

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 
 import libcst as cst
@@ -216,6 +217,35 @@ class Scaler:
                 return True
         return direct(statement)
 
+    def _subclasses_elsewhere(self, setup: _Setup) -> None:
+        """A module of the project on disk that subclasses this class and calls apex amp
+        itself (nnUNet's trainer variants override the step with their own
+        ``amp.scale_loss``): it runs on the amp state this class sets up, and would call apex
+        uninitialized once this class alone were migrated."""
+        if self.path is None or self.cls is None:
+            return
+        name = self.cls.name.value
+        folder = os.path.dirname(os.path.abspath(self.path))
+        pattern = re.compile(rf"^\s*class\s+\w+\s*\((?:[^)]*[\s,.(])?{name}\b", re.M)
+        shown = []
+        for file, _, _ in users_on_disk(self.path, [name]) or []:
+            try:
+                with open(file, encoding="utf-8", errors="replace") as handle:
+                    text = handle.read()
+            except OSError:
+                continue
+            if "amp." in text and "apex" in text and pattern.search(text):
+                shown.append(os.path.relpath(file, folder))
+        if shown:
+            listed = ", ".join(dict.fromkeys(shown))
+            self.problem(
+                setup.statement,
+                f"{listed} subclass{'es' if len(shown) == 1 else ''} `{name}` and call"
+                f"{'s' if len(shown) == 1 else ''} apex amp on the amp state this class sets "
+                "up: migrated alone, this class would leave them calling apex uninitialized; "
+                "migrate them together by hand",
+            )
+
     def _once_per_object(self, setup: _Setup, home: cst.FunctionDef) -> None:
         """The GradScaler made where ``initialize`` was, kept on the object and read by its
         other methods: that method must make it on every call that reaches it the same way.
@@ -239,6 +269,23 @@ class Scaler:
                 f"parameter of `{name}`: the GradScaler kept on the object would be made again, "
                 f"switched as that call says, each time `{name}` runs (a call for evaluation "
                 "would turn it off); make it once, where the object is set up, by hand",
+            )
+        self._subclasses_elsewhere(setup)
+        stored = {  # what the method itself sets on the object
+            _code(self.module, n.target) for n in self._subtree(home.body)
+            if isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
+        }  # fmt: skip
+        guard = sorted(
+            _code(self.module, n) for n in self._subtree(cst.parse_expression(setup.condition))
+            if isinstance(n, cst.Attribute) and _code(self.module, n) in stored
+        ) if setup.condition and name != "__init__" else []  # fmt: skip
+        if guard:
+            self.problem(
+                setup.statement,
+                f"`amp.initialize` runs under `{setup.condition}`, which reads `{guard[0]}`, "
+                f"that `{name}` itself sets (a run-once guard, not a precision switch): made "
+                f"before the `if`, the GradScaler would be made again, turned off, by the next "
+                "call; make it once, where the object is set up, by hand",
             )
         early = next(
             (n for n in self._subtree(home.body) if isinstance(n, cst.Return)
