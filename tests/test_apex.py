@@ -1110,6 +1110,29 @@ def test_nnunet_shapes_are_refused_where_the_rewrite_was_wrong(tmp_path):
     assert "variants/fast.py subclasses `Trainer` and calls apex amp" in finding.message
 
 
+TESTED_ONLY = """\
+import torch
+
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+def setup(model, optimizer, fp16):
+    if amp is not None:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    return model, optimizer
+"""
+
+
+def test_an_availability_test_of_amp_is_not_apex_handed_on():
+    """cvpods: `if amp is not None: amp.initialize(...)` in a set-up helper was told "apex's
+    `amp` itself is handed on at line 10": that line only tests it."""
+    message = _message(TESTED_ONLY)
+    assert "handed on" not in message and "no `amp.scale_loss` in this file" in message
+
+
 def test_an_empty_optimizer_list_is_inference():
     """`model, _ = amp.initialize(model, [], opt_level="O3")` (a TensorRT test script's shape,
     at O1): apex returns `[]` beside the model, nothing is scaled. Rewritten as inference, as

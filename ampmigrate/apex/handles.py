@@ -586,6 +586,7 @@ class Handles:
                 and APEX in self.qualified(n)
                 and not isinstance(self.parent(n), cst.Attribute)
                 and not self._in_import(n)
+                and not self._tested(n)
             ),
             None,
         )
@@ -643,6 +644,16 @@ class Handles:
             f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in calls[:3]
         )
         return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
+
+    def _tested(self, node: cst.Name) -> bool:
+        """``amp`` read by an availability test (``if amp is not None:``, ``if amp:``, ``not
+        amp``, an ``and``): not handed on."""
+        parent = self.parent(node)
+        if isinstance(parent, cst.Comparison):
+            return parent.left is node and all(
+                isinstance(c.operator, cst.Is | cst.IsNot) for c in parent.comparisons
+            )
+        return isinstance(parent, cst.If | cst.BooleanOperation | cst.UnaryOperation)
 
     def _importers_that_scale(self, init: cst.Call) -> str | None:
         """The project files that import the function holding ``init`` (a set-up helper that
