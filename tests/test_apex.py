@@ -1133,6 +1133,29 @@ def test_an_availability_test_of_amp_is_not_apex_handed_on():
     assert "handed on" not in message and "no `amp.scale_loss` in this file" in message
 
 
+def test_amp_unbound_behind_a_star_import_that_does_not_give_it_is_reported(tmp_path):
+    """THETA: `from deepxml.modules import *` and `amp.scale_loss(...)` with the apex import
+    commented out; klaam: a file whose only apex call, `amp.initialize`, reads an unbound
+    `amp`. Both had no finding ("all checks passed"); a star import was taken to bind
+    anything. Its module on disk never spells `amp`: the call raises NameError."""
+    (tmp_path / "modules.py").write_text("import torch\n\n\ndef block():\n    return 1\n")
+    source = (
+        "import torch\nfrom modules import *\n\n\ndef train(loss, optimizer):\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "        scaled_loss.backward()\n    optimizer.step()\n"
+    )
+    (tmp_path / "models.py").write_text(source)
+    _, remaining, _ = fix_source(source, path=tmp_path / "models.py")
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert "`amp.scale_loss` reads `amp`, which nothing in this file binds" in finding.message
+    (tmp_path / "modules.py").write_text("from apex import amp\n")
+    _, remaining, _ = fix_source(source, path=tmp_path / "models.py")
+    assert "nothing in this file binds" not in " ".join(d.message for d in remaining)
+    alone = "import torch\n\n\ndef setup(model, opt):\n    return amp.initialize(model, opt)\n"
+    [finding] = [d for d in check_source(alone) if d.code == "AMP303"]
+    assert "`amp.initialize` reads `amp`, which nothing in this file binds" in finding.message
+
+
 def test_an_empty_optimizer_list_is_inference():
     """`model, _ = amp.initialize(model, [], opt_level="O3")` (a TensorRT test script's shape,
     at O1): apex returns `[]` beside the model, nothing is scaled. Rewritten as inference, as

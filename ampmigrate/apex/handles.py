@@ -586,7 +586,7 @@ class Handles:
                 and APEX in self.qualified(n)
                 and not isinstance(self.parent(n), cst.Attribute)
                 and not self._in_import(n)
-                and not self._tested(n)
+                and not self._availability_test(n)
             ),
             None,
         )
@@ -645,7 +645,7 @@ class Handles:
         )
         return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
 
-    def _tested(self, node: cst.Name) -> bool:
+    def _availability_test(self, node: cst.Name) -> bool:
         """``amp`` read by an availability test (``if amp is not None:``, ``if amp:``, ``not
         amp``, an ``and``): not handed on."""
         parent = self.parent(node)

@@ -252,14 +252,15 @@ def stray_calls(
         elif (
             isinstance(holder, ast.Name)
             and holder.id == "amp"
-            and node.func.attr in ("scale_loss", "master_params")
+            and node.func.attr in ("scale_loss", "master_params", "initialize")
             and not roots
             and not names.bindings(holder)
-            and not _star_imports(tree)
+            and not _star_binds(tree, path, "amp")
         ):
             found.append((node, (
                 f"line {node.lineno}: `{shown}` reads `amp`, which nothing in this file binds "
-                "(no apex import, no star import): that call raises NameError, so the "
+                "(no apex import, no star import that gives it): that call raises NameError, "
+                "so the "
                 "original's mixed-precision path cannot run as written; fix the original "
                 "(import apex's amp, or take the GradScaler that replaces it) before migrating"
             )))  # fmt: skip
@@ -470,6 +471,23 @@ def _apex_binding(path: str, node: ast.ImportFrom, name: str, depth: int = 0) ->
                 if found is not None:
                     return found
     return None
+
+
+def _star_binds(tree: ast.Module, path: str | None, name: str) -> bool:
+    """A star import of ``tree`` may bind ``name``: its module is not on disk next to
+    ``path``, or its text spells the name (THETA's ``from deepxml.modules import *``, whose
+    module never mentions ``amp``, binds no ``amp``)."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)):
+            continue
+        found = next(
+            (p for p in _module_paths(path, node.level, node.module or "") if os.path.isfile(p)),
+            None,
+        ) if path and node.module else None  # fmt: skip
+        text = _read(found) if found is not None else b""
+        if found is None or b"import *" in text or re.search(rb"\b%s\b" % name.encode(), text):
+            return True
+    return False
 
 
 def _star_imports(tree: ast.Module) -> bool:
