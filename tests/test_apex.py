@@ -1156,6 +1156,29 @@ def test_amp_unbound_behind_a_star_import_that_does_not_give_it_is_reported(tmp_
     assert "`amp.initialize` reads `amp`, which nothing in this file binds" in finding.message
 
 
+def test_gradients_logged_two_methods_down_before_the_step_are_seen():
+    """HF's DistilBERT `Distiller.optimize`: after the scaled backward, `self.iter()` calls
+    `self.log_tensorboard()`, which logs `p.grad` statistics on every micro-batch. apex had
+    unscaled them at the `scale_loss` exit; a GradScaler keeps them scaled until the step, so
+    the rewrite logged them times the loss scale, unstated. A read one own method deeper than
+    before is seen now, and the rewrite is refused with why."""
+    before = (APEX / "distiller_optimize.py").read_text()
+    source = before.replace(
+        "        self.n_iter += 1\n",
+        "        self.iter()\n",
+    ).replace(
+        "    def optimize(self, loss):\n",
+        "    def iter(self):\n        self.n_iter += 1\n        self.log_tensorboard()\n\n"
+        "    def log_tensorboard(self):\n"
+        "        for p in self.student.parameters():\n"
+        "            print(p.grad.data.std().item())\n\n"
+        "    def optimize(self, loss):\n",
+    )
+    assert source.count("self.iter()") == 1 and "p.grad.data" in source
+    message = _message(source)
+    assert "`self.iter(...)` reads or changes gradient values on every micro-batch" in message
+
+
 def test_an_empty_optimizer_list_is_inference():
     """`model, _ = amp.initialize(model, [], opt_level="O3")` (a TensorRT test script's shape,
     at O1): apex returns `[]` beside the model, nothing is scaled. Rewritten as inference, as

@@ -136,7 +136,7 @@ class Unscale:
                 pending += [node.left, node.right]
         return found
 
-    def _reads_gradients(self, statement: cst.CSTNode, follow: bool = True) -> bool:
+    def _reads_gradients(self, statement: cst.CSTNode, follow: bool = True, depth: int = 0) -> bool:
         """Gradient values are read: not ``p.grad = None`` (a write) nor ``p.grad is None``
         (scaling never changes which gradients exist)."""
         for node in self._subtree(statement):
@@ -155,7 +155,7 @@ class Unscale:
             if isinstance(node, cst.Call):
                 if any(q.startswith("torch.nn.utils.clip_grad") for q in self.qualified(node.func)):
                     return True
-                if follow and self._callee_reads_gradients(node):
+                if follow and self._callee_reads_gradients(node, depth):
                     return True
                 for arg in node.args:
                     value = arg.value
@@ -167,14 +167,14 @@ class Unscale:
                         return True
         return False
 
-    def _callee_reads_gradients(self, call: cst.Call) -> bool:
+    def _callee_reads_gradients(self, call: cst.Call, depth: int = 0) -> bool:
         """``call`` runs a function of the project that reads gradient values (a helper that
         adds an L1 term to batch-norm gradients, a norm logger): a function of this module or
         of a module on disk next to it, a method of a class defined there included, and a
         method of this class or a base class of this module called on ``self``."""
         method = self._own_method(call)
-        if method is not None:
-            return self._reads_gradients(method.body, False)
+        if method is not None:  # (two deep: DistilBERT's `iter()` -> `log_tensorboard()`)
+            return self._reads_gradients(method.body, depth < 1, depth + 1)
         names = self.qualified(call.func) or self._star_imported(call.func)
         for name in names:
             if name.startswith(("torch.", "builtins.")):
