@@ -648,34 +648,10 @@ def test_a_model_setting_or_text_made_of_the_model_is_not_handed_to_code_that_ru
     assert "format(...)" not in finding.message and "os.path.join" not in finding.message
 
 
-SUBCLASS_TRAINERS = """\
-import torch
-from apex import amp
-
-
-class Trainer:
-    def __init__(self, model, config):
-        self.model, self.config = model, config
-
+_OVERRIDE = """
     def train(self, data):
         model = self.model
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        if self.config.AMP:
-            model, optimizer = amp.initialize(model, optimizer, num_losses=1, opt_level="O1")
-        for x in data:
-            loss = model(x).mean()
-            if self.config.AMP:
-                with amp.scale_loss(loss, optimizer, loss_id=0) as scaled:
-                    scaled.backward()
-            else:
-                loss.backward()
-            optimizer.step()
-
-
-class Finetune(Trainer):
-    def train(self, data):
-        model = self.model
-        optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+        optimizer = torch.optim.{optimizer}(model.parameters(), lr=0.1)
         if self.config.AMP:
             model, optimizer = amp.initialize(model, optimizer, num_losses=1, opt_level="O1")
         for x in data:
@@ -687,6 +663,13 @@ class Finetune(Trainer):
                 loss.backward()
             optimizer.step()
 """
+SUBCLASS_TRAINERS = (
+    "import torch\nfrom apex import amp\n\n\nclass Trainer:\n"
+    "    def __init__(self, model, config):\n        self.model, self.config = model, config\n"
+    + _OVERRIDE.format(optimizer="SGD")
+    + "\n\nclass Finetune(Trainer):"
+    + _OVERRIDE.format(optimizer="Adam")
+)
 
 
 def test_a_subclass_that_initializes_in_its_own_override_is_not_told_to_take_the_base_scaler():

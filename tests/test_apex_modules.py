@@ -903,6 +903,21 @@ _SCRIPT = (
 )
 
 
+def _script_tied(root, files: dict, imports: str, uses: str, sibling: str, tied: bool):
+    """``_SCRIPT`` beside ``files`` in ``root``: refused naming ``sibling`` (tied) or
+    rewritten without it; the script's result."""
+    for name, text in {**files, "train.py": _SCRIPT.format(imports=imports, uses=uses)}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    [result] = run([root / "train.py"], _settings(fix=True))
+    [finding] = [d for d in [*result.fixed, *result.diagnostics] if d.code == "AMP303"]
+    if tied:
+        assert not result.changed and f"{sibling} (imported by " in finding.message
+    else:
+        assert result.changed and f"{sibling} (imported by " not in finding.message, finding.message
+    return result
+
+
 @pytest.mark.parametrize(
     ("imports", "uses", "tied"),
     [
@@ -925,16 +940,8 @@ def test_a_library_whose_apex_path_the_script_cannot_reach_does_not_tie_it(
     reaches cannot run: the script is rewritten alone. Where the names taken (or a module
     object, a star import) may reach it, the tie stays."""
     root = tmp_path / "project"
-    for name, text in {**_LIBRARY, "train.py": _SCRIPT.format(imports=imports, uses=uses)}.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    [result] = run([root / "train.py"], _settings(fix=True))
-    [finding] = [d for d in [*result.fixed, *result.diagnostics] if d.code == "AMP303"]
-    sibling = "trainlib/engine/__init__.py (imported by "
-    if tied:
-        assert not result.changed and sibling in finding.message
-    else:
-        assert result.changed and sibling not in finding.message, finding.message
+    result = _script_tied(root, _LIBRARY, imports, uses, "trainlib/engine/__init__.py", tied)
+    if not tied:
         assert b"apex" not in result.new_source and b"scaler.scale(loss)" in result.new_source
     # the library is its own case either way: its apex path is reported, not rewritten
     [library] = run([root / "trainlib/engine/__init__.py"], _settings(fix=True))
@@ -974,18 +981,7 @@ def test_a_class_a_package_only_re_exports_does_not_tie_the_script(tmp_path, imp
     with apex amp) beside helpers the script uses: the script was refused as 'relying on the
     amp state' of a class nothing takes. A name a package only re-exports is used only where a
     module takes it from the package (or may compute it)."""
-    root = tmp_path / "project"
-    script = _SCRIPT.format(imports=imports, uses=uses)
-    for name, text in {**_VENDORED, "train.py": script}.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    [result] = run([root / "train.py"], _settings(fix=True))
-    [finding] = [d for d in [*result.fixed, *result.diagnostics] if d.code == "AMP303"]
-    sibling = "pkg/utils/cuda.py (imported by "
-    if tied:
-        assert not result.changed and sibling in finding.message
-    else:
-        assert result.changed and sibling not in finding.message, finding.message
+    _script_tied(tmp_path / "project", _VENDORED, imports, uses, "pkg/utils/cuda.py", tied)
 
 
 _TRAINER = (
