@@ -1065,6 +1065,10 @@ def test_nnunet_shapes_are_refused_where_the_rewrite_was_wrong(tmp_path):
     subclass it and scale with apex (left calling apex uninitialized). Each is a blocker now."""
     message = _message(RUN_ONCE)
     assert "which reads `self.amp_initialized`, that `maybe_init_amp` itself sets" in message
+    switch = RUN_ONCE.replace(  # (kerosene: a switch the method sets first is no guard)
+        "        if self.fp16:\n", "        self.use = self.fp16\n        if self.use:\n"
+    ).replace("                self.amp_initialized = True\n", "")
+    assert switch.count("self.use") == 2 and "run-once" not in _message(switch)
     guarded = (
         RUN_ONCE.replace(
             "            if not self.amp_initialized:\n",
@@ -1160,6 +1164,54 @@ def test_gradients_logged_two_methods_down_before_the_step_are_seen():
     assert source.count("self.iter()") == 1 and "p.grad.data" in source
     message = _message(source)
     assert "`self.iter(...)` reads or changes gradient values on every micro-batch" in message
+
+
+HALF_TEST = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, data):
+        self.model, self.data = model, data
+        self.reset()
+
+    def reset(self):
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O1")
+
+    def run_epoch(self):
+        for mel, audio in self.data:
+            loss = self.model((mel, audio)).pow(2).mean()
+            self.optimizer.zero_grad()
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+            self.optimizer.step()
+
+    def run_test(self):
+        mel = self.data[0][0].half()
+        with torch.no_grad():
+            return self.model.infer(mel)
+
+    def train(self, epochs):
+        for _ in range(epochs):
+            self.run_epoch()
+            self.run_test()
+"""
+
+
+def test_a_forward_left_outside_the_regions_on_half_inputs_is_refused():
+    """A WaveGlow trainer's `run_test` makes its mel `.half()` and runs `model.infer`: apex
+    O1 cast per op, so it ran; the rewrite said it "runs in float32 now" and the first
+    validation raised (half input, float32 weights). Refused now; without the `.half()` it is
+    the stated float32 change."""
+    message = _message(HALF_TEST)
+    assert "makes half (`self.data[0][0].half()` at line 23)" in message
+    plain = HALF_TEST.replace("self.data[0][0].half()", "self.data[0][0]")
+    [finding] = [d for d in check_source(plain) if d.code == "AMP303"]
+    assert "`run_test` (line 25) is outside the autocast regions and runs in float32 now" in (
+        finding.message
+    )
 
 
 def test_an_empty_optimizer_list_is_inference():

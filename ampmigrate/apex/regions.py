@@ -517,6 +517,7 @@ class Regions:
         found: dict[str, int] = {}
         elsewhere: set[str] = set()  # functions this file never calls
         via: dict[str, str] = {}  # functions handed to a call instead (`Engine(inference)`)
+        halves: set[str] = set()  # functions that feed the model half inputs (blockers)
         holder = self._holder(home) if isinstance(home, cst.FunctionDef) else None
         holder = holder if isinstance(holder, cst.ClassDef) else None
         stored = self._stored_models(setup)
@@ -547,6 +548,22 @@ class Regions:
             if covered[id(function)]:
                 continue
             where = function.name.value if isinstance(function, cst.FunctionDef) else "module"
+            halved = next(
+                (n for n in self._subtree(function) if _is_call_of(n, "half")
+                 and self.function(n) is function
+                 and _code(self.module, n.func.value) not in models),
+                None,
+            ) if where not in named and where not in halves else None  # fmt: skip
+            if halved is not None:  # (WaveGlow's `run_test`: `mel = mel.half()`, then `infer`)
+                halves.add(where)
+                self.problem(
+                    node,
+                    f"`{where}` runs the initialized model outside the autocast regions on an "
+                    f"input it makes half (`{_code(self.module, halved)}` at line "
+                    f"{self.line(halved)}): apex O1 cast per op, so that ran; with float32 "
+                    "weights and no autocast it raises; wrap it in "
+                    '`torch.amp.autocast("cuda", dtype=torch.float16)` by hand',
+                )
             if where not in named:
                 found.setdefault(where, self.line(node))
                 handed = self._handed_as_value(function)

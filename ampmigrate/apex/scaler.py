@@ -271,9 +271,12 @@ class Scaler:
                 "would turn it off); make it once, where the object is set up, by hand",
             )
         self._subclasses_elsewhere(setup)
-        stored = {  # what the method itself sets on the object
-            _code(self.module, n.target) for n in self._subtree(home.body)
-            if isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
+        stored = {  # flags the method itself sets once it has run (`self.amp_initialized = True`)
+            _code(self.module, t.target) for n in self._subtree(home.body)
+            if isinstance(n, cst.Assign)
+            and self.order[id(n)] > self.order[id(setup.statement)]
+            and isinstance(n.value, cst.Name) and n.value.value in ("True", "False")
+            for t in n.targets
         }  # fmt: skip
         guard = sorted(
             _code(self.module, n) for n in self._subtree(cst.parse_expression(setup.condition))
