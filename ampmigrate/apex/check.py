@@ -48,9 +48,10 @@ def check(
         message = refusal([
             f"line {anchor.lineno}: its apex casts become their torch.amp forms only "
             "together with the files that initialize amp and import this module, in one run "
-            "(under apex they cast only once amp was initialized): none of them is in this "
-            "run; if nothing initializes amp (`amp.initialize`, `amp.init`), they do nothing "
-            "and can simply go"
+            "(under apex they cast only once amp was initialized): no file of this run that "
+            "initializes amp reaches it through its imports (a script that imports both is "
+            "not followed); if nothing initializes amp in a process that runs it "
+            "(`amp.initialize`, `amp.init`), they do nothing and can simply go"
         ])  # fmt: skip
         return [Finding(rule.code, message, anchor) for rule in rules]
     if not calls:
