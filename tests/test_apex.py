@@ -923,6 +923,12 @@ def test_initialize_in_an_if_after_statements_that_keep_its_test_is_rewritten():
         'cfg.get("opt_level_o1", True)))'
     ) in out
     compile(out, "train", "exec")
+    logged = NESTED_AFTER_STATEMENTS.replace(  # (OpenDialog: reads through `.get()` change nothing)
+        "        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)\n",
+        '        print(cfg.get("opt_level_o1", True), cfg.keys())\n',
+    )
+    assert logged != NESTED_AFTER_STATEMENTS
+    assert "AMP303" in {d.code for d in fix_source(logged, unsafe=True)[2]}
     for old, new in (
         ("        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)\n",
          '        cfg["opt_level_o1"] = False\n'),

@@ -20,6 +20,9 @@ import libcst as cst
 from ampmigrate.apex.common import _code, _Setup, _statements
 from ampmigrate.apex.links import _listed
 
+# methods that only read what they are called on (`options.get("training").get("fp16")`)
+_READS = frozenset({"get", "keys", "values", "items", "copy", "count", "index", "format"})
+
 
 class RunnerHooks:
     """The runner-hook stage of ``_Planner`` (mixed into it)."""
@@ -208,6 +211,7 @@ class RunnerHooks:
                     isinstance(node, cst.Call)
                     and isinstance(node.func, cst.Attribute)
                     and root(node.func.value) in read
+                    and node.func.attr.value not in _READS
                 ):
                     return True
         return False
