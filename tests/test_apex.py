@@ -1214,10 +1214,13 @@ def test_a_forward_left_outside_the_regions_on_half_inputs_is_refused():
     message = _message(HALF_TEST)
     assert "makes half (`self.data[0][0].half()` at line 23)" in message
     plain = HALF_TEST.replace("self.data[0][0].half()", "self.data[0][0]")
-    [finding] = [d for d in check_source(plain) if d.code == "AMP303"]
-    assert "`run_test` (line 25) is outside the autocast regions and runs in float32 now" in (
-        finding.message
-    )
+    # (and a submodule by its name: SemanticPalette's `model.seg_model(x)` in `compute_fid`)
+    for forward in ("self.model.infer(mel)", "self.model.seg_model(mel)"):
+        source = plain.replace("self.model.infer(mel)", forward)
+        [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+        assert "`run_test` (line 25) is outside the autocast regions and runs in float32 now" in (
+            finding.message
+        )
 
 
 def test_an_empty_optimizer_list_is_inference():

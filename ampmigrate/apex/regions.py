@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 
 import libcst as cst
 
@@ -533,7 +534,10 @@ class Regions:
             models = stored | aliases[id(function)]
             if (
                 func not in models
-                and not (base in models and (attr.startswith("forward") or attr in _RUNS))
+                and not (
+                    base in models
+                    and (attr.startswith("forward") or attr in _RUNS or _SUBMODULE.search(attr))
+                )
                 and not _submodule_of(node.func, models, self.module)
             ):
                 continue
@@ -1000,6 +1004,8 @@ def _member(node: cst.CSTNode) -> bool:
 
 # methods of a model that run its forward (`self.model.inference(text)`)
 _RUNS = frozenset({"inference", "infer", "generate", "sample", "predict", "encode", "decode"})
+# a model's attribute named as a submodule (SemanticPalette's `model.seg_model(x)`): a forward
+_SUBMODULE = re.compile(r"(model|net|encoder|decoder|generator|discriminator|backbone)$")
 
 
 def _submodule_of(func: cst.BaseExpression, models: set[str], module: cst.Module) -> bool:
