@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ampmigrate.apex.casts import Casts, casting, components, key, layer_edits, layer_findings
-from ampmigrate.apex.links import apex_calls, stray_calls
+from ampmigrate.apex.links import _apex_uses, apex_calls, stray_calls
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.settings import FileResult, Settings
@@ -41,7 +41,6 @@ def check(
         return layer_findings(tree, source, names, rules, casts)
     calls = apex_calls(names)
     if casts is None and layer_edits(tree, names, source) is not None:
-        from ampmigrate.apex.links import _apex_uses
         from ampmigrate.apex.verdict import refusal
 
         anchor = _apex_uses(names)[0]

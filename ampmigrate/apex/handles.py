@@ -13,7 +13,14 @@ import libcst as cst
 
 from ampmigrate.apex.casts import cast_modules_under, loads_by_name
 from ampmigrate.apex.common import _argument, _code, _is_call_of, _Setup, _statements
-from ampmigrate.apex.links import _Graph, _listed, apex_siblings, star_may_bind, users_on_disk
+from ampmigrate.apex.links import (
+    _Graph,
+    _listed,
+    apex_siblings,
+    star_may_bind,
+    user_texts,
+    users_on_disk,
+)
 from ampmigrate.apex.verdict import (
     APEX,
     SUPPORTED,
@@ -662,17 +669,12 @@ class Handles:
         home = self.function(init)
         if not isinstance(home, cst.FunctionDef) or self.parent(home) is not self.module:
             return None
-        users = users_on_disk(self.path, [home.name.value]) or []
         folder = os.path.dirname(os.path.abspath(self.path))
-        shown = []
-        for file, line, _ in users:
-            try:
-                with open(file, encoding="utf-8", errors="replace") as handle:
-                    if "scale_loss" not in handle.read():
-                        continue
-            except OSError:
-                continue
-            shown.append(f"{os.path.relpath(file, folder)} (line {line})")
+        shown = [
+            f"{os.path.relpath(file, folder)} (line {line})"
+            for file, line, text in user_texts(self.path, [home.name.value])
+            if "scale_loss" in text
+        ]
         return ", ".join(dict.fromkeys(shown)) or None
 
     def _unbound_use(self) -> str | None:

@@ -918,6 +918,17 @@ def calls_keep_default(path: str, function: str, position: int, name: str) -> li
     return found or None
 
 
+def user_texts(path: str, names: list[str]) -> Iterator[tuple[str, int, str]]:
+    """``users_on_disk`` of ``names``, each file with its text (a file it cannot read is
+    left out): (file, line, text)."""
+    for file, line, _ in users_on_disk(path, names) or []:
+        try:
+            with open(file, encoding="utf-8", errors="replace") as handle:
+                yield file, line, handle.read()
+        except OSError:
+            continue
+
+
 def users_on_disk(path: str, functions: list[str]) -> list[tuple[str, int, str]] | None:
     """The other files of ``path``'s project on disk that use one of its ``functions``: (file,
     line, function). The project: below the folder holding its top package; for a script in
@@ -1301,10 +1312,9 @@ def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
     if not apex or any(s.decorator_list or _at_import(s, bound) for s in apex):
         return False
     dynamic = any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-        and n.func.id in {"getattr", "globals", "eval", "exec", "vars"}
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _DYNAMIC
         for n in ast.walk(tree)
-    )  # fmt: skip
+    )
     if dynamic:
         return False
     reached: set[str] = set()
@@ -1327,6 +1337,10 @@ def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
     return not any(s.name in reached for s in apex)
 
 
+# lookups by a computed name: what a module takes may be reached through them
+_DYNAMIC = frozenset({"getattr", "globals", "eval", "exec", "vars"})
+
+
 def _used_by(module: str, name: str, walked: list[str], graph: _Graph, seen: set[str]) -> bool:
     """``module``, which imports ``name``, reads it, or hands it on to a module of the program
     that does (a package ``__init__`` that re-exports timm's ``ApexScaler``, which nothing
@@ -1334,10 +1348,10 @@ def _used_by(module: str, name: str, walked: list[str], graph: _Graph, seen: set
     tree = _tree(module, _read(module))
     if tree is None or module in seen:
         return True
-    dynamic = {"getattr", "globals", "eval", "exec", "vars", "__getattr__"}
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and (
-            (node.id == name and isinstance(node.ctx, ast.Load)) or node.id in dynamic
+            (node.id == name and isinstance(node.ctx, ast.Load))
+            or node.id in _DYNAMIC | {"__getattr__"}
         ):
             return True
         if isinstance(node, ast.Attribute) and node.attr == name:  # `import m as e`: `e.name`

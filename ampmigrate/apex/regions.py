@@ -300,13 +300,14 @@ class Regions:
     def _gradless(self, statement: cst.CSTNode) -> bool:
         """A ``with torch.no_grad():`` block, or a simple statement that calls an object (a
         frozen encoder: ``feat = encoder(x)``): a forward apex O1 cast that no region held."""
-        if isinstance(statement, cst.With):
-            return any(
-                _code(self.module, item.item).replace(" ", "")
-                in ("torch.no_grad()", "torch.inference_mode()")
-                for item in statement.items
-            )
-        return bool(self._objects_called(statement))
+        return self._no_grad(statement) or bool(self._objects_called(statement))
+
+    def _no_grad(self, statement: cst.CSTNode) -> bool:
+        return isinstance(statement, cst.With) and any(
+            _code(self.module, item.item).replace(" ", "")
+            in ("torch.no_grad()", "torch.inference_mode()")
+            for item in statement.items
+        )
 
     def _gradless_before(self, body: list, indices: list[int]) -> None:
         """A ``with torch.no_grad():`` block that feeds the loss from before the region (an EMA
@@ -314,11 +315,7 @@ class Regions:
         now; stated, as the region starts at the initialized model's forward."""
         for i in sorted(indices):
             statement = body[i]
-            if isinstance(statement, cst.With) and any(
-                _code(self.module, item.item).replace(" ", "")
-                in ("torch.no_grad()", "torch.inference_mode()")
-                for item in statement.items
-            ):
+            if self._no_grad(statement):
                 note = (
                     f"behaviour change: the `torch.no_grad()` block at line {self.line(statement)} "
                     "feeds the loss from before the autocast region (a forward apex O1 cast, "
@@ -518,7 +515,7 @@ class Regions:
         found: dict[str, int] = {}
         elsewhere: set[str] = set()  # functions this file never calls
         via: dict[str, str] = {}  # functions handed to a call instead (`Engine(inference)`)
-        halves: set[str] = set()  # functions that feed the model half inputs (blockers)
+        halves: dict[str, cst.Call | None] = {}  # per function: the `.half()` it makes, if any
         holder = self._holder(home) if isinstance(home, cst.FunctionDef) else None
         holder = holder if isinstance(holder, cst.ClassDef) else None
         stored = self._stored_models(setup)
@@ -552,14 +549,17 @@ class Regions:
             if covered[id(function)]:
                 continue
             where = function.name.value if isinstance(function, cst.FunctionDef) else "module"
-            halved = next(
-                (n for n in self._subtree(function) if _is_call_of(n, "half")
-                 and self.function(n) is function
-                 and _code(self.module, n.func.value) not in models),
-                None,
-            ) if where not in named and where not in halves else None  # fmt: skip
+            if where not in named and where not in halves:  # (each function looked at once)
+                halves[where] = next(
+                    (n for n in self._subtree(function) if _is_call_of(n, "half")
+                     and self.function(n) is function
+                     and _code(self.module, n.func.value) not in models),
+                    None,
+                )  # fmt: skip
+                halved = halves[where]
+            else:
+                halved = None
             if halved is not None:  # (WaveGlow's `run_test`: `mel = mel.half()`, then `infer`)
-                halves.add(where)
                 self.problem(
                     node,
                     f"`{where}` runs the initialized model outside the autocast regions on an "

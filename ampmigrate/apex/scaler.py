@@ -19,7 +19,7 @@ from ampmigrate.apex.common import (
     _statements,
     _targets,
 )
-from ampmigrate.apex.links import users_on_disk
+from ampmigrate.apex.links import user_texts, users_on_disk
 
 
 class Scaler:
@@ -227,17 +227,13 @@ class Scaler:
         name = self.cls.name.value
         folder = os.path.dirname(os.path.abspath(self.path))
         pattern = re.compile(rf"^\s*class\s+\w+\s*\((?:[^)]*[\s,.(])?{name}\b", re.M)
-        shown = []
-        for file, _, _ in users_on_disk(self.path, [name]) or []:
-            try:
-                with open(file, encoding="utf-8", errors="replace") as handle:
-                    text = handle.read()
-            except OSError:
-                continue
-            if "amp." in text and "apex" in text and pattern.search(text):
-                shown.append(os.path.relpath(file, folder))
+        shown = list(dict.fromkeys(  # (a file that uses it on several lines is named once)
+            os.path.relpath(file, folder)
+            for file, _, text in user_texts(self.path, [name])
+            if "amp." in text and "apex" in text and pattern.search(text)
+        ))  # fmt: skip
         if shown:
-            listed = ", ".join(dict.fromkeys(shown))
+            listed = ", ".join(shown)
             self.problem(
                 setup.statement,
                 f"{listed} subclass{'es' if len(shown) == 1 else ''} `{name}` and call"
@@ -255,13 +251,14 @@ class Scaler:
         methods would read an attribute never set)."""
         params = {p.name.value for p in home.params.params[1:]}
         params |= {p.name.value for p in home.params.kwonly_params}
-        read = (
-            {n.value for n in self._subtree(cst.parse_expression(setup.condition))
-             if isinstance(n, cst.Name)}
-            if setup.condition else set()
-        )  # fmt: skip
         name = home.name.value
-        if read & params and name != "__init__":  # (`__init__` runs once per object)
+        # the switch's names, where the method can run again (`__init__` runs once per object)
+        switch = (
+            list(self._subtree(cst.parse_expression(setup.condition)))
+            if setup.condition and name != "__init__" else []
+        )  # fmt: skip
+        read = {n.value for n in switch if isinstance(n, cst.Name)}
+        if read & params:
             shown = ", ".join(f"`{p}`" for p in sorted(read & params))
             self.problem(
                 setup.statement,
@@ -279,9 +276,9 @@ class Scaler:
             for t in n.targets
         }  # fmt: skip
         guard = sorted(
-            _code(self.module, n) for n in self._subtree(cst.parse_expression(setup.condition))
+            _code(self.module, n) for n in switch
             if isinstance(n, cst.Attribute) and _code(self.module, n) in stored
-        ) if setup.condition and name != "__init__" else []  # fmt: skip
+        )  # fmt: skip
         if guard:
             self.problem(
                 setup.statement,

@@ -452,8 +452,9 @@ class _Judge:
                 elif not stays and (module == "apex" or module.startswith("apex.")):
                     bound = {a.asname or a.name for a in node.names}
                     unused = not star and not any(
-                        isinstance(n, ast.Name) and n.id in bound and isinstance(n.ctx, ast.Load)
-                        for n in ast.walk(self.names.tree)
+                        isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                        for name in bound
+                        for n in self.names.spelled(name)
                     )
                     if unused and module.startswith("apex.fp16_utils"):
                         lines.append(node)  # goes with amp's import (the planner's note)

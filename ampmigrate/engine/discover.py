@@ -43,7 +43,8 @@ def is_dependency_file(name: str) -> bool:
     return base.startswith("requirements") or folder.rpartition("/")[2] == "requirements"
 
 
-def _is_venv(directory: str | Path) -> bool:
+def _skipped(directory: str | Path) -> bool:
+    """A virtualenv, or a copy of apex itself: skipped wherever it sits."""
     return os.path.isfile(os.path.join(directory, "pyvenv.cfg")) or _is_apex_copy(directory)
 
 
@@ -67,7 +68,7 @@ def _folder_excluded(folder: str, root: str, dirs: frozenset[str], known: dict[s
         answer = known[folder] = (
             _folder_excluded(parent, root, dirs, known)
             or name in dirs
-            or _is_venv(os.path.join(root, folder))
+            or _skipped(os.path.join(root, folder))
         )
     return answer
 
@@ -121,7 +122,7 @@ def _walk(directory: Path, excluded_dirs: frozenset[str]) -> tuple[list[str], se
                 is_dir = False
             if is_dir:
                 skipped = entry.name in excluded_dirs or entry.is_symlink()
-                if not skipped and not _is_venv(entry.path):
+                if not skipped and not _skipped(entry.path):
                     stack.append((f"{prefix}{entry.name}/", entry.path))
                 continue
             names.append(prefix + entry.name)
