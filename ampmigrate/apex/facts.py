@@ -135,12 +135,11 @@ def positions(module: cst.Module) -> dict[cst.CSTNode, tuple[int, int, int, int]
     return state.ranges
 
 
-class _Facts(cst.CSTVisitor):
+class _Facts:
     """Names a statement binds and reads, and the calls it makes (data flow of the loss)."""
 
-    def __init__(self, module: cst.Module, models: set[str]) -> None:
-        super().__init__()
-        self.module, self.models = module, models
+    def __init__(self, module: cst.Module, models: set[str], node: cst.CSTNode) -> None:
+        self.module, self.models, self.node = module, models, node
         self.assigned: set[str] = set()
         self.used: set[str] = set()
         self.calls = False
@@ -177,6 +176,13 @@ class _Facts(cst.CSTVisitor):
             self.model_calls.append(node)
         if _is_call_of(node, "backward"):
             self.backward = True
+
+
+_FACT_VISITS = {
+    getattr(cst, name.removeprefix("visit_")): method
+    for name, method in vars(_Facts).items()
+    if name.startswith("visit_")
+}
 
 
 class Facts:
@@ -259,8 +265,19 @@ class Facts:
         return None
 
     def facts(self, statement: cst.CSTNode, models: set[str] = frozenset()) -> _Facts:
-        found = _Facts(self.module, models)
-        statement.visit(found)
+        """Read from the node list, not a libcst visit (which rebuilds every node it passes),
+        and kept for nodes of the module: the planner asks again for the same blocks."""
+        key = (id(statement), frozenset(models))
+        found = self._facts.get(key)
+        if found is not None and found.node is statement:
+            return found
+        found = _Facts(self.module, models, statement)
+        for node in self._subtree(statement):
+            visit = _FACT_VISITS.get(type(node))
+            if visit is not None:
+                visit(found, node)
+        if self.order.get(id(statement)) is not None:
+            self._facts[key] = found
         return found
 
     def top_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:

@@ -1242,16 +1242,33 @@ class _Graph:
     edges: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     members: dict[str, tuple[str, int] | None] = field(default_factory=dict)
     exists: dict[str, bool] = field(default_factory=dict)
+    trees: dict[str, ast.Module | None] = field(default_factory=dict)
+    taken: dict[tuple[str, str], set[str] | None] = field(default_factory=dict)
+    resolved: dict[ast.AST, list[str]] = field(default_factory=dict)
+
+    def tree(self, path: str) -> ast.Module | None:
+        """Each module parsed once a walk: the dormancy test asks every module of the
+        program about every other (a scene-graph project's script: 1,209 parses of ~150
+        files, 1 s)."""
+        if path not in self.trees:
+            self.trees[path] = _tree(path, _read(path))
+        return self.trees[path]
+
+    def targets(self, path: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+        """``_imported`` of one import statement of a tree kept in ``trees``, once."""
+        if node not in self.resolved:
+            self.resolved[node] = list(_imported(path, node, self.exists))
+        return self.resolved[node]
 
     def imports(self, path: str) -> list[tuple[str, int]]:
         """(module file, line of the import) for each import of ``path`` found on disk."""
         found = self.edges.get(path)
         if found is None:
-            tree = _tree(path, _read(path))
+            tree = self.tree(path)
             found = self.edges[path] = [
                 (target, node.lineno)
                 for node in (_import_statements(tree.body) if tree is not None else ())
-                for target in _imported(path, node, self.exists)
+                for target in self.targets(path, node)
             ]
         return found
 
@@ -1291,7 +1308,7 @@ def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
         if names is None:
             return False
         taken |= {n for n in names if _used_by(module, n, walked, graph, {path})}
-    tree = _tree(path, _read(path))
+    tree = graph.tree(path)
     if tree is None:
         return False
     holders = {}
@@ -1345,7 +1362,7 @@ def _used_by(module: str, name: str, walked: list[str], graph: _Graph, seen: set
     """``module``, which imports ``name``, reads it, or hands it on to a module of the program
     that does (a package ``__init__`` that re-exports timm's ``ApexScaler``, which nothing
     takes from it, does not use it). True wherever that is not certain."""
-    tree = _tree(module, _read(module))
+    tree = graph.tree(module)
     if tree is None or module in seen:
         return True
     for node in ast.walk(tree):
@@ -1422,10 +1439,16 @@ def _taken_from(module: str, path: str, graph: _Graph) -> set[str] | None:
     object taken ``from`` its package)."""
     if module == path:
         return set()
-    tree = _tree(module, _read(module))
+    if (module, path) not in graph.taken:
+        graph.taken[module, path] = _taken(module, path, graph)
+    return graph.taken[module, path]
+
+
+def _taken(module: str, path: str, graph: _Graph) -> set[str] | None:
+    tree = graph.tree(module)
     taken: set[str] = set()
     for node in _import_statements(tree.body) if tree is not None else ():
-        if path not in _imported(module, node, graph.exists):
+        if path not in graph.targets(module, node):
             continue
         if isinstance(node, ast.Import):
             used = _attributes_taken(tree, module, node, path, graph)

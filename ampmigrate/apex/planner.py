@@ -53,7 +53,7 @@ from ampmigrate.apex.common import (
     without_optimizer,
 )
 from ampmigrate.apex.delegate import Delegate
-from ampmigrate.apex.facts import Facts, Walk
+from ampmigrate.apex.facts import Facts, Walk, _Facts
 from ampmigrate.apex.flow import SwitchFlow
 from ampmigrate.apex.gates import VersionGates
 from ampmigrate.apex.guards import Guards
@@ -135,6 +135,7 @@ class _Planner(
         self.removed: set[cst.CSTNode] = set()  # statements the plan deletes outright
         self.dissolved: set[cst.If] = set()  # `if amp is not None:` whose body stays in its place
         self._qualified: dict[cst.CSTNode, set[str]] = {}
+        self._facts: dict[tuple[int, frozenset[str]], _Facts] = {}
         self.mode = "module"  # where the scaler lives: "module", "function" or "class"
         self.home: cst.CSTNode = module
         self.cls: cst.ClassDef | None = None
