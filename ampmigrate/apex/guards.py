@@ -4,6 +4,8 @@ the rewrite removes or folds.
 
 from __future__ import annotations
 
+import os
+
 import libcst as cst
 
 from ampmigrate.apex.common import _code, _imports_something, _statements
@@ -79,8 +81,8 @@ class Guards:
                     listed = ", ".join(a.evaluated_name for a in names) or "*"
                     bound = frozenset(a.evaluated_alias or a.evaluated_name for a in names)
                     unused = bool(names) and not self._reads_any(bound)
-                    if unused and module.startswith("apex.fp16_utils"):
-                        lines.append(self.statement(node))  # (AMP302's names, never read)
+                    if unused and (module.startswith("apex.fp16_utils") or self._unexported(node)):
+                        lines.append(self.statement(node))  # (never read: it only needs apex)
                         self.plan.notes.append(
                             f"`from {module} import {listed}` goes: this file never reads it"
                         )
@@ -113,6 +115,17 @@ class Guards:
                 self._remove_statement(line)
         for try_node, imports in guarded.items():
             self._remove_guard(try_node, imports)
+
+    def _unexported(self, node: cst.ImportFrom) -> bool:
+        """An import of its own line that no other module can take from this one: not in a
+        package's ``__init__``, in a module without ``__all__``, or inside a function."""
+        statement = self.statement(node)
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return False
+        if self.function(node) is not self.module:
+            return True
+        init = self.path is not None and os.path.basename(self.path) == "__init__.py"
+        return not init and "__all__" not in self.text
 
     def _reads_any(self, names: frozenset[str]) -> bool:
         return any(

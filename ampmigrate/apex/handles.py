@@ -647,10 +647,32 @@ class Handles:
         ]  # fmt: skip
         if not calls:
             return text
+        toward = [c for c in calls if self._toward_sibling(c)]
         listed = ", ".join(
-            f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in calls[:3]
+            f"`{_code(self.module, c.func)}` (line {self.line(c)})" for c in (toward or calls)[:3]
         )
-        return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
+        if toward or len(calls) == 1:  # (the one way the optimizer leaves)
+            return f"{text} (it receives `{name}` through {listed}: add a `scaler` argument there)"
+        more = f" and {len(calls) - 3} more" if len(calls) > 3 else ""
+        return (
+            f"{text} (it receives `{name}` through {listed}{more}: the call that leads to the "
+            "scaling needs a `scaler` argument too)"
+        )
+
+    def _toward_sibling(self, call: cst.Call) -> bool:
+        """``call`` calls into a module of the run that calls apex amp (a sibling): its
+        qualified name names that module's file."""
+        for qualified in self.qualified(call.func):
+            parts = qualified.split(".")
+            for cut in range(len(parts) - 1, 0, -1):
+                tail = os.path.join(*parts[:cut])
+                if any(
+                    os.path.splitext(s.path)[0].endswith(os.sep + tail)
+                    or s.path.endswith(os.path.join(tail, "__init__.py"))
+                    for s in self.siblings or ()
+                ):
+                    return True
+        return False
 
     def _availability_test(self, node: cst.Name) -> bool:
         """``amp`` read by an availability test (``if amp is not None:``, ``if amp:``, ``not

@@ -456,7 +456,7 @@ class _Judge:
                         for name in bound
                         for n in self.names.spelled(name)
                     )
-                    if unused and module.startswith("apex.fp16_utils"):
+                    if unused and (module.startswith("apex.fp16_utils") or self._unexported(node)):
                         lines.append(node)  # goes with amp's import (the planner's note)
                         continue
                     self.problem(node, needs_apex(module, ", ".join(listed) or "*", unused))
@@ -480,6 +480,25 @@ class _Judge:
             else:
                 self.problem(try_node, GUARD_DOES_MORE)
         return dropped
+
+    def _unexported(self, node: ast.ImportFrom) -> bool:
+        """The planner's ``_unexported``: alone on its line, and in a function or in a module
+        no other can take it from (not a package's ``__init__``, no ``__all__``)."""
+        parent = self.names.parent(node)
+        body = next(
+            (v for _, v in ast.iter_fields(parent) if isinstance(v, list) and node in v), []
+        )
+        if any(
+            s is not node and s.lineno <= node.end_lineno and node.lineno <= s.end_lineno
+            for s in body
+        ):
+            return False
+        while parent is not None and not isinstance(parent, _FUNCTIONS):
+            parent = self.names.parent(parent)
+        if parent is not None:
+            return True
+        init = os.path.basename(self.source.path) == "__init__.py"
+        return not init and "__all__" not in self.text
 
     def _plain(self, node: ast.Import | ast.ImportFrom) -> None:
         """Unsure unless the import is a line of its own with its dotted names written plainly
