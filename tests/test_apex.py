@@ -85,6 +85,7 @@ REWRITTEN = [
     "loss_dict",
     "distiller_optimize",
     "models_in_dicts",
+    "frozen_in_method",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -2143,6 +2144,7 @@ CASES = {
     "loss_dict": [[], ["--amp"]],
     "distiller_optimize": [[], ["--fp16"]],
     "models_in_dicts": [[], ["--fp16"]],
+    "frozen_in_method": [[], ["--amp"]],
     "two_optional_losses": [
         ["--doc", "--wiki"],
         ["--amp"],
@@ -3401,7 +3403,7 @@ def test_a_folded_availability_test_keeps_the_renamed_key_beside_it():
     """)
     out, _, fixed = fix_source(source, unsafe=True)
     assert [d.code for d in fixed if d.code == "AMP303"] == ["AMP303"]
-    assert 'if use_amp and "scaler" in checkpoint:\n' in out
+    assert 'if use_amp and "scaler" in checkpoint and checkpoint["scaler"]:\n' in out
     assert 'scaler.load_state_dict(checkpoint["scaler"])' in out
     assert '"amp"' not in out
 
@@ -3803,7 +3805,10 @@ def test_a_probe_for_an_amp_member_the_rewrite_provides_folds_away(probe):
     """Old apex releases lacked amp.load_state_dict; the probe is true for the scaler."""
     out, _, fixed = fix_source(OLD_TIMM.format(probe=probe, kwarg="epoch"), unsafe=True)
     assert [d.code for d in fixed] == ["AMP303"]
-    assert 'if use_amp and "scaler" in checkpoint:\n        scaler.load_state_dict(' in out
+    assert (
+        'if use_amp and "scaler" in checkpoint and checkpoint["scaler"]:\n'
+        "        scaler.load_state_dict(" in out
+    )
     assert "amp." not in out.replace("torch.amp.", "")
 
 
@@ -5853,3 +5858,114 @@ def test_the_scaler_argument_advice_names_the_call_into_the_module_that_scales(t
         "`helpers.schedule` (line 14) and 1 more: the call that leads to the scaling needs a "
         in (finding.message)
     )
+
+
+def test_a_scaled_loss_named_scale_loss_is_not_read_by_the_next_scale_loss():
+    """`with amp.scale_loss(d_loss, d_opt) as scale_loss:` then a second `amp.scale_loss(...)`
+    in the same method: the member's name was taken for a read of the first block's variable
+    after its block, which refused with four untrue blockers."""
+    out, remaining, fixed = fix_source(
+        textwrap.dedent("""\
+            from apex import amp
+
+
+            def update(d, s, d_opt, s_opt, x):
+                [d, s], [d_opt, s_opt] = amp.initialize([d, s], [d_opt, s_opt], opt_level="O1")
+                d_loss = d(x).mean()
+                with amp.scale_loss(d_loss, d_opt) as scale_loss:
+                    scale_loss.backward()
+                d_opt.step()
+                s_loss = s(x).mean()
+                with amp.scale_loss(s_loss, s_opt) as other:
+                    other.backward()
+                s_opt.step()
+        """),
+        unsafe=True,
+    )
+    assert [d.code for d in fixed] == ["AMP303"], [d.message for d in remaining]
+    assert "scaler.scale(d_loss).backward()" in out and "scaler.scale(s_loss).backward()" in out
+
+
+def test_a_subclass_whose_imported_base_initializes_and_scales_is_not_told_nothing_scales(
+    tmp_path,
+):
+    """An RL trainer's subclass initializes amp in its own constructor and calls the base
+    class's `update_network`, which scales, in a module that initializes too: the refusal said
+    that none of the modules it imports calls apex amp, and advised deleting `initialize`
+    (which would have dropped the loss scaling)."""
+    (tmp_path / "base.py").write_text(
+        textwrap.dedent("""\
+            from apex import amp
+
+
+            class Base:
+                def __init__(self, model, opt):
+                    self.model, self.opt = amp.initialize(model, opt, opt_level="O1")
+
+                def update_network(self, loss, optimizer):
+                    with amp.scale_loss(loss, optimizer) as scaled:
+                        scaled.backward()
+                    optimizer.step()
+        """)
+    )
+    child = tmp_path / "child.py"
+    child.write_text(
+        textwrap.dedent("""\
+            from apex import amp
+
+            from base import Base
+
+
+            class Child(Base):
+                def __init__(self, model, opt):
+                    self.model, self.opt = amp.initialize(model, opt, opt_level="O1")
+
+                def train_step(self, x):
+                    self.update_network(self.model(x).mean(), self.opt)
+        """)
+    )
+    _, remaining, _ = fix_source(child.read_text(), unsafe=True, path=child)
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert "but base.py (`amp.scale_loss` at its line 9), which it imports, initializes apex" in (
+        finding.message
+    )
+    assert "none of the modules it imports" not in finding.message
+
+
+@pytest.mark.torch
+def test_a_checkpoint_saved_with_mixed_precision_off_resumes_with_it_on(tmp_path):
+    """An opt level chosen per run (O0 or O1, the setting), apex's state saved and restored: a
+    run with O0 saves a disabled GradScaler's `{}`, which an enabled one refuses
+    (RuntimeError), where apex loaded its own state. The load is skipped for an empty state.
+    Run on CPU ("cuda" -> "cpu"): saved off, resumed on."""
+    torch = pytest.importorskip("torch")
+    out, message = _declared("""\
+        import os
+
+        import torch
+        from apex import amp
+
+
+        def train(path, level):
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, optimizer = amp.initialize(model, optimizer, opt_level=level)
+            if os.path.exists(path):
+                checkpoint = torch.load(path, weights_only=True)
+                optimizer.load_state_dict(checkpoint["optimizer"])
+                amp.load_state_dict(checkpoint["amp"])
+            loss = model(torch.ones(2, 4)).sum()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+            torch.save({"optimizer": optimizer.state_dict(), "amp": amp.state_dict()}, path)
+    """)
+    assert "can be rewritten" in message and "loaded only where the checkpoint holds" in message
+    assert 'if checkpoint["scaler"]:\n' in out
+    namespace: dict = {}
+    exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+    path = str(tmp_path / "ckpt.pt")
+    namespace["train"](path, "O0")
+    assert torch.load(path, weights_only=True)["scaler"] == {}
+    namespace["train"](path, "O1")  # raised RuntimeError without the test of the state
+    assert torch.load(path, weights_only=True)["scaler"]["scale"] > 1  # a fresh, enabled scale

@@ -15,7 +15,9 @@ from ampmigrate.apex.links import _module_file
 class Checkpoints:
     """The checkpoints stage of ``_Planner`` (mixed into it)."""
 
-    def _state(self, call: cst.Call, member: str) -> None:
+    def _state(self, call: cst.Call, member: str, switched: bool = False) -> None:
+        """``switched``: the GradScaler has an ``enabled=`` switch, so a checkpoint may hold
+        the ``{}`` a disabled one saves."""
         access = self.access(self.function(call))
         if access is None:
             return  # _scope said why
@@ -44,6 +46,61 @@ class Checkpoints:
             f'and store the result under "{self.name}"'
         )
         if keyed and note not in self.plan.notes:
+            self.plan.notes.append(note)
+        if keyed and switched and member == "load_state_dict":
+            self._skip_empty(call)
+
+    def _skip_empty(self, call: cst.Call) -> None:
+        """``scaler.load_state_dict(ckpt["scaler"])`` alone on its line, under ``if
+        ckpt["scaler"]:``: a run with mixed precision off saved a disabled GradScaler's ``{}``,
+        which an enabled one refuses (RuntimeError) where apex loaded its own state."""
+        statement = self.statement(call)
+        if not (
+            isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and statement.body[0].value is call
+            and statement not in self.plan.edits
+        ):
+            return
+
+        owner = self.owner(self.parent(statement))
+        if (
+            isinstance(owner, cst.If)
+            and owner.orelse is None
+            and list(owner.body.body) == [statement]
+            and owner not in self.plan.edits
+        ):  # `if fp16:` around it: `if fp16 and ckpt["scaler"]:`
+
+            def joined(u: cst.If) -> cst.If:
+                loaded = u.body.body[0].body[0].value.args[0].value
+                test = u.test
+                if isinstance(test, cst.IfExp | cst.Lambda | cst.NamedExpr) or (
+                    isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or)
+                ):
+                    test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                return u.with_changes(
+                    test=cst.BooleanOperation(left=test, operator=cst.And(), right=loaded)
+                )
+
+            self.plan.edits[owner] = joined
+        else:
+
+            def guarded(u: cst.SimpleStatementLine) -> cst.If:
+                inner = u.with_changes(leading_lines=())
+                return cst.If(
+                    test=u.body[0].value.args[0].value,
+                    body=cst.IndentedBlock(body=[inner]),
+                    leading_lines=u.leading_lines,
+                )
+
+            self.plan.edits[statement] = guarded
+        note = (
+            "the GradScaler's state is loaded only where the checkpoint holds one: a run with "
+            "mixed precision off saves a disabled GradScaler's `{}`, which an enabled one "
+            "refuses (the scale then starts afresh; apex loaded its O0 state)"
+        )
+        if note not in self.plan.notes:
             self.plan.notes.append(note)
 
     def _resume_state(self, setup: _Setup, init: cst.Call) -> None:

@@ -191,6 +191,16 @@ class Facts:
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
 
+    def variable(self, node: cst.CSTNode) -> bool:
+        """``node`` is a Name that refers to a variable: not the member of an attribute
+        (``amp.scale_loss``), a keyword of a call or a parameter's name."""
+        parent = self.parent(node)
+        return isinstance(node, cst.Name) and not (
+            (isinstance(parent, cst.Attribute) and parent.attr is node)
+            or (isinstance(parent, cst.Arg) and parent.keyword is node)
+            or isinstance(parent, cst.Param | cst.FunctionDef | cst.ClassDef | cst.ImportAlias)
+        )
+
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = self.parent(node)
         while current is not None:

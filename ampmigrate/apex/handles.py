@@ -17,6 +17,7 @@ from ampmigrate.apex.links import (
     _Graph,
     _listed,
     apex_siblings,
+    initializing_imports,
     star_may_bind,
     user_texts,
     users_on_disk,
@@ -613,6 +614,18 @@ class Handles:
                     "modules it imports, not with its importers: migrate the two together by "
                     "hand (the GradScaler made here and returned with the model and optimizer, "
                     "or made there)"
+                )
+            initializing = initializing_imports(self.path)
+            if initializing:
+                folder = os.path.dirname(os.path.abspath(self.path))
+                listed = _listed([
+                    f"{os.path.relpath(p, folder)} (`amp.{m}` at its line {n})"
+                    for p, m, n in initializing
+                ])  # fmt: skip
+                return (
+                    f"no `amp.scale_loss` in this file, but {listed}, which it imports, "
+                    "initializes apex amp itself and calls it: apex keeps one amp state for "
+                    "the whole process, which both set up and use; migrate them together by hand"
                 )
             # nothing it imports calls apex: perhaps nothing scales at all
             return (

@@ -1693,6 +1693,24 @@ def _apex_member(path: str) -> tuple[str, int] | None:
     return member, use.lineno
 
 
+def initializing_imports(path: str) -> list[tuple[str, str, int]]:
+    """The modules ``path`` imports (directly or through others) that initialize apex amp
+    themselves and call it otherwise too (a base class that scales in its own methods): not
+    siblings, which share this file's state, but apex code all the same. (module, its first
+    such member, the line of that call)."""
+    found = []
+    for target, _, _ in _walk(os.path.abspath(path), _Graph()):
+        data = _read(target)
+        file = _parsed(target, data) if b"apex" in data else None
+        if file is None or "initialize" not in file.members:
+            continue
+        uses = [(m, c) for m, calls in file.members.items() if m != "initialize" for c in calls]
+        if uses:
+            member, call = min(uses, key=lambda mc: mc[1].lineno)
+            found.append((target, member, call.lineno))
+    return found
+
+
 _STATE_ONLY = {"state_dict", "load_state_dict"}
 
 

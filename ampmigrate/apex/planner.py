@@ -425,7 +425,7 @@ class _Planner(
         self._read_scales(initialize[0] if initialize else None)
         for member in ("state_dict", "load_state_dict"):
             for call in calls.get(member, []):
-                self._state(call, member)
+                self._state(call, member, bool(setup.condition))
         if self.unkeyed and self.renamed_loads:  # saved as it was, loaded from the new key
             saved, loaded = self.unkeyed[0], self.renamed_loads[0]
             self.problem(

@@ -344,7 +344,19 @@ class Regions:
             d.name.value for d in self.module.body if isinstance(d, cst.FunctionDef | cst.ClassDef)
         }
         found = []
+        owner = self._method_self(statement)
         for node in self._subtree(statement):
+            if isinstance(node, cst.Call) and owner is not None:  # `self.clf(x)` in a method
+                func = node.func
+                if (
+                    isinstance(func, cst.Attribute)
+                    and isinstance(func.value, cst.Name)
+                    and func.value.value == owner[0]
+                    and func.attr.value not in owner[1]
+                    and _code(self.module, func) not in found
+                ):
+                    found.append(_code(self.module, func))
+                    continue
             if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)):
                 continue
             name = node.func.value
@@ -356,6 +368,25 @@ class Regions:
                 continue
             found.append(name)
         return found
+
+    def _method_self(self, statement: cst.CSTNode) -> tuple[str, set[str]] | None:
+        """In a method: the name of its object parameter and what the class body defines
+        (its methods, read through that parameter, are no objects called)."""
+        function = self.function(statement)
+        holder = self.parent(self.parent(function)) if function is not self.module else None
+        if not isinstance(holder, cst.ClassDef) or not function.params.params:
+            return None
+        if any(_code(self.module, d.decorator) == "staticmethod" for d in function.decorators):
+            return None
+        defined = {
+            target
+            for s in holder.body.body
+            for target in (
+                {s.name.value} if isinstance(s, cst.FunctionDef | cst.ClassDef)
+                else self.facts(s).assigned
+            )
+        }  # fmt: skip
+        return function.params.params[0].name.value, defined
 
     def _imported(self, name: str) -> bool:
         return any(

@@ -285,7 +285,7 @@ class Step:
         for node in self._subtree(function):
             if self.order.get(id(node), -1) < end or not isinstance(node, cst.Name):
                 continue
-            if node.value != alias:
+            if node.value != alias or not self.variable(node):
                 continue
             if isinstance(self.parent(node), cst.AsName | cst.AssignTarget):
                 return None  # bound again from here on
