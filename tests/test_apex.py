@@ -86,6 +86,9 @@ REWRITTEN = [
     "distiller_optimize",
     "models_in_dicts",
     "frozen_in_method",
+    "global_optimizer_caller",
+    "state_files",
+    "two_losses_stepped_together",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -2145,6 +2148,9 @@ CASES = {
     "distiller_optimize": [[], ["--fp16"]],
     "models_in_dicts": [[], ["--fp16"]],
     "frozen_in_method": [[], ["--amp"]],
+    "global_optimizer_caller": [[], ["--amp"]],
+    "state_files": [["ckpt"], ["ckpt", "--fp16"]],
+    "two_losses_stepped_together": [[], ["--amp"]],
     "two_optional_losses": [
         ["--doc", "--wiki"],
         ["--amp"],
@@ -3089,14 +3095,14 @@ def test_the_scaler_key_note_is_made_only_where_a_key_was_renamed():
         from apex import amp
 
 
-        def train(model, optimizer, batches):
+        def train(model, optimizer, batches, path):
             model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
             for x, y in batches:
                 loss = torch.nn.functional.mse_loss(model(x), y)
                 with amp.scale_loss(loss, optimizer) as scaled_loss:
                     scaled_loss.backward()
                 optimizer.step()
-            torch.save(amp.state_dict(), "amp.pt")
+            torch.save(amp.state_dict(), path)
         """)
     assert "`amp.state_dict()` at line 13 is not stored under a key" in message
     assert 'saved under "scaler"' not in message
@@ -5969,3 +5975,93 @@ def test_a_checkpoint_saved_with_mixed_precision_off_resumes_with_it_on(tmp_path
     assert torch.load(path, weights_only=True)["scaler"] == {}
     namespace["train"](path, "O1")  # raised RuntimeError without the test of the state
     assert torch.load(path, weights_only=True)["scaler"]["scale"] > 1  # a fresh, enabled scale
+
+
+def test_a_subclass_whose_apex_calls_are_commented_out_does_not_tie_the_base(tmp_path):
+    """A multi-task manager subclasses the base class that initializes, with its own
+    `amp.scale_loss` commented out (its mixed-precision branch raises): it was named as a
+    subclass that "calls apex amp on the amp state this class sets up"."""
+    (tmp_path / "base.py").write_text(
+        textwrap.dedent("""\
+            from apex import amp
+
+
+            class Manager:
+                def __init__(self, model, optimizer, use_amp):
+                    self.model, self.optimizer, self.amp = model, optimizer, use_amp
+                    if self.amp:
+                        self.model, self.optimizer = amp.initialize(
+                            self.model, self.optimizer, opt_level="O1"
+                        )
+
+                def fit(self, x):
+                    loss = self.model(x).sum()
+                    with amp.scale_loss(loss, self.optimizer) as scaled:
+                        scaled.backward()
+                    self.optimizer.step()
+        """)
+    )
+    subclass = "# from apex import amp\nfrom base import Manager\n\n\nclass Multi(Manager):\n"
+    body = "    def fit(self, x):\n        if self.amp:\n            raise NotImplementedError\n"
+    commented = "            # with amp.scale_loss(loss, self.optimizer) as scaled:\n"
+    (tmp_path / "multi.py").write_text(subclass + body + commented)
+    base = tmp_path / "base.py"
+    _, remaining, fixed = fix_source(base.read_text(), unsafe=True, path=base)
+    assert [d.code for d in fixed] == ["AMP303"], [d.message for d in remaining]
+    called = "    def fit(self, x):\n        with amp.scale_loss(x, self.optimizer) as s:\n"
+    (tmp_path / "multi.py").write_text(subclass.replace("# ", "") + called + "            pass\n")
+    _, remaining, _ = fix_source(base.read_text(), unsafe=True, path=base)
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert "multi.py subclasses `Manager` and calls apex amp" in finding.message
+
+
+def test_an_evaluation_in_the_branch_that_never_trains_is_not_said_to_lose_autocast():
+    """`evaluate(model)` is called in the training function (wrapped by the rewrite) and in
+    the `else:` of `if do_train: train(model)` with a model apex never initialized: the note
+    said the initialized model's forward in `evaluate` ran in float32 now, telling the user to
+    wrap what was wrapped (an FGM fine-tuning script)."""
+    source = textwrap.dedent("""\
+        import sys
+
+        from apex import amp
+
+
+        def train(model, optimizer, batches):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in batches:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            evaluate(model, batches)
+
+
+        def evaluate(model, batches):
+            return [model(x) for x in batches]
+
+
+        if "--train" in sys.argv:
+            train(build(), make_optimizer(), load())
+        else:
+            evaluate(build(), load())
+    """)
+    [finding] = [d for d in fix_source(source, unsafe=True)[2] if d.code == "AMP303"]
+    assert "outside the autocast regions" not in finding.message, finding.message
+    after = source.replace("else:\n    evaluate", "evaluate")
+    after = after.replace('if "--train" in sys.argv:\n    train', "train")
+    [finding] = [d for d in fix_source(after, unsafe=True)[2] if d.code == "AMP303"]
+    assert "forward in `evaluate` (line 17) is outside the autocast regions" in finding.message
+
+
+def test_a_state_file_loaded_but_saved_elsewhere_is_refused():
+    """apex's state read from `amp.pt` that this file never writes: renaming the file it
+    loads while another module still saves `amp.pt` would resume from nothing."""
+    source = (APEX / "state_files.py").read_text()
+    source = source.replace(
+        '        torch.save(amp.state_dict(), os.path.join(folder, "amp.pt"))\n', "        pass\n"
+    )
+    _, remaining, _ = fix_source(source, unsafe=True)
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert "apex's state is loaded from `amp.pt`, which nothing in this file saves" in (
+        finding.message
+    )

@@ -45,9 +45,22 @@ class Checkpoints:
             "apex's state under their old key: convert them with `ampmigrate convert-checkpoint` "
             f'and store the result under "{self.name}"'
         )
-        if keyed and note not in self.plan.notes:
+        filed = call in self.file_loads or call in self.file_saves
+        if keyed and not filed and note not in self.plan.notes:
             self.plan.notes.append(note)
-        if keyed and switched and member == "load_state_dict":
+        if keyed and switched and call in self.file_loads:
+            arg = call.args[0]
+            own = cst.parse_expression(f"{access}.state_dict()")
+            self.plan.edits[arg] = lambda u: u.with_changes(
+                value=cst.BooleanOperation(left=u.value, operator=cst.Or(), right=own)
+            )
+            note = (
+                "an empty GradScaler state (a run with mixed precision off saves a disabled "
+                "one's `{}`, which an enabled one refuses) loads the scaler's own instead"
+            )
+            if note not in self.plan.notes:
+                self.plan.notes.append(note)
+        elif keyed and switched and member == "load_state_dict":
             self._skip_empty(call)
 
     def _skip_empty(self, call: cst.Call) -> None:
@@ -287,6 +300,17 @@ class Checkpoints:
                 return True
             if isinstance(target, cst.Name) and self._rename_keys_of(target.value, call):
                 return True
+        if isinstance(parent, cst.Arg) and parent.keyword is None:
+            holder = self.parent(parent)
+            if (
+                isinstance(holder, cst.Call)
+                and "torch.save" in self.qualified(holder.func)
+                and len(holder.args) >= 2
+                and holder.args[0] is parent
+                and self._rename_file(holder.args[1].value, saved=True)
+            ):
+                self.file_saves.append(call)
+                return True
         self.unkeyed.append(call)
         self.plan.notes.append(
             f"`amp.state_dict()` at line {self.line(call)} is not stored under a key: make "
@@ -323,6 +347,31 @@ class Checkpoints:
                 self._new_key(key)
         return bool(keys)
 
+    def _rename_file(self, path: cst.BaseExpression, saved: bool) -> bool:
+        """A state saved to a file of its own (``os.path.join(output_dir, "amp.pt")``, beside
+        ``optimizer.pt``): the one string of the path whose file name starts with ``amp``
+        becomes the scaler's (``scaler.pt``), so that apex's old file is never fed to the
+        GradScaler. False: no such string."""
+        strings = [n for n in self._subtree(path) if isinstance(n, cst.SimpleString)]
+        if len(strings) != 1 or not isinstance(strings[0].evaluated_value, str):
+            return False
+        value = strings[0].evaluated_value
+        folder, _, name = value.rpartition("/")
+        if not name.startswith("amp") or name[3:4].isalnum():
+            return False  # (`amplitude.pt` is not apex's)
+        renamed = f"{folder}/{self.name}{name[3:]}" if folder else f"{self.name}{name[3:]}"
+        quote = strings[0].quote
+        self.plan.edits[strings[0]] = lambda _u: cst.SimpleString(f"{quote}{renamed}{quote}")
+        self.state_files.setdefault(value, set()).add("saved" if saved else "loaded")
+        note = (
+            f"the GradScaler's state is saved to `{renamed}` instead of `{value}`: an apex "
+            f"checkpoint keeps apex's state in `{value}`; convert it with `ampmigrate "
+            f"convert-checkpoint {name} {renamed.rpartition('/')[2]}` to resume from it"
+        )
+        if note not in self.plan.notes:
+            self.plan.notes.append(note)
+        return True
+
     def _key_of(self, node: cst.CSTNode) -> cst.SimpleString | None:
         """The string of ``x["amp"]`` or ``x.get("amp")``."""
         if isinstance(node, cst.Subscript) and len(node.slice) == 1:
@@ -344,6 +393,15 @@ class Checkpoints:
         a key that new checkpoints do not have."""
         source = call.args[0].value if len(call.args) == 1 else None
         key = self._key_of(source) if source is not None else None
+        if (
+            key is None
+            and isinstance(source, cst.Call)
+            and "torch.load" in self.qualified(source.func)
+            and source.args
+            and self._rename_file(source.args[0].value, saved=False)
+        ):
+            self.file_loads.append(call)
+            return True
         if key is None:
             self.problem(
                 call,

@@ -75,7 +75,7 @@ class Delegate:
             if not isinstance(call, cst.Call) or call.func is not reference:
                 return None
             caller = self.function(call)
-            if caller is helper or not isinstance(caller, cst.FunctionDef):
+            if caller is helper or not isinstance(caller, cst.FunctionDef | cst.Module):
                 return None
             if isinstance(holder, cst.ClassDef):
                 method = self.method_of(call, holder)
@@ -112,10 +112,33 @@ class Delegate:
             for index, arg in enumerate(call.args)
         }
         rebound = head in self.facts(helper.body).assigned
+        if head not in params and self._global_in(head, helper) and self._global_in(head, caller):
+            return opt  # the module's optimizer, read by both (`global optimizer` or no local)
         value = None if rebound else given.get(head)
         if not is_path(value):
             return None
         return _code(self.module, value) + dot + rest
+
+    def _global_in(self, name: str, function: cst.CSTNode) -> bool:
+        """``name`` read in ``function`` is the module's: the module itself, or a function
+        that declares it ``global`` or neither binds it nor takes it as a parameter."""
+        if function is self.module:
+            return True
+        if not isinstance(function, cst.FunctionDef) or function not in self.module.body:
+            return False
+        declared = any(
+            isinstance(n, cst.Global) and name in {g.name.value for g in n.names}
+            for n in self._subtree(function)
+        )
+        params = function.params
+        taken = {
+            p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)
+        }
+        for star in (params.star_arg, params.star_kwarg):
+            if isinstance(star, cst.Param):
+                taken.add(star.name.value)
+        bound = name in self.facts(function.body).assigned
+        return declared or (name not in taken and not bound)
 
     def _holder(self, helper: cst.FunctionDef) -> cst.CSTNode | None:
         """The class or module whose body holds ``helper`` (a function in a function: its

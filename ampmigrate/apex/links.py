@@ -929,6 +929,15 @@ def user_texts(path: str, names: list[str]) -> Iterator[tuple[str, int, str]]:
             continue
 
 
+def calls_amp(path: str, text: str) -> bool:
+    """The module calls apex amp in its code (a commented-out ``amp.scale_loss`` beside an
+    import of apex is no call)."""
+    file = _parsed(path, text.encode())
+    return file is not None and (
+        bool(file.members) or bool(stray_calls(file.tree, file.names, path))
+    )
+
+
 def users_on_disk(path: str, functions: list[str]) -> list[tuple[str, int, str]] | None:
     """The other files of ``path``'s project on disk that use one of its ``functions``: (file,
     line, function). The project: below the folder holding its top package; for a script in

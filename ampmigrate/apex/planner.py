@@ -136,6 +136,9 @@ class _Planner(
         self.dissolved: set[cst.If] = set()  # `if amp is not None:` whose body stays in its place
         self._qualified: dict[cst.CSTNode, set[str]] = {}
         self._facts: dict[tuple[int, frozenset[str]], _Facts] = {}
+        self.file_loads: list[cst.Call] = []  # `amp.load_state_dict(torch.load(".../amp.pt"))`
+        self.file_saves: list[cst.Call] = []  # `torch.save(amp.state_dict(), ".../amp.pt")`
+        self.state_files: dict[str, set[str]] = {}  # "amp.pt" -> {"saved", "loaded"}
         self.mode = "module"  # where the scaler lives: "module", "function" or "class"
         self.home: cst.CSTNode = module
         self.cls: cst.ClassDef | None = None
@@ -426,6 +429,14 @@ class _Planner(
         for member in ("state_dict", "load_state_dict"):
             for call in calls.get(member, []):
                 self._state(call, member, bool(setup.condition))
+        for value, sides in self.state_files.items():
+            if sides == {"loaded"}:  # saved elsewhere (as apex's), loaded from the new name
+                self.problem(
+                    self.file_loads[0],
+                    f"apex's state is loaded from `{value}`, which nothing in this file saves: "
+                    "the rewrite renames the file it loads, so whatever saves it must save the "
+                    "GradScaler's state under the new name too; migrate the two together by hand",
+                )
         if self.unkeyed and self.renamed_loads:  # saved as it was, loaded from the new key
             saved, loaded = self.unkeyed[0], self.renamed_loads[0]
             self.problem(

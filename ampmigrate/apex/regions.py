@@ -576,7 +576,7 @@ class Regions:
             if any(id(a) in wrapped for a in self.ancestors(node)):
                 continue
             if id(function) not in covered:
-                covered[id(function)] = self._called_in_regions(function)
+                covered[id(function)] = self._called_in_regions(function, home=home)
             if covered[id(function)]:
                 continue
             where = function.name.value if isinstance(function, cst.FunctionDef) else "module"
@@ -691,15 +691,26 @@ class Regions:
             and code in models
         }
 
-    def _called_in_regions(self, function: cst.CSTNode, depth: int = 0) -> bool:
+    def _called_in_regions(
+        self, function: cst.CSTNode, depth: int = 0, home: cst.CSTNode | None = None
+    ) -> bool:
         """Every call of ``function`` in this file runs in an autocast region, which covers
         what it calls: directly, through a name bound to it (``eval_func = eval_F1 if ... else
-        eval_ACC``) whose every call does, or from functions whose every call does."""
+        eval_ACC``) whose every call does, or from functions whose every call does. ``home``:
+        the function that initializes; a call in the other branch of the ``if`` around each
+        call of it (`if args.do_train: train(...) else: evaluate(fresh_model)`) runs where apex
+        was never initialized, and counts for nothing."""
         if not isinstance(function, cst.FunctionDef) or depth > 3:
             return False
         refs = self._refs(function)
         if refs is None:
             return False
+        starts = self._refs(home) if isinstance(home, cst.FunctionDef) else None
+        if starts and refs:
+            reached = [r for r in refs if not all(self._exclusive(r, s) for s in starts)]
+            if not reached:
+                return True
+            refs = reached
         return bool(refs) and all(self._covered_reference(r, depth) for r in refs)
 
     def _called_here(self, function: cst.FunctionDef) -> bool:

@@ -19,7 +19,7 @@ from ampmigrate.apex.common import (
     _statements,
     _targets,
 )
-from ampmigrate.apex.links import user_texts, users_on_disk
+from ampmigrate.apex.links import calls_amp, user_texts, users_on_disk
 
 
 class Scaler:
@@ -230,7 +230,7 @@ class Scaler:
         shown = list(dict.fromkeys(  # (a file that uses it on several lines is named once)
             os.path.relpath(file, folder)
             for file, _, text in user_texts(self.path, [name])
-            if "amp." in text and "apex" in text and pattern.search(text)
+            if "amp." in text and "apex" in text and pattern.search(text) and calls_amp(file, text)
         ))  # fmt: skip
         if shown:
             listed = ", ".join(shown)

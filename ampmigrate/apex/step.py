@@ -855,6 +855,8 @@ class Step:
                 shown = ", ".join(f"`{o}`" for o in opts)
                 other = next((o for o, n in pending.items() if o not in opts
                               and not self._exclusive(n, node)), None)  # fmt: skip
+                if other is not None and self._stepped_together(found):
+                    break
                 if other is not None:
                     self.problem(
                         node,
@@ -865,6 +867,37 @@ class Step:
                     )
                     return
                 pending.update(dict.fromkeys(opts, node))
+
+    def _stepped_together(self, events: list[tuple[int, str, list[str], cst.CSTNode]]) -> bool:
+        """``scale_loss(l1, a)``, ``scale_loss(l2, b)``, then ``a.step()`` and ``b.step()`` in
+        one block, each optimizer stepping once in the function (two students of one teacher,
+        PyTorch's documented recipe for several optimizers): ``scaler.step`` for each and one
+        ``update()`` after the last. False: not that shape (nothing planned)."""
+        ordered = sorted(events, key=lambda e: e[0])
+        kinds = [kind for _, kind, _, _ in ordered]
+        count = kinds.count("scale")
+        if count < 2 or kinds != ["scale"] * count + ["step"] * count:
+            return False
+        scaled = [opts for _, kind, opts, _ in ordered if kind == "scale"]
+        stepped = [opts[0] for _, kind, opts, _ in ordered if kind == "step"]
+        if any(len(opts) != 1 for opts in scaled) or len({o[0] for o in scaled}) != count:
+            return False
+        if set(stepped) != {o[0] for o in scaled} or len(set(stepped)) != count:
+            return False
+        nodes = [node for _, kind, _, node in ordered if kind == "step"]
+        if len({id(self.parent(n)) for n in nodes}) != 1:
+            return False
+        self.groups.append(nodes)  # (all but the last step without `update()`)
+        shown = ", ".join(f"`{o}`" for o in stepped)
+        self.plan.notes.append(
+            f"behaviour change: the losses of {shown} are scaled one after the other and "
+            f"stepped together (line {self.line(nodes[0])}): `scaler.step` for each and one "
+            "`update()` after the last (PyTorch's recipe for several optimizers); apex updated "
+            "its one scale as each `scale_loss` exited, so an overflow in one loss halved the "
+            "scale the next was scaled with (two overflows halved it twice, GradScaler halves "
+            "once); each optimizer's step is still skipped when its own gradients overflow"
+        )
+        return True
 
 
 def _group(module: cst.Module, optimizer: cst.CSTNode | None) -> list[str] | None:
