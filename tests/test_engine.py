@@ -94,6 +94,17 @@ CASES = {
         [AMP],
         [],
     ),
+    # an `if` left with nothing but `pass` goes when its test calls nothing (its if/else stays)
+    "import under an if": (
+        "import os\n\nif os.sep:\n    from torch.cuda.amp import autocast\nx = 1\n",
+        [AMP],
+        [],
+    ),
+    "import under an if whose test calls": (
+        "import os\n\nif os.getenv('A'):\n    from torch.cuda.amp import autocast\nx = 1\n",
+        [AMP],
+        [],
+    ),
 }
 FAST = {"whole statement, comment above", "one of two names", "still used", "add after the block"}
 FAST |= {"add before a comment", "add before a blank line", "already there", "remove, then add"}
@@ -111,6 +122,10 @@ def test_import_fast_path_is_libcst_or_declines(case):
         assert fast == libcst_imports(cst.parse_module(text), removals, additions)
     if case.startswith("import guard"):  # nothing left to guard: the try goes
         assert "try" not in libcst_imports(cst.parse_module(text), removals, additions)
+    if case == "import under an if":
+        assert libcst_imports(cst.parse_module(text), removals, additions) == "import os\n\nx = 1\n"
+    if case == "import under an if whose test calls":  # (the call stays, as `pass` in it)
+        assert "    pass\n" in libcst_imports(cst.parse_module(text), removals, additions)
 
 
 def test_batches_put_big_files_first_and_alone():

@@ -112,7 +112,9 @@ def libcst_imports(module: Any, removals: Sequence[ImportEdit], additions: Seque
 def _drop_emptied_guards(before: Any, after: Any) -> Any:
     """A ``try:`` of imports only whose imports all went is left as ``try: pass`` by libcst:
     nothing is left to guard and its handlers can no longer run, so it goes, as on the text
-    fast path (its leading comments move to the next statement)."""
+    fast path (its leading comments move to the next statement). So does an ``if`` without
+    ``else`` around imports only, whose test calls nothing (``if args.amp: from apex import
+    amp, optimizers``): ``if args.amp: pass`` does nothing."""
     import libcst as cst
 
     def tries(module: Any) -> list:
@@ -122,8 +124,23 @@ def _drop_emptied_guards(before: Any, after: Any) -> Any:
             def visit_Try(self, node: cst.Try) -> None:
                 found.append(node)
 
+            def visit_If(self, node: cst.If) -> None:
+                found.append(node)
+
         module.visit(Collect())
         return found
+
+    def pure(test: Any) -> bool:
+        found: list = []
+
+        class Effects(cst.CSTVisitor):
+            def on_visit(self, node: Any) -> bool:
+                if isinstance(node, cst.Call | cst.Await | cst.NamedExpr | cst.Yield):
+                    found.append(node)
+                return not found
+
+        test.visit(Effects())
+        return not found
 
     old, new = tries(before), tries(after)
     if len(old) != len(new):
@@ -132,7 +149,7 @@ def _drop_emptied_guards(before: Any, after: Any) -> Any:
         id(n)
         for o, n in zip(old, new, strict=True)
         if o.orelse is None
-        and o.finalbody is None
+        and (pure(o.test) if isinstance(o, cst.If) else o.finalbody is None)
         and all(
             isinstance(s, cst.SimpleStatementLine)
             and all(isinstance(i, cst.Import | cst.ImportFrom) for i in s.body)
