@@ -5772,24 +5772,26 @@ def test_a_scale_restored_but_never_saved_is_apex_own_gap_not_a_blocker():
     assert "AMP208" in {d.code for d in check_source(out)}
 
 
+# a module-level function of a module of its own that scales and steps (no initialize)
+SCALES_IN_A_LOOP = """\
+from apex import amp
+
+
+def {name}(model, optimizer, loader):
+    for x in loader:
+        loss = model(x).mean()
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+        optimizer.step()
+"""
+
+
 def test_a_function_that_scales_and_that_nothing_calls_is_said_to_be_unreached(tmp_path):
     """graph-rcnn.pytorch's leftover maskrcnn-benchmark `do_train`: no file initializes amp,
     none calls it; the refusal told to pass it "the GradScaler that replaces
     `amp.initialize`", which would turn a float32 path mixed. A caller on disk keeps that
     advice."""
-    (tmp_path / "engine.py").write_text(
-        textwrap.dedent("""\
-        from apex import amp
-
-
-        def do_train(model, optimizer, loader):
-            for x in loader:
-                loss = model(x).mean()
-                with amp.scale_loss(loss, optimizer) as scaled:
-                    scaled.backward()
-                optimizer.step()
-        """)
-    )
+    (tmp_path / "engine.py").write_text(SCALES_IN_A_LOOP.format(name="do_train"))
     path = tmp_path / "engine.py"
     _, remaining, _ = fix_source(path.read_text(), unsafe=True, path=path)
     [message] = [d.message for d in remaining if d.code == "AMP303"]
@@ -5806,19 +5808,7 @@ def test_the_scaler_argument_advice_names_the_call_into_the_module_that_scales(t
     ("add a `scaler` argument there"), none of which scales, and not the one that does."""
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / "__init__.py").write_text("")
-    (tmp_path / "train" / "train.py").write_text(
-        textwrap.dedent("""\
-            from apex import amp
-
-
-            def train(model, optimizer, batches):
-                for x in batches:
-                    loss = model(x).sum()
-                    with amp.scale_loss(loss, optimizer) as scaled_loss:
-                        scaled_loss.backward()
-                    optimizer.step()
-        """)
-    )
+    (tmp_path / "train" / "train.py").write_text(SCALES_IN_A_LOOP.format(name="train"))
     (tmp_path / "helpers.py").write_text(
         "def load(model, optimizer):\n    return model, optimizer\n\n\n"
         "def count(model, optimizer):\n    print(len(optimizer.param_groups))\n\n\n"
