@@ -339,3 +339,16 @@ def test_apex_requirements_reported_in_every_format_and_never_rewritten(cli, tmp
     assert uris == {"pyproject.toml", "requirements.txt", "setup.py"}
     github = cli("check", "--output-format", "github", ".", cwd=tmp_path).stdout
     assert "file=requirements.txt,line=2,col=1,endLine=2,endColumn=42" in github
+
+
+def test_a_project_module_named_like_the_standard_library_is_not_imported(cli, tmp_path):
+    """`cd project && python -m ampmigrate check ...`: `-m` puts the project first on sys.path,
+    and an empty `copy.py` there was imported for the standard library's (ImportError:
+    cannot import name 'deepcopy'), i.e. a project file was run."""
+    (tmp_path / "copy.py").write_text("raise SystemExit('project code ran')\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\n\nwith torch.cuda.amp.autocast():\n    x = 1\n"
+    )
+    result = cli("check", "train.py", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "AMP101" in result.stdout and "project code ran" not in result.stderr
