@@ -6055,3 +6055,41 @@ def test_a_state_file_loaded_but_saved_elsewhere_is_refused():
     assert "apex's state is loaded from `amp.pt`, which nothing in this file saves" in (
         finding.message
     )
+
+
+@pytest.mark.torch
+def test_a_del_of_the_scaled_loss_goes_with_its_block():
+    """RetinaNet's loop frees `del classification_loss, regression_loss, scaled_loss` after
+    the step: that `del` was read as a use of apex's scaled loss after its block, and made a
+    correctly placed clip of `amp.master_params` "not between a scaled backward and the step".
+    The rewrite binds no such name: it leaves the `del`. Run on CPU ("cuda" -> "cpu")."""
+    torch = pytest.importorskip("torch")
+    out, remaining, fixed = fix_source(
+        textwrap.dedent("""\
+            import torch
+            from apex import amp
+
+
+            def train(model, opt, batches):
+                model, opt = amp.initialize(model, opt, opt_level="O1")
+                for x in batches:
+                    classification_loss = model(x).sum()
+                    regression_loss = model(x).mean()
+                    loss = classification_loss + regression_loss
+                    opt.zero_grad()
+                    with amp.scale_loss(loss, opt) as scaled_loss:
+                        scaled_loss.backward()
+                    torch.nn.utils.clip_grad_norm_(amp.master_params(opt), 0.1)
+                    opt.step()
+                    del classification_loss, regression_loss, scaled_loss
+                del loss
+                return model
+        """),
+        unsafe=True,
+    )
+    assert [d.code for d in fixed] == ["AMP303"], [d.message for d in remaining]
+    assert "        del classification_loss, regression_loss\n    del loss\n" in out
+    namespace: dict = {}
+    exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+    model = torch.nn.Linear(4, 2)
+    namespace["train"](model, torch.optim.SGD(model.parameters(), lr=0.1), [torch.ones(2, 4)] * 3)

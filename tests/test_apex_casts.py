@@ -14,7 +14,7 @@ from test_apex_modules import _amp303, _files, _rewritten_exactly, _settings
 
 from ampmigrate.engine import run
 
-from conftest import FIXTURES
+from conftest import FIXTURES, check_source
 
 PROJECT = FIXTURES / "apex" / "cast_layers"
 FILES = ["detector/layers.py", "train.py", "test.py"]
@@ -197,3 +197,18 @@ def test_a_layer_a_package_only_re_exports_still_moves_with_the_scripts(tmp_path
     results = run(_files(root), _settings(fix=True))
     [out] = [r.new_source.decode() for r in results if r.path.endswith("deform.py")]
     assert "apex" not in out and "torch.amp.custom_bwd" in out
+
+
+def test_the_advice_for_each_cast_decorator_keeps_its_direction():
+    """`@amp.half_function` cast to float16; its advice said to run the function under
+    `autocast(enabled=False)`, which runs it in float32: the opposite (a RetinaNet loss)."""
+    found = {}
+    for member in ("half_function", "float_function", "promote_function"):
+        source = f"from apex import amp\n\n\n@amp.{member}\ndef f(a, b):\n    return a @ b\n"
+        [finding] = [d for d in check_source(source) if d.code == "AMP301"]
+        found[member] = finding.message
+    assert "cast_inputs=torch.float16" in found["half_function"]
+    assert "enabled=False" not in found["half_function"]
+    assert "cast_inputs=torch.float32" in found["float_function"]
+    assert "enabled=False" in found["float_function"]
+    assert "widest type" in found["promote_function"]

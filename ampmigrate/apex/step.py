@@ -289,8 +289,38 @@ class Step:
                 continue
             if isinstance(self.parent(node), cst.AsName | cst.AssignTarget):
                 return None  # bound again from here on
+            if self._drop_del(node):
+                return None  # unbound from here on
             return node
         return None
+
+    def _drop_del(self, node: cst.Name) -> bool:
+        """``del scaled_loss`` after its block (a habit to free memory): the rewrite binds no
+        such name, so the statement goes (``del a, scaled_loss`` keeps ``a``). False: not a
+        ``del`` of the name."""
+        parent = self.parent(node)
+        element = parent if isinstance(parent, cst.Element) else None
+        holder = self.parent(element) if element is not None else parent
+        delete = self.parent(holder) if element is not None else holder
+        if not isinstance(delete, cst.Del):
+            return False
+        statement = self.statement(delete)
+        if element is None or len(holder.elements) == 1:
+            if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+                return False
+            self._remove_statement(statement)
+            return True
+        at = list(holder.elements).index(element)
+
+        def without(u: cst.Del) -> cst.Del:
+            kept = [e for i, e in enumerate(u.target.elements) if i != at]
+            if len(kept) == 1:  # `del a` (a one-element tuple would keep its comma)
+                return u.with_changes(target=kept[0].value)
+            last = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return u.with_changes(target=u.target.with_changes(elements=[*kept[:-1], last]))
+
+        self.plan.edits[delete] = without
+        return True
 
     def _steps(self, opt: str, access: str, function: cst.CSTNode, call: cst.Call) -> None:
         if self._find_steps(opt, access, function, 0):
