@@ -6093,3 +6093,39 @@ def test_a_del_of_the_scaled_loss_goes_with_its_block():
     exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
     model = torch.nn.Linear(4, 2)
     namespace["train"](model, torch.optim.SGD(model.parameters(), lr=0.1), [torch.ones(2, 4)] * 3)
+
+
+def test_a_model_a_method_hands_to_library_hooks_is_said_to_run_in_float32():
+    """A detectron2 trainer's `build_hooks` hands the model it trains to `hooks.PreciseBN` and
+    to an `EvalHook` around `self.test(cfg, self.model)`: apex O1 cast the forwards they run
+    later; they run in float32 after the rewrite, which said nothing (a twentieth-review wrong
+    rewrite). Stated now; `super().__init__(model, ...)` only keeps it."""
+    source = textwrap.dedent("""\
+        from apex import amp
+        from detectron2.engine import SimpleTrainer, hooks
+
+
+        class Trainer(SimpleTrainer):
+            def __init__(self, cfg, model, optimizer, loader):
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+                super().__init__(model, loader, optimizer)
+                self.cfg = cfg
+
+            def build_hooks(self):
+                def test_and_save():
+                    return self.test(self.cfg, self.model)
+
+                return [hooks.PreciseBN(self.cfg, self.model), hooks.EvalHook(1, test_and_save)]
+
+            def run_step(self):
+                loss = sum(self.model(next(self.loader)).values())
+                with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                self.optimizer.step()
+    """)
+    [finding] = [d for d in fix_source(source, unsafe=True)[2] if d.code == "AMP303"]
+    assert (
+        "the model it trains is handed to `self.test(...)` (line 13), `hooks.PreciseBN(...)` "
+        "(line 15) outside the autocast regions"
+    ) in finding.message
+    assert "super().__init__" not in finding.message

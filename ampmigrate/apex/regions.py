@@ -480,6 +480,61 @@ class Regions:
         self._evaluations(defined, scaling, named)
         self._direct_forwards(setup, requested, set(named))
         self._returned_model(setup, models, _KEEP)
+        self._handed_by_methods(setup, requested)
+
+    def _handed_by_methods(self, setup: _Setup, scaling: set[int]) -> None:
+        """A method of the class that initializes hands the model it trains to other code
+        outside the regions (detectron2's ``build_hooks``: ``hooks.PreciseBN(..., self.model,
+        ...)``, an ``EvalHook`` around ``self.test(cfg, self.model)``): apex O1 cast every
+        forward that code runs, and they run in float32 now; stated, not placed (a hook runs
+        them later, from the library's loop)."""
+        home = setup.home
+        holder = self._holder(home) if isinstance(home, cst.FunctionDef) else None
+        if not isinstance(holder, cst.ClassDef):
+            return
+        stored = self._stored_models(setup)
+        attrs: set[str] = set()  # what the regions call through the object: `self.model(x)`
+        for node in self._subtree(holder.body):
+            if not (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and isinstance(node.func.value, cst.Name)
+                and any(id(a) in self.wrapped for a in self.ancestors(node))
+            ):
+                continue
+            owner = self._method_self(node)
+            if owner is not None and node.func.value.value == owner[0]:
+                attrs |= {node.func.attr.value} - owner[1]
+        after = self.order[id(setup.statement)]
+        found: list[str] = []
+        for node in self._subtree(holder.body):
+            if not isinstance(node, cst.Call) or id(self.function(node)) in scaling:
+                continue
+            if self.function(node) is home and self.order[id(node)] < after:
+                continue
+            if any(id(a) in self.wrapped for a in self.ancestors(node)):
+                continue
+            owner = self._method_self(node)
+            spelled = {f"{owner[0]}.{a}" for a in attrs} if owner is not None else set()
+            if owner is None and self.function(node) is not home:  # a nested function
+                spelled = {f"self.{a}" for a in attrs}
+            names = spelled | ({m for m in stored if "." not in m} if self.function(node) is home
+                               else set())  # fmt: skip
+            if not any(_code(self.module, a.value) in names for a in node.args):
+                continue
+            if _code(self.module, node.func).replace(" ", "") == "super().__init__":
+                continue  # the base class keeps it (`SimpleTrainer(model, ...)`)
+            if not self._may_run(node, None, names, {}, 0):
+                continue
+            found.append(f"`{_code(self.module, node.func)}(...)` (line {self.line(node)})")
+        if found:
+            self.plan.notes.append(
+                f"behaviour change: the model it trains is handed to {', '.join(found[:4])}"
+                + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+                + " outside the autocast regions: a forward that code runs (a hook, an "
+                "evaluation) ran in float16 under apex O1, which cast every forward from "
+                f"`initialize` on, and runs in float32 now: {_KEEP}"
+            )
 
     def _evaluations(self, defined: dict, scaling: set[int], named: dict[str, int]) -> None:
         """A function that hands what its regions run (``nets``, for ``nets["base"](x)``) to
