@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import shutil
+import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -1088,3 +1090,44 @@ def test_a_model_module_whose_apex_amp_only_an_unused_class_calls_does_not_tie(
     [finding] = [d for d in [*result.fixed, *result.diagnostics] if d.code == "AMP303"]
     assert ("model/heads.py (imported by train.py" in finding.message) is tied, finding.message
     assert result.changed is not tied
+
+
+def test_the_setting_does_not_cover_a_level_the_project_sets_to_o2_elsewhere(tmp_path):
+    """With apex-opt-level = "O1" a level from a parameter or a flag was taken as O1 or O0
+    even where another file of the project passes O2 (a chatbot's training entry:
+    `SmallTalk(opt_level="O2")`), gives its flag the default O2, or a shell script runs it
+    with O2: the declaration is contradicted there, and the refusal names the place."""
+    (tmp_path / "model.py").write_text(
+        textwrap.dedent("""\
+            from apex import amp
+
+
+            class Talk:
+                def __init__(self, model, optimizer, opt_level=None):
+                    self.model, self.optimizer = model, optimizer
+                    if opt_level:
+                        self.model, self.optimizer = amp.initialize(
+                            model, optimizer, opt_level=opt_level
+                        )
+
+                def update(self, x):
+                    loss = self.model(x).sum()
+                    with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                    self.optimizer.step()
+        """)
+    )
+    found = {}
+    for name, text in {
+        "train.py": 'from model import Talk\n\nTalk(None, None, opt_level="O2")  # faster\n',
+        "run.sh": "python train.py --opt_level O2\n",
+        "config.py": "opt_level = 'O1'\n",
+    }.items():
+        (tmp_path / name).write_text(text)
+        [result] = run([tmp_path / "model.py"], replace(_settings(), apex_opt_level="O1"))
+        [finding] = [d for d in result.diagnostics if d.code == "AMP303"]
+        found[name] = finding.message
+        (tmp_path / name).unlink()
+    assert 'elsewhere: `Talk(None, None, opt_level="O2")` (train.py:3)' in found["train.py"]
+    assert "elsewhere: `python train.py --opt_level O2` (run.sh:1)" in found["run.sh"]
+    assert "can be rewritten" in found["config.py"]  # O1 there: nothing contradicts it

@@ -5,6 +5,7 @@ rest of the plan.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 
 import libcst as cst
@@ -21,7 +22,7 @@ from ampmigrate.apex.common import (
     is_path,
     without_optimizer,
 )
-from ampmigrate.apex.links import calls_keep_default
+from ampmigrate.apex.links import calls_keep_default, level_elsewhere
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.replace import ReplaceNodes
 
@@ -1001,6 +1002,11 @@ class Initialize:
             and self.order[id(store)] > self.order[id(init)]
         ):
             return f"this file assigns `{spelled}` after `amp.initialize`"
+        name = spelled.rpartition(".")[2].strip("[]'\"")
+        found = level_elsewhere(self.path, name) if self.path and name else None
+        if found is not None:
+            shown = os.path.relpath(found[0], os.path.dirname(os.path.abspath(self.path)))
+            return f"the project sets it to O2/O3 elsewhere: `{found[2]}` ({shown}:{found[1]})"
         return ""
 
     def _other_level(self, node: cst.CSTNode) -> bool:

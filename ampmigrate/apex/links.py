@@ -938,6 +938,42 @@ def calls_amp(path: str, text: str) -> bool:
     )
 
 
+def level_elsewhere(path: str, name: str) -> tuple[str, int, str] | None:
+    """A file of ``path``'s project (its Python modules and shell scripts) that sets the opt
+    level spelled ``name`` (``opt_level``, ``fp16_opt_level``...) to O2 or O3: a keyword or an
+    assignment (``Trainer(opt_level="O2")``), a flag's default (``add_argument("--apex_opt_
+    level", default="O2")``), a command line (``--fp16_opt_level O2``): (file, line, text).
+    The setting apex-opt-level declares every run O1 or O0; the project says otherwise."""
+    word = re.escape(name)
+    patterns = [
+        re.compile(rf"\b{word}\s*[:=]\s*['\"]O[23]['\"]"),
+        re.compile(rf"['\"]--{word.replace('_', '[-_]')}['\"][^)]*\bdefault\s*=\s*['\"]O[23]"),
+        re.compile(rf"--{word.replace('_', '[-_]')}[ =]['\"]?O[23]\b"),
+    ]
+    folder = os.path.dirname(os.path.abspath(path))
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        folder = os.path.dirname(folder)
+    count = 0
+    for where, folders, names in os.walk(folder):
+        folders[:] = sorted(d for d in folders if not d.startswith(".") and d != "__pycache__")
+        for file in sorted(names):
+            if not file.endswith((".py", ".sh")):
+                continue
+            count += 1
+            if count > _SCAN_LIMIT:
+                return None
+            other = os.path.join(where, file)
+            text = _read(other).decode("utf-8", "replace")
+            if "O2" not in text and "O3" not in text:
+                continue
+            for number, line in enumerate(text.splitlines(), 1):
+                if line.lstrip().startswith("#") or ".initialize(" in line:
+                    continue  # (another call's own level)
+                if any(p.search(line) for p in patterns):
+                    return other, number, line.partition(" #")[0].strip()
+    return None
+
+
 def users_on_disk(path: str, functions: list[str]) -> list[tuple[str, int, str]] | None:
     """The other files of ``path``'s project on disk that use one of its ``functions``: (file,
     line, function). The project: below the folder holding its top package; for a script in
