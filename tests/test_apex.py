@@ -2724,6 +2724,10 @@ def test_opt_level_variables_with_literal_levels():
 
 
 def test_two_optimizers_scaled_before_either_steps_is_a_refusal():
+    """One model's two losses, the first backward retaining the graph the second goes through
+    again: apex left what the second adds to `opt_g`'s parameters scaled, which one
+    GradScaler step per optimizer would not (`two_losses_stepped_together` is the shape that
+    is rewritten: no retained graph)."""
     message = _message("""
         from apex import amp
 

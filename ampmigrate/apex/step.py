@@ -914,6 +914,13 @@ class Step:
             return False
         if set(stepped) != {o[0] for o in scaled} or len(set(stepped)) != count:
             return False
+        withs = [node for _, kind, _, node in ordered if kind == "scale"]
+        if any(
+            isinstance(n, cst.Arg) and n.keyword is not None and n.keyword.value == "retain_graph"
+            for w in withs[:-1]
+            for n in self._subtree(w)
+        ):  # a graph the next backward goes through again: apex left the gradients that
+            return False  # backward adds to the first optimizer's parameters scaled
         nodes = [node for _, kind, _, node in ordered if kind == "step"]
         if len({id(self.parent(n)) for n in nodes}) != 1:
             return False
