@@ -6133,3 +6133,61 @@ def test_a_model_a_method_hands_to_library_hooks_is_said_to_run_in_float32():
         "(line 15) outside the autocast regions"
     ) in finding.message
     assert "super().__init__" not in finding.message
+
+
+def test_an_auxiliary_loss_scaled_at_the_step_is_computed_in_a_region():
+    """A regularization loss computed and backpropagated at the accumulation boundary, outside
+    the forward (`reg = sum(...)` of the parameters, then `reg.backward()`; a segmentation
+    trainer's fusion regularizer): its backward was scaled, but its matmuls ran in float32
+    where apex O1 cast them, unstated. Its computation gets a region too."""
+    out, _, fixed = fix_source(
+        textwrap.dedent("""\
+            from apex import amp
+
+
+            def train(model, optimizer, batches, accumulation):
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+                for i, x in enumerate(batches):
+                    loss = model(x).sum() / accumulation
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                    if (i + 1) % accumulation == 0:
+                        reg = sum((p @ p.t()).sum() for p in model.parameters()) * 1e-4
+                        reg.backward()
+                        optimizer.step()
+        """),
+        unsafe=True,
+    )
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert (
+        '            with torch.amp.autocast("cuda", dtype=torch.float16):\n'
+        "                reg = sum((p @ p.t()).sum() for p in model.parameters()) * 1e-4\n"
+        "            scaler.scale(reg).backward()\n"
+    ) in out
+
+
+def test_a_loss_summed_from_what_helpers_keep_is_said_to_be_computed_there():
+    """A CycleGAN-style `optimize_parameters`: `self.backward_D_A()` and `..._B()` run the
+    discriminators and keep their losses on the object, then `loss_D = self.loss_D_B +
+    self.loss_D_A` is scaled. The refusal said `loss_D` "is not computed before its
+    `scale_loss` in this function", which is untrue: it is, from values made elsewhere."""
+    message = _message("""
+        from apex import amp
+
+
+        class Model:
+            def __init__(self, d_a, d_b, opt_d):
+                [self.d_a, self.d_b], self.opt = amp.initialize([d_a, d_b], opt_d, opt_level="O1")
+
+            def backward_d_a(self):
+                self.loss_d_a = self.d_a(self.fake).mean()
+
+            def optimize(self):
+                self.backward_d_a()
+                loss_d = self.loss_d_a * 0.5
+                with amp.scale_loss(loss_d, self.opt) as scaled:
+                    scaled.backward()
+                self.opt.step()
+    """)
+    assert "`loss_d` is computed at line 14 from `self.loss_d_a`, which other code makes" in message
+    assert "is not computed before" not in message

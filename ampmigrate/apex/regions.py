@@ -132,11 +132,7 @@ class Regions:
             if handed and self._region_before(scale, needed, function, enabled, setup, chosen):
                 checks.append((function, loss, enabled))
                 continue
-            self.problem(
-                scale,
-                f"`{loss}` is not computed before its `scale_loss` in this function: place "
-                '`torch.amp.autocast("cuda", dtype=torch.float16)` around the forward by hand',
-            )
+            self.problem(scale, self._uncomputed(scale, expression, loss, function))
             checks.append((function, loss, enabled))
         wrapped: set[int] = set(self.wrapped)  # (an evaluation-only initialize's region)
         planned: dict[cst.CSTNode, tuple[list[list[cst.BaseStatement]], str | None]] = {}
@@ -199,6 +195,37 @@ class Regions:
         for block, (runs, enabled) in planned.items():
             order = {id(s): i for i, s in enumerate(_statements(block))}
             self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
+
+    def _uncomputed(self, scale, expression, loss: str, function) -> str:
+        """Why no region precedes ``scale``: the loss is not computed in the function, or it is
+        computed there from values other code makes (``loss_D = self.loss_D_A + self.loss_D_B``
+        after ``self.backward_D_A()``, a CycleGAN-style helper that runs the forward and stores
+        its loss): then the forwards are in that code."""
+        wrap = '`torch.amp.autocast("cuda", dtype=torch.float16)`'
+        name = expression.value if isinstance(expression, cst.Name) else None
+        made = [
+            n
+            for n in self._subtree(function)
+            if isinstance(n, cst.Assign)
+            and name is not None
+            and name in self.facts(n).assigned
+            and self.order.get(id(n), -1) < self.order[id(scale)]
+        ]
+        if not made:
+            return (
+                f"`{loss}` is not computed before its `scale_loss` in this function: place "
+                f"{wrap} around the forward by hand"
+            )
+        read = sorted({_code(self.module, n) for n in self._subtree(made[-1].value)
+                       if isinstance(n, cst.Attribute | cst.Name)
+                       and not isinstance(self.parent(n), cst.Attribute)})  # fmt: skip
+        shown = ", ".join(f"`{r}`" for r in read[:4]) or "values"
+        return (
+            f"`{loss}` is computed at line {self.line(made[-1])} from {shown}, which other "
+            "code makes (such as a helper that runs a forward and keeps its loss): the "
+            "forwards run there, where no region of this rewrite reaches; place "
+            f"{wrap} around them by hand"
+        )
 
     def _region_before(self, scale, needed: set[str], function, enabled, setup, chosen) -> bool:
         """Pick the statements before ``scale`` (in its block and the blocks around it, up to

@@ -694,6 +694,9 @@ class Step:
                 why, other = self._unscalable(node, call, function, opt, access)
                 if why is None:
                     self._scale_plain(node, call, access, opt)
+                    enabled = next((e for _, _, f, e in self.requests if f is function), None)
+                    if enabled is not False:  # its loss is computed in a region too: apex O1
+                        self.requests.append((node, call.func.value, function, enabled))
                     continue
                 remedy = (
                     f"keep it unscaled, as `{other}` is a plain step of its gradients (scaled, "
