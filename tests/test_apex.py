@@ -6191,3 +6191,22 @@ def test_a_loss_summed_from_what_helpers_keep_is_said_to_be_computed_there():
     """)
     assert "`loss_d` is computed at line 14 from `self.loss_d_a`, which other code makes" in message
     assert "is not computed before" not in message
+
+
+def test_a_level_computed_from_a_parameter_names_the_parameter_and_its_default():
+    """A GAN's `to_ddp(modules, optimizer=None, opt_level: int = 0)` initializes at
+    `"O{}".format(opt_level)` and no caller passes a level: the project runs O0. The refusal
+    said the level was "set outside this file (a config, an argument)" and advised only
+    `opt_level="O1"`, which would turn a float32 GAN mixed."""
+    message = _message("""
+        from apex import amp
+
+
+        def to_ddp(modules, optimizer=None, opt_level: int = 0):
+            level = "O{}".format(opt_level)
+            modules, optimizer = amp.initialize(modules, optimizer, opt_level="O%d" % opt_level)
+            return modules, optimizer, level
+    """)
+    assert "computed from the parameter `opt_level` (default `0`)" in message
+    assert "set outside this file" not in message
+    assert "where every run is O0, apex is off: delete its calls instead" in message

@@ -834,6 +834,15 @@ class Initialize:
                 origin = f"the parameter `{level.value}`: a caller may pass any level"
             elif isinstance(level, cst.Name):
                 origin = f"`{spelled}`, which this file does not fix to O0/O1"
+            elif (param := self._parameter_read(level, init)) is not None:
+                default = (
+                    f" (default `{_code(self.module, param.default)}`)"
+                    if param.default is not None else ""
+                )  # fmt: skip
+                origin = (
+                    f"`{spelled}`, computed from the parameter `{param.name.value}`{default}: "
+                    "a caller may pass any level"
+                )
             else:
                 origin = f"`{spelled}`, set outside this file (a config, an argument)"
             branches = [
@@ -932,7 +941,10 @@ class Initialize:
             "cast the model and keep fp32 master weights, which torch.amp cannot express, so "
             "rewriting it as O1 changes those runs"
         )
-        fix = '`opt_level="O1"`, or `choices=["O0", "O1"]` on its flag'
+        fix = (
+            '`opt_level="O1"`, or `choices=["O0", "O1"]` on its flag; where every run is O0, '
+            "apex is off: delete its calls instead"
+        )
         setting = f"the setting `apex-opt-level` ({self.declared})"
         if self.declared is not None and also:
             return (
@@ -950,6 +962,20 @@ class Initialize:
             f"{text}; fix the level ({fix}), or declare that every run of the project uses O1 "
             '(or O0) with `apex-opt-level = "O1"` in [tool.ampmigrate], to allow the rewrite'
         )
+
+    def _parameter_read(self, level: cst.CSTNode, init: cst.Call) -> cst.Param | None:
+        """The parameter of the function around ``init`` that a computed ``level`` reads
+        (``"O{}".format(opt_level)``), if any."""
+        function = self.function(init)
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        params = {
+            p.name.value: p for p in (*function.params.params, *function.params.kwonly_params)
+        }
+        read = [
+            n.value for n in self._subtree(level) if isinstance(n, cst.Name) and self.variable(n)
+        ]
+        return next((params[n] for n in read if n in params), None)
 
     def _uncovered(
         self, level: cst.CSTNode, init: cst.Call, flag: tuple | None, reassigned: bool
