@@ -6210,3 +6210,28 @@ def test_a_level_computed_from_a_parameter_names_the_parameter_and_its_default()
     assert "computed from the parameter `opt_level` (default `0`)" in message
     assert "set outside this file" not in message
     assert "where every run is O0, apex is off: delete its calls instead" in message
+
+
+def test_a_test_that_apex_is_used_at_all_is_no_branch_on_o2():
+    """ESPnet's `if args.train_dtype in ("O0", "O1", "O2", "O3"): amp.initialize(...,
+    opt_level=args.train_dtype)`: a test that apex is used, which O1 passes as O2 does. With
+    the setting it was "a file that branches on O2/O3", which the setting does not cover."""
+    _, message = _declared("""\
+        import argparse
+
+        import torch
+        from apex import amp
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--train-dtype", default="float32")
+        args = parser.parse_args()
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        if args.train_dtype in ("O0", "O1", "O2", "O3"):
+            model, optimizer = amp.initialize(model, optimizer, opt_level=args.train_dtype)
+        loss = model(torch.ones(2)).sum()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+    """)
+    assert "branches on O2/O3" not in message, message

@@ -1117,17 +1117,26 @@ def test_the_setting_does_not_cover_a_level_the_project_sets_to_o2_elsewhere(tmp
                     self.optimizer.step()
         """)
     )
+    caller = "import sys\n\nfrom model import Talk\n\nTalk(None, None, opt_level=sys.argv[1])\n"
+    cases = {
+        "caller": {"train.py": 'from model import Talk\n\nTalk(None, None, opt_level="O2")  # x\n'},
+        "script": {"train.py": caller, "run.sh": "python train.py --opt_level O2\n"},
+        "other program": {
+            "tool.py": 'opt_level = "O3"\n',
+            "run.sh": "python tool.py --opt_level O2\n",
+        },
+        "O1": {"train.py": caller, "run.sh": "python train.py --opt_level O1\n"},
+    }
     found = {}
-    for name, text in {
-        "train.py": 'from model import Talk\n\nTalk(None, None, opt_level="O2")  # faster\n',
-        "run.sh": "python train.py --opt_level O2\n",
-        "config.py": "opt_level = 'O1'\n",
-    }.items():
-        (tmp_path / name).write_text(text)
+    for case, files in cases.items():
+        for name, text in files.items():
+            (tmp_path / name).write_text(text)
         [result] = run([tmp_path / "model.py"], replace(_settings(), apex_opt_level="O1"))
         [finding] = [d for d in result.diagnostics if d.code == "AMP303"]
-        found[name] = finding.message
-        (tmp_path / name).unlink()
-    assert 'elsewhere: `Talk(None, None, opt_level="O2")` (train.py:3)' in found["train.py"]
-    assert "elsewhere: `python train.py --opt_level O2` (run.sh:1)" in found["run.sh"]
-    assert "can be rewritten" in found["config.py"]  # O1 there: nothing contradicts it
+        found[case] = finding.message
+        for name in files:
+            (tmp_path / name).unlink()
+    assert 'elsewhere: `Talk(None, None, opt_level="O2")` (train.py:3)' in found["caller"]
+    assert "elsewhere: `python train.py --opt_level O2` (run.sh:1)" in found["script"]
+    assert "can be rewritten" in found["other program"]  # neither imports the other
+    assert "can be rewritten" in found["O1"]  # nothing contradicts the setting

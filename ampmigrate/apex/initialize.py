@@ -849,6 +849,7 @@ class Initialize:
                 n for n in self.nodes if isinstance(n, cst.Comparison)
                 and any(self._other_level(o) for o in _operands(n))
                 and spelled in {_code(self.module, o) for o in _operands(n)}
+                and not self._any_level(n)
             ]  # fmt: skip
             also = (
                 f"; this file itself branches on `{_code(self.module, branches[0])}` at line "
@@ -1034,6 +1035,18 @@ class Initialize:
             shown = os.path.relpath(found[0], os.path.dirname(os.path.abspath(self.path)))
             return f"the project sets it to O2/O3 elsewhere: `{found[2]}` ({shown}:{found[1]})"
         return ""
+
+    def _any_level(self, comparison: cst.Comparison) -> bool:
+        """``level in ("O0", "O1", "O2", "O3")``: a test that apex is used at all, which O1
+        passes as O2 does (no branch on O2/O3)."""
+        return (
+            len(comparison.comparisons) == 1
+            and isinstance(comparison.comparisons[0].operator, cst.In | cst.NotIn)
+            and any(
+                isinstance(n, cst.SimpleString) and n.evaluated_value == "O1"
+                for n in self._subtree(comparison.comparisons[0].comparator)
+            )
+        )
 
     def _other_level(self, node: cst.CSTNode) -> bool:
         """``node`` is, or holds, the string "O2" or "O3" (a level torch.amp cannot express)."""

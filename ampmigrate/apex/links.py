@@ -939,38 +939,59 @@ def calls_amp(path: str, text: str) -> bool:
 
 
 def level_elsewhere(path: str, name: str) -> tuple[str, int, str] | None:
-    """A file of ``path``'s project (its Python modules and shell scripts) that sets the opt
-    level spelled ``name`` (``opt_level``, ``fp16_opt_level``...) to O2 or O3: a keyword or an
-    assignment (``Trainer(opt_level="O2")``), a flag's default (``add_argument("--apex_opt_
-    level", default="O2")``), a command line (``--fp16_opt_level O2``): (file, line, text).
-    The setting apex-opt-level declares every run O1 or O0; the project says otherwise."""
+    """A file of ``path``'s program that sets the opt level spelled ``name`` (``opt_level``,
+    ``fp16_opt_level``...) to O2 or O3: in a module it imports or one that imports it, a
+    keyword or an assignment (``Trainer(opt_level="O2")``) or a flag's default
+    (``add_argument("--apex_opt_level", default="O2")`` in an args module); in a shell script,
+    a line that runs this file with ``--opt_level O2``: (file, line, text). The setting
+    apex-opt-level declares every run O1 or O0; the program says otherwise. Another script's
+    own flag, or a checkout beside the project, says nothing about this file."""
     word = re.escape(name)
+    dashed = word.replace("_", "[-_]")
     patterns = [
         re.compile(rf"\b{word}\s*[:=]\s*['\"]O[23]['\"]"),
-        re.compile(rf"['\"]--{word.replace('_', '[-_]')}['\"][^)]*\bdefault\s*=\s*['\"]O[23]"),
-        re.compile(rf"--{word.replace('_', '[-_]')}[ =]['\"]?O[23]\b"),
+        re.compile(rf"['\"]--{dashed}['\"][^)]*\bdefault\s*=\s*['\"]O[23]"),
     ]
-    folder = os.path.dirname(os.path.abspath(path))
-    while os.path.isfile(os.path.join(folder, "__init__.py")):
+    command = re.compile(rf"--{dashed}[ =]['\"]?O[23]\b")
+    path = os.path.abspath(path)
+    graph = _Graph()
+    related = {target for target, _, _ in _walk(path, graph)}
+    folder = os.path.dirname(path)
+    top = os.path.isfile(os.path.join(folder, "__init__.py"))
+    while os.path.isfile(os.path.join(folder, "__init__.py")) and os.path.isfile(
+        os.path.join(os.path.dirname(folder), "__init__.py")
+    ):  # (not above the top package: a checkout beside it is another program)
         folder = os.path.dirname(folder)
-    count = 0
+    if top:
+        folder = os.path.dirname(folder)
+    files = []
     for where, folders, names in os.walk(folder):
         folders[:] = sorted(d for d in folders if not d.startswith(".") and d != "__pycache__")
-        for file in sorted(names):
-            if not file.endswith((".py", ".sh")):
-                continue
-            count += 1
-            if count > _SCAN_LIMIT:
-                return None
-            other = os.path.join(where, file)
-            text = _read(other).decode("utf-8", "replace")
-            if "O2" not in text and "O3" not in text:
-                continue
-            for number, line in enumerate(text.splitlines(), 1):
-                if line.lstrip().startswith("#") or ".initialize(" in line:
-                    continue  # (another call's own level)
-                if any(p.search(line) for p in patterns):
-                    return other, number, line.partition(" #")[0].strip()
+        files += [os.path.join(where, f) for f in sorted(names) if f.endswith((".py", ".sh"))]
+        if len(files) > _SCAN_LIMIT:
+            return None
+    texts = {f: _read(f).decode("utf-8", "replace") for f in map(os.path.abspath, files)}
+    importers = {
+        f for f, text in texts.items()
+        if f.endswith(".py") and os.path.basename(path)[:-3] in text
+        and path in graph.targets_of(f)
+    }  # fmt: skip
+    runs = {os.path.basename(f) for f in (path, *importers)}  # what a shell line may run
+    for other, text in texts.items():
+        if other == path or ("O2" not in text and "O3" not in text):
+            continue
+        script = other.endswith(".sh")
+        if not script and other not in related and other not in importers:
+            continue  # neither imported by this file nor importing it
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.lstrip().startswith("#") or ".initialize(" in line:
+                continue  # (another call's own level)
+            if script:
+                found = any(r in line for r in runs) and command.search(line)
+            else:
+                found = any(p.search(line) for p in patterns)
+            if found:
+                return other, number, line.partition(" #")[0].strip()
     return None
 
 
@@ -1298,6 +1319,10 @@ class _Graph:
         if path not in self.trees:
             self.trees[path] = _tree(path, _read(path))
         return self.trees[path]
+
+    def targets_of(self, path: str) -> set[str]:
+        """Every module file the imports of ``path`` may load."""
+        return {target for target, _ in self.imports(path)}
 
     def targets(self, path: str, node: ast.Import | ast.ImportFrom) -> list[str]:
         """``_imported`` of one import statement of a tree kept in ``trees``, once."""
