@@ -6235,3 +6235,35 @@ def test_a_test_that_apex_is_used_at_all_is_no_branch_on_o2():
         optimizer.step()
     """)
     assert "branches on O2/O3" not in message, message
+
+
+def test_a_method_of_an_object_made_from_the_model_that_reads_gradients_is_seen():
+    """BERT-NER's `fgm = FGM(model, ...)` and `fgm.attack()` between the scaled backward and
+    the adversarial one: `attack` reads the embedding's gradient, which apex had unscaled and
+    the GradScaler leaves scaled (an unnormalized perturbation grew 65536 times on CPU in a
+    reviewer's run). The read through the object was not followed; it is now, and refused."""
+    message = _message("""
+        from apex import amp
+
+
+        class FGM:
+            def __init__(self, model):
+                self.model = model
+
+            def attack(self):
+                for p in self.model.parameters():
+                    p.data.add_(0.1 * p.grad)
+
+
+        def train(model, optimizer, batches):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            fgm = FGM(model)
+            for x in batches:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                fgm.attack()
+                model(x).sum().backward()
+                optimizer.step()
+    """)
+    assert "the gradients are unscaled for a read at line 21 before it" in message, message

@@ -834,7 +834,7 @@ class Initialize:
                 origin = f"the parameter `{level.value}`: a caller may pass any level"
             elif isinstance(level, cst.Name):
                 origin = f"`{spelled}`, which this file does not fix to O0/O1"
-            elif (param := self._parameter_read(level, init)) is not None:
+            elif not _plain(level) and (param := self._parameter_read(level, init)) is not None:
                 default = (
                     f" (default `{_code(self.module, param.default)}`)"
                     if param.default is not None else ""

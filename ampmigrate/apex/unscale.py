@@ -176,6 +176,7 @@ class Unscale:
         if method is not None:  # (two deep: DistilBERT's `iter()` -> `log_tensorboard()`)
             return self._reads_gradients(method.body, depth < 1, depth + 1)
         names = self.qualified(call.func) or self._star_imported(call.func)
+        names = {*names, *self._made_method(call)}
         for name in names:
             if name.startswith(("torch.", "builtins.")):
                 continue
@@ -185,6 +186,26 @@ class Unscale:
             ):
                 return True
         return False
+
+    def _made_method(self, call: cst.Call) -> set[str]:
+        """``fgm.attack()`` where the function binds ``fgm`` once, to ``FGM(model, ...)``: the
+        method of that class (``callback.adversarial.FGM.attack``), which the scope provider
+        does not resolve through the object (an adversarial perturbation that reads the
+        embedding's gradient between the scaled backward and the step)."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+            return set()
+        name = func.value.value
+        binds = [
+            n
+            for n in self._subtree(self.function(call))
+            if isinstance(n, cst.Assign)
+            and any(isinstance(t.target, cst.Name) and t.target.value == name for t in n.targets)
+        ]
+        if len(binds) != 1 or not isinstance(binds[0].value, cst.Call):
+            return set()
+        made = binds[0].value.func
+        return {f"{q}.{func.attr.value}" for q in self.qualified(made) if "<locals>" not in q}
 
     def _star_imported(self, func: cst.BaseExpression) -> set[str]:
         """``name(...)`` or ``Class.method(...)`` that nothing in this module binds, with
@@ -358,10 +379,12 @@ class Unscale:
                     first, again = cluster[0][0], cluster[1][0]
                     self.problem(
                         again,
-                        f"{self._reader(again)} again after line {self.line(first)} in the same "
-                        "step, and no one place before both runs once per step: "
-                        "`scaler.unscale_` may run only once per step; unscale before the "
-                        "first use by hand",
+                        f"{self._reader(first)} at line {self.line(first)} and "
+                        f"{self._reader(again)} at line {self.line(again)} read gradients in the "
+                        "same step, where apex had unscaled them, and no one place before both "
+                        "runs once per step (a backward between them, or other blocks): "
+                        "`scaler.unscale_` may run only once per step; unscale (or divide by "
+                        "`scaler.get_scale()`) where they are read, by hand",
                     )
                     continue
                 if len(cluster) > 1:
@@ -390,6 +413,9 @@ class Unscale:
         """How a blocker names a gradient read: what it is, not what it is not."""
         if "master_params" in _code(self.module, statement):
             return "`amp.master_params`"
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):  # `fgm.attack()`
+            return f"`{_code(self.module, small.value.func)}(...)`"
         return "the gradient read"
 
     def _one_anchor(self, statements: list[cst.CSTNode]) -> cst.CSTNode | None:
