@@ -414,7 +414,11 @@ class Unscale:
         if "master_params" in _code(self.module, statement):
             return "`amp.master_params`"
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):  # `fgm.attack()`
+        if (
+            isinstance(small, cst.Expr)
+            and isinstance(small.value, cst.Call)
+            and isinstance(small.value.func, cst.Attribute)
+        ):  # a method that reads them (`fgm.attack()`), not `print(p.grad)`
             return f"`{_code(self.module, small.value.func)}(...)`"
         return "the gradient read"
 
