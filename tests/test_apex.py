@@ -1924,6 +1924,13 @@ def _message(source: str) -> str:
     return finding.message
 
 
+def _rewritten(source: str) -> str:
+    """``fix --unsafe-fixes`` of ``source`` (dedented), which AMP303 must have rewritten."""
+    out, remaining, fixed = fix_source(textwrap.dedent(source), unsafe=True)
+    assert [d.code for d in fixed] == ["AMP303"], [d.message for d in remaining]
+    return out
+
+
 def test_a_function_no_parameter_can_reach_reads_a_module_scaler():
     message = _message("""
         from apex import amp
@@ -5864,8 +5871,7 @@ def test_a_scaled_loss_named_scale_loss_is_not_read_by_the_next_scale_loss():
     """`with amp.scale_loss(d_loss, d_opt) as scale_loss:` then a second `amp.scale_loss(...)`
     in the same method: the member's name was taken for a read of the first block's variable
     after its block, which refused with four untrue blockers."""
-    out, remaining, fixed = fix_source(
-        textwrap.dedent("""\
+    out = _rewritten("""\
             from apex import amp
 
 
@@ -5879,10 +5885,7 @@ def test_a_scaled_loss_named_scale_loss_is_not_read_by_the_next_scale_loss():
                 with amp.scale_loss(s_loss, s_opt) as other:
                     other.backward()
                 s_opt.step()
-        """),
-        unsafe=True,
-    )
-    assert [d.code for d in fixed] == ["AMP303"], [d.message for d in remaining]
+        """)
     assert "scaler.scale(d_loss).backward()" in out and "scaler.scale(s_loss).backward()" in out
 
 
@@ -6068,8 +6071,7 @@ def test_a_del_of_the_scaled_loss_goes_with_its_block():
     correctly placed clip of `amp.master_params` "not between a scaled backward and the step".
     The rewrite binds no such name: it leaves the `del`. Run on CPU ("cuda" -> "cpu")."""
     torch = pytest.importorskip("torch")
-    out, remaining, fixed = fix_source(
-        textwrap.dedent("""\
+    out = _rewritten("""\
             import torch
             from apex import amp
 
@@ -6088,10 +6090,7 @@ def test_a_del_of_the_scaled_loss_goes_with_its_block():
                     del classification_loss, regression_loss, scaled_loss
                 del loss
                 return model
-        """),
-        unsafe=True,
-    )
-    assert [d.code for d in fixed] == ["AMP303"], [d.message for d in remaining]
+        """)
     assert "        del classification_loss, regression_loss\n    del loss\n" in out
     namespace: dict = {}
     exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
@@ -6140,8 +6139,7 @@ def test_an_auxiliary_loss_scaled_at_the_step_is_computed_in_a_region():
     the forward (`reg = sum(...)` of the parameters, then `reg.backward()`; a segmentation
     trainer's fusion regularizer): its backward was scaled, but its matmuls ran in float32
     where apex O1 cast them, unstated. Its computation gets a region too."""
-    out, _, fixed = fix_source(
-        textwrap.dedent("""\
+    out = _rewritten("""\
             from apex import amp
 
 
@@ -6155,10 +6153,7 @@ def test_an_auxiliary_loss_scaled_at_the_step_is_computed_in_a_region():
                         reg = sum((p @ p.t()).sum() for p in model.parameters()) * 1e-4
                         reg.backward()
                         optimizer.step()
-        """),
-        unsafe=True,
-    )
-    assert [d.code for d in fixed] == ["AMP303"]
+        """)
     assert (
         '            with torch.amp.autocast("cuda", dtype=torch.float16):\n'
         "                reg = sum((p @ p.t()).sum() for p in model.parameters()) * 1e-4\n"
