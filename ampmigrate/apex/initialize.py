@@ -1030,7 +1030,8 @@ class Initialize:
         ):
             return f"this file assigns `{spelled}` after `amp.initialize`"
         name = spelled.rpartition(".")[2].strip("[]'\"")
-        found = level_elsewhere(self.path, name) if self.path and name else None
+        declared = self.declared is not None  # (a scan of the project: only where it counts)
+        found = level_elsewhere(self.path, name) if declared and self.path and name else None
         if found is not None:
             shown = os.path.relpath(found[0], os.path.dirname(os.path.abspath(self.path)))
             return f"the project sets it to O2/O3 elsewhere: `{found[2]}` ({shown}:{found[1]})"
