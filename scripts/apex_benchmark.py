@@ -2,6 +2,7 @@
 
     python scripts/apex_benchmark.py CORPUS_DIR [--split tuned|dev|heldout|all] [--markdown]
                                      [--json FILE] [--manifest FILE] [--show-heldout]
+                                     [--apex-opt-level O1]
     python scripts/apex_benchmark.py CORPUS_DIR --build-from GIT_ROOT
 
 The corpus is not committed (third-party code) and CI has no network: bring the repositories
@@ -637,11 +638,15 @@ def signature_breaks(
 # Running ampmigrate and classifying.
 
 
+SETTING: list[str] = []  # ["--apex-opt-level", "O1"]: every repository declares it
+
+
 def ampmigrate(*args: str) -> tuple[list[dict], dict[str, str]]:
     """Run the installed ampmigrate with JSON output; return its findings and, by file, the
     errors it printed (an internal error on a file is a result, not a reason to stop)."""
+    command = [sys.executable, "-m", "ampmigrate", *args, *SETTING]
     result = subprocess.run(
-        [sys.executable, "-m", "ampmigrate", *args, "--output-format", "json", "--exit-zero"],
+        [*command, "--output-format", "json", "--exit-zero"],
         capture_output=True,
         text=True,
     )
@@ -841,7 +846,10 @@ def _version() -> str:
     if commit.returncode != 0:
         return "ampmigrate (not a checkout)"
     dirty = subprocess.run([*git, "status", "--porcelain", "--", "."], capture_output=True)
-    return f"ampmigrate at {commit.stdout.strip()}{'+dirty' if dirty.stdout.strip() else ''}"
+    setting = f", setting apex-opt-level {SETTING[1]}" if SETTING else ""
+    return (
+        f"ampmigrate at {commit.stdout.strip()}{'+dirty' if dirty.stdout.strip() else ''}{setting}"
+    )
 
 
 def apex_checkpointed(path: Path) -> bool:
@@ -985,7 +993,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="GIT_ROOT",
         help="extract the corpus from local git directories, then stop",
     )
+    parser.add_argument(
+        "--apex-opt-level",
+        choices=["O1"],
+        help="run fix and check as if every repository declared this level (the setting)",
+    )
     args = parser.parse_args(argv)
+    if args.apex_opt_level:
+        SETTING[:] = ["--apex-opt-level", args.apex_opt_level]
     manifest = json.loads(args.manifest.read_text())
     if args.build_from:
         build_corpus(manifest, args.build_from, args.corpus)

@@ -420,3 +420,29 @@ def test_an_apex_import_the_rewrite_left_unguarded_is_wrong():
     assert bench.unguarded_apex(guarded, kept) == []
     # an original that already needed apex at import is not made worse by the rewrite
     assert bench.unguarded_apex("from apex import amp\n", "from apex import parallel\n") == []
+
+
+def test_the_setting_reaches_every_ampmigrate_run(monkeypatch, tmp_path):
+    """``--apex-opt-level O1`` measures what a project that declares the setting gets: each
+    ``fix`` and ``check`` the classifier runs carries it, and the stamp says so."""
+    seen: list[list[str]] = []
+
+    class Done:
+        stdout, stderr, returncode = "[]", "", 0
+
+    def classify(*args):
+        stamp = bench._version()
+        bench.ampmigrate("check", "x")
+        return [], stamp
+
+    monkeypatch.setattr(bench.subprocess, "run", lambda argv, **kw: seen.append(argv) or Done())
+    monkeypatch.setattr(bench, "SETTING", [])
+    monkeypatch.setattr(bench, "classify", classify)
+    stamps: list[str] = []
+    monkeypatch.setattr(bench, "report", lambda rows, stamp, *a: stamps.append(stamp) or "")
+    bench.main([str(tmp_path), "--split", "dev"])
+    assert not any("--apex-opt-level" in argv for argv in seen)
+    assert "setting" not in stamps[-1]
+    bench.main([str(tmp_path), "--split", "dev", "--apex-opt-level", "O1"])
+    assert seen[-1][seen[-1].index("--apex-opt-level") + 1] == "O1"
+    assert stamps[-1].endswith("setting apex-opt-level O1")
