@@ -89,6 +89,7 @@ REWRITTEN = [
     "global_optimizer_caller",
     "state_files",
     "two_losses_stepped_together",
+    "gan_initialize_in_else",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -1800,13 +1801,32 @@ def test_a_step_in_the_else_of_a_backend_switch_is_not_a_skipped_step():
     assert "runs only when `not (torch.isnan(loss))`" in finding.message, finding.message
 
 
-def test_initialize_in_an_else_branch_says_so():
+def test_initialize_in_an_else_branch_is_enabled_by_the_negated_test():
+    """`if T: ... else: amp.initialize(...)`: the GradScaler is made before the `if`, enabled
+    by `not T`, and an emptied `else:` (and an `if T: pass` left alone) goes; where the test
+    calls something, or is an `elif`'s, it is refused with that reason."""
     source = SHAPES.replace(
         "    if args.fp16:\n        model,",
-        "    if args.fp32:\n        pass\n    else:\n        model,",
+        "    if args.fp32:\n        print('fp32')\n    else:\n        model,",
     )
-    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
-    assert "`amp.initialize` sits in the `else:` of an `if`" in finding.message
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=not args.fp32)' in out
+    assert "    if args.fp32:\n        print('fp32')\n" in out and "else:" not in out
+    negated = source.replace(
+        "if args.fp32:\n        print('fp32')", "if not args.fp16:\n        pass"
+    )
+    out, _, _ = fix_source(negated, unsafe=True)
+    assert "enabled=bool(args.fp16))" in out and "pass" not in out
+    for blocked in (
+        source.replace("if args.fp32:", "if torch.cuda.device_count() > 8:"),
+        source.replace("if args.fp32:", "if args.fp64:\n        pass\n    elif args.fp32:"),
+    ):
+        [finding] = [d for d in check_source(blocked) if d.code == "AMP303"]
+        assert finding.fix is None
+        assert "`amp.initialize` sits in the `else:` of an `elif`, of an `if` nested" in (
+            finding.message
+        ), finding.message
 
 
 def test_initialize_calls_in_a_row_are_one_only_with_the_same_options():
@@ -2158,6 +2178,7 @@ CASES = {
     "global_optimizer_caller": [[], ["--amp"]],
     "state_files": [["ckpt"], ["ckpt", "--fp16"]],
     "two_losses_stepped_together": [[], ["--amp"]],
+    "gan_initialize_in_else": [[], ["--amp"]],
     "two_optional_losses": [
         ["--doc", "--wiki"],
         ["--amp"],

@@ -234,6 +234,7 @@ class Initialize:
         if self.branched is not None:  # both branches initialize: the `if` goes as one
             inner = statement = self.branched
         chain: list[cst.If] = []  # the `if`s around initialize, outermost first
+        otherwise: cst.Else | None = None  # initialize's `else:` (see _else_of)
         if self.split is not None:  # one initialize on each path of an `if`: before it
             holder, _, _, test = self.split
             condition = _code(self.module, test) if test is not None else None
@@ -300,13 +301,17 @@ class Initialize:
                     )
                     holder = chain[0]  # the GradScaler goes before the outermost `if`
             elif isinstance(holder, cst.Else):
-                self.problem(
-                    init,
-                    "`amp.initialize` sits in the `else:` of an `if`: the GradScaler must exist "
-                    "on both paths, enabled where that test is false; create it before the `if` "
-                    "by hand",
-                )
-                return None
+                flipped = self._else_of(holder) if "enabled" not in args else None
+                if flipped is None:
+                    self.problem(
+                        init,
+                        "`amp.initialize` sits in the `else:` of an `elif`, of an `if` nested "
+                        "in another block, or of one whose test calls something or may be "
+                        "changed by its body: the GradScaler must exist on both paths, enabled "
+                        "where that test is false; create it before the `if` by hand",
+                    )
+                    return None
+                otherwise, (holder, condition) = holder, flipped
             elif not (
                 holder is None
                 or isinstance(holder, cst.FunctionDef)
@@ -401,7 +406,46 @@ class Initialize:
             return setup
         self._initial_scale(statement, "num_losses" in args)
         self._place_scaler(setup, small, models, optimizer, holder, enabled, inner, chain[1:])
+        if otherwise is not None and not self._rebind(small, models, optimizer):
+            left = [s for s in otherwise.body.body if s is not inner and s not in self.removed]
+            if not left:  # `else: pass` is no `else`
+                self.plan.edits[otherwise] = lambda _u: cst.RemoveFromParent()
+                placed = self.plan.edits.get(holder)
+                if placed is not None and all(
+                    isinstance(s, cst.SimpleStatementLine)
+                    and all(isinstance(i, cst.Pass) for i in s.body)
+                    for s in holder.body.body
+                ):  # and `if T: pass` with a test that calls nothing does nothing
+                    self.plan.edits[holder] = lambda u: cst.FlattenSentinel(
+                        list(placed(u).nodes)[:-1]
+                    )
         return setup
+
+    def _else_of(self, otherwise: cst.Else) -> tuple[cst.If, str] | None:
+        """``if T: ... else: amp.initialize(...)``: the ``if`` and ``not T``, where the
+        GradScaler can be made before it, enabled by ``not T``: a plain ``if`` (no ``elif``,
+        not nested in another block's condition) whose test calls nothing and whose body leaves
+        the test as it was (so the test read again later means the same)."""
+        owner = self.parent(otherwise)
+        if (
+            not isinstance(owner, cst.If)
+            or isinstance(self.parent(owner), cst.If)  # an `elif`
+            or self.block_of(owner) is None
+            or self._if_chain(owner) != [owner]
+            or self.facts(owner.test).calls
+            or self._changes(_code(self.module, owner.test), list(owner.body.body))
+        ):
+            return None
+        test = owner.test
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            kept = test.expression
+            text = _code(self.module, kept).strip()
+            if isinstance(kept, cst.Comparison | cst.UnaryOperation):
+                return owner, text
+            return owner, f"bool({text.removeprefix('(').removesuffix(')')})"
+        text = _code(self.module, test).strip()
+        plain = isinstance(test, cst.Name | cst.Attribute | cst.Subscript)
+        return owner, f"not {text}" if plain else f"not ({text})"
 
     def _initial_scale(self, statement: cst.BaseStatement, losses: bool) -> None:
         """``amp._amp_state.loss_scalers[0]._loss_scale = X`` after ``initialize``, in its
