@@ -6283,3 +6283,110 @@ def test_a_method_of_an_object_made_from_the_model_that_reads_gradients_is_seen(
                 optimizer.step()
     """)
     assert "the gradients are unscaled for a read at line 21 before it" in message, message
+
+
+def test_an_idle_method_of_the_scaled_loss_in_its_block_goes_with_it():
+    """`scaled_loss.clamp(lo, hi)` alone on a line of the `scale_loss` block returns a new
+    tensor that nothing reads: it did nothing, so the block is rewritten without it (and the
+    note says so); an in-place `clamp_` changes the loss and stays a blocker."""
+    idle = SHAPES.replace(
+        "            scaled_loss.backward()\n",
+        "            scaled_loss.clamp(1e-8, 1e8)\n            scaled_loss.backward()\n"
+        "            scaled_loss.detach()\n",
+    )
+    out, _, fixed = fix_source(idle, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "clamp" not in out and "detach" not in out
+    assert "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n" in out
+    assert "`scaled_loss.clamp(1e-8, 1e8)` in the `scale_loss` block at line 13 did nothing" in (
+        finding.message
+    )
+    in_place = idle.replace(".clamp(", ".clamp_(")
+    [finding] = [d for d in check_source(in_place) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "the `scale_loss` block does more than `backward()`" in finding.message
+
+
+GAN_STEP = """
+import torch
+from apex import amp
+
+
+def train(gen, disc, opt_g, opt_d, batches, strict):
+    gen, opt_g = amp.initialize(gen, opt_g, opt_level="O1")
+    disc, opt_d = amp.initialize(disc, opt_d, opt_level="O1")
+    for x in batches:
+        opt_g.zero_grad()
+        fake = gen(x)
+        g_loss = -disc(fake).mean()
+        with amp.scale_loss(g_loss, opt_g) as scaled_loss:
+            scaled_loss.backward()
+        opt_g.step()
+        opt_d.zero_grad()
+        d_loss = disc(fake.detach()).mean() - disc(x).mean()
+        with amp.scale_loss(d_loss, opt_d) as scaled_loss:
+            scaled_loss.backward()
+        if not strict or g_loss.item() < 4.0:
+            opt_d.step()
+"""
+
+
+def test_a_step_under_a_test_names_the_zero_grad_of_its_own_optimizer():
+    """`opt_d.step()` under a test of the iteration while `opt_d.zero_grad()` clears its
+    gradients either way: the blocker names that call (line 16), not the other optimizer's
+    `zero_grad` (line 10), which clears only the generator's gradients."""
+    [finding] = [d for d in check_source(GAN_STEP) if d.code == "AMP303"]
+    assert "while the gradients are cleared either way (line 16)" in finding.message
+
+
+def test_a_second_class_that_initializes_gets_no_ordering_blocker_it_does_not_have():
+    """Two classes, each initializing its own pair and stepping D before G's loss is scaled:
+    refused (one training `initialize` per file), but the second class's steps are not
+    followed, so no "scaled before ... has stepped" is said of it."""
+    one = """
+class Stage{n}:
+    def __init__(self, gen, disc):
+        self.gen, self.disc = gen, disc
+        self.opt_g = torch.optim.Adam(gen.parameters())
+        self.opt_d = torch.optim.Adam(disc.parameters())
+        [self.gen, self.disc], [self.opt_g, self.opt_d] = amp.initialize(
+            [self.gen, self.disc], [self.opt_g, self.opt_d], opt_level="O1"
+        )
+
+    def step(self, x):
+        fake = self.gen(x)
+        self.opt_d.zero_grad()
+        d_loss = self.disc(fake.detach()).mean()
+        with amp.scale_loss(d_loss, self.opt_d) as scaled_loss:
+            scaled_loss.backward()
+        self.opt_d.step()
+        self.opt_g.zero_grad()
+        with amp.scale_loss(-self.disc(fake).mean(), self.opt_g) as scaled_loss:
+            scaled_loss.backward()
+        self.opt_g.step()
+"""
+    source = "import torch\nfrom apex import amp\n" + one.format(n="A") + one.format(n="B")
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "is called in `StageA.__init__` and again in `StageB.__init__`" in finding.message
+    assert "has stepped" not in finding.message, finding.message
+
+
+def test_inference_initialize_in_nested_ifs_names_both():
+    source = textwrap.dedent("""
+        import torch
+        from apex import amp
+
+
+        def main(model, accelerate):
+            if torch.cuda.is_available():
+                model = model.cuda()
+                if accelerate:
+                    model = amp.initialize(model, opt_level="O1")
+            with torch.no_grad():
+                print(model(torch.randn(2, 4, device="cuda")))
+    """)
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert (
+        "`amp.initialize` for inference sits in `if accelerate:`, itself in "
+        "`if torch.cuda.is_available():` (line 7)"
+    ) in finding.message, finding.message

@@ -188,8 +188,22 @@ class InferenceOnly:
             and not isinstance(owner, cst.FunctionDef)
             and not (isinstance(owner, cst.If) and _main_guard(self.module, owner))
         ):
-            self.problem(init, "`amp.initialize` for inference is nested in a block other "
-                         "than an `if`")  # fmt: skip
+            head = (
+                f"`if {code(owner.test)}:`"
+                if isinstance(owner, cst.If)
+                else f"`{type(owner).__name__.lower()}` block"
+            )
+            where = (
+                f"sits in `if {code(top.test)}:`, itself in"
+                if isinstance(top, cst.If)
+                else "is nested in"
+            )
+            self.problem(
+                init,
+                f"`amp.initialize` for inference {where} {head} (line {self.line(owner)}): "
+                "the autocast region would have to follow that block's paths; make one flag "
+                "of the tests and wrap the forwards by hand",
+            )
             return
         after = list(block.body)[index + 1 :]
         uses = [i for i, s in enumerate(after) if self._runs_model(s, name)]

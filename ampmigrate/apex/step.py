@@ -28,6 +28,13 @@ else:  # no backward since the last step (apex stepped plainly here)
 _EXITS = (cst.Continue, cst.Return, cst.Raise, cst.Break)
 
 
+# out-of-place tensor methods: each returns a new tensor and leaves its input as it was
+_IDLE = frozenset({
+    "clamp", "clip", "float", "half", "double", "detach", "clone", "abs", "mean", "sum",
+    "item", "cpu", "to", "view", "reshape", "squeeze", "unsqueeze", "neg", "sqrt", "log",
+})  # fmt: skip
+
+
 class Step:
     """The step stage of ``_Planner`` (mixed into it)."""
 
@@ -87,6 +94,10 @@ class Step:
             body = [first, *suite.body[1:]]
         else:
             body = list(statement.body.body)
+        # `s.clamp(lo, hi)` on its own line: an out-of-place method whose result is dropped
+        # does nothing; it goes with the block (the rest is judged without it)
+        idle = [s for s in body if self._idle_on(s, alias)] if suite is None else []
+        body = [s for s in body if s not in idle]
         first = body[0] if body else None
         backward = first.body[0] if isinstance(first, cst.SimpleStatementLine) else None
         if not (
@@ -161,9 +172,22 @@ class Step:
             body=[backward.with_changes(value=new_backward)], leading_lines=statement.leading_lines
         )
         # the rest of the body as updated (it may hold other edits, e.g. a region)
+        dropped = {i for i, s in enumerate(statement.body.body) if s in idle} if idle else set()
+        skip = min(set(range(len(dropped) + 1)) - dropped)  # the backward's index
         self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
-            [head] if suite is not None else [head, *u.body.body[1:]]
+            [head]
+            if suite is not None
+            else [
+                head,
+                *(s for i, s in enumerate(u.body.body) if i != skip and i not in dropped),
+            ]
         )
+        for gone in idle:
+            self.plan.notes.append(
+                f"`{_code(self.module, gone).strip()}` in the `scale_loss` block at line "
+                f"{self.line(gone)} did nothing (an out-of-place method of the scaled loss "
+                "whose result is dropped): it goes with the block"
+            )
         for opt in group or [_code(self.module, optimizer)]:
             self.scaled.setdefault((id(function), opt), []).append(statement)
             self._steps(opt, access, function, call)
@@ -172,6 +196,22 @@ class Step:
         if not hooked:
             enabled = self._enabled_at(setup, function, statement)
             self.requests.append((statement, loss, function, enabled))
+
+    def _idle_on(self, statement: cst.CSTNode, alias: str) -> bool:
+        """``statement`` is ``alias.m(...)`` alone, ``m`` a tensor method that returns a new
+        tensor and changes nothing (its arguments call nothing): dropping it changes nothing."""
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return False
+        expr = statement.body[0]
+        call = expr.value if isinstance(expr, cst.Expr) else None
+        return (
+            isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute)
+            and isinstance(call.func.value, cst.Name)
+            and call.func.value.value == alias
+            and call.func.attr.value in _IDLE
+            and not any(self.facts(a.value).calls for a in call.args)
+        )
 
     def _one_update(self, group: list[str], function: cst.CSTNode, call: cst.Call) -> None:
         """``scale_loss(loss, [a, b])``: one scale for both, so ``scaler.step`` for each and a
@@ -532,7 +572,23 @@ class Step:
                     continue  # (the test of the scaled backward's own branch: no scale then)
                 if not self.facts(guard.test).used & self.facts(loop).assigned:
                     continue  # a switch the iteration does not change (apex's path or not)
-                cleared = next((c for c in self._clears(loop) if not self._tested(c, loop)), None)
+                # what clears this optimizer's gradients: its own `zero_grad()` first, else one
+                # of something else (a model's); another optimizer's clears only its own
+                others = {o for f, o in self.steps if f == function and o != opt}
+                clears = [
+                    (
+                        _code(self.module, c.func.value)
+                        if isinstance(c.func, cst.Attribute)
+                        else "",
+                        c,
+                    )
+                    for c in self._clears(loop)
+                    if not self._tested(c, loop)
+                ]
+                clears = [(owner, c) for owner, c in clears if owner not in others]
+                cleared = next((c for owner, c in clears if owner == opt), None) or next(
+                    (c for _, c in clears), None
+                )
                 if cleared is None:
                     continue
                 if not self.within(step, guard.body):  # in its `else:` (or an `elif`)
@@ -873,6 +929,8 @@ class Step:
             texts = _group(self.module, opt) or [_code(self.module, opt)]
             statement = self.statement(call)
             function = self.function(call)
+            if not all((id(function), text) in self.steps for text in texts):
+                continue  # its steps were not followed (a blocker of its own says why)
             events.setdefault(id(function), []).append(
                 (self.order[id(statement)], "scale", texts, statement)
             )
