@@ -6390,3 +6390,24 @@ def test_inference_initialize_in_nested_ifs_names_both():
         "`amp.initialize` for inference sits in `if accelerate:`, itself in "
         "`if torch.cuda.is_available():` (line 7)"
     ) in finding.message, finding.message
+
+
+def test_a_tuple_of_items_filled_by_one_call_feeds_the_loss():
+    """`losses["l1"], losses["mse"] = pair(out, y)` fills `losses` as two item assignments
+    would (a speech trainer's STFT loss pair): the criterion runs in the region, where apex
+    cast it; before, the region stopped above it (float16 inputs, no autocast: a wrong
+    rewrite), or a loss read from `losses` was "not computed before its `scale_loss`"."""
+    for scaled in ("total", 'losses["all"]'):
+        source = SHAPES.replace(
+            "        loss = model(x).sum()\n",
+            "        losses = {}\n        out = model(x)\n"
+            '        losses["l1"], losses["mse"] = pair(out, x)\n'
+            f'        {scaled} = losses["l1"] + losses["mse"]\n',
+        ).replace("scale_loss(loss,", f"scale_loss({scaled},")
+        out, _, fixed = fix_source(source, unsafe=True)
+        assert "AMP303" in {d.code for d in fixed}, scaled
+        region = out[out.index("with torch.amp.autocast") :]
+        assert region.index('losses["l1"], losses["mse"] = pair(out, x)') < region.index(
+            "scaler.scale("
+        )
+        assert '            losses["l1"], losses["mse"] = pair(out, x)\n' in out

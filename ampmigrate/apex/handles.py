@@ -94,8 +94,9 @@ class Handles:
                 extra,
                 f"`amp.initialize` is called {why}, for {shown} without an optimizer (a model "
                 "apex only casts: an evaluation-only model, an EMA or teacher copy): the "
-                "rewrite handles one `initialize` and an evaluation-only one that rebinds its "
-                "model in another function; delete this one and run that model's forward under "
+                "rewrite handles one `initialize` and an evaluation-only one in another "
+                "function that rebinds its model and runs it in the same block; delete this one "
+                "and run that model's forward under "
                 '`torch.amp.autocast("cuda", dtype=torch.float16)`, by hand',
             )
             return

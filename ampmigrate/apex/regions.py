@@ -1103,8 +1103,8 @@ def _filled(statement: cst.CSTNode) -> set[str]:
     found: set[str] = set()
     for small in statement.body:
         inside: list[cst.BaseExpression] = []  # what the statement writes into
-        if isinstance(small, cst.Assign):
-            inside = [t.target.value for t in small.targets if _member(t.target)]
+        if isinstance(small, cst.Assign):  # (`d["a"], d["b"] = pair(out)` fills `d` too)
+            inside = [t.value for t in _unpacked([t.target for t in small.targets]) if _member(t)]
         elif isinstance(small, cst.AugAssign | cst.AnnAssign) and _member(small.target):
             inside = [small.target.value]
         elif (
@@ -1120,6 +1120,19 @@ def _filled(statement: cst.CSTNode) -> set[str]:
             if isinstance(root, cst.Name) and root.value not in ("self", "cls"):
                 found.add(root.value)
     return found
+
+
+def _unpacked(targets: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    """Assignment targets with tuples and lists (nested, starred) taken apart."""
+    out: list[cst.BaseExpression] = []
+    for target in targets:
+        if isinstance(target, cst.Tuple | cst.List):
+            out += _unpacked([e.value for e in target.elements])
+        elif isinstance(target, cst.StarredElement):
+            out += _unpacked([target.value])
+        else:
+            out.append(target)
+    return out
 
 
 def _member(node: cst.CSTNode) -> bool:
