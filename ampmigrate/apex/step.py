@@ -172,15 +172,12 @@ class Step:
             body=[backward.with_changes(value=new_backward)], leading_lines=statement.leading_lines
         )
         # the rest of the body as updated (it may hold other edits, e.g. a region)
-        dropped = {i for i, s in enumerate(statement.body.body) if s in idle} if idle else set()
-        skip = min(set(range(len(dropped) + 1)) - dropped)  # the backward's index
+        # (by index: after the backward, the first statement kept, all but the idle ones)
+        rest = [] if suite is not None else [
+            i for i, s in enumerate(statement.body.body) if s not in idle
+        ][1:]  # fmt: skip
         self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
-            [head]
-            if suite is not None
-            else [
-                head,
-                *(s for i, s in enumerate(u.body.body) if i != skip and i not in dropped),
-            ]
+            [head, *(u.body.body[i] for i in rest)]
         )
         for gone in idle:
             self.plan.notes.append(
@@ -575,20 +572,13 @@ class Step:
                 # what clears this optimizer's gradients: its own `zero_grad()` first, else one
                 # of something else (a model's); another optimizer's clears only its own
                 others = {o for f, o in self.steps if f == function and o != opt}
-                clears = [
-                    (
-                        _code(self.module, c.func.value)
-                        if isinstance(c.func, cst.Attribute)
-                        else "",
-                        c,
-                    )
+                clears = {  # (each a `x.zero_grad()`, by `x`)
+                    c: _code(self.module, c.func.value)
                     for c in self._clears(loop)
                     if not self._tested(c, loop)
-                ]
-                clears = [(owner, c) for owner, c in clears if owner not in others]
-                cleared = next((c for owner, c in clears if owner == opt), None) or next(
-                    (c for _, c in clears), None
-                )
+                }
+                clears = {c: x for c, x in clears.items() if x not in others}
+                cleared = next((c for c, x in clears.items() if x == opt), next(iter(clears), None))
                 if cleared is None:
                     continue
                 if not self.within(step, guard.body):  # in its `else:` (or an `elif`)
