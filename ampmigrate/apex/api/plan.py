@@ -307,6 +307,17 @@ class _Planner:
             return
         if isinstance(parent, ast.Call) and parent.func is node:
             fallback = target.new in self.names.qualified(node)
+            given = self._initialized_with(parent) if target.code == table.PARALLEL else None
+            if given is not None:
+                reason = (
+                    f"the wrapped model reaches `amp.initialize` at line {given}, which raises "
+                    "RuntimeError for a torch DistributedDataParallel (parallel wrappers go "
+                    "after `initialize`) and let apex's through: migrate apex amp first "
+                    "(AMP303; where it rewrites this file, the next pass of `fix` makes this "
+                    "one), or wrap the model after `initialize`"
+                )
+                self._report(target, parent, f"{head}: no automatic fix: {reason}", None)
+                return
             try:
                 new, fix, notes = self._call(parent, node, target, fallback)
             except _FallbackCall:
@@ -352,6 +363,43 @@ class _Planner:
         else:
             extra = f"used as a value: its calls get `{target.new}`'s defaults"
         self._report(target, node, f"{head}: {extra}; {target.accepts}", fix)
+
+    def _initialized_with(self, call: ast.Call) -> int | None:
+        """The line of an ``amp.initialize`` that may receive the model ``call`` wraps: the
+        call itself as its argument, or the name it is bound to given to one that does not run
+        before it in the same function. apex's ``check_models`` rejects torch's wrappers
+        there."""
+        statement = self.names.parent(call)
+        wrapped = (
+            {dotted(t) for t in statement.targets} - {None}
+            if isinstance(statement, ast.Assign) and statement.value is call
+            else set()
+        )
+        home = self._function_of(call)
+        for node in ast.walk(self.tree):
+            if not (
+                isinstance(node, ast.Call)
+                and self.names.may_be_in(node.func, "apex")
+                and "apex.amp.initialize" in self.names.qualified(node.func)
+            ):
+                continue
+            given = [*node.args, *(k.value for k in node.keywords)]
+            given += [e for g in given if isinstance(g, ast.List | ast.Tuple) for e in g.elts]
+            if any(g is call for g in given):
+                return node.lineno
+            if not any(dotted(g) in wrapped for g in given):
+                continue
+            if self._function_of(node) is home and node.lineno < call.lineno:
+                continue  # `model, opt = amp.initialize(model, opt)` and then the wrapper
+            return node.lineno
+        return None
+
+    def _function_of(self, node: ast.AST) -> ast.AST:
+        return next(
+            (a for a in self.names.ancestors(node)
+             if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)),
+            self.tree,
+        )  # fmt: skip
 
     def _report(self, target: Target, node: ast.AST, message: str, fix: Fix | None) -> None:
         self.findings.append(Finding(target.code, message, node, fix))
