@@ -6411,3 +6411,131 @@ def test_a_tuple_of_items_filled_by_one_call_feeds_the_loss():
             "scaler.scale("
         )
         assert '            losses["l1"], losses["mse"] = pair(out, x)\n' in out
+
+
+CARRIERS = """
+import copy
+
+import torch
+from apex import amp
+
+
+class Segmentor:
+    def __init__(self, net):
+        self.net = net
+
+    def evaluate(self, x):
+        return self.net(x)
+
+
+def train(net, opt, loader, val):
+    net, opt = amp.initialize(net, opt, opt_level="O1")
+    seg = Segmentor(net)
+    dp = torch.nn.DataParallel(net)
+    ema = copy.deepcopy(net)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(net(x), y)
+        opt.zero_grad()
+        with amp.scale_loss(loss, opt) as scaled_loss:
+            scaled_loss.backward()
+        opt.step()
+    weights = ema.state_dict()
+    return seg.evaluate(val), dp(val), ema(val), len(weights)
+"""
+
+
+def test_a_forward_through_an_object_built_on_the_model_gets_a_region():
+    """apex O1 cast every forward after `initialize`, also the ones run through a wrapper, a
+    copy or an object given the model (SemanticPalette's segmentor `eval_model`): they ran in
+    float32 after the rewrite, unstated. Each such statement gets a region, a quiet method
+    (`ema.state_dict()`) none. Run on CPU: the three evaluations are float16."""
+    torch = pytest.importorskip("torch")
+    out, _, fixed = fix_source(textwrap.dedent(CARRIERS), unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "`seg` is built on the model at line 18" in finding.message
+    lines = out.splitlines()
+    at = lines.index("        return seg.evaluate(val), dp(val), ema(val), len(weights)")
+    assert "torch.amp.autocast(" in lines[at - 1], out
+    at = lines.index("    weights = ema.state_dict()")
+    assert "autocast" not in lines[at - 1], out
+    assert fix_source(out, unsafe=True)[0] == out
+    namespace: dict = {}
+    exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+    net = torch.nn.Linear(4, 2)
+    data = [(torch.randn(3, 4), torch.randn(3, 2)) for _ in range(2)]
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    outputs = namespace["train"](net, opt, data, torch.randn(3, 4))
+    assert [o.dtype for o in outputs[:3]] == [torch.float16] * 3
+
+
+def test_a_stored_wrapper_of_the_model_run_in_another_method_is_stated():
+    """`self.ema = DataParallel(self.net)` after `initialize`, run in `validate`: a forward of
+    the model apex cast, float32 now; the note names it (it said nothing)."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        class Trainer:
+            def __init__(self, net, opt):
+                self.net, self.opt = amp.initialize(net, opt, opt_level="O1")
+                self.parallel = torch.nn.DataParallel(self.net)
+
+            def step(self, x, y):
+                loss = torch.nn.functional.mse_loss(self.net(x), y)
+                with amp.scale_loss(loss, self.opt) as scaled_loss:
+                    scaled_loss.backward()
+                self.opt.step()
+
+            def validate(self, val):
+                return self.parallel(val)
+    """)
+    _, _, fixed = fix_source(source, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "forward in `validate` (line 17) is outside the autocast regions" in finding.message
+
+
+def test_a_forward_in_a_base_class_of_another_module_is_stated(tmp_path):
+    """re-ranker's agents: the subclass initializes `self.net`, its imported base class runs
+    `self.net(obs)` in `act`; apex O1 cast it, it is float32 after the rewrite. The note said
+    so only where the base class was in the same file; an override of the method counts
+    instead of it."""
+    (tmp_path / "base.py").write_text(
+        textwrap.dedent("""\
+            import torch
+
+
+            class Agent:
+                def act(self, obs):
+                    with torch.no_grad():
+                        return self.net(obs).argmax(-1)
+
+                def save(self, path):
+                    torch.save(self.net.state_dict(), path)
+        """)
+    )
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+        from base import Agent
+
+
+        class DQN(Agent):
+            def __init__(self):
+                self.net = torch.nn.Linear(8, 4)
+                self.opt = torch.optim.Adam(self.net.parameters(), lr=1e-3)
+                self.net, self.opt = amp.initialize(self.net, self.opt, opt_level="O1")
+
+            def update(self, obs, target):
+                loss = torch.nn.functional.mse_loss(self.net(obs), target)
+                with amp.scale_loss(loss, self.opt) as scaled:
+                    scaled.backward()
+                self.opt.step()
+    """)
+    _, _, fixed = fix_source(source, unsafe=True, path=tmp_path / "dqn.py")
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "forward in `Agent.act` (base.py:7), a method of a base class" in finding.message
+    assert "Agent.save" not in finding.message
+    overridden = source + "\n    def act(self, obs):\n        return 0\n"
+    _, _, fixed = fix_source(overridden, unsafe=True, path=tmp_path / "dqn.py")
+    assert not any("Agent.act" in d.message for d in fixed)

@@ -555,6 +555,15 @@ def module_function(path: str, qualified: str) -> ast.FunctionDef | None:
     """The function that ``qualified`` names as the file at ``path`` imports it
     (``pkg.module.name``, ``module.Class.method``, with leading dots for a relative import),
     where that module is a file on disk; None elsewhere."""
+    found = module_definition(path, qualified)
+    return found[1] if found is not None and isinstance(found[1], ast.FunctionDef) else None
+
+
+def module_definition(
+    path: str, qualified: str
+) -> tuple[str, ast.FunctionDef | ast.ClassDef] | None:
+    """The file and the function or class that ``qualified`` names (see
+    :func:`module_function`)."""
     dots = len(qualified) - len(qualified.lstrip("."))
     parts = qualified[dots:].split(".")
     for i in range(len(parts) - 1, 0, -1):
@@ -577,7 +586,7 @@ def module_function(path: str, qualified: str) -> ast.FunctionDef | None:
             if node is None:
                 return None
             body = node.body
-        return node if isinstance(node, ast.FunctionDef) else None
+        return (found, node) if isinstance(node, ast.FunctionDef | ast.ClassDef) else None
     return None
 
 

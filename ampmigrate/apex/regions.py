@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import os
 import re
 
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _code, _is_call_of, _Setup, _statements
-from ampmigrate.apex.links import module_function
+from ampmigrate.apex.links import module_definition, module_function
 from ampmigrate.apex.verdict import APEX
 
 # how a float32 note ends: what keeps apex's float16 there
@@ -705,6 +706,8 @@ class Regions:
                 "autocast regions and runs in float32 now (apex O1 cast every forward after "
                 f"`initialize`): {_KEEP}"
             )
+        if holder is not None:
+            self._inherited_forwards(holder, stored)
         listed = ", ".join(f"`{n}` (line {found[n]})" for n in sorted(elsewhere))
         if listed:
             self.plan.notes.append(
@@ -713,6 +716,44 @@ class Regions:
                 "autocast regions (apex O1 cast every forward after `initialize`, in the whole "
                 f"process; a caller that never initialized amp ran it in float32 and still "
                 f"does): {_KEEP} there"
+            )
+
+    def _inherited_forwards(self, holder: cst.ClassDef, models: set[str]) -> None:
+        """A base class in a module on disk whose methods run the model the subclass
+        initializes (``Agent.act``: ``self.net(obs)``): apex O1 cast those forwards too, they
+        run in float32 now; stated with where they are (the file's own classes are covered
+        by ``_direct_forwards``)."""
+        if self.path is None:
+            return
+        own = {
+            s.name.value for s in holder.body.body if isinstance(s, cst.FunctionDef)
+        }  # (an override replaces the base's method)
+        attributes = {m for m in models if m.startswith("self.")}
+        found: list[str] = []
+        for base in holder.bases:
+            for qualified in sorted(self.qualified(base.value)):
+                located = module_definition(self.path, qualified)
+                if located is None or not isinstance(located[1], ast.ClassDef):
+                    continue
+                path, cls = located
+                shown = os.path.relpath(path, os.path.dirname(os.path.abspath(self.path)))
+                for method in cls.body:
+                    if not isinstance(method, ast.FunctionDef) or method.name in own:
+                        continue
+                    call = next(
+                        (c for c in ast.walk(method) if isinstance(c, ast.Call)
+                         and _runs_attribute(c.func, attributes)),
+                        None,
+                    )  # fmt: skip
+                    if call is not None:
+                        found.append(f"`{cls.name}.{method.name}` ({shown}:{call.lineno})")
+                break
+        if found:
+            self.plan.notes.append(
+                f"behaviour change: the initialized model's forward in {', '.join(found)}, a "
+                "method of a base class in another module, is outside the autocast regions and "
+                "runs in float32 now (apex O1 cast every forward after `initialize`): "
+                f"{_KEEP} there"
             )
 
     def _handed_as_value(self, function: cst.CSTNode) -> str:
@@ -749,8 +790,8 @@ class Regions:
                 continue
             target = _code(self.module, node.targets[0].target)
             value = node.value
-            if _code(self.module, value) in models:
-                models.add(target)
+            if _code(self.module, value) in models or self._wraps_model(value, models):
+                models.add(target)  # (`self.ema = copy.deepcopy(model)`: run as the model)
             elif isinstance(value, cst.Call):
                 models |= {
                     f"{target}.{a.keyword.value}"
@@ -758,6 +799,18 @@ class Regions:
                     if a.keyword is not None and _code(self.module, a.value) in models
                 }
         return models
+
+    def _wraps_model(self, value: cst.CSTNode, models: set[str]) -> bool:
+        """``value`` wraps or copies a model (``DataParallel(model)``, ``torch.compile(model)``,
+        ``copy.deepcopy(model)``): calling it runs the model's forward."""
+        if not (isinstance(value, cst.Call) and value.args):
+            return False
+        qualified = self.qualified(value.func)
+        return (
+            bool(qualified)
+            and qualified <= _WRAPS - {"torch.save"}
+            and _code(self.module, value.args[0].value) in models
+        )
 
     def _model_aliases(self, function: cst.CSTNode, models: set[str]) -> set[str]:
         """The local names ``function`` gives a stored model (``model = self._state.model``)."""
@@ -863,12 +916,15 @@ class Regions:
                     scaling.add(id(function))
                     grew = True
         start = self._training_start(setup, scaling, defined)
-        handed, seen = [], set()
+        handed, carried, seen = [], [], set()
         for function in functions:
             if id(function) not in scaling or id(function) in seen:
                 continue
             seen.add(id(function))  # (a script's module-level loop: the module)
-            for node in self._subtree(function if function is self.module else function.body):
+            body = function if function is self.module else function.body
+            carriers = self._carriers(body, spellings)
+            names = spellings | set(carriers)
+            for node in self._subtree(body):
                 if not isinstance(node, cst.Call) or self.function(node) is not function:
                     continue
                 if function is setup.home and self.order[id(node)] < start:
@@ -876,9 +932,11 @@ class Regions:
                 callee = defined.get(node.func.value) if isinstance(node.func, cst.Name) else None
                 if callee is not None and id(callee) in scaling:
                     continue
-                if not any(_of_model(a.value, spellings) for a in node.args):
-                    continue
-                if not self._may_run(node, callee, spellings, defined, 0):
+                carrier = _carrier_call(node.func, carriers)
+                if carrier is None and not (
+                    any(_of_model(a.value, names) for a in node.args)
+                    and self._may_run(node, callee, names, defined, 0)
+                ):
                     continue
                 statement = self.statement(node)
                 located = self.block_of(statement)
@@ -897,13 +955,48 @@ class Regions:
                 runs.append([statement])
                 self.uncached.add(id(statement))  # the code it is handed to may train it
                 wrapped.add(id(statement))
-                handed.append(f"`{_code(self.module, node.func)}(...)` (line {self.line(node)})")
+                shown = f"`{_code(self.module, node.func)}(...)` (line {self.line(node)}"
+                if carrier is None:
+                    handed.append(f"{shown})")
+                else:
+                    made = carriers[carrier]
+                    carried.append(f"{shown}; `{carrier}` is built on the model at line {made})")
         if handed:
             self.plan.notes.append(
                 f"the model is handed to code that may run it at {', '.join(handed)}: each "
                 "such statement gets its own autocast region, as apex O1 cast those forwards "
                 "too"
             )
+        if carried:
+            self.plan.notes.append(
+                f"an object built on the model may run it at {', '.join(carried)}: each such "
+                "statement gets its own autocast region, as apex O1 cast every forward after "
+                "`initialize`"
+            )
+
+    def _carriers(self, body: cst.CSTNode, models: set[str]) -> dict[str, int]:
+        """The local names bound to an object built on the model, with the line: a wrapper or
+        a copy of it (``dp = DataParallel(model)``, ``ema = copy.deepcopy(model)``) or an
+        instance of a class given it (``seg = Segmentor(model)``). apex O1 cast every forward
+        after ``initialize``, also the ones these run (``dp(x)``, ``seg.evaluate(x)``)."""
+        classes = {s.name.value for s in self.module.body if isinstance(s, cst.ClassDef)}
+        found: dict[str, int] = {}
+        for node in self._subtree(body):
+            if not (
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0].target, cst.Name)
+                and isinstance(node.value, cst.Call)
+                and node.targets[0].target.value not in models
+                and any(_of_model(a.value, models) for a in node.value.args)
+            ):
+                continue
+            last = _code(self.module, node.value.func).rpartition(".")[2]
+            if any(q.startswith("apex.amp") for q in self.qualified(node.value.func)):
+                continue
+            if self._wraps_model(node.value, models) or last in classes or last[:1].isupper():
+                found.setdefault(node.targets[0].target.value, self.line(node))
+        return found
 
     def _training_start(self, setup: _Setup, scaling: set[int], defined: dict) -> int:
         """Where training starts in the initializing function: the outermost loop that holds
@@ -1055,6 +1148,33 @@ def _called_root(func: cst.BaseExpression) -> str | None:
 # attributes of a model that hold its settings, not submodules (`model.args.beta`, HF's
 # `model.config`): what is reached through them runs no forward
 _SETTINGS = frozenset({"args", "config", "cfg", "hparams", "device", "dtype", "training"})
+
+
+def _carrier_call(func: cst.BaseExpression, carriers: dict[str, int]) -> str | None:
+    """The carrier a call may run the model through (``dp(x)``, ``seg.evaluate(x)``; not
+    ``ema.state_dict()`` nor ``ema.module.to(device)``): its name, else None."""
+    root = _called_root(func)
+    if root is not None:
+        return root if root in carriers else None
+    attributes = []
+    while isinstance(func, cst.Attribute):
+        attributes.append(func.attr.value)
+        func = func.value
+    if not (isinstance(func, cst.Name) and func.value in carriers):
+        return None
+    if attributes[-1] in _SETTINGS or any(a in _QUIET_METHODS for a in attributes):
+        return None
+    return func.value
+
+
+def _runs_attribute(func: ast.expr, attributes: set[str]) -> bool:
+    """``self.net(x)``, ``self.net.forward(x)``, ``self.net.generate(x)`` for a model held in
+    one of ``attributes`` (``self.net``)."""
+    written = ast.unparse(func)
+    base, _, attr = written.rpartition(".")
+    return written in attributes or (
+        base in attributes and (attr.startswith("forward") or attr in _RUNS)
+    )
 
 
 def _of_model(value: cst.CSTNode, names: set[str]) -> bool:
