@@ -6539,3 +6539,158 @@ def test_a_forward_in_a_base_class_of_another_module_is_stated(tmp_path):
     overridden = source + "\n    def act(self, obs):\n        return 0\n"
     _, _, fixed = fix_source(overridden, unsafe=True, path=tmp_path / "dqn.py")
     assert not any("Agent.act" in d.message for d in fixed)
+
+
+ONE_ARM = """
+import torch
+from apex import amp
+
+
+def train(net, opt, data, use_amp, distributed):
+    if use_amp:
+        net, opt = amp.initialize(net, opt, opt_level="O1")
+    losses = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(net(x), y)
+        if distributed and use_amp:
+            with amp.scale_loss(loss, opt) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+"""
+
+
+def test_a_plain_backward_in_an_arm_that_may_run_with_the_scaler_on_is_scaled():
+    """CasMVSNet's trainers scale only `if is_distributed and args.using_apex:` while the
+    scaler is on under `args.using_apex`: the other arm's plain backward ran with amp on, and
+    the shared step became `scaler.step`, which raised ("Attempted step but _scale is None").
+    That backward is scaled too (a disabled scaler leaves it as it was), stated; one that
+    cannot be scaled is refused with the reason. Run on CPU, both arms train."""
+    torch = pytest.importorskip("torch")
+    out, _, fixed = fix_source(textwrap.dedent(ONE_ARM), unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "in the other branch of the `if distributed and use_amp:`" in finding.message
+    assert out.count("scaler.scale(loss).backward()") == 2, out
+    assert fix_source(out, unsafe=True)[0] == out
+    namespace: dict = {}
+    exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+    for distributed in (False, True):
+        torch.manual_seed(0)
+        net = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
+        losses = namespace["train"](net, opt, data, True, distributed)
+        assert losses[-1] < losses[0]  # (raised at the first step in the arm without scaling)
+    graph = textwrap.dedent(ONE_ARM).replace("loss.backward()", "loss.backward(create_graph=True)")
+    out, remaining, _ = fix_source(graph, unsafe=True)
+    [refusal] = [d for d in remaining if d.code == "AMP303"]
+    assert "does not keep mixed precision off there (the scaler is on under `use_amp`)" in (
+        refusal.message
+    )
+    assert "given arguments other than `retain_graph`" in refusal.message
+
+
+def test_a_plain_backward_whose_arm_is_proven_off_stays_plain():
+    """The arm runs only where the scaler's switch is off: the test is the switch (stored on
+    the object as `self.fp16`), or one of the switch's terms (`args.fp16` of `args.fp16 and
+    args.level == "O1"`), negated where the plain backward is the `if`'s body."""
+    stored = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        class Trainer:
+            def __init__(self, net, opt, fp16):
+                self.fp16 = fp16
+                self.net, self.opt = net, opt
+                if fp16:
+                    self.net, self.opt = amp.initialize(net, opt, opt_level="O1")
+
+            def step(self, x, y):
+                loss = torch.nn.functional.mse_loss(self.net(x), y)
+                if self.fp16:
+                    with amp.scale_loss(loss, self.opt) as scaled:
+                        scaled.backward()
+                else:
+                    loss.backward()
+                self.opt.step()
+    """)
+    negated = textwrap.dedent(ONE_ARM).replace("distributed and use_amp", "not use_amp")
+    negated = negated.replace(
+        "            with amp.scale_loss(loss, opt) as scaled_loss:\n"
+        "                scaled_loss.backward()\n"
+        "        else:\n"
+        "            loss.backward()\n",
+        "            loss.backward()\n"
+        "        else:\n"
+        "            with amp.scale_loss(loss, opt) as scaled_loss:\n"
+        "                scaled_loss.backward()\n",
+    )
+    for source in (stored, negated):
+        out, _, fixed = fix_source(source, unsafe=True)
+        assert [d.code for d in fixed if d.code == "AMP303"] == ["AMP303"], out
+        assert "        loss.backward()\n" in out or "            loss.backward()\n" in out, out
+        assert out.count(".scale(loss).backward()") == 1, out
+
+
+def test_an_evaluation_through_a_local_alias_of_the_model_is_stated():
+    """`model_eval = model.module if distributed else model` in an evaluation the script
+    calls after `initialize` (the MVS trainers' `test_sample`): apex O1 cast that forward, it
+    is float32 after the rewrite; without the alias the note said so, with it nothing did."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+        distributed = False
+
+
+        def train_sample(model, optimizer, x, y):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+
+
+        def test_sample(model, x):
+            model_eval = model.module if distributed else model
+            return model_eval(x)
+
+
+        model = torch.nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        x = torch.randn(4, 8)
+        train_sample(model, optimizer, x, torch.randn(4, 1))
+        print(test_sample(model, x))
+    """)
+    _, _, fixed = fix_source(source, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "forward in `test_sample` (line 16)" in finding.message
+
+
+def test_an_asynchronous_all_reduce_in_the_block_is_named_with_apexs_set_aside_gradients():
+    """`works.append(dist.all_reduce(p.grad, async_op=True))` in the `scale_loss` block was
+    named `works.append`; the reason now also says that apex's gradients there are this
+    backward's alone (it set the accumulated ones aside), which GradScaler's are not."""
+    message = _message("""
+        import torch.distributed as dist
+        from apex import amp
+
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        for batch in loader:
+            loss = model(batch).mean()
+            works = []
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+                for p in model.parameters():
+                    works.append(dist.all_reduce(p.grad, async_op=True))
+            for work in works:
+                work.wait()
+            optimizer.step()
+    """)
+    assert "this code changes gradients (`dist.all_reduce(...)`)" in message
+    assert "apex set the ones accumulated before aside" in message

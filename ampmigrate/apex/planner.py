@@ -420,7 +420,7 @@ class _Planner(
             calls.get("master_params", []), self._grad_readers(calls, setup.condition)
         )
         self._one_unscale_per_step()
-        self._plain_backwards()
+        self._plain_backwards(setup)
         self._guard_steps()
         self._accumulation_note()
         self._discarded_overflows()

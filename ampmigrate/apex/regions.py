@@ -59,6 +59,7 @@ def _runs_parameter(function: ast.FunctionDef, call: cst.Call, names: set[str], 
     }  # fmt: skip
     if not received:
         return True
+    received |= _ast_aliases(function, received)
     for node in ast.walk(function):
         if not isinstance(node, ast.Call):
             continue
@@ -76,6 +77,41 @@ def _runs_parameter(function: ast.FunctionDef, call: cst.Call, names: set[str], 
         ):
             return True
     return False
+
+
+def _ast_aliases(function: ast.FunctionDef, names: set[str]) -> set[str]:
+    """:func:`_aliases` on ``ast``: ``model_eval = model.module if distributed else model``."""
+
+    def picks(value: ast.expr, known: set[str]) -> bool:
+        if isinstance(value, ast.IfExp):
+            return picks(value.body, known) or picks(value.orelse, known)
+        if isinstance(value, ast.BoolOp):
+            return any(picks(v, known) for v in value.values)
+        while isinstance(value, ast.Attribute):
+            if value.attr in _SETTINGS:
+                return False
+            value = value.value
+        return isinstance(value, ast.Name) and value.id in known
+
+    bound = [
+        (n.targets[0].id, n.value) for n in ast.walk(function)
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+    ]  # fmt: skip
+    return _grown(bound, names, picks)
+
+
+def _grown(bound: list[tuple[str, object]], names: set[str], picks) -> set[str]:
+    """The names of ``bound`` (name, value) whose value ``picks`` one of ``names`` or of the
+    names found so far, to a fixed point."""
+    found: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for target, value in bound:
+            if target not in found | names and picks(value, names | found):
+                found.add(target)
+                grew = True
+    return found
 
 
 class Regions:
@@ -813,10 +849,11 @@ class Regions:
         )
 
     def _model_aliases(self, function: cst.CSTNode, models: set[str]) -> set[str]:
-        """The local names ``function`` gives a stored model (``model = self._state.model``)."""
+        """The local names ``function`` gives a stored model (``model = self._state.model``)
+        or a model it is handed (``model_eval = model.module if distributed else model``)."""
         if not isinstance(function, cst.FunctionDef):
             return set()
-        return {
+        stored = {
             node.targets[0].target.value
             for node in self._subtree(function.body)
             if isinstance(node, cst.Assign)
@@ -825,6 +862,7 @@ class Regions:
             and "." in (code := _code(self.module, node.value))
             and code in models
         }
+        return stored | _aliases(function.body, {m for m in models if "." not in m} | stored)
 
     def _called_in_regions(
         self, function: cst.CSTNode, depth: int = 0, home: cst.CSTNode | None = None
@@ -1064,6 +1102,7 @@ class Regions:
             for a in call.args
             if a.keyword is not None and _of_model(a.value, names)
         }
+        received |= _aliases(callee.body, received)
         for node in self._subtree(callee.body):
             if not isinstance(node, cst.Call) or any(
                 q.startswith(APEX) for q in self.qualified(node.func)
@@ -1175,6 +1214,33 @@ def _runs_attribute(func: ast.expr, attributes: set[str]) -> bool:
     return written in attributes or (
         base in attributes and (attr.startswith("forward") or attr in _RUNS)
     )
+
+
+def _aliases(body: cst.CSTNode, names: set[str]) -> set[str]:
+    """The local names bound to one of ``names`` (or a part of it) by an expression that
+    calls nothing: ``model_eval = model.module if distributed else model``, ``net = model``."""
+    bound = [
+        (n.targets[0].target.value, n.value) for n in _walk(body)
+        if isinstance(n, cst.Assign) and len(n.targets) == 1
+        and isinstance(n.targets[0].target, cst.Name)
+    ]  # fmt: skip
+    return _grown(bound, names, _picks)
+
+
+def _picks(value: cst.BaseExpression, names: set[str]) -> bool:
+    """``value`` is one of ``names`` (or a part of it) on some path: a conditional
+    expression's branch, an operand of ``or``/``and``."""
+    if isinstance(value, cst.IfExp):
+        return _picks(value.body, names) or _picks(value.orelse, names)
+    if isinstance(value, cst.BooleanOperation):
+        return _picks(value.left, names) or _picks(value.right, names)
+    return _of_model(value, names)
+
+
+def _walk(node: cst.CSTNode):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
 
 
 def _of_model(value: cst.CSTNode, names: set[str]) -> bool:

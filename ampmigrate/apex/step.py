@@ -122,27 +122,33 @@ class Step:
             and _code(self.module, n.func).rpartition(".")[2].startswith("clip_grad")
             for n in self._subtree(inside)
         )
-        if inside is not None and self._changes_gradients(inside) and not clips:
+        changes = inside is not None and any(
+            self._changes_gradients(x) for x in body[body.index(inside) :]
+        )  # (`grads = [p.grad for p in ...]`, then `all_reduce(grads)`)
+        if changes and not clips:
+            writing = [
+                n
+                for s in body[body.index(inside) :]
+                for n in self._subtree(s)
+                if isinstance(n, cst.Call) and self._changes_gradients(n)
+            ]  # (the innermost names it: `dist.all_reduce`, not `works.append` around it)
             call = next(
-                (
-                    n
-                    for s in body[body.index(inside) :]
-                    for n in self._subtree(s)
-                    if isinstance(n, cst.Call) and isinstance(self.parent(n), cst.Expr)
-                ),
+                (n for n in writing if not any(m is not n and self.within(m, n) for m in writing)),
                 None,
-            )  # fmt: skip  (a call whose result is dropped: the one that writes)
+            )
             shown = f" (`{_code(self.module, call.func)}(...)`)" if call is not None else ""
             self.problem(
                 inside,
                 f"this code changes gradients{shown} inside the `amp.scale_loss` block, where "
-                "apex's gradients are still scaled (apex unscales them when the block exits): "
-                "kept right after `scaler.scale(loss).backward()` it sees GradScaler's scaled "
-                "gradients, which gives apex's result only if what it does commutes with the "
-                "scale (a sum or an all-reduce does; a clip or a threshold does not): place it "
-                "by hand",
+                "apex's gradients are still scaled (apex unscales them when the block exits) "
+                "and hold this backward's gradients alone (apex set the ones accumulated "
+                "before aside until the exit): kept right after `scaler.scale(loss).backward()` "
+                "it sees GradScaler's scaled gradients, accumulated ones included, which gives "
+                "apex's result only if what it does commutes with the scale (a sum or an "
+                "all-reduce does; a clip or a threshold does not) and nothing was accumulated "
+                "before: place it by hand",
             )
-        elif inside is not None and self._changes_gradients(inside):
+        elif changes:
             self.problem(
                 inside,
                 "this gradient read is inside the `amp.scale_loss` block, where apex's "
@@ -268,11 +274,13 @@ class Step:
             if not isinstance(node, cst.Call):
                 continue
             name = _code(self.module, node.func)
-            if name in ("print", "len", "float", "str", "repr", "format", "sum", "max", "min"):
+            if name in ("print", "len", "float", "str", "repr", "format", "sum", "max", "min",
+                        "range", "enumerate", "zip", "list", "isinstance"):  # fmt: skip
                 continue
             if isinstance(node.func, cst.Attribute) and node.func.attr.value in (
                 "item", "norm", "abs", "sum", "mean", "max", "min", "tolist", "format",
                 "info", "debug", "warning", "log", "append", "cpu", "detach", "clone",
+                "parameters", "named_parameters", "values", "items", "keys",
             ):  # fmt: skip
                 continue
             return True
@@ -707,14 +715,17 @@ class Step:
                 return True
         return False
 
-    def _plain_backwards(self) -> None:
+    def _plain_backwards(self, setup: _Setup) -> None:
         """A plain ``x.backward()`` that can run while apex is on added unscaled gradients to
         gradients apex had already unscaled (an adversarial or auxiliary loss): it is scaled
         too, so ``scaler.step`` unscales their sum as apex had added it, where nothing but the
         scaler's step reads those gradients (``_unscalable``). One in the other branch of an
         ``if`` around a scaled backward is that backward's path with mixed precision off, and
-        keeps its meaning."""
+        keeps its meaning, where the test proves it (``_off_path``); otherwise the scaler may
+        be on there, and the step that follows both (``scaler.step``) would find no scaled
+        loss: it is scaled too, which a disabled scaler leaves as it was."""
         every = [w for withs in self.scaled.values() for w in withs]
+        self._exclusive_plain_backwards(setup, every)
         for (_, opt), withs in self.scaled.items():
             function = self.function(withs[0])
             access = self.access(function)
@@ -763,6 +774,113 @@ class Step:
                     f"`{opt}`'s step, `scaler.step` divides them by the scale too, and the "
                     f"rewrite cannot scale this backward as well because {why}: {remedy}",
                 )
+
+    def _exclusive_plain_backwards(self, setup: _Setup, every: list[cst.With]) -> None:
+        """The plain backwards in the other branch of an ``if`` around a scaled backward whose
+        test does not prove the scaler off there (``scale_loss`` only `if distributed and
+        use_amp:`, the scaler on under `use_amp`): scaled, with the change stated, where
+        ``_unscalable`` allows; refused with the reason where it does not."""
+        for (_, opt), withs in self.scaled.items():
+            function = self.function(withs[0])
+            access = self.access(function)
+            for node in self.nodes:
+                if (
+                    not isinstance(node, cst.SimpleStatementLine)
+                    or self.function(node) is not function
+                ):
+                    continue
+                calls = [
+                    s.value
+                    for s in node.body
+                    if isinstance(s, cst.Expr) and _is_call_of(s.value, "backward")
+                ]
+                apart = [w for w in withs if self._exclusive(node, w)]
+                if not calls or not apart or any(self.within(node, w) for w in every):
+                    continue
+                # each `if` that separates it from a scaled backward, innermost first: one
+                # whose test keeps the scaler off there is enough
+                apart.sort(key=lambda w: -len(list(self.ancestors(self._separating(node, w)))))
+                tests = [self._off_path(node, w, setup, access) for w in apart]
+                if None in tests:
+                    continue
+                other, branch = apart[0], tests[0]
+                call = calls[0]
+                loss = _code(self.module, call.func.value)
+                why, _ = self._unscalable(node, call, function, opt, access)
+                switch = (
+                    f"the scaler is on under `{setup.condition}`"
+                    if setup.condition
+                    else "the scaler's switch is set where `initialize` was"
+                    if setup.by_scaler
+                    else "the scaler is always on"
+                )
+                if why is None:
+                    self._scale_plain(node, call, access, opt, branch)
+                    continue
+                self.problem(
+                    node,
+                    f"`{_code(self.module, call)}` is not scaled, in the other branch of the `if "
+                    f"{branch}:` around the scaled backward at line {self.line(other)}, and that "
+                    f"test does not keep mixed precision off there ({switch}): on that path "
+                    f"`scaler.step({opt})` would find no scaled loss (it raises, or divides "
+                    f"unscaled gradients by the scale) where apex stepped plainly; the rewrite "
+                    f"cannot scale it (`scaler.scale({loss}).backward()`) because {why}: test "
+                    "the scaler's switch there, by hand",
+                )
+
+    def _called_under(self, setup: _Setup) -> set[str]:
+        """The terms of the test of the ``if`` around every call of the function that
+        initializes (`if "--amp" in sys.argv: model, opt = setup(model, opt)`): the scaler is
+        on only where one held."""
+        home = setup.home
+        if not isinstance(home, cst.FunctionDef):
+            return set()
+        tests = set()
+        for node in self.nodes:
+            if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)):
+                continue
+            if node.func.value != home.name.value:
+                continue
+            around = next((a for a in self.ancestors(node) if isinstance(a, cst.If)), None)
+            if around is None or not self.within(node, around.body):
+                return set()
+            tests.add(_code(self.module, around.test))
+        return set(_terms(tests.pop(), ast.And)) if len(tests) == 1 else set()
+
+    def _separating(self, node: cst.CSTNode, scaled: cst.With) -> cst.If:
+        return next(
+            a for a in self.ancestors(node) if isinstance(a, cst.If) and self.within(scaled, a)
+        )
+
+    def _off_path(self, node: cst.CSTNode, scaled: cst.With, setup: _Setup, access) -> str | None:
+        """None where the ``if`` that separates the plain backward at ``node`` from the scaled
+        one at ``scaled`` runs the plain one only with the scaler off: its test holds wherever
+        the scaler's switch does (`if args.fp16:` for a scaler enabled by `args.fp16`, or by
+        `args.fp16 and level == "O1"`; `self.fp16` stored from it; `scaler.is_enabled()`).
+        Else the test, as written, for the reason."""
+        branch = self._separating(node, scaled)
+        shown = _code(self.module, branch.test)
+        try:
+            test = ast.parse(f"({shown})", mode="eval").body
+        except SyntaxError:
+            return shown
+        if self.within(node, branch.body):  # the plain one runs where the test holds
+            if not (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)):
+                return shown
+            test = test.operand
+        on = set(_terms(setup.condition, ast.And)) if setup.condition else set()
+        stored = {
+            _code(self.module, target)
+            for n in self._subtree(setup.home)
+            if isinstance(n, cst.Assign) and len(n.targets) == 1
+            for target, value in _pairs(n.targets[0].target, n.value)
+            if isinstance(target, cst.Attribute) and _code(self.module, value) in on
+        }  # (`self.fp16 = fp16`, `self.model, self.fp16 = model, fp16`)
+        on |= stored | ({f"{access}.is_enabled()"} if access else set()) | self._called_under(setup)
+        for option in _terms(ast.unparse(test), ast.Or):
+            if set(_terms(option, ast.And)) <= on:
+                return None
+        return shown
 
     def _unscalable(self, node, call: cst.Call, function, opt: str, access: str | None):
         """Why scaling the plain backward at ``node`` would not give apex's sum (None: it
@@ -827,7 +945,9 @@ class Step:
             ), None
         return None, None
 
-    def _scale_plain(self, node: cst.SimpleStatementLine, call: cst.Call, access: str, opt):
+    def _scale_plain(
+        self, node: cst.SimpleStatementLine, call: cst.Call, access: str, opt, branch: str = ""
+    ):
         """``loss.backward()`` -> ``scaler.scale(loss).backward()``: the sum the scaler unscales
         at the step is apex's sum of two unscaled gradients."""
         index = next(
@@ -846,6 +966,17 @@ class Step:
             )
 
         self.plan.edits[node] = build
+        if branch:
+            self.plan.notes.append(
+                f"`{loss}.backward()` (line {self.line(node)}), in the other branch of the `if "
+                f"{branch}:` around the scaled backward, is scaled too "
+                f"(`{access}.scale({loss}).backward()`): that test does not keep the scaler off "
+                f"there, and `{opt}`'s step after both is the scaler's, which needs a scaled "
+                "loss; with the scaler off it is the plain backward it was (behaviour change "
+                "where the scaler is on there: apex stepped on these gradients unscaled; now "
+                "the loss scale applies, and an overflow skips the step)"
+            )
+            return
         self.plan.notes.append(
             f"`{loss}.backward()` (line {self.line(node)}) is scaled too "
             f"(`{access}.scale({loss}).backward()`): apex had unscaled the scaled backward's "
@@ -986,6 +1117,33 @@ class Step:
             "once); each optimizer's step is still skipped when its own gradients overflow"
         )
         return True
+
+
+def _pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple]:
+    """What an assignment binds to what: ``a = x``, and ``a, b = x, y`` element-wise."""
+    if isinstance(target, cst.Tuple | cst.List) and isinstance(value, cst.Tuple | cst.List):
+        if len(target.elements) == len(value.elements):
+            return [
+                (t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)
+            ]
+        return []
+    return [(target, value)]
+
+
+def _terms(text: str, op: type[ast.boolop]) -> list[str]:
+    """The operands of ``text``'s top-level ``and`` (``or``), each as ``ast.unparse`` writes
+    it (``bool(x)``, the planner's wrapper of a switch, is ``x``)."""
+    node = ast.parse(f"({text})", mode="eval").body
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "bool"
+        and len(node.args) == 1
+    ):
+        node = node.args[0]
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, op):
+        return [ast.unparse(v) for v in node.values]
+    return [ast.unparse(node)]
 
 
 def _group(module: cst.Module, optimizer: cst.CSTNode | None) -> list[str] | None:
