@@ -352,3 +352,20 @@ def test_an_apex_wrapper_made_after_initialize_is_swapped():
     _, remaining, _ = _fix(source)
     [ddp] = [d for d in remaining if d.code == "AMP313"]
     assert "reaches `amp.initialize` at line 6" in ddp.message
+
+
+def test_a_syncbn_conversion_before_initialize_is_still_swapped():
+    """apex's `check_models` rejects parallel wrappers only: a model converted to SyncBatchNorm
+    before `initialize` (the MVS trainers) is an ordinary module there."""
+    source = """
+    from apex import amp
+    from apex.parallel import convert_syncbn_model
+
+    def setup(model, optim):
+        model = convert_syncbn_model(model)
+        model, optim = amp.initialize(model, optim, opt_level="O2")
+        return model, optim
+    """
+    out, _, fixed = _fix(source)
+    assert "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)" in out
+    assert "AMP313" in [d.code for d in fixed]

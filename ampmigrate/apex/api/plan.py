@@ -307,7 +307,8 @@ class _Planner:
             return
         if isinstance(parent, ast.Call) and parent.func is node:
             fallback = target.new in self.names.qualified(node)
-            given = self._initialized_with(parent) if target.code == table.PARALLEL else None
+            wraps = target.new == "torch.nn.parallel.DistributedDataParallel"
+            given = self._initialized_with(parent) if wraps else None
             if given is not None:
                 reason = (
                     f"the wrapped model reaches `amp.initialize` at line {given}, which raises "
