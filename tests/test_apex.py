@@ -6564,28 +6564,48 @@ def train(net, opt, data, use_amp, distributed):
 """
 
 
-def test_a_plain_backward_in_an_arm_that_may_run_with_the_scaler_on_is_scaled():
+def test_a_plain_backward_in_an_arm_that_may_run_with_the_scaler_on_steps_plainly():
     """CasMVSNet's trainers scale only `if is_distributed and args.using_apex:` while the
     scaler is on under `args.using_apex`: the other arm's plain backward ran with amp on, and
     the shared step became `scaler.step`, which raised ("Attempted step but _scale is None").
-    That backward is scaled too (a disabled scaler leaves it as it was), stated; one that
-    cannot be scaled is refused with the reason. Run on CPU, both arms train."""
+    The step goes through the scaler only under the scaled arm's test and is the plain step
+    otherwise, as apex did; where the test calls something (it may change), the plain
+    backward is scaled instead (a disabled scaler leaves it as it was), stated; where neither
+    is possible, refused with the reason. Run on CPU, both arms train in both forms."""
     torch = pytest.importorskip("torch")
+    called = textwrap.dedent(ONE_ARM).replace(
+        "if distributed and use_amp:", "if distributed() and use_amp:"
+    )
     out, _, fixed = fix_source(textwrap.dedent(ONE_ARM), unsafe=True)
     [finding] = [d for d in fixed if d.code == "AMP303"]
-    assert "in the other branch of the `if distributed and use_amp:`" in finding.message
-    assert out.count("scaler.scale(loss).backward()") == 2, out
-    assert fix_source(out, unsafe=True)[0] == out
-    namespace: dict = {}
-    exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
-    for distributed in (False, True):
+    assert "goes through the scaler only where `distributed and use_amp` holds" in finding.message
+    assert (
+        "        if distributed and use_amp:\n"
+        "            scaler.step(opt)\n"
+        "            scaler.update()\n"
+        "        else:  # the branch without a scaled backward (apex stepped plainly)\n"
+        "            opt.step()\n"
+    ) in out, out
+    scaled, _, fixed = fix_source(called, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "in the other branch of the `if distributed() and use_amp:`" in finding.message
+    assert scaled.count("scaler.scale(loss).backward()") == 2, scaled
+    for migrated, switch in (
+        (out, False),
+        (out, True),
+        (scaled, lambda: False),
+        (scaled, lambda: True),
+    ):
+        assert fix_source(migrated, unsafe=True)[0] == migrated
+        namespace: dict = {}
+        exec(compile(migrated.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
         torch.manual_seed(0)
         net = torch.nn.Linear(4, 1)
         opt = torch.optim.SGD(net.parameters(), lr=0.1)
         data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
-        losses = namespace["train"](net, opt, data, True, distributed)
+        losses = namespace["train"](net, opt, data, True, switch)
         assert losses[-1] < losses[0]  # (raised at the first step in the arm without scaling)
-    graph = textwrap.dedent(ONE_ARM).replace("loss.backward()", "loss.backward(create_graph=True)")
+    graph = called.replace("loss.backward()", "loss.backward(create_graph=True)")
     out, remaining, _ = fix_source(graph, unsafe=True)
     [refusal] = [d for d in remaining if d.code == "AMP303"]
     assert "does not keep mixed precision off there (the scaler is on under `use_amp`)" in (

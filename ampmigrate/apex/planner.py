@@ -154,6 +154,9 @@ class _Planner(
         # statement that does not always run, then whether the step is guarded
         self.unsure: dict[cst.CSTNode, cst.CSTNode] = {}
         self.guarded: set[cst.CSTNode] = set()
+        # steps after an `if` whose other branch backpropagates plainly with the scaler
+        # possibly on: the test under which the scaled branch ran
+        self.branch_guards: dict[cst.CSTNode, str] = {}
         self.guarded_unscales: dict[str, str] = {}  # unscale_ lines asked as a guarded step: opt
         self.groups: list[list[cst.CSTNode]] = []  # steps of one `scale_loss(loss, [a, b])`
         self.served: set[cst.CSTNode] = set()  # steps an unscale_ placed before a read serves

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import textwrap
 from collections.abc import Iterator, Sequence
 
 import libcst as cst
@@ -24,6 +25,14 @@ else:  # no backward since the last step (apex stepped plainly here)
     {{opt}}.step()
 """
 
+
+_BRANCH = """\
+if {test}:
+    {access}.step({opt})
+    {access}.update()
+else:  # the branch without a scaled backward (apex stepped plainly)
+    {opt}.step()
+"""
 
 _EXITS = (cst.Continue, cst.Return, cst.Raise, cst.Break)
 
@@ -427,6 +436,10 @@ class Step:
             step = (
                 [cst.parse_statement(_GUARD.format(access=access, opt=opt))]
                 if node in self.guarded
+                else [cst.parse_statement(_BRANCH.format(
+                    test=self.branch_guards[node], access=access, opt=opt
+                ))]
+                if node in self.branch_guards
                 else [
                     cst.parse_statement(f"{access}.step({opt})\n"),
                     *([] if any(node in g[:-1] for g in self.groups)
@@ -814,6 +827,8 @@ class Step:
                     if setup.by_scaler
                     else "the scaler is always on"
                 )
+                if self._branch_guard(node, other, opt, function, access):
+                    continue
                 if why is None:
                     self._scale_plain(node, call, access, opt, branch)
                     continue
@@ -827,6 +842,55 @@ class Step:
                     f"cannot scale it (`scaler.scale({loss}).backward()`) because {why}: test "
                     "the scaler's switch there, by hand",
                 )
+
+    def _branch_guard(self, node, scaled: cst.With, opt: str, function, access) -> bool:
+        """The step after the ``if`` (its one ``opt.step()``, later in the same block, nothing
+        placed before it) steps through the scaler where the test sends the iteration to the
+        scaled backward, and plainly where it sends it to the plain one, as apex did on each:
+        exact where the test calls nothing and nothing in between rebinds what it reads."""
+        branch = self._separating(node, scaled)
+        steps = self.steps.get((id(function), opt), [])
+        located = self.block_of(branch)
+        if access is None or len(steps) != 1 or located is None:
+            return False
+        step = steps[0]
+        body = _statements(located[0]) or []
+        index = located[1]
+        after = next((i for i, s in enumerate(body) if s is step), None)
+        if after is None or after <= index or self.before_step.get(step) or step in self.unsure:
+            return False
+        try:
+            test = ast.parse(f"({_code(self.module, branch.test)})", mode="eval").body
+        except SyntaxError:
+            return False
+        if any(isinstance(n, ast.Call | ast.NamedExpr | ast.Await) for n in ast.walk(test)):
+            return False
+        read = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+        between = "\n".join(_code(self.module, s) for s in body[index:after])
+        try:
+            written = {
+                n.id
+                for n in ast.walk(ast.parse(textwrap.dedent(between)))
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            } | {
+                ast.unparse(n).partition(".")[0]
+                for n in ast.walk(ast.parse(textwrap.dedent(between)))
+                if isinstance(n, ast.Attribute | ast.Subscript) and isinstance(n.ctx, ast.Store)
+            }
+        except SyntaxError:
+            return False
+        if read & written:
+            return False
+        shown = ast.unparse(test)
+        scaled_on = shown if self.within(scaled, branch.body) else f"not ({shown})"
+        self.branch_guards[step] = scaled_on
+        self.plan.notes.append(
+            f"the step at line {self.line(step)} goes through the scaler only where "
+            f"`{scaled_on}` holds (the branch with the scaled backward) and is `{opt}.step()` "
+            f"where it does not (the plain `backward()` at line {self.line(node)}, which may "
+            "run with the scaler on: apex stepped plainly there)"
+        )
+        return True
 
     def _called_under(self, setup: _Setup) -> set[str]:
         """The terms of the test of the ``if`` around every call of the function that
