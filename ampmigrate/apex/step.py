@@ -736,7 +736,7 @@ class Step:
         ``if`` around a scaled backward is that backward's path with mixed precision off, and
         keeps its meaning, where the test proves it (``_off_path``); otherwise the scaler may
         be on there, and the step that follows both (``scaler.step``) would find no scaled
-        loss: it is scaled too, which a disabled scaler leaves as it was."""
+        loss (``_exclusive_plain_backwards``)."""
         every = [w for withs in self.scaled.values() for w in withs]
         self._exclusive_plain_backwards(setup, every)
         for (_, opt), withs in self.scaled.items():
@@ -791,8 +791,9 @@ class Step:
     def _exclusive_plain_backwards(self, setup: _Setup, every: list[cst.With]) -> None:
         """The plain backwards in the other branch of an ``if`` around a scaled backward whose
         test does not prove the scaler off there (``scale_loss`` only `if distributed and
-        use_amp:`, the scaler on under `use_amp`): scaled, with the change stated, where
-        ``_unscalable`` allows; refused with the reason where it does not."""
+        use_amp:`, the scaler on under `use_amp`): the step after the ``if`` asks the same
+        test (``_branch_guard``, exact); else the plain backward is scaled, with the change
+        stated, where ``_unscalable`` allows; refused with the reason where neither does."""
         for (_, opt), withs in self.scaled.items():
             function = self.function(withs[0])
             access = self.access(function)
