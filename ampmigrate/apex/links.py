@@ -628,11 +628,15 @@ def _parsed(path: str, data: bytes) -> _File | None:
 
 
 def _function(file: _File, node: ast.AST) -> ast.AST:
-    """The innermost function around ``node`` (the module at module level)."""
-    for ancestor in file.names.ancestors(node):
+    return function_around(file.names, file.tree, node)
+
+
+def function_around(names: Names, tree: ast.Module, node: ast.AST) -> ast.AST:
+    """The innermost function around ``node`` (``tree``, the module, at module level)."""
+    for ancestor in names.ancestors(node):
         if isinstance(ancestor, ast.FunctionDef | ast.AsyncFunctionDef):
             return ancestor
-    return file.tree
+    return tree
 
 
 _LINKED = {"scale_loss", "master_params", "state_dict", "load_state_dict"}

@@ -8,6 +8,7 @@ import ast
 import builtins
 import os
 import re
+from collections.abc import Iterable
 
 import libcst as cst
 
@@ -862,7 +863,8 @@ class Regions:
             and "." in (code := _code(self.module, node.value))
             and code in models
         }
-        return stored | _aliases(function.body, {m for m in models if "." not in m} | stored)
+        plain = {m for m in models if "." not in m}
+        return stored | _aliases(self._subtree(function.body), plain | stored)
 
     def _called_in_regions(
         self, function: cst.CSTNode, depth: int = 0, home: cst.CSTNode | None = None
@@ -1102,7 +1104,7 @@ class Regions:
             for a in call.args
             if a.keyword is not None and _of_model(a.value, names)
         }
-        received |= _aliases(callee.body, received)
+        received |= _aliases(self._subtree(callee.body), received)
         for node in self._subtree(callee.body):
             if not isinstance(node, cst.Call) or any(
                 q.startswith(APEX) for q in self.qualified(node.func)
@@ -1216,11 +1218,12 @@ def _runs_attribute(func: ast.expr, attributes: set[str]) -> bool:
     )
 
 
-def _aliases(body: cst.CSTNode, names: set[str]) -> set[str]:
+def _aliases(nodes: Iterable[cst.CSTNode], names: set[str]) -> set[str]:
     """The local names bound to one of ``names`` (or a part of it) by an expression that
-    calls nothing: ``model_eval = model.module if distributed else model``, ``net = model``."""
+    calls nothing, among ``nodes`` (a function's): ``model_eval = model.module if
+    distributed else model``, ``net = model``."""
     bound = [
-        (n.targets[0].target.value, n.value) for n in _walk(body)
+        (n.targets[0].target.value, n.value) for n in nodes
         if isinstance(n, cst.Assign) and len(n.targets) == 1
         and isinstance(n.targets[0].target, cst.Name)
     ]  # fmt: skip
@@ -1235,12 +1238,6 @@ def _picks(value: cst.BaseExpression, names: set[str]) -> bool:
     if isinstance(value, cst.BooleanOperation):
         return _picks(value.left, names) or _picks(value.right, names)
     return _of_model(value, names)
-
-
-def _walk(node: cst.CSTNode):
-    yield node
-    for child in node.children:
-        yield from _walk(child)
 
 
 def _of_model(value: cst.CSTNode, names: set[str]) -> bool:

@@ -742,18 +742,7 @@ class Step:
         for (_, opt), withs in self.scaled.items():
             function = self.function(withs[0])
             access = self.access(function)
-            for node in self.nodes:
-                if not isinstance(node, cst.SimpleStatementLine):
-                    continue
-                if self.function(node) is not function:
-                    continue
-                calls = [
-                    s.value
-                    for s in node.body
-                    if isinstance(s, cst.Expr) and _is_call_of(s.value, "backward")
-                ]
-                if not calls:
-                    continue
+            for node, calls in self._backward_lines(function):
                 near = next((w for w in withs if not self._exclusive(node, w)), None)
                 if near is None or any(
                     self.within(node, w) or self._exclusive(node, w) for w in every
@@ -797,30 +786,30 @@ class Step:
         for (_, opt), withs in self.scaled.items():
             function = self.function(withs[0])
             access = self.access(function)
-            for node in self.nodes:
-                if (
-                    not isinstance(node, cst.SimpleStatementLine)
-                    or self.function(node) is not function
-                ):
-                    continue
-                calls = [
-                    s.value
-                    for s in node.body
-                    if isinstance(s, cst.Expr) and _is_call_of(s.value, "backward")
-                ]
+            on: set[str] | None = None  # the switch's terms, computed on first need
+            for node, calls in self._backward_lines(function):
                 apart = [w for w in withs if self._exclusive(node, w)]
-                if not calls or not apart or any(self.within(node, w) for w in every):
+                if not apart or any(self.within(node, w) for w in every):
                     continue
                 # each `if` that separates it from a scaled backward, innermost first: one
                 # whose test keeps the scaler off there is enough
-                apart.sort(key=lambda w: -len(list(self.ancestors(self._separating(node, w)))))
-                tests = [self._off_path(node, w, setup, access) for w in apart]
+                branches = sorted(
+                    ((self._separating(node, w), w) for w in apart),
+                    key=lambda pair: -len(list(self.ancestors(pair[0]))),
+                )
+                on = self._switch_terms(setup, access) if on is None else on
+                tests = [self._off_path(node, branch, on) for branch, _ in branches]
                 if None in tests:
                     continue
-                other, branch = apart[0], tests[0]
+                (branch, other), test = branches[0], tests[0]
+                if self._branch_guard(node, branch, other, opt, function, access):
+                    continue
                 call = calls[0]
                 loss = _code(self.module, call.func.value)
                 why, _ = self._unscalable(node, call, function, opt, access)
+                if why is None:
+                    self._scale_plain(node, call, access, opt, test)
+                    continue
                 switch = (
                     f"the scaler is on under `{setup.condition}`"
                     if setup.condition
@@ -828,15 +817,10 @@ class Step:
                     if setup.by_scaler
                     else "the scaler is always on"
                 )
-                if self._branch_guard(node, other, opt, function, access):
-                    continue
-                if why is None:
-                    self._scale_plain(node, call, access, opt, branch)
-                    continue
                 self.problem(
                     node,
                     f"`{_code(self.module, call)}` is not scaled, in the other branch of the `if "
-                    f"{branch}:` around the scaled backward at line {self.line(other)}, and that "
+                    f"{test}:` around the scaled backward at line {self.line(other)}, and that "
                     f"test does not keep mixed precision off there ({switch}): on that path "
                     f"`scaler.step({opt})` would find no scaled loss (it raises, or divides "
                     f"unscaled gradients by the scale) where apex stepped plainly; the rewrite "
@@ -844,12 +828,13 @@ class Step:
                     "the scaler's switch there, by hand",
                 )
 
-    def _branch_guard(self, node, scaled: cst.With, opt: str, function, access) -> bool:
+    def _branch_guard(
+        self, node, branch: cst.If, scaled: cst.With, opt: str, function, access
+    ) -> bool:
         """The step after the ``if`` (its one ``opt.step()``, later in the same block, nothing
         placed before it) steps through the scaler where the test sends the iteration to the
         scaled backward, and plainly where it sends it to the plain one, as apex did on each:
         exact where the test calls nothing and nothing in between rebinds what it reads."""
-        branch = self._separating(node, scaled)
         steps = self.steps.get((id(function), opt), [])
         located = self.block_of(branch)
         if access is None or len(steps) != 1 or located is None:
@@ -869,17 +854,17 @@ class Step:
         read = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
         between = "\n".join(_code(self.module, s) for s in body[index:after])
         try:
-            written = {
-                n.id
+            stores = [
+                n
                 for n in ast.walk(ast.parse(textwrap.dedent(between)))
-                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-            } | {
-                ast.unparse(n).partition(".")[0]
-                for n in ast.walk(ast.parse(textwrap.dedent(between)))
-                if isinstance(n, ast.Attribute | ast.Subscript) and isinstance(n.ctx, ast.Store)
-            }
+                if isinstance(n, ast.Name | ast.Attribute | ast.Subscript)
+                and isinstance(n.ctx, ast.Store)
+            ]
         except SyntaxError:
             return False
+        written = {
+            n.id if isinstance(n, ast.Name) else ast.unparse(n).partition(".")[0] for n in stores
+        }
         if read & written:
             return False
         shown = ast.unparse(test)
@@ -917,13 +902,11 @@ class Step:
             a for a in self.ancestors(node) if isinstance(a, cst.If) and self.within(scaled, a)
         )
 
-    def _off_path(self, node: cst.CSTNode, scaled: cst.With, setup: _Setup, access) -> str | None:
-        """None where the ``if`` that separates the plain backward at ``node`` from the scaled
-        one at ``scaled`` runs the plain one only with the scaler off: its test holds wherever
-        the scaler's switch does (`if args.fp16:` for a scaler enabled by `args.fp16`, or by
-        `args.fp16 and level == "O1"`; `self.fp16` stored from it; `scaler.is_enabled()`).
-        Else the test, as written, for the reason."""
-        branch = self._separating(node, scaled)
+    def _off_path(self, node: cst.CSTNode, branch: cst.If, on: set[str]) -> str | None:
+        """None where ``branch``, the ``if`` that separates the plain backward at ``node``
+        from a scaled one, runs the plain one only with the scaler off: its test holds
+        wherever the scaler's switch does (one of whose terms ``on`` holds each `and` term of
+        one of the test's `or` terms). Else the test, as written, for the reason."""
         shown = _code(self.module, branch.test)
         try:
             test = ast.parse(f"({shown})", mode="eval").body
@@ -933,6 +916,16 @@ class Step:
             if not (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)):
                 return shown
             test = test.operand
+        for option in _terms(ast.unparse(test), ast.Or):
+            if set(_terms(option, ast.And)) <= on:
+                return None
+        return shown
+
+    def _switch_terms(self, setup: _Setup, access: str | None) -> set[str]:
+        """What holds wherever the scaler is on: the `and` terms of its switch (`args.fp16`
+        and `args.level == "O1"`), their stored copies (`self.fp16 = fp16`, also in a tuple
+        assignment), `scaler.is_enabled()`, and the test around every call of the function
+        that initializes."""
         on = set(_terms(setup.condition, ast.And)) if setup.condition else set()
         stored = {
             _code(self.module, target)
@@ -940,12 +933,24 @@ class Step:
             if isinstance(n, cst.Assign) and len(n.targets) == 1
             for target, value in _pairs(n.targets[0].target, n.value)
             if isinstance(target, cst.Attribute) and _code(self.module, value) in on
-        }  # (`self.fp16 = fp16`, `self.model, self.fp16 = model, fp16`)
-        on |= stored | ({f"{access}.is_enabled()"} if access else set()) | self._called_under(setup)
-        for option in _terms(ast.unparse(test), ast.Or):
-            if set(_terms(option, ast.And)) <= on:
-                return None
-        return shown
+        }
+        enabled = {f"{access}.is_enabled()"} if access else set()
+        return on | stored | enabled | self._called_under(setup)
+
+    def _backward_lines(self, function: cst.CSTNode) -> list[tuple[cst.CSTNode, list]]:
+        """The simple statements of ``function`` that call ``x.backward()``, with those calls."""
+        found = []
+        for node in self.nodes:
+            if not isinstance(node, cst.SimpleStatementLine) or self.function(node) is not function:
+                continue
+            calls = [
+                s.value
+                for s in node.body
+                if isinstance(s, cst.Expr) and _is_call_of(s.value, "backward")
+            ]
+            if calls:
+                found.append((node, calls))
+        return found
 
     def _unscalable(self, node, call: cst.Call, function, opt: str, access: str | None):
         """Why scaling the plain backward at ``node`` would not give apex's sum (None: it

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from ampmigrate.apex.api import table
 from ampmigrate.apex.api.table import TARGETS, Target
-from ampmigrate.apex.links import users_on_disk
+from ampmigrate.apex.links import function_around, users_on_disk
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names, dotted
 from ampmigrate.engine.source import Source
@@ -376,7 +376,7 @@ class _Planner:
             if isinstance(statement, ast.Assign) and statement.value is call
             else set()
         )
-        home = self._function_of(call)
+        home = function_around(self.names, self.tree, call)
         for node in ast.walk(self.tree):
             if not (
                 isinstance(node, ast.Call)
@@ -390,17 +390,10 @@ class _Planner:
                 return node.lineno
             if not any(dotted(g) in wrapped for g in given):
                 continue
-            if self._function_of(node) is home and node.lineno < call.lineno:
+            if function_around(self.names, self.tree, node) is home and node.lineno < call.lineno:
                 continue  # `model, opt = amp.initialize(model, opt)` and then the wrapper
             return node.lineno
         return None
-
-    def _function_of(self, node: ast.AST) -> ast.AST:
-        return next(
-            (a for a in self.names.ancestors(node)
-             if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)),
-            self.tree,
-        )  # fmt: skip
 
     def _report(self, target: Target, node: ast.AST, message: str, fix: Fix | None) -> None:
         self.findings.append(Finding(target.code, message, node, fix))
