@@ -6614,6 +6614,23 @@ def test_a_plain_backward_in_an_arm_that_may_run_with_the_scaler_on_steps_plainl
     assert "given arguments other than `retain_graph`" in refusal.message
 
 
+def test_the_step_guard_is_not_placed_where_an_item_of_its_test_is_stored_between():
+    """The guard asks the `if`'s test again at the step; an item store between them into what
+    the test reads (`cfg["dist"] = ...`) could change its answer, so no guard there."""
+    source = textwrap.dedent(ONE_ARM).replace("use_amp, distributed", "use_amp, cfg")
+    source = source.replace("if distributed and use_amp:", 'if cfg["dist"] and use_amp:')
+    guarded, _, fixed = fix_source(source, unsafe=True)
+    assert "goes through the scaler only where `cfg['dist'] and use_amp` holds" in " ".join(
+        d.message for d in fixed
+    ), guarded
+    stored = source.replace(
+        "            loss.backward()\n", '            loss.backward()\n        cfg["dist"] = True\n'
+    )
+    assert 'cfg["dist"] = True' in stored
+    _, remaining, fixed = fix_source(stored, unsafe=True)
+    assert not any("goes through the scaler only where" in d.message for d in [*fixed, *remaining])
+
+
 def test_a_plain_backward_whose_arm_is_proven_off_stays_plain():
     """The arm runs only where the scaler's switch is off: the test is the switch (stored on
     the object as `self.fp16`), or one of the switch's terms (`args.fp16` of `args.fp16 and

@@ -862,9 +862,7 @@ class Step:
             ]
         except SyntaxError:
             return False
-        written = {
-            n.id if isinstance(n, ast.Name) else ast.unparse(n).partition(".")[0] for n in stores
-        }
+        written = {_root(n) for n in stores}
         if read & written:
             return False
         shown = ast.unparse(test)
@@ -1228,3 +1226,10 @@ def _group(module: cst.Module, optimizer: cst.CSTNode | None) -> list[str] | Non
         return None
     texts = [_code(module, v) for v in values]
     return texts if len(set(texts)) == len(texts) else None
+
+
+def _root(node: ast.expr) -> str | None:
+    """The name a store through attributes and subscripts writes into (``cfg["amp"]``: ``cfg``)."""
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
