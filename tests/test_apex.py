@@ -25,6 +25,7 @@ from conftest import FIXTURES, check_source, fix_source
 APEX = FIXTURES / "apex"
 REWRITTEN = [
     "hf_glue",
+    "global_scaler_class",
     "module_try_import",
     "import_apex_accumulation",
     "statements_between",
@@ -2176,6 +2177,7 @@ CASES = {
     "models_in_dicts": [[], ["--fp16"]],
     "frozen_in_method": [[], ["--amp"]],
     "global_optimizer_caller": [[], ["--amp"]],
+    "global_scaler_class": [[], ["--fp16"], ["--fp16", "--accumulation", "2"]],
     "state_files": [["ckpt"], ["ckpt", "--fp16"]],
     "two_losses_stepped_together": [[], ["--amp"]],
     "gan_initialize_in_else": [[], ["--amp"]],
@@ -2266,15 +2268,44 @@ def _models(tree: ast.AST) -> set[str]:
                     *(first.elts if isinstance(first, ast.List | ast.Tuple) else [first]),
                 )
             }
-            return models | {
-                alias.targets[0].id
-                for alias in ast.walk(tree)
-                if isinstance(alias, ast.Assign)
-                and len(alias.targets) == 1
-                and isinstance(alias.targets[0], ast.Name)
-                and ast.unparse(alias.value) in models
-            }
+            return (
+                models
+                | {
+                    alias.targets[0].id
+                    for alias in ast.walk(tree)
+                    if isinstance(alias, ast.Assign)
+                    and len(alias.targets) == 1
+                    and isinstance(alias.targets[0], ast.Name)
+                    and ast.unparse(alias.value) in models
+                }
+                | _returned_to(tree, node, models)
+            )
     raise AssertionError("no amp.initialize")
+
+
+def _returned_to(tree: ast.AST, initialize: ast.stmt, models: set[str]) -> set[str]:
+    """Where the callers of the function around ``initialize`` keep the models it returns
+    (`self.model, self.optimizer = setup(net, optimizer)`: `self.model`)."""
+    home = next(
+        (f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+         and any(n is initialize for n in ast.walk(f))),
+        None,
+    )  # fmt: skip
+    if home is None:
+        return set()
+    places = {
+        i
+        for r in ast.walk(home) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
+        for i, e in enumerate(r.value.elts) if ast.unparse(e) in models
+    }  # fmt: skip
+    return {
+        ast.unparse(t.elts[i])
+        for a in ast.walk(tree)
+        if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call)
+        and ast.unparse(a.value.func) == home.name
+        for t in a.targets if isinstance(t, ast.Tuple)
+        for i in places if i < len(t.elts)
+    }  # fmt: skip
 
 
 def _own_nodes(function: ast.AST):
@@ -5116,7 +5147,10 @@ def test_a_star_import_on_disk_that_cannot_bind_amp_makes_the_original_broken(
     ("call", "taken"),
     [
         ("setup(model, optimizer)", True),
+        ('setup(model, optimizer, "O1", loss_scale="dynamic")', True),
+        ('setup(model, optimizer, opt_level="O1", keep_batchnorm_fp32=None)', True),
         ('setup(model, optimizer, "O2")', False),
+        ("setup(model, optimizer, level)", False),
         ('setup(model, optimizer, opt_level="O2")', False),
         ("setup(*pair)", False),
         ("setup(model, optimizer, **options)", False),
@@ -5126,9 +5160,10 @@ def test_a_star_import_on_disk_that_cannot_bind_amp_makes_the_original_broken(
 def test_a_level_parameter_is_its_default_where_no_call_passes_another(tmp_path, call, taken):
     """`def setup(model, optimizer, opt_level="O1", keep_batchnorm_fp32=None,
     loss_scale="dynamic")` (argus-alaska's `initialize_amp`), every call of it in the project
-    leaving them out: the level is O1 at every run (the finding names the calls), the scale
-    dynamic and keep_batchnorm_fp32 None. A call that passes one (or may: `*args`,
-    `**kwargs`), or a use that is not a call, keeps the refusal. A call in another module of
+    leaving them out or passing those literals: the level is O1 at every run (the finding
+    names the calls), the scale dynamic and keep_batchnorm_fp32 None. A call that passes
+    another value (or may: `*args`, `**kwargs`), or a use that is not a call, keeps the
+    refusal. A call in another module of
     the project counts like one in this file."""
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
@@ -5155,9 +5190,7 @@ def test_a_level_parameter_is_its_default_where_no_call_passes_another(tmp_path,
     out, remaining, fixed = fix_source(helper.read_text(), unsafe=True, path=helper)
     if taken:
         [finding] = [d for d in fixed if d.code == "AMP303"]
-        assert '`setup`\'s default "O1" at every call of it in the project (../run.py:4)' in (
-            finding.message
-        )
+        assert '"O1" at every call of `setup` in the project (../run.py:4)' in finding.message
         assert "    return model, optimizer\n" in out and "apex" not in out
         assert "`keep_batchnorm_fp32=keep_batchnorm_fp32` goes: it was None" in finding.message
     else:
@@ -5167,7 +5200,8 @@ def test_a_level_parameter_is_its_default_where_no_call_passes_another(tmp_path,
         )
         # a call that passes only the level leaves the scale at its default, dynamic
         dynamic_unsure = '`loss_scale=loss_scale` is not provably "dynamic"' in finding.message
-        assert dynamic_unsure is ("O2" not in call)
+        level_only = call.startswith("setup(model, optimizer, ") and "**" not in call
+        assert dynamic_unsure is not level_only
         assert out == helper.read_text()
 
 
@@ -6731,3 +6765,30 @@ def test_an_asynchronous_all_reduce_in_the_block_is_named_with_apexs_set_aside_g
     """)
     assert "this code changes gradients (`dist.all_reduce(...)`)" in message
     assert "apex set the ones accumulated before aside" in message
+
+
+def test_a_method_running_the_model_a_module_level_setup_returned_is_stated_float32():
+    """`self.model, self.optimizer = setup(...)` keeps what `setup`'s `amp.initialize`
+    returned: apex O1 cast the forward of a validation method too, which runs outside the
+    training regions now; the message says so (no unstated float32 forward)."""
+    source = (
+        (APEX / "global_scaler_class.py")
+        .read_text()
+        .replace(
+            "\n\ndef main():",
+            "\n    def validate(self, x):\n        with torch.no_grad():\n"
+            "            return self.model(x)\n\n\ndef main():",
+        )
+        .replace(
+            "trainer.train_epoch(batches)\n",
+            "trainer.train_epoch(batches)\n    trainer.validate(batches[0][0])\n",
+        )
+    )
+    out, _, fixed = fix_source(source, unsafe=True, path=APEX / "global_scaler_class.py")
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    line = source[: source.index("return self.model(x)")].count("\n") + 1
+    assert (
+        f"the initialized model's forward in `validate` (line {line}) is outside the autocast "
+        "regions and runs in float32 now"
+    ) in finding.message
+    assert "            return self.model(x)\n" in out

@@ -1140,3 +1140,56 @@ def test_the_setting_does_not_cover_a_level_the_project_sets_to_o2_elsewhere(tmp
     assert "elsewhere: `python train.py --opt_level O2` (run.sh:1)" in found["script"]
     assert "can be rewritten" in found["other program"]  # neither imports the other
     assert "can be rewritten" in found["O1"]  # nothing contradicts the setting
+
+
+SHARED = FIXTURES / "apex" / "shared_state"
+SHARED_FILES = ["retrieval/utils/model_setup.py", "train_encoder.py", "train_reader.py"]
+
+
+def test_a_setup_function_and_the_trainers_that_import_it_are_rewritten_together(tmp_path):
+    """DPR's shape: `setup_for_training` initializes amp and returns the pair; two trainers
+    import it and scale the loss with what it returns. apex's loss scale was the process's:
+    the GradScaler becomes the setup module's state, made where `initialize` was, and the
+    trainers read it as `retrieval.utils.model_setup.scaler`. Exactly the fixture, then
+    nothing more; each file alone refuses."""
+    _rewritten_exactly(tmp_path, SHARED, sorted(SHARED_FILES))
+    _each_alone_refuses(SHARED, SHARED_FILES, tmp_path / "alone")
+
+
+def test_a_user_of_the_setup_function_that_scales_nothing_keeps_the_component(tmp_path):
+    """An evaluation script that calls the setup function and scales no loss ran its forwards
+    under apex's casts; nothing there would replace them, so no file changes, and each says
+    which use keeps them."""
+    root = tmp_path / "project"
+    shutil.copytree(SHARED / "before", root)
+    (root / "evaluate.py").write_text(
+        "import torch\n\nfrom retrieval.utils.model_setup import setup_for_training\n\n"
+        "model, _ = setup_for_training(torch.nn.Linear(8, 1), None, 'cpu', fp16=True)\n"
+        "print(model(torch.randn(2, 8)))\n"
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    messages = _amp303(results)
+    assert set(messages) == {"model_setup.py", "train_encoder.py", "train_reader.py"}
+    for finding in messages.values():
+        assert "`setup_for_training` is also used at evaluate.py:5, where the rewrite does not" in (
+            finding.message
+        )
+
+
+@pytest.mark.torch
+def test_migrated_shared_setup_trains_like_the_original(tmp_path, stub):
+    """The O0 stand-in for apex against the migrated trainers: the same losses with and
+    without `--fp16` (and with accumulation); with "cuda" -> "cpu" the forwards run in float16
+    under `--fp16` and in float32 without, through the setup module's GradScaler."""
+    runs = [
+        ("train_encoder.py", []),
+        ("train_encoder.py", ["--fp16"]),
+        ("train_encoder.py", ["--fp16", "--accumulation", "2"]),
+        ("train_reader.py", ["--fp16"]),
+    ]
+    results = _runs_beside_original(tmp_path, stub, SHARED, runs)
+    assert "forward dtypes: ['torch.float32']" in results[2][1]
+    for at in (5, 8, 11):
+        assert "forward dtypes: ['torch.float16']" in results[at][1], results[at]
+    _tracks(_losses(results[5][1]), _losses(results[3][1]))

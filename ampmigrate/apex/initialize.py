@@ -941,8 +941,8 @@ class Initialize:
         shown = ", ".join(calls[:4]) + (", ..." if len(calls) > 4 else "")
         function = self.function(init).name.value
         self.plan.notes.append(
-            f'opt_level `{_code(self.module, level)}` is `{function}`\'s default "O1" at every '
-            f"call of it in the project ({shown}): none passes another level"
+            f'opt_level `{_code(self.module, level)}` is "O1" at every call of `{function}` in '
+            f'the project ({shown}): each leaves it to its default "O1" or passes "O1"'
         )
         return True
 
@@ -953,7 +953,7 @@ class Initialize:
         when ``value`` is one of its parameters, with the default ``default`` (a string, or
         None for ``None``), that the function never rebinds and that every call of it in the
         project leaves out (no keyword for it, fewer positionals, no ``*args``/``**kwargs``,
-        no use other than a call). None: not so."""
+        no use other than a call), or passes that very literal. None: not so."""
         function = self.function(init)
         if (
             not isinstance(value, cst.Name)
@@ -976,7 +976,7 @@ class Initialize:
         ):  # fmt: skip
             return None
         position = listed.index(param) if param in listed else 10**6  # keyword-only: none
-        return calls_keep_default(self.path, function.name.value, position, value.value)
+        return calls_keep_default(self.path, function.name.value, position, value.value, default)
 
     def _not_o1(self, spelled: str, origin: str, also: str, uncovered: str) -> str:
         """Why an opt level is refused, and the ways out that would allow the rewrite: the

@@ -58,6 +58,13 @@ class Link:
     # checkpoint functions its methods call, each function taking a ``scaler`` (``helpers``),
     # called as ``helper_spellings`` there
     state: tuple[str, ...] = ()
+    # apex's state kept as module state by the callee, whose module-level function (the one
+    # in ``functions``) initializes and returns the models at these places of its tuple; the
+    # callers import that function, scale the loss with what it returns and read the
+    # GradScaler as ``<module>.scaler`` (the module as ``spellings`` gives it, per caller)
+    shared: tuple[int, ...] = ()
+    switch: tuple[tuple[str, int], ...] = ()  # the function's parameters its `if`s test, and
+    # where each is given (-1: by keyword only): initialize runs only where they hold
     runner: str | None = None
     helpers: tuple[str, ...] = ()
     helper_spellings: tuple[str, ...] = ()
@@ -890,11 +897,14 @@ def carriers(file: _File, attribute: str) -> list[str]:
 _SCAN_LIMIT = 5000  # files looked at for the users of a function (a project, not a disk)
 
 
-def calls_keep_default(path: str, function: str, position: int, name: str) -> list[str] | None:
+def calls_keep_default(
+    path: str, function: str, position: int, name: str, default: str | None
+) -> list[str] | None:
     """Where the module-level ``function`` of ``path`` is called, in its file and in the files
     of its project on disk (``file:line``), where every use of it is a call that leaves the
-    parameter ``name`` (at ``position``) to its default: no keyword for it, fewer positional
-    arguments, no ``*args``/``**kwargs``. None: a use that may pass it (or is not a call), no
+    parameter ``name`` (at ``position``) to its default ``default`` (a string; None for
+    ``None``) or passes that very literal: no other keyword or positional argument for it, no
+    ``*args``/``**kwargs``. None: a use that may pass another value (or is not a call), no
     call at all, or too many files to look at."""
     tree = _tree(path, _read(path))  # (it imports apex: `import` is in it)
     if tree is None:
@@ -925,7 +935,11 @@ def calls_keep_default(path: str, function: str, position: int, name: str) -> li
         )
         if call is None or any(isinstance(a, ast.Starred) for a in call.args):
             return None
-        if len(call.args) > position or any(k.arg in (None, name) for k in call.keywords):
+        given = [k.value for k in call.keywords if k.arg == name]
+        given += call.args[position : position + 1]
+        if any(k.arg is None for k in call.keywords) or any(
+            not (isinstance(g, ast.Constant) and g.value == default) for g in given
+        ):
             return None
         found.append(f"{os.path.relpath(where, folder)}:{call.lineno}")
     return found or None
@@ -1267,13 +1281,129 @@ def link(
         out.update((f, item) for f in item.files)
     out.update(_hook_links(callers, files, set(out), everything))
     out.update(_kept_links(files, set(out)))
+    out.update(_shared_links(files, set(out), everything))
+    return out
+
+
+_REGISTERS = {"register_half_function", "register_float_function", "register_promote_function"}
+
+
+def _returned_models(file: _File, init: ast.Call, home: ast.FunctionDef) -> tuple[int, ...]:
+    """The places of the initialized models in the tuple every ``return`` of ``home`` gives
+    (none: a return that is not such a tuple)."""
+    models = _spellings(file, init)["models"]
+    returns = [n for n in ast.walk(home) if isinstance(n, ast.Return)
+               and _function(file, n) is home]  # fmt: skip
+    places = set()
+    for node in returns:
+        if not isinstance(node.value, ast.Tuple):
+            return ()
+        places |= {i for i, e in enumerate(node.value.elts) if ast.unparse(e) in models}
+    return tuple(sorted(places)) if returns else ()
+
+
+def _switch(file: _File, init: ast.Call, home: ast.FunctionDef) -> tuple[tuple[str, int], ...]:
+    """The parameters of ``home`` that are ``and`` terms of the tests of the ``if``s around
+    ``init`` in it (``if fp16:``), with their positions."""
+    listed = [a.arg for a in (*home.args.posonlyargs, *home.args.args)]
+    named = listed + [a.arg for a in home.args.kwonlyargs]
+    found = []
+    for ancestor in file.names.ancestors(init):
+        if ancestor is home:
+            break
+        if isinstance(ancestor, ast.If) and any(n is init for s in ancestor.body
+                                                 for n in ast.walk(s)):  # fmt: skip
+            test = ancestor.test
+            terms = (
+                test.values
+                if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)
+                else [test]
+            )
+            found += [
+                (t.id, listed.index(t.id) if t.id in listed else -1)
+                for t in terms if isinstance(t, ast.Name) and t.id in named
+            ]  # fmt: skip
+    return tuple(found)
+
+
+def _importing(file: _File, owner: _File, function: str) -> str | None:
+    """The absolute module ``file`` imports ``function`` of ``owner`` from, by name
+    (``from pkg.setup import make``: ``pkg.setup``), where that module is ``owner``'s."""
+    for node in _import_statements(file.tree.body):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and any(a.name == function and a.asname in (None, function) for a in node.names)
+            and owner.path in {os.path.abspath(p) for p in _module_paths(file.path, 0, node.module)}
+        ):
+            return node.module
+    return None
+
+
+def _shared_links(
+    files: list[_File], taken: set[str], everything: Callable[[], Iterable[tuple[str, bytes]]]
+) -> dict[str, Link]:
+    """A module-level function that initializes amp and returns the models (DPR's
+    ``setup_for_distributed_mode``), and the files that import it and scale the loss with
+    what it returns: apex's state was the process's, so the GradScaler becomes the function's
+    module state, which they read there. One component, rewritten together; broken where a
+    file of the run uses the function otherwise."""
+    by_path = {f.path: f for f in files}
+    out: dict[str, Link] = {}
+    for owner in files:
+        inits = owner.members.get("initialize", [])
+        if (
+            owner.path in taken
+            or len(inits) != 1
+            or set(owner.members) - {"initialize", *_REGISTERS}
+        ):
+            continue
+        home = _function(owner, inits[0])
+        if not (isinstance(home, ast.FunctionDef) and home in owner.tree.body):
+            continue
+        places = _returned_models(owner, inits[0], home)
+        readers = [
+            f for f in files
+            if f is not owner and f.path not in taken and "scale_loss" in f.members
+            and "initialize" not in f.members
+            and _importing(f, owner, home.name) is not None
+        ]  # fmt: skip
+        if not places or not readers:
+            continue
+        item = Link(
+            callers=tuple(f.path for f in readers),
+            callee=owner.path,
+            functions=(home.name,),
+            calls=tuple(
+                sum(
+                    isinstance(p := f.names.parent(u), ast.Call) and p.func is u
+                    for u in _uses(f, owner, home.name)
+                )
+                for f in readers
+            ),
+            spellings=tuple((_importing(f, owner, home.name),) for f in readers),
+            shared=places,
+            switch=_switch(owner, inits[0], home),
+        )
+        missing = (
+            "where the rewrite does not follow it (a file that scales no loss with apex: the "
+            "forwards of what it returns ran under apex's casts there, and no autocast would "
+            "replace them)"
+        )
+        item = _checked(item, by_path, everything, missing)
+        out.update((f, item) for f in item.files)
     return out
 
 
 def _checked(
-    item: Link, by_path: dict[str, _File], everything: Callable[[], Iterable[tuple[str, bytes]]]
+    item: Link,
+    by_path: dict[str, _File],
+    everything: Callable[[], Iterable[tuple[str, bytes]]],
+    missing: str = "which would not pass the GradScaler",
 ) -> Link:
-    """``item``, or ``item`` broken where its functions are used beyond the calls it updates."""
+    """``item``, or ``item`` broken where its functions are used beyond the calls it updates
+    (``missing``: what such a use lacks)."""
     callee = by_path[item.callee]
     functions = [(callee, f) for f in item.functions]
     for path, file, uses in _run_uses(everything, by_path, functions):
@@ -1289,8 +1419,7 @@ def _checked(
         else:
             continue
         reason = (
-            f"`{uses[where]}` is also used at {item.shown(path)}:{where.lineno}, which would not "
-            "pass the GradScaler"
+            f"`{uses[where]}` is also used at {item.shown(path)}:{where.lineno}, {missing}"
             if where is not None
             else f"the calls of {item.named} in {item.shown(path)} are not all found"
         )

@@ -66,6 +66,7 @@ from ampmigrate.apex.outflow import Outflow
 from ampmigrate.apex.passed import PassedHandles
 from ampmigrate.apex.regions import Regions
 from ampmigrate.apex.scaler import Scaler
+from ampmigrate.apex.shared import SharedState
 from ampmigrate.apex.step import Step
 from ampmigrate.apex.unscale import Unscale
 from ampmigrate.apex.verdict import APEX, SUPPORTED, no_rewrite, refusal
@@ -105,6 +106,7 @@ class _Planner(
     SwitchFlow,
     InferenceOnly,
     HandleInit,
+    SharedState,
 ):
     def __init__(
         self,
@@ -368,7 +370,8 @@ class _Planner(
             if not self.plan.problems:
                 self.verify()
             return self.plan
-        if not initialize and role not in ("callee", "state"):
+        reader = role == "caller" and self._sharing()
+        if not initialize and role not in ("callee", "state") and not reader:
             self._no_initialize(calls)
             return self.plan
         self._siblings(role)
@@ -393,6 +396,8 @@ class _Planner(
             setup = self._hook_setup(calls)
         elif role == "state":
             setup = self._state_setup()
+        elif reader:
+            setup = self._shared_setup()
         else:
             setup = self._linked_setup()
         if setup is None:
@@ -411,6 +416,8 @@ class _Planner(
             if c not in stored and id(self.function(c)) not in others
         ]  # fmt: skip
         self._scope(setup, uses + [h.call for h in self.handed] + self.scale_reads)
+        if initialize and role == "callee" and self._sharing():
+            self._shared_owner(setup)
         self._hand_scaler()
         for call in calls.get("scale_loss", []):
             self._scale_loss(call, setup)
@@ -463,6 +470,8 @@ class _Planner(
             pass  # the hook makes its own GradScaler; a kept handle is judged by its store
         elif initialize and role == "caller":
             self._pass_to_linked(setup, initialize[0])
+        elif initialize and role == "callee" and self._sharing():
+            pass  # the importers scale, reading the module's GradScaler (_shared_owner)
         elif initialize and not calls.get("scale_loss") and not self._stores and not self.passed:
             # (kept as `args.amp` or handed to a function: that blocker says where it goes)
             self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))

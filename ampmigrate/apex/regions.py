@@ -835,7 +835,34 @@ class Regions:
                     for a in value.args
                     if a.keyword is not None and _code(self.module, a.value) in models
                 }
-        return models
+        return models | self._bound_from_return(setup.home, models)
+
+    def _bound_from_return(self, home: cst.CSTNode, models: set[str]) -> set[str]:
+        """Where the callers of a module-level ``home`` that returns the models keep them
+        (``self.model, self.optimizer = setup(net, optimizer)``: ``self.model``)."""
+        if not isinstance(home, cst.FunctionDef) or self.parent(home) is not self.module:
+            return set()
+        places = {  # the positions of the returned tuple that hold a model
+            i
+            for n in self._subtree(home.body)
+            if isinstance(n, cst.Return) and self.function(n) is home
+            and isinstance(n.value, cst.Tuple)
+            for i, e in enumerate(n.value.elements)
+            if _code(self.module, e.value) in models
+        }  # fmt: skip
+        bound = set()
+        for ref in self._references(home.name.value):
+            call = self.parent(ref)
+            assign = self.parent(call) if isinstance(call, cst.Call) else None
+            if not (isinstance(assign, cst.Assign) and assign.value is call):
+                continue
+            for target in (t.target for t in assign.targets):
+                if isinstance(target, cst.Tuple | cst.List):
+                    bound |= {
+                        _code(self.module, e.value)
+                        for i, e in enumerate(target.elements) if i in places
+                    }  # fmt: skip
+        return bound
 
     def _wraps_model(self, value: cst.CSTNode, models: set[str]) -> bool:
         """``value`` wraps or copies a model (``DataParallel(model)``, ``torch.compile(model)``,

@@ -322,15 +322,20 @@ class Scaler:
                     )
             return
         pending: list[cst.FunctionDef] = []
+        methods = []  # uses in a class: only module state reaches them
         for use in outside:
             top = self.top_function(use)
             if top is None:
-                self.problem(use, "`amp` is used in a class while `amp.initialize` is not")
+                methods.append(use)
             else:
                 pending.append(top)
+        if methods and self.parent(home) is not self.module:
+            for use in methods:
+                self.problem(use, "`amp` is used in a class while `amp.initialize` is not")
         saved = (dict(self.plan.edits), list(self.plan.problems), list(self.plan.notes))
         self._thread(pending, home)
-        if len(self.plan.problems) > len(saved[1]) and self.parent(home) is self.module:
+        unreached = methods or len(self.plan.problems) > len(saved[1])
+        if unreached and self.parent(home) is self.module:
             # the functions that scale are not all reached from `home` with the scaler in hand:
             # the GradScaler becomes module state, as apex's amp state was process state
             self.plan.edits, self.plan.problems, self.plan.notes = saved

@@ -933,7 +933,57 @@ class Step:
             if isinstance(target, cst.Attribute) and _code(self.module, value) in on
         }
         enabled = {f"{access}.is_enabled()"} if access else set()
-        return on | stored | enabled | self._called_under(setup)
+        return on | stored | enabled | self._called_under(setup) | self._passed(setup, on)
+
+    def _passed(self, setup: _Setup, on: set[str]) -> set[str]:
+        """A term of the switch that is a parameter of the function that initializes, given
+        the same argument at every call of it in this file (`setup(net, opt, args.fp16)`):
+        that argument, and its copy on an object made beside the call (`self.args = args`:
+        `self.args.fp16`). In an importer of a function that initializes (apex.shared), the
+        terms that function's switch reads among its parameters."""
+        home = setup.home
+        if self.link and self.link.shared and self.role == "caller":
+            return self._given(self.link.functions[0], dict(self.link.switch))
+        if not isinstance(home, cst.FunctionDef) or self.parent(home) is not self.module:
+            return set()
+        listed = [p.name.value for p in (*home.params.posonly_params, *home.params.params)]
+        return self._given(home.name.value, {t: listed.index(t) for t in on & set(listed)})
+
+    def _given(self, function: str, params: dict[str, int]) -> set[str]:
+        """What every call of ``function`` in this file gives each of ``params`` (name: its
+        position, -1 keyword-only) where all give the same, with its copies on an object
+        made beside the call."""
+        calls = []
+        for ref in self._references(function):
+            call = self.parent(ref)
+            if not (isinstance(call, cst.Call) and call.func is ref) or any(
+                a.star for a in call.args
+            ):
+                return set()
+            calls.append(call)
+        found = set()
+        for term, at in params.items():
+            given = set()
+            for call in calls:
+                keyword = [a.value for a in call.args if a.keyword and a.keyword.value == term]
+                positional = [a.value for a in call.args if a.keyword is None]
+                value = keyword or (positional[at : at + 1] if at >= 0 else [])
+                given.add(_code(self.module, value[0]) if value else None)
+            if len(given) != 1 or None in given:
+                continue
+            passed = given.pop()
+            found.add(passed)
+            root, dot, rest = passed.partition(".")
+            for call in calls:  # `self.args = args` in the function that calls it
+                caller = self.function(call)
+                found |= {
+                    f"{_code(self.module, t.target)}{dot}{rest}"
+                    for n in self._subtree(caller)
+                    if isinstance(n, cst.Assign) and isinstance(n.value, cst.Name)
+                    and n.value.value == root and dot
+                    for t in n.targets if isinstance(t.target, cst.Attribute)
+                }  # fmt: skip
+        return found
 
     def _backward_lines(self, function: cst.CSTNode) -> list[tuple[cst.CSTNode, list]]:
         """The simple statements of ``function`` that call ``x.backward()``, with those calls."""

@@ -66,9 +66,10 @@ class Unscale:
         ``model.parameters()``, a norm logged from ``p.grad``): apex had unscaled them when
         ``scale_loss`` exited, so each needs ``scaler.unscale_`` before it, as ``master_params``
         does. Not one in the ``else:`` of an ``if <test>:`` around a ``master_params`` clip
-        when the scaled backward itself runs only under an ``if <test>:`` (hf_glue's two ``if
-        args.fp16:``), nor one in the ``else:`` of an ``if`` whose test is false only where
-        the scaler is off (``enabled``, its condition): on that path nothing was scaled."""
+        (also where the clip sits in an inner ``if``) when the scaled backward itself runs
+        only under an ``if <test>:`` (hf_glue's two ``if args.fp16:``), nor one in the
+        ``else:`` of an ``if`` whose test is false only where the scaler is off (``enabled``,
+        its condition): on that path nothing was scaled."""
         clips = [self.statement(c) for c in calls.get("master_params", [])]
         gates = {  # the tests the scaled backwards run under
             _code(self.module, a.test)
@@ -117,6 +118,15 @@ class Unscale:
                 and self.within(statement, holder)
                 and self._exclusive(statement, clip)
                 for clip in clips
+            )
+            and not any(  # (DPR: the clip under `if max_norm > 0:` inside `if cfg.fp16:`)
+                isinstance(holder, cst.If)
+                and _code(self.module, holder.test) in gates
+                and self.within(clip, holder.body)
+                and isinstance(holder.orelse, cst.Else)
+                and self.within(statement, holder.orelse)
+                for clip in clips
+                for holder in self.ancestors(clip)
             )
         ]
 
