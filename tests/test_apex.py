@@ -6642,7 +6642,7 @@ def test_a_plain_backward_in_an_arm_that_may_run_with_the_scaler_on_steps_plainl
     graph = called.replace("loss.backward()", "loss.backward(create_graph=True)")
     out, remaining, _ = fix_source(graph, unsafe=True)
     [refusal] = [d for d in remaining if d.code == "AMP303"]
-    assert "does not keep mixed precision off there (the scaler is on under `use_amp`)" in (
+    assert "is not known to keep mixed precision off there (the scaler is on under `use_amp`" in (
         refusal.message
     )
     assert "given arguments other than `retain_graph`" in refusal.message
@@ -6792,3 +6792,48 @@ def test_a_method_running_the_model_a_module_level_setup_returned_is_stated_floa
         "regions and runs in float32 now"
     ) in finding.message
     assert "            return self.model(x)\n" in out
+
+
+TWO_STEP = """
+import torch
+from apex import amp
+
+fp16, two_step = True, True
+
+
+def train(model, optimizer, batches):
+    for x, y in batches:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+        if two_step:
+            optimizer.first_step()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+            optimizer.second_step()
+        else:
+            optimizer.step()
+
+
+model = torch.nn.Linear(4, 2).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+if fp16:
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+"""
+
+
+@pytest.mark.parametrize("between", ["optimizer.first_step()", "optimizer.perturb(rho=0.05)"])
+def test_a_method_of_the_scaled_optimizer_beyond_torchs_own_reads_its_gradients(between):
+    """SAM-style optimizers (person-reid-3d): `first_step()` perturbs the weights by the
+    gradients, which apex had unscaled when `scale_loss` exited; the optimizer is a parameter
+    of the training function and its class unknown there, so its own method is taken as
+    reading them: here between two scaled backwards of one step, refused (the rewrite had
+    let `second_step` apply gradients still multiplied by the scale, unstated)."""
+    source = textwrap.dedent(TWO_STEP).replace("optimizer.first_step()", between)
+    out, remaining, _ = fix_source(source, unsafe=True)
+    [refusal] = [d for d in remaining if d.code == "AMP303"]
+    shown = between.partition("(")[0]
+    assert f"`{shown}(...)` sits between two scaled backwards of one step" in refusal.message
+    assert out == source

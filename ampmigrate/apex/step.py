@@ -821,7 +821,8 @@ class Step:
                     node,
                     f"`{_code(self.module, call)}` is not scaled, in the other branch of the `if "
                     f"{test}:` around the scaled backward at line {self.line(other)}, and that "
-                    f"test does not keep mixed precision off there ({switch}): on that path "
+                    f"test is not known to keep mixed precision off there ({switch}; a flag "
+                    "set beside `initialize` is not followed): where it does not, "
                     f"`scaler.step({opt})` would find no scaled loss (it raises, or divides "
                     f"unscaled gradients by the scale) where apex stepped plainly; the rewrite "
                     f"cannot scale it (`scaler.scale({loss}).backward()`) because {why}: test "

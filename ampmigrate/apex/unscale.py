@@ -56,6 +56,14 @@ def _module_reads_grad(path: str, qualified: str) -> bool:
     return False
 
 
+# torch's own optimizer methods that neither read nor apply gradients (``step`` is the step;
+# Horovod's ``synchronize`` all-reduces them, which commutes with the scale)
+_OPTIMIZER_OWN = frozenset({
+    "step", "zero_grad", "state_dict", "load_state_dict", "add_param_group", "synchronize",
+    "skip_synchronize", "register_step_pre_hook", "register_step_post_hook",
+})  # fmt: skip
+
+
 class Unscale:
     """The unscale stage of ``_Planner`` (mixed into it)."""
 
@@ -98,7 +106,7 @@ class Unscale:
                     and not self.within(node, scaled)
                     and self.function(node) is function
                     and node not in found
-                    and self._reads_gradients(node)
+                    and (self._reads_gradients(node) or self._runs_optimizer(node, opt))
                 ):
                     found[node] = opt
         off = self._switch_tests(enabled)
@@ -129,6 +137,18 @@ class Unscale:
                 for holder in self.ancestors(clip)
             )
         ]
+
+    def _runs_optimizer(self, statement: cst.CSTNode, opt: str) -> bool:
+        """``opt.first_step()`` (SAM's two-step optimizers): a method of the scaled optimizer
+        beyond torch's own, which the rewrite does not read: it may read or apply the
+        gradients, which apex had unscaled."""
+        return any(
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value not in _OPTIMIZER_OWN
+            and _code(self.module, n.func.value) == opt
+            for n in self._subtree(statement)
+        )
 
     @staticmethod
     def _switch_tests(enabled: str | None) -> set[str]:
