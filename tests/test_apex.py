@@ -4130,6 +4130,31 @@ def test_an_unused_amp_import_is_reported_and_a_probe_removed_only_as_unsafe():
     assert fix_source(out, unsafe=True)[0] == out
 
 
+def test_a_probe_that_still_guards_an_imported_module_stays(tmp_path):
+    """tape's `main.py`: `try: import apex` sets a flag its `--fp16` path tests, and the
+    `training` module it imports still needs apex. Without the probe that path ran as if
+    apex were installed and failed inside `training` (NameError) instead of at the clear
+    ImportError: no fix while an imported module imports apex; once none does, the unsafe
+    removal is offered."""
+    main = tmp_path / "main.py"
+    main.write_text(
+        "try:\n    import apex  # noqa: F401\n    FOUND = True\nexcept ImportError:\n"
+        "    FOUND = False\nimport training\n\n\ndef run(fp16):\n"
+        "    if fp16 and not FOUND:\n        raise ImportError('install apex')\n"
+        "    training.run(fp16)\n"
+    )
+    (tmp_path / "training.py").write_text(
+        "try:\n    from apex import amp\nexcept ImportError:\n    pass\n\n\n"
+        "def run(fp16):\n    return amp if fp16 else None\n"
+    )
+    [kept] = [d for d in fix_source(main.read_text(), path=main)[1] if "probe" in d.message]
+    assert kept.fix is None
+    assert "training.py, which this module imports, still imports apex (line 2)" in kept.message
+    (tmp_path / "training.py").write_text("def run(fp16):\n    return None\n")
+    [offered] = [d for d in fix_source(main.read_text(), path=main)[1] if "probe" in d.message]
+    assert offered.fix == "unsafe"
+
+
 def test_an_unused_bare_apex_import_goes_too():
     """`import apex` that nothing reads (its `apex.parallel...` use migrated, or never there)."""
     source = "import torch\ntry:\n    import apex\nexcept ImportError:\n    pass\n"

@@ -1789,6 +1789,24 @@ def _package_init(module: str, level: int) -> str | None:
     return init if os.path.isfile(init) else None
 
 
+def apex_imported_beyond(path: str) -> tuple[str, int] | None:
+    """The first module ``path`` imports, directly or through other modules on disk, that
+    itself imports apex (``from apex import amp``, ``import apex_C`` is not apex): (its path,
+    the line of that import there). An availability probe here still guards it."""
+    graph = _Graph()
+    for target, _, _ in _walk(os.path.abspath(path), graph):
+        tree = graph.tree(target)
+        for node in ast.walk(tree) if tree is not None else ():
+            spelled = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )  # fmt: skip
+            if any(n == "apex" or n.startswith("apex.") for n in spelled):
+                return target, node.lineno
+    return None
+
+
 def _walk(start: str, graph: _Graph) -> Iterator[tuple[str, int, str]]:
     """The modules on disk ``start`` imports, directly or through others, breadth first:
     (module, line of the import, the module importing it), each once."""

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from ampmigrate.apex.api import table
 from ampmigrate.apex.api.table import TARGETS, Target
-from ampmigrate.apex.links import function_around, users_on_disk
+from ampmigrate.apex.links import apex_imported_beyond, function_around, users_on_disk
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names, dotted
 from ampmigrate.engine.source import Source
@@ -137,6 +137,18 @@ def unused_import(
         for a in names.ancestors(stmt)
     )
     message = f"`{full}` is imported but unused: the import only ties the file to apex"
+    guarding = apex_imported_beyond(path) if guarded else None
+    if guarding is not None:
+        other, line = guarding
+        shown = os.path.relpath(other, os.path.dirname(os.path.abspath(path)))
+        return Finding(
+            code,
+            f"`{full}` is not read in this file, but it is an availability probe (inside a "
+            f"`try` that catches ImportError) and {shown}, which this module imports, still "
+            f"imports apex (line {line}): code that tests the probe's outcome guards that "
+            "use; remove the probe once no imported module needs apex",
+            stmt,
+        )
     if guarded:
         message += (
             " (an availability probe: code that tests its outcome now runs as if apex were "
