@@ -6862,3 +6862,44 @@ def test_a_method_of_the_scaled_optimizer_beyond_torchs_own_reads_its_gradients(
     shown = between.partition("(")[0]
     assert f"`{shown}(...)` sits between two scaled backwards of one step" in refusal.message
     assert out == source
+
+
+def test_an_aliased_import_of_apex_beyond_amp_stays_as_its_from_import_does():
+    """`import apex.optimizers as apex_optim` beside amp's import in one guard (Improved-Body-
+    Parts): not mixed precision, so it stays, with the note its `from apex import optimizers`
+    form gets, and the amp rewrite goes ahead; unused, it gets its own finding, whose fix
+    removes it. A module no rule speaks for still blocks, named in full."""
+    source = textwrap.dedent("""\
+        import torch
+        try:
+            import apex.optimizers as apex_optim
+            from apex import amp
+        except ImportError:
+            raise ImportError("install apex")
+
+        model = torch.nn.Linear(4, 2).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, opt = amp.initialize(model, opt, opt_level="O1")
+
+
+        def train(batches):
+            for x, y in batches:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                with amp.scale_loss(loss, opt) as scaled:
+                    scaled.backward()
+                opt.step()
+    """)
+    out, _, fixed = fix_source(source, unsafe=True, select=("AMP303",))
+    [rewrite] = [d for d in fixed if d.code == "AMP303"]
+    assert "`import apex.optimizers` is not this rewrite's" in rewrite.message
+    assert "    import apex.optimizers as apex_optim\n" in out and "amp.initialize" not in out
+    [unused] = [d for d in check_source(source) if d.code == "AMP311"]
+    assert "`apex.optimizers` is imported but unused" in unused.message
+    assert "apex_optim" not in fix_source(source, unsafe=True)[0]
+    contrib = source.replace("apex.optimizers as apex_optim", "apex.contrib.xentropy as xent")
+    contrib = contrib.replace(
+        "\n\n\ndef train", "\ncriterion = xent.SoftmaxCrossEntropyLoss\n\n\ndef train"
+    )
+    [refusal] = [d for d in fix_source(contrib, unsafe=True)[1] if d.code == "AMP303"]
+    assert "`import apex.contrib.xentropy` needs apex: replace it first" in refusal.message

@@ -12,11 +12,11 @@ from ampmigrate.apex.common import _code, _imports_something, _statements
 from ampmigrate.apex.verdict import (
     APEX,
     ASSERTS_MISSING,
-    BESIDES_AMP,
     GUARD_DOES_MORE,
     IMPORT_ERRORS,
     NOT_PRECISION,
     SUPPORTED,
+    besides_amp,
     needs_apex,
     used_as_value,
 )
@@ -99,8 +99,10 @@ class Guards:
                             a.evaluated_alias or _code(self.module, a.name).split(".")[0]
                             for a in node.names
                         }
+                    elif all(_not_precision(n) for n in names):
+                        self._stays(f"import {', '.join(names)}")  # `import apex.optimizers`
                     else:
-                        self.problem(node, BESIDES_AMP)
+                        self.problem(node, besides_amp(names))
         for node in self.nodes:  # `global amp` beside the import it made module-wide
             if isinstance(node, cst.Global) and {g.name.value for g in node.names} <= self.bound:
                 statement = self.statement(node)
@@ -483,3 +485,9 @@ class Guards:
 
     def _in_import(self, node: cst.CSTNode) -> bool:
         return any(isinstance(a, cst.Import | cst.ImportFrom) for a in self.ancestors(node))
+
+
+def _not_precision(name: str) -> bool:
+    """``apex.optimizers``, ``apex.parallel.distributed``: apex, but not mixed precision."""
+    parts = name.split(".")
+    return parts[0] == "apex" and len(parts) > 1 and parts[1] in NOT_PRECISION

@@ -46,7 +46,14 @@ IMPORT_ERRORS = frozenset({
     "Exception", "BaseException",
 })  # fmt: skip
 
-BESIDES_AMP = "`import apex...` of modules besides amp"
+
+def besides_amp(names: list[str]) -> str:
+    """Why ``import apex.<module>`` of a module that is neither amp nor one the rest of
+    apex's rules speak for blocks: the rewrite would leave the file needing apex for it."""
+    others = [n for n in names if n not in ("apex", "apex.amp")]
+    return f"`import {', '.join(others)}` needs apex: replace it first"
+
+
 GUARD_DOES_MORE = "the `try` around the apex import does more than guard it"
 ASSERTS_MISSING = "an assertion that apex is missing: remove it by hand"
 
@@ -466,8 +473,13 @@ class _Judge:
                     self._plain(node)
                     if all(n in ("apex", "apex.amp") for n in spelled):
                         lines.append(node)
-                    else:
-                        self.problem(node, BESIDES_AMP)
+                    elif not all(
+                        n.split(".")[0] == "apex"
+                        and n.split(".")[1:2]
+                        and n.split(".")[1] in NOT_PRECISION
+                        for n in spelled
+                    ):  # (`import apex.optimizers` stays, as its from-import does)
+                        self.problem(node, besides_amp(spelled))
         guarded: dict[int, tuple[ast.Try, list[ast.stmt]]] = {}
         for line in lines:
             parent = self.names.parent(line)

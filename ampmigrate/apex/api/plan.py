@@ -606,9 +606,12 @@ class _Planner:
         migrated, or never used: an unused `multi_tensor_applier`); see ``unused_import``."""
         for binding in self.names.imports():
             stmt, alias = binding.node, binding.alias
-            if not isinstance(stmt, ast.ImportFrom) or alias is None or stmt.level:
+            if isinstance(stmt, ast.Import) and alias is not None and alias.asname:
+                full = alias.name  # `import apex.optimizers as apex_optim`
+            elif not isinstance(stmt, ast.ImportFrom) or alias is None or stmt.level:
                 continue
-            full = f"{stmt.module}.{alias.name}"
+            else:
+                full = f"{stmt.module}.{alias.name}"
             target = TARGETS.get(full)
             code = table.MODULES.get(full) or (target.code if target else table.SAME_OBJECT)
             known = target or full in table.SAME or full in table.TO_PYTHON_FLOAT
