@@ -6903,3 +6903,44 @@ def test_an_aliased_import_of_apex_beyond_amp_stays_as_its_from_import_does():
     )
     [refusal] = [d for d in fix_source(contrib, unsafe=True)[1] if d.code == "AMP303"]
     assert "`import apex.contrib.xentropy` needs apex: replace it first" in refusal.message
+
+
+INFER_FLAGS = """
+import argparse
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--opt-level", type=str, default="O1")
+parser.add_argument("--keep-batchnorm-fp32", type=str, default=None)
+parser.add_argument("--loss-scale", type=str, default=None)
+
+
+def main(batches):
+    args = parser.parse_args()
+    net = torch.nn.Linear(4, 2).cuda()
+    from apex import amp
+    net = amp.initialize(net, opt_level=args.opt_level,
+                         keep_batchnorm_fp32=args.keep_batchnorm_fp32,
+                         loss_scale=args.loss_scale)
+    with torch.no_grad():
+        return [net(x) for x in batches]
+"""
+
+
+def test_an_inference_initialize_drops_the_scale_and_o1s_batchnorm_argument():
+    """Improved-Body-Parts' evaluation scripts: `initialize` without an optimizer, its
+    `loss_scale` and `keep_batchnorm_fp32` from flags. Nothing is scaled, so the scale does
+    nothing; at O1 (declared) `keep_batchnorm_fp32` was None wherever apex ran. The rewrite
+    goes ahead and says so (it had claimed they "cannot be expressed"); not declared, the
+    level is what blocks."""
+    out, message = _declared(INFER_FLAGS)
+    assert "`loss_scale=args.loss_scale` goes: nothing is scaled here" in message
+    assert "`keep_batchnorm_fp32=args.keep_batchnorm_fp32` goes: it was None" in message
+    assert "amp.initialize" not in out and 'enabled=args.opt_level == "O1"' in out
+    assert _declared(out)[0] == out
+    refused = _message(INFER_FLAGS)
+    assert "cannot express" not in refused and "opt_level `args.opt_level`" in refused
+    # the outputs it returns are not the model (the finding had said it was returned)
+    assert "is returned" not in message
+    escaping = INFER_FLAGS.replace("return [net(x) for x in batches]", "return net")
+    assert "the model `net` is returned" in _declared(escaping)[1]

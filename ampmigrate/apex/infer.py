@@ -23,6 +23,8 @@ from ampmigrate.apex.links import users_on_disk
 from ampmigrate.apex.regions import _QUIET_METHODS, _WRAPS
 
 _KNOWN = {"models", "opt_level", "verbosity", "enabled"}
+# arguments an initialize that scales nothing ignores (the scale's), or that O1 fixes to None
+_IDLE = {"loss_scale", "min_loss_scale", "max_loss_scale", "keep_batchnorm_fp32"}
 
 
 class InferenceOnly:
@@ -105,6 +107,25 @@ class InferenceOnly:
                 switch = self._level_choices(level, init)
             if len(self.plan.problems) > blockers:
                 return
+        o1 = (isinstance(level, cst.SimpleString) and level.evaluated_value == "O1") or (
+            self.declared is not None
+        )
+        for key in sorted(set(args) & _IDLE):
+            value = code(args[key])
+            if key == "keep_batchnorm_fp32" and not o1 and value != "None":
+                continue
+            del args[key]
+            self.plan.notes.append(
+                f"`{key}={value}` goes: "
+                + (
+                    "nothing is scaled here, so no loss scale is used"
+                    if key != "keep_batchnorm_fp32"
+                    else "it was None wherever apex O1 ran (O1 raises on any other value)"
+                    + ("" if value == "None" or not self.declared else
+                       f", every run being declared O1 or O0 ({self.declared}), and does "
+                       "nothing under O0, whose model stays float32")
+                )
+            )  # fmt: skip
         if any(a.star for a in init.args) or set(args) - _KNOWN - {"optimizers"}:
             listed = ", ".join(f"`{k}`" for k in sorted(set(args) - _KNOWN)) or "`*args`"
             self.problem(
@@ -217,7 +238,12 @@ class InferenceOnly:
                 if (
                     isinstance(node, cst.Return)
                     and node.value is not None
-                    and name in (self.facts(node.value).used)
+                    and any(  # the model itself, not only its outputs (`[net(x) for ...]`)
+                        isinstance(n, cst.Name)
+                        and n.value == name
+                        and not (isinstance(p := self.parent(n), cst.Call) and p.func is n)
+                        for n in self._subtree(node.value)
+                    )
                 ):
                     self.problem(
                         node,
