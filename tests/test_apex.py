@@ -6942,5 +6942,7 @@ def test_an_inference_initialize_drops_the_scale_and_o1s_batchnorm_argument():
     assert "cannot express" not in refused and "opt_level `args.opt_level`" in refused
     # the outputs it returns are not the model (the finding had said it was returned)
     assert "is returned" not in message
-    escaping = INFER_FLAGS.replace("return [net(x) for x in batches]", "return net")
+    escaping = INFER_FLAGS.replace(
+        "return [net(x) for x in batches]", "outs = [net(x) for x in batches]\n    return net"
+    )
     assert "the model `net` is returned" in _declared(escaping)[1]
