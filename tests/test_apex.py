@@ -6946,3 +6946,37 @@ def test_an_inference_initialize_drops_the_scale_and_o1s_batchnorm_argument():
         "return [net(x) for x in batches]", "outs = [net(x) for x in batches]\n    return net"
     )
     assert "the model `net` is returned" in _declared(escaping)[1]
+
+
+def test_a_level_from_a_call_is_not_said_to_be_set_outside_the_file():
+    """amdim's `opt_level=get_level()`, whose getter reads this file's own config dict: the
+    level is refused (not provably O1) for what it is, a call the rewrite does not evaluate,
+    not a value "set outside this file"."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+        CONFIG = {"level": "O2"}
+
+
+        def get_level():
+            return CONFIG["level"]
+
+
+        def train(model, optimizer, batches):
+            model, optimizer = amp.initialize(model, optimizer, opt_level=get_level())
+            for x, y in batches:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                with amp.scale_loss(loss, optimizer) as scaled:
+                    scaled.backward()
+                optimizer.step()
+    """)
+    message = _message(source)
+    assert "it comes from `get_level()`, a call whose result the rewrite does not evaluate" in (
+        message
+    )
+    stored = _message(source.replace("opt_level=get_level()", 'opt_level=CONFIG["level"]'))
+    assert "set outside this file" not in stored and "opt_level O2:" in stored
+    config = source.replace('CONFIG = {"level": "O2"}', "CONFIG = dict(load())")
+    config = config.replace("opt_level=get_level()", 'opt_level=CONFIG["level"]')
+    assert '`CONFIG["level"]`, which this file does not fix to O0/O1' in _message(config)

@@ -887,8 +887,17 @@ class Initialize:
                     f"`{spelled}`, computed from the parameter `{param.name.value}`{default}: "
                     "a caller may pass any level"
                 )
-            else:
+            elif any(isinstance(n, cst.Call) for n in self._subtree(level)):
+                origin = f"`{spelled}`, a call whose result the rewrite does not evaluate"
+            elif not any(  # nothing here stores into it (`CONFIG = {"level": "O2"}` does)
+                isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
+                and _code(self.module, n.target).split("[")[0].split(".")[0]
+                == spelled.split("[")[0].split(".")[0]
+                for n in self.nodes
+            ):
                 origin = f"`{spelled}`, set outside this file (a config, an argument)"
+            else:
+                origin = f"`{spelled}`, which this file does not fix to O0/O1"
             branches = [
                 n for n in self.nodes if isinstance(n, cst.Comparison)
                 and any(self._other_level(o) for o in _operands(n))
