@@ -6980,3 +6980,44 @@ def test_a_level_from_a_call_is_not_said_to_be_set_outside_the_file():
     config = source.replace('CONFIG = {"level": "O2"}', "CONFIG = dict(load())")
     config = config.replace("opt_level=get_level()", 'opt_level=CONFIG["level"]')
     assert '`CONFIG["level"]`, which this file does not fix to O0/O1' in _message(config)
+
+
+def test_a_loss_kept_on_the_object_gets_its_region():
+    """DG-Net's trainers keep their losses on the object (`self.loss_gen = ...`) and scale
+    `self.loss_gen`: computed right there, so it gets the region a name would (the finding
+    had said it was "not computed before its `scale_loss`"). Run on CPU: float16 forward."""
+    torch = pytest.importorskip("torch")
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        class Trainer:
+            def __init__(self):
+                self.net = torch.nn.Linear(4, 1).cuda()
+                self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+                self.net, self.opt = amp.initialize(self.net, self.opt, opt_level="O1")
+
+            def update(self, x):
+                self.opt.zero_grad()
+                self.loss = self.net(x).pow(2).mean()
+                with amp.scale_loss(self.loss, self.opt) as scaled:
+                    scaled.backward()
+                self.opt.step()
+                return self.out_dtype
+    """).replace("self.net(x).pow", "self.keep(self.net(x)).pow")
+    source = source.replace(
+        "    def update(self, x):",
+        "    def keep(self, out):\n        self.out_dtype = out.dtype\n        return out\n\n"
+        "    def update(self, x):",
+    )
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert any(d.code == "AMP303" for d in fixed), out
+    assert (
+        '        with torch.amp.autocast("cuda", dtype=torch.float16):\n'
+        "            self.loss = self.keep(self.net(x)).pow(2).mean()\n"
+        "        self.scaler.scale(self.loss).backward()\n"
+    ) in out
+    namespace: dict = {}
+    exec(compile(out.replace('"cuda"', '"cpu"').replace(".cuda()", ""), "m", "exec"), namespace)
+    assert namespace["Trainer"]().update(torch.randn(8, 4)) == torch.float16

@@ -140,7 +140,11 @@ class Regions:
         checks: list[tuple[cst.CSTNode, str, str | None]] = []
         for scale, expression, function, enabled in self.requests:
             loss = _code(self.module, expression)
-            needed = {loss} if isinstance(expression, cst.Name) else self.facts(expression).used
+            # a loss kept on the object (`self.loss = ...`, a GAN trainer's) is read as such
+            plain = isinstance(expression, cst.Name) or (
+                isinstance(expression, cst.Attribute) and isinstance(expression.value, cst.Name)
+            )
+            needed = {loss} if plain else self.facts(expression).used
             # a loss handed in by the callers (the function runs no forward itself: DistilBERT's
             # `optimize(loss)` that takes `loss.mean()` first): its regions are the callers'
             handed = (
@@ -280,7 +284,7 @@ class Regions:
             feeding, calling, forward = [], [], []
             for i in range(index - 1, -1, -1):
                 facts = self.facts(body[i], setup.models)
-                if (facts.assigned | _filled(body[i])) & needed:
+                if (facts.assigned | _filled(body[i]) | _stored_attributes(body[i])) & needed:
                     bound = _rebound(body[i])
                     if bound:  # what it binds comes from here, not from before it
                         needed -= bound
@@ -1301,6 +1305,19 @@ def _rebound(statement: cst.CSTNode) -> set[str]:
 
 # methods that fill a container in place (`losses.append(vgg(out, y))`)
 _FILLING = frozenset({"append", "extend", "update", "insert", "add", "setdefault"})
+
+
+def _stored_attributes(statement: cst.CSTNode) -> set[str]:
+    """``self.loss = ...``: the attributes a simple statement assigns, as spelled."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return set()
+    module = cst.Module([])
+    return {
+        module.code_for_node(t.target)
+        for small in statement.body if isinstance(small, cst.Assign)
+        for t in small.targets
+        if isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
+    }  # fmt: skip
 
 
 def _filled(statement: cst.CSTNode) -> set[str]:
