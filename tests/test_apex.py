@@ -1675,7 +1675,7 @@ def test_a_loss_from_a_caller_the_regions_cannot_follow_is_refused(old, new):
         (
             "    o2.step()\n",
             "    o2.step()\n    o1.step()\n",
-            "each must step exactly once in this function",
+            "(on different paths, or more than once), and the rewrite places the one",
         ),
     ],
     ids=["blocks", "twice"],

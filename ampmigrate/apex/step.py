@@ -235,9 +235,13 @@ class Step:
         shown = ", ".join(f"`{o}`" for o in group)
         nodes = sorted((found[0] for found in steps), key=lambda n: self.order[id(n)])
         if any(len(found) != 1 for found in steps):
+            opt, found = next((o, f) for o, f in zip(group, steps, strict=True) if len(f) != 1)
+            lines = ", ".join(str(self.line(n)) for n in found)
             why = (
-                f"`amp.scale_loss` for {shown}: each must step exactly once in this function, "
-                "for one `scaler.update()` after the last; place the steps and the update by hand"
+                f"`amp.scale_loss` for {shown}: `{opt}` steps at lines {lines} of this function "
+                "(on different paths, or more than once), and the rewrite places the one "
+                "`scaler.update()` they share only after a single step of each; place the steps "
+                "and the update by hand"
             )
         elif len({id(self.parent(n)) for n in nodes}) != 1:
             why = (
