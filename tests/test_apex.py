@@ -7021,3 +7021,65 @@ def test_a_loss_kept_on_the_object_gets_its_region():
     namespace: dict = {}
     exec(compile(out.replace('"cuda"', '"cpu"').replace(".cuda()", ""), "m", "exec"), namespace)
     assert namespace["Trainer"]().update(torch.randn(8, 4)) == torch.float16
+
+
+TEACHER = """
+import torch
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+class Trainer:
+    def __init__(self, fp16):
+        self.fp16 = fp16
+        self.gen = torch.nn.Linear(4, 4).cuda()
+        self.opt = torch.optim.SGD(self.gen.parameters(), lr=0.1)
+        teacher = torch.nn.Linear(4, 4).cuda()
+        if self.fp16:
+            teacher = amp.initialize(teacher, opt_level="O1")
+        self.teacher = teacher.eval()
+        if self.fp16:
+            self.gen, self.opt = amp.initialize(self.gen, self.opt, opt_level="O1")
+
+    def update(self, x):
+        self.opt.zero_grad()
+        with torch.no_grad():
+            t = self.teacher(x)
+        loss = (self.gen(x) - t).pow(2).mean()
+        if self.fp16:
+            with amp.scale_loss(loss, self.opt) as scaled:
+                scaled.backward()
+        else:
+            loss.backward()
+        self.opt.step()
+        return t.dtype
+"""
+
+
+def test_a_teachers_casts_only_initialize_goes_with_the_training_one():
+    """DG-Net: a frozen teacher's `amp.initialize` without an optimizer beside the
+    generator's, same options, same test: it only turned on O1's casts, which the training
+    call turns on too, so it goes (it had made the file refused, with two untrue reasons);
+    the teacher's forward runs in the region. With another level, or under another test, it
+    stays a blocker. Run on CPU: the teacher's output is float16."""
+    torch = pytest.importorskip("torch")
+    source = textwrap.dedent(TEACHER)
+    out, _, fixed = fix_source(source, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "`teacher = amp.initialize(teacher, ...)` at line 16 (no optimizer) goes" in (
+        finding.message
+    )
+    assert "amp" not in out.replace("torch.amp", "") and fix_source(out, unsafe=True)[0] == out
+    namespace: dict = {}
+    exec(compile(out.replace('"cuda"', '"cpu"').replace(".cuda()", ""), "m", "exec"), namespace)
+    assert namespace["Trainer"](True).update(torch.randn(8, 4)) == torch.float16
+    assert namespace["Trainer"](False).update(torch.randn(8, 4)) == torch.float32
+    for changed in (
+        source.replace('teacher, opt_level="O1"', 'teacher, opt_level="O2"'),
+        source.replace(
+            "        if self.fp16:\n            teacher", "        if fp16:\n            teacher"
+        ),
+    ):
+        assert any(d.code == "AMP303" for d in fix_source(changed, unsafe=True)[1])

@@ -12,7 +12,15 @@ import os
 import libcst as cst
 
 from ampmigrate.apex.casts import cast_modules_under, loads_by_name
-from ampmigrate.apex.common import _argument, _code, _is_call_of, _Setup, _statements
+from ampmigrate.apex.common import (
+    _argument,
+    _code,
+    _is_call_of,
+    _Setup,
+    _statements,
+    initialize_arguments,
+    without_optimizer,
+)
 from ampmigrate.apex.links import (
     _Graph,
     _listed,
@@ -159,6 +167,48 @@ class Handles:
                 break
             merged.append(call)
         return merged
+
+    def _companions(self, initialize: list[cst.Call]) -> list[cst.Call]:
+        """``teacher = amp.initialize(teacher, opt_level="O1")`` beside the training
+        ``initialize`` of the same function, with the same options, under the same tests
+        (DG-Net's frozen teacher): it only turned on O1's casts, which the training call
+        turns on as well, process-wide; it goes, and its model's forwards are the
+        initialized models' (in a region, or named in a note)."""
+        training = [c for c in initialize if not without_optimizer(initialize_arguments(c)[0])]
+        found = []
+        for call in initialize:
+            if call in training or any(a.star for a in call.args):
+                continue
+            statement = self.statement(call)
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+            models = _argument(call, "models", 0)
+            if not (
+                isinstance(small, cst.Assign)
+                and len(statement.body) == 1
+                and len(small.targets) == 1
+                and small.value is call
+                and isinstance(models, cst.Name)
+                and _code(self.module, small.targets[0].target) == models.value
+            ):
+                continue
+            tests = self._tests_around(call)
+            if any(
+                self.function(t) is self.function(call)
+                and self._options(t) == self._options(call)
+                and self._tests_around(t) == tests
+                for t in training
+            ):
+                found.append(call)
+        return found
+
+    def _tests_around(self, call: cst.Call) -> list[str]:
+        """The tests of the ``if``s around ``call`` in its function, innermost first."""
+        function = self.function(call)
+        return [
+            _code(self.module, a.test)
+            for a in self.ancestors(call)
+            if isinstance(a, cst.If) and self.within(call, a.body) and self.function(a) is function
+        ]
 
     def _branches(self, initialize: list[cst.Call]) -> list[cst.Call] | None:
         """``if t: m, o = amp.initialize(m, o, ...)`` ``else: [m, n], o = amp.initialize([m, n],

@@ -329,6 +329,9 @@ class _Planner(
         if not calls and not any(isinstance(node, cst.Call) for node, _ in others):
             return None  # (a bare `@amp.float_function` alone is AMP301's)
         initialize = calls.get("initialize", [])
+        companions = self._companions(initialize) if len(initialize) > 1 else []
+        if companions:  # (casts only, beside the training call: they go with it)
+            initialize = calls["initialize"] = [c for c in initialize if c not in companions]
         self.plan.anchor = (initialize or [c for c, _ in others] or next(iter(calls.values())))[0]
         self.merged = self._merged(initialize) if initialize else []
         one = len(initialize) - len(self.merged) == 1  # (several in a row planned as one)
@@ -408,6 +411,17 @@ class _Planner(
             return self.plan
         if initialize:
             self._switch_leaks(setup.statement)
+        for companion in companions:
+            model = _code(self.module, _argument(companion, "models", 0))
+            setup.models.add(model)
+            self._remove_statement(self.statement(companion))
+            self.plan.notes.append(
+                f"`{model} = amp.initialize({model}, ...)` at line {self.line(companion)} (no "
+                "optimizer) goes: it only turned on O1's casts, which the training "
+                f"`amp.initialize` at line {self.line(initialize[0])} turns on too, "
+                f"process-wide; `{model}`'s forwards are the autocast regions' like the "
+                "trained models'"
+            )
         stored = self._through_stores(setup, calls) | self._through_params(setup, calls)
         others = {id(self.function(c)) for c in initialize[1:]}  # (refused above: their
         # uses are theirs, not this scaler's to reach)
