@@ -4150,6 +4150,11 @@ def test_a_probe_that_still_guards_an_imported_module_stays(tmp_path):
     [kept] = [d for d in fix_source(main.read_text(), path=main)[1] if "probe" in d.message]
     assert kept.fix is None
     assert "training.py, which this module imports, still imports apex (line 2)" in kept.message
+    # a probe that records nothing (`except ImportError: pass`, SupContrast's) guards no test:
+    # it goes in the same run that migrates the imported module
+    bare = "try:\n    import apex\nexcept ImportError:\n    pass\nimport training\n"
+    [offered] = [d for d in fix_source(bare, path=main)[1] if "probe" in d.message]
+    assert offered.fix == "unsafe"
     (tmp_path / "training.py").write_text("def run(fp16):\n    return None\n")
     [offered] = [d for d in fix_source(main.read_text(), path=main)[1] if "probe" in d.message]
     assert offered.fix == "unsafe"
@@ -7083,3 +7088,21 @@ def test_a_teachers_casts_only_initialize_goes_with_the_training_one():
         ),
     ):
         assert any(d.code == "AMP303" for d in fix_source(changed, unsafe=True)[1])
+
+
+def test_an_unread_fp16_utils_star_import_is_said_to_be_unread():
+    """DG-Net's `from apex.fp16_utils import *` that nothing reads, in a file refused for
+    another reason: it is named as unread, to delete, not as something to "replace first";
+    the fast `ast` verdict (a file without `initialize`) says the same."""
+    head = "import torch\nfrom apex import amp\nfrom apex.fp16_utils import *\n\n\n"
+    helper = head + (
+        "def backward(loss, optimizer):\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled:\n"
+        "        scaled.backward()\n"
+    )
+    message = _message(helper)
+    assert "`from apex.fp16_utils import *` needs apex, and nothing in this file reads it" in (
+        message
+    )
+    used = helper + "\n\nvalue = to_python_float(torch.ones(()))\n"
+    assert "`from apex.fp16_utils import *` needs apex: replace it first" in _message(used)

@@ -12,6 +12,7 @@ from ampmigrate.apex.common import _code, _imports_something, _statements
 from ampmigrate.apex.verdict import (
     APEX,
     ASSERTS_MISSING,
+    FP16_UTILS,
     GUARD_DOES_MORE,
     IMPORT_ERRORS,
     NOT_PRECISION,
@@ -20,15 +21,6 @@ from ampmigrate.apex.verdict import (
     needs_apex,
     used_as_value,
 )
-
-# what `from apex.fp16_utils import *` binds: its package's public names, submodules included
-_FP16_UTILS = frozenset({
-    "BN_convert_float", "network_to_half", "half_model", "prep_param_lists",
-    "model_grads_to_master_grads", "master_params_to_model_params", "tofp16",
-    "to_python_float", "clip_grad_norm", "convert_module", "convert_network", "FP16Model",
-    "FP16_Optimizer", "LossScaler", "DynamicLossScaler", "fp16util", "fp16_optimizer",
-    "loss_scaler",
-})  # fmt: skip
 
 
 class Guards:
@@ -71,7 +63,7 @@ class Guards:
                     module == "apex.fp16_utils"
                     and isinstance(node.names, cst.ImportStar)
                     and self.handing
-                    and not self._reads_any(_FP16_UTILS)
+                    and not self._reads_any(FP16_UTILS)
                 ):  # nothing of it is used: it goes with amp's import
                     lines.append(self.statement(node))
                     self.plan.notes.append(
@@ -81,6 +73,10 @@ class Guards:
                     listed = ", ".join(a.evaluated_name for a in names) or "*"
                     bound = frozenset(a.evaluated_alias or a.evaluated_name for a in names)
                     unused = bool(names) and not self._reads_any(bound)
+                    unread = not names and module == "apex.fp16_utils"  # (its `*`)
+                    if unread and not self._reads_any(FP16_UTILS):
+                        self.problem(node, needs_apex(module, listed, True))
+                        continue
                     if unused and (module.startswith("apex.fp16_utils") or self._unexported(node)):
                         lines.append(self.statement(node))  # (never read: it only needs apex)
                         self.plan.notes.append(

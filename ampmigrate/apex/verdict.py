@@ -47,6 +47,16 @@ IMPORT_ERRORS = frozenset({
 })  # fmt: skip
 
 
+# what `from apex.fp16_utils import *` binds: its package's public names, submodules included
+FP16_UTILS = frozenset({
+    "BN_convert_float", "network_to_half", "half_model", "prep_param_lists",
+    "model_grads_to_master_grads", "master_params_to_model_params", "tofp16",
+    "to_python_float", "clip_grad_norm", "convert_module", "convert_network", "FP16Model",
+    "FP16_Optimizer", "LossScaler", "DynamicLossScaler", "fp16util", "fp16_optimizer",
+    "loss_scaler",
+})  # fmt: skip
+
+
 def besides_amp(names: list[str]) -> str:
     """Why ``import apex.<module>`` of a module that is neither amp nor one the rest of
     apex's rules speak for blocks: the rewrite would leave the file needing apex for it."""
@@ -458,12 +468,16 @@ class _Judge:
                     lines.append(node)
                 elif not stays and (module == "apex" or module.startswith("apex.")):
                     bound = {a.asname or a.name for a in node.names}
-                    unused = not star and not any(
+                    unused = not any(
                         isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-                        for name in bound
+                        for name in (FP16_UTILS if star else bound)
                         for n in self.names.spelled(name)
-                    )
-                    if unused and (module.startswith("apex.fp16_utils") or self._unexported(node)):
+                    ) and (not star or module == "apex.fp16_utils")
+                    if (
+                        unused
+                        and not star
+                        and (module.startswith("apex.fp16_utils") or self._unexported(node))
+                    ):
                         lines.append(node)  # goes with amp's import (the planner's note)
                         continue
                     self.problem(node, needs_apex(module, ", ".join(listed) or "*", unused))

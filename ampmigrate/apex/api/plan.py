@@ -137,7 +137,20 @@ def unused_import(
         for a in names.ancestors(stmt)
     )
     message = f"`{full}` is imported but unused: the import only ties the file to apex"
-    guarding = apex_imported_beyond(path) if guarded else None
+    # a probe whose `try` records its outcome (`APEX_FOUND = True`) for code to test, while a
+    # module this one imports still imports apex: that test still guards it
+    flagged = any(
+        isinstance(a, ast.Try)
+        and any(_catches_import_error(h) for h in a.handlers)
+        and any(
+            isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
+            for part in (a.body, *(h.body for h in a.handlers))
+            for s in part
+            for n in ast.walk(s)
+        )
+        for a in names.ancestors(stmt)
+    )
+    guarding = apex_imported_beyond(path) if flagged else None
     if guarding is not None:
         other, line = guarding
         shown = os.path.relpath(other, os.path.dirname(os.path.abspath(path)))
