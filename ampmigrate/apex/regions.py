@@ -854,10 +854,14 @@ class Regions:
             for i, e in enumerate(n.value.elements)
             if _code(self.module, e.value) in models
         }  # fmt: skip
+        calls = [self.parent(r) for r in self._references(home.name.value)]
+        return self.bound_at([c for c in calls if isinstance(c, cst.Call)], places)
+
+    def bound_at(self, calls: list[cst.Call], places: set[int] | tuple[int, ...]) -> set[str]:
+        """What ``a, b = call(...)`` binds at ``places`` of the tuple, for each of ``calls``."""
         bound = set()
-        for ref in self._references(home.name.value):
-            call = self.parent(ref)
-            assign = self.parent(call) if isinstance(call, cst.Call) else None
+        for call in calls:
+            assign = self.parent(call)
             if not (isinstance(assign, cst.Assign) and assign.value is call):
                 continue
             for target in (t.target for t in assign.targets):

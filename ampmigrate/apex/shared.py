@@ -75,25 +75,11 @@ class SharedState:
                 "it by hand",
             )
             return None
-        models, calls = set(), []
-        for node in self.nodes:
-            if not (
-                isinstance(node, cst.Call)
-                and isinstance(node.func, cst.Name)
-                and node.func.value == function
-            ):
-                continue
-            calls.append(node)
-            assign = self.parent(node)
-            if not (isinstance(assign, cst.Assign) and assign.value is node):
-                continue
-            for target in (t.target for t in assign.targets):
-                if isinstance(target, cst.Tuple | cst.List):
-                    models |= {
-                        _code(self.module, e.value)
-                        for i, e in enumerate(target.elements)
-                        if i in self.link.shared
-                    }
+        calls = [
+            n for n in self.nodes
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == function
+        ]  # fmt: skip
+        models = self.bound_at(calls, self.link.shared)
         if not calls or not models:
             self.problem(
                 self.plan.anchor,
