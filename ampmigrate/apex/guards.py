@@ -19,6 +19,7 @@ from ampmigrate.apex.verdict import (
     SUPPORTED,
     besides_amp,
     needs_apex,
+    not_precision,
     used_as_value,
 )
 
@@ -95,7 +96,7 @@ class Guards:
                             a.evaluated_alias or _code(self.module, a.name).split(".")[0]
                             for a in node.names
                         }
-                    elif all(_not_precision(n) for n in names):
+                    elif all(map(not_precision, names)):
                         self._stays(f"import {', '.join(names)}")  # `import apex.optimizers`
                     else:
                         self.problem(node, besides_amp(names))
@@ -481,9 +482,3 @@ class Guards:
 
     def _in_import(self, node: cst.CSTNode) -> bool:
         return any(isinstance(a, cst.Import | cst.ImportFrom) for a in self.ancestors(node))
-
-
-def _not_precision(name: str) -> bool:
-    """``apex.optimizers``, ``apex.parallel.distributed``: apex, but not mixed precision."""
-    parts = name.split(".")
-    return parts[0] == "apex" and len(parts) > 1 and parts[1] in NOT_PRECISION

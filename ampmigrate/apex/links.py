@@ -1363,16 +1363,17 @@ def _shared_links(
         if not (isinstance(home, ast.FunctionDef) and home in owner.tree.body):
             continue
         places = _returned_models(owner, inits[0], home)
-        readers = [
-            f for f in files
+        readers = {  # each file that imports the function and scales: from which module
+            f.path: (f, module)
+            for f in files
             if f is not owner and f.path not in taken and "scale_loss" in f.members
             and "initialize" not in f.members
-            and _importing(f, owner, home.name) is not None
-        ]  # fmt: skip
+            and (module := _importing(f, owner, home.name)) is not None
+        }  # fmt: skip
         if not places or not readers:
             continue
         item = Link(
-            callers=tuple(f.path for f in readers),
+            callers=tuple(readers),
             callee=owner.path,
             functions=(home.name,),
             calls=tuple(
@@ -1380,9 +1381,9 @@ def _shared_links(
                     isinstance(p := f.names.parent(u), ast.Call) and p.func is u
                     for u in _uses(f, owner, home.name)
                 )
-                for f in readers
+                for f, _ in readers.values()
             ),
-            spellings=tuple((_importing(f, owner, home.name),) for f in readers),
+            spellings=tuple((module,) for _, module in readers.values()),
             shared=places,
             switch=_switch(owner, inits[0], home),
         )

@@ -57,6 +57,12 @@ FP16_UTILS = frozenset({
 })  # fmt: skip
 
 
+def not_precision(name: str) -> bool:
+    """``apex.optimizers``, ``apex.parallel.distributed``: apex, but not mixed precision."""
+    parts = name.split(".")
+    return parts[0] == "apex" and len(parts) > 1 and parts[1] in NOT_PRECISION
+
+
 def besides_amp(names: list[str]) -> str:
     """Why ``import apex.<module>`` of a module that is neither amp nor one the rest of
     apex's rules speak for blocks: the rewrite would leave the file needing apex for it."""
@@ -487,12 +493,8 @@ class _Judge:
                     self._plain(node)
                     if all(n in ("apex", "apex.amp") for n in spelled):
                         lines.append(node)
-                    elif not all(
-                        n.split(".")[0] == "apex"
-                        and n.split(".")[1:2]
-                        and n.split(".")[1] in NOT_PRECISION
-                        for n in spelled
-                    ):  # (`import apex.optimizers` stays, as its from-import does)
+                    elif not all(map(not_precision, spelled)):
+                        # (`import apex.optimizers` stays, as its from-import does)
                         self.problem(node, besides_amp(spelled))
         guarded: dict[int, tuple[ast.Try, list[ast.stmt]]] = {}
         for line in lines:

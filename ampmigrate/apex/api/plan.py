@@ -132,23 +132,20 @@ def unused_import(
         users = users_on_disk(path, [bound])
         if users is None or users:
             return Finding(code, _reexported(full, bound, path, users), stmt)
-    guarded = any(
-        isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
-        for a in names.ancestors(stmt)
-    )
+    tries = [  # the `try`s around it that catch its ImportError: it probes for apex
+        a for a in names.ancestors(stmt)
+        if isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
+    ]  # fmt: skip
+    guarded = bool(tries)
     message = f"`{full}` is imported but unused: the import only ties the file to apex"
     # a probe whose `try` records its outcome (`APEX_FOUND = True`) for code to test, while a
     # module this one imports still imports apex: that test still guards it
     flagged = any(
-        isinstance(a, ast.Try)
-        and any(_catches_import_error(h) for h in a.handlers)
-        and any(
-            isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
-            for part in (a.body, *(h.body for h in a.handlers))
-            for s in part
-            for n in ast.walk(s)
-        )
-        for a in names.ancestors(stmt)
+        isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        for a in tries
+        for part in (a.body, *(h.body for h in a.handlers))
+        for s in part
+        for n in ast.walk(s)
     )
     guarding = apex_imported_beyond(path) if flagged else None
     if guarding is not None:
