@@ -1142,6 +1142,32 @@ def test_the_setting_does_not_cover_a_level_the_project_sets_to_o2_elsewhere(tmp
     assert "can be rewritten" in found["O1"]  # nothing contradicts the setting
 
 
+FLAGGED = FIXTURES / "apex" / "flag_modules"
+FLAG_FILES = ["engine/epochs.py", "train.py"]
+
+
+def test_an_epoch_function_told_by_a_flag_is_rewritten_with_its_script(tmp_path):
+    """timm's shape: `use_amp = True` beside `initialize`, handed to an epoch function of
+    another module that scales when it holds. The flag's receiver is rewritten in the same
+    run (it gets the GradScaler), so it is not code that would still call apex; the unscale
+    before the clip goes under the same test as the scaler's step. Exactly the fixture, then
+    nothing more; each file alone refuses."""
+    _rewritten_exactly(tmp_path, FLAGGED, FLAG_FILES)
+    _each_alone_refuses(FLAGGED, FLAG_FILES, tmp_path / "alone")
+
+
+@pytest.mark.torch
+def test_migrated_flagged_epoch_function_trains_like_the_original(tmp_path, stub):
+    """The O0 stand-in against the migrated pair, with and without `--amp`; with "cuda" ->
+    "cpu" the forward runs in float16 under `--amp` and the clip sees unscaled gradients (the
+    losses track the float32 run's)."""
+    runs = [(FLAG_FILES[1], []), (FLAG_FILES[1], ["--amp"])]
+    results = _runs_beside_original(tmp_path, stub, FLAGGED, runs)
+    assert "forward dtypes: ['torch.float32']" in results[2][1]
+    assert "forward dtypes: ['torch.float16']" in results[5][1]
+    _tracks(_losses(results[5][1]), _losses(results[3][1]))
+
+
 SHARED = FIXTURES / "apex" / "shared_state"
 SHARED_FILES = ["retrieval/utils/model_setup.py", "train_encoder.py", "train_reader.py"]
 

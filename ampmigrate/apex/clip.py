@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import ast
+import textwrap
 
 import libcst as cst
 
@@ -166,14 +167,20 @@ class Clip:
             for a in w.items[0].item.args
         )
 
-    def _unscale_statement(self, unscale: str) -> cst.BaseStatement:
+    def _unscale_statement(self, unscale: str, reader: cst.CSTNode) -> cst.BaseStatement:
         """``scaler.unscale_(opt)``, asked of the optimizer as its step is (:meth:`_guard_steps`)
         where a path reaches them with no scaled backward since the last step: no gradients
-        there, apex's plain step, nothing to unscale; decided when the edit is built."""
+        there, apex's plain step, nothing to unscale; decided when the edit is built. Where
+        the step goes through the scaler only under a test (``branch_guards``), the unscale
+        runs under it too: on the other path the backward was plain while the scaler may be
+        on, and an unscale there would divide unscaled gradients and leave it unstepped."""
         opt = self.guarded_unscales.get(unscale)
-        if opt is None:
-            return cst.parse_statement(unscale)
-        return cst.parse_statement(f"if {_HOLDS_GRADIENTS.format(opt=opt)}:\n    {unscale}")
+        if opt is not None:
+            unscale = f"if {_HOLDS_GRADIENTS.format(opt=opt)}:\n    {unscale}"
+        test = self._unscale_gate(reader)
+        if test is not None:
+            unscale = f"if {test}:\n" + textwrap.indent(unscale, "    ")
+        return cst.parse_statement(unscale)
 
     def _unscale_before(self, statement: cst.CSTNode, unscale: str) -> None:
         if self.unscales.get(statement) == unscale:
@@ -185,7 +192,9 @@ class Clip:
             u = own(u) if own is not None else u
             return cst.FlattenSentinel(
                 [
-                    self._unscale_statement(unscale).with_changes(leading_lines=u.leading_lines),
+                    self._unscale_statement(unscale, statement).with_changes(
+                        leading_lines=u.leading_lines
+                    ),
                     u.with_changes(leading_lines=()),
                 ]
             )
@@ -287,7 +296,7 @@ class Clip:
             return cst.parse_statement("pass\n") if alone else cst.RemoveFromParent()
 
         def lines() -> list[cst.BaseStatement]:
-            body = [self._unscale_statement(unscale)] if unit is statement else []
+            body = [self._unscale_statement(unscale, statement)] if unit is statement else []
             body.append(moved["unit"])
             for test in reversed(conditions):  # under the conditions it ran under
                 header = cst.ensure_type(

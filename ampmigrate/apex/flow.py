@@ -39,6 +39,8 @@ class SwitchFlow:
             for node in self.module.body
             if isinstance(node, cst.FunctionDef | cst.ClassDef)
         }
+        # the functions of a link are rewritten in the same run, each given the GradScaler
+        linked = set(self.link.spellings[0]) if self.role == "caller" and self.link.calls else set()
         carriers = {(id(self.function(statement)), flag) for flag in flags}
         pending = list(carriers)
         reported: set[int] = set()
@@ -60,7 +62,11 @@ class SwitchFlow:
                             carriers.add((id(callee), param))
                             pending.append((id(callee), param))
                         continue
-                    if isinstance(callee, cst.ClassDef) or id(call) in reported:
+                    if (
+                        isinstance(callee, cst.ClassDef)
+                        or id(call) in reported
+                        or self.module.code_for_node(call.func) in linked
+                    ):
                         continue  # a class of this file: its code is rewritten with the plan
                     if arg.keyword is None or not _PRECISION.search(arg.keyword.value):
                         continue  # `print(use_amp)`, a log line: not a library's amp switch

@@ -160,6 +160,7 @@ class _Planner(
         # possibly on: the test under which the scaled branch ran
         self.branch_guards: dict[cst.CSTNode, str] = {}
         self.guarded_unscales: dict[str, str] = {}  # unscale_ lines asked as a guarded step: opt
+        self.unscale_gates: dict[cst.CSTNode, list] = {}  # gradient reader: the steps it serves
         self.groups: list[list[cst.CSTNode]] = []  # steps of one `scale_loss(loss, [a, b])`
         self.served: set[cst.CSTNode] = set()  # steps an unscale_ placed before a read serves
         self.requests: list[tuple[cst.With, cst.BaseExpression, cst.CSTNode, str | None]] = []

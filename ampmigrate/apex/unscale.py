@@ -548,6 +548,7 @@ class Unscale:
             block, index = located
             later = _statements(block)[index + 1 :]
             nested = [p for p in steps if any(p is s or self.within(p, s) for s in later)]
+            self._gate_unscale(statement, nested)
             if any(self._always_steps(s, steps) for s in later):
                 self.served.update(nested)
                 self._unscale_before(statement, unscale)
@@ -565,6 +566,25 @@ class Unscale:
             f"{self._reader(statement)} is not followed by `{opt}.step()` in the same step: "
             "place `scaler.unscale_` by hand",
         )
+
+    def _gate_unscale(self, statement: cst.CSTNode, served: list) -> None:
+        """Remember the steps the reader's unscale serves: where one goes through the scaler
+        only under a test (``_branch_guard``, decided later), the unscale runs under it too."""
+        self.unscale_gates[statement] = served
+
+    def _unscale_gate(self, statement: cst.CSTNode) -> str | None:
+        """That test, unless the reader already sits in its body."""
+        tests = {self.branch_guards[s] for s in self.unscale_gates.get(statement, ())
+                 if s in self.branch_guards}  # fmt: skip
+        if len(tests) != 1:
+            return None
+        test = tests.pop()
+        inside = any(
+            isinstance(a, cst.If) and self.within(statement, a.body)
+            and ast.unparse(ast.parse(f"({_code(self.module, a.test)})", mode="eval")) == test
+            for a in self.ancestors(statement)
+        )  # fmt: skip
+        return None if inside else test
 
     def _always_steps(self, statement: cst.CSTNode, steps: list) -> bool:
         """``statement`` is a step, or an if/else whose every branch always steps."""
