@@ -1143,15 +1143,15 @@ def test_the_setting_does_not_cover_a_level_the_project_sets_to_o2_elsewhere(tmp
 
 
 FLAGGED = FIXTURES / "apex" / "flag_modules"
-FLAG_FILES = ["engine/epochs.py", "train.py"]
+FLAG_FILES = ["engine/epochs.py", "engine/saving.py", "train.py"]
 
 
-def test_an_epoch_function_told_by_a_flag_is_rewritten_with_its_script(tmp_path):
-    """timm's shape: `use_amp = True` beside `initialize`, handed to an epoch function of
-    another module that scales when it holds. The flag's receiver is rewritten in the same
-    run (it gets the GradScaler), so it is not code that would still call apex; the unscale
-    before the clip goes under the same test as the scaler's step. Exactly the fixture, then
-    nothing more; each file alone refuses."""
+def test_functions_of_two_modules_told_by_a_flag_are_rewritten_with_their_script(tmp_path):
+    """timm's shape: `use_amp = True` beside `initialize`, handed to an epoch function of one
+    module that scales when it holds and to a checkpoint helper of another that saves apex's
+    state. Both get the one GradScaler, in the same run, so neither is code that would still
+    call apex; the unscale before the clip goes under the same test as the scaler's step.
+    Exactly the fixture, then nothing more; each file alone refuses."""
     _rewritten_exactly(tmp_path, FLAGGED, FLAG_FILES)
     _each_alone_refuses(FLAGGED, FLAG_FILES, tmp_path / "alone")
 
@@ -1161,8 +1161,9 @@ def test_migrated_flagged_epoch_function_trains_like_the_original(tmp_path, stub
     """The O0 stand-in against the migrated pair, with and without `--amp`; with "cuda" ->
     "cpu" the forward runs in float16 under `--amp` and the clip sees unscaled gradients (the
     losses track the float32 run's)."""
-    runs = [(FLAG_FILES[1], []), (FLAG_FILES[1], ["--amp"])]
+    runs = [(FLAG_FILES[2], []), (FLAG_FILES[2], ["--amp"])]
     results = _runs_beside_original(tmp_path, stub, FLAGGED, runs)
+    assert "saved 3 entries" in results[3][1]  # apex's state, then the GradScaler's
     assert "forward dtypes: ['torch.float32']" in results[2][1]
     assert "forward dtypes: ['torch.float16']" in results[5][1]
     _tracks(_losses(results[5][1]), _losses(results[3][1]))
@@ -1170,6 +1171,41 @@ def test_migrated_flagged_epoch_function_trains_like_the_original(tmp_path, stub
 
 SHARED = FIXTURES / "apex" / "shared_state"
 SHARED_FILES = ["retrieval/utils/model_setup.py", "train_encoder.py", "train_reader.py"]
+
+
+def test_a_second_script_that_calls_only_the_epoch_function_joins_the_component(tmp_path):
+    """A second script calls the epoch function but not the checkpoint helper: the three
+    modules and both scripts are one component, each script passing the GradScaler to what
+    it calls; a use of the helper that passes nothing keeps them all refused."""
+    root = tmp_path / "project"
+    shutil.copytree(FLAGGED / "before", root)
+    second = (
+        (root / "train.py")
+        .read_text()
+        .replace('        save_checkpoint(model, optimizer, "last.pt", use_amp=use_amp)\n', "")
+    )
+    (root / "finetune.py").write_text(second)
+    results = run(_files(root), _settings(fix=True))
+    assert {Path(r.path).name for r in results if r.changed} == {
+        "epochs.py",
+        "saving.py",
+        "train.py",
+        "finetune.py",
+    }
+    [tuned] = [r for r in results if r.path.endswith("finetune.py")]
+    assert "use_amp=use_amp, scaler=scaler)" in tuned.new_source.decode()
+    assert "save_checkpoint(" not in tuned.new_source.decode()
+    (root / "export.py").write_text(
+        "from engine.saving import save_checkpoint\n\nsave_checkpoint(None, None, 'x.pt')\n"
+    )
+    shutil.rmtree(root / "engine")
+    shutil.copytree(FLAGGED / "before" / "engine", root / "engine")
+    (root / "train.py").write_text((FLAGGED / "before" / "train.py").read_text())
+    (root / "finetune.py").write_text(second)
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    messages = _amp303(results)
+    assert "`save_checkpoint` is also used at export.py:3" in messages["train.py"].message
 
 
 def test_a_setup_function_and_the_trainers_that_import_it_are_rewritten_together(tmp_path):

@@ -68,6 +68,9 @@ class Link:
     runner: str | None = None
     helpers: tuple[str, ...] = ()
     helper_spellings: tuple[str, ...] = ()
+    # several callees: one link per callee (its functions, training function, parameters),
+    # each with the same callers; this link's ``calls`` and ``spellings`` are their sums
+    parts: tuple[Link, ...] = ()
 
     @property
     def named(self) -> str:
@@ -77,18 +80,24 @@ class Link:
 
     @property
     def files(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*self.callers, self.callee, *self.state)))
+        callees = [p.callee for p in self.parts] or [self.callee]
+        return tuple(dict.fromkeys((*self.callers, *callees, *self.state)))
 
     def role(self, path: str) -> str | None:
         path = os.path.abspath(path)
         if path in self.state:
             return "state"
-        return "caller" if path in self.callers else "callee" if path == self.callee else None
+        if path in self.callers:
+            return "caller"
+        return "callee" if path in self.files else None
 
     def seen_from(self, path: str) -> Link:
         """The link as the file ``path`` plans with it: a caller sees itself and the callee
         (its ``calls`` and ``spellings`` are its own), the callee sees every caller."""
         path = os.path.abspath(path)
+        part = next((p for p in self.parts if p.callee == path), None)
+        if part is not None:  # (a part sees the whole's state: broken by any file of it)
+            return replace(part, broken=self.broken, broken_by=self.broken_by)
         if path not in self.callers or self.kept is not None:
             return self
         i = self.callers.index(path)
@@ -103,7 +112,7 @@ class Link:
             mine = os.path.abspath(path) if path else None
             return _listed([self.shown(f) for f in self.files if f != mine] or ["."])
         if role == "caller":
-            return self.shown(self.callee)
+            return _listed([self.shown(c) for c in self.files if c not in self.callers])
         return _listed([self.shown(c) for c in self.callers])
 
     def shown(self, path: str) -> str:
@@ -1217,6 +1226,7 @@ def link(
     callees = {f.path: (f, *found) for f in files if (found := _linked_functions(f))[0]}
     callers = [f for f in files if len(f.members.get("initialize", [])) == 1]
     found_by: dict[str, list[tuple[str, str, str, int, tuple[str, ...]]]] = {}  # by callee
+    reaches: dict[str, tuple[str, ...]] = {}  # by caller: the callees it passes the scaler to
     for caller in callers:
         init = caller.members["initialize"][0]
         home = _function(caller, init)
@@ -1234,55 +1244,108 @@ def link(
                 for function in functions:
                     if any(_resolves(caller, q, callee, function.name) for q in qualified):
                         found.setdefault(path, []).append((node, function))
-        if len(found) != 1:
-            continue
-        path, calls = next(iter(found.items()))
-        trains = callees[path][2]
+        trainers = [p for p in found if callees[p][2] is not None]
         # a caller that scales its own loss only hands the scaler to checkpoint helpers
-        if ("scale_loss" in caller.members) == (trains is not None):
+        if not found or ("scale_loss" in caller.members) == bool(trainers):
             continue
-        training = [c for c, f in calls if f is trains]
-        models = {p for c in training for p in _parameters(trains, c, spelled["models"])}
-        optimizers = {p for c in training for p in _parameters(trains, c, spelled["optimizers"])}
-        if trains is not None and (len(models) != 1 or len(optimizers) != 1):
+        entries = [_entry(caller.path, callees[p][2], calls, spelled) for p, calls in found.items()]
+        if None in entries:
             continue
-        spellings: dict[str, set[str]] = {}
-        for call, function in calls:
-            spellings.setdefault(function.name, set()).add(ast.unparse(call.func))
-        if any(len(s) != 1 for s in spellings.values()):
-            continue
-        found_by.setdefault(path, []).append(
-            (
-                caller.path,
-                models.pop() if models else "",
-                optimizers.pop() if optimizers else "",
-                len(calls),
-                tuple(sorted(s.pop() for s in spellings.values())),
-            )
-        )
+        for path, entry in zip(found, entries, strict=True):
+            found_by.setdefault(path, []).append(entry)
+        reaches[caller.path] = tuple(sorted(found))
     by_path = {f.path: f for f in files}
     out: dict[str, Link] = {}
-    for path, found in found_by.items():
-        if len({(model, opt) for _, model, opt, _, _ in found}) != 1:
-            continue  # the callers pass the model in different parameters: each refuses
-        _, model, opt, _, _ = found[0]
-        _, functions, trains = callees[path]
-        item = Link(
-            callers=tuple(c for c, *_ in found),
-            callee=path,
-            functions=tuple(f.name for f in functions),
-            trains=trains.name if trains is not None else None,
-            model=model,
-            optimizer=opt,
-            calls=tuple(n for *_, n, _ in found),
-            spellings=tuple(s for *_, s in found),
-        )
-        item = _checked(item, by_path, everything)
-        out.update((f, item) for f in item.files)
+    for group in _groups(reaches):
+        parts = []
+        for path in group:
+            found = found_by[path]
+            if len({(model, opt) for _, model, opt, _, _ in found}) != 1:
+                break  # the callers pass the model in different parameters: each refuses
+            _, model, opt, _, _ = found[0]
+            _, functions, trains = callees[path]
+            item = Link(
+                callers=tuple(c for c, *_ in found),
+                callee=path,
+                functions=tuple(f.name for f in functions),
+                trains=trains.name if trains is not None else None,
+                model=model,
+                optimizer=opt,
+                calls=tuple(n for *_, n, _ in found),
+                spellings=tuple(s for *_, s in found),
+            )
+            parts.append(_checked(item, by_path, everything))
+        else:
+            item = parts[0] if len(parts) == 1 else _joined(parts)
+            out.update((f, item) for f in item.files)
     out.update(_hook_links(callers, files, set(out), everything))
     out.update(_kept_links(files, set(out)))
     out.update(_shared_links(files, set(out), everything))
     return out
+
+
+def _entry(
+    caller: str,
+    trains: ast.FunctionDef | None,
+    calls: list[tuple[ast.Call, ast.FunctionDef]],
+    spelled: dict[str, set[str]],
+) -> tuple[str, str, str, int, tuple[str, ...]] | None:
+    """What one caller gives one callee's functions: the parameters of its training function
+    that receive the model and the optimizer, how many calls, how each function is spelled
+    (None: not one parameter each, or one function spelled two ways)."""
+    training = [c for c, f in calls if f is trains]
+    models = {p for c in training for p in _parameters(trains, c, spelled["models"])}
+    optimizers = {p for c in training for p in _parameters(trains, c, spelled["optimizers"])}
+    if trains is not None and (len(models) != 1 or len(optimizers) != 1):
+        return None
+    spellings: dict[str, set[str]] = {}
+    for call, function in calls:
+        spellings.setdefault(function.name, set()).add(ast.unparse(call.func))
+    if any(len(s) != 1 for s in spellings.values()):
+        return None
+    return (
+        caller,
+        models.pop() if models else "",
+        optimizers.pop() if optimizers else "",
+        len(calls),
+        tuple(sorted(s.pop() for s in spellings.values())),
+    )
+
+
+def _groups(reaches: dict[str, tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The callees that one GradScaler must reach together: those of callers that share one
+    (a script that calls the epoch function, another that calls it and the checkpoint helper)."""
+    groups: list[set[str]] = []
+    for callees in reaches.values():
+        joined = set(callees)
+        for group in [g for g in groups if not g.isdisjoint(joined)]:
+            joined |= group
+            groups.remove(group)
+        groups.append(joined)
+    return [tuple(sorted(g)) for g in groups]
+
+
+def _joined(parts: list[Link]) -> Link:
+    """One link of several callees (an epoch function in one module, a checkpoint helper in
+    another), each a part with its own callers: per caller, its calls of them all; all
+    rewritten together, or none (the first broken part breaks the whole)."""
+    callers = tuple(dict.fromkeys(c for p in parts for c in p.callers))
+    calls, spellings = [], []
+    for caller in callers:
+        mine = [(p, p.callers.index(caller)) for p in parts if caller in p.callers]
+        calls.append(sum(p.calls[i] for p, i in mine))
+        spellings.append(tuple(sorted(s for p, i in mine for s in p.spellings[i])))
+    broken = next((p for p in parts if p.broken), None)
+    return replace(
+        parts[0],
+        callers=callers,
+        functions=tuple(f for p in parts for f in p.functions),
+        trains=next((p.trains for p in parts if p.trains), None),
+        calls=tuple(calls),
+        spellings=tuple(spellings),
+        broken=broken.broken if broken else None,
+        parts=tuple(parts),
+    )
 
 
 _REGISTERS = {"register_half_function", "register_float_function", "register_promote_function"}
