@@ -37,3 +37,17 @@ def test_migrated_runs_like_the_original_and_really_in_float16(name, stub, tmp_p
     code, out, error = results[-1]
     assert code == 0, error
     assert "forward dtypes: ['torch.float16']" in out, out
+
+
+@pytest.mark.torch
+def test_a_static_loss_scale_given_to_the_migration_stops_it(stub, tmp_path):
+    """`loss_scale=args.loss_scale`: the original trains with `--loss-scale 128` (apex's static
+    scale); the migration, whose GradScaler cannot keep one, stops where it is made and names
+    the value, instead of training with a dynamic scale."""
+    script = APEX / "loss_scale_flag.py"
+    flags = ["--amp", "--loss-scale", "128"]
+    specs = [(script, flags, stub, False), (APEX / "loss_scale_flag.fixed.py", flags, None, False)]
+    (code, out, _), (migrated_code, _, error) = _runs(specs, tmp_path)
+    assert code == 0 and "batch 5 loss" in out
+    assert migrated_code == 1
+    assert "ValueError: static loss scale '128': GradScaler is always dynamic" in error

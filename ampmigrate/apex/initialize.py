@@ -4,6 +4,7 @@ rest of the plan.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import os
 import re
@@ -177,13 +178,10 @@ class Initialize:
         )
         if not dynamic and _literal(scale):
             self.problem(init, "a static `loss_scale`: GradScaler is always dynamic")
+        elif not dynamic and not is_path(scale):
+            self.problem(init, self._not_dynamic(scale))
         elif not dynamic:
-            self.problem(
-                init,
-                f'`loss_scale={_code(self.module, scale)}` is not provably "dynamic" here (a '
-                "caller or config may give a static scale): GradScaler is always dynamic; pass "
-                '`loss_scale="dynamic"` or drop it',
-            )
+            self.scale_guard = scale
         statement = self.statement(init)
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         # `model, opt = amp.initialize(model.cuda(), opt)`: initialize returns the model it
@@ -391,11 +389,17 @@ class Initialize:
         if self.hooked("caller"):
             self._casts_only(setup, small, models, optimizer, holder, inner, chain)
             return setup
+        guard = self.scale_guard
+        if guard is not None and isinstance(holder, cst.If) and self._set_in(guard, holder, statement):
+            self.problem(init, self._not_dynamic(guard))  # (not readable where the scaler goes)
+            guard = None
         if (
             isinstance(holder, cst.If)
             and enabled is not None
             and self._set_in(enabled, holder, statement)
         ):
+            if guard is not None:
+                self.problem(init, self._not_dynamic(guard))
             # the switch is computed inside the `if`: the GradScaler goes where initialize was,
             # a disabled one before the `if` (the other path), and autocast asks the scaler
             setup.condition = _code(self.module, enabled)
@@ -406,6 +410,8 @@ class Initialize:
             return setup
         self._initial_scale(statement, "num_losses" in args)
         self._place_scaler(setup, small, models, optimizer, holder, enabled, inner, chain[1:])
+        if guard is not None:
+            self._static_scale_guard(init, guard, setup.condition)
         if otherwise is not None and not self._rebind(small, models, optimizer):
             left = [s for s in otherwise.body.body if s is not inner and s not in self.removed]
             if not left:  # `else: pass` is no `else`
@@ -598,6 +604,39 @@ class Initialize:
         ):
             return False
         return not self._changes(_code(self.module, inner.test), before)
+
+    def _not_dynamic(self, scale: cst.BaseExpression) -> str:
+        return (
+            f'`loss_scale={_code(self.module, scale)}` is not provably "dynamic" here (a '
+            "caller or config may give a static scale): GradScaler is always dynamic; pass "
+            '`loss_scale="dynamic"` or drop it'
+        )
+
+    def _static_scale_guard(self, init: cst.Call, scale: cst.BaseExpression, condition) -> None:
+        """``loss_scale=args.loss_scale``: None and "dynamic" are apex's dynamic scale, which
+        the GradScaler is; any other value was a static scale, which it cannot be. The runs
+        that pass one stop where the GradScaler is made, instead of training differently."""
+        if self.early is not None:
+            self.problem(init, self._not_dynamic(scale))  # (made before `scale` is read)
+            return
+        value = _code(self.module, scale)
+        test = f'{value} not in (None, "dynamic")'
+        if condition:
+            top = ast.parse(condition.strip(), mode="eval").body
+            low = isinstance(top, ast.IfExp | ast.Lambda | ast.NamedExpr) or (
+                isinstance(top, ast.BoolOp) and isinstance(top.op, ast.Or)
+            )
+            test = f"({condition}) and {test}" if low else f"{condition} and {test}"
+        self.after_scaler.append(
+            f"if {test}:\n    raise ValueError(\n"
+            f'        f"static loss scale {{{value}!r}}: GradScaler is always dynamic"\n    )'
+        )
+        self.plan.notes.append(
+            f"behaviour change: `loss_scale={value}` is apex's dynamic scale where it is None or "
+            '"dynamic", as the GradScaler is; a run that gives it another value (a static '
+            "scale, which the GradScaler cannot keep) now stops with ValueError where the "
+            "GradScaler is made"
+        )
 
     def _drop_emptied(
         self, chain: list[cst.If], removed: cst.CSTNode | None, small, models, optimizer

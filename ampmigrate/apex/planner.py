@@ -194,6 +194,7 @@ class _Planner(
         self.renamed_loads: list[cst.Call] = []  # `amp.load_state_dict(ckpt[key])`, key renamed
         self.handed: list = []  # the arguments that are handed the GradScaler instead
         self.after_scaler: list[str] = []  # statements right after the GradScaler is made
+        self.scale_guard: cst.BaseExpression | None = None  # `loss_scale=` from a flag
         self.wrapped: set[int] = set()  # the statements the autocast regions hold
         # regions (by their first statement) whose code may step an optimizer (_wrap)
         self.uncached: set[int] = set()
