@@ -390,7 +390,8 @@ class Initialize:
             self._casts_only(setup, small, models, optimizer, holder, inner, chain)
             return setup
         guard = self.scale_guard
-        if guard is not None and isinstance(holder, cst.If) and self._set_in(guard, holder, statement):
+        inside = isinstance(holder, cst.If) and guard is not None
+        if inside and self._set_in(guard, holder, statement):
             self.problem(init, self._not_dynamic(guard))  # (not readable where the scaler goes)
             guard = None
         if (
