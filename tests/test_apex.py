@@ -53,6 +53,7 @@ REWRITTEN = [
     "clip_switch_branches",
     "clip_after_partly_scaled",
     "loss_scale_flag",
+    "companion_in_method",
     "initialize_pairs_loop",
     "initial_loss_scale",
     "stored_handle",
@@ -2145,6 +2146,7 @@ CASES = {
     "clip_switch_branches": [[], ["--amp"]],
     "clip_after_partly_scaled": [[], ["--amp"], ["--amp", "--warm-up"]],
     "loss_scale_flag": [[], ["--amp", "--loss-scale", "dynamic"], ["--amp"]],
+    "companion_in_method": [[], ["--amp"]],
     "initialize_pairs_loop": [[], ["--fp16"]],
     "initial_loss_scale": [[], ["--fp16"]],
     "stored_handle": [[], ["--fp16"]],
@@ -7112,3 +7114,20 @@ def test_an_unread_fp16_utils_star_import_is_said_to_be_unread():
     )
     used = helper + "\n\nvalue = to_python_float(torch.ones(()))\n"
     assert "`from apex.fp16_utils import *` needs apex: replace it first" in _message(used)
+
+
+def test_a_casts_only_initialize_in_another_method_states_the_loss_scale_restart():
+    """The vocoder's `initialize` in `load_vocoder` goes with the training one in `__init__`;
+    apex restarted its loss scale at each call, which the note says the GradScaler does not.
+    Under another test than the training call's (one path may initialize only the vocoder),
+    it stays a blocker."""
+    source = (APEX / "companion_in_method.py").read_text()
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe"
+    assert "its loss scale restarted at 2**16 wherever `load_vocoder` ran" in finding.message
+    other = source.replace(
+        "        if self.use_amp:\n            self.vocoder",
+        "        if self.vocoder:\n            self.vocoder",
+    )
+    [finding] = [d for d in check_source(other) if d.code == "AMP303"]
+    assert finding.fix is None and "is called again, for `self.vocoder`" in finding.message

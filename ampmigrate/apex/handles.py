@@ -19,6 +19,7 @@ from ampmigrate.apex.common import (
     _Setup,
     _statements,
     initialize_arguments,
+    is_path,
     without_optimizer,
 )
 from ampmigrate.apex.links import (
@@ -187,19 +188,36 @@ class Handles:
                 and len(statement.body) == 1
                 and len(small.targets) == 1
                 and small.value is call
-                and isinstance(models, cst.Name)
-                and _code(self.module, small.targets[0].target) == models.value
+                and is_path(models)
+                and _code(self.module, small.targets[0].target) == _code(self.module, models)
             ):
                 continue
             tests = self._tests_around(call)
             if any(
-                self.function(t) is self.function(call)
+                self._beside(t, call)
                 and self._options(t) == self._options(call)
                 and self._tests_around(t) == tests
                 for t in training
             ):
                 found.append(call)
         return found
+
+    def _beside(self, training: cst.Call, call: cst.Call) -> bool:
+        """``call`` runs where the training ``initialize`` has run or runs next to it: the same
+        function, or another method of the class whose ``__init__`` holds the training call
+        (a vocoder loaded later: ``self.vocoder = amp.initialize(self.vocoder)``)."""
+        home, other = self.function(training), self.function(call)
+        if home is other:
+            return True
+        holder = self.parent(self.parent(home)) if isinstance(home, cst.FunctionDef) else None
+        return (
+            isinstance(holder, cst.ClassDef)
+            and home.name.value == "__init__"
+            and isinstance(other, cst.FunctionDef)
+            and self.method_of(call, holder) is other
+            and is_path(_argument(call, "models", 0))
+            and _code(self.module, _argument(call, "models", 0)).startswith("self.")
+        )
 
     def _tests_around(self, call: cst.Call) -> list[str]:
         """The tests of the ``if``s around ``call`` in its function, innermost first."""
@@ -318,7 +336,7 @@ class Handles:
         return sorted(
             f"{a.keyword.value}={_code(self.module, a.value)}"
             for a in call.args
-            if a.keyword is not None
+            if a.keyword is not None and a.keyword.value not in ("models", "optimizers")
         )
 
     def _rebinds_own(self, call: cst.Call) -> bool:

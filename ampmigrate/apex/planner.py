@@ -423,6 +423,14 @@ class _Planner(
                 f"`amp.initialize` at line {self.line(initialize[0])} turns on too, "
                 f"process-wide; `{model}`'s forwards are the autocast regions' like the "
                 "trained models'"
+                + (
+                    ""
+                    if self.function(companion) is self.function(initialize[0])
+                    else f"; behaviour change: apex also made new loss scalers at each "
+                    f"`initialize`, so its loss scale restarted at 2**16 wherever "
+                    f"`{self.function(companion).name.value}` ran after training steps; the "
+                    "GradScaler keeps its scale"
+                )
             )
         stored = self._through_stores(setup, calls) | self._through_params(setup, calls)
         others = {id(self.function(c)) for c in initialize[1:]}  # (refused above: their
