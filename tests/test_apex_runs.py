@@ -5,8 +5,12 @@ test_apex.py: these runs are most of that file's time."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from test_apex import APEX, CASES, REWRITTEN, _runs
+
+from conftest import fix_source
 
 
 @pytest.mark.torch
@@ -51,3 +55,95 @@ def test_a_static_loss_scale_given_to_the_migration_stops_it(stub, tmp_path):
     assert code == 0 and "batch 5 loss" in out
     assert migrated_code == 1
     assert "ValueError: static loss scale '128': GradScaler is always dynamic" in error
+
+
+TIMM_SCRIPT = """\
+import sys
+
+import torch
+from apex import amp
+from timm.utils import *
+
+
+def train_epoch(model, batches, optimizer, saver, use_amp=False):
+    for i, (x, y) in enumerate(batches):
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        optimizer.zero_grad()
+        if use_amp:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+        saver.save_recovery(model, optimizer, use_amp=use_amp, batch_idx=i)
+        print(f"batch {i} loss {loss.item():.6f}")
+
+
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+saver = CheckpointSaver()
+use_amp = False
+if "--amp" in sys.argv:
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    use_amp = True
+batches = [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(3)]
+train_epoch(model, batches, optimizer, saver, use_amp=use_amp)
+saver.save_checkpoint(model, optimizer, use_amp=use_amp)
+"""
+
+# timm 0.1's saver, as far as apex goes: `use_amp=True` saves `amp.state_dict()`
+TIMM_UTILS = """\
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+class CheckpointSaver:
+    def save_checkpoint(self, model, optimizer, use_amp=False):
+        self._save(use_amp)
+
+    def save_recovery(self, model, optimizer, use_amp=False, batch_idx=0):
+        self._save(use_amp)
+
+    def _save(self, use_amp):
+        state = {"amp": amp.state_dict()} if use_amp and "state_dict" in amp.__dict__ else {}
+        print("saved", sorted(state))
+"""
+
+
+@pytest.mark.torch
+def test_timms_checkpoint_saver_is_told_apex_is_off(stub, tmp_path):
+    """timm 0.1's `CheckpointSaver` given `use_amp=True` saves `amp.state_dict()`, which
+    raises without apex: the migration gives it False (stated), and trains like the original
+    with and without `--amp` otherwise."""
+    (tmp_path / "timm").mkdir()
+    (tmp_path / "timm" / "__init__.py").write_text("")
+    (tmp_path / "timm" / "utils.py").write_text(TIMM_UTILS)
+    new, remaining, fixed = fix_source(TIMM_SCRIPT, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "timm's `CheckpointSaver` (the library, timm 0.1) is given `use_amp=False`" in (
+        finding.message
+    )
+    assert "saver.save_checkpoint(model, optimizer, use_amp=False)" in new
+    assert "use_amp=False, batch_idx=i)" in new
+    original, migrated = tmp_path / "original.py", tmp_path / "migrated.py"
+    original.write_text(TIMM_SCRIPT)
+    migrated.write_text(new)
+    shutil.copytree(stub / "apex", tmp_path / "stubbed" / "apex")
+    (tmp_path / "stubbed" / "timm").symlink_to(tmp_path / "timm")
+    specs = [(original, flags, tmp_path / "stubbed", False) for flags in ([], ["--amp"])] + [
+        (migrated, flags, tmp_path, False) for flags in ([], ["--amp"])
+    ]
+    results = _runs(specs, tmp_path)
+    for code, _, error in results:
+        assert code == 0, error
+    assert "saved ['amp']" in results[1][1]
+    assert results[0][1] == results[2][1]
+    assert results[3][1] == results[1][1].replace("saved ['amp']", "saved []")
+    # a saver that is not timm's keeps the refusal: its switch may do anything
+    own = TIMM_SCRIPT.replace("from timm.utils import *", "from detlib.utils import *")
+    _, remaining, _ = fix_source(own, unsafe=True)
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert "is given `use_amp`" in finding.message

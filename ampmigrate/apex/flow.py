@@ -16,6 +16,8 @@ from ampmigrate.apex.common import flag_assignment
 
 # the keyword a library's mixed-precision switch goes by (`use_amp=`, `fp16=`, `apex=`)
 _PRECISION = re.compile(r"amp|apex|fp16|half|mixed|precision", re.IGNORECASE)
+# timm 0.1's `CheckpointSaver` methods that take `use_amp` and then save `amp.state_dict()`
+_TIMM_SAVING = frozenset({"save_checkpoint", "save_recovery"})
 
 
 class SwitchFlow:
@@ -71,6 +73,8 @@ class SwitchFlow:
                     if arg.keyword is None or not _PRECISION.search(arg.keyword.value):
                         continue  # `print(use_amp)`, a log line: not a library's amp switch
                     reported.add(id(call))
+                    if self._timm_saver(call, arg):
+                        continue
                     self.problem(
                         call,
                         f"`{self.module.code_for_node(call.func)}(...)` is given "
@@ -80,6 +84,54 @@ class SwitchFlow:
                         "which the rewrite cannot change; give it the GradScaler's state "
                         "instead, or migrate that code too",
                     )
+
+    def _timm_saver(self, call: cst.Call, arg: cst.Arg) -> bool:
+        """``saver.save_checkpoint(..., use_amp=use_amp)`` on timm's ``CheckpointSaver``
+        (timm 0.1, imported from ``timm.utils``): given True it saves ``amp.state_dict()``,
+        which raises once apex is no longer initialized (or installed); it is given False, and
+        its checkpoints hold no loss scale (stated). Only those two methods and that keyword
+        of that library: a switch handed to any other code may turn on its own precision."""
+        if not (
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in _TIMM_SAVING
+            and arg.keyword.value == "use_amp"
+            and self._imports_timm_saver()
+        ):
+            return False
+        self.plan.edits[arg.value] = lambda _u: cst.Name("False")
+        if not self.timm_noted:
+            self.timm_noted = True
+            self.plan.notes.append(
+                "behaviour change: timm's `CheckpointSaver` (the library, timm 0.1) is given "
+                "`use_amp=False` at its `save_checkpoint`/`save_recovery` calls: given True it "
+                "saved `amp.state_dict()`, which raises once apex is not initialized; its "
+                "checkpoints now hold no loss scale, so a resume from them restarts the "
+                "GradScaler at its initial scale"
+            )
+        return True
+
+    def _imports_timm_saver(self) -> bool:
+        """``CheckpointSaver`` comes from ``timm.utils`` (by name or ``*``) and this file does
+        not define one."""
+        found = False
+        for node in self.nodes:
+            if isinstance(node, cst.ClassDef | cst.FunctionDef) and (
+                node.name.value == "CheckpointSaver"
+            ):
+                return False
+            if isinstance(node, cst.ImportFrom) and node.module is not None:
+                module = self.module.code_for_node(node.module)
+                if module not in ("timm.utils", "timm.utils.checkpoint_saver"):
+                    continue
+                names = node.names
+                found = (
+                    found
+                    or isinstance(names, cst.ImportStar)
+                    or any(
+                        a.evaluated_name == "CheckpointSaver" and a.asname is None for a in names
+                    )
+                )
+        return found
 
     def _receiving(self, function: cst.FunctionDef, arg: cst.Arg, index: int) -> str | None:
         """The parameter of ``function`` that ``arg`` (the ``index``-th argument) binds."""

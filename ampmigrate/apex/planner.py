@@ -195,6 +195,7 @@ class _Planner(
         self.handed: list = []  # the arguments that are handed the GradScaler instead
         self.after_scaler: list[str] = []  # statements right after the GradScaler is made
         self.scale_guard: cst.BaseExpression | None = None  # `loss_scale=` from a flag
+        self.timm_noted = False  # the note on timm's CheckpointSaver is given
         self.wrapped: set[int] = set()  # the statements the autocast regions hold
         # regions (by their first statement) whose code may step an optimizer (_wrap)
         self.uncached: set[int] = set()
@@ -484,11 +485,16 @@ class _Planner(
             self._resume_state(setup, initialize[0])
         elif initialize and not calls.get("state_dict"):  # restored, never saved (GANTTS)
             self.scale_gap = True
+            line = self.line(calls["load_state_dict"][0])
             self.plan.notes.append(
-                "apex's loss scale is restored here (line "
-                f"{self.line(calls['load_state_dict'][0])}) but never saved, so no checkpoint "
-                "this code writes holds it: the GradScaler's is not saved either, and the "
-                "scale restarts on resume, as under apex (AMP208 reports this gap on its own)"
+                f"apex's loss scale is restored here (line {line}) from what timm's "
+                "`CheckpointSaver` saved, which it saves no more (above): the scale restarts "
+                "on resume (AMP208 reports this gap on its own)"
+                if self.timm_noted
+                else f"apex's loss scale is restored here (line {line}) but never saved, so no "
+                "checkpoint this code writes holds it: the GradScaler's is not saved either, "
+                "and the scale restarts on resume, as under apex (AMP208 reports this gap on "
+                "its own)"
             )
         if initialize and (self.hooked("caller") or (self.link and self.link.kept)):
             pass  # the hook makes its own GradScaler; a kept handle is judged by its store
