@@ -147,3 +147,53 @@ def test_timms_checkpoint_saver_is_told_apex_is_off(stub, tmp_path):
     _, remaining, _ = fix_source(own, unsafe=True)
     [finding] = [d for d in remaining if d.code == "AMP303"]
     assert "is given `use_amp`" in finding.message
+
+
+O0_SCRIPT = """\
+import sys
+
+import torch
+from apex import amp
+
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+distributed = "--distributed" in sys.argv
+if distributed:
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O0")
+for i in range(4):
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    if distributed:
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+    else:
+        loss.backward()
+    optimizer.step()
+    print(f"batch {i} loss {loss.item():.6f}")
+"""
+
+
+@pytest.mark.torch
+def test_a_literal_o0_becomes_a_disabled_scaler_that_trains_alike(stub, tmp_path):
+    """`opt_level="O0"` is apex switched off (float32, a scale of 1.0 that never skips): a
+    GradScaler made with `enabled=False`, its regions off, trains exactly like the original,
+    also with "cuda" -> "cpu" (where an enabled one would run float16)."""
+    new, _, fixed = fix_source(O0_SCRIPT, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "opt_level O0 is apex switched off" in finding.message
+    assert 'GradScaler("cuda", enabled=False)' in new and "from apex" not in new
+    original, migrated, cpu = (tmp_path / f"{n}.py" for n in ("original", "migrated", "cpu"))
+    original.write_text(O0_SCRIPT)
+    migrated.write_text(new)
+    cpu.write_text(new.replace('"cuda"', '"cpu"'))
+    flags = ["--distributed"]
+    specs = [(original, flags, stub, False), (migrated, flags, None, False)]
+    specs.append((cpu, flags, None, True))
+    results = _runs(specs, tmp_path)
+    for code, _, error in results:
+        assert code == 0, error
+    assert results[0][1] == results[1][1]
+    assert "forward dtypes: ['torch.float32']" in results[2][1]
+    assert results[2][1].startswith(results[0][1])

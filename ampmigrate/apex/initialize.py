@@ -142,11 +142,13 @@ class Initialize:
             )
         if isinstance(level, cst.SimpleString):
             if level.evaluated_value == "O0":
-                self.problem(
-                    init,
-                    "opt_level O0 is apex switched off (float32, no loss scaling): nothing of "
-                    "torch.amp replaces it; delete the apex calls by hand (or, to keep a "
-                    'switch, `torch.amp.GradScaler("cuda", enabled=False)`)',
+                # apex switched off: float32, a static scale of 1.0 that never skips a step,
+                # which is a GradScaler made with enabled=False (its regions off alike)
+                args["enabled"] = cst.Name("False")
+                self.plan.notes.append(
+                    "opt_level O0 is apex switched off (float32, a loss scale of 1.0 that never "
+                    "skips a step): the GradScaler is made with `enabled=False` and the autocast "
+                    "regions are off, which is the same; set both on to train in mixed precision"
                 )
             elif level.evaluated_value != "O1":
                 self.problem(
@@ -321,6 +323,8 @@ class Initialize:
         if enabled is not None:
             text = _code(self.module, enabled)
             condition = f"({condition}) and ({text})" if condition else text
+            if text == "False" or text.endswith(") and False"):
+                condition = "False"  # (O0: off on every path)
         level_text = _code(self.module, level) if level is not None else None
         if condition is not None and level_text is not None and level_text in condition:
             tests = [*(h.test for h in chain), enabled]
