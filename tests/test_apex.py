@@ -54,6 +54,7 @@ REWRITTEN = [
     "clip_after_partly_scaled",
     "loss_scale_flag",
     "companion_in_method",
+    "availability_fallback",
     "initialize_pairs_loop",
     "initial_loss_scale",
     "stored_handle",
@@ -2147,6 +2148,7 @@ CASES = {
     "clip_after_partly_scaled": [[], ["--amp"], ["--amp", "--warm-up"]],
     "loss_scale_flag": [[], ["--amp", "--loss-scale", "dynamic"], ["--amp"]],
     "companion_in_method": [[], ["--amp"]],
+    "availability_fallback": [[], ["--opt-level", "O1"]],
     "initialize_pairs_loop": [[], ["--fp16"]],
     "initial_loss_scale": [[], ["--fp16"]],
     "stored_handle": [[], ["--fp16"]],
@@ -7131,3 +7133,55 @@ def test_a_casts_only_initialize_in_another_method_states_the_loss_scale_restart
     )
     [finding] = [d for d in check_source(other) if d.code == "AMP303"]
     assert finding.fix is None and "is called again, for `self.vocoder`" in finding.message
+
+
+def test_an_availability_fallback_around_initialize_goes_with_a_note():
+    """`if amp is None: <warn, level back to "O0"> else: amp.initialize(...)`: the fallback's
+    store is not a reassignment of the level (that branch goes, stated), the `else:` becomes
+    the GradScaler; an assignment outside it still counts. At a function's top level, the `if`
+    is replaced by the GradScaler, nothing of the fallback left."""
+    source = (APEX / "availability_fallback.py").read_text()
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe"
+    assert (
+        "behaviour change: the first branch of the `if` at line 27 ran where apex was not "
+        "installed and set `args.opt_level`; native AMP is always there, so it goes"
+    ) in finding.message
+    stored = source.replace("    torch.manual_seed(0)\n", "    args.opt_level = level()\n", 1)
+    [finding] = [d for d in check_source(stored) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "the flag `--opt-level`, reassigned in this file" in finding.message
+    top = textwrap.dedent("""\
+        import torch
+
+        try:
+            from apex import amp
+        except ImportError:
+            amp = None
+
+
+        def main(fp16, batches):
+            model = torch.nn.Linear(8, 4)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            if amp is None:
+                print("apex is not installed: float32")
+                fp16 = False
+            else:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1", enabled=fp16)
+            for x in batches:
+                loss = model(x).sum()
+                optimizer.zero_grad()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+    """)
+    out, remaining, fixed = fix_source(top, unsafe=True)
+    assert [d.code for d in fixed] == ["AMP303"] and not remaining
+    assert "amp" not in out.replace("torch.amp", "") and "apex" not in out
+    assert (
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        '    scaler = torch.amp.GradScaler("cuda", enabled=fp16)\n'
+        "    for x in batches:\n"
+    ) in out
+    assert "`fp16`; native AMP is always there" in fixed[0].message
+    assert fix_source(out, unsafe=True)[0] == out

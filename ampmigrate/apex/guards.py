@@ -450,19 +450,13 @@ class Guards:
         elif isinstance(parent, cst.If) and parent.test is expr:
             if value:
                 self.dissolved.add(parent)
-                self.plan.edits[parent] = lambda u: cst.FlattenSentinel(
-                    [
-                        u.body.body[0].with_changes(leading_lines=u.leading_lines),
-                        *u.body.body[1:],
-                    ]
-                )
+                self.plan.edits[parent] = lambda u: _branch(u, u.body)
+                if isinstance(parent.orelse, cst.Else):
+                    self._fallback_note(parent, parent.orelse.body, "the `else:`")
             elif isinstance(parent.orelse, cst.Else):
-                self.plan.edits[parent] = lambda u: cst.FlattenSentinel(
-                    [
-                        u.orelse.body.body[0].with_changes(leading_lines=u.leading_lines),
-                        *u.orelse.body.body[1:],
-                    ]
-                )
+                self.folded_else.add(parent)
+                self.plan.edits[parent] = lambda u: _branch(u, u.orelse.body if u.orelse else None)
+                self._fallback_note(parent, parent.body, "the first branch")
             elif isinstance(parent.orelse, cst.If):
                 self.plan.edits[parent] = lambda u: u.orelse.with_changes(
                     leading_lines=u.leading_lines
@@ -476,9 +470,50 @@ class Guards:
         else:
             self.plan.edits[expr] = lambda _u, v=value: cst.Name(str(v))
 
+    def _fallback_note(self, node: cst.If, dropped: cst.BaseSuite, which: str) -> None:
+        """The branch of an availability test that ran without apex goes; what it set (the
+        opt level put back to "O0", a flag turned off) is set no more."""
+        names = {n for s in _statements(dropped) for n in self.facts(s).assigned} | {
+            _code(self.module, n.target)
+            for n in self._subtree(dropped)
+            if isinstance(n, cst.AssignTarget) and not isinstance(n.target, cst.Name)
+        }
+        if names:
+            listed = ", ".join(f"`{n}`" for n in sorted(names))
+            self.plan.notes.append(
+                f"behaviour change: {which} of the `if` at line {self.line(node)} ran where "
+                f"apex was not installed and set {listed}; native AMP is always there, so it "
+                "goes: a run that fell back there now takes the path a run with apex took"
+            )
+
+    def dead(self, node: cst.CSTNode) -> bool:
+        """``node`` is in a branch that the folded availability tests drop: code that runs
+        only where apex is missing, which never happens once native AMP replaces it."""
+        for above in self.ancestors(node):
+            if isinstance(above, cst.If) and (
+                (above in self.folded_else and self.within(node, above.body))
+                or (
+                    above in self.dissolved
+                    and above.orelse is not None
+                    and self.within(node, above.orelse)
+                )
+            ):
+                return True
+        return False
+
     def _is_elif(self, node: cst.If) -> bool:
         parent = self.parent(node)
         return isinstance(parent, cst.If) and parent.orelse is node
 
     def _in_import(self, node: cst.CSTNode) -> bool:
         return any(isinstance(a, cst.Import | cst.ImportFrom) for a in self.ancestors(node))
+
+
+def _branch(u: cst.If, kept: cst.BaseSuite | None) -> cst.FlattenSentinel | cst.RemovalSentinel:
+    """The ``if`` gives way to the branch that runs (nothing, where the plan emptied it)."""
+    if isinstance(kept, cst.SimpleStatementSuite):  # `else: x = 1` on one line
+        kept = cst.IndentedBlock([cst.SimpleStatementLine(body=kept.body)])
+    body = list(kept.body) if kept is not None else []
+    if not body:
+        return cst.RemoveFromParent()
+    return cst.FlattenSentinel([body[0].with_changes(leading_lines=u.leading_lines), *body[1:]])

@@ -242,6 +242,14 @@ class Initialize:
         else:
             holder = self.parent(self.parent(statement))
             condition = None
+            if (
+                isinstance(holder, cst.Else)
+                and self.parent(holder) in self.folded_else
+                and statement is inner
+            ):  # `if amp is None: <fall back> else: amp.initialize(...)`: the `if` gives way to
+                # its `else:`, placed as one statement (as a loop around initialize is)
+                statement = self.parent(holder)
+                holder = self.parent(self.parent(statement))
             if isinstance(holder, cst.If) and holder in self.dissolved:
                 outer = self.parent(self.parent(holder))
                 if isinstance(outer, cst.If | cst.Else) and not (
@@ -891,6 +899,7 @@ class Initialize:
                 isinstance(n, cst.AssignTarget | cst.AugAssign)
                 and isinstance(n.target, cst.Attribute)
                 and n.target.attr.value == attr
+                and not self.dead(n)  # (`if amp is None: args.opt_level = "O0"` goes)
                 for n in self.nodes
             )
         levels, taken = None, None
@@ -1099,7 +1108,7 @@ class Initialize:
         scoped = isinstance(level, cst.Name)
         stores, others = [], []
         for node in self.nodes:
-            if scoped and self.function(node) not in (function, self.module):
+            if (scoped and self.function(node) not in (function, self.module)) or self.dead(node):
                 continue
             if isinstance(node, cst.Param):
                 if scoped and node.name.value == level.value:

@@ -136,6 +136,7 @@ class _Planner(
         self.plan = Plan()
         self.removed: set[cst.CSTNode] = set()  # statements the plan deletes outright
         self.dissolved: set[cst.If] = set()  # `if amp is not None:` whose body stays in its place
+        self.folded_else: set[cst.If] = set()  # `if amp is None: ... else:`, its `else:` stays
         self._qualified: dict[cst.CSTNode, set[str]] = {}
         self._facts: dict[tuple[int, frozenset[str]], _Facts] = {}
         self.file_loads: list[cst.Call] = []  # `amp.load_state_dict(torch.load(".../amp.pt"))`

@@ -67,8 +67,12 @@ class Scaler:
             return
         if not isinstance(holder, cst.If) and inner is not statement:
             self.plan.edits[inner] = lambda _u: cst.FlattenSentinel(assigned)
+            folded = self.plan.edits.get(statement)  # (`if amp is None: ... else:` folds)
             self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
-                [*scaler_lines(statement.leading_lines), u.with_changes(leading_lines=())]
+                [
+                    *scaler_lines(statement.leading_lines),
+                    *_outcome(folded, u.with_changes(leading_lines=())),
+                ]
             )
             return
         if not isinstance(holder, cst.If):
@@ -492,3 +496,13 @@ class Scaler:
                 kwonly_params=[new.with_changes(comma=last.comma)],
             )
         return params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, new])
+
+
+def _outcome(edit, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statements ``node`` becomes under an earlier edit of the plan (none: itself)."""
+    if edit is None:
+        return [node]
+    done = edit(node)
+    if isinstance(done, cst.FlattenSentinel):
+        return list(done.nodes)
+    return [] if isinstance(done, cst.RemovalSentinel) else [done]
