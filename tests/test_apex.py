@@ -1488,7 +1488,8 @@ def test_initialize_positional_enabled_and_default_opt_level():
     off = source.replace('amp.initialize(model, optimizer, "O1")',
                          'amp.initialize(model, optimizer, "")')  # fmt: skip
     out, _, _ = fix_source(off, unsafe=True)
-    assert 'torch.amp.GradScaler("cuda", enabled=(fp16) and (False))' in out
+    assert 'torch.amp.GradScaler("cuda", enabled=False)' in out  # off on every path
+    assert "fp16) and" not in out
 
 
 NESTED = (
@@ -3890,9 +3891,14 @@ def test_a_probe_for_an_amp_member_the_rewrite_provides_folds_away(probe):
 
 
 def test_apex_on_switch_given_to_a_library_is_a_refusal_naming_the_call():
-    """timm's old CheckpointSaver saved `amp.state_dict()` when `use_amp` was true: after the
-    rewrite it would still call apex (never initialized) and never save the scaler."""
-    source = OLD_TIMM.format(probe="'load_state_dict' in amp.__dict__", kwarg="use_amp")
+    """timm's old CheckpointSaver saved `amp.state_dict()` when `use_amp` was true: it is told
+    apex is off (`use_amp=False`). Another library's saver given the switch may do the same
+    with it, which the rewrite cannot change: refused, naming the call."""
+    timm = OLD_TIMM.format(probe="'load_state_dict' in amp.__dict__", kwarg="use_amp")
+    out, _, fixed = fix_source(timm, unsafe=True)
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert "    saver.save_checkpoint(model, optimizer, use_amp=False)\n" in out
+    source = timm.replace("from timm.utils import", "from trainkit.saving import")
     out, remaining, fixed = fix_source(source, unsafe=True)
     assert out == source and not fixed
     [finding] = [d for d in remaining if d.code == "AMP303"]
