@@ -55,6 +55,7 @@ REWRITTEN = [
     "loss_scale_flag",
     "companion_in_method",
     "availability_fallback",
+    "availability_in_switch",
     "initialize_pairs_loop",
     "initial_loss_scale",
     "stored_handle",
@@ -2150,6 +2151,7 @@ CASES = {
     "loss_scale_flag": [[], ["--amp", "--loss-scale", "dynamic"], ["--amp"]],
     "companion_in_method": [[], ["--amp"]],
     "availability_fallback": [[], ["--opt-level", "O1"]],
+    "availability_in_switch": [[], ["--fp16"]],
     "initialize_pairs_loop": [[], ["--fp16"]],
     "initial_loss_scale": [[], ["--fp16"]],
     "stored_handle": [[], ["--fp16"]],
@@ -4784,6 +4786,37 @@ def test_initialize_through_a_parameter_is_not_said_to_be_missing():
     assert (
         "`amp.initialize` is called in this file only through a parameter (`prepare` calls "
         "`amp.initialize` (line 7) on its parameter `amp`)" in finding.message
+    )
+
+
+def test_a_methods_own_initialize_is_not_apex_called_through_a_parameter():
+    """`self.initialize()` (nnU-Net's trainers build their network and optimizer in a method
+    of that name) is the object's own method, not apex's: the twenty-fifth review's reason
+    "`amp.initialize` is called in this file only through a parameter" was false there."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        class Trainer:
+            def initialize(self):
+                self.net = torch.nn.Linear(2, 2)
+                self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+            def run_iteration(self, x):
+                loss = self.net(x).sum()
+                with amp.scale_loss(loss, self.opt) as scaled:
+                    scaled.backward()
+                self.opt.step()
+
+            def run_training(self, x):
+                self.initialize()
+                self.run_iteration(x)
+    """)
+    message = _message(source)
+    assert "through a parameter" not in message
+    assert "`run_iteration` uses `amp.scale_loss` but `amp.initialize` is not in this file" in (
+        message
     )
 
 

@@ -242,13 +242,12 @@ class Initialize:
         else:
             holder = self.parent(self.parent(statement))
             condition = None
-            if (
-                isinstance(holder, cst.Else)
-                and self.parent(holder) in self.folded_else
-                and statement is inner
-            ):  # `if amp is None: <fall back> else: amp.initialize(...)`: the `if` gives way to
-                # its `else:`, placed as one statement (as a loop around initialize is)
-                statement = self.parent(holder)
+            available = self._availability_if(holder, inner) if statement is inner else None
+            if available is not None:
+                # `if amp is None: <fall back> else: amp.initialize(...)`, or `if amp is not
+                # None:` in the switch's `if`: the availability `if` gives way to the branch
+                # that holds initialize; it is placed as one statement, as a loop around it is
+                statement = available
                 holder = self.parent(self.parent(statement))
             if isinstance(holder, cst.If) and holder in self.dissolved:
                 outer = self.parent(self.parent(holder))
@@ -439,6 +438,32 @@ class Initialize:
                         list(placed(u).nodes)[:-1]
                     )
         return setup
+
+    def _availability_if(self, holder: cst.CSTNode, inner: cst.CSTNode) -> cst.If | None:
+        """The availability test around ``inner`` whose branch holding it is what runs now
+        (the ``else:`` of ``amp is None``; the body of ``amp is not None`` in another ``if``,
+        at a function's top level its body just stays), where that branch holds nothing but
+        initialize calls, which all go."""
+        if isinstance(holder, cst.Else) and self.parent(holder) in self.folded_else:
+            available = self.parent(holder)
+        elif (
+            isinstance(holder, cst.If)
+            and holder in self.dissolved
+            and isinstance(self.parent(self.parent(holder)), cst.If)
+            and self.parent(holder) is self.parent(self.parent(holder)).body
+        ):
+            available = holder
+        else:
+            return None
+        for statement in _statements(holder.body):
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+            if statement is not inner and not (
+                len(getattr(statement, "body", ())) == 1
+                and isinstance(small, cst.Assign | cst.Expr)
+                and small.value in self.initialize_calls
+            ):
+                return None
+        return available
 
     def _else_of(self, otherwise: cst.Else) -> tuple[cst.If, str] | None:
         """``if T: ... else: amp.initialize(...)``: the ``if`` and ``not T``, where the

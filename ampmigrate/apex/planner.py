@@ -137,6 +137,7 @@ class _Planner(
         self.removed: set[cst.CSTNode] = set()  # statements the plan deletes outright
         self.dissolved: set[cst.If] = set()  # `if amp is not None:` whose body stays in its place
         self.folded_else: set[cst.If] = set()  # `if amp is None: ... else:`, its `else:` stays
+        self.initialize_calls: set[cst.Call] = set()
         self._qualified: dict[cst.CSTNode, set[str]] = {}
         self._facts: dict[tuple[int, frozenset[str]], _Facts] = {}
         self.file_loads: list[cst.Call] = []  # `amp.load_state_dict(torch.load(".../amp.pt"))`
@@ -333,6 +334,7 @@ class _Planner(
         if not calls and not any(isinstance(node, cst.Call) for node, _ in others):
             return None  # (a bare `@amp.float_function` alone is AMP301's)
         initialize = calls.get("initialize", [])
+        self.initialize_calls = set(initialize)  # (companions too: they go with the first)
         companions = self._companions(initialize) if len(initialize) > 1 else []
         if companions:  # (casts only, beside the training call: they go with it)
             initialize = calls["initialize"] = [c for c in initialize if c not in companions]

@@ -16,6 +16,7 @@ from ampmigrate.apex.clip import _HOLDS_GRADIENTS
 from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _Setup, _statements, is_path
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.apex.wrappers import wrapper_step
+from ampmigrate.replace import ReplaceNodes
 
 _GUARD = f"""\
 if {_HOLDS_GRADIENTS}:
@@ -850,8 +851,9 @@ class Step:
         after = next((i for i, s in enumerate(body) if s is step), None)
         if after is None or after <= index or self.before_step.get(step) or step in self.unsure:
             return False
+        folded = branch.test.visit(ReplaceNodes(self.plan.edits))  # (`or amp is None` goes)
         try:
-            test = ast.parse(f"({_code(self.module, branch.test)})", mode="eval").body
+            test = ast.parse(f"({_code(self.module, folded)})", mode="eval").body
         except SyntaxError:
             return False
         if any(isinstance(n, ast.Call | ast.NamedExpr | ast.Await) for n in ast.walk(test)):
@@ -871,7 +873,14 @@ class Step:
         if read & written:
             return False
         shown = ast.unparse(test)
-        scaled_on = shown if self.within(scaled, branch.body) else f"not ({shown})"
+        negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+        scaled_on = (
+            shown
+            if self.within(scaled, branch.body)
+            else ast.unparse(test.operand)  # (`if not x:` holds the plain one: the step's is `x`)
+            if negated
+            else f"not ({shown})"
+        )
         self.branch_guards[step] = scaled_on
         self.plan.notes.append(
             f"the step at line {self.line(step)} goes through the scaler only where "
@@ -910,7 +919,8 @@ class Step:
         from a scaled one, runs the plain one only with the scaler off: its test holds
         wherever the scaler's switch does (one of whose terms ``on`` holds each `and` term of
         one of the test's `or` terms). Else the test, as written, for the reason."""
-        shown = _code(self.module, branch.test)
+        # as the rewrite has it: availability terms folded (`or amp is None` goes)
+        shown = _code(self.module, branch.test.visit(ReplaceNodes(self.plan.edits)))
         try:
             test = ast.parse(f"({shown})", mode="eval").body
         except SyntaxError:

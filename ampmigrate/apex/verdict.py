@@ -87,11 +87,15 @@ def no_rewrite(member: str) -> str:
 
 def initialized_through_parameter(tree: ast.Module) -> str | None:
     """``f(model, amp)`` whose body calls ``amp.initialize(...)`` on its parameter: the file
-    does initialize apex, through what it is passed (said instead of "not in this file")."""
+    does initialize apex, through what it is passed (said instead of "not in this file"). A
+    method's own ``self.initialize()`` is not that, nor is a call given no model (apex's
+    first parameter has no default)."""
     for node in ast.walk(tree):
         if not isinstance(node, _FUNCTIONS):
             continue
-        params = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+        positional = [*node.args.posonlyargs, *node.args.args]
+        params = {a.arg for a in (*positional, *node.args.kwonlyargs)}
+        params -= {positional[0].arg} & {"self", "cls"} if positional else set()
         for call in ast.walk(node):
             func = call.func if isinstance(call, ast.Call) else None
             if (
@@ -99,6 +103,7 @@ def initialized_through_parameter(tree: ast.Module) -> str | None:
                 and func.attr == "initialize"
                 and isinstance(func.value, ast.Name)
                 and func.value.id in params
+                and (call.args or any(k.arg == "models" for k in call.keywords))
             ):
                 return (
                     f"`{node.name}` calls `{func.value.id}.initialize` (line {call.lineno}) on "
