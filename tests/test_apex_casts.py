@@ -5,6 +5,7 @@ rewritten in one run, or none."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -212,3 +213,15 @@ def test_the_advice_for_each_cast_decorator_keeps_its_direction():
     assert "cast_inputs=torch.float32" in found["float_function"]
     assert "enabled=False" in found["float_function"]
     assert "widest type" in found["promote_function"]
+
+
+def test_a_project_on_torch_before_2_4_is_told_custom_fwd_needs_it(tmp_path):
+    """`torch.amp.custom_fwd(device_type=...)` is new in torch 2.4 (the twenty-fifth review:
+    MEGA under `--target-torch 2.3` got it without a word, and would fail at import): with an
+    older target the layers' finding says what the fix needs."""
+    root = _copy(tmp_path)
+    settings = _settings()
+    old = dataclasses.replace(settings, target_torch=(2, 3))
+    layers = _amp303(run(_files(root), old))["layers.py"]
+    assert layers.message.endswith("(the fix needs torch >= 2.4; target-torch is 2.3)")
+    assert "needs torch" not in _amp303(run(_files(root), settings))["layers.py"].message
