@@ -7224,3 +7224,43 @@ def test_an_availability_fallback_around_initialize_goes_with_a_note():
     ) in out
     assert "`fp16`; native AMP is always there" in fixed[0].message
     assert fix_source(out, unsafe=True)[0] == out
+
+
+def test_a_clip_before_a_step_inside_a_with_stays_where_it_is():
+    """The step inside `with skip_sync(optimizer):` (Horovod) still always follows the clip
+    under the same `if`: `unscale_` goes right before the clip, which does not move into the
+    `with` (the twenty-fifth review: it moved, under a note that apex had clipped on every
+    micro-batch, which was false)."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+        from torch.nn.utils import clip_grad_norm_
+
+
+        def train(model, optimizer, batches, skip_sync, accum, max_norm):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for i, x in enumerate(batches):
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                if (i + 1) % accum == 0:
+                    clip_grad_norm_(amp.master_params(optimizer), max_norm)
+                    print("step", i)
+                    with skip_sync(optimizer):
+                        optimizer.step()
+                        optimizer.zero_grad()
+    """)
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert [d.code for d in fixed] == ["AMP303"]
+    assert "on every micro-batch" not in fixed[0].message
+    assert (
+        "        if (i + 1) % accum == 0:\n"
+        "            scaler.unscale_(optimizer)\n"
+        "            clip_grad_norm_("
+    ) in out
+    assert (
+        "            with skip_sync(optimizer):\n"
+        "                scaler.step(optimizer)\n"
+        "                scaler.update()\n"
+        "                optimizer.zero_grad()\n"
+    ) in out

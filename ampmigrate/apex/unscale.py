@@ -587,9 +587,13 @@ class Unscale:
         return None if inside else test
 
     def _always_steps(self, statement: cst.CSTNode, steps: list) -> bool:
-        """``statement`` is a step, or an if/else whose every branch always steps."""
+        """``statement`` is a step, a ``with`` whose body always steps (Horovod's
+        ``with optimizer.skip_synchronize(): optimizer.step()``), or an if/else whose every
+        branch always steps."""
         if statement in steps:
             return True
+        if isinstance(statement, cst.With):
+            return any(self._always_steps(s, steps) for s in _statements(statement.body))
         if not isinstance(statement, cst.If) or statement.orelse is None:
             return False
         branches = [statement.body]
