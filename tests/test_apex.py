@@ -6143,7 +6143,10 @@ def test_a_subclass_whose_apex_calls_are_commented_out_does_not_tie_the_base(tmp
     (tmp_path / "multi.py").write_text(subclass.replace("# ", "") + called + "            pass\n")
     _, remaining, _ = fix_source(base.read_text(), unsafe=True, path=base)
     [finding] = [d for d in remaining if d.code == "AMP303"]
-    assert "multi.py subclasses `Manager` and calls apex amp" in finding.message
+    assert (
+        "classes derived from `Manager` in other modules that call apex amp (`Multi` in "
+        "multi.py (line 5; `amp.scale_loss` at its line 7))"
+    ) in finding.message
 
 
 def test_an_evaluation_in_the_branch_that_never_trains_is_not_said_to_lose_autocast():

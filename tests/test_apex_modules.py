@@ -1255,3 +1255,87 @@ def test_migrated_shared_setup_trains_like_the_original(tmp_path, stub):
     for at in (5, 8, 11):
         assert "forward dtypes: ['torch.float16']" in results[at][1], results[at]
     _tracks(_losses(results[5][1]), _losses(results[3][1]))
+
+
+TRAINER_BASE = """\
+import torch
+
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+class Trainer:
+    def __init__(self, fp16):
+        self.fp16 = fp16
+        self.network = torch.nn.Linear(4, 1)
+        self.optimizer = torch.optim.SGD(self.network.parameters(), lr=0.1)
+
+    def maybe_init_amp(self):
+        if self.fp16:
+            net, opt = self.network, self.optimizer
+            self.network, self.optimizer = amp.initialize(net, opt, opt_level="O1")
+
+    def run_iteration(self, x):
+        self.optimizer.zero_grad()
+        loss = self.network(x).sum()
+        if self.fp16:
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        self.optimizer.step()
+
+    def run_training(self, batches):
+        self.maybe_init_amp()
+        for x in batches:
+            self.run_iteration(x)
+"""
+
+TRAINER_VARIANT = """\
+import torch
+from apex import amp
+
+from trainers.base import Trainer
+
+
+class Middle(Trainer):
+    pass
+
+
+class ClippedTrainer(Middle):
+    def run_iteration(self, x):
+        self.optimizer.zero_grad()
+        loss = self.network(x).sum()
+        with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.network.parameters(), 12)
+        self.optimizer.step()
+"""
+
+
+def test_a_base_trainer_is_not_rewritten_apart_from_a_subclass_that_scales(tmp_path):
+    """nnU-Net's family (the twenty-fifth review): the base class initializes amp, a class
+    derived from it in another module (here through a middle class) scales in its own
+    `run_iteration`. That module imports the base, not the other way round, so no import of
+    the base reaches it: the base alone was rewritten, and the variant's `amp.scale_loss` then
+    ran on apex never initialized. It is refused now, naming the variant; without the variant's
+    apex use it is rewritten."""
+    package = tmp_path / "trainers"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "base.py").write_text(TRAINER_BASE)
+    (package / "variant.py").write_text(TRAINER_VARIANT)
+    [finding] = [d for d in check_source(TRAINER_BASE) if d.code == "AMP303"]
+    assert finding.fix == "unsafe"  # alone, with no module on disk that derives from it
+    results = run([package / "base.py"], _settings(fix=True))
+    assert not results[0].changed
+    message = _amp303(results)["base.py"].message
+    assert (
+        "classes derived from `Trainer` in other modules that call apex amp (`Middle` in "
+        "variant.py (line 7; `amp.scale_loss` at its line 15))"
+    ) in message
+    (package / "variant.py").write_text(TRAINER_VARIANT.replace("from apex import amp\n", ""))
+    [result] = run([package / "base.py"], _settings(fix=True))
+    assert result.changed

@@ -26,6 +26,7 @@ from ampmigrate.apex.links import (
     _Graph,
     _listed,
     apex_siblings,
+    apex_subclasses,
     initializing_imports,
     star_may_bind,
     user_texts,
@@ -989,6 +990,35 @@ class Handles:
                 f"at its line {sibling.line} and does not initialize "
                 "amp: it relies on the amp state this file sets up and would still call apex "
                 f"after this file alone were migrated; {how}",
+            )
+        self._subclasses(linked, folder)
+
+    def _subclasses(self, linked: set[str], folder: str) -> None:
+        """A class whose method initializes amp, subclassed in another module that calls apex
+        amp (nnU-Net: the base trainer initializes, each variant's ``run_iteration`` scales):
+        the variants share its amp state, which no import of this file reaches."""
+        anchor = self.plan.anchor
+        if not isinstance(anchor, cst.Call) or APEX + ".initialize" not in self.qualified(
+            anchor.func
+        ):
+            return
+        owner = next((a for a in self.ancestors(anchor) if isinstance(a, cst.ClassDef)), None)
+        if owner is None:
+            return
+        found = [
+            f"`{name}` in {os.path.relpath(other, folder)} (line {line}; `amp.{member}` at its "
+            f"line {at})"
+            for other, line, name, member, at in apex_subclasses(self.path, owner.name.value)
+            if other not in linked
+        ]
+        if found:
+            self.problem(
+                anchor,
+                f"classes derived from `{owner.name.value}` in other modules that call apex amp "
+                f"({_listed(found)}) rely on the amp state this class's `amp.initialize` sets "
+                "up and would still call apex after this file alone were migrated; migrate the "
+                "class family together (the GradScaler kept on the object, `self.scaler`) or "
+                "neither",
             )
 
     def _loaded_casts(self, casts, reached: set[str], folder: str, graph: _Graph) -> None:

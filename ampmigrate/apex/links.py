@@ -1885,6 +1885,51 @@ def _walk(start: str, graph: _Graph) -> Iterator[tuple[str, int, str]]:
                 yield target, line, current
 
 
+def apex_subclasses(path: str, name: str) -> list[tuple[str, int, str, str, int]]:
+    """The classes of other modules of ``path``'s project on disk that derive from its class
+    ``name``, directly or through each other, in a module that calls apex amp (a trainer
+    family: the base initializes, a subclass scales in its own training step): (file, line
+    and name of the class, the first amp member the module calls, its line)."""
+    found: list[tuple[str, int, str, str, int]] = []
+    todo = [(os.path.abspath(path), name)]
+    seen = set(todo)
+    while todo and len(seen) < 64:
+        where, base = todo.pop(0)
+        for other, line, _ in users_on_disk(where, [base]) or []:
+            file = _parsed(other, _read(other))
+            if file is None:
+                continue
+            classes = [n for n in ast.walk(file.tree) if isinstance(n, ast.ClassDef)]
+            derived = [
+                c for c in classes
+                if (other, c.name) not in seen and any(
+                    b.lineno == line and base in (getattr(b, "id", None), getattr(b, "attr", None))
+                    for b in c.bases
+                )
+            ]  # fmt: skip
+            grown = True
+            while grown:  # and the classes of that module derived from those
+                names = {c.name for c in derived}
+                more = [
+                    c for c in classes
+                    if c not in derived and (other, c.name) not in seen
+                    and any(getattr(b, "id", getattr(b, "attr", None)) in names for b in c.bases)
+                ]  # fmt: skip
+                derived += more
+                grown = bool(more)
+            for node in derived:
+                seen.add((other, node.name))
+                todo.append((other, node.name))
+            calls = sorted(
+                (c.lineno, member.strip(".")) for member, group in file.members.items()
+                for c in group
+            )  # fmt: skip
+            if derived and calls and other not in {f for f, *_ in found}:
+                first = derived[0]
+                found.append((other, first.lineno, first.name, calls[0][1], calls[0][0]))
+    return found
+
+
 def _read(path: str) -> bytes:
     try:
         with open(path, "rb") as handle:

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 
 import libcst as cst
@@ -19,7 +18,7 @@ from ampmigrate.apex.common import (
     _statements,
     _targets,
 )
-from ampmigrate.apex.links import calls_amp, user_texts, users_on_disk
+from ampmigrate.apex.links import users_on_disk
 
 
 class Scaler:
@@ -221,31 +220,6 @@ class Scaler:
                 return True
         return direct(statement)
 
-    def _subclasses_elsewhere(self, setup: _Setup) -> None:
-        """A module of the project on disk that subclasses this class and calls apex amp
-        itself (nnUNet's trainer variants override the step with their own
-        ``amp.scale_loss``): it runs on the amp state this class sets up, and would call apex
-        uninitialized once this class alone were migrated."""
-        if self.path is None or self.cls is None:
-            return
-        name = self.cls.name.value
-        folder = os.path.dirname(os.path.abspath(self.path))
-        pattern = re.compile(rf"^\s*class\s+\w+\s*\((?:[^)]*[\s,.(])?{name}\b", re.M)
-        shown = list(dict.fromkeys(  # (a file that uses it on several lines is named once)
-            os.path.relpath(file, folder)
-            for file, _, text in user_texts(self.path, [name])
-            if "amp." in text and "apex" in text and pattern.search(text) and calls_amp(file, text)
-        ))  # fmt: skip
-        if shown:
-            listed = ", ".join(shown)
-            self.problem(
-                setup.statement,
-                f"{listed} subclass{'es' if len(shown) == 1 else ''} `{name}` and call"
-                f"{'s' if len(shown) == 1 else ''} apex amp on the amp state this class sets "
-                "up: migrated alone, this class would leave them calling apex uninitialized; "
-                "migrate them together by hand",
-            )
-
     def _once_per_object(self, setup: _Setup, home: cst.FunctionDef) -> None:
         """The GradScaler made where ``initialize`` was, kept on the object and read by its
         other methods: that method must make it on every call that reaches it the same way.
@@ -271,7 +245,6 @@ class Scaler:
                 f"switched as that call says, each time `{name}` runs (a call for evaluation "
                 "would turn it off); make it once, where the object is set up, by hand",
             )
-        self._subclasses_elsewhere(setup)
         stored = {  # flags the method itself sets once it has run (`self.amp_initialized = True`)
             _code(self.module, t.target) for n in self._subtree(home.body)
             if isinstance(n, cst.Assign)
