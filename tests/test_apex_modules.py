@@ -1293,15 +1293,19 @@ class Trainer:
             self.run_iteration(x)
 """
 
-TRAINER_VARIANT = """\
-import torch
-from apex import amp
-
+TRAINER_MIDDLE = """\
 from trainers.base import Trainer
 
 
 class Middle(Trainer):
     pass
+"""
+
+TRAINER_VARIANT = """\
+import torch
+from apex import amp
+
+from trainers.middle import Middle
 
 
 class ClippedTrainer(Middle):
@@ -1318,14 +1322,15 @@ class ClippedTrainer(Middle):
 def test_a_base_trainer_is_not_rewritten_apart_from_a_subclass_that_scales(tmp_path):
     """nnU-Net's family (the twenty-fifth review): the base class initializes amp, a class
     derived from it in another module (here through a middle class) scales in its own
-    `run_iteration`. That module imports the base, not the other way round, so no import of
-    the base reaches it: the base alone was rewritten, and the variant's `amp.scale_loss` then
-    ran on apex never initialized. It is refused now, naming the variant; without the variant's
-    apex use it is rewritten."""
+    `run_iteration`. That module imports the middle one, which imports the base: no import of
+    the base reaches it, nor does the base's name appear in it. The base alone was rewritten,
+    and the variant's `amp.scale_loss` then ran on apex never initialized. It is refused now,
+    naming the variant; without the variant's apex use it is rewritten."""
     package = tmp_path / "trainers"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "base.py").write_text(TRAINER_BASE)
+    (package / "middle.py").write_text(TRAINER_MIDDLE)
     (package / "variant.py").write_text(TRAINER_VARIANT)
     [finding] = [d for d in check_source(TRAINER_BASE) if d.code == "AMP303"]
     assert finding.fix == "unsafe"  # alone, with no module on disk that derives from it
@@ -1333,8 +1338,8 @@ def test_a_base_trainer_is_not_rewritten_apart_from_a_subclass_that_scales(tmp_p
     assert not results[0].changed
     message = _amp303(results)["base.py"].message
     assert (
-        "classes derived from `Trainer` in other modules that call apex amp (`Middle` in "
-        "variant.py (line 7; `amp.scale_loss` at its line 15))"
+        "classes derived from `Trainer` in other modules that call apex amp (`ClippedTrainer` "
+        "in variant.py (line 7; `amp.scale_loss` at its line 11))"
     ) in message
     (package / "variant.py").write_text(TRAINER_VARIANT.replace("from apex import amp\n", ""))
     [result] = run([package / "base.py"], _settings(fix=True))
