@@ -242,7 +242,8 @@ class Initialize:
         else:
             holder = self.parent(self.parent(statement))
             condition = None
-            available = self._availability_if(holder, inner) if statement is inner else None
+            alone = statement is inner and self.branched is None
+            available = self._availability_if(holder, inner) if alone else None
             if available is not None:
                 # `if amp is None: <fall back> else: amp.initialize(...)`, or `if amp is not
                 # None:` in the switch's `if`: the availability `if` gives way to the branch
