@@ -197,3 +197,31 @@ def test_a_literal_o0_becomes_a_disabled_scaler_that_trains_alike(stub, tmp_path
     assert results[0][1] == results[1][1]
     assert "forward dtypes: ['torch.float32']" in results[2][1]
     assert results[2][1].startswith(results[0][1])
+
+
+@pytest.mark.torch
+def test_a_clip_in_a_method_after_a_scaling_helper_sees_unscaled_gradients(stub, tmp_path):
+    """The scaled backward in `loss_backpass`, the clip in `clip_gradients`, both called by
+    the method that steps (the twenty-sixth review: no `unscale_` was placed, so the clip ran
+    on gradients 1024 times too large). With the GradScaler really on (CPU, scale 1024; autocast
+    off so that only the scale differs from the O0 stand-in), the migration trains exactly like
+    the original; without its `unscale_` it does not."""
+    migrated = (APEX / "clip_in_method_after_helper.fixed.py").read_text()
+    on_cpu = migrated.replace('GradScaler("cuda"', 'GradScaler("cpu", init_scale=1024.0').replace(
+        "enabled=self.scaler.is_enabled()", "enabled=False"
+    )
+    assert on_cpu.count('"cpu"') == 1 and "enabled=False" in on_cpu
+    scaled = tmp_path / "scaled.py"
+    scaled.write_text(on_cpu)
+    unclipped = tmp_path / "without_unscale.py"
+    unclipped.write_text(on_cpu.replace("        self.scaler.unscale_(self.optimizer)\n", ""))
+    specs = [
+        (APEX / "clip_in_method_after_helper.py", ["--amp"], stub, False),
+        (scaled, ["--amp"], None, False),
+        (unclipped, ["--amp"], None, False),
+    ]
+    (code, original, error), (code2, out, error2), (code3, wrong, error3) = _runs(specs, tmp_path)
+    assert code == code2 == code3 == 0, error + error2 + error3
+    assert "batch 5 loss" in original
+    assert out == original
+    assert wrong != original

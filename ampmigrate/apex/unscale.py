@@ -86,15 +86,20 @@ class Unscale:
             if isinstance(a, cst.If) and self.within(c, a.body)
         }
         found: dict[cst.CSTNode, str] = {}
+        backwards = []  # (the scaled statement, its function, the optimizer it scales for)
         for call in calls.get("scale_loss", []):
             optimizer = _argument(call, "optimizers", 1)
-            if not is_path(optimizer):
-                continue
-            opt, scaled, function = (
-                _code(self.module, optimizer),
-                self.statement(call),
-                self.function(call),
-            )
+            if is_path(optimizer):
+                opt = _code(self.module, optimizer)
+                backwards.append((self.statement(call), self.function(call), opt))
+        for statement in self.delegates:  # a helper's call that scales: its caller steps
+            function = self.function(statement)
+            backwards += [
+                (statement, function, opt)
+                for (where, opt), withs in self.scaled.items()
+                if where == id(function) and statement in withs
+            ]
+        for scaled, function, opt in backwards:
             steps = self.steps.get((id(function), opt), [])
             after = [self.order[id(s)] for s in steps if self.order[id(s)] > self.order[id(scaled)]]
             if not after:
