@@ -69,6 +69,8 @@ class Delegate:
                 reference = node
             elif isinstance(node, cst.Attribute) and node.attr.value == name:
                 reference = node
+                if name == "backward" and not self._on_own_instance(node):
+                    continue  # a tensor's `loss.backward()`, not the method `backward`
             else:
                 continue
             call = self.parent(reference)
@@ -92,6 +94,16 @@ class Delegate:
                 return None
             sites.append((call, caller))
         return sites
+
+    def _on_own_instance(self, reference: cst.Attribute) -> bool:
+        """``self.<name>`` in a method: read on the instance the method is given first."""
+        method = self.function(reference)
+        params = method.params.params if isinstance(method, cst.FunctionDef) else ()
+        return (
+            bool(params)
+            and isinstance(reference.value, cst.Name)
+            and reference.value.value == params[0].name.value
+        )
 
     def _spelled_at(self, helper: cst.FunctionDef, call: cst.Call, caller, opt: str) -> str | None:
         """How ``opt`` (the helper's spelling of the optimizer) reads in ``caller`` at ``call``:
