@@ -4042,6 +4042,9 @@ def test_several_losses_share_one_scaler_and_the_finding_says_so():
     out, _, fixed = fix_source(source, unsafe=True)
     [finding] = [d for d in fixed if d.code == "AMP303"]
     assert "apex kept one loss scale per loss (`num_losses=2`, `loss_id=`)" in finding.message
+    # the twenty-sixth review: the note left out that one scale updated after each of two
+    # optimizers' steps also grows twice as often
+    assert "it grows that many times as often as each of apex's scales did" in finding.message
     assert out.count("scaler.scale(loss_") == 2 and "loss_id" not in out
     assert out.count("scaler.step(optimizer)") == 1
 

@@ -138,7 +138,10 @@ class Initialize:
                 f"behaviour change: apex kept one loss scale per loss (`num_losses="
                 f"{_code(self.module, args['num_losses'])}`, `loss_id=`); the one GradScaler "
                 "keeps one scale for all of them, so an overflow in any loss lowers it for all "
-                "(each optimizer's step is still skipped only when its own gradients overflow)"
+                "(each optimizer's step is still skipped only when its own gradients overflow), "
+                "and it grows after 2000 `update()` calls counted across them all: where an "
+                "iteration updates after each of several optimizers' steps, it grows that many "
+                "times as often as each of apex's scales did"
             )
         if isinstance(level, cst.SimpleString):
             if level.evaluated_value == "O0":
