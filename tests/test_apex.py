@@ -7287,3 +7287,42 @@ def test_a_scaling_helper_method_named_backward_is_followed_to_its_caller():
     out, _, fixed = fix_source(renamed, unsafe=True)
     assert [d.code for d in fixed] == ["AMP303"]
     assert out == after.replace("loss_backpass", "backward")
+
+
+DEFAULT_THEN_CONFIG = """\
+import torch
+from apex import amp
+
+
+class Model:
+    def __init__(self, cfg, net, opt):
+        self.net, self.opt = net, opt
+        opt_level = "O0"
+        if "opt_level" in cfg["train"]:
+            opt_level = cfg["train"]["opt_level"]
+        self.net, self.opt = amp.initialize(self.net, self.opt, opt_level=opt_level)
+
+    def step(self, x, y):
+        self.opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        with amp.scale_loss(loss, self.opt) as scaled_loss:
+            scaled_loss.backward()
+        self.opt.step()
+"""
+
+
+def test_the_setting_covers_a_literal_default_overridden_by_a_config():
+    """`opt_level = "O0"` then, maybe, the config's value (ESRGAN-family trainers): every
+    value the name may hold at `initialize` is the default or what the setting declares O1 or
+    O0 (the twenty-sixth review: "assigns more than once" refused it). A default of "O2", or a
+    store after `initialize`, is still refused."""
+    out, message = _declared(DEFAULT_THEN_CONFIG)
+    assert "can be rewritten" in message
+    assert '        self.scaler = torch.amp.GradScaler("cuda", enabled=opt_level == "O1")\n' in out
+    assert _declared(out) == (out, "")
+    o2 = DEFAULT_THEN_CONFIG.replace('opt_level = "O0"', 'opt_level = "O2"')
+    assert 'this file sets it to `"O2"` at line 8' in _declared(o2)[1]
+    late = DEFAULT_THEN_CONFIG.replace(
+        "opt_level=opt_level)\n", 'opt_level=opt_level)\n        opt_level = "O1"\n'
+    )
+    assert "this file assigns `opt_level` after `amp.initialize`" in _declared(late)[1]

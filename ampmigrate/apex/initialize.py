@@ -1155,14 +1155,18 @@ class Initialize:
             if value is not None and self._other_level(value):
                 where = self.line(store)
                 return f"this file sets it to `{_code(self.module, value)}` at line {where}"
-        if len(stores) > 1 or others:
+        # a name of the function given a default and then, maybe, what a config says
+        # (`level = "O0"`, `if "opt_level" in cfg: level = cfg["opt_level"]`): each value it
+        # may hold at `initialize` is one the setting declares O1 or O0
+        local = scoped and all(
+            self.function(store) is function and isinstance(store, cst.AssignTarget)
+            for store, _ in stores
+        )
+        if (len(stores) > 1 and not local) or others:
             return f"this file assigns `{spelled}` more than once"
-        store = stores[0][0] if stores else None
-        if (
-            store is not None
-            and self.function(store) is function
-            and self.order[id(store)] > self.order[id(init)]
-        ):
+        late = [s for s, _ in stores if self.function(s) is function
+                and self.order[id(s)] > self.order[id(init)]]  # fmt: skip
+        if late:
             return f"this file assigns `{spelled}` after `amp.initialize`"
         name = spelled.rpartition(".")[2].strip("[]'\"")
         declared = self.declared is not None  # (a scan of the project: only where it counts)
