@@ -7326,3 +7326,44 @@ def test_the_setting_covers_a_literal_default_overridden_by_a_config():
         "opt_level=opt_level)\n", 'opt_level=opt_level)\n        opt_level = "O1"\n'
     )
     assert "this file assigns `opt_level` after `amp.initialize`" in _declared(late)[1]
+
+
+PERCEPTUAL_BETWEEN = """\
+import torch
+from apex import amp
+
+
+class SRGAN:
+    def __init__(self, G, D, F, opt):
+        self.G, self.D, self.F, self.opt = G, D, F, opt
+        [self.G, self.D], self.opt = amp.initialize([self.G, self.D], self.opt, opt_level="O1")
+
+    def optimize(self, lr, hr, step):
+        self.opt.zero_grad()
+        self.fake = self.G(lr)
+        total = 0
+        if step > 0:
+            if self.use_fea:
+                real = self.F(hr).detach()
+                total += self.fea(self.F(self.fake), real)
+            pred = self.D(self.fake)
+            total += self.gan(pred)
+            with amp.scale_loss(total, self.opt) as scaled_loss:
+                scaled_loss.backward()
+            self.opt.step()
+"""
+
+
+def test_a_perceptual_network_between_two_regions_is_named_as_running_in_float32():
+    """ESRGAN's step (the twenty-sixth review): the generator's region, then in an `if` the
+    perceptual network's forwards under `if self.use_fea:`, then the discriminator's region.
+    The block between them is in neither region: apex O1 cast the perceptual network's forward,
+    which runs in float32 now; that went unstated, it is named now."""
+    [finding] = [d for d in check_source(PERCEPTUAL_BETWEEN) if d.code == "AMP303"]
+    assert finding.fix == "unsafe"
+    assert (
+        "behaviour change: the block at line 15 feeds the loss from before the autocast region "
+        "and calls objects not given to `amp.initialize` (`self.F(...)` (lines 16, 17), "
+        "`self.fea(...)` (line 17)), which apex O1 cast through its global patching: they run "
+        "in float32 now"
+    ) in finding.message

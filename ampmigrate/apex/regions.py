@@ -393,6 +393,9 @@ class Regions:
                 if note not in self.plan.notes:
                     self.plan.notes.append(note)
                 continue
+            if not isinstance(statement, cst.SimpleStatementLine):
+                self._called_inside(statement)
+                continue
             for called in self._objects_called(statement):
                 note = (
                     f"behaviour change: `{called}(...)` at line {self.line(statement)} feeds the "
@@ -402,6 +405,27 @@ class Regions:
                 )
                 if note not in self.plan.notes:
                     self.plan.notes.append(note)
+
+    def _called_inside(self, statement: cst.CSTNode) -> None:
+        """The objects called in a compound statement that feeds the loss from before the
+        region (ESRGAN's `if self.cri_fea:` around its perceptual network's forwards): the
+        same change as for a simple one, stated once for the block."""
+        lines: dict[str, list[int]] = {}
+        for simple in self._subtree(statement):
+            if isinstance(simple, cst.SimpleStatementLine):
+                for called in self._objects_called(simple):
+                    lines.setdefault(called, []).append(self.line(simple))
+        if not lines:
+            return
+        listed = _listed_lines(lines)
+        note = (
+            f"behaviour change: the block at line {self.line(statement)} feeds the loss from "
+            f"before the autocast region and calls objects not given to `amp.initialize` "
+            f"({listed}), which apex O1 cast through its global patching: they run in float32 "
+            f"now: {_KEEP}"
+        )
+        if note not in self.plan.notes:
+            self.plan.notes.append(note)
 
     def _objects_called(self, statement: cst.CSTNode) -> list[str]:
         """The names in a simple ``statement`` that are called as objects: a parameter or a
@@ -1387,3 +1411,11 @@ def _submodule_of(func: cst.BaseExpression, models: set[str], module: cst.Module
             return True
         root = root.value
     return False
+
+
+def _listed_lines(lines: dict[str, list[int]]) -> str:
+    """```a(...)` (line 3), `b(...)` (lines 5, 6)``: what a note names, in order."""
+    return ", ".join(
+        f"`{called}(...)` (line{'s' if len(at) > 1 else ''} {', '.join(map(str, at))})"
+        for called, at in lines.items()
+    )
