@@ -1006,7 +1006,7 @@ class Handles:
         if owner is None:
             return
         found = [
-            f"`{name}` in {os.path.relpath(other, folder)} (line {line}; `amp.{member}` at its "
+            f"`{name}` in {os.path.relpath(other, folder)} (line {line}; `{member}` at its "
             f"line {at})"
             for other, line, name, member, at in apex_subclasses(self.path, owner.name.value)
             if other not in linked

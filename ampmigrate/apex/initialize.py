@@ -4,7 +4,6 @@ rest of the plan.
 
 from __future__ import annotations
 
-import ast
 import itertools
 import os
 import re
@@ -664,11 +663,8 @@ class Initialize:
         value = _code(self.module, scale)
         test = f'{value} not in (None, "dynamic")'
         if condition:
-            top = ast.parse(condition.strip(), mode="eval").body
-            low = isinstance(top, ast.IfExp | ast.Lambda | ast.NamedExpr) or (
-                isinstance(top, ast.BoolOp) and isinstance(top.op, ast.Or)
-            )
-            test = f"({condition}) and {test}" if low else f"{condition} and {test}"
+            loose = _loose(cst.parse_expression(condition.strip()))
+            test = f"({condition}) and {test}" if loose else f"{condition} and {test}"
         self.after_scaler.append(
             f"if {test}:\n    raise ValueError(\n"
             f'        f"static loss scale {{{value}!r}}: GradScaler is always dynamic"\n    )'

@@ -965,15 +965,6 @@ def user_texts(path: str, names: list[str]) -> Iterator[tuple[str, int, str]]:
             continue
 
 
-def calls_amp(path: str, text: str) -> bool:
-    """The module calls apex amp in its code (a commented-out ``amp.scale_loss`` beside an
-    import of apex is no call)."""
-    file = _parsed(path, text.encode())
-    return file is not None and (
-        bool(file.members) or bool(stray_calls(file.tree, file.names, path))
-    )
-
-
 def level_elsewhere(path: str, name: str) -> tuple[str, int, str] | None:
     """A file of ``path``'s program that sets the opt level spelled ``name`` (``opt_level``,
     ``fp16_opt_level``...) to O2 or O3: in a module it imports or one that imports it, a
@@ -1889,13 +1880,16 @@ def apex_subclasses(path: str, name: str) -> list[tuple[str, int, str, str, int]
     """The classes of other modules of ``path``'s project on disk that derive from its class
     ``name``, directly or through each other, in a module that calls apex amp (a trainer
     family: the base initializes, a subclass scales in its own training step): (file, line
-    and name of the class, the first amp member the module calls, its line)."""
+    and name of the class, the first apex amp call the module makes, its line)."""
     found: list[tuple[str, int, str, str, int]] = []
     todo = [(os.path.abspath(path), name)]
     seen = set(todo)
     while todo and len(seen) < 64:
         where, base = todo.pop(0)
+        lines: dict[str, set[int]] = {}  # each user read once, whatever its number of uses
         for other, line, _ in users_on_disk(where, [base]) or []:
+            lines.setdefault(other, set()).add(line)
+        for other, used in lines.items():
             file = _parsed(other, _read(other))
             if file is None:
                 continue
@@ -1903,7 +1897,7 @@ def apex_subclasses(path: str, name: str) -> list[tuple[str, int, str, str, int]
             derived = [
                 c for c in classes
                 if (other, c.name) not in seen and any(
-                    b.lineno == line and base in (getattr(b, "id", None), getattr(b, "attr", None))
+                    b.lineno in used and base in (getattr(b, "id", None), getattr(b, "attr", None))
                     for b in c.bases
                 )
             ]  # fmt: skip
@@ -1921,7 +1915,7 @@ def apex_subclasses(path: str, name: str) -> list[tuple[str, int, str, str, int]
                 seen.add((other, node.name))
                 todo.append((other, node.name))
             calls = sorted(
-                (c.lineno, member.strip(".")) for member, group in file.members.items()
+                (c.lineno, f"amp.{member.strip('.')}") for member, group in file.members.items()
                 for c in group
             )  # fmt: skip
             if derived and calls and other not in {f for f, *_ in found}:

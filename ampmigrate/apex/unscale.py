@@ -553,7 +553,7 @@ class Unscale:
             block, index = located
             later = _statements(block)[index + 1 :]
             nested = [p for p in steps if any(p is s or self.within(p, s) for s in later)]
-            self._gate_unscale(statement, nested)
+            self.unscale_gates[statement] = nested  # (the steps its unscale serves)
             if any(self._always_steps(s, steps) for s in later):
                 self.served.update(nested)
                 self._unscale_before(statement, unscale)
@@ -572,13 +572,10 @@ class Unscale:
             "place `scaler.unscale_` by hand",
         )
 
-    def _gate_unscale(self, statement: cst.CSTNode, served: list) -> None:
-        """Remember the steps the reader's unscale serves: where one goes through the scaler
-        only under a test (``_branch_guard``, decided later), the unscale runs under it too."""
-        self.unscale_gates[statement] = served
-
     def _unscale_gate(self, statement: cst.CSTNode) -> str | None:
-        """That test, unless the reader already sits in its body."""
+        """The test the steps a reader's unscale serves go through the scaler under, where
+        one does only under a test (``_branch_guard``, decided later): the unscale runs under
+        it too, unless the reader already sits in its body."""
         tests = {self.branch_guards[s] for s in self.unscale_gates.get(statement, ())
                  if s in self.branch_guards}  # fmt: skip
         if len(tests) != 1:
