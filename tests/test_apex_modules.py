@@ -1341,6 +1341,14 @@ def test_a_base_trainer_is_not_rewritten_apart_from_a_subclass_that_scales(tmp_p
         "classes derived from `Trainer` in other modules that call apex amp (`ClippedTrainer` "
         "in variant.py (line 7; `amp.scale_loss` at its line 11))"
     ) in message
+    handle = TRAINER_VARIANT.replace(  # apex's module kept on the object, called through it
+        "        loss = self.network(x).sum()\n",
+        "        loss = self.network(x).sum()\n        self.amp = amp\n",
+    ).replace("with amp.scale_loss", "with self.amp.scale_loss")
+    (package / "variant.py").write_text(handle)
+    results = run([package / "base.py"], _settings(fix=True))
+    assert not results[0].changed
+    assert "`ClippedTrainer` in variant.py" in _amp303(results)["base.py"].message
     (package / "variant.py").write_text(TRAINER_VARIANT.replace("from apex import amp\n", ""))
     [result] = run([package / "base.py"], _settings(fix=True))
     assert result.changed

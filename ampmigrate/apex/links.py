@@ -1880,7 +1880,7 @@ def apex_subclasses(path: str, name: str) -> list[tuple[str, int, str, str, int]
     """The classes of other modules of ``path``'s project on disk that derive from its class
     ``name``, directly or through each other, in a module that calls apex amp (a trainer
     family: the base initializes, a subclass scales in its own training step): (file, line
-    and name of the class, the first apex amp call the module makes, its line)."""
+    and name of the class, the first apex amp call the module makes, as spelled, its line)."""
     found: list[tuple[str, int, str, str, int]] = []
     todo = [(os.path.abspath(path), name)]
     seen = set(todo)
@@ -1890,7 +1890,8 @@ def apex_subclasses(path: str, name: str) -> list[tuple[str, int, str, str, int]
         for other, line, _ in users_on_disk(where, [base]) or []:
             lines.setdefault(other, set()).add(line)
         for other, used in lines.items():
-            file = _parsed(other, _read(other))
+            data = _read(other)
+            file = _parsed(other, data)
             if file is None:
                 continue
             classes = [n for n in ast.walk(file.tree) if isinstance(n, ast.ClassDef)]
@@ -1914,9 +1915,12 @@ def apex_subclasses(path: str, name: str) -> list[tuple[str, int, str, str, int]
             for node in derived:
                 seen.add((other, node.name))
                 todo.append((other, node.name))
-            calls = sorted(
-                (c.lineno, f"amp.{member.strip('.')}") for member, group in file.members.items()
-                for c in group
+            calls = sorted(  # and, in a module that names apex, those through a handle
+                [(c.lineno, f"amp.{member.strip('.')}") for member, group in file.members.items()
+                 for c in group]
+                + [(n.lineno, ast.unparse(n.func if isinstance(n, ast.Call) else n))
+                   for n, _ in (stray_calls(file.tree, file.names, other) if b"apex" in data
+                                else ())]
             )  # fmt: skip
             if derived and calls and other not in {f for f, *_ in found}:
                 first = derived[0]
