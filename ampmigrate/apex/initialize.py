@@ -401,6 +401,8 @@ class Initialize:
             )
         setup = _Setup(statement, self.function(init), {*spelled, *targets}, condition)
         if self.hooked("caller"):
+            if self.scale_guard is not None:  # (the hook's GradScaler is made in its module)
+                self.problem(init, self._not_dynamic(self.scale_guard))
             self._casts_only(setup, small, models, optimizer, holder, inner, chain)
             return setup
         guard = self.scale_guard
