@@ -4182,6 +4182,32 @@ def test_a_probe_that_still_guards_an_imported_module_stays(tmp_path):
     assert offered.fix == "unsafe"
 
 
+def test_a_probe_whose_outcome_another_module_tests_to_import_apex_stays(tmp_path):
+    """TextBrewer: `is_apex_available()` probes with `from apex import amp`, and the package's
+    `utils` imports apex under `if is_apex_available():`. Removed, the probe reported apex as
+    present and `import textbrewer` failed without apex (27th review): no fix while a module
+    that uses the probe imports apex; once none does, the unsafe removal is offered."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .utils import *\n")
+    compat = package / "compat.py"
+    compat.write_text(
+        "def is_apex_available():\n    try:\n        from apex import amp\n"
+        "        ok = True\n    except ImportError:\n        ok = False\n    return ok\n"
+    )
+    utils = package / "utils.py"
+    utils.write_text(
+        "from .compat import is_apex_available\n\nhas_apex = is_apex_available()\n"
+        "if has_apex:\n    from apex import amp\n"
+    )
+    [kept] = [d for d in fix_source(compat.read_text(), path=compat)[1] if "probe" in d.message]
+    assert kept.fix is None
+    assert "utils.py uses `is_apex_available` and still imports apex (line 5)" in kept.message
+    utils.write_text("from .compat import is_apex_available\n\nHAS = is_apex_available()\n")
+    [offered] = [d for d in fix_source(compat.read_text(), path=compat)[1] if "probe" in d.message]
+    assert offered.fix == "unsafe" and "imported but unused" in offered.message
+
+
 def test_an_unused_bare_apex_import_goes_too():
     """`import apex` that nothing reads (its `apex.parallel...` use migrated, or never there)."""
     source = "import torch\ntry:\n    import apex\nexcept ImportError:\n    pass\n"

@@ -1850,15 +1850,37 @@ def apex_imported_beyond(path: str) -> tuple[str, int] | None:
     the line of that import there). An availability probe here still guards it."""
     graph = _Graph()
     for target, _, _ in _walk(os.path.abspath(path), graph):
-        tree = graph.tree(target)
-        for node in ast.walk(tree) if tree is not None else ():
-            spelled = (
-                [a.name for a in node.names] if isinstance(node, ast.Import)
-                else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
-                else []
-            )  # fmt: skip
-            if any(n == "apex" or n.startswith("apex.") for n in spelled):
-                return target, node.lineno
+        line = _apex_import_line(graph.tree(target))
+        if line is not None:
+            return target, line
+    return None
+
+
+def apex_imported_by_users(path: str, names: list[str]) -> tuple[str, int, str] | None:
+    """The first other module of ``path``'s project on disk that uses one of its ``names``
+    (an availability probe's function or flag) and itself imports apex: (its path, the line
+    of that import, the name it uses). Such a module tests the probe's outcome to guard its
+    own apex import. A project too large to scan counts as one."""
+    users = users_on_disk(path, names)
+    if users is None:
+        return path, 0, names[0]
+    for other, _, name in users:
+        line = _apex_import_line(_tree(other, _read(other)))
+        if line is not None:
+            return other, line, name
+    return None
+
+
+def _apex_import_line(tree: ast.Module | None) -> int | None:
+    """The line of ``tree``'s first import of apex (``import apex_C`` is not apex)."""
+    for node in ast.walk(tree) if tree is not None else ():
+        spelled = (
+            [a.name for a in node.names] if isinstance(node, ast.Import)
+            else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+            else []
+        )  # fmt: skip
+        if any(n == "apex" or n.startswith("apex.") for n in spelled):
+            return node.lineno
     return None
 
 

@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING
 
 from ampmigrate.apex.api import table
 from ampmigrate.apex.api.table import TARGETS, Target
-from ampmigrate.apex.links import apex_imported_beyond, function_around, users_on_disk
+from ampmigrate.apex.links import (
+    apex_imported_beyond,
+    apex_imported_by_users,
+    function_around,
+    users_on_disk,
+)
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names, dotted
 from ampmigrate.engine.source import Source
@@ -157,6 +162,30 @@ def unused_import(
             f"`try` that catches ImportError) and {shown}, which this module imports, still "
             f"imports apex (line {line}): code that tests the probe's outcome guards that "
             "use; remove the probe once no imported module needs apex",
+            stmt,
+        )
+    # ... or whose outcome (the function around it, the flag its `try` sets) another module
+    # tests to guard an apex import of its own (TextBrewer's `is_apex_available()`)
+    probes = [
+        *(a.name for a in names.ancestors(stmt) if isinstance(a, ast.FunctionDef)),
+        *(t.id for a in tries for n in ast.walk(a) if isinstance(n, ast.Assign)
+          for t in n.targets if isinstance(t, ast.Name)),
+    ][:8]  # fmt: skip
+    tested = apex_imported_by_users(path, probes) if guarded and probes else None
+    if tested is not None:
+        other, line, probe = tested
+        shown = os.path.relpath(other, os.path.dirname(os.path.abspath(path)))
+        where = (
+            f"{shown} uses `{probe}` and still imports apex (line {line})"
+            if line
+            else "the project is too large to look for modules that test its outcome"
+        )
+        return Finding(
+            code,
+            f"`{full}` is not read in this file, but it is an availability probe (inside a "
+            f"`try` that catches ImportError) and {where}: removed, the probe would report "
+            "apex as present and that import would run without apex; remove it together "
+            "with that module's apex use",
             stmt,
         )
     if guarded:
