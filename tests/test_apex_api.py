@@ -371,3 +371,30 @@ def test_a_syncbn_conversion_before_initialize_is_still_swapped():
     out, _, fixed = _fix(source)
     assert "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)" in out
     assert "AMP313" in [d.code for d in fixed]
+
+
+def test_a_fallback_that_is_not_the_torch_counterpart_is_not_kept_as_the_migration():
+    """long-context-asr, ERNIE (27th review): a fallback that is the project's own norm (other
+    parameter names, eps and numerics), `FusedAdam = torch.optim.Adam` (L2 decay where apex's
+    is decoupled) or torch's RMSNorm (eps default) was kept as "the same function": no fix
+    now, and the finding says what the fallback is. torch's LayerNorm still is the migration."""
+    cases = {
+        "from apex.normalization import FusedRMSNorm as RMS": (
+            "from mypkg.norms import RMSNorm as RMS", "binds `RMS` to `mypkg.norms.RMSNorm`"),
+        "from apex.optimizers import FusedAdam": (
+            "FusedAdam = torch.optim.Adam", "(apex's maps to `torch.optim.AdamW`)"),
+        "from apex.normalization import FusedLayerNorm as LN": (
+            "class LN(torch.nn.Module):\n        pass", "it defines `LN` itself (line 5)"),
+        "from apex.normalization import FusedRMSNorm as Norm": (
+            "Norm = torch.nn.RMSNorm", "`torch.nn.RMSNorm`'s defaults differ from apex's"),
+    }  # fmt: skip
+    for imported, (fallback, why) in cases.items():
+        source = f"import torch\ntry:\n    {imported}\nexcept ImportError:\n    {fallback}\n"
+        [finding] = [d for d in check_source(source) if d.code.startswith("AMP31")]
+        assert "the fallback is not its migration" in finding.message, finding.message
+        assert why in finding.message, finding.message
+        assert finding.fix is None
+        assert _fix(source)[0] == source
+    kept = "import torch\ntry:\n    from apex.normalization import FusedLayerNorm as LN\n"
+    kept += "except ImportError:\n    LN = torch.nn.LayerNorm\n"
+    assert _fix(kept)[0] == "import torch\nLN = torch.nn.LayerNorm\n"

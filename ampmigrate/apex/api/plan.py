@@ -709,6 +709,16 @@ class _Planner:
         ):
             handler = node.handlers[0]
             fallback = self.source.segment(handler.body[0]).splitlines()[0]
+            differs = self._fallback_differs(handler.body, bound, target, apex_name)
+            if differs is not None:  # (keeping it would run other code where apex ran)
+                self.findings.append(Finding(code, (
+                    f"`{apex_name}` is imported with a fallback (`{fallback}`), but the "
+                    f"fallback is not its migration: {differs}; dropping the `try` would run "
+                    "it where apex was installed. Replace the apex import by the torch "
+                    "counterpart with apex's defaults written out, by hand"
+                ), first))  # fmt: skip
+                self._consumed.add(node)
+                return
             message = (
                 f"`{apex_name}` is imported with a fallback (`{fallback}`): the fallback is the "
                 "migration; the fix keeps it and drops the `try` (the code now runs the "
@@ -743,6 +753,42 @@ class _Planner:
         fix = Fix("unsafe", edits=(Edit(start, end, replacement),))
         self.findings.append(Finding(code, message, first, fix))
         self._consumed.add(node)
+
+    def _fallback_differs(
+        self, body: list[ast.stmt], bound: set[str], target, apex_name: str
+    ) -> str | None:
+        """Why the fallback that binds ``bound`` is not apex's name's migration (None: each
+        name is bound to the torch counterpart itself, whose defaults are apex's): a project
+        class or function (its parameters, defaults and numerics are its own, not checked),
+        another torch object (``FusedAdam = torch.optim.Adam``: L2 decay where apex's is
+        decoupled), or the counterpart with a default that differs."""
+        for stmt in body:
+            for name in sorted(bound):
+                value = None
+                if isinstance(stmt, ast.ImportFrom) and not stmt.level:
+                    value = next((
+                        f"{stmt.module}.{a.name}" for a in stmt.names
+                        if (a.asname or a.name) == name
+                    ), None)  # fmt: skip
+                elif isinstance(stmt, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == name for t in stmt.targets
+                ):
+                    value = next(iter(sorted(self.names.qualified(stmt.value))), None)
+                    value = value or ast.unparse(stmt.value)
+                elif isinstance(stmt, ast.ClassDef | ast.FunctionDef) and stmt.name == name:
+                    return (
+                        f"it defines `{name}` itself (line {stmt.lineno}), whose parameters, "
+                        "defaults and numerics are the project's, not torch's counterpart"
+                    )
+                if value is None:
+                    continue
+                counterpart = target.new if target is not None else table.SAME.get(apex_name)
+                if value != counterpart:
+                    return f"it binds `{name}` to `{value}` (apex's maps to `{counterpart}`)"
+                if target is not None and target.write:
+                    written = ", ".join(f"`{k}={v}`" for k, v in target.write)
+                    return f"`{value}`'s defaults differ from apex's ({written} in apex)"
+        return None
 
     def _statement_lines(self, node: ast.stmt) -> tuple[int, int]:
         """From the start of ``node``'s first line to the start of the line after it."""
