@@ -313,36 +313,41 @@ class Unscale:
 
     def _fresh_tensor(self, read: cst.Attribute) -> bool:
         """``x.grad`` of a tensor made in the iteration that reads it (``delta =
-        torch.zeros_like(x, requires_grad=True)``: an adversarial perturbation of the input): no
+        torch.zeros_like(x, requires_grad=True)``: an adversarial perturbation of the input;
+        FreeLB's ``delta = (delta + lr * g / norm).detach()`` between its scaled backwards): no
         optimizer holds it, so apex's ``scale_loss`` left its gradient scaled, as the
-        GradScaler does, and its read needs no ``unscale_``."""
+        GradScaler does, and its read needs no ``unscale_``. Every binding of the name in the
+        outermost loop around the read makes a new tensor: a torch factory, or arithmetic
+        (whose result is never a parameter), through methods that return the same tensor."""
         if not isinstance(read.value, cst.Name):
             return False
         name = read.value.value
-        loop = next((a for a in self.ancestors(read) if isinstance(a, Loop)), None)
-        if loop is None:
+        loops = [a for a in self.ancestors(read) if isinstance(a, Loop)]
+        if not loops or self.function(loops[-1]) is not self.function(read):
             return False
         bindings = [
-            n for n in self._subtree(loop.body)
-            if isinstance(n, cst.Assign) and self.order[id(n)] < self.order[id(read)]
+            n for n in self._subtree(loops[-1].body)
+            if isinstance(n, cst.Assign)
             and any(isinstance(t.target, cst.Name) and t.target.value == name for t in n.targets)
         ]  # fmt: skip
-        if not bindings or self.function(bindings[-1]) is not self.function(read):
+        before = [b for b in bindings if self.order[id(b)] < self.order[id(read)]]
+        if not before or any(self.function(b) is not self.function(read) for b in bindings):
             return False
-        value = bindings[-1].value
-        while (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and (value.func.attr.value in _TENSOR_METHODS)
-        ):
-            value = value.func.value
-        if not isinstance(value, cst.Call):
-            return False
-        if not any(
-            q.startswith("torch.") and q.rsplit(".", 1)[-1] in _FACTORIES
-            for q in self.qualified(value.func)
-        ):
-            return False
+        for binding in bindings:
+            value = binding.value
+            while (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and (value.func.attr.value in _TENSOR_METHODS)
+            ):
+                value = value.func.value
+            if isinstance(value, cst.BinaryOperation):
+                continue
+            if not isinstance(value, cst.Call) or not any(
+                q.startswith("torch.") and q.rsplit(".", 1)[-1] in _FACTORIES
+                for q in self.qualified(value.func)
+            ):
+                return False
         handed = any(  # given to an optimizer after all (`SGD([delta])`, `add_param_group`)
             (isinstance(n, cst.Call)
             and any((isinstance(a.value, cst.Name) and a.value.value == name)
