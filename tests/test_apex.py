@@ -4210,6 +4210,20 @@ def test_a_probe_whose_outcome_another_module_tests_to_import_apex_stays(tmp_pat
     assert offered.fix == "unsafe" and "imported but unused" in offered.message
 
 
+def test_an_unused_dotted_amp_import_is_reported_once_and_goes():
+    """`import apex.amp as amp` and `import apex.amp` that nothing reads (evaluation scripts
+    of a fast-adversarial family, 27th review) had no finding: the file still failed without
+    apex. One finding each, and the import goes; a file that reads `apex` keeps it."""
+    for line in ("import apex.amp as amp", "import apex.amp"):
+        source = f"{line}\nimport torch\n\nprint(torch.ones(1))\n"
+        [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+        assert "`apex.amp` is imported but unused" in finding.message
+        out, remaining, _ = fix_source(source)
+        assert out == "import torch\n\nprint(torch.ones(1))\n" and not remaining
+    used = "import apex.amp\nimport torch\n\nx = apex.parallel.ReduceOp\n"
+    assert not [d for d in check_source(used) if "imported but unused" in d.message]
+
+
 def test_an_unused_bare_apex_import_goes_too():
     """`import apex` that nothing reads (its `apex.parallel...` use migrated, or never there)."""
     source = "import torch\ntry:\n    import apex\nexcept ImportError:\n    pass\n"

@@ -93,16 +93,18 @@ def _unused(names: Names, rules: list[Rule], path: str) -> list[Finding]:
     from ampmigrate.apex.api.plan import unused_import
 
     found = []
+    seen: set[int] = set()
     for binding in names.imports():
         stmt, alias = binding.node, binding.alias
-        if alias is None:
-            continue
+        if alias is None or id(alias) in seen:
+            continue  # (`import apex.amp` binds `apex` and `apex.amp`: one finding)
+        seen.add(id(alias))
         if isinstance(stmt, ast.ImportFrom) and stmt.module == "apex" and not stmt.level:
             if alias.name != "amp":
                 continue
             full = "apex.amp"
-        elif isinstance(stmt, ast.Import) and alias.name == "apex":
-            full = "apex"
+        elif isinstance(stmt, ast.Import) and alias.name in ("apex", "apex.amp"):
+            full = alias.name  # (`import apex.amp [as amp]`: the 27th review's undetected form)
         else:
             continue
         for rule in rules:

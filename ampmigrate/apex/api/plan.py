@@ -104,7 +104,7 @@ def unused_import(
     name is read only after another arm binds it again (``_rebound_first``), the import
     manager, which judges a name by scope, would keep it: the statement itself is deleted
     (given ``source``; it must hold that one name and share its block)."""
-    bound = alias.asname or alias.name
+    bound = alias.asname or alias.name.partition(".")[0]
     loads = [
         n for n in names.spelled(bound) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
     ]
