@@ -398,3 +398,26 @@ def test_a_fallback_that_is_not_the_torch_counterpart_is_not_kept_as_the_migrati
     kept = "import torch\ntry:\n    from apex.normalization import FusedLayerNorm as LN\n"
     kept += "except ImportError:\n    LN = torch.nn.LayerNorm\n"
     assert _fix(kept)[0] == "import torch\nLN = torch.nn.LayerNorm\n"
+
+
+def test_an_annotation_gets_the_torch_class():
+    """X-VLM (27th review): `-> Tuple[ApexDDP, Optimizer]` was refused as "used as a value ...
+    the calls are not visible", which was false (an annotation constructs nothing, and the
+    call was rewritten beside it), and the apex import stayed for it alone."""
+    source = """\
+        from typing import Optional, Tuple
+
+        from apex.parallel import DistributedDataParallel as DDP
+
+
+        def wrap(model, opt) -> Tuple[DDP, object]:
+            wrapped: Optional[DDP] = DDP(model)
+            return wrapped, opt
+        """
+    new, remaining, _ = _fix(source)
+    assert "apex" not in new and not remaining
+    assert "-> Tuple[torch.nn.parallel.DistributedDataParallel, object]:" in new
+    assert "wrapped: Optional[torch.nn.parallel.DistributedDataParallel] = " in new
+    findings = [d for d in check_source(textwrap.dedent(source)) if d.code == "AMP313"]
+    assert sum("in an annotation, which constructs nothing" in d.message for d in findings) == 2
+    compile(new, "new", "exec")

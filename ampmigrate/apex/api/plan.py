@@ -391,6 +391,15 @@ class _Planner:
             )
             self._report(target, node, f"{head}: no automatic fix: {reason}", None)
             return
+        if self._annotation(node):  # (constructs nothing: torch's defaults cannot matter)
+            try:
+                fix = self._rename_fix(node, target.new, "unsafe", target.min_torch)
+            except NoFix as reason:
+                self._report(target, node, f"{head}: no automatic fix: {reason}", None)
+                return
+            message = f"{head}: in an annotation, which constructs nothing (its value changes)"
+            self._report(target, node, message, fix)
+            return
         typed = self._typed(node)
         if conditional and not typed:
             reason = (
@@ -617,6 +626,22 @@ class _Planner:
                 if isinstance(binding.node, ast.Import) and alias and alias.asname is None:
                     edits.append(ImportEdit(alias.name, None, None))
         return tuple(edits)
+
+    def _annotation(self, node: ast.AST) -> bool:
+        """Inside an annotation, as its class or among its type arguments (``-> Tuple[DDP,
+        Optimizer]``, ``x: Optional[DDP]``, ``DDP | None``)."""
+        child = node
+        for above in self.names.ancestors(node):
+            if isinstance(above, ast.arg | ast.AnnAssign):
+                return above.annotation is child
+            if isinstance(above, ast.FunctionDef | ast.AsyncFunctionDef):
+                return above.returns is child
+            if not isinstance(above, ast.Subscript | ast.Tuple | ast.List | ast.BinOp):
+                return False
+            if isinstance(above, ast.BinOp) and not isinstance(above.op, ast.BitOr):
+                return False
+            child = above
+        return False
 
     def _typed(self, node: ast.AST) -> bool:
         """A type position: ``isinstance``'s classes (a tuple too), ``except``, annotations."""
