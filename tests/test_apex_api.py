@@ -421,3 +421,16 @@ def test_an_annotation_gets_the_torch_class():
     findings = [d for d in check_source(textwrap.dedent(source)) if d.code == "AMP313"]
     assert sum("in an annotation, which constructs nothing" in d.message for d in findings) == 2
     compile(new, "new", "exec")
+
+
+def test_the_sync_batchnorm_function_is_not_said_to_be_ddps_all_reduce():
+    """dual_imagenet's vendored SyncBatchNorm calls apex's `SyncBatchnormFunction` with its own
+    statistics (27th review): the reason given was DDP's gradient all-reduce, which is not
+    what the function's collective does."""
+    source = (
+        "from apex.parallel.sync_batchnorm_kernel import SyncBatchnormFunction\n"
+        "y = SyncBatchnormFunction.apply(x, w, b, mean, var, 1e-5, None, 2)\n"
+    )
+    messages = [d.message for d in check_source(source) if d.code == "AMP315"]
+    assert messages and all("DistributedDataParallel does its own" not in m for m in messages)
+    assert any("all-reduces the batch-norm gradient terms" in m for m in messages), messages

@@ -392,6 +392,13 @@ _COMPILED = (
     "private `torch._foreach_*` ops (`_foreach_mul`, `_foreach_norm`) and "
     "`torch.nn.utils.get_total_norm` do the multi-tensor work without apex's overflow flag"
 )
+_SYNC_BN_FUNCTION = (
+    "apex's autograd function of synchronized batch norm, given statistics by its caller: no "
+    "public torch function normalizes with supplied statistics (its backward all-reduces the "
+    "batch-norm gradient terms, which DistributedDataParallel does not); use "
+    "`torch.nn.SyncBatchNorm` where its own statistics will do, or keep a copy of apex's "
+    "Python function (BSD-3) in the project"
+)
 # Longest prefix first wins. (prefix, what projects use instead)
 INSTEAD: tuple[tuple[str, str], ...] = (
     ("apex.optimizers.FusedLAMB", _LAMB),
@@ -409,6 +416,8 @@ INSTEAD: tuple[tuple[str, str], ...] = (
     ("apex.parallel.create_syncbn_process_group",
      "`torch.distributed.new_subgroups(group_size=n)[0]` (None for n == 0) builds the same "
      "groups of consecutive ranks; every rank must call it"),
+    ("apex.parallel.sync_batchnorm_kernel", _SYNC_BN_FUNCTION),
+    ("apex.parallel.optimized_sync_batchnorm_kernel", _SYNC_BN_FUNCTION),
     ("apex.parallel",
      "no public torch counterpart: torch's DistributedDataParallel does its own all-reduce"),
     ("apex.multi_tensor_apply",
