@@ -330,8 +330,9 @@ class Unscale:
             if isinstance(n, cst.Assign)
             and any(isinstance(t.target, cst.Name) and t.target.value == name for t in n.targets)
         ]  # fmt: skip
-        before = [b for b in bindings if self.order[id(b)] < self.order[id(read)]]
-        if not before or any(self.function(b) is not self.function(read) for b in bindings):
+        if not any(self.order[id(b)] < self.order[id(read)] for b in bindings) or any(
+            self.function(b) is not self.function(read) for b in bindings
+        ):
             return False
         for binding in bindings:
             value = binding.value

@@ -644,7 +644,8 @@ class _Planner:
         return False
 
     def _typed(self, node: ast.AST) -> bool:
-        """A type position: ``isinstance``'s classes (a tuple too), ``except``, annotations."""
+        """A type test: ``isinstance``'s classes (a tuple too), ``except`` (annotations are
+        ``_annotation``'s, asked first)."""
         child = node
         for above in self.names.ancestors(node):
             if isinstance(above, ast.Tuple):
@@ -658,10 +659,6 @@ class _Planner:
                 )
             if isinstance(above, ast.ExceptHandler):
                 return above.type is child
-            if isinstance(above, ast.arg | ast.AnnAssign):
-                return above.annotation is child
-            if isinstance(above, ast.FunctionDef | ast.AsyncFunctionDef):
-                return above.returns is child
             return False
         return False
 
@@ -780,7 +777,7 @@ class _Planner:
         self._consumed.add(node)
 
     def _fallback_differs(
-        self, body: list[ast.stmt], bound: set[str], target, apex_name: str
+        self, body: list[ast.stmt], bound: set[str], target: Target | None, apex_name: str
     ) -> str | None:
         """Why the fallback that binds ``bound`` is not apex's name's migration (None: each
         name is bound to the torch counterpart itself, whose defaults are apex's): a project
