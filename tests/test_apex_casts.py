@@ -225,3 +225,85 @@ def test_a_project_on_torch_before_2_4_is_told_custom_fwd_needs_it(tmp_path):
     layers = _amp303(run(_files(root), old))["layers.py"]
     assert layers.message.endswith("(the fix needs torch >= 2.4; target-torch is 2.3)")
     assert "needs torch" not in _amp303(run(_files(root), settings))["layers.py"].message
+
+
+_OUTSIDE_SCRIPT = """\
+import torch
+from apex import amp
+from {package}.layers import ROIAlign
+
+
+def main():
+    model = torch.nn.Linear(2, 2).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for _ in range(3):
+        loss = model(torch.ones(2, 2).cuda()).sum()
+        optimizer.zero_grad()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+"""
+_OUTSIDE_LAYERS = """\
+import torch
+{imports}
+
+{decorator}
+def roi_align(x):
+    return x
+
+
+class ROIAlign(torch.nn.Module):
+    def forward(self, x):
+        return roi_align(x)
+"""
+
+
+def _outside_project(tmp_path: Path, package: str) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "train.py").write_text(_OUTSIDE_SCRIPT.format(package=package))
+    return root
+
+
+def test_a_package_outside_the_run_known_to_cast_through_apex_keeps_the_script_refused(
+    tmp_path, monkeypatch
+):
+    """siam-mot: the model calls an installed maskrcnn-benchmark's `ROIAlign` and `nms`, which
+    cast through `@amp.float_function`; rewritten, its CUDA kernels got autocast's float16 (they
+    take float and double only). The package is not installed here: its published layers are
+    known to cast."""
+    monkeypatch.setattr("ampmigrate.apex.casts._outside", {})
+    root = _outside_project(tmp_path, "maskrcnn_benchmark")
+    [result] = run([root / "train.py"], _settings(fix=True))
+    assert not result.changed
+    finding = _amp303([result])["train.py"]
+    assert finding.fix is None
+    assert "imports `maskrcnn_benchmark` (line 3), a package outside this run" in finding.message
+    assert "cast through `amp.float_function` in maskrcnn-benchmark's published" in (
+        finding.message
+    )
+
+
+@pytest.mark.parametrize("casts", [True, False])
+def test_a_package_installed_for_development_is_read_for_apex_casts(tmp_path, monkeypatch, casts):
+    """A development install (the usual one for a package that builds its own kernels) is
+    read: its layers' apex casts keep the script refused, naming the file; without them the
+    script is rewritten."""
+    monkeypatch.setattr("ampmigrate.apex.casts._outside", {})
+    site = tmp_path / "checkout"
+    (site / "mydetector").mkdir(parents=True)
+    (site / "mydetector" / "__init__.py").write_text("")
+    (site / "mydetector" / "layers.py").write_text(_OUTSIDE_LAYERS.format(
+        imports="from apex import amp" if casts else "",
+        decorator="@amp.float_function" if casts else "",
+    ))  # fmt: skip
+    monkeypatch.syspath_prepend(str(site))
+    root = _outside_project(tmp_path, "mydetector")
+    [result] = run([root / "train.py"], _settings(fix=True))
+    assert result.changed is not casts
+    if casts:
+        message = _amp303([result])["train.py"].message
+        assert "its `mydetector/layers.py` casts through apex" in message
+    else:
+        assert "apex" not in result.new_source.decode()

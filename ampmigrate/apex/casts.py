@@ -17,14 +17,18 @@ switched off in a region is ``torch.amp.autocast("cuda", enabled=False)``.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ampmigrate.apex.links import (
     APEX,
     _apex_uses,
     _Graph,
+    _import_statements,
+    _isfile,
     _listed,
     _parsed,
     _read,
@@ -37,6 +41,7 @@ from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.source import Source
 from ampmigrate.findings import Edit, Finding, Fix, ImportEdit
+from ampmigrate.scalerflow import _module_paths
 
 # `half_function` is not here: apex cast float64 arguments to float16, custom_fwd leaves them
 DTYPES = {"float_function": "torch.float32"}
@@ -289,15 +294,94 @@ def cast_modules_under(folder: str) -> list[str]:
             if seen > _SCAN_LIMIT:
                 return found
             path = os.path.join(directory, name)
-            data = _read(path)
-            if not (casting(data) and b"apex" in data):
-                continue
-            file = _parsed(path, data)
-            if file is not None and any(
-                _member(file.names, use) in _CAST_MEMBERS for use in _apex_uses(file.names)
-            ):
+            if _casts_in(path):
                 found.append(os.path.abspath(path))
     return found
+
+
+def _casts_in(path: str) -> bool:
+    """The module uses one of apex's cast members."""
+    data = _read(path)
+    if not (casting(data) and b"apex" in data):
+        return False
+    file = _parsed(path, data)
+    return file is not None and any(
+        _member(file.names, use) in _CAST_MEMBERS for use in _apex_uses(file.names)
+    )
+
+
+# Packages that are never part of a run (installed, or a checkout on the path) whose layers
+# cast through apex in their published sources: maskrcnn-benchmark's `layers` (`nms =
+# amp.float_function(_C.nms)`, `@amp.float_function` on ROIAlign's and ROIPool's forward) and
+# the forks that kept those layers under their own package name. Read when the package itself
+# is not found outside site-packages (there its files are read instead).
+KNOWN_CASTING = {
+    name: "its `layers` (`nms`, `ROIAlign`, `ROIPool`) cast through `amp.float_function` in "
+    "maskrcnn-benchmark's published sources (the package is not found outside "
+    "site-packages here, so its own files were not read)"
+    for name in ("maskrcnn_benchmark", "mega_core", "wetectron")
+}
+_outside: dict[str, str | None] = {}  # a package's casts, read once a process
+
+
+def outside_casts(path: str, graph: _Graph) -> Iterator[tuple[str, str, int, str]]:
+    """(importing module, package, line, where it casts) for each package that ``path`` or a
+    module it imports (on disk) imports from outside the run and whose layers cast through apex
+    (``@amp.float_function``): once amp was initialized their CUDA kernels got float32
+    arguments, which only their own ``custom_fwd`` keeps under torch's autocast."""
+    start = os.path.abspath(path)
+    seen: set[str] = set()
+    for module in (start, *(t for t, _, _ in _walk(start, graph))):
+        tree = graph.tree(module)
+        for node in _import_statements(tree.body) if tree is not None else ():
+            if isinstance(node, ast.ImportFrom):
+                tops = [node.module.split(".")[0]] if node.module and not node.level else []
+            else:
+                tops = [alias.name.split(".")[0] for alias in node.names]
+            for top in tops:
+                if top in seen or top in sys.stdlib_module_names or top in ("apex", "torch"):
+                    continue
+                seen.add(top)
+                if any(_isfile(p, graph.exists) for p in _module_paths(module, 0, top)):
+                    continue  # (on disk beside the project: the walk reads it)
+                where = _package_casts(top)
+                if where is not None:
+                    yield module, top, node.lineno, where
+
+
+def _package_casts(top: str) -> str | None:
+    if top not in _outside:
+        _outside[top] = _read_package(top)
+    return _outside[top]
+
+
+def _read_package(top: str) -> str | None:
+    """Where the package ``top`` casts through apex: its own files where it is found outside
+    site-packages (a development install, the usual one for a package that builds CUDA
+    kernels), else what its published sources are known to do (``KNOWN_CASTING``)."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError, AttributeError):
+        spec = None
+    roots: list[str] = []
+    if spec is not None and spec.submodule_search_locations:
+        roots = list(spec.submodule_search_locations)
+    elif spec is not None and spec.origin and spec.origin.endswith(".py"):
+        roots = [spec.origin]  # a module of one file
+    roots = [r for r in roots if not _installed(r)]
+    if not roots:
+        return KNOWN_CASTING.get(top)
+    root = roots[0]
+    files = cast_modules_under(root) if os.path.isdir(root) else [root] * _casts_in(root)
+    if not files:
+        return None
+    shown = os.path.relpath(files[0], os.path.dirname(root))
+    return f"its `{shown}` casts through apex (`amp.float_function` and the like)"
+
+
+def _installed(path: str) -> bool:
+    """Inside a site-packages folder (a wheel's copy, not a development checkout)."""
+    return bool({"site-packages", "dist-packages"} & set(os.path.normpath(path).split(os.sep)))
 
 
 def casting(data: bytes) -> bool:

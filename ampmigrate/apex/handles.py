@@ -11,7 +11,7 @@ import os
 
 import libcst as cst
 
-from ampmigrate.apex.casts import cast_modules_under, loads_by_name
+from ampmigrate.apex.casts import cast_modules_under, loads_by_name, outside_casts
 from ampmigrate.apex.common import (
     _argument,
     _code,
@@ -947,6 +947,7 @@ class Handles:
         casts = self.casts if self.casts is not None and not self.casts.broken else None
         reached = {sibling.path for sibling in self.siblings}
         self._loaded_casts(casts, reached, folder, graph)
+        self._outside_casts(folder, graph)
         unseen = [f for f in casts.layers if f not in reached] if casts is not None else []
         if unseen and os.path.abspath(self.path) in casts.initializing:
             listed = _listed([f"{os.path.relpath(f, folder)}" for f in unseen])
@@ -1019,6 +1020,27 @@ class Handles:
                 "up and would still call apex after this file alone were migrated; migrate the "
                 "class family together (the GradScaler kept on the object, `self.scaler`) or "
                 "neither",
+            )
+
+    def _outside_casts(self, folder: str, graph: _Graph) -> None:
+        """A package outside the run that the program imports casts through apex in its layers
+        (an installed maskrcnn-benchmark's ``ROIAlign``): apex's casts there switched on with
+        this file's ``initialize``; with apex gone, autocast hands those layers float16."""
+        mine = os.path.abspath(self.path)
+        for module, package, line, where in outside_casts(self.path, graph):
+            via = (
+                "this file imports"
+                if module == mine
+                else f"{os.path.relpath(module, folder)}, which this file imports, imports"
+            )
+            self.problem(
+                self.plan.anchor,
+                f"{via} `{package}` (line {line}), a package outside this run: {where}. Once "
+                "this file initialized amp, apex gave those layers float32 arguments; with apex "
+                "gone, autocast hands them float16, which their kernels may not take. Migrate "
+                "the package's casts first (`ampmigrate fix` on it: each becomes "
+                '`torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32)`) or '
+                "keep apex",
             )
 
     def _loaded_casts(self, casts, reached: set[str], folder: str, graph: _Graph) -> None:
