@@ -60,8 +60,9 @@ class Delegate:
             return None
         name = helper.name.value
         holder = self._holder(helper)
+        outer = self._enclosing(helper)  # a closure: its name is its function's local
         sites = []
-        for node in self.nodes:
+        for node in self._subtree(outer) if outer is not None else self.nodes:
             if isinstance(node, cst.Name) and node.value == name:
                 parent = self.parent(node)
                 if parent is helper or (isinstance(parent, cst.Attribute) and parent.attr is node):
@@ -90,6 +91,9 @@ class Delegate:
                     and reference.value.value == first
                 ):
                     return None
+            elif outer is not None:
+                if caller is not outer or not isinstance(reference, cst.Name):
+                    return None  # (called from a function nested deeper: not followed)
             elif holder is not self.module or not isinstance(reference, cst.Name):
                 return None
             sites.append((call, caller))
@@ -124,6 +128,13 @@ class Delegate:
             for index, arg in enumerate(call.args)
         }
         rebound = head in self.facts(helper.body).assigned
+        if (
+            caller is self._enclosing(helper)
+            and head not in params
+            and not rebound
+            and not any(isinstance(n, cst.Global) for n in self._subtree(helper))
+        ):
+            return opt  # a closure reads its function's binding, as the call does
         if head not in params and self._global_in(head, helper) and self._global_in(head, caller):
             return opt  # the module's optimizer, read by both (`global optimizer` or no local)
         value = None if rebound else given.get(head)
@@ -151,6 +162,13 @@ class Delegate:
                 taken.add(star.name.value)
         bound = name in self.facts(function.body).assigned
         return declared or (name not in taken and not bound)
+
+    def _enclosing(self, helper: cst.FunctionDef) -> cst.FunctionDef | None:
+        """The function ``helper`` is defined in (None: a module's function or a method)."""
+        if isinstance(self._holder(helper), cst.ClassDef):
+            return None
+        outer = self.function(self.parent(helper))
+        return outer if isinstance(outer, cst.FunctionDef) else None
 
     def _holder(self, helper: cst.FunctionDef) -> cst.CSTNode | None:
         """The class or module whose body holds ``helper`` (a function in a function: its

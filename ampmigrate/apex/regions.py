@@ -323,7 +323,8 @@ class Regions:
         if not (isinstance(expression, cst.Name) and isinstance(function, cst.FunctionDef)):
             return []
         method = isinstance(self._holder(function), cst.ClassDef)
-        if function not in self.module.body and not method:
+        nested = self._enclosing(function) is not None  # a closure, called where defined
+        if function not in self.module.body and not method and not nested:
             return []
         params = [p.name.value for p in function.params.params][1 if method else 0 :]
         if (
@@ -334,7 +335,7 @@ class Regions:
         index = params.index(expression.value)
         name = function.name.value
         found = []
-        if method:  # `self.optimize(loss)` from the class's own methods (DistilBERT's step)
+        if method or nested:  # `self.optimize(loss)` from its class's methods (DistilBERT)
             sites = self._call_sites(function)
             calls = [call for call, _ in sites] if sites else []
             if not calls:
