@@ -98,6 +98,7 @@ REWRITTEN = [
     "state_files",
     "two_losses_stepped_together",
     "gan_initialize_in_else",
+    "closure_scaling",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -110,6 +111,13 @@ BLOCKED = {
     "(`args.amp.scale_loss` at line 15): the GradScaler cannot take its place there, as "
     "`train_step` is called at line 29 before the store; put it there by hand "
     "(`args.scaler = scaler`",
+    "blocked_native_beside_switches": "line 52: `self.scaler.scale(loss).backward()` is native "
+    "AMP's scaled backward (through `self.scaler`; the file makes a GradScaler of its own), in "
+    "the other branch of the `if self.use_amp:` around apex's at line 54: apex beside native "
+    "AMP under a switch of its own",
+    "blocked_unbound_optimizer": "line 16: `amp.scale_loss` is given `optimizer`, but "
+    "`optimizer` is bound nowhere `train` can read it (no parameter, local, module name or "
+    "builtin): that call raises NameError",
     "blocked_unbound_amp": "line 26: `amp.scale_loss` at line 12 reads `amp`, which the apex "
     "import binds only inside another function, not in `train_step`: that call raises NameError",
 }
@@ -2197,6 +2205,12 @@ CASES = {
     "state_files": [["ckpt"], ["ckpt", "--fp16"]],
     "two_losses_stepped_together": [[], ["--amp"]],
     "gan_initialize_in_else": [[], ["--amp"]],
+    "closure_scaling": [
+        [],
+        ["--second", "--accumulation", "1"],
+        ["--fp16"],
+        ["--fp16", "--second"],
+    ],
     "two_optional_losses": [
         ["--doc", "--wiki"],
         ["--amp"],

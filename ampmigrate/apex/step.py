@@ -69,6 +69,20 @@ class Step:
             listed = ", ".join(f"`{k}`" for k in sorted(extra)) or "a third positional argument"
             self.problem(call, f"`amp.scale_loss` with {listed}: migrate this call by hand")
             return
+        unbound = self._unbound_head(optimizer)
+        if unbound is not None:
+            function_name = (
+                f"`{function.name.value}`" if isinstance(function, cst.FunctionDef) else "it"
+            )
+            self.problem(
+                call,
+                f"`amp.scale_loss` is given `{_code(self.module, optimizer)}`, but `{unbound}` is "
+                f"bound nowhere {function_name} can read it (no parameter, local, module name "
+                "or builtin): that call raises NameError, so the original's mixed-precision "
+                "path cannot run as written; pass the optimizer `amp.initialize` returned (fix "
+                "the original) before migrating",
+            )
+            return
         hooked = self.hooked("callee")  # a runner's loss: the runner's caller casts
         if loss is None or (
             not isinstance(loss, cst.Name) and not hooked and self.facts(loss).calls
@@ -299,6 +313,23 @@ class Step:
                 continue
             return True
         return False
+
+    def _unbound_head(self, expression: cst.BaseExpression | None) -> str | None:
+        """The name an ``a.b.c`` path starts from, where nothing binds it for the code that
+        reads it (None: bound, or not such a path)."""
+        head = expression
+        while isinstance(head, cst.Attribute):
+            head = head.value
+        if not isinstance(head, cst.Name):
+            return None
+        scope = self.scopes.get(head)
+        if scope is None or head.value in scope:
+            return None
+        stars = any(  # a star import may bind anything
+            isinstance(n, cst.ImportFrom) and isinstance(n.names, cst.ImportStar)
+            for n in self.nodes
+        )
+        return None if stars else head.value
 
     def _aliases(self, opt: str, function: cst.CSTNode) -> set[str]:
         """Other names of the optimizer ``opt`` in ``function``: ``optimizer = self.optimizer``
@@ -811,6 +842,20 @@ class Step:
                     continue
                 call = calls[0]
                 loss = _code(self.module, call.func.value)
+                native = self._native_scaled(call)
+                if native is not None:
+                    self.problem(
+                        node,
+                        f"`{_code(self.module, call)}` is native AMP's scaled backward "
+                        f"(through `{native}`; the file makes a GradScaler of its own), in the "
+                        f"other branch of the `if {test}:` around apex's at line "
+                        f"{self.line(other)}: apex beside native AMP under a switch of its own, "
+                        "which the rewrite does not "
+                        "follow (it keeps the native path where one switch picks between the "
+                        "two); let apex's setting turn the native path on and delete the apex "
+                        "branches, by hand",
+                    )
+                    continue
                 why, _ = self._unscalable(node, call, function, opt, access)
                 if why is None:
                     self._scale_plain(node, call, access, opt, test)
@@ -833,6 +878,26 @@ class Step:
                     f"cannot scale it (`scaler.scale({loss}).backward()`) because {why}: test "
                     "the scaler's switch there, by hand",
                 )
+
+    def _native_scaled(self, backward: cst.Call) -> str | None:
+        """``scaler.scale(loss).backward()`` in a file that makes a torch GradScaler of its own:
+        the scaler it goes through (None: another backward)."""
+        scaled = backward.func.value if isinstance(backward.func, cst.Attribute) else None
+        if not (
+            isinstance(scaled, cst.Call)
+            and isinstance(scaled.func, cst.Attribute)
+            and scaled.func.attr.value == "scale"
+            and len(scaled.args) == 1
+            and is_path(scaled.func.value)
+        ):
+            return None
+        made = any(
+            q.startswith("torch.") and q.endswith("GradScaler")
+            for n in self.nodes
+            if isinstance(n, cst.Call)
+            for q in self.qualified(n.func)
+        )
+        return _code(self.module, scaled.func.value) if made else None
 
     def _branch_guard(
         self, node, branch: cst.If, scaled: cst.With, opt: str, function, access
