@@ -225,3 +225,43 @@ def test_a_clip_in_a_method_after_a_scaling_helper_sees_unscaled_gradients(stub,
     assert "batch 5 loss" in original
     assert out == original
     assert wrong != original
+
+
+def _apex_scales(steps: int, overflows: set[int], floor: float, ceiling: float) -> list[float]:
+    """apex's LossScaler.update_scale, written from its documented rule (shared/reference,
+    apex-amp-api.md §4): halve on overflow, but not below the floor; double after 2000
+    updates without one, but not above the ceiling; the initial 2**16 capped too."""
+    scale, unskipped, out = min(ceiling, 2.0**16), 0, []
+    for step in range(steps):
+        if step in overflows:
+            scale, unskipped = max(floor, scale / 2), 0
+        else:
+            unskipped += 1
+        if unskipped == 2000:
+            scale, unskipped = min(ceiling, scale * 2), 0
+        out.append(scale)
+    return out
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    ("steps", "overflows"),
+    [(40, set(range(20))), (4100, set()), (2030, {5, 2010, 2011})],
+    ids=["floor", "ceiling", "both"],
+)
+def test_the_kept_bounds_give_apex_s_scale_at_every_step(tmp_path, steps, overflows):
+    """The migrated `loss_scale_bounds` fixture on CPU in float16, its scale printed after
+    each step: the same sequence as apex's LossScaler with `min_loss_scale=0.25`,
+    `max_loss_scale=2**17` (20 overflows in a row end at the floor, 0.25, where apex stops
+    halving; 4000 clean steps would grow past the ceiling)."""
+    pytest.importorskip("torch")
+    migrated = (APEX / "loss_scale_bounds.fixed.py").read_text().replace('"cuda"', '"cpu"')
+    printed = '        print(f"loss {loss.item():.6f}")\n'
+    assert printed in migrated
+    script = tmp_path / "bounds.py"
+    script.write_text(migrated.replace(printed, '        print("scale", scaler.get_scale())\n'))
+    args = ["--fp16", "--steps", str(steps), "--overflow", *map(str, sorted(overflows))]
+    [(code, out, error)] = _runs([(script, args, None, False)], tmp_path)
+    assert code == 0, error
+    scales = [float(line.split()[1]) for line in out.splitlines() if line.startswith("scale")]
+    assert scales == _apex_scales(steps, overflows, 0.25, 2.0**17)

@@ -61,3 +61,17 @@ def test_the_apex_planners_stages_define_each_method_once():
             if inspect.isfunction(value):
                 owners[name].append(stage.__name__)
     assert {n: s for n, s in owners.items() if len(s) > 1} == {}
+
+
+def test_no_two_stages_of_the_apex_planner_define_one_method():
+    """The planner is one class mixed from its stages: a method name two stages define is
+    silently the first one's for both (a `_bound` of the scale bounds once shadowed the
+    version gates' `_bound` and the planner raised TypeError on every file that reached it)."""
+    from ampmigrate.apex.planner import _Planner
+
+    owners: dict[str, list[str]] = {}
+    for stage in _Planner.__mro__[1:]:
+        for name, value in vars(stage).items():
+            if callable(value) and not name.startswith("__"):
+                owners.setdefault(name, []).append(stage.__name__)
+    assert {n: o for n, o in owners.items() if len(o) > 1} == {}

@@ -89,16 +89,11 @@ class Initialize:
                 "scales the loss), which the rewrite does not follow; pass True or drop it",
             )
         unknown = [k for k in unknown if k not in switched]
+        bounds = [k for k in unknown if k in ("min_loss_scale", "max_loss_scale")]
+        for key in bounds:
+            self._scale_bound(init, key, args[key])
+        unknown = [k for k in unknown if k not in bounds]
         fixed = [k for k in unknown if _literal(args[k])]
-        bounds = [k for k in fixed if k in ("min_loss_scale", "max_loss_scale")]
-        if bounds:
-            listed = ", ".join(f"`{k}`" for k in bounds)
-            self.problem(
-                init,
-                f"`amp.initialize` sets {listed}: GradScaler has no bound on its scale (no "
-                "torch.amp counterpart)",
-            )
-        fixed = [k for k in fixed if k not in bounds]
         if fixed:
             listed = ", ".join(f"`{k}`" for k in fixed)
             self.problem(init, f"`amp.initialize` sets {listed}, which O1 cannot express")
@@ -1202,6 +1197,36 @@ class Initialize:
             | cst.AsName,
         )  # fmt: skip
 
+    def _scale_bound(self, init: cst.Call, key: str, node: cst.BaseExpression) -> None:
+        """apex's dynamic scale kept within ``min_loss_scale`` / ``max_loss_scale``: its floor
+        applied when an overflow halved the scale, its ceiling when growth doubled it, each
+        at the update. After each ``scaler.update()``, a scale past the bound is set back to
+        it (``scaler.update(bound)``): the same scale at every step, and the growth count
+        restarts where apex's did. apex caps the initial 2**16 too: a lower ceiling is
+        refused."""
+        value = _number(node)
+        floor = key == "min_loss_scale"
+        shown = f"`{key}={_code(self.module, node)}`"
+        if value is not None and floor and value == 0:  # apex tests `if self._min_loss_scale:`
+            self.plan.notes.append(f"{shown} goes: apex sets no floor for 0")
+            return
+        if value is None or value < 0 or (not floor and value < 2.0**16):
+            self.problem(
+                init,
+                f"`amp.initialize` sets {shown}: GradScaler has no bound on its scale, and the "
+                "rewrite keeps apex's only where it is a number written here"
+                + ("" if floor else " of at least 65536 (apex also caps its initial 2**16 scale)")
+                + "; keep it by hand after each `scaler.update()`",
+            )
+            return
+        self.bounds.append(("<" if floor else ">", repr(value)))
+        self.plan.notes.append(
+            f"{shown} is kept: after each `scaler.update()`, a scale "
+            f"{'below' if floor else 'above'} {value!r} is set back to it "
+            f"(`scaler.update({value!r})`), as apex's {'floor' if floor else 'ceiling'} did "
+            "(`scaler.get_scale()` reads the scale once per step)"
+        )
+
 
 def _operands(comparison: cst.Comparison) -> list[cst.BaseExpression]:
     return [comparison.left, *(c.comparator for c in comparison.comparisons)]
@@ -1219,6 +1244,18 @@ def _plain(level: cst.CSTNode) -> bool:
             return False
         level = level.value
     return isinstance(level, cst.Name)
+
+
+def _number(node: cst.BaseExpression) -> float | None:
+    """The value of a literal int or float, or a power of two of them (``2**24``; None:
+    another expression)."""
+    if isinstance(node, cst.Integer | cst.Float):
+        return float(node.evaluated_value)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
+        base, exponent = _number(node.left), _number(node.right)
+        if base is not None and exponent is not None and abs(exponent) <= 64:
+            return base**exponent
+    return None
 
 
 def _literal(node: cst.BaseExpression) -> bool:

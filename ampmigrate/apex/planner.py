@@ -154,6 +154,8 @@ class _Planner(
         self.delegates: dict[cst.CSTNode, tuple[cst.FunctionDef, str]] = {}
         self.stepped_by_callers: set[tuple[int, str]] = set()  # scaled here, stepped by callers
         self.before_step: dict[cst.CSTNode, list[Callable[[], list]]] = {}
+        # apex's `min_loss_scale`/`max_loss_scale`, kept after each `update()`: (test, value)
+        self.bounds: list[tuple[str, str]] = []
         # steps a path reaches with no scaled backward since the last one: the scale_loss
         # statement that does not always run, then whether the step is guarded
         self.unsure: dict[cst.CSTNode, cst.CSTNode] = {}
@@ -460,6 +462,13 @@ class _Planner(
         self._one_unscale_per_step()
         self._plain_backwards(setup)
         self._guard_steps()
+        if self.bounds and not self.before_step:
+            self.problem(
+                self.plan.anchor,
+                "`amp.initialize` bounds the loss scale, and no step of this file becomes "
+                "`scaler.step` + `update()`, after which the bound would be kept: keep it "
+                "there by hand (`if scaler.get_scale() < floor: scaler.update(floor)`)",
+            )
         self._accumulation_note()
         self._discarded_overflows()
         self._cleared_backwards()

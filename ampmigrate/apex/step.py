@@ -469,17 +469,20 @@ class Step:
         self.before_step[node] = []
 
         def build(_u):
+            update = f"    {access}.update()\n"
             step = (
-                [cst.parse_statement(_GUARD.format(access=access, opt=opt))]
+                [cst.parse_statement(_GUARD.format(access=access, opt=opt).replace(
+                    update, self._updated(access, "    ")
+                ))]
                 if node in self.guarded
                 else [cst.parse_statement(_BRANCH.format(
                     test=self.branch_guards[node], access=access, opt=opt
-                ))]
+                ).replace(update, self._updated(access, "    ")))]
                 if node in self.branch_guards
                 else [
                     cst.parse_statement(f"{access}.step({opt})\n"),
                     *([] if any(node in g[:-1] for g in self.groups)
-                      else [cst.parse_statement(f"{access}.update()\n")]),
+                      else cst.parse_module(self._updated(access, "")).body),
                 ]
             )  # fmt: skip
             lines = [
@@ -491,6 +494,13 @@ class Step:
             return cst.FlattenSentinel(lines)
 
         self.plan.edits[node] = build
+
+    def _updated(self, access: str, indent: str) -> str:
+        """``scaler.update()``, then apex's bounds on the scale (``self.bounds``) kept."""
+        lines = [f"{access}.update()"]
+        for test, value in self.bounds:
+            lines += [f"if {access}.get_scale() {test} {value}:", f"    {access}.update({value})"]
+        return "".join(f"{indent}{line}\n" for line in lines)
 
     def _wrapper_steps(self, opt: str, access: str, function: cst.CSTNode) -> list[cst.CSTNode]:
         """``holder.step()`` where ``opt`` is ``holder.attribute`` and ``holder`` an optimizer
