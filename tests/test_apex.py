@@ -99,6 +99,8 @@ REWRITTEN = [
     "two_losses_stepped_together",
     "gan_initialize_in_else",
     "closure_scaling",
+    "loss_scale_bounds",
+    "nested_if_sibling_store",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -2205,6 +2207,13 @@ CASES = {
     "state_files": [["ckpt"], ["ckpt", "--fp16"]],
     "two_losses_stepped_together": [[], ["--amp"]],
     "gan_initialize_in_else": [[], ["--amp"]],
+    "loss_scale_bounds": [[], ["--fp16", "--overflow", "1"]],
+    "nested_if_sibling_store": [
+        [],
+        ["--use-apex"],
+        ["--distributed"],
+        ["--distributed", "--use-apex"],
+    ],
     "closure_scaling": [
         [],
         ["--second", "--accumulation", "1"],
@@ -4248,6 +4257,63 @@ def test_an_unused_bare_apex_import_goes_too():
     assert not [d for d in check_source(source + "apex.parallel\n") if d.code == "AMP303"]
 
 
+def test_an_unused_local_apex_import_in_a_package_init_goes(tmp_path):
+    """A function's own `import apex` in a package's `__init__.py` (SFSegNets' DDP wrapper,
+    28th review): "a package's `__init__` may re-export it" was false (a local binding exports
+    nothing), and the offered fix never applied (the engine keeps an `__init__`'s imports).
+    Now the statement itself goes, as a safe fix; a module-level one stays unsafe."""
+    local = (
+        "import torch\n\n\ndef wrap(net, flag=False):\n    if flag:\n        import apex\n"
+        "        net = torch.nn.DataParallel(net)\n    return net\n"
+    )
+    init = tmp_path / "pkg" / "__init__.py"
+    out, remaining, [finding] = fix_source(local, path=init)  # (safe fixes only)
+    assert "re-export" not in finding.message and finding.code == "AMP303"
+    assert out == local.replace("        import apex\n", "") and not remaining
+    top = "import apex\nimport torch\n\nx = torch.ones(1)\n"
+    out, [finding], fixed = fix_source(top, path=init)
+    assert "a package's `__init__` may re-export it" in finding.message
+    assert finding.fix == "unsafe" and out == top and not fixed
+
+
+GLOBALS_PUBLISHED = """\
+import torch
+
+
+class Base:
+    def setup(self, mixed):
+        if mixed:
+            from apex import amp
+
+            globals()["amp"] = amp
+        self.net = torch.nn.Linear(4, 1)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+        if mixed:
+            self.net, self.opt = amp.initialize(self.net, self.opt, opt_level="O1")
+
+    def backward(self, loss):
+        with amp.scale_loss(loss, self.opt) as scaled_loss:
+            scaled_loss.backward()
+"""
+
+
+def test_apex_published_through_globals_is_not_called_a_name_error():
+    """ganslate's GAN base (28th review): the import in `setup` is followed by
+    `globals()["amp"] = amp`, so the other methods' `amp` is bound and the original runs;
+    "that call raises NameError" was false. The refusal names the store instead."""
+    without_initialize = GLOBALS_PUBLISHED.replace(
+        "        if mixed:\n            self.net, self.opt = amp.initialize(self.net, self.opt, "
+        'opt_level="O1")\n',
+        "",
+    )
+    assert without_initialize != GLOBALS_PUBLISHED
+    for source in (GLOBALS_PUBLISHED, without_initialize):
+        [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+        assert finding.fix is None
+        assert "NameError" not in finding.message, finding.message
+        assert "a module global through `globals()`" in finding.message
+
+
 def test_a_read_amp_import_is_not_unused():
     """`amp` read anywhere (an availability test, a call) is no unused import."""
     for read in ("print(amp is None)\n", "amp.init()\n"):
@@ -4624,8 +4690,11 @@ class GAN:
         ("", "\n            torch.nn.utils.clip_grad_norm_(amp.master_params(self.optimizer), 1.0)",
          None, "line 21: this gradient read is inside the `amp.scale_loss` block, where apex's "
          "gradients are still scaled"),
-        (", max_loss_scale=2.0**17", "", None, "`amp.initialize` sets `max_loss_scale=2.0**17`: "
-         "GradScaler has no bound on its scale"),
+        (", max_loss_scale=2.0**17", "", "unsafe", "`max_loss_scale=2.0**17` is kept: after "
+         "each `scaler.update()`, a scale above 131072.0 is set back to it"),
+        (", max_loss_scale=2.0**15", "", None, "`amp.initialize` sets `max_loss_scale=2.0**15`: "
+         "GradScaler has no bound on its scale, and the rewrite keeps apex's only where it is a "
+         "number written here of at least 65536"),
         (", max_loss_scale=cap", "", None, "`amp.initialize` sets `max_loss_scale=cap`: "
          "GradScaler has no bound on its scale"),
     ],
@@ -4633,8 +4702,9 @@ class GAN:
 def test_what_apex_did_outside_the_plain_shape_is_said(options, inside, fix, expected):
     """A forward of an initialized model in a method that scales nothing ran in float16 under
     apex (a stated change now); a clip inside the `scale_loss` block saw apex's scaled gradients
-    (refused: neither rewrite keeps that); `max_loss_scale` bounds apex's scale, which
-    GradScaler cannot (refused for that reason, not as an O2 option)."""
+    (refused: neither rewrite keeps that); `max_loss_scale` bounds apex's scale, which the
+    rewrite keeps after each update where it is a number of at least apex's initial 2**16
+    (refused for that reason otherwise, not as an O2 option)."""
     source = GAN_CLASS.format(options=options, inside=inside)
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix == fix, finding.message

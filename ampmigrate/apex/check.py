@@ -61,7 +61,7 @@ def check(
             message = refusal(why for _, why in stray)
             where = Span(*source.position(stray[0][0]))
             return [Finding(rule.code, message, where) for rule in rules]
-        return _unused(names, rules, source.path)
+        return _unused(names, rules, source)
     link = linked.get(os.path.abspath(source.path))
     if casts is None and link is not None:  # a pair's other side reaches the same layers
         casts = next((c for f in link.files if (c := linked.get(key(f))) is not None), None)
@@ -87,7 +87,7 @@ def check(
     return [Finding(rule.code, message, where) for rule in rules]
 
 
-def _unused(names: Names, rules: list[Rule], path: str) -> list[Finding]:
+def _unused(names: Names, rules: list[Rule], source: Source) -> list[Finding]:
     """``from apex import amp`` or ``import apex`` that nothing reads (a file whose apex calls
     went, or never were): it only ties the file to apex."""
     from ampmigrate.apex.api.plan import unused_import
@@ -108,7 +108,7 @@ def _unused(names: Names, rules: list[Rule], path: str) -> list[Finding]:
         else:
             continue
         for rule in rules:
-            finding = unused_import(names, stmt, alias, full, rule.code, path)
+            finding = unused_import(names, stmt, alias, full, rule.code, source.path, source)
             found += [finding] if finding is not None else []
     return found
 

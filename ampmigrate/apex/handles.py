@@ -797,6 +797,14 @@ class Handles:
             for n in self.nodes
         ):  # a module-level binding or a `global` gives it
             return None
+        published = next((n for n in self.nodes if _publishes(n, self.bound)), None)
+        if published is not None:  # `globals()["amp"] = amp`: module state, by a dict store
+            return (
+                f"apex's module is made a module global through `globals()` at line "
+                f"{self.line(published)} and called from other functions, which the rewrite "
+                "does not follow (no import or `global` binds it there): bind it with a "
+                "module-level import or `global` first, or migrate by hand"
+            )
         stars = [  # a star import may give it: followed where its module is on disk
             n for n in self.nodes
             if isinstance(n, cst.ImportFrom) and isinstance(n.names, cst.ImportStar)
@@ -1183,3 +1191,34 @@ class Handles:
                     self.problem(call, never_called(where, member, function.name.value))
                     continue
                 self.problem(call, without_initialize(where, member, method, through, wrapped))
+
+
+def _publishes(node: cst.CSTNode, names: set[str]) -> bool:
+    """``globals()["amp"] = ...`` or ``globals().update(amp=...)`` for one of ``names``."""
+    if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Subscript):
+        target = node.target
+        key = target.slice[0].slice if len(target.slice) == 1 else None
+        return (
+            _is_globals(target.value)
+            and isinstance(key, cst.Index)
+            and isinstance(key.value, cst.SimpleString)
+            and key.value.evaluated_value in names
+        )
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        return (
+            node.func.attr.value == "update"
+            and _is_globals(node.func.value)
+            and any(
+                (a.keyword is not None and a.keyword.value in names) or a.star for a in node.args
+            )
+        )
+    return False
+
+
+def _is_globals(node: cst.BaseExpression) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value == "globals"
+        and not node.args
+    )

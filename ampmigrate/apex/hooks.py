@@ -17,7 +17,7 @@ import functools
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code, _Setup, _statements
+from ampmigrate.apex.common import _code, _Setup, _statements, is_path
 from ampmigrate.apex.links import _listed
 
 # methods that only read what they are called on (`options.get("training").get("fp16")`)
@@ -193,18 +193,39 @@ class RunnerHooks:
     def _changes(self, condition: str, statements: list[cst.CSTNode]) -> bool:
         """One of ``statements`` may change what ``condition`` reads: it assigns to a name it
         reads (or to an item or attribute of one), or calls a method of one."""
-        read = {n.value for n in self._subtree(cst.parse_expression(condition))
-                if isinstance(n, cst.Name)}  # fmt: skip
+        expression = cst.parse_expression(condition)
+        read = {n.value for n in self._subtree(expression) if isinstance(n, cst.Name)}
+        # the attribute paths it reads (`args.use_apex`); a store to another attribute of the
+        # same object (`args.batch_size = ...`) leaves them as they were
+        paths = {
+            _code(self.module, n) for n in self._subtree(expression)
+            if isinstance(n, cst.Attribute) and is_path(n)
+        }  # fmt: skip
+        heads = {id(n.value) for n in self._subtree(expression) if isinstance(n, cst.Attribute)}
+        bare = {  # names it reads otherwise than as the head of an attribute
+            n.value for n in self._subtree(expression)
+            if isinstance(n, cst.Name) and id(n) not in heads
+        }  # fmt: skip
 
         def root(node: cst.CSTNode) -> str | None:
             while isinstance(node, cst.Attribute | cst.Subscript):
                 node = node.value
             return node.value if isinstance(node, cst.Name) else None
 
+        def touches(target: cst.BaseExpression) -> bool:
+            if root(target) not in read:
+                return False
+            if not (isinstance(target, cst.Attribute) and is_path(target)):
+                return True  # an item of what it reads, or the name itself
+            path = _code(self.module, target)
+            return root(target) in bare or any(
+                p == path or p.startswith(path + ".") or path.startswith(p + ".") for p in paths
+            )
+
         for statement in statements:
             for node in self._subtree(statement):
                 if isinstance(node, cst.AssignTarget | cst.AugAssign) and (
-                    root(node.target) in read or self.facts(node).assigned & read
+                    touches(node.target) or self.facts(node).assigned & read
                 ):
                     return True
                 if (

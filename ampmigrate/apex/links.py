@@ -180,6 +180,39 @@ _AMP = APEX.rstrip(".")  # the module itself
 _MEMBERS = {"scale_loss", "master_params", "state_dict", "load_state_dict", "initialize"}
 
 
+def _published(tree: ast.Module, name: str) -> int | None:
+    """The line of ``globals()["name"] = ...`` (or ``globals().update(name=...)``) in ``tree``:
+    a module global bound by a store into the module's dict (None: none)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Subscript)
+                    and _globals_call(target.value)
+                    and isinstance(target.slice, ast.Constant)
+                    and target.slice.value == name
+                ):
+                    return node.lineno
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "update"
+            and _globals_call(node.func.value)
+            and any(k.arg in (name, None) for k in node.keywords)
+        ):
+            return node.lineno
+    return None
+
+
+def _globals_call(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "globals"
+        and not node.args
+    )
+
+
 def _handed_in(holder: ast.Name, names: Names) -> str | None:
     """How ``holder`` got its value when a caller hands it in: a parameter, or a name bound
     from a parameter's contents (``amp, opt = handles.values()``); None otherwise."""
@@ -239,7 +272,20 @@ def stray_calls(
             (a.name for a in names.ancestors(node) if isinstance(a, ast.FunctionDef)), None
         )
         inside = f"`{function}`" if function else "module-level code"
-        if isinstance(holder, ast.Name) and holder.id in roots and not names.bindings(holder):
+        if (
+            isinstance(holder, ast.Name)
+            and holder.id in roots
+            and not names.bindings(holder)
+            and (published := _published(tree, holder.id)) is not None
+        ):
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` reads `{holder.id}`, which the apex import at "
+                f"line {roots[holder.id].lineno} binds inside another function and line "
+                f"{published} makes a module global through `globals()`, which the rewrite "
+                "does not follow: bind it with a module-level import or `global` first, or "
+                "migrate by hand"
+            )))  # fmt: skip
+        elif isinstance(holder, ast.Name) and holder.id in roots and not names.bindings(holder):
             found.append((node, (
                 f"line {node.lineno}: `{shown}` reads `{holder.id}`, which the apex import at "
                 f"line {roots[holder.id].lineno} binds only inside another function, not in "

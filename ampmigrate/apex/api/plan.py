@@ -88,6 +88,31 @@ def _rebound_first(names: Names, stmt: ast.stmt, load: ast.Name) -> bool:
     return names.bound_before(load, {id(a) for a in names.ancestors(stmt)}) is not None
 
 
+def _deletion(names: Names, stmt: ast.stmt, source: Source | None) -> tuple[Edit, ...]:
+    """The edit that deletes ``stmt`` with its line (empty: it is its block's only statement,
+    shares its lines with another, or holds several names)."""
+    block = next(
+        (
+            b
+            for a in names.ancestors(stmt)
+            for b in (getattr(a, f, None) for f in ("body", "orelse", "finalbody"))
+            if isinstance(b, list) and stmt in b
+        ),
+        [],
+    )
+    if source is None or len(stmt.names) != 1 or len(block) < 2:
+        return ()
+    start, stop = source.span(stmt)
+    line = source.line_start(stmt.lineno)
+    after = re.compile(r"[ \t]*(#[^\r\n]*)?(\r\n|\r|\n|$)").match(source.text, stop)
+    if source.text[line:start].strip() or after is None:
+        return ()  # another statement on its lines (`;`)
+    end = after.end()
+    if block[0] is stmt:  # the blank lines after a block's first statement go with it
+        end = re.compile(r"([ \t]*(\r\n|\r|\n))*").match(source.text, end).end()
+    return (Edit(line, end, ""),)
+
+
 def unused_import(
     names: Names,
     stmt: ast.Import | ast.ImportFrom,
@@ -110,30 +135,18 @@ def unused_import(
     ]
     if any(not _rebound_first(names, stmt, n) for n in loads):
         return None
+    scoped = any(isinstance(a, _SCOPES) for a in names.ancestors(stmt))
+    # the import manager judges a name by scope (it would keep a name read after another arm
+    # binds it again), and a package's `__init__` keeps its imports on `fix` (its public
+    # API): there the statement itself is deleted (given ``source``)
+    local_in_package = scoped and os.path.basename(path) == "__init__.py"
     edits: tuple[Edit, ...] = ()
-    if loads:
-        block = next(
-            (
-                b
-                for a in names.ancestors(stmt)
-                for b in (getattr(a, f, None) for f in ("body", "orelse", "finalbody"))
-                if isinstance(b, list) and stmt in b
-            ),
-            [],
-        )
-        if source is None or len(stmt.names) != 1 or len(block) < 2:
+    if loads or local_in_package:
+        edits = _deletion(names, stmt, source)
+        if not edits and loads:
             return None
-        start, stop = source.span(stmt)
-        line = source.line_start(stmt.lineno)
-        after = re.compile(r"[ \t]*(#[^\r\n]*)?(\r\n|\r|\n|$)").match(source.text, stop)
-        if source.text[line:start].strip() or after is None:
-            return None  # another statement on its lines (`;`)
-        end = after.end()
-        if block[0] is stmt:  # the blank lines after a block's first statement go with it
-            end = re.compile(r"([ \t]*(\r\n|\r|\n))*").match(source.text, end).end()
-        edits = (Edit(line, end, ""),)
-    package = os.path.basename(path) == "__init__.py"
-    if not any(isinstance(a, _SCOPES) for a in names.ancestors(stmt)):
+    package = os.path.basename(path) == "__init__.py" and not scoped  # (a local re-exports none)
+    if not scoped:
         users = users_on_disk(path, [bound])
         if users is None or users:
             return Finding(code, _reexported(full, bound, path, users), stmt)
@@ -195,6 +208,8 @@ def unused_import(
         )
     if package:
         message += " (a package's `__init__` may re-export it)"
+    if local_in_package and not edits:  # (the import manager may not touch it there)
+        return Finding(code, message + "; delete it by hand", stmt)
     fix = Fix(
         "unsafe" if guarded or package else "safe",
         edits=edits,
