@@ -4314,6 +4314,27 @@ def test_apex_published_through_globals_is_not_called_a_name_error():
         assert "a module global through `globals()`" in finding.message
 
 
+def test_a_level_computed_from_this_file_s_flag_is_not_said_to_come_from_outside():
+    """`opt_level=f"O{args.apex_level}"` with `--apex_level` added in the same file (atppo,
+    28th review) was "set outside this file (a config, an argument)": false."""
+    source = (
+        "import argparse\n\nimport torch\nfrom apex import amp\n\n\ndef main():\n"
+        "    p = argparse.ArgumentParser()\n"
+        '    p.add_argument("--apex_level", type=int, default=0)\n'
+        "    args = p.parse_args()\n"
+        "    model = torch.nn.Linear(8, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level=f"O{args.apex_level}")\n'
+        "    loss = model(torch.ones(2, 8)).sum()\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "        scaled_loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "set outside this file" not in finding.message
+    assert "computed from this file's flag `--apex_level`" in finding.message
+
+
 def test_a_read_amp_import_is_not_unused():
     """`amp` read anywhere (an availability test, a call) is no unused import."""
     for read in ("print(amp is None)\n", "amp.init()\n"):

@@ -875,6 +875,47 @@ class Initialize:
             cst.Not(), cst.parse_expression(f"({_code(self.module, assign.value.test)})")
         )
 
+    def _flag_read(self, level: cst.BaseExpression) -> str | None:
+        """The flag of this file that a computed level reads (``f"O{args.amp_level}"``)."""
+        for node in self._subtree(level):
+            if isinstance(node, cst.Attribute) and (flag := self._flag_of(node.attr.value)):
+                return flag[0]
+        return None
+
+    def _flag_of(self, attr: str) -> tuple[str, cst.Call] | None:
+        """The ``add_argument`` call of this file whose destination is ``attr`` (its long
+        option, or ``attr``, and the call): ``arg = parser.add_argument`` then ``arg(...)``
+        counts too."""
+        aliases = {
+            t.target.value
+            for n in self.nodes
+            if isinstance(n, cst.Assign)
+            and isinstance(n.value, cst.Attribute)
+            and n.value.attr.value == "add_argument"
+            for t in n.targets
+            if isinstance(t.target, cst.Name)
+        }
+        flag = None
+        for node in self.nodes:
+            adds = _is_call_of(node, "add_argument") or (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Name)
+                and node.func.value in aliases
+            )
+            if isinstance(node, cst.Call) and adds:
+                options = [a.value for a in node.args if not a.keyword]
+                names = [o.evaluated_value for o in options
+                         if isinstance(o, cst.SimpleString)]  # fmt: skip
+                dest = _argument(node, "dest", 99)
+                long = next((n for n in names if n.startswith("--")), None)
+                derived = (
+                    dest.evaluated_value if isinstance(dest, cst.SimpleString)
+                    else long[2:].replace("-", "_") if long else None
+                )  # fmt: skip
+                if derived == attr:
+                    flag = (long or attr, node)
+        return flag
+
     def _level_choices(
         self, level: cst.CSTNode, init: cst.Call
     ) -> cst.BaseExpression | bool | None:
@@ -889,34 +930,7 @@ class Initialize:
         attr = level.attr.value if isinstance(level, cst.Attribute) else None
         flag, reassigned = None, False
         if attr is not None:
-            # `arg = parser.add_argument` then `arg("--opt-level", ...)`: the same call
-            aliases = {
-                t.target.value
-                for n in self.nodes
-                if isinstance(n, cst.Assign)
-                and isinstance(n.value, cst.Attribute)
-                and n.value.attr.value == "add_argument"
-                for t in n.targets
-                if isinstance(t.target, cst.Name)
-            }
-            for node in self.nodes:
-                adds = _is_call_of(node, "add_argument") or (
-                    isinstance(node, cst.Call)
-                    and isinstance(node.func, cst.Name)
-                    and node.func.value in aliases
-                )
-                if isinstance(node, cst.Call) and adds:
-                    options = [a.value for a in node.args if not a.keyword]
-                    names = [o.evaluated_value for o in options
-                             if isinstance(o, cst.SimpleString)]  # fmt: skip
-                    dest = _argument(node, "dest", 99)
-                    long = next((n for n in names if n.startswith("--")), None)
-                    derived = (
-                        dest.evaluated_value if isinstance(dest, cst.SimpleString)
-                        else long[2:].replace("-", "_") if long else None
-                    )  # fmt: skip
-                    if derived == attr:
-                        flag = (long or attr, node)
+            flag = self._flag_of(attr)
             reassigned = any(
                 isinstance(n, cst.AssignTarget | cst.AugAssign)
                 and isinstance(n.target, cst.Attribute)
@@ -964,6 +978,8 @@ class Initialize:
                 )
             elif any(isinstance(n, cst.Call) for n in self._subtree(level)):
                 origin = f"`{spelled}`, a call whose result the rewrite does not evaluate"
+            elif (read := self._flag_read(level)) is not None:
+                origin = f"`{spelled}`, computed from this file's flag `{read}`"
             elif not any(  # nothing here stores into it (`CONFIG = {"level": "O2"}` does)
                 isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
                 and _code(self.module, n.target).split("[")[0].split(".")[0]
