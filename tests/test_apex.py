@@ -6100,6 +6100,22 @@ def test_a_function_that_scales_and_that_nothing_calls_is_said_to_be_unreached(t
     assert "no file of the project calls" not in message
 
 
+def test_a_caller_through_a_package_s_star_re_export_counts(tmp_path):
+    """atppo (28th review): `util/__init__.py` re-exports `step` from `util/ppo_util.py`, and
+    the trainers call it after `from util import *`; "no file of the project calls `step`"
+    was false, as the callers' text never names `ppo_util`."""
+    package = tmp_path / "util"
+    package.mkdir()
+    path = package / "ppo_util.py"
+    path.write_text(SCALES_IN_A_LOOP.format(name="step"))
+    (package / "__init__.py").write_text('from .ppo_util import step\n\n__all__ = ["step"]\n')
+    (tmp_path / "trainer.py").write_text("from util import *\n\nstep(None, None, [])\n")
+    _, remaining, _ = fix_source(path.read_text(), unsafe=True, path=path)
+    [message] = [d.message for d in remaining if d.code == "AMP303"]
+    assert "no file of the project calls" not in message
+    assert "`step` uses `amp.scale_loss` but `amp.initialize` is not in this file" in message
+
+
 def test_the_scaler_argument_advice_names_the_call_into_the_module_that_scales(tmp_path):
     """An SSD detector's `main.py` hands its optimizer to a loader, a print helper and an LR
     set-up before `train.train(...)`, whose module scales: the advice listed the first three

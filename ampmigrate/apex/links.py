@@ -1100,7 +1100,9 @@ def users_on_disk(path: str, functions: list[str]) -> list[tuple[str, int, str]]
             if other == path:
                 continue
             data = _read(other)
-            if stem not in data or not any(w in data for w in words):
+            if not any(w in data for w in words) or (
+                stem not in data and b"import *" not in data  # (a package may re-export it)
+            ):
                 continue
             file = _parsed(other, data)
             if file is None:
