@@ -6116,6 +6116,35 @@ def test_a_caller_through_a_package_s_star_re_export_counts(tmp_path):
     assert "`step` uses `amp.scale_loss` but `amp.initialize` is not in this file" in message
 
 
+def test_a_star_import_of_a_package_whose_helper_scales_blocks_only_where_it_is_called(
+    tmp_path,
+):
+    """atppo's scripts (28th review) star-import `util` for other helpers; `util` re-exports
+    `step`, which scales through its own guarded apex import. A script that never calls `step`
+    does not share its amp state ("relies on the amp state this file sets up" was false); one
+    that calls it does."""
+    package = tmp_path / "util"
+    package.mkdir()
+    (package / "ppo_util.py").write_text(SCALES_IN_A_LOOP.format(name="step"))
+    (package / "__init__.py").write_text('from .ppo_util import step\n\n__all__ = ["step"]\n')
+    script = SHAPES.replace(
+        "from apex import amp\n", "from apex import amp\n\nfrom util import *\n"
+    )
+    assert script != SHAPES
+    path = tmp_path / "main.py"  # (read from disk by the walk of its imports)
+    path.write_text(script)
+    _, remaining, fixed = fix_source(script, unsafe=True, path=path)
+    assert "AMP303" in {d.code for d in fixed}, [d.message for d in remaining]
+    calling = script.replace(
+        "    optimizer.step()\n", "    optimizer.step()\n    step(None, None, [])\n", 1
+    )
+    assert calling != script
+    path.write_text(calling)
+    _, remaining, _ = fix_source(calling, unsafe=True, path=path)
+    [message] = [d.message for d in remaining if d.code == "AMP303"]
+    assert "util/ppo_util.py (imported by util/__init__.py at line 1) calls" in message
+
+
 def test_the_scaler_argument_advice_names_the_call_into_the_module_that_scales(tmp_path):
     """An SSD detector's `main.py` hands its optimizer to a loader, a print helper and an LR
     set-up before `train.train(...)`, whose module scales: the advice listed the first three

@@ -1787,9 +1787,28 @@ def _taken(module: str, path: str, graph: _Graph) -> set[str] | None:
                 return None  # the module object itself
             continue  # a package run on the way to a submodule
         if any(a.name == "*" for a in node.names):
-            return None
+            loaded = _star_loads(tree, module)
+            if loaded is None:
+                return None
+            taken |= loaded
+            continue
         taken |= {a.name for a in node.names}
     return taken
+
+
+def _star_loads(tree: ast.Module, module: str) -> set[str] | None:
+    """What a star import can give ``module`` that it uses: the bare names it reads (a star
+    import binds nothing else). None where that is not certain: a package's ``__init__``
+    (it may hand the names on), a lookup by a computed name."""
+    if os.path.basename(module) == "__init__.py":
+        return None
+    loaded = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in _DYNAMIC | {"__getattr__"}:
+            return None
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            loaded.add(node.id)
+    return loaded
 
 
 def _attributes_taken(
