@@ -578,18 +578,20 @@ class _Planner:
             if not isinstance(first, ast.Import | ast.ImportFrom):
                 break
             top.append(first)
+        in_top = module_level and any(s is stmt for s in top)
+        anchor = top[-1] if in_top else stmt  # the class goes after it
         later = [
             b.node.lineno
             for b in self.names.bindings(stmt, "torch")
-            if module_level and b.node is not None and b.node.lineno > (top or [stmt])[-1].lineno
+            if module_level and b.node is not None and b.node.lineno > anchor.lineno
         ]
         if later:
             raise NoFix(
                 f"`torch` is imported at line {later[0]}, after the apex import: move that "
                 "import up first (the class that replaces apex's must follow it)"
             )
-        if module_level and any(s is stmt for s in top):
-            at = self._statement_lines(top[-1])[1]
+        if in_top:
+            at = self._statement_lines(anchor)[1]
             edits = [Edit(start, end, kept), Edit(at, at, "\n\n" + text + self._gap(at, 2))]
         else:
             lead = "\n\n" if module_level and start else ""
