@@ -377,14 +377,16 @@ def test_a_fallback_that_is_not_the_torch_counterpart_is_not_kept_as_the_migrati
     """long-context-asr, ERNIE (27th review): a fallback that is the project's own norm (other
     parameter names, eps and numerics), `FusedAdam = torch.optim.Adam` (L2 decay where apex's
     is decoupled) or torch's RMSNorm (eps default) was kept as "the same function": no fix
-    now, and the finding says what the fallback is. torch's LayerNorm still is the migration."""
+    now, and the finding says what the fallback is (a project's own class has its own fix, see
+    `test_a_projects_own_fallback_class_gives_way_to_the_torch_counterpart`). torch's LayerNorm
+    still is the migration."""
     cases = {
         "from apex.normalization import FusedRMSNorm as RMS": (
             "from mypkg.norms import RMSNorm as RMS", "binds `RMS` to `mypkg.norms.RMSNorm`"),
         "from apex.optimizers import FusedAdam": (
             "FusedAdam = torch.optim.Adam", "(apex's maps to `torch.optim.AdamW`)"),
         "from apex.normalization import FusedLayerNorm as LN": (
-            "class LN(torch.nn.Module):\n        pass", "it defines `LN` itself (line 5)"),
+            "def LN(h):\n        return torch.nn.LayerNorm(h)", "it defines `LN` itself (line 5)"),
         "from apex.normalization import FusedRMSNorm as Norm": (
             "Norm = torch.nn.RMSNorm", "`torch.nn.RMSNorm`'s defaults differ from apex's"),
     }  # fmt: skip
@@ -434,3 +436,224 @@ def test_the_sync_batchnorm_function_is_not_said_to_be_ddps_all_reduce():
     messages = [d.message for d in check_source(source) if d.code == "AMP315"]
     assert messages and all("DistributedDataParallel does its own" not in m for m in messages)
     assert any("all-reduces the batch-norm gradient terms" in m for m in messages), messages
+
+
+BERT_FALLBACK = """\
+import logging
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+try:
+    from apex.normalization.fused_layer_norm import FusedLayerNorm as BertLayerNorm
+except ImportError:
+    logger.info("Better speed can be achieved with apex installed.")
+
+    class BertLayerNorm(nn.Module):
+        def __init__(self, hidden_size, eps=1e-12):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(hidden_size))
+            self.bias = nn.Parameter(torch.zeros(hidden_size))
+            self.variance_epsilon = eps
+
+        def forward(self, x):
+            u = x.mean(-1, keepdim=True)
+            s = (x - u).pow(2).mean(-1, keepdim=True)
+            x = (x - u) / torch.sqrt(s + self.variance_epsilon)
+            return self.weight * x + self.bias
+
+
+class Embeddings(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.LayerNorm = BertLayerNorm(hidden, eps=1e-12)
+
+
+def init_weights(module):
+    if isinstance(module, BertLayerNorm):
+        module.weight.data.fill_(1.0)
+"""
+
+T5_FALLBACK = """\
+from torch import nn
+
+try:
+    from apex.normalization import FusedRMSNorm as T5LayerNorm
+except ImportError:
+
+    class T5LayerNorm(nn.Module):
+        def __init__(self, hidden_size, eps=1e-6):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(hidden_size))
+            self.variance_epsilon = eps
+
+        def forward(self, x):
+            v = x.pow(2).mean(-1, keepdim=True)
+            return self.scale * x * torch.rsqrt(v + self.variance_epsilon)
+
+
+class Block(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.norm = T5LayerNorm(hidden)
+
+
+class Scaled(T5LayerNorm):
+    def forward(self, x):
+        return super().forward(x) * self.weight
+"""
+
+
+def _rms(x, weight, eps):
+    import torch
+
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def test_a_projects_own_fallback_class_gives_way_to_the_torch_counterpart():
+    """BERT's forks (vilbert, ERNIE): `try: from apex... import FusedLayerNorm as BertLayerNorm`
+    with the project's TF-style class as the fallback got a finding and no fix. What ran with
+    apex is kept (torch's counterpart under the same name; for RMSNorm a class with apex's
+    eps default), the project's class goes, and the message says what changes where apex was
+    not installed (its class, its defaults, its parameter names)."""
+    import torch
+
+    out, remaining, fixed = _fix(BERT_FALLBACK)
+    assert not remaining and "apex" not in out and "class BertLayerNorm" not in out
+    assert "logger.info" not in out
+    assert "\nBertLayerNorm = torch.nn.LayerNorm\n" in out
+    [finding] = fixed
+    assert "the project's own class `BertLayerNorm` (line 13)" in finding.message
+    assert "`__init__(self, hidden_size, eps=1e-12)`" in finding.message
+    assert "Where it was not, the project's class" in finding.message
+    assert "checkpoints" not in finding.message  # weight and bias, as torch's
+    assert _fix(out)[0] == out
+    scope: dict = {}
+    exec(compile(out, "bert", "exec"), scope)
+    emb = scope["Embeddings"](8)
+    scope["init_weights"](emb.LayerNorm)
+    x = torch.randn(2, 8)
+    assert torch.allclose(emb.LayerNorm(x), torch.nn.functional.layer_norm(x, (8,), eps=1e-12))
+
+    out, remaining, fixed = _fix(T5_FALLBACK)
+    assert not remaining and "import apex" not in out and "self.scale" not in out
+    assert "class T5LayerNorm(torch.nn.RMSNorm):" in out and "import torch\n" in out
+    [finding] = fixed
+    assert "its parameters (`scale`) are not torch's (`weight`)" in finding.message
+    assert "`eps=1e-5` default" in finding.message
+    assert _fix(out)[0] == out
+    scope = {}
+    exec(compile(out, "t5", "exec"), scope)
+    block, scaled = scope["Block"](8), scope["Scaled"](8)
+    assert block.norm.eps == 1e-5 and isinstance(block.norm, torch.nn.RMSNorm)
+    x = torch.randn(2, 8) * 1e-3  # where eps matters
+    assert torch.allclose(block.norm(x), _rms(x, block.norm.weight, 1e-5))
+    assert torch.allclose(scaled(x), _rms(x, 1.0, 1e-5))
+
+
+def test_a_projects_fallback_class_stays_where_a_use_may_need_it():
+    """The rule: every use of the name outside the `try` is a call whose arguments torch's
+    class takes alike, a type test, or a subclass that reads only what it sets itself or what
+    apex's and torch's classes share; the name is not imported by another module; torch's
+    class exists in the project's oldest torch. Otherwise the finding says why, and no fix."""
+    cases = {
+        "x = BertLayerNorm(8, memory_efficient=True)\n": "passes `memory_efficient`",
+        "norm_layer = BertLayerNorm\n": "used as a value at line 38",
+        "x = BertLayerNorm(**cfg)\n": "passes a splat",
+        "class Sub(BertLayerNorm):\n    def f(self):\n        return self.variance_epsilon\n": (
+            "reads `self.variance_epsilon`"
+        ),
+        "eff = emb.LayerNorm.memory_efficient\n": "`.memory_efficient` is read at line 38",
+    }
+    for extra, reason in cases.items():
+        source = BERT_FALLBACK + "\n\n" + extra
+        out, remaining, _ = _fix(source)
+        assert out == source, extra
+        [finding] = [d for d in remaining if d.code == "AMP312"]
+        assert reason in finding.message and finding.fix is None, finding.message
+        assert "the fallback is not its migration" in finding.message
+    out, remaining, _ = _fix(T5_FALLBACK, target_torch=(2, 1))
+    assert out == T5_FALLBACK
+    [finding] = remaining
+    assert "`torch.nn.RMSNorm` needs torch >= 2.4; the project supports torch 2.1" in (
+        finding.message
+    )
+
+
+RMS_AS_VALUE = """\
+import torch
+from apex.normalization import FusedRMSNorm
+
+norm_cls = FusedRMSNorm
+
+
+class Scaled(FusedRMSNorm):
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+def build(hidden):
+    norm = FusedRMSNorm(hidden)
+    return norm, isinstance(norm, (FusedRMSNorm, torch.nn.LayerNorm))
+"""
+
+
+def test_rmsnorm_as_a_value_becomes_a_class_with_apexs_eps_default():
+    """`norm_cls = FusedRMSNorm`, a subclass of it: torch's RMSNorm would take the input
+    dtype's machine epsilon where apex took 1e-5 at calls not visible here. The import becomes
+    a subclass of torch's with apex's parameters and default under the same name, so every use
+    keeps working (its calls, the value, the subclass); a call and a type test still get
+    torch's class."""
+    import torch
+
+    out, remaining, fixed = _fix(RMS_AS_VALUE)
+    assert not remaining and "apex" not in out.replace("apex's", "")
+    assert "\n\n\nclass FusedRMSNorm(torch.nn.RMSNorm):\n" in out
+    assert "norm_cls = FusedRMSNorm\n" in out and "class Scaled(FusedRMSNorm):" in out
+    assert "norm = torch.nn.RMSNorm(hidden, eps=1e-5)" in out
+    assert "isinstance(norm, (torch.nn.RMSNorm, torch.nn.LayerNorm))" in out
+    assert any("used as a value, so the import becomes" in d.message for d in fixed)
+    assert all(d.code == "AMP312" for d in fixed)
+    again, _, refixed = _fix(out)
+    assert again == out and not refixed
+    scope: dict = {}
+    exec(compile(out, "rms", "exec"), scope)
+    x = torch.randn(3, 8) * 1e-3
+    made = scope["norm_cls"](8)
+    assert made.eps == 1e-5 and scope["norm_cls"](8, 1e-6, False, True).weight is None
+    assert torch.allclose(made(x), _rms(x, 1.0, 1e-5))
+    assert not torch.allclose(torch.nn.RMSNorm(8)(x), _rms(x, 1.0, 1e-5))  # torch's default
+    assert torch.allclose(scope["Scaled"](8)(x), 2 * _rms(x, 1.0, 1e-5))
+    assert scope["build"](8)[1]
+    # an alias, another name in the import, no `import torch`, a function-level import
+    source = (
+        "from apex.normalization import FusedRMSNorm as RMS, FusedLayerNorm\n"
+        "import numpy as np\n\nLN = FusedLayerNorm\nlayers = {'rms': RMS}\n"
+    )
+    out, remaining, _ = _fix(source)
+    assert not remaining and "apex" not in out.replace("apex's", "")
+    assert out.startswith("import numpy as np\nimport torch\n\n\nclass RMS(torch.nn.RMSNorm):")
+    assert _fix(out)[0] == out
+    exec(compile(out, "alias", "exec"), scope)
+    assert scope["layers"]["rms"](4).eps == 1e-5
+    source = "def f():\n    from apex.normalization import MixedFusedRMSNorm\n\n"
+    source += "    return MixedFusedRMSNorm\n"
+    out, remaining, _ = _fix(source)
+    assert not remaining and "    class MixedFusedRMSNorm(torch.nn.RMSNorm):\n" in out
+    exec(compile(out, "local", "exec"), scope)
+    assert scope["f"]()(4).eps == 1e-5
+
+
+def test_rmsnorm_as_a_value_is_refused_where_the_class_cannot_stand_in():
+    cases = {
+        RMS_AS_VALUE.replace("import torch\n", "") + "import torch\n": (
+            "`torch` is imported at line 14, after the apex import"
+        ),
+        RMS_AS_VALUE + "eff = build(8)[0].memory_efficient\n": "`.memory_efficient` is read",
+    }
+    for source, reason in cases.items():
+        out, remaining, _ = _fix(source)
+        assert "from apex.normalization import FusedRMSNorm" in out
+        assert any(reason in d.message and d.fix is None for d in remaining), remaining

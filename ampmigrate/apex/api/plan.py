@@ -263,6 +263,51 @@ def _bound_names(body: list[ast.stmt]) -> set[str]:
     return out
 
 
+def _logs(stmt: ast.stmt) -> bool:
+    """A log line of a fallback (``logger.info(...)``, ``print(...)``, ``warnings.warn``) or a
+    string: nothing the code after it uses."""
+    if not isinstance(stmt, ast.Expr):
+        return False
+    if isinstance(stmt.value, ast.Constant):
+        return isinstance(stmt.value.value, str)
+    call = stmt.value
+    return isinstance(call, ast.Call) and (dotted(call.func) or "").rpartition(".")[2] in _LOGS
+
+
+def _accepts(call: ast.Call, accepted: tuple[str, ...], where: str) -> None:
+    """Raise ``NoFix`` unless ``call`` passes only ``accepted`` parameters, without splats."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(
+        k.arg is None for k in call.keywords
+    ):
+        raise NoFix(f"{where} passes a splat, which may carry what torch's class rejects")
+    if len(call.args) > len(accepted):
+        raise NoFix(f"{where} passes more positional arguments than torch's class takes alike")
+    for k in call.keywords:
+        if k.arg not in accepted:
+            raise NoFix(f"{where} passes `{k.arg}`, which torch's class does not take alike")
+
+
+def _parameters(cls: ast.ClassDef) -> list[str] | None:
+    """The parameters the class ``cls`` makes (``self.x = nn.Parameter(...)``,
+    ``self.register_parameter("x", ...)``); None: one it makes otherwise (a submodule)."""
+    found: list[str] = []
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            kind = (dotted(node.value.func) or "").rpartition(".")[2]
+            for t in node.targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name):
+                    if t.value.id == "self" and kind == "Parameter":
+                        found.append(t.attr)
+                    elif t.value.id == "self" and kind[:1].isupper():
+                        return None  # a submodule: its parameters are nested
+        elif isinstance(node, ast.Call) and dotted(node.func) == "self.register_parameter":
+            name = node.args[0] if node.args else None
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                return None
+            found.append(name.value)
+    return found
+
+
 class _FallbackCall(Exception):
     """A call that can only be of the torch fallback a name is also bound to."""
 
@@ -275,6 +320,40 @@ def _replaces(stmt: ast.stmt) -> bool:
         return stmt.value is not None and not isinstance(stmt.value, ast.Constant)
     kinds = ast.Import | ast.ImportFrom | ast.FunctionDef | ast.ClassDef | ast.Expr
     return isinstance(stmt, kinds)
+
+
+_NORM_MODULES = frozenset({"apex.normalization", "apex.normalization.fused_layer_norm"})
+# What apex's norm classes and torch's share with one meaning (beyond ``torch.nn.Module``'s).
+_SHARED = {
+    "torch.nn.LayerNorm": frozenset({"weight", "bias", "eps", "normalized_shape",
+                                     "elementwise_affine"}),
+    "torch.nn.RMSNorm": frozenset({"weight", "eps", "normalized_shape", "elementwise_affine"}),
+}  # fmt: skip
+_PARAMETERS = {"torch.nn.LayerNorm": ("weight", "bias"), "torch.nn.RMSNorm": ("weight",)}
+_LOGS = frozenset({"print", "info", "warning", "warn", "debug", "error", "exception", "critical"})
+
+
+def _rms_class(name: str, apex_name: str, torch_name: str, indent: str) -> str:
+    """The class ``name`` that stands in for apex's RMSNorm ``apex_name`` where its calls are
+    not visible: torch's with FusedRMSNorm's parameters, so apex's ``eps`` default (1e-5;
+    torch's is the input dtype's machine epsilon) holds for every call, value and subclass."""
+    short = apex_name.rpartition(".")[2]
+    lines = [
+        f"class {name}({torch_name}.nn.RMSNorm):",
+        f'    """apex\'s {short} on torch: `torch.nn.RMSNorm` with apex\'s `eps` default (1e-5,',
+        "    not the input dtype's machine epsilon); apex's `memory_efficient` only saved "
+        'memory."""',
+        "",
+        "    def __init__(",  # (one parameter a line: black and ruff keep it so)
+        "        self,",
+        "        normalized_shape,",
+        "        eps=1e-5,",
+        "        elementwise_affine=True,",
+        "        memory_efficient=False,",
+        "    ):",
+        "        super().__init__(normalized_shape, eps, elementwise_affine)",
+    ]
+    return "".join(f"{indent}{line}\n" if line else "\n" for line in lines)
 
 
 class _Planner:
@@ -399,7 +478,32 @@ class _Planner:
                 message += "; " + "; ".join(notes)
             self._report(target, parent, message, fix)
             return
-        if isinstance(parent, ast.ClassDef) and any(node is b for b in parent.bases):
+        base = isinstance(parent, ast.ClassDef) and any(node is b for b in parent.bases)
+        if (
+            target.new == "torch.nn.RMSNorm"
+            and (base or not (self._annotation(node) or self._typed(node)))
+            and self._stand_in_import(node) is not None
+        ):
+            try:
+                fix = self._rms_stand_in(node, name)
+            except NoFix as reason:
+                self._report(target, node, f"{head}: no automatic fix: {reason}", None)
+                return
+            bound = node.id  # type: ignore[union-attr]
+            use = "a base class" if base else "a value"
+            message = (
+                f"{head}: used as {use}, so the import becomes `class {bound}(torch.nn.RMSNorm)` "
+                "with apex's parameters and `eps=1e-5` default (torch's is the input dtype's "
+                f"machine epsilon), and every use of `{bound}` keeps working; {target.accepts}"
+            )
+            if not base:
+                message += (
+                    f"; a type test against this value matches the modules `{bound}` builds, "
+                    "not those of the calls rewritten to `torch.nn.RMSNorm`"
+                )
+            self._report(target, node, message, fix)
+            return
+        if base:
             reason = (
                 "a subclass relies on apex's constructor arguments and internals (its overrides "
                 f"may read apex's state or kernels): rebase it on `{target.new}` by hand"
@@ -439,6 +543,103 @@ class _Planner:
         else:
             extra = f"used as a value: its calls get `{target.new}`'s defaults"
         self._report(target, node, f"{head}: {extra}; {target.accepts}", fix)
+
+    def _stand_in_import(self, node: ast.AST) -> tuple[ast.ImportFrom, ast.alias] | None:
+        """The one import that binds the Name ``node``, where it is a single-line ``from
+        apex.normalization import ...`` outside a ``try`` that catches ImportError (those are
+        ``_try``'s): the statement a stand-in class can replace."""
+        if not isinstance(node, ast.Name):
+            return None
+        bindings = self.names.bindings(node)
+        if len(bindings) != 1 or bindings[0].alias is None:
+            return None
+        stmt = bindings[0].node
+        if (
+            not isinstance(stmt, ast.ImportFrom)
+            or stmt.level
+            or stmt.module not in _NORM_MODULES
+            or stmt.lineno != stmt.end_lineno
+            or self.source.line(stmt.lineno).strip() != self.source.segment(stmt)
+        ):
+            return None
+        if any(
+            isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
+            for a in self.names.ancestors(stmt)
+        ):
+            return None
+        return stmt, bindings[0].alias
+
+    def _rms_stand_in(self, node: ast.Name, name: str) -> Fix:
+        """The fix for apex's RMSNorm ``name`` read as a value or a base class: its import
+        becomes ``_rms_class`` under the same name (after the top import block, so that
+        ``torch`` is bound before it), so every use keeps apex's parameters and defaults."""
+        found = self._stand_in_import(node)
+        assert found is not None
+        stmt, alias = found
+        self._no_memory_efficient()
+        torch_name, add_torch = self._torch(stmt)
+        module_level = not any(isinstance(a, _SCOPES) for a in self.names.ancestors(stmt))
+        start, end = self._statement_lines(stmt)
+        rest = [a for a in stmt.names if a is not alias]
+        indent = self.source.line_indent(stmt.lineno)
+        kept = ""
+        if rest:
+            listed = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in rest)
+            kept = f"{indent}from {stmt.module} import {listed}\n"
+        text = _rms_class(node.id, name, torch_name, indent)
+        body = self.tree.body
+        top = []
+        for first in body[1:] if body and ast.get_docstring(self.tree) is not None else body:
+            if not isinstance(first, ast.Import | ast.ImportFrom):
+                break
+            top.append(first)
+        in_top = module_level and any(s is stmt for s in top)
+        anchor = top[-1] if in_top else stmt  # the class goes after it
+        later = [
+            b.node.lineno
+            for b in self.names.bindings(stmt, "torch")
+            if module_level and b.node is not None and b.node.lineno > anchor.lineno
+        ]
+        if later:
+            raise NoFix(
+                f"`torch` is imported at line {later[0]}, after the apex import: move that "
+                "import up first (the class that replaces apex's must follow it)"
+            )
+        if in_top:
+            at = self._statement_lines(anchor)[1]
+            edits = [Edit(start, end, kept), Edit(at, at, "\n\n" + text + self._gap(at, 2))]
+        else:
+            lead = "\n\n" if module_level and start else ""
+            gap = self._gap(end, 2 if module_level else 1)
+            edits = [Edit(start, end, kept + lead + text + gap)]
+        return Fix(
+            "unsafe",
+            edits=tuple(edits),
+            add_imports=frozenset({"torch"} if add_torch else ()),
+            min_torch=TARGETS[name].min_torch,
+        )
+
+    def _gap(self, at: int, lines: int) -> str:
+        """The newlines that leave ``lines`` blank lines between a class inserted at ``at`` and
+        the code after it."""
+        rest = self.source.text[at:]
+        if not rest.strip():
+            return ""
+        blank = len(rest) - len(rest.lstrip("\n"))
+        return "\n" * max(0, lines - blank)
+
+    def _no_memory_efficient(self) -> None:
+        """torch's norms have no ``memory_efficient`` attribute: a read of it (apex's) fails."""
+        for node in ast.walk(self.tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "memory_efficient"
+                and isinstance(node.ctx, ast.Load)
+            ):
+                raise NoFix(
+                    f"`.memory_efficient` is read at line {node.lineno}, which may be apex's "
+                    "norm attribute (torch's norms have none)"
+                )
 
     def _initialized_with(self, call: ast.Call) -> int | None:
         """The line of an ``amp.initialize`` that may receive the model ``call`` wraps: the
@@ -748,6 +949,11 @@ class _Planner:
             fallback = self.source.segment(handler.body[0]).splitlines()[0]
             differs = self._fallback_differs(handler.body, bound, target, apex_name)
             if differs is not None:  # (keeping it would run other code where apex ran)
+                found = self._class_fallback(node, imported, swaps, first, code)
+                if found is not None:
+                    self.findings.append(found)
+                    self._consumed.add(node)
+                    return
                 self.findings.append(Finding(code, (
                     f"`{apex_name}` is imported with a fallback (`{fallback}`), but the "
                     f"fallback is not its migration: {differs}; dropping the `try` would run "
@@ -790,6 +996,186 @@ class _Planner:
         fix = Fix("unsafe", edits=(Edit(start, end, replacement),))
         self.findings.append(Finding(code, message, first, fix))
         self._consumed.add(node)
+
+    def _class_fallback(
+        self,
+        node: ast.Try,
+        imported: dict[str, str],
+        swaps: list[ast.Assign],
+        first: ast.ImportFrom,
+        code: str,
+    ) -> Finding | None:
+        """``try: from apex.normalization import FusedLayerNorm as BertLayerNorm`` with
+        ``except ImportError: class BertLayerNorm(nn.Module): ...`` (the project's own class,
+        as in BERT's forks): the fix keeps what ran with apex, its torch counterpart bound to the
+        name (a stand-in class for RMSNorm, whose ``eps`` default differs), and deletes the
+        project's class. None: not such a fallback (``_try`` says why it is no migration)."""
+        handler = node.handlers[0]
+        classes = {s.name: s for s in handler.body if isinstance(s, ast.ClassDef)}
+        if swaps or set(classes) != set(imported):
+            return None
+        if not all(
+            isinstance(s, ast.ClassDef | ast.Pass) or _logs(s) for s in handler.body
+        ):  # another statement of the fallback may be needed
+            return None
+        targets = {bound: TARGETS[full] for bound, full in imported.items() if full in TARGETS}
+        if len(targets) != len(imported) or any(
+            t.code != table.NORMALIZATION or t.new not in _SHARED for t in targets.values()
+        ):
+            return None
+        bound = sorted(imported)[0]
+        target, apex_name, own = targets[bound], imported[bound], classes[bound]
+        head = (
+            f"`{apex_name}` is imported with a fallback, the project's own class `{bound}` "
+            f"(line {own.lineno})"
+        )
+        module_level = not any(isinstance(a, _SCOPES) for a in self.names.ancestors(node))
+        try:
+            for name, each in targets.items():
+                if each.min_torch and self.floor is not None and self.floor < each.min_torch:
+                    needs, floor = (".".join(map(str, v)) for v in (each.min_torch, self.floor))
+                    raise NoFix(
+                        f"`{each.new}` needs torch >= {needs}; the project supports torch {floor}"
+                    )
+                self._fallback_uses(node, name, each)
+            self._no_memory_efficient()
+            torch_name, add_torch = self._torch(node)
+            if module_level:
+                users = users_on_disk(self.source.path, sorted(imported))
+                if users is None or users:
+                    where = (
+                        ", ".join(f"{os.path.basename(f)}:{line}" for f, line, _ in users[:3])
+                        if users
+                        else "the project is too large to look"
+                    )
+                    raise NoFix(
+                        f"other modules use the name ({where}): what they do with the "
+                        "project's class is not visible here"
+                    )
+        except NoFix as reason:
+            return Finding(code, (
+                f"{head}: the fallback is not its migration; no automatic fix: {reason}. Replace "
+                "the `try` by the torch counterpart with apex's defaults written out, by hand"
+            ), first)  # fmt: skip
+        indent = self.source.line_indent(node.lineno)
+        start, end = self._statement_lines(node)
+        text = []
+        for name, full in imported.items():
+            if targets[name].new == "torch.nn.RMSNorm":
+                text.append(_rms_class(name, full, torch_name, indent))
+            else:
+                text.append(f"{indent}{name} = {torch_name}{targets[name].new[len('torch') :]}\n")
+        binds = (
+            f"defines `{bound}` as a subclass of `torch.nn.RMSNorm` with apex's parameters and "
+            "`eps=1e-5` default"
+            if target.new == "torch.nn.RMSNorm"
+            else f"binds `{bound}` to `{target.new}`"
+        )
+        signature = next(
+            (
+                "`" + " ".join(self.source.text[
+                    self.source.span(f)[0] + len("def ") : self.source.span(f.body[0])[0]
+                ].rstrip().rstrip(":").split()) + "`"
+                for f in own.body
+                if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+            ),
+            "its own constructor",
+        )  # fmt: skip
+        message = (
+            f"{head}: the fix {binds} (what ran where apex was installed) and deletes the "
+            f"project's class. Where apex was installed nothing changes beyond "
+            f"`{apex_name.rpartition('.')[2]}` -> `{target.new}`: {target.accepts}. Where it "
+            f"was not, the project's class (line {own.lineno}, {signature}: its own defaults "
+            f"and numerics) ran and `{target.new}` runs now"
+        )
+        held = _parameters(own)
+        expected = _PARAMETERS[target.new]
+        if held is None:
+            message += (
+                "; the project's class makes its parameters in a way not read here: checkpoints "
+                "saved without apex may not load"
+            )
+        elif set(held) != set(expected):
+            message += (
+                f"; its parameters ({', '.join(f'`{p}`' for p in held) or 'none'}) are not "
+                f"torch's ({', '.join(f'`{p}`' for p in expected)}): checkpoints saved where "
+                "apex was not installed no longer load by key"
+            )
+        if len(imported) > 1:
+            message += f"; the same for {', '.join(f'`{n}`' for n in sorted(imported)[1:])}"
+        if any(t.new == "torch.nn.RMSNorm" for t in targets.values()):
+            before = self.source.text[:start]
+            blank = len(before) - len(before.rstrip("\n")) - 1 if before.strip() else 2
+            lines = 2 if module_level else 1
+            text.insert(0, "\n" * max(0, lines - blank))
+            text.append(self._gap(end, lines))
+        edit = Edit(start, end, "".join(text))
+        fix = Fix(
+            "unsafe",
+            edits=(edit,),
+            add_imports=frozenset({"torch"} if add_torch else ()),
+            min_torch=max((t.min_torch for t in targets.values()), default=()),
+        )
+        return Finding(code, message, first, fix)
+
+    def _fallback_uses(self, node: ast.Try, name: str, target: Target) -> None:
+        """Raise ``NoFix`` unless every use of ``name`` outside the ``try`` works alike with
+        torch's counterpart as with apex's class or the project's (the rule for replacing a
+        project's class): a call whose arguments torch takes with apex's meaning (no splat),
+        a type test or annotation, or a subclass whose body reads of ``self`` only what it sets
+        itself or what apex's and torch's classes share (``weight``, ``bias``, ``eps``, ...)
+        and of ``super()`` only ``__init__`` (called so) and ``forward``. Anything else (a
+        value passed on, an attribute of the class) is refused: its uses are not visible."""
+        stand_in = target.new == "torch.nn.RMSNorm"  # takes apex's parameters
+        accepted = target.params if stand_in else target.new_positional
+        for use in ast.walk(self.tree):
+            if not (isinstance(use, ast.Name) and use.id == name) or self._inside(use, node):
+                continue
+            parent = self.names.parent(use)
+            if not isinstance(use.ctx, ast.Load):
+                raise NoFix(f"`{name}` is bound again at line {use.lineno}")
+            if isinstance(parent, ast.Call) and parent.func is use:
+                _accepts(parent, accepted, f"the call at line {use.lineno}")
+            elif isinstance(parent, ast.ClassDef) and any(use is b for b in parent.bases):
+                self._subclass_reads(parent, accepted, _SHARED[target.new])
+            elif not (self._typed(use) or self._annotation(use)):
+                raise NoFix(
+                    f"`{name}` is used as a value at line {use.lineno}: the calls made with it "
+                    "are not visible here"
+                )
+
+    def _subclass_reads(
+        self, cls: ast.ClassDef, accepted: tuple[str, ...], shared: frozenset[str]
+    ) -> None:
+        """Raise ``NoFix`` where the subclass ``cls`` reads what torch's class may lack."""
+        own = {s.name for s in cls.body if isinstance(s, ast.FunctionDef | ast.ClassDef)}
+        own |= {
+            n.attr
+            for n in ast.walk(cls)
+            if isinstance(n, ast.Attribute)
+            and isinstance(n.ctx, ast.Store)
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
+        }
+        for n in ast.walk(cls):
+            if not isinstance(n, ast.Attribute):
+                continue
+            if isinstance(n.value, ast.Call) and dotted(n.value.func) == "super":
+                call = self.names.parent(n)
+                if n.attr == "__init__" and isinstance(call, ast.Call) and call.func is n:
+                    _accepts(call, accepted, f"`super().__init__` at line {n.lineno}")
+                elif n.attr != "forward":
+                    raise NoFix(f"the subclass `{cls.name}` reads `super().{n.attr}`")
+            elif (
+                isinstance(n.value, ast.Name)
+                and n.value.id == "self"
+                and isinstance(n.ctx, ast.Load)
+                and n.attr not in own | shared
+            ):
+                raise NoFix(
+                    f"the subclass `{cls.name}` reads `self.{n.attr}` (line {n.lineno}), which "
+                    "torch's class may lack"
+                )
 
     def _fallback_differs(
         self, body: list[ast.stmt], bound: set[str], target: Target | None, apex_name: str
