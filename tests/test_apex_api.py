@@ -389,6 +389,12 @@ def test_a_fallback_that_is_not_the_torch_counterpart_is_not_kept_as_the_migrati
             "def LN(h):\n        return torch.nn.LayerNorm(h)", "it defines `LN` itself (line 5)"),
         "from apex.normalization import FusedRMSNorm as Norm": (
             "Norm = torch.nn.RMSNorm", "`torch.nn.RMSNorm`'s defaults differ from apex's"),
+        # FlagAI (28th review): a relative import was read as nothing, so "the migration"
+        "from apex.normalization.fused_layer_norm import FusedLayerNorm as LayerNorm": (
+            "from .layer_norm import LayerNorm",
+            "it imports `LayerNorm` from the project's `.layer_norm` (line 5)"),
+        "from apex.normalization import FusedLayerNorm": (
+            "import mypkg.norm as FusedLayerNorm", "binds `FusedLayerNorm` to `mypkg.norm`"),
     }  # fmt: skip
     for imported, (fallback, why) in cases.items():
         source = f"import torch\ntry:\n    {imported}\nexcept ImportError:\n    {fallback}\n"

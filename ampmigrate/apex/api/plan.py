@@ -1188,11 +1188,14 @@ class _Planner:
         for stmt in body:
             for name in sorted(bound):
                 value = None
-                if isinstance(stmt, ast.ImportFrom) and not stmt.level:
+                if isinstance(stmt, ast.ImportFrom):  # (relative: a module of the project)
+                    base = "." * stmt.level + (stmt.module or "")
                     value = next((
-                        f"{stmt.module}.{a.name}" for a in stmt.names
-                        if (a.asname or a.name) == name
+                        f"{base}.{a.name}" if stmt.module else f"{base}{a.name}"
+                        for a in stmt.names if (a.asname or a.name) == name
                     ), None)  # fmt: skip
+                elif isinstance(stmt, ast.Import):
+                    value = next((a.name for a in stmt.names if a.asname == name), None)
                 elif isinstance(stmt, ast.Assign) and any(
                     isinstance(t, ast.Name) and t.id == name for t in stmt.targets
                 ):
@@ -1206,6 +1209,12 @@ class _Planner:
                 if value is None:
                     continue
                 counterpart = target.new if target is not None else table.SAME.get(apex_name)
+                if value.startswith("."):
+                    return (
+                        f"it imports `{name}` from the project's `{value.rpartition('.')[0]}` "
+                        f"(line {stmt.lineno}), whose parameters, defaults and numerics are the "
+                        "project's, not torch's counterpart"
+                    )
                 if value != counterpart:
                     return f"it binds `{name}` to `{value}` (apex's maps to `{counterpart}`)"
                 if target is not None and target.write:
