@@ -933,7 +933,10 @@ def _script_tied(root, files: dict, imports: str, uses: str, sibling: str, tied:
          "torch.nn.functional.cross_entropy)", True),
         ("import trainlib.engine as eng", "step = eng.make_trainer", True),
         ("import trainlib.engine as eng", "print(eng)", True),
-        ("from trainlib.engine import *", "", True),
+        # a star import gives bare names: only a read of one that reaches apex ties it
+        ("from trainlib.engine import *", "", False),
+        ("from trainlib.engine import *", "step = make_trainer", True),
+        ("from trainlib.engine import *", "step = getattr(model, 'make_trainer', None)", True),
     ],
 )  # fmt: skip
 def test_a_library_whose_apex_path_the_script_cannot_reach_does_not_tie_it(
@@ -944,7 +947,8 @@ def test_a_library_whose_apex_path_the_script_cannot_reach_does_not_tie_it(
     own loop and takes only `Engine`/an evaluator from that module was refused as 'relying on
     the amp state this file sets up'. apex code in functions that no name the program takes
     reaches cannot run: the script is rewritten alone. Where the names taken (or a module
-    object, a star import) may reach it, the tie stays."""
+    object, a star import's bare names the script reads, a computed lookup) may reach it,
+    the tie stays."""
     root = tmp_path / "project"
     result = _script_tied(root, _LIBRARY, imports, uses, "trainlib/engine/__init__.py", tied)
     if not tied:
