@@ -4335,6 +4335,27 @@ def test_a_level_computed_from_this_file_s_flag_is_not_said_to_come_from_outside
     assert "computed from this file's flag `--apex_level`" in finding.message
 
 
+def test_apex_from_a_helper_that_imports_it_by_name_is_reported_at_every_call():
+    """Young's adapter module (28th review): `apex = get_apex()`, a function of the file
+    returning `importlib.import_module("apex")`, then `apex.amp.initialize` and
+    `apex.amp.scale_loss`. The scaling call was said to reach apex "only where another file
+    keeps it there" (false: this file binds it) and `initialize` had no finding."""
+    source = (
+        "import importlib\n\n\ndef get_apex():\n    return importlib.import_module('apex')\n"
+        "\n\ndef mix(model, optimizer):\n    apex = get_apex()\n"
+        "    return apex.amp.initialize(model, optimizer, opt_level='O1')\n"
+        "\n\ndef backward(loss, optimizer):\n    apex = get_apex()\n"
+        "    with apex.amp.scale_loss(loss, optimizer) as scaled:\n        scaled.backward()\n"
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None and "another file" not in finding.message
+    for line, member in ((10, "initialize"), (15, "scale_loss")):
+        assert (
+            f"line {line}: `apex.amp.{member}` calls apex amp through `apex.amp`, whose `apex` "
+            "is what `get_apex(...)` (line 4) returns"
+        ) in finding.message, finding.message
+
+
 def test_a_read_amp_import_is_not_unused():
     """`amp` read anywhere (an availability test, a call) is no unused import."""
     for read in ("print(amp is None)\n", "amp.init()\n"):

@@ -332,6 +332,14 @@ def stray_calls(
                 f"`importlib.import_module({loaded!r})` gives: the rewrite follows only import "
                 f"statements; write `from apex import amp` (or migrate it by hand) first"
             )))  # fmt: skip
+        elif isinstance(holder, ast.Attribute) and (given := _loaded_by_helper(holder, names)):
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` calls apex amp through "
+                f"`{ast.unparse(holder)}`, whose `{given[0]}` is what `{given[1]}(...)` (line "
+                f"{given[2]}) returns: `importlib.import_module({given[3]!r})`; the rewrite "
+                "follows only import statements; write `import apex` or `from apex import amp` "
+                "(or migrate it by hand) first"
+            )))  # fmt: skip
         elif isinstance(holder, ast.Attribute) and (loaded := _imported_into(holder, tree, names)):
             found.append((node, (
                 f"line {node.lineno}: `{shown}` calls apex amp through "
@@ -445,6 +453,36 @@ def _imported_by_name(holder: ast.Name, names: Names) -> str | None:
             and call.args[0].value.split(".")[0] == "apex"
         ):
             return call.args[0].value
+    return None
+
+
+def _loaded_by_helper(holder: ast.Attribute, names: Names) -> tuple[str, str, int, str] | None:
+    """``apex.amp`` whose ``apex`` is bound by ``apex = get_apex()``, a function of this file
+    that returns ``importlib.import_module("apex...")`` (Young's adapter module): (the name,
+    the function, its line, the module loaded); None: not so."""
+    root = holder
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return None
+    for call in _bound_calls(root, names):
+        if not isinstance(call.func, ast.Name):
+            continue
+        for helper in names.bindings(call.func):
+            function = helper.node
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            for node in ast.walk(function):
+                value = node.value if isinstance(node, ast.Return) else None
+                if (
+                    isinstance(value, ast.Call)
+                    and "importlib.import_module" in names.qualified(value.func)
+                    and value.args
+                    and isinstance(value.args[0], ast.Constant)
+                    and isinstance(value.args[0].value, str)
+                    and value.args[0].value.split(".")[0] == "apex"
+                ):
+                    return root.id, function.name, function.lineno, value.args[0].value
     return None
 
 
