@@ -53,7 +53,7 @@ def test_text_that_only_looks_like_apex_is_left_alone():
 
 def test_refusals_say_why_and_change_nothing():
     cases = {
-        "FusedAdam(p, **cfg)": "`**` splat",
+        "FusedAdam(p, **cfg)": "the keys of `**cfg` are not all visible here",
         "FusedAdam(p, adam_w_mode=args.adamw)": "depends on its value",
         "FusedAdam(p, set_grad_none=False)": "set_to_none=False",
         "FusedAdam(p, max_grad_norm=1.0)": "pre-2019 FusedAdam",
@@ -663,3 +663,75 @@ def test_rmsnorm_as_a_value_is_refused_where_the_class_cannot_stand_in():
         out, remaining, _ = _fix(source)
         assert "from apex.normalization import FusedRMSNorm" in out
         assert any(reason in d.message and d.fix is None for d in remaining), remaining
+
+
+_FACTORY = """
+from apex.optimizers import FusedAdam, FusedSGD
+
+
+def build(args, params):
+    kw = {{"lr": args.lr, "weight_decay": args.wd}}
+    if args.eps is not None:
+        kw["eps"] = args.eps
+    if args.betas is not None:
+        kw.update(betas=args.betas)
+    {extra}
+    if args.name == "sgd":
+        kw.pop("eps", None)
+        return FusedSGD(params, momentum=0.9, nesterov=True, **kw)
+    return FusedAdam(params, adam_w_mode=args.name == "adamw" or True, **kw)
+"""
+
+
+def test_a_splat_of_a_dict_built_in_the_function_is_mapped_and_builds_the_same_optimizer():
+    import torch
+
+    out, remaining, fixed = _fix(_FACTORY.format(extra="pass"))
+    assert "torch.optim.SGD(params, momentum=0.9, nesterov=True, **kw)" in out, out
+    assert [d.code for d in fixed] == ["AMP311"]  # adam_w_mode is not a literal: refused
+    [left] = [d for d in remaining if d.code == "AMP311"]
+    assert "depends on its value" in left.message
+    assert "`**kw` carries" in fixed[0].message
+    namespace: dict = {}
+    runnable = out.replace("from apex.optimizers import FusedAdam\n", "")
+    exec(compile(runnable, "migrated", "exec"), namespace)
+    args = type("A", (), {"lr": 0.1, "wd": 1e-4, "eps": 1e-8, "betas": None, "name": "sgd"})
+    opt = namespace["build"](args, [torch.nn.Parameter(torch.ones(2))])
+    group = opt.param_groups[0]
+    assert type(opt) is torch.optim.SGD and (group["lr"], group["weight_decay"]) == (0.1, 1e-4)
+
+
+def test_a_splat_whose_keys_are_not_all_visible_is_refused_with_the_reason():
+    cases = {
+        "kw = dict(kw, lr=2.0)": "line 11 uses `kw` in a way that may change it",
+        "configure(kw)": "line 11 uses `kw` in a way that may change it",
+        "kw[args.key] = 1.0": "line 11 uses `kw` in a way that may change it",
+        "kw = load()": "line 11 uses `kw` in a way that may change it",
+        "kw.update(args.extra)": "line 11 uses `kw` in a way that may change it",
+        "kw['set_grad_none'] = True": "`**kw` may carry `set_grad_none`, which the fix must drop",
+        "kw['maximize'] = True": "`maximize`, which apex's signature lacks and `torch.optim.SGD`",
+    }
+    for extra, reason in cases.items():
+        source = textwrap.dedent(_FACTORY.format(extra=extra))
+        out, remaining, _ = _fix(source)
+        assert out == source, extra
+        sgd = [d for d in remaining if d.code == "AMP311" and "FusedSGD" in d.message]
+        assert sgd and reason in sgd[0].message, (extra, sgd[0].message if sgd else remaining)
+
+
+def test_a_splat_that_may_lack_weight_decay_is_refused_for_adamw_but_not_for_adam():
+    source = """
+    from apex.optimizers import FusedAdam
+
+
+    def build(args, params):
+        kw = {"lr": args.lr}
+        if args.wd:
+            kw["weight_decay"] = args.wd
+        return FusedAdam(params, adam_w_mode={mode}, **kw)
+    """
+    out, remaining, _ = _fix(source.replace("{mode}", "True"))
+    [finding] = [d for d in remaining if d.code == "AMP311"]
+    assert "may carry `weight_decay` or not" in finding.message
+    out, remaining, fixed = _fix(source.replace("{mode}", "False"))
+    assert "torch.optim.Adam(params, **kw)" in out and [d.code for d in fixed] == ["AMP311"]

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ampmigrate.apex.api import table
+from ampmigrate.apex.api.splat import Keys, splat_keys
 from ampmigrate.apex.api.table import TARGETS, Target
 from ampmigrate.apex.links import (
     apex_imported_beyond,
@@ -69,6 +70,42 @@ def _literal_in(node: ast.expr, allowed: tuple[object, ...]) -> bool:
         or (type(a) is int and type(node.value) is float and node.value == a)
         for a in allowed
     )
+
+
+def _carried(
+    splats: list[Keys], values: dict[str, ast.expr], target: Target, new: str, fallback: bool
+) -> frozenset[str]:
+    """The keys the call's ``**`` splats always carry; ``NoFix`` (or ``_FallbackCall``) where
+    one may carry a key the fix would have to drop, rename or decide a default for: a fix
+    cannot edit inside the dict."""
+    certain: set[str] = set()
+    for keys in splats:
+        for key in sorted(keys.possible):
+            splat = f"`**{keys.name}` may carry `{key}`"
+            if key not in target.params:
+                if fallback:
+                    raise _FallbackCall
+                if key in _OLD_ADAM and target.new.startswith("torch.optim.Adam"):
+                    raise NoFix(f"{splat}, an argument of the pre-2019 FusedAdam (apex.contrib's)")
+                if key in table.TORCH_TAKES.get(new, {key}):
+                    raise NoFix(f"{splat}, which apex's signature lacks and `{new}` takes")
+                continue  # apex and torch raise alike where it does
+            if key in values:
+                raise NoFix(f"{splat}, which the call also passes: it already fails there")
+            if {key} & {*target.drop, *target.drop_any, *target.rename, *target.refuse}:
+                raise NoFix(
+                    f"{splat}, which the fix must drop, rename or judge by its value for "
+                    f"`{new}`, and it cannot edit inside the dict"
+                )
+            written = dict(target.write)
+            if key in written and key not in keys.certain and new != "torch.optim.Adam":
+                raise NoFix(
+                    f"{splat} or not: where it does not, apex's default `{key}="
+                    f"{written[key]}` differs from `{new}`'s, and writing it out would clash "
+                    "where it does"
+                )
+        certain |= keys.certain
+    return frozenset(certain)
 
 
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:
@@ -687,13 +724,14 @@ class _Planner:
         args = read.args
         if any(a.star == "*" for a in args):
             raise NoFix("a `*args` splat cannot be mapped to apex's parameters")
-        if any(a.star == "**" for a in args):
-            raise NoFix("a `**` splat may carry apex-only arguments, which torch rejects")
-        positional = [a for a in args if not a.keyword]
+        splats = [splat_keys(self.names, call, a.node.value) for a in args if a.star == "**"]
+        positional = [a for a in args if not a.keyword and not a.star]
         if len(positional) > len(target.params):
             raise NoFix(f"more positional arguments than apex's {len(target.params)}")
         values: dict[str, ast.expr] = {}
         for index, arg in enumerate(args):
+            if arg.star:
+                continue
             key = arg.keyword or target.params[index]
             if key not in target.params:
                 if fallback:
@@ -705,15 +743,20 @@ class _Planner:
                     )
                 raise NoFix(f"`{key}` is not an argument of apex's signature")
             values[key] = arg.node.value if isinstance(arg.node, ast.keyword) else arg.node
-        if any(p not in values for p in target.params[: target.required]):
-            raise NoFix("the call lacks a required argument and already fails")
         new = target.new
         if "adam_w_mode" in values and _literal_in(values["adam_w_mode"], table.FALSE):
             new = "torch.optim.Adam"  # apex's L2 mode is torch Adam's weight_decay
+        carried = _carried(splats, values, target, new, fallback)
+        if any(p not in values and p not in carried for p in target.params[: target.required]):
+            raise NoFix("the call lacks a required argument and already fails")
         pieces: list[str] = []
         dropped: list[str] = []
         keep_positional = True
         for index, arg in enumerate(args):
+            if arg.star:
+                keep_positional = False
+                pieces.append(text[arg.start : arg.end])
+                continue
             key = arg.keyword or target.params[index]
             value = values[key]
             if key in target.drop_any:
@@ -745,6 +788,8 @@ class _Planner:
                 pieces.append(f"{target.rename.get(key, key)}={written}")
         written_out = []
         for key, default in target.write:
+            if key in carried:
+                continue
             if key not in values and not (key == "weight_decay" and new == "torch.optim.Adam"):
                 pieces.append(f"{key}={default}")
                 written_out.append(f"`{key}={default}`")
@@ -770,6 +815,9 @@ class _Planner:
         if dropped:
             listed = ", ".join(f"`{d}`" for d in dropped)
             notes.append(f"dropped {listed} (no torch counterpart; speed or memory only)")
+        for keys in splats:
+            listed = ", ".join(f"`{k}`" for k in sorted(keys.possible))
+            notes.append(f"`**{keys.name}` carries only {listed}, as built in this function")
         return new, fix, notes
 
     def _to_python_float(

@@ -74,6 +74,17 @@ ADAM_PARAMS = (
 
 TARGETS: dict[str, Target] = {}
 
+# Every keyword the torch counterparts take (torch 2.13): a key apex's signature lacks fails in
+# both where torch lacks it too (a `**` splat may carry one on a path that raised under apex).
+_OPTIM = ("params", "lr", "weight_decay", "maximize", "foreach", "differentiable", "fused")
+_ADAM = (*_OPTIM, "betas", "eps", "amsgrad", "capturable")
+TORCH_TAKES: dict[str, frozenset[str]] = {
+    "torch.optim.AdamW": frozenset(_ADAM),
+    "torch.optim.Adam": frozenset((*_ADAM, "decoupled_weight_decay")),
+    "torch.optim.SGD": frozenset((*_OPTIM, "momentum", "dampening", "nesterov")),
+    "torch.optim.Adagrad": frozenset((*_OPTIM, "lr_decay", "initial_accumulator_value", "eps")),
+}
+
 
 def _add(names: tuple[str, ...], target: Target) -> None:
     for name in names:
