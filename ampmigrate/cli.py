@@ -57,6 +57,11 @@ def _lint_options(func: Callable) -> Callable:
         ),
         click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes graded unsafe."),
         click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain."),
+        click.option(
+            "--ignore-noqa",
+            is_flag=True,
+            help="Ignore `# noqa` comments: report (and fix) what they suppress, as Ruff's flag.",
+        ),
         click.option("--statistics", is_flag=True, help="Print the number of findings per rule."),
         click.option(
             "--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: CPUs)."
@@ -157,6 +162,7 @@ class LintOptions:
     target_keras: str | None
     max_file_size: float
     apex_opt_level: str | None = None
+    ignore_noqa: bool = False
 
 
 def _globs(value: str | None) -> tuple[str, ...]:
@@ -223,6 +229,7 @@ def _settings(
         max_file_size=int(options.max_file_size * 1e6),
         apex_opt_level=opt_level,
         apex_opt_level_from=declared_in,
+        ignore_noqa=options.ignore_noqa,
     )
     return config, settings, (torch_source, keras_source, level_source)
 

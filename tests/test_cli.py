@@ -115,6 +115,19 @@ def test_noqa_suppresses_in_check_and_fix(cli, tmp_path, comment, suppressed):
     assert (path.read_text() == source) is suppressed
 
 
+def test_ignore_noqa_reports_and_fixes_what_a_bare_noqa_hides(cli, tmp_path):
+    source = "from functools import partial\nfrom apex.normalization import FusedRMSNorm\n\n"
+    source += "Norm = partial(FusedRMSNorm, eps=1e-6)  # noqa\n"
+    path = write(tmp_path / "a.py", source)
+    assert cli("check", "a.py", cwd=tmp_path).returncode == 0
+    checked = cli("check", "--ignore-noqa", "a.py", cwd=tmp_path)
+    assert checked.returncode == 1 and "a.py:4:" in checked.stdout and "AMP312" in checked.stdout
+    fixed = cli("fix", "--unsafe-fixes", "--ignore-noqa", "a.py", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    migrated = path.read_text()
+    assert "from apex" not in migrated and "torch.nn.RMSNorm" in migrated
+
+
 def test_select_and_ignore(cli, tmp_path):
     write(tmp_path / "a.py", DEPRECATED + "torch.get_autocast_gpu_dtype()\n")
     assert cli("check", "--select", "AMP104", "a.py", cwd=tmp_path).stdout.count("AMP") == 1

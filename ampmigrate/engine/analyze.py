@@ -79,7 +79,7 @@ class Analysis:
         """Unsuppressed findings with their reported form, in source order."""
         if not self.findings:
             return []
-        suppressions = Suppressions(self.source.text)
+        suppressions = Suppressions("" if settings.ignore_noqa else self.source.text)
         out = []
         for finding in self.findings:
             node = finding.node
