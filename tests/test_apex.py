@@ -101,6 +101,7 @@ REWRITTEN = [
     "closure_scaling",
     "loss_scale_bounds",
     "nested_if_sibling_store",
+    "native_arm_clip",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -164,6 +165,20 @@ def test_refusal_names_what_blocks_it(name, reason):
     [finding] = [d for d in check_source((APEX / f"{name}.py").read_text()) if d.code == "AMP303"]
     assert finding.fix is None
     assert reason in finding.message
+
+
+def test_a_read_in_the_other_arm_counts_where_the_switch_may_change_between_passes():
+    """native_arm_clip's native-arm clip is no apex gradient read because `self.use_apex` is
+    fixed while training; a test the function itself changes may run apex's backward in one
+    call and the other arm's read in the next, so the read is still placed (here: refused)."""
+    source = (APEX / "native_arm_clip.py").read_text()
+    changing = source.replace(
+        "        loss = self.model(batch).sum()\n",
+        "        loss = self.model(batch).sum()\n        self.use_apex = batch.sum() > 0\n",
+    )
+    assert changing != source
+    [finding] = [d for d in check_source(changing) if d.code == "AMP303"]
+    assert finding.fix is None and "line 34: the gradient read" in finding.message
 
 
 def test_a_stored_handle_is_not_described_as_a_file_that_never_scales():
@@ -2130,6 +2145,7 @@ def _run(script: Path, args: list[str], cwd: Path, stub: Path | None = None):
 
 # Arguments that run each fixture with mixed precision off (when it has a switch) and on.
 CASES = {
+    "native_arm_clip": [[], ["--apex"]],
     "hf_glue": [[], ["--fp16", "--fp16_opt_level", "O0"], ["--fp16"]],
     "module_try_import": [["ckpt.pt"]],
     "import_apex_accumulation": [["O1"]],

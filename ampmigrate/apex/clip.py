@@ -275,12 +275,17 @@ class Clip:
                 if blockers
                 else f"; `{reads[0].value}` from its block is used at line {self.line(reads[0])}"
             )
-            what = "the clip" if clip else "the gradient read"
+            reader = self._reader(statement)
+            what = (
+                f"the clip of {reader}" if clip
+                else reader if reader == "the gradient read"
+                else f"the gradient read of {reader}"
+            )  # fmt: skip
             self.problem(
                 statement,
-                f"{what} of {self._reader(statement)} runs on every micro-batch while "
-                f"`optimizer.step()` (line {self.line(step)}) runs under a condition{why}: move "
-                f"{what} under the step's condition (after `scaler.unscale_(optimizer)`) by hand",
+                f"{what} runs on every micro-batch while `optimizer.step()` (line "
+                f"{self.line(step)}) runs under a condition{why}: move it under the step's "
+                "condition (after `scaler.unscale_(optimizer)`) by hand",
             )
             return
         if id(unit) in self.moved:  # another use in the same moved block

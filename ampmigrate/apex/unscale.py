@@ -111,6 +111,7 @@ class Unscale:
                     and not self.within(node, scaled)
                     and self.function(node) is function
                     and node not in found
+                    and not self._switched_apart(node, scaled, function)
                     and (self._reads_gradients(node) or self._runs_optimizer(node, opt))
                 ):
                     found[node] = opt
@@ -142,6 +143,36 @@ class Unscale:
                 for holder in self.ancestors(clip)
             )
         ]
+
+    def _switched_apart(self, read: cst.CSTNode, scaled: cst.CSTNode, function) -> bool:
+        """``read`` and the scaled backward sit in the two arms of an ``if`` whose test the
+        function never changes (``if self.use_apex: <apex> else: <native AMP's own scaled
+        backward and clip>``): no pass, nor a later call of the loop, runs one and then the
+        other, so apex's unscaling never reached it."""
+        path_read = [read, *self.ancestors(read)]
+        path_scaled = [scaled, *self.ancestors(scaled)]
+        common = next((n for n in path_read if any(n is m for m in path_scaled)), None)
+        if not isinstance(common, cst.If) or not self._exclusive(read, scaled):
+            return False
+        tested = list(self._subtree(common.test))
+        if any(isinstance(n, cst.Call | cst.Subscript | cst.NamedExpr) for n in tested):
+            return False
+        names = {n.value for n in tested if isinstance(n, cst.Name)}
+        for node in self._subtree(function):
+            targets = (
+                [node.target] if isinstance(node, cst.AssignTarget | cst.AugAssign | cst.AnnAssign
+                                            | cst.For | cst.NamedExpr)
+                else [n.asname.name for n in node.items if n.asname] if isinstance(node, cst.With)
+                else []
+            )  # fmt: skip
+            written = {_code(self.module, t) for t in targets}
+            if written & ({_code(self.module, common.test)} | names) or any(
+                isinstance(n, cst.Name) and n.value in names
+                for t in targets
+                for n in self._subtree(t)
+            ):
+                return False
+        return True
 
     def _runs_optimizer(self, statement: cst.CSTNode, opt: str) -> bool:
         """``opt.first_step()`` (SAM's two-step optimizers): a method of the scaled optimizer
