@@ -522,3 +522,38 @@ def test_a_method_without_initialize_is_told_to_keep_the_scaler_on_its_object():
     on_ast, on_libcst = _compare(function)
     assert on_ast == on_libcst
     assert "give `backward` a `scaler` parameter (`scaler.scale(loss)" in on_ast[0]
+
+
+def test_a_transformers_trainer_subclass_is_told_the_library_initializes():
+    """An HF Trainer subclass's `training_step` copy (`if self.use_apex: amp.scale_loss`,
+    else the accelerator's backward): transformers' Trainer runs `amp.initialize` itself, so
+    the refusal says to train with its native AMP and drop the branch, not to keep a
+    GradScaler on the object. ast and libcst agree; a class of another base keeps the advice."""
+    source = textwrap.dedent(
+        """
+        from transformers import Trainer
+        from transformers.utils import is_apex_available
+
+        if is_apex_available():
+            from apex import amp
+
+
+        class MyTrainer(Trainer):
+            def training_step(self, model, inputs):
+                loss = self.compute_loss(model, inputs)
+                if self.use_apex:
+                    with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                else:
+                    self.accelerator.backward(loss)
+                return loss.detach()
+        """
+    )
+    on_ast, on_libcst = _compare(source)
+    assert on_ast == on_libcst
+    assert "in a subclass of `transformers.Trainer`" in on_ast[0]
+    assert "transformers' Trainer calls it itself" in on_ast[0]
+    assert "keep the GradScaler" not in on_ast[0]
+    other = source.replace("from transformers import Trainer", "from mylib import Trainer")
+    on_ast, on_libcst = _compare(other)
+    assert on_ast == on_libcst and "keep the GradScaler on `training_step`'s object" in on_ast[0]

@@ -37,6 +37,7 @@ from ampmigrate.apex.verdict import (
     SUPPORTED,
     fp16_optimizer_built,
     initialized_through_parameter,
+    library_trainer,
     never_called,
     no_rewrite,
     unreached,
@@ -1190,7 +1191,15 @@ class Handles:
                 ):
                     self.problem(call, never_called(where, member, function.name.value))
                     continue
-                self.problem(call, without_initialize(where, member, method, through, wrapped))
+                owner = self.parent(self.parent(function)) if method else None
+                library = (
+                    library_trainer(self.qualified(b.value) for b in owner.bases)
+                    if isinstance(owner, cst.ClassDef)
+                    else None
+                )
+                self.problem(
+                    call, without_initialize(where, member, method, through, wrapped, library)
+                )
 
 
 def _publishes(node: cst.CSTNode, names: set[str]) -> bool:

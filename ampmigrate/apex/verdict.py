@@ -146,17 +146,37 @@ def fp16_optimizer_built(tree: ast.AST) -> bool:
     )
 
 
+def library_trainer(bases: Iterable[set[str]]) -> str | None:
+    """The transformers trainer class a class derives from (its bases' qualified names), if
+    any: that Trainer calls ``amp.initialize`` itself when it runs with apex."""
+    for qualified in bases:
+        for name in sorted(qualified):
+            if name.startswith("transformers.") and name.endswith("Trainer"):
+                return name
+    return None
+
+
 def without_initialize(
     where: str,
     member: str,
     method: bool = False,
     through: str | None = None,
     fp16_optimizer: bool = False,
+    library: str | None = None,
 ) -> str:
     """A use of apex in a file without ``initialize``: the GradScaler must be passed in (to a
     method, through its object: ``self.scaler``, set where the object gets its optimizer).
     ``through``: the file initializes only through a parameter (``initialized_through_
-    parameter``), which the rewrite does not follow."""
+    parameter``), which the rewrite does not follow. ``library``: the method belongs to a
+    subclass of transformers' Trainer, which initializes amp itself."""
+    if library is not None and method:
+        return (
+            f"{where} uses `amp.{member}` in a subclass of `{library}`, and `amp.initialize` "
+            "is not in this file: transformers' Trainer calls it itself when it runs with apex "
+            "(`self.use_apex`), so no GradScaler made here can replace it; train with "
+            "transformers' native AMP instead (`--fp16` without the apex backend, scaled by "
+            "the Trainer's own backward) and delete the apex branch, by hand"
+        )
     if fp16_optimizer and member == "master_params":
         return (
             f"{where} uses `amp.master_params` on the optimizer this file wraps in apex's "
@@ -383,7 +403,15 @@ class _Judge:
                 if function in tree.body and unreached(tree, function.name, path):
                     self.problem(call, never_called(where, member, function.name))
                     continue
-                self.problem(call, without_initialize(where, member, method, through, wrapped))
+                owner = self.names.parent(function) if method else None
+                library = (
+                    library_trainer(self.names.qualified(b) for b in owner.bases)
+                    if isinstance(owner, ast.ClassDef)
+                    else None
+                )
+                self.problem(
+                    call, without_initialize(where, member, method, through, wrapped, library)
+                )
         return refusal(self.problems), anchor
 
     # -- what the planner looks at ---------------------------------------------------------
