@@ -735,3 +735,17 @@ def test_a_splat_that_may_lack_weight_decay_is_refused_for_adamw_but_not_for_ada
     assert "may carry `weight_decay` or not" in finding.message
     out, remaining, fixed = _fix(source.replace("{mode}", "False"))
     assert "torch.optim.Adam(params, **kw)" in out and [d.code for d in fixed] == ["AMP311"]
+
+
+def test_a_splat_in_a_comprehension_reads_the_functions_dict():
+    source = """
+    from apex.optimizers import FusedAdam
+
+
+    def build(args, groups):
+        kw = dict(lr=args.lr, weight_decay=0.0)
+        return [FusedAdam(g, **kw) for g in groups]
+    """
+    out, remaining, fixed = _fix(source)
+    assert "[torch.optim.AdamW(g, **kw) for g in groups]" in out
+    assert [d.code for d in fixed] == ["AMP311"] and not remaining

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ampmigrate.engine.names import Names
 from ampmigrate.renames import NoFix
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _READS = frozenset({"get", "keys", "items", "values", "copy", "__contains__", "__getitem__"})
 
 
@@ -36,7 +37,9 @@ def splat_keys(names: Names, call: ast.Call, value: ast.expr) -> Keys:
         raise NoFix("a `**` splat of an expression: the keys it carries are not visible")
     name = value.id
     unknown = f"the keys of `**{name}` are not all visible here"
-    scope = names.scope(call)
+    scope = next(  # (a comprehension or lambda in the function reads the function's local)
+        (a for a in names.ancestors(call) if isinstance(a, _SCOPES)), None
+    )
     if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
         raise NoFix(f"{unknown}: `{name}` is not a local dict of a function")
     arguments = scope.args
