@@ -102,6 +102,7 @@ REWRITTEN = [
     "loss_scale_bounds",
     "nested_if_sibling_store",
     "native_arm_clip",
+    "aliased_import_guard",
 ]
 BLOCKED = {
     "blocked_o2_and_losses": "sets `keep_batchnorm_fp32`, which O1 cannot express",
@@ -2145,6 +2146,7 @@ def _run(script: Path, args: list[str], cwd: Path, stub: Path | None = None):
 
 # Arguments that run each fixture with mixed precision off (when it has a switch) and on.
 CASES = {
+    "aliased_import_guard": [[], ["--amp"]],
     "native_arm_clip": [[], ["--apex"]],
     "hf_glue": [[], ["--fp16", "--fp16_opt_level", "O0"], ["--fp16"]],
     "module_try_import": [["ckpt.pt"]],

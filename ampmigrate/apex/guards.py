@@ -180,6 +180,7 @@ class Guards:
                 }
             )
             - {"amp", "apex"}  # `amp = None`: the name itself, no switch (its use raised)
+            - {n for s in imports for n in self.facts(s).assigned}  # (`apex_amp = None`)
         )
         if flags:
             listed = ", ".join(f"`{f}`" for f in flags)
@@ -228,7 +229,9 @@ class Guards:
             return False
         located = self.block_of(node)
         before = _statements(located[0])[: located[1]] if located else []
-        bound = {n for s in [*before, *body] for n in self.facts(s).assigned} | {"amp", "apex"}
+        # (the names the import binds: `from apex import amp as apex_amp`, `apex_amp = None`)
+        bound = {n for s in [*before, *body, *imports] for n in self.facts(s).assigned}
+        bound |= {"amp", "apex"}
         for handler in node.handlers:
             kinds = handler.type
             names = kinds.elements if isinstance(kinds, cst.Tuple) else [kinds] if kinds else []

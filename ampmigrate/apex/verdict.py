@@ -604,7 +604,7 @@ class _Judge:
         for _, value in ast.iter_fields(parent):
             if isinstance(value, list) and any(s is node for s in value):
                 before = value[: next(i for i, s in enumerate(value) if s is node)]
-        bound = _assigned([*before, *body]) | {"amp", "apex"}
+        bound = _assigned([*before, *body, *imports]) | {"amp", "apex"}  # (`apex_amp = None`)
         for handler in node.handlers:
             start = self.source.span(handler)[0]
             kinds = handler.type
