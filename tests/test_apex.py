@@ -4890,6 +4890,8 @@ def test_a_level_and_scale_held_by_names_assigned_literals_right_above_are_those
         "    params = [torch.zeros(4, dtype=torch.half, requires_grad=True)]\n",
         "    kind = torch.float16\n    params = [torch.zeros(4, dtype=kind, requires_grad=True)]\n",
         "    model.half()\n    params = model.parameters()\n",
+        "    model = torch.nn.DataParallel(model.half())\n    params = model.parameters()\n",
+        "    model = model.to(torch.float16)\n    params = model.parameters()\n",
     ],
 )
 def test_an_optimizer_over_float16_tensors_is_refused(new):
@@ -4903,6 +4905,35 @@ def test_an_optimizer_over_float16_tensors_is_refused(new):
     )
     assert "Attempting to unscale FP16 gradients" in finding.message
     assert finding.fix is None
+
+
+def test_a_float16_input_given_to_a_call_does_not_make_the_model_float16():
+    """SSD's warm-up: `model = torch.jit.trace(model, example.half())` traces the float32 model
+    with a half input; the model's parameters stay float32, so "updates `params`, which is
+    float16 here (line of the input's `.half()`)" was false: only what the tensors are made
+    from is followed, never another input of a call."""
+    source = LOCAL_LEVEL.replace(
+        "    params = model.parameters()\n    optimizer = torch.optim.SGD(params, lr=0.1)\n",
+        "    example = torch.randn(8, 4).half()\n"
+        "    model = torch.jit.trace(model, example, check_trace=False)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+    )
+    assert source != LOCAL_LEVEL
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "float16 here" not in finding.message
+
+
+def test_master_params_saved_under_a_formatted_path_are_no_gradient_read():
+    """SSD's checkpoint: `torch.save({"master params": list(amp.master_params(opt))},
+    "iter_{}.pt".format(n))` reads parameters, not gradients; the `.format` of its path made it
+    "not between a scaled backward and `optimizer.step()`" (false)."""
+    source = LOCAL_LEVEL + (
+        '    torch.save({"master params": list(amp.master_params(optimizer))},\n'
+        '               "iter_{}.pt".format(3))\n'
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "is not between a scaled backward" not in finding.message
+    assert finding.fix is not None
 
 
 @pytest.mark.torch

@@ -735,17 +735,53 @@ class Initialize:
             ):
                 halved.setdefault(node.func.value.value, node)
 
+        def dtype(value: cst.CSTNode, depth: int = 0) -> cst.CSTNode | None:
+            """``torch.half``/``torch.float16``, directly or through a name."""
+            if isinstance(value, cst.Attribute) and value.attr.value in ("half", "float16"):
+                return value
+            if isinstance(value, cst.Name) and depth < 2:
+                for bound in assigned.get(value.value, []):
+                    if (found := dtype(bound, depth + 1)) is not None:
+                        return found
+            return None
+
         def half(expression: cst.CSTNode, depth: int = 0) -> cst.CSTNode | None:
-            for n in self._subtree(expression):
-                if isinstance(n, cst.Attribute) and n.attr.value in ("half", "float16"):
-                    return n
-                if isinstance(n, cst.Name) and depth < 2:
-                    if n.value in halved:
-                        return halved[n.value]
-                    for value in assigned.get(n.value, []):
-                        found = half(value, depth + 1)
-                        if found is not None:
+            """Where the tensors ``expression`` yields were made float16: only what they are
+            made from is followed (the receiver of ``.parameters()``/``.half()``/``.to(...)``,
+            the elements of a list, a wrapper's first argument, a ``dtype=``), never an input
+            a call is given (``torch.jit.trace(model, example.half())``: SSD's)."""
+            if isinstance(expression, cst.List | cst.Tuple):
+                for element in expression.elements:
+                    if (found := half(element.value, depth)) is not None:
+                        return found
+                return None
+            if isinstance(expression, cst.IfExp):
+                return half(expression.body, depth) or half(expression.orelse, depth)
+            if isinstance(expression, cst.Attribute):
+                if expression.attr.value in ("half", "float16"):
+                    return expression
+                return half(expression.value, depth)
+            if isinstance(expression, cst.Call):
+                for arg in expression.args:
+                    keyword = arg.keyword.value if arg.keyword is not None else None
+                    if keyword == "dtype" and (found := dtype(arg.value)) is not None:
+                        return found
+                func = expression.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "to":
+                    for arg in expression.args:
+                        if arg.keyword is None and (found := dtype(arg.value)) is not None:
                             return found
+                found = half(func.value, depth) if isinstance(func, cst.Attribute) else None
+                positional = [a for a in expression.args if a.keyword is None and not a.star]
+                if found is None and positional:  # `DDP(model)`, `torch.jit.trace(model, x)`
+                    found = half(positional[0].value, depth)
+                return found
+            if isinstance(expression, cst.Name) and depth < 2:
+                if expression.value in halved:
+                    return halved[expression.value]
+                for value in assigned.get(expression.value, []):
+                    if (found := half(value, depth + 1)) is not None:
+                        return found
             return None
 
         for built in assigned.get(optimizer.value, []):

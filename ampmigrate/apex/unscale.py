@@ -16,7 +16,7 @@ from ampmigrate.apex.verdict import APEX
 # calls that read what they are given, never a gradient (`list(amp.master_params(opt))`)
 _PARAM_READERS = frozenset({
     "list", "tuple", "len", "sum", "sorted", "numel", "state_dict", "detach", "clone", "cpu",
-    "save", "dict", "print", "append", "extend",
+    "save", "dict", "print", "append", "extend", "format", "join", "item",
 })  # fmt: skip
 
 
