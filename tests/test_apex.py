@@ -7629,3 +7629,28 @@ def test_a_perceptual_network_between_two_regions_is_named_as_running_in_float32
         "`self.fea(...)` (line 17)), which apex O1 cast through its global patching: they run "
         "in float32 now"
     ) in finding.message
+
+
+def test_timms_apex_scaler_from_outside_the_run_is_named():
+    """A timm-based script (InternImage's shape) initializes amp and hands the loss to timm's
+    `ApexScaler`, which calls `amp.scale_loss` inside timm: "none of the modules it imports
+    calls apex amp: if no other code scales the loss..." was true but missed what scales it;
+    the refusal names the scaler and timm's native counterpart."""
+    source = textwrap.dedent(
+        """
+        import torch
+        from apex import amp
+        from timm.utils import ApexScaler
+
+
+        def main(model, optimizer, loader):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            loss_scaler = ApexScaler()
+            for x in loader:
+                loss = model(x).sum()
+                loss_scaler(loss, optimizer, clip_grad=1.0, parameters=model.parameters())
+        """
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "the loss is scaled by timm's `ApexScaler` (line 9)" in finding.message
+    assert "use timm's `NativeScaler` there" in finding.message

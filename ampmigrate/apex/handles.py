@@ -675,6 +675,25 @@ class Handles:
                 f"at line {self.line(handed)}, and the code that receives it may scale the loss "
                 "with it, which the rewrite does not follow: migrate the two together by hand"
             )
+        timm_scaler = next(
+            (
+                n for n in self.nodes
+                if isinstance(n, cst.Name | cst.Attribute)
+                and any(q.startswith("timm.") and q.endswith(".ApexScaler")
+                        for q in self.qualified(n))
+                and not self._in_import(n)
+            ),
+            None,
+        )  # fmt: skip
+        if timm_scaler is not None:
+            return (
+                "no `amp.scale_loss` in this file: the loss is scaled by timm's "
+                f"`ApexScaler` (line {self.line(timm_scaler)}), which calls `amp.scale_loss` "
+                "inside timm, outside the run: use timm's `NativeScaler` there (the same "
+                "call; it keeps a `torch.amp.GradScaler`), run the forward under "
+                '`torch.amp.autocast("cuda", dtype=torch.float16)` and delete '
+                "`amp.initialize`, by hand"
+            )
         if self.siblings == [] and self.path is not None and os.path.isfile(self.path):
             scaling = self._importers_that_scale(init)
             if scaling:
