@@ -7654,3 +7654,83 @@ def test_timms_apex_scaler_from_outside_the_run_is_named():
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert "the loss is scaled by timm's `ApexScaler` (line 9)" in finding.message
     assert "use timm's `NativeScaler` there" in finding.message
+
+
+EVAL_THEN_TRAIN = """\
+import torch
+from apex import amp
+
+
+def evaluate(model, data):
+    with torch.no_grad():
+        return sum(model(x).sum().item() for x in data)
+
+
+def train(model, data):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x in data:
+        loss = model(x).sum()
+        optimizer.zero_grad()
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+        optimizer.step()
+    return model
+
+
+def main(resume, data):
+    model = torch.nn.Linear(4, 1)
+    if resume:
+        model = amp.initialize(model, opt_level="O1")
+        score = evaluate(model, data)
+        print(score)
+        train(model, data)
+    else:
+        train(model, data)
+"""
+
+
+def test_a_training_call_after_an_evaluation_only_initialize_stays_outside_the_region():
+    """KD-DocRE: `model = amp.initialize(model)` (no optimizer), then `evaluate(...)`,
+    `print(...)` and `train(model, ...)`, a function of the file that scales a backward: the
+    region covers the evaluation only; `train` runs outside it (no backward in a region) and
+    gets its own regions where it is rewritten."""
+    out, _, fixed = fix_source(EVAL_THEN_TRAIN, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert "            print(score)\n        train(model, data)\n    else:" in out, out
+    compile(out, "eval_then_train", "exec")
+
+
+def test_a_class_field_named_like_the_level_parameter_is_no_second_assignment():
+    """A helper `init_amp(model, opt, level=None)` initializes at `opt_level=level`; a dataclass
+    of the file has a field `level: str = None` (another scope). "this file assigns `level`
+    more than once" was false: under the setting, the parameter is taken as O1 or O0."""
+    source = """
+    from dataclasses import dataclass
+
+    import torch
+    from apex import amp
+
+
+    def init_amp(model, opt, level=None):
+        if level is not None:
+            model, opt = amp.initialize(model, opt, opt_level=level)
+        return model, opt
+
+
+    def train(model, opt, data, level=None):
+        model, opt = init_amp(model, opt, level)
+        for x in data:
+            loss = model(x).sum()
+            with amp.scale_loss(loss, opt) as scaled:
+                scaled.backward()
+            opt.step()
+
+
+    @dataclass
+    class Config:
+        level: str = None
+    """
+    _, message = _declared(source, fix=False)
+    assert "assigns `level` more than once" not in message
+    assert "`level`" in message  # (refused or rewritten: what it says is about the parameter)

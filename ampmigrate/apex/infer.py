@@ -21,6 +21,7 @@ from ampmigrate.apex.common import _argument, initialize_arguments, without_opti
 from ampmigrate.apex.initialize import _main_guard
 from ampmigrate.apex.links import users_on_disk
 from ampmigrate.apex.regions import _QUIET_METHODS, _WRAPS
+from ampmigrate.apex.verdict import APEX
 
 _KNOWN = {"models", "opt_level", "verbosity", "enabled"}
 # arguments an initialize that scales nothing ignores (the scale's), or that O1 fixes to None
@@ -232,6 +233,22 @@ class InferenceOnly:
             self.problem(init, f"`{name}` is not run after `amp.initialize` in this function")
             return
         run = after[uses[0] : uses[-1] + 1]
+        # a call of this file's function that trains (KD-DocRE: `evaluate(...)`, then
+        # `train(args, model, ...)` after an evaluation-only `initialize`) stays outside: no
+        # backward may run in a region, and the rewrite gives that function's own forwards
+        # their regions
+        runs: list[list[cst.BaseStatement]] = [[]]
+        for s in run:
+            if self._trains(s):
+                runs.append([])
+            else:
+                runs[-1].append(s)
+        runs = [r for r in runs if any(self._runs_model(s, name) for s in r)]
+        if not runs:
+            self.problem(init, f"`{name}` is run after `amp.initialize` only by calls of this "
+                         "file's functions that train it: migrate by hand")  # fmt: skip
+            return
+        run = [s for r in runs for s in r]
         blockers = len(self.plan.problems)
         for s in after:
             for node in self._subtree(s):
@@ -268,19 +285,24 @@ class InferenceOnly:
         if len(self.plan.problems) > blockers:
             return
         self._remove_statement(statement)
-        handed = any(
-            isinstance(n, cst.Call)
-            and any(isinstance(a.value, cst.Name) and a.value.value == name for a in n.args)
-            for s in run
-            for n in self._subtree(s)
-        )
-        if handed:  # the code the model is handed to may train it (see _wrap)
-            self.uncached.add(id(run[0]))
-        self._wrap(block, [run], condition)
+        for part in runs:
+            handed = any(
+                isinstance(n, cst.Call)
+                and any(isinstance(a.value, cst.Name) and a.value.value == name for a in n.args)
+                for s in part
+                for n in self._subtree(s)
+            )
+            if handed:  # the code the model is handed to may train it (see _wrap)
+                self.uncached.add(id(part[0]))
+        self._wrap(block, runs, condition)
         first, last = self.line(run[0]), self.line(run[-1])
         if extra:
             self.wrapped.update(id(s) for s in run)
-            lines = f"line {first}" if first == last else f"lines {first}-{last}"
+            lines = ", ".join(
+                f"{self.line(r[0])}" if r[0] is r[-1] else f"{self.line(r[0])}-{self.line(r[-1])}"
+                for r in runs
+            )
+            lines = f"line {lines}" if len(run) == 1 else f"lines {lines}"
             self.plan.notes.append(
                 f"the evaluation-only `amp.initialize` at line {self.line(init)} goes, and "
                 f"the statements at {lines}, which use `{name}` after it, run under "
@@ -304,6 +326,23 @@ class InferenceOnly:
             "(from the first to the last statement that uses the model, and what they call); "
             "apex O1 also cast torch calls after it, until the process ended"
         )
+
+    def _trains(self, statement: cst.CSTNode) -> bool:
+        """``statement`` calls a function of this file that scales a loss with apex: the
+        rewrite gives it a GradScaler and regions of its own. (One with a plain backward only
+        stays in the region: apex O1 cast its forwards, which nothing else would.)"""
+        defined = {d.name.value: d for d in self.module.body if isinstance(d, cst.FunctionDef)}
+        for node in self._subtree(statement):
+            if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)):
+                continue
+            function = defined.get(node.func.value)
+            if function is not None and any(
+                isinstance(n, cst.Call)
+                and any(q.startswith(APEX + ".scale_loss") for q in self.qualified(n.func))
+                for n in self._subtree(function)
+            ):
+                return True
+        return False
 
     def _run_after_block(self, statement: cst.CSTNode, name: str) -> cst.CSTNode | None:
         """A statement of the enclosing function, after the one that holds ``statement``, that

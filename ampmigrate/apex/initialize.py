@@ -1184,6 +1184,12 @@ class Initialize:
         for node in self.nodes:
             if (scoped and self.function(node) not in (function, self.module)) or self.dead(node):
                 continue
+            if scoped and isinstance(  # a class body's name (a dataclass field) is its own scope
+                next((a for a in self.ancestors(node)
+                      if isinstance(a, cst.FunctionDef | cst.ClassDef)), None),
+                cst.ClassDef,
+            ):  # fmt: skip
+                continue
             if isinstance(node, cst.Param):
                 if scoped and node.name.value == level.value:
                     stores.append((node, node.default))
