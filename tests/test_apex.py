@@ -7734,3 +7734,46 @@ def test_a_class_field_named_like_the_level_parameter_is_no_second_assignment():
     _, message = _declared(source, fix=False)
     assert "assigns `level` more than once" not in message
     assert "`level`" in message  # (refused or rewritten: what it says is about the parameter)
+
+
+O0_DYNAMIC = """\
+import argparse
+
+import torch
+from apex import amp
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--opt-level", default="O0", choices=["O0", "O1"])
+    args = parser.parse_args()
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(
+        model, optimizer, opt_level=args.opt_level, loss_scale="dynamic"
+    )
+    for x, y in [(torch.randn(2, 4), torch.randn(2, 1))]:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("", ""), ("opt_level=args.opt_level", 'opt_level="O0"'),
+     ('loss_scale="dynamic"', "loss_scale=128.0")],
+)  # fmt: skip
+def test_o0_with_a_loss_scale_given_is_refused(old, new):
+    """apex O0 with `loss_scale=` given still scales the loss (xview2: `--opt-level` default O0,
+    `loss_scale="dynamic"`: fp32 with dynamic scaling that skips steps on inf/NaN gradients);
+    a GradScaler switched off with the level at O0 would step them: a wrong rewrite before
+    (29th review), refused now; O0 with no `loss_scale` stays apex off, rewritten."""
+    source = O0_DYNAMIC.replace(old, new) if old else O0_DYNAMIC
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None and "at O0 apex still scaled the loss here" in finding.message
+    plain = source.replace(', loss_scale="dynamic"', "").replace(", loss_scale=128.0", "")
+    [finding] = [d for d in check_source(plain) if d.code == "AMP303"]
+    assert "at O0 apex still scaled" not in finding.message

@@ -137,8 +137,22 @@ class Initialize:
                 "iteration updates after each of several optimizers' steps, it grows that many "
                 "times as often as each of apex's scales did"
             )
+        given_scale = args.get("loss_scale")
+        scaled_at_o0 = given_scale is not None and not (
+            isinstance(given_scale, cst.Integer | cst.Float) and float(given_scale.value) == 1.0
+        )  # apex O0's own scale is a static 1.0; `loss_scale=` overrides it, so O0 scaled
+        o0_scaled_text = (
+            "at O0 apex still scaled the loss here: `loss_scale="
+            f"{_code(self.module, given_scale) if given_scale is not None else ''}` overrides "
+            "O0's static 1.0, so it trained in float32 with that loss scale (dynamic: steps "
+            "with inf/NaN gradients skipped and the scale lowered), where a GradScaler switched "
+            "off with the level at O0 steps them; migrate by hand (a GradScaler on at O0 too, "
+            "autocast only at O1)"
+        )
         if isinstance(level, cst.SimpleString):
-            if level.evaluated_value == "O0":
+            if level.evaluated_value == "O0" and scaled_at_o0:
+                self.problem(init, o0_scaled_text)
+            elif level.evaluated_value == "O0":
                 # apex switched off: float32, a static scale of 1.0 that never skips a step,
                 # which is a GradScaler made with enabled=False (its regions off alike)
                 args["enabled"] = cst.Name("False")
@@ -162,7 +176,10 @@ class Initialize:
             switch = self._level_switch(level, init)
             if switch is None and len(self.plan.problems) == blockers:
                 switch = self._level_choices(level, init)
-            if switch is not None and switch is not True and "enabled" not in args:
+            if switch is not None and switch is not True and scaled_at_o0:
+                self.problem(init, f"opt_level `{_code(self.module, level)}` may be O0, and "
+                             + o0_scaled_text)  # fmt: skip
+            elif switch is not None and switch is not True and "enabled" not in args:
                 args["enabled"] = switch
             elif switch is not None and switch is not True:
                 args["enabled"] = cst.parse_expression(
