@@ -749,3 +749,37 @@ def test_a_splat_in_a_comprehension_reads_the_functions_dict():
     out, remaining, fixed = _fix(source)
     assert "[torch.optim.AdamW(g, **kw) for g in groups]" in out
     assert [d.code for d in fixed] == ["AMP311"] and not remaining
+
+
+def test_apex_ddp_is_kept_where_the_file_calls_its_own_methods():
+    """A fairseq-style trainer toggles `disable_allreduce()`/`enable_allreduce()` on apex's
+    DDP: torch's has neither (AttributeError at the first step), so neither the call nor the
+    type test is rewritten, and the refusal names the methods (29th review, FlagPerf)."""
+    import torch
+
+    source = """
+    from apex.parallel import DistributedDataParallel as DDP
+
+
+    class Trainer:
+        def __init__(self, model, world):
+            self.model = DDP(model) if world > 1 else model
+
+        def step(self, batch, last):
+            if isinstance(self.model, DDP):
+                if last:
+                    self.model.disable_allreduce()
+                else:
+                    self.model.enable_allreduce()
+    """
+    out, remaining, fixed = _fix(source)
+    assert out == textwrap.dedent(source) and not fixed
+    ddp = [d for d in remaining if d.code == "AMP313"]
+    assert len(ddp) == 2 and all("`disable_allreduce()`" in d.message for d in ddp)
+    assert not hasattr(torch.nn.parallel.DistributedDataParallel, "disable_allreduce")
+    plain = (
+        textwrap.dedent(source)
+        .replace("disable_allreduce", "train")
+        .replace("enable_allreduce", "eval")
+    )
+    assert "torch.nn.parallel.DistributedDataParallel(model" in _fix(plain)[0]

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception"})
 _TYPE_CHECKS = frozenset({"builtins.isinstance", "builtins.issubclass"})
+_APEX_DDP_ONLY = frozenset({"disable_allreduce", "enable_allreduce", "allreduce_params"})
 _OLD_ADAM = frozenset({"max_grad_norm", "eps_inside_sqrt", "amp_scale_adjustment"})
 _SKIP = frozenset({"apex.optimizers.FP16_Optimizer", "apex.contrib.optimizers.FP16_Optimizer"})
 
@@ -566,7 +567,7 @@ class _Planner:
             return
         is_class = target.new.rpartition(".")[2][:1].isupper()
         refusal = (target.as_type or ("" if is_class else "not a class")) if typed else ""
-        refusal = refusal or ("" if typed else target.as_value)
+        refusal = refusal or ("" if typed else target.as_value) or self._apex_ddp_only(target)
         if refusal:
             self._report(target, node, f"{head}: no automatic fix: {refusal}", None)
             return
@@ -724,6 +725,8 @@ class _Planner:
         args = read.args
         if any(a.star == "*" for a in args):
             raise NoFix("a `*args` splat cannot be mapped to apex's parameters")
+        if only := self._apex_ddp_only(target):
+            raise NoFix(only)
         splats = [splat_keys(self.names, call, a.node.value) for a in args if a.star == "**"]
         positional = [a for a in args if not a.keyword and not a.star]
         if len(positional) > len(target.params):
@@ -906,6 +909,26 @@ class _Planner:
                 return False
             child = above
         return False
+
+    def _apex_ddp_only(self, target: Target) -> str:
+        """Why apex's DistributedDataParallel cannot become torch's in this file ("": it can):
+        the file calls a method only apex's has (fairseq-style trainers toggle
+        `disable_allreduce()`/`enable_allreduce()` on it), which torch's raises on."""
+        if target.new != "torch.nn.parallel.DistributedDataParallel":
+            return ""
+        called = sorted({
+            n.func.attr for n in ast.walk(self.tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr in _APEX_DDP_ONLY
+        })  # fmt: skip
+        if not called:
+            return ""
+        listed = ", ".join(f"`{m}()`" for m in called)
+        return (
+            f"this file calls {listed}, which only apex's DistributedDataParallel has (torch's "
+            "raises AttributeError): replace them by hand (`model.require_backward_grad_sync = "
+            "False/True`, or `with model.no_sync():` around that step's forward and backward)"
+        )
 
     def _typed(self, node: ast.AST) -> bool:
         """A type test: ``isinstance``'s classes (a tuple too), ``except`` (annotations are
