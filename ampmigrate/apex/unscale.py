@@ -149,10 +149,8 @@ class Unscale:
         function never changes (``if self.use_apex: <apex> else: <native AMP's own scaled
         backward and clip>``): no pass, nor a later call of the loop, runs one and then the
         other, so apex's unscaling never reached it."""
-        path_read = [read, *self.ancestors(read)]
-        path_scaled = [scaled, *self.ancestors(scaled)]
-        common = next((n for n in path_read if any(n is m for m in path_scaled)), None)
-        if not isinstance(common, cst.If) or not self._exclusive(read, scaled):
+        common = self._parting_if(read, scaled)
+        if common is None:
             return False
         tested = list(self._subtree(common.test))
         if any(isinstance(n, cst.Call | cst.Subscript | cst.NamedExpr) for n in tested):
@@ -517,14 +515,19 @@ class Unscale:
 
     def _exclusive(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         """``a`` and ``b`` are in different branches of one ``if``."""
+        return self._parting_if(a, b) is not None
+
+    def _parting_if(self, a: cst.CSTNode, b: cst.CSTNode) -> cst.If | None:
+        """The innermost ``if`` around both ``a`` and ``b`` when they sit in its two arms."""
         path_a = [a, *self.ancestors(a)]
         path_b = [b, *self.ancestors(b)]
         common = next(n for n in path_a if any(n is m for m in path_b))
         if not isinstance(common, cst.If):
-            return False
+            return None
         child_a = path_a[path_a.index(common) - 1]
         child_b = path_b[[id(n) for n in path_b].index(id(common)) - 1]
-        return {id(child_a), id(child_b)} == {id(common.body), id(common.orelse)}
+        parted = {id(child_a), id(child_b)} == {id(common.body), id(common.orelse)}
+        return common if parted else None
 
     def _one_unscale_per_step(self) -> None:
         """Two unscale_ of one optimizer that can run in one step raise at the second: every

@@ -20,6 +20,7 @@ context decides what it becomes:
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 from collections.abc import Sequence
@@ -80,6 +81,7 @@ def _carried(
     one may carry a key the fix would have to drop, rename or decide a default for: a fix
     cannot edit inside the dict."""
     certain: set[str] = set()
+    written = dict(target.write)
     for keys in splats:
         for key in sorted(keys.possible):
             splat = f"`**{keys.name}` may carry `{key}`"
@@ -98,7 +100,6 @@ def _carried(
                     f"{splat}, which the fix must drop, rename or judge by its value for "
                     f"`{new}`, and it cannot edit inside the dict"
                 )
-            written = dict(target.write)
             if key in written and key not in keys.certain and new != "torch.optim.Adam":
                 raise NoFix(
                     f"{splat} or not: where it does not, apex's default `{key}="
@@ -910,20 +911,22 @@ class _Planner:
             child = above
         return False
 
-    def _apex_ddp_only(self, target: Target) -> str:
-        """Why apex's DistributedDataParallel cannot become torch's in this file ("": it can):
-        the file calls a method only apex's has (fairseq-style trainers toggle
-        `disable_allreduce()`/`enable_allreduce()` on it), which torch's raises on."""
-        if target.new != "torch.nn.parallel.DistributedDataParallel":
-            return ""
-        called = sorted({
+    @functools.cached_property
+    def _ddp_only_calls(self) -> list[str]:
+        """The methods only apex's DDP has that this file calls (one walk, for every finding)."""
+        return sorted({
             n.func.attr for n in ast.walk(self.tree)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
             and n.func.attr in _APEX_DDP_ONLY
         })  # fmt: skip
-        if not called:
+
+    def _apex_ddp_only(self, target: Target) -> str:
+        """Why apex's DistributedDataParallel cannot become torch's in this file ("": it can):
+        the file calls a method only apex's has (fairseq-style trainers toggle
+        `disable_allreduce()`/`enable_allreduce()` on it), which torch's raises on."""
+        if target.new != "torch.nn.parallel.DistributedDataParallel" or not self._ddp_only_calls:
             return ""
-        listed = ", ".join(f"`{m}()`" for m in called)
+        listed = ", ".join(f"`{m}()`" for m in self._ddp_only_calls)
         return (
             f"this file calls {listed}, which only apex's DistributedDataParallel has (torch's "
             "raises AttributeError): replace them by hand (`model.require_backward_grad_sync = "
