@@ -783,3 +783,43 @@ def test_apex_ddp_is_kept_where_the_file_calls_its_own_methods():
         .replace("enable_allreduce", "eval")
     )
     assert "torch.nn.parallel.DistributedDataParallel(model" in _fix(plain)[0]
+
+
+def test_a_torch_fallback_is_the_migration_where_every_call_gives_what_differs():
+    """FlagPerf's GLM (29th review): `except ImportError: from torch.optim import AdamW as Adam`
+    was "not its migration" by its default `weight_decay`, though the one call passes it; and
+    `FusedAdam = torch.optim.Adam` is apex's update wherever no weight decay is given. Both
+    build what apex built, so the fallback stays and the `try` goes; a call that leaves the
+    differing default to the fallback, or passes decay to Adam, keeps the refusal."""
+    import torch
+
+    head = "import torch\ntry:\n    from apex.optimizers import FusedAdam as Adam\n"
+    adamw = head + "except ImportError:\n    from torch.optim import AdamW as Adam\n"
+    adam = head + "except ImportError:\n    Adam = torch.optim.Adam\n"
+    calls = {
+        (adamw, "Adam(ps, lr=0.1, weight_decay=0.0, eps=1e-6)"): "passes `weight_decay`",
+        (adamw, "Adam(ps, 0.1, weight_decay=0.0)"): "passes `weight_decay`",
+        (adam, "Adam(ps, lr=0.1, betas=(0.8, 0.9))"): "no weight decay",
+        (adam, "Adam(ps, lr=0.1, weight_decay=0)"): "no weight decay",
+        (adamw, "Adam(ps, lr=0.1)"): None,  # AdamW's 0.01 where apex's 0.0
+        (adam, "Adam(ps, lr=0.1, weight_decay=0.1)"): None,  # L2 where apex decoupled
+        (adamw, "Adam(ps, 0.1, True, (0.8, 0.9), weight_decay=0.0)"): None,  # positions differ
+        (adamw, "Adam(ps, lr=0.1, weight_decay=0.0, bias_correction=False)"): None,
+        (adamw, "Adam(ps, weight_decay=0.0, **kw)"): None,
+        (adamw, "[Adam(ps, weight_decay=0.0), Adam][0]"): None,  # a use that is no call
+    }
+    for (fallback, call), why in calls.items():
+        source = fallback + f"\n\ndef build(ps, kw=None):\n    return {call}\n"
+        out, remaining, fixed = _fix(source)
+        if why is None:
+            assert out == source, call
+            [left] = [d for d in remaining if d.code == "AMP311"]
+            assert "the fallback is not its migration" in left.message, left.message
+            continue
+        [done] = [d for d in fixed if d.code == "AMP311"]
+        assert why in done.message, done.message
+        assert "apex" not in out and "try" not in out, out
+        namespace: dict = {}
+        exec(compile(out, "migrated", "exec"), namespace)
+        group = namespace["build"]([torch.nn.Parameter(torch.ones(2))]).param_groups[0]
+        assert group["weight_decay"] == 0.0, call

@@ -1021,7 +1021,7 @@ class _Planner:
         ):
             handler = node.handlers[0]
             fallback = self.source.segment(handler.body[0]).splitlines()[0]
-            differs = self._fallback_differs(handler.body, bound, target, apex_name)
+            differs, exact = self._fallback_differs(node, bound, target, apex_name)
             if differs is not None:  # (keeping it would run other code where apex ran)
                 found = self._class_fallback(node, imported, swaps, first, code)
                 if found is not None:
@@ -1042,6 +1042,8 @@ class _Planner:
                 "fallback where apex was installed"
             )
             message += f": {target.accepts})" if target else ")"
+            if exact:
+                message += f"; {exact}"
             edit = Edit(*self._statement_lines(node), self._dedented(handler.body, node))
             self.findings.append(Finding(code, message, first, Fix("unsafe", edits=(edit,))))
             self._consumed.add(node)
@@ -1252,14 +1254,17 @@ class _Planner:
                 )
 
     def _fallback_differs(
-        self, body: list[ast.stmt], bound: set[str], target: Target | None, apex_name: str
-    ) -> str | None:
+        self, node: ast.Try, bound: set[str], target: Target | None, apex_name: str
+    ) -> tuple[str | None, str]:
         """Why the fallback that binds ``bound`` is not apex's name's migration (None: each
         name is bound to the torch counterpart itself, whose defaults are apex's): a project
         class or function (its parameters, defaults and numerics are its own, not checked),
         another torch object (``FusedAdam = torch.optim.Adam``: L2 decay where apex's is
-        decoupled), or the counterpart with a default that differs."""
-        for stmt in body:
+        decoupled), or the counterpart with a default that differs. A torch fallback that
+        differs only where no call of it here goes is the migration after all (FlagPerf's
+        GLM passes every argument whose default differs); the second item says so."""
+        exact = ""
+        for stmt in node.handlers[0].body:
             for name in sorted(bound):
                 value = None
                 if isinstance(stmt, ast.ImportFrom):  # (relative: a module of the project)
@@ -1279,7 +1284,7 @@ class _Planner:
                     return (
                         f"it defines `{name}` itself (line {stmt.lineno}), whose parameters, "
                         "defaults and numerics are the project's, not torch's counterpart"
-                    )
+                    ), ""
                 if value is None:
                     continue
                 counterpart = target.new if target is not None else table.SAME.get(apex_name)
@@ -1288,13 +1293,66 @@ class _Planner:
                         f"it imports `{name}` from the project's `{value.rpartition('.')[0]}` "
                         f"(line {stmt.lineno}), whose parameters, defaults and numerics are the "
                         "project's, not torch's counterpart"
-                    )
+                    ), ""
+                if value == counterpart and not (target is not None and target.write):
+                    continue
+                if target is not None and (why := self._exact_at_calls(node, name, target, value)):
+                    exact = why
+                    continue
                 if value != counterpart:
-                    return f"it binds `{name}` to `{value}` (apex's maps to `{counterpart}`)"
-                if target is not None and target.write:
-                    written = ", ".join(f"`{k}={v}`" for k, v in target.write)
-                    return f"`{value}`'s defaults differ from apex's ({written} in apex)"
-        return None
+                    return f"it binds `{name}` to `{value}` (apex's maps to `{counterpart}`)", ""
+                written = ", ".join(f"`{k}={v}`" for k, v in target.write)
+                return f"`{value}`'s defaults differ from apex's ({written} in apex)", ""
+        return None, exact
+
+    def _exact_at_calls(self, node: ast.Try, name: str, target: Target, value: str) -> str:
+        """Why every use of ``name`` is a call that builds under the torch fallback ``value``
+        what apex built ("": not shown). Each call passes only the leading positional arguments
+        both share and keywords torch takes with apex's meaning, and either gives every
+        argument whose default differs (``target.write``) or, for ``torch.optim.Adam`` in place
+        of FusedAdam, no weight decay (both then apply the same update)."""
+        if value != target.new and (target.new, value) != ("torch.optim.AdamW", "torch.optim.Adam"):
+            return ""
+        if not any(isinstance(a, _SCOPES) for a in self.names.ancestors(node)):
+            users = users_on_disk(self.source.path, [name])
+            if users is None or users:
+                return ""
+        shared = 0
+        while shared < len(target.new_positional) and (
+            target.params[shared] == target.new_positional[shared]
+        ):
+            shared += 1
+        takes = table.TORCH_TAKES.get(value, frozenset(target.new_positional))
+        calls = 0
+        for use in ast.walk(self.tree):
+            if not (isinstance(use, ast.Name) and use.id == name) or self._inside(use, node):
+                continue
+            if not all(self._inside(b.node, node) for b in self.names.bindings(use)):
+                return ""  # bound elsewhere too
+            call = self.names.parent(use)
+            if not (isinstance(call, ast.Call) and call.func is use) or len(call.args) > shared:
+                return ""
+            if any(isinstance(a, ast.Starred) for a in call.args):
+                return ""
+            given = {k.arg: k.value for k in call.keywords}
+            if any(
+                k is None or k not in takes or k in target.rename or k in target.refuse
+                for k in given
+            ):
+                return ""
+            given.update(zip(target.params, call.args, strict=False))
+            if value == target.new and any(k not in given for k, _ in target.write):
+                return ""
+            decay = given.get("weight_decay")
+            if value != target.new and decay is not None and not _literal_in(decay, (0,)):
+                return ""
+            calls += 1
+        if not calls:
+            return ""
+        if value != target.new:
+            return "every call of it here passes no weight decay, where Adam and AdamW agree"
+        listed = ", ".join(f"`{k}`" for k, _ in target.write)
+        return f"every call of it here passes {listed}, whose default differs"
 
     def _statement_lines(self, node: ast.stmt) -> tuple[int, int]:
         """From the start of ``node``'s first line to the start of the line after it."""
