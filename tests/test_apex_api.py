@@ -823,3 +823,105 @@ def test_a_torch_fallback_is_the_migration_where_every_call_gives_what_differs()
         exec(compile(out, "migrated", "exec"), namespace)
         group = namespace["build"]([torch.nn.Parameter(torch.ones(2))]).param_groups[0]
         assert group["weight_decay"] == 0.0, call
+
+
+def test_fusedsgd_without_lr_is_mapped_where_every_group_carries_one():
+    """FlagPerf's DLRM (29th review): `FusedSGD(groups)` with `lr` in every group was said to
+    lack a required argument. A list built in the function from groups that each set `lr` is
+    mapped (and builds the same optimizer); a group written without `lr` already fails, and
+    groups not visible here get that reason, not a false one."""
+    import torch
+
+    source = textwrap.dedent("""\
+        from apex import optimizers as apex_optim
+
+
+        def build(top, bottom, lr, world, main_rank):
+            groups = [{"params": top, "lr": lr}]
+            if main_rank:
+                groups.append({"params": bottom, "lr": lr / world})
+            return apex_optim.FusedSGD(groups)
+
+
+        def lacking(top):
+            return apex_optim.FusedSGD([{"params": top}])
+
+
+        def unseen(groups):
+            return apex_optim.FusedSGD(groups)
+
+
+        def changed(top, extra):
+            groups = [dict(params=top, lr=0.1)]
+            groups.extend(extra)
+            return apex_optim.FusedSGD(groups)
+        """)
+    out, remaining, fixed = _fix(source)
+    assert [d.code for d in fixed] == ["AMP311"], [d.message for d in remaining]
+    assert "return torch.optim.SGD(groups)\n" in out
+    reasons = sorted(d.message.split("no automatic fix: ")[1] for d in remaining)
+    assert reasons[0].startswith("a parameter group written here has no `lr`"), reasons
+    assert all("which is not visible here" in r for r in reasons[1:]) and len(reasons) == 3
+    namespace: dict = {}
+    exec(compile(out.replace("from apex import", "# "), "migrated", "exec"), namespace)
+    top, bottom = [torch.nn.Parameter(torch.ones(2))], [torch.nn.Parameter(torch.ones(2))]
+    opt = namespace["build"](top, bottom, 0.4, 4, True)
+    assert [g["lr"] for g in opt.param_groups] == [0.4, 0.1]
+
+
+def test_an_argument_passed_through_is_not_reported_as_its_worst_value():
+    """A wrapper passing its own parameters positionally (29th review, shape s2) was told
+    "`wd_after_momentum=True` has no torch counterpart" though nothing says True: the reason
+    now says the value is not a literal. `lr` given positionally is no missing `lr`."""
+    source = textwrap.dedent("""\
+        from apex.optimizers import FusedSGD
+
+
+        def SGD(params, lr, momentum=0, wd_after_momentum=False):
+            return FusedSGD(params, lr, momentum, 0, 0, False, wd_after_momentum)
+        """)
+    out, remaining, fixed = _fix(source)
+    [left] = [d for d in remaining if d.code == "AMP311"]
+    assert "`wd_after_momentum` is given as `wd_after_momentum`, not as a literal" in left.message
+    assert out == source and not fixed
+    literal = source.replace("False, wd_after_momentum)", "False, False)")
+    out, remaining, fixed = _fix(literal)
+    assert "torch.optim.SGD(params, lr, momentum, 0, 0, False)" in out, out
+
+
+def test_apex_contribs_clip_grad_norm_becomes_torchs_and_no_finding_contradicts_itself():
+    """FlagPerf's MoFlow (29th review): `apex.contrib.clip_grad.clip_grad_norm_` "has no torch
+    counterpart: `torch.nn.utils.clip_grad_norm_(...)`". apex's function is torch's with a
+    fused CUDA norm (it calls torch's off CUDA): an unsafe rename now, which clips the same
+    on CPU; a name with a named alternative is not said to have no counterpart."""
+    import torch
+
+    source = textwrap.dedent("""\
+        from apex.contrib.clip_grad import clip_grad_norm_
+        from apex.contrib.xentropy import SoftmaxCrossEntropyLoss
+
+
+        def step(params, max_norm):
+            return clip_grad_norm_(params, max_norm)
+
+
+        def loss(logits, labels):
+            return SoftmaxCrossEntropyLoss.apply(logits, labels, 0.0, 0, False)
+        """)
+    out, remaining, fixed = _fix(source)
+    [done] = [d for d in fixed if d.code == "AMP314"]
+    assert "inf above 65504" in done.message
+    assert "return torch.nn.utils.clip_grad_norm_(params, max_norm)" in out
+    [xentropy] = [d for d in remaining if d.code == "AMP315"]
+    assert "no torch counterpart" not in xentropy.message
+    assert "has no automatic fix; use instead: `torch.nn.functional.cross_entropy" in (
+        xentropy.message
+    )
+    namespace: dict = {}
+    exec(compile(out.replace("from apex.contrib.xentropy", "# "), "migrated", "exec"), namespace)
+    p = torch.nn.Parameter(torch.zeros(4))
+    p.grad = torch.full((4,), 3.0)
+    norm = namespace["step"]([p], 1.0)
+    assert torch.isclose(norm, torch.tensor(6.0)) and torch.isclose(
+        p.grad.norm(), torch.tensor(1.0)
+    )

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ampmigrate.apex.api import table
-from ampmigrate.apex.api.splat import Keys, splat_keys
+from ampmigrate.apex.api.splat import Keys, groups_carry, splat_keys
 from ampmigrate.apex.api.table import TARGETS, Target
 from ampmigrate.apex.links import (
     apex_imported_beyond,
@@ -475,7 +475,10 @@ class _Planner:
             text = table.no_native(name)
             if text is not None:
                 where = parent if isinstance(parent, ast.Call) and parent.func is node else node
-                message = f"`{name}` has no torch counterpart: {text}"
+                # (a text that names the alternative is no "no counterpart" claim)
+                message = f"`{name}` has no automatic fix; use instead: {text}"
+                if not text.startswith("`"):
+                    message = f"`{name}`: {text}"
                 self.findings.append(Finding(table.NO_NATIVE, message, where, None))
             return
         self._target(node, parent, name, target, conditional)
@@ -751,7 +754,23 @@ class _Planner:
         if "adam_w_mode" in values and _literal_in(values["adam_w_mode"], table.FALSE):
             new = "torch.optim.Adam"  # apex's L2 mode is torch Adam's weight_decay
         carried = _carried(splats, values, target, new, fallback)
-        if any(p not in values and p not in carried for p in target.params[: target.required]):
+        missing = [
+            p for p in target.params[: target.required] if p not in values and p not in carried
+        ]
+        carry = None
+        if missing == ["lr"]:
+            carry = groups_carry(self.names, call, values.get("params"), "lr")
+        if missing == ["lr"] and carry is None:
+            raise NoFix(
+                "the call passes no `lr`: apex requires it unless every parameter group "
+                "carries its own `lr`, which is not visible here"
+            )
+        if carry is False:
+            raise NoFix(
+                "a parameter group written here has no `lr` and the call passes none: apex "
+                "raises ValueError, so the call already fails"
+            )
+        if missing and not carry:
             raise NoFix("the call lacks a required argument and already fails")
         pieces: list[str] = []
         dropped: list[str] = []
@@ -773,7 +792,12 @@ class _Planner:
                 keep_positional = keep_positional and bool(arg.keyword)
                 continue
             if key in target.refuse:
-                raise NoFix(target.refuse[key])
+                reason = target.refuse[key]
+                literal = isinstance(value, ast.Constant) or "is not a literal" in reason
+                if key in target.drop and not literal:  # (the value may be the default)
+                    segment = self.source.segment(value)
+                    reason = f"`{key}` is given as `{segment}`, not as a literal, and {reason}"
+                raise NoFix(reason)
             written = self.source.segment(value)
             if not arg.keyword and not (
                 isinstance(value, ast.Constant | ast.Name | ast.Attribute | ast.Call)

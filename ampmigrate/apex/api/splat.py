@@ -145,3 +145,58 @@ def _literal_keys(names: Names, node: ast.expr) -> frozenset[str] | None:
     ):
         return frozenset(k.arg for k in node.keywords)
     return None
+
+
+def groups_carry(names: Names, call: ast.Call, value: ast.expr | None, key: str) -> bool | None:
+    """``value`` is a list of parameter groups each of which sets ``key`` (DLRM's FusedSGD
+    takes no ``lr`` because every group has its own): a list of literal dicts, or a local of
+    the function built only from such lists and ``.append`` of such dicts. False: a list
+    written here holds a group written without it; None: not visible."""
+    if isinstance(value, ast.List):
+        if all(_sets(names, e, key) for e in value.elts):
+            return True
+        lacking = (_literal_keys(names, e) for e in value.elts)
+        return False if any(k is not None and key not in k for k in lacking) else None
+    if not isinstance(value, ast.Name):
+        return None
+    scope = next((a for a in names.ancestors(call) if isinstance(a, _SCOPES)), None)
+    if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    arguments = scope.args
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    if any(a.arg == value.id for a in every):
+        return None
+    built = False
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Global | ast.Nonlocal) and value.id in node.names:
+            return None
+        if not (isinstance(node, ast.Name) and node.id == value.id) or node is value:
+            continue
+        parent = names.parent(node)
+        if isinstance(node.ctx, ast.Store):
+            if not (
+                isinstance(parent, ast.Assign)
+                and parent.targets == [node]
+                and isinstance(parent.value, ast.List)
+                and all(_sets(names, e, key) for e in parent.value.elts)
+            ):
+                return None
+            built = True
+            continue
+        holder = names.parent(parent)
+        if not (
+            isinstance(parent, ast.Attribute)
+            and parent.attr == "append"
+            and isinstance(holder, ast.Call)
+            and holder.func is parent
+            and len(holder.args) == 1
+            and not holder.keywords
+            and _sets(names, holder.args[0], key)
+        ):
+            return None
+    return built or None
+
+
+def _sets(names: Names, group: ast.expr, key: str) -> bool:
+    keys = _literal_keys(names, group)
+    return keys is not None and key in keys

@@ -380,6 +380,23 @@ _add(
     ),
 )
 
+_add(
+    ("apex.contrib.clip_grad.clip_grad_norm_", "apex.contrib.clip_grad.clip_grad.clip_grad_norm_"),
+    Target(
+        SAME_OBJECT,
+        "torch.nn.utils.clip_grad_norm_",
+        ("parameters", "max_norm", "norm_type", "error_if_nonfinite"),
+        ("parameters", "max_norm", "norm_type", "error_if_nonfinite"),
+        required=2,
+        accepts=(
+            "apex's function is torch's with a fused CUDA 2-norm (it calls torch's off CUDA and "
+            "for other norms): the same clip and return value, the norm rounded differently; "
+            "torch takes each float16 gradient's norm in float16 (inf above 65504, where apex "
+            "summed in float32)"
+        ),
+    ),
+)  # fmt: skip
+
 # apex modules whose names have torch counterparts (`from apex import optimizers`), by rule.
 MODULES = {"apex.optimizers": OPTIMIZERS, "apex.normalization": NORMALIZATION,
            "apex.parallel": PARALLEL}  # fmt: skip
@@ -448,7 +465,6 @@ INSTEAD: tuple[tuple[str, str], ...] = (
     ("apex.contrib.layer_norm",
      "`torch.nn.LayerNorm(hidden_size, eps)` / `torch.nn.functional.layer_norm`"),
     ("apex.contrib.group_norm", "`torch.nn.GroupNorm` (and `torch.nn.functional.silu` for `act`)"),
-    ("apex.contrib.clip_grad", "`torch.nn.utils.clip_grad_norm_(..., foreach=True)`"),
     ("apex.contrib.multihead_attn",
      "`torch.nn.MultiheadAttention` / `torch.nn.functional.scaled_dot_product_attention`"),
     ("apex.contrib.fmha", "`torch.nn.functional.scaled_dot_product_attention`"),
