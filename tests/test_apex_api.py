@@ -925,3 +925,33 @@ def test_apex_contribs_clip_grad_norm_becomes_torchs_and_no_finding_contradicts_
     assert torch.isclose(norm, torch.tensor(6.0)) and torch.isclose(
         p.grad.norm(), torch.tensor(1.0)
     )
+
+
+def test_a_wrap_in_a_method_after_the_constructors_initialize_is_swapped():
+    """EfficientSegmentation (30th review): `amp.initialize` in `__init__`, apex's DDP in
+    `do_train`, was refused as "the wrapped model reaches `amp.initialize`", though on any
+    instance `__init__` ran first. A method `__init__` calls before its `initialize` (directly
+    or through another method) still reaches it."""
+    source = textwrap.dedent("""\
+        import apex
+        from apex import amp
+
+
+        class Trainer:
+            def __init__(self, cfg, model, opt):
+                self.cfg, self.model, self.opt = cfg, model, opt
+                {before}
+                if cfg.use_apex:
+                    self.model, self.opt = amp.initialize(self.model, self.opt, opt_level="O1")
+                self.fit()
+
+            def setup(self):
+                self.fit()
+
+            def fit(self):
+                self.model = apex.parallel.DistributedDataParallel(self.model)
+        """)
+    for before, swapped in (("pass", True), ("self.fit()", False), ("self.setup()", False)):
+        [ddp] = [d for d in check_source(source.format(before=before)) if d.code == "AMP313"]
+        assert (ddp.fix is not None) is swapped, (before, ddp.message)
+        assert swapped or "reaches `amp.initialize` at line 10" in ddp.message

@@ -708,10 +708,59 @@ class _Planner:
                 return node.lineno
             if not any(dotted(g) in wrapped for g in given):
                 continue
-            if function_around(self.names, self.tree, node) is home and node.lineno < call.lineno:
+            around = function_around(self.names, self.tree, node)
+            if around is home and node.lineno < call.lineno:
                 continue  # `model, opt = amp.initialize(model, opt)` and then the wrapper
+            if self._constructed_before(around, node, home):
+                continue
             return node.lineno
         return None
+
+    def _between(self, node: ast.AST, outer: ast.AST) -> list[ast.AST]:
+        """``node``'s ancestors inside ``outer``."""
+        found = []
+        for ancestor in self.names.ancestors(node):
+            if ancestor is outer:
+                break
+            found.append(ancestor)
+        return found
+
+    def _constructed_before(self, init: ast.AST, initialize: ast.Call, later: ast.AST) -> bool:
+        """``init`` is a class's ``__init__`` and ``later`` another method of it that
+        ``__init__`` does not reach through ``self`` calls before ``initialize``: on any
+        instance that ran before (EfficientSegmentation initializes in ``__init__``, wraps in
+        ``do_train``)."""
+        if not (
+            isinstance(init, ast.FunctionDef)
+            and init.name == "__init__"
+            and isinstance(later, ast.FunctionDef | ast.AsyncFunctionDef)
+            and later is not init
+        ):
+            return False
+        owner = self.names.parent(init)
+        if not isinstance(owner, ast.ClassDef) or self.names.parent(later) is not owner:
+            return False
+        methods = {
+            m.name: m for m in owner.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+        reached, todo = {"__init__"}, [init]
+        while todo:
+            method = todo.pop()
+            todo_is_init = method is init and not any(
+                isinstance(a, ast.For | ast.While) for a in self._between(initialize, init)
+            )
+            for n in ast.walk(method):
+                if (
+                    isinstance(n, ast.Attribute)
+                    and isinstance(n.value, ast.Name)
+                    and n.value.id == "self"
+                    and n.attr in methods
+                    and n.attr not in reached
+                    and not (todo_is_init and n.lineno > initialize.end_lineno)
+                ):
+                    reached.add(n.attr)
+                    todo.append(methods[n.attr])
+        return later.name not in reached
 
     def _report(self, target: Target, node: ast.AST, message: str, fix: Fix | None) -> None:
         self.findings.append(Finding(target.code, message, node, fix))
