@@ -955,3 +955,35 @@ def test_a_wrap_in_a_method_after_the_constructors_initialize_is_swapped():
         [ddp] = [d for d in check_source(source.format(before=before)) if d.code == "AMP313"]
         assert (ddp.fix is not None) is swapped, (before, ddp.message)
         assert swapped or "reaches `amp.initialize` at line 10" in ddp.message
+
+
+def test_a_name_a_package_re_exports_keeps_its_import(tmp_path):
+    """ru-gpts (30th review): `mpu/transformer.py` imports FusedLayerNorm as LayerNorm and
+    `mpu/__init__.py` re-exports it; rewriting the calls deleted the import, and `import mpu`
+    raised ImportError (a wrong rewrite). The re-export is a use of the name now, relative or
+    absolute, whether this module reads the name or not."""
+    import subprocess
+    import sys
+
+    from ampmigrate.engine import run
+
+    package = tmp_path / "mpu"
+    package.mkdir()
+    norm = "from apex.normalization import FusedLayerNorm as LayerNorm\n"
+    calls = "\n\ndef block(d):\n    return LayerNorm(d, eps=1e-5)\n"
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    for init in ("from .transformer import LayerNorm\n", "from mpu.transformer import LayerNorm\n"):
+        for body in (norm + calls, norm):
+            (package / "__init__.py").write_text(init)
+            (package / "transformer.py").write_text(body)
+            [result] = [r for r in run([package / "transformer.py"], settings)]
+            assert not result.changed and not result.fixed, (init, body)
+            [kept] = [d for d in result.diagnostics if d.code == "AMP312"]
+            assert "__init__.py:1" in kept.message, kept.message
+    (package / "__init__.py").write_text("")
+    (package / "transformer.py").write_text(norm + calls)
+    [result] = [r for r in run([package / "transformer.py"], settings)]
+    assert result.changed  # nothing takes it: the import goes
+    (package / "transformer.py").write_bytes(result.new_source)
+    check = [sys.executable, "-c", "import mpu.transformer as t; t.block(4)"]
+    assert subprocess.run(check, cwd=tmp_path, capture_output=True).returncode == 0

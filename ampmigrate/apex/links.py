@@ -1106,9 +1106,12 @@ def level_elsewhere(path: str, name: str) -> tuple[str, int, str] | None:
     return None
 
 
-def users_on_disk(path: str, functions: list[str]) -> list[tuple[str, int, str]] | None:
+def users_on_disk(
+    path: str, functions: list[str], imports: bool = False
+) -> list[tuple[str, int, str]] | None:
     """The other files of ``path``'s project on disk that use one of its ``functions``: (file,
-    line, function). The project: below the folder holding its top package; for a script in
+    line, function); with ``imports``, a ``from`` import of one counts too (a name whose
+    import may go). The project: below the folder holding its top package; for a script in
     no package, its folder's files and the packages in it. None: too many files to look at."""
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
@@ -1147,7 +1150,24 @@ def users_on_disk(path: str, functions: list[str]) -> list[tuple[str, int, str]]
                 continue
             for function in functions:
                 found += [(other, u.lineno, function) for u in _uses(file, callee, function)]
+                if imports:
+                    found += [(other, n, function) for n in _imports_of(file, callee, function)]
     return found
+
+
+def _imports_of(file: _File, callee: _File, function: str) -> list[int]:
+    """The lines of ``from <callee's module> import function`` in ``file``: a package's
+    ``__init__`` that re-exports it reads it nowhere else, and fails to import without it."""
+    return [
+        stmt.lineno
+        for stmt in ast.walk(file.tree)
+        if isinstance(stmt, ast.ImportFrom)
+        and any(a.name == function for a in stmt.names)
+        and any(
+            os.path.abspath(m) == callee.path
+            for m in _module_paths(file.path, stmt.level, stmt.module or "")
+        )
+    ]
 
 
 def _kept_links(files: list[_File], taken: set[str]) -> dict[str, Link]:

@@ -186,7 +186,7 @@ def unused_import(
             return None
     package = os.path.basename(path) == "__init__.py" and not scoped  # (a local re-exports none)
     if not scoped:
-        users = users_on_disk(path, [bound])
+        users = users_on_disk(path, [bound], imports=True)
         if users is None or users:
             return Finding(code, _reexported(full, bound, path, users), stmt)
     tries = [  # the `try`s around it that catch its ImportError: it probes for apex
@@ -405,6 +405,7 @@ class _Planner:
         self.names = names
         self.findings: list[Finding] = []
         self._consumed: set[ast.AST] = set()
+        self._users: dict[str, list[tuple[str, int, str]] | None] = {}  # by name: users_on_disk
 
     # ---- the walk ----------------------------------------------------------------------------
 
@@ -506,6 +507,8 @@ class _Planner:
                 )
                 self._report(target, parent, f"{head}: no automatic fix: {reason}", None)
                 return
+            if self._exported(node, target, head, parent):
+                return
             try:
                 new, fix, notes = self._call(parent, node, target, fallback)
             except _FallbackCall:
@@ -552,6 +555,8 @@ class _Planner:
             )
             self._report(target, node, f"{head}: no automatic fix: {reason}", None)
             return
+        if self._exported(node, target, head, node):
+            return
         if self._annotation(node):  # (constructs nothing: torch's defaults cannot matter)
             try:
                 fix = self._rename_fix(node, target.new, "unsafe", target.min_torch)
@@ -585,6 +590,40 @@ class _Planner:
         else:
             extra = f"used as a value: its calls get `{target.new}`'s defaults"
         self._report(target, node, f"{head}: {extra}; {target.accepts}", fix)
+
+    def _exported(self, node: ast.expr, target: Target, head: str, where: ast.AST) -> bool:
+        """Reported without a fix where the name's module-level import, which the fix deletes
+        once unused, is imported from this module by others (ru-gpts: `mpu/__init__.py`
+        re-exports `transformer.LayerNorm`, and every entry point imports `mpu`)."""
+        root = node
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return False
+        bindings = self.names.bindings(root)
+        if not bindings or any(
+            b.alias is None or any(isinstance(a, _SCOPES) for a in self.names.ancestors(b.node))
+            for b in bindings
+        ):
+            return False
+        if root.id not in self._users:
+            self._users[root.id] = users_on_disk(self.source.path, [root.id], imports=True)
+        users = self._users[root.id]
+        if users == []:
+            return False
+        if users is None:
+            why = f"the project is too large to tell whether other modules import `{root.id}`"
+        else:
+            folder = os.path.dirname(os.path.abspath(self.source.path))
+            shown = ", ".join(f"{os.path.relpath(f, folder)}:{line}" for f, line, _ in users[:3])
+            more = f" and {len(users) - 3} more" if len(users) > 3 else ""
+            why = f"other modules take `{root.id}` from this one ({shown}{more})"
+        reason = (
+            f"{why}, and the fix deletes its import once unused here: bind the name to "
+            f"`{target.new}` at the import and check those uses, by hand"
+        )
+        self._report(target, where, f"{head}: no automatic fix: {reason}", None)
+        return True
 
     def _stand_in_import(self, node: ast.AST) -> tuple[ast.ImportFrom, ast.alias] | None:
         """The one import that binds the Name ``node``, where it is a single-line ``from
@@ -1190,7 +1229,7 @@ class _Planner:
             self._no_memory_efficient()
             torch_name, add_torch = self._torch(node)
             if module_level:
-                users = users_on_disk(self.source.path, sorted(imported))
+                users = users_on_disk(self.source.path, sorted(imported), imports=True)
                 if users is None or users:
                     where = (
                         ", ".join(f"{os.path.basename(f)}:{line}" for f, line, _ in users[:3])
@@ -1387,7 +1426,7 @@ class _Planner:
         if value != target.new and (target.new, value) != ("torch.optim.AdamW", "torch.optim.Adam"):
             return ""
         if not any(isinstance(a, _SCOPES) for a in self.names.ancestors(node)):
-            users = users_on_disk(self.source.path, [name])
+            users = users_on_disk(self.source.path, [name], imports=True)
             if users is None or users:
                 return ""
         shared = 0
