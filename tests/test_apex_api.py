@@ -332,7 +332,8 @@ def test_an_apex_wrapper_that_initialize_receives_waits_for_the_amp_rewrite():
         out, remaining, fixed = _fix(DDP_BEFORE_INITIALIZE.replace('"O2"', level))
         assert "apex" not in out and not remaining, out
         assert sorted(d.code for d in fixed) == ["AMP303", "AMP313"]
-        assert "DistributedDataParallel(self.model, broadcast_buffers=False)" in out
+        written = "find_unused_parameters=True, broadcast_buffers=False)"
+        assert f"DistributedDataParallel(self.model, {written}" in out
 
 
 def test_an_apex_wrapper_made_after_initialize_is_swapped():
@@ -346,7 +347,8 @@ def test_an_apex_wrapper_made_after_initialize_is_swapped():
         return model, optim
     """
     out, _, fixed = _fix(source)
-    assert "torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)" in out
+    written = "find_unused_parameters=True, broadcast_buffers=False)"
+    assert f"DistributedDataParallel(model, {written}" in out
     assert "AMP313" in [d.code for d in fixed]
     source = source.replace("        model = DistributedDataParallel(model)\n", "").replace(
         "initialize(model,", "initialize(DistributedDataParallel(model),"

@@ -345,15 +345,17 @@ def _run_ddp(sources: list[str], tmp_path) -> dict:
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without distributed")
 def test_ddp_rewrite_keeps_apex_buffer_and_unused_parameter_behaviour(tmp_path):
-    """apex broadcast rank 0's parameters once and never the buffers, and its delayed
-    all-reduce tolerated parameters without gradients. The migrated DDP
+    """apex broadcast rank 0's parameters once and never the buffers, and tolerated a
+    parameter that never gets a gradient (with or without `delay_allreduce`: NAE4PS's unused
+    head, 30th review, where torch raises at the second step). The migrated DDP
     (``broadcast_buffers=False``, ``find_unused_parameters=True``): the same parameters
     everywhere, each rank's BatchNorm statistics its own (as training alone would give them),
     three iterations with an unused parameter, gradients averaged."""
     apex = "from apex.parallel import DistributedDataParallel as DDP\n"
-    apex += "net = DDP(net, delay_allreduce=True)\n"
+    apex += "net = DDP(net)\n"
     migrated, remaining, _ = fix_source(apex, unsafe=True)
     assert not remaining and "apex" not in migrated
+    assert "find_unused_parameters=True" in migrated
     default = migrated.replace(", broadcast_buffers=False", "")
     assert default != migrated
     results = _run_ddp([migrated, default], tmp_path)

@@ -311,11 +311,10 @@ _add(
          "allreduce_communicators", "gradient_average", "gradient_predivide_factor",
          "gradient_average_split_factor", "prof"),
         ("module",),
-        rename={"delay_allreduce": "find_unused_parameters"},
-        drop={"delay_allreduce": FALSE, "gradient_average": TRUE,
+        drop={"gradient_average": TRUE,
               "gradient_predivide_factor": ONE, "gradient_average_split_factor": NONE,
               "shared_param": NONE},
-        drop_any=_DDP_DROPPED,
+        drop_any=("delay_allreduce", *_DDP_DROPPED),
         refuse={
             "gradient_average": "`gradient_average=False` (summed gradients) needs a DDP "
             "communication hook",
@@ -325,12 +324,16 @@ _add(
             "communication hook",
             "shared_param": "apex raises on `shared_param`; the call already fails",
         },
-        write=(("broadcast_buffers", "False"),),
+        write=(("find_unused_parameters", "True"), ("broadcast_buffers", "False")),
         accepts=(
             "`broadcast_buffers=False` keeps apex's behaviour of never broadcasting buffers "
-            "(torch's default re-broadcasts them before every forward); `delay_allreduce` "
-            "becomes `find_unused_parameters` (apex's end-of-backward all-reduce tolerated "
-            "unused parameters); communication overlaps backward and torch divides by the world "
+            "(torch's default re-broadcasts them before every forward); "
+            "`find_unused_parameters=True` keeps apex's tolerance of parameters without a "
+            "gradient (its buckets held only the gradients the first backward made; with "
+            "`delay_allreduce`, those of each step), where torch raises at the next step "
+            "without it, at the cost of a graph traversal per forward (drop it, or use "
+            "`static_graph=True`, where every parameter gets a gradient in every step); "
+            "communication overlaps backward and torch divides by the world "
             "size before the all-reduce; apex's bucket, stream and profiling options go; "
             "`device_ids` stays None (the module's one device, as apex assumed); torch >= 2.13 "
             "warns that `broadcast_buffers` is deprecated, and its warning says to keep "
