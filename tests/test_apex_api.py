@@ -989,3 +989,37 @@ def test_a_name_a_package_re_exports_keeps_its_import(tmp_path):
     (package / "transformer.py").write_bytes(result.new_source)
     check = [sys.executable, "-c", "import mpu.transformer as t; t.block(4)"]
     assert subprocess.run(check, cwd=tmp_path, capture_output=True).returncode == 0
+
+
+def test_a_splat_dict_that_is_only_printed_or_logged_is_still_mapped():
+    """VideoMAE and LaBraM (30th review): `print("optimizer settings:", opt_args)` was "a use
+    that may change it", withholding four exact fixes; a refusal of `adam_w_mode=False` named
+    AdamW, where the fix builds torch's Adam."""
+    source = textwrap.dedent("""\
+        import logging
+
+        from apex.optimizers import FusedAdam, FusedSGD
+
+        logger = logging.getLogger(__name__)
+
+
+        def make(params, args):
+            kw = dict(lr=args.lr, weight_decay=args.wd)
+            print("optimizer:", kw)
+            logger.info(f"settings {kw}")
+            if args.opt == "adam":
+                return FusedAdam(params, adam_w_mode=False, **kw)
+            kw.pop("weight_decay")
+            return FusedSGD(params, momentum=0.9, **kw)
+
+
+        def unseen(params, kw):
+            return FusedAdam(params, adam_w_mode=False, **kw)
+        """)
+    out, remaining, _ = _fix(source)
+    assert "return torch.optim.Adam(params, **kw)" in out
+    assert "return torch.optim.SGD(params, momentum=0.9, **kw)" in out
+    [left] = [d for d in remaining if d.code == "AMP311"]
+    assert left.message.startswith("`apex.optimizers.FusedAdam` -> `torch.optim.Adam`:")
+    mutated = source.replace('    print("optimizer:", kw)\n', "    kw.clear()\n")
+    assert "may change it" in " ".join(d.message for d in _fix(mutated)[1])

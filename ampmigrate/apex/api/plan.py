@@ -61,6 +61,17 @@ def check(
     return [f for f in planner.findings if f.code in codes]
 
 
+def _l2_mode(call: ast.Call, target: Target) -> bool:
+    """A FusedAdam call with ``adam_w_mode=False`` written: torch's Adam, not AdamW."""
+    if "adam_w_mode" not in target.params:
+        return False
+    given = {k.arg: k.value for k in call.keywords}
+    index = target.params.index("adam_w_mode")
+    if len(call.args) > index and not any(isinstance(a, ast.Starred) for a in call.args):
+        given["adam_w_mode"] = call.args[index]
+    return "adam_w_mode" in given and _literal_in(given["adam_w_mode"], table.FALSE)
+
+
 def _literal_in(node: ast.expr, allowed: tuple[object, ...]) -> bool:
     """``node`` is a literal equal (same type) to one of ``allowed``."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
@@ -514,6 +525,8 @@ class _Planner:
             except _FallbackCall:
                 return  # torch's own class, called with torch's arguments: nothing to migrate
             except NoFix as reason:
+                if _l2_mode(parent, target):  # (the refusal names the class it would be)
+                    head = f"`{name}` -> `torch.optim.Adam`"
                 self._report(target, parent, f"{head}: no automatic fix: {reason}", None)
                 return
             if conditional:

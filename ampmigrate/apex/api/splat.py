@@ -121,7 +121,23 @@ def _use(names: Names, node: ast.Name) -> tuple[str, frozenset[str]] | None:
         return ("read", frozenset()) if parent.keys[index] is None else None
     if isinstance(parent, ast.Compare) and node in parent.comparators:
         return "read", frozenset()  # `"eps" in opt_args`
+    if isinstance(parent, ast.FormattedValue):
+        return "read", frozenset()  # f"{opt_args}"
+    if isinstance(parent, ast.Call) and node in parent.args and _reader(names, parent.func):
+        return "read", frozenset()  # `print("optimizer settings:", opt_args)`
     return None
+
+
+# Callables that only read their arguments: the builtins that show or copy a value, and a
+# logger's methods (`logger.info(opt_args)`; VideoMAE's factory prints the dict).
+_READERS = frozenset({"print", "str", "repr", "len", "format", "sorted", "dict", "list", "bool"})
+_LOGS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "exception", "log"})
+
+
+def _reader(names: Names, func: ast.expr) -> bool:
+    if isinstance(func, ast.Attribute):
+        return func.attr in _LOGS
+    return any(f"builtins.{r}" in names.qualified(func) for r in _READERS)
 
 
 def _targets(statement: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
