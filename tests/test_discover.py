@@ -44,9 +44,19 @@ def test_a_copy_of_apex_kept_in_the_project_is_skipped(tmp_path, git):
     touch(tmp_path / "apex" / "amp" / "handle.py")
     touch(tmp_path / "apex" / "parallel" / "distributed.py")
     touch(tmp_path / "tools" / "apex" / "helpers.py")  # no amp/: the project's own
+    # jukebox (30th review) vendors apex's repository: its tests were rewritten to torch
+    touch(tmp_path / "third_party" / "apex" / "setup.py")
+    touch(tmp_path / "third_party" / "apex" / "csrc" / "kernel.cu")
+    touch(tmp_path / "third_party" / "apex" / "apex" / "__init__.py")
+    touch(tmp_path / "third_party" / "apex" / "tests" / "test_fused_layer_norm.py")
+    touch(tmp_path / "tools" / "setup.py")  # a project's setup.py without apex's sources
     if git:
         subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    assert names(discover([tmp_path]), tmp_path) == ["tools/apex/helpers.py", "train.py"]
+    assert names(discover([tmp_path]), tmp_path) == [
+        "tools/apex/helpers.py",
+        "tools/setup.py",
+        "train.py",
+    ]
 
 
 def test_git_ignored_files_are_skipped(tmp_path):

@@ -49,10 +49,18 @@ def _skipped(directory: str | Path) -> bool:
 
 
 def _is_apex_copy(directory: str | Path) -> bool:
-    """A copy of NVIDIA apex itself kept in the project (a package ``apex`` with its ``amp``
-    subpackage): apex's own code, not code that uses it."""
-    return os.path.basename(os.fspath(directory)) == "apex" and os.path.isfile(
+    """A copy of NVIDIA apex itself kept in the project: its package ``apex`` (with its ``amp``
+    subpackage), or its whole repository (``setup.py``, ``csrc/`` and the package, as
+    jukebox vendors it, whose tests and examples call apex as any user would): apex's own
+    code, not code that uses it."""
+    if os.path.basename(os.fspath(directory)) == "apex" and os.path.isfile(
         os.path.join(directory, "amp", "__init__.py")
+    ):
+        return True
+    return (
+        os.path.isfile(os.path.join(directory, "setup.py"))
+        and os.path.isdir(os.path.join(directory, "csrc"))
+        and os.path.isfile(os.path.join(directory, "apex", "__init__.py"))
     )
 
 
