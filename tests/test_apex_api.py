@@ -1023,3 +1023,23 @@ def test_a_splat_dict_that_is_only_printed_or_logged_is_still_mapped():
     assert left.message.startswith("`apex.optimizers.FusedAdam` -> `torch.optim.Adam`:")
     mutated = source.replace('    print("optimizer:", kw)\n', "    kw.clear()\n")
     assert "may change it" in " ".join(d.message for d in _fix(mutated)[1])
+
+
+def test_an_apex_extension_loaded_by_name_gets_a_finding():
+    """jukebox (30th review): `importlib.import_module("fused_adam_cuda")` kept the project on
+    apex's kernel after every other apex use was migrated, and no rule said so."""
+    source = textwrap.dedent("""\
+        import importlib
+
+        try:
+            ext = importlib.import_module("fused_adam_cuda")
+            step = ext.adam
+        except ModuleNotFoundError:
+            step = None
+        other = __import__("apex.contrib.xentropy")
+        fine = importlib.import_module("json")
+        """)
+    found = [d for d in check_source(source) if d.code == "AMP315"]
+    assert [d.line for d in found] == [4, 8], [d.message for d in found]
+    assert found[0].message.startswith("`fused_adam_cuda` is loaded by name at run time")
+    assert "use instead: `torch.nn.functional.cross_entropy" in found[1].message

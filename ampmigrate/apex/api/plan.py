@@ -424,6 +424,8 @@ class _Planner:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Try):
                 self._try(node)
+            elif isinstance(node, ast.Call):
+                self._dynamic_import(node)
         self._unused_imports()
         roots = self._apex_bound()
         for node in ast.walk(self.tree):
@@ -440,6 +442,24 @@ class _Planner:
             if self._consumed and any(a in self._consumed for a in self.names.ancestors(node)):
                 continue
             self._reference(node, parent)
+
+    def _dynamic_import(self, call: ast.Call) -> None:
+        """``importlib.import_module("fused_adam_cuda")`` (jukebox): apex's extension loaded by
+        name, which no import statement shows."""
+        if not (
+            call.args
+            and isinstance(call.args[0], ast.Constant)
+            and isinstance(call.args[0].value, str)
+            and {"importlib.import_module", "builtins.__import__"} & self.names.qualified(call.func)
+        ):
+            return
+        name = call.args[0].value
+        text = table.no_native(name)
+        if text is None or name.startswith(table.ELSEWHERE):
+            return
+        how = f"`{name}` is loaded by name at run time"
+        message = f"{how}: {text}" if not text.startswith("`") else f"{how}; use instead: {text}"
+        self.findings.append(Finding(table.NO_NATIVE, message, call, None))
 
     def _apex_bound(self) -> set[str]:
         """The names the file's imports of apex (and its compiled extensions) bind."""
