@@ -3329,6 +3329,47 @@ def test_apex_opt_level_takes_an_open_flag_as_o1_or_o0():
     assert _declared(out) == (out, "")
 
 
+CONFIG_GET = """\
+import json
+import sys
+
+import torch
+from apex import amp
+
+
+def main():
+    config = json.load(open(sys.argv[1]))
+    model = torch.nn.Linear(4, 4).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=config.get("lr", 1e-3))
+    model, opt = amp.initialize(model, opt, opt_level=config.get("opt_level", "O0"))
+    for _ in range(3):
+        opt.zero_grad()
+        err = model(torch.ones(2, 4).cuda()).pow(2).mean()
+        with amp.scale_loss(err, opt) as s:
+            s.backward()
+        opt.step()
+"""
+
+
+def test_apex_opt_level_takes_a_config_get_with_a_literal_default(tmp_path):
+    """A Ray Tune trainer (30th review): `config.get("opt_level", "O0")` was "computed, not
+    read", though it reads a mapping by a constant key: the setting covers it, and both
+    switches read it; a default of O2 is not covered."""
+    out, message = _declared(CONFIG_GET)
+    assert 'GradScaler("cuda", enabled=config.get("opt_level", "O0") == "O1")' in out, message
+    assert "from apex" not in out and _declared(out) == (out, "")
+    script, config = tmp_path / "train.py", tmp_path / "config.json"
+    script.write_text(out.replace('"cuda"', '"cpu"').replace(".cuda()", ""))
+    config.write_text('{"opt_level": "O1"}')
+    warnings = ["-W", "error::FutureWarning", "-W", "error::DeprecationWarning"]
+    run = [sys.executable, *warnings, "-c", "import train; train.main()", str(config)]
+    done = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    o2 = CONFIG_GET.replace('"opt_level", "O0"', '"opt_level", "O2"')
+    out, message = _declared(o2)
+    assert out == o2 and 'its default is `"O2"`' in message, message
+
+
 @pytest.mark.torch
 def test_apex_opt_level_rewrite_runs_and_o2_trains_in_float32(stub, tmp_path):
     """The rewrite under the setting prints what the original prints against an O0 apex, and

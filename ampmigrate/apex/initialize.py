@@ -1188,6 +1188,9 @@ class Initialize:
                 f"`{spelled}` is computed, not read from a name, an attribute or a constant "
                 "subscript (`enabled=` reads it again)"
             )
+        got = _got(level)
+        if got is not None and len(got.args) == 2 and self._other_level(got.args[1].value):
+            return f"its default is `{_code(self.module, got.args[1].value)}`"
         if flag is not None and reassigned:
             return "this file assigns it after parsing its flag"
         default = _argument(flag[1], "default", 99) if flag is not None else None
@@ -1307,9 +1310,28 @@ def _operands(comparison: cst.Comparison) -> list[cst.BaseExpression]:
     return [comparison.left, *(c.comparator for c in comparison.comparisons)]
 
 
+def _got(level: cst.CSTNode) -> cst.Call | None:
+    """``config.get("opt_level", "O0")``: a mapping read by a constant key, with a literal
+    default or none (a Ray Tune trainable's config dict)."""
+    if not (
+        isinstance(level, cst.Call)
+        and isinstance(level.func, cst.Attribute)
+        and level.func.attr.value == "get"
+        and 1 <= len(level.args) <= 2
+        and all(a.keyword is None and not a.star for a in level.args)
+        and isinstance(level.args[0].value, cst.SimpleString)
+        and all(isinstance(a.value, cst.SimpleString) for a in level.args[1:])
+    ):
+        return None
+    return level
+
+
 def _plain(level: cst.CSTNode) -> bool:
     """``level`` reads a value without computing one: a chain of names, attributes and
-    subscripts by a constant (``args.opt_level``, ``config["amp"]["opt_level"]``)."""
+    subscripts by a constant (``args.opt_level``, ``config["amp"]["opt_level"]``), or a
+    ``.get`` of such a mapping by a constant key."""
+    if (got := _got(level)) is not None:
+        level = got.func.value  # type: ignore[attr-defined]
     while isinstance(level, cst.Attribute | cst.Subscript):
         if isinstance(level, cst.Subscript) and not (
             len(level.slice) == 1
