@@ -7818,3 +7818,69 @@ def test_o0_with_a_loss_scale_given_is_refused(old, new):
     plain = source.replace(', loss_scale="dynamic"', "").replace(", loss_scale=128.0", "")
     [finding] = [d for d in check_source(plain) if d.code == "AMP303"]
     assert "at O0 apex still scaled" not in finding.message
+
+
+O0_AGENT = """\
+import torch
+from apex import amp
+
+
+class Agent:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.pi, self.q1 = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+        self.opt_pi = torch.optim.SGD(self.pi.parameters(), lr=0.1)
+        self.opt_q1 = torch.optim.SGD(self.q1.parameters(), lr=0.1)
+        self.log_alpha = torch.zeros(1, requires_grad=True)
+        self.opt_a = torch.optim.SGD([self.log_alpha], lr=0.1)
+        self.pi, self.opt_pi = amp.initialize(self.pi, self.opt_pi, opt_level="O0")
+        self.q1, self.opt_q1 = amp.initialize(self.q1, self.opt_q1, opt_level="O0")
+
+    def update(self, x):
+        l1, la = self.q1(x).pow(2).mean(), self.pi(x).pow(2).mean()
+        self.opt_q1.zero_grad()
+        self.opt_pi.zero_grad()
+        with amp.scale_loss(l1, self.opt_q1) as s:
+            s.backward()
+        with amp.scale_loss(la, self.opt_pi) as s:
+            s.backward()
+        self.opt_q1.step()
+        self.opt_pi.step()
+        alpha_loss = (la.detach() * self.log_alpha.exp()).mean()
+        self.opt_a.zero_grad()
+        alpha_loss.backward()
+        self.opt_a.step()
+
+
+agent = Agent()
+for step in range(3):
+    agent.update(torch.full((2, 4), float(step + 1)))
+every = [*agent.pi.parameters(), *agent.q1.parameters(), agent.log_alpha]
+print([round(v, 6) for p in every for v in p.flatten().tolist()])
+"""
+
+
+def test_a_file_whose_every_initialize_is_o0_is_rewritten_with_the_scaler_off(stub, tmp_path):
+    """A SAC agent (30th review): every `initialize` at literal O0, two losses scaled before
+    either optimizer steps and a plain backward for the temperature, was refused for the step
+    order and the plain backward: hazards of a scaler that is on. apex O0 is apex off, and the
+    disabled GradScaler steps plainly and scales nothing: rewritten, and it trains as the
+    original does against an O0 apex (run on CPU, AMP deprecations as errors)."""
+    out, remaining, _ = fix_source(O0_AGENT, unsafe=True)
+    assert not [d for d in remaining if d.code == "AMP303"], [d.message for d in remaining]
+    assert 'GradScaler("cuda", enabled=False)' in out and "apex" not in out
+    original, migrated = tmp_path / "original.py", tmp_path / "migrated.py"
+    original.write_text(O0_AGENT)
+    migrated.write_text(out.replace('"cuda"', '"cpu"'))
+    warnings = ["-W", "error::FutureWarning", "-W", "error::DeprecationWarning"]
+    printed = []
+    for script, path in ((original, str(stub)), (migrated, "")):
+        env = {**os.environ, "PYTHONPATH": path}
+        done = subprocess.run(
+            [sys.executable, *warnings, str(script)], capture_output=True, text=True, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        printed.append(done.stdout)
+    assert printed[0] == printed[1] and printed[0].startswith("[")
+    on = O0_AGENT.replace('opt_level="O0"', 'opt_level="O1"', 1)
+    assert any(d.code == "AMP303" for d in fix_source(on, unsafe=True)[1])  # on: order matters

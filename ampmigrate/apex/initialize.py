@@ -1189,7 +1189,7 @@ class Initialize:
                 "subscript (`enabled=` reads it again)"
             )
         got = _got(level)
-        if got is not None and len(got.args) == 2 and self._other_level(got.args[1].value):
+        if got is not None and self._other_level(got.args[1].value):
             return f"its default is `{_code(self.module, got.args[1].value)}`"
         if flag is not None and reassigned:
             return "this file assigns it after parsing its flag"
@@ -1312,12 +1312,13 @@ def _operands(comparison: cst.Comparison) -> list[cst.BaseExpression]:
 
 def _got(level: cst.CSTNode) -> cst.Call | None:
     """``config.get("opt_level", "O0")``: a mapping read by a constant key, with a literal
-    default or none (a Ray Tune trainable's config dict)."""
+    default (a Ray Tune trainable's config dict; without one, a missing key is None, which
+    apex raised on)."""
     if not (
         isinstance(level, cst.Call)
         and isinstance(level.func, cst.Attribute)
         and level.func.attr.value == "get"
-        and 1 <= len(level.args) <= 2
+        and len(level.args) == 2
         and all(a.keyword is None and not a.star for a in level.args)
         and isinstance(level.args[0].value, cst.SimpleString)
         and all(isinstance(a.value, cst.SimpleString) for a in level.args[1:])

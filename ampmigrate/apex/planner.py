@@ -452,15 +452,30 @@ class _Planner(
         for call in calls.get("scale_loss", []):
             self._scale_loss(call, setup)
         several = [_argument(c, "optimizers", 1) for c in initialize[: 1 + len(self.merged)]]
-        if initialize and len({_code(self.module, o) for s in several for o in _optimizers(s)}) > 1:
+        # every `initialize` at literal O0 (no loss_scale: refused where given) is apex off: the
+        # GradScaler is made disabled, which steps plainly and scales nothing, so the order of
+        # steps, plain backwards and steps with no scaled backward keep their meaning
+        off = bool(initialize) and all(_literal_o0(c) for c in initialize)
+        optimizers = {_code(self.module, o) for s in several for o in _optimizers(s)}
+        if off and (len(initialize) > 1 or len(optimizers) > 1):
+            self.plan.notes.append(
+                "every `amp.initialize` here is opt_level O0 (apex off): with the GradScaler "
+                "made disabled, the order of the steps and the backwards it does not scale "
+                "keep apex's meaning (a disabled GradScaler steps plainly and scales nothing); "
+                "before turning it on, place the steps for one `update()` per iteration and "
+                "scale those backwards, by hand"
+            )
+        if initialize and not off and len(optimizers) > 1:
             self._steps_in_turn(calls.get("scale_loss", []))
-        self._unscaled_steps()
+        if not off:
+            self._unscaled_steps()
         self._sure_groups()
         self._master_params(
             calls.get("master_params", []), self._grad_readers(calls, setup.condition)
         )
         self._one_unscale_per_step()
-        self._plain_backwards(setup)
+        if not off:
+            self._plain_backwards(setup)
         self._guard_steps()
         if self.bounds and not self.before_step:
             self.problem(
@@ -470,7 +485,8 @@ class _Planner(
                 "there by hand (`if scaler.get_scale() < floor: scaler.update(floor)`)",
             )
         self._accumulation_note()
-        self._discarded_overflows()
+        if not off:
+            self._discarded_overflows()
         self._cleared_backwards()
         self._read_scales(initialize[0] if initialize else None)
         for member in ("state_dict", "load_state_dict"):
@@ -594,3 +610,17 @@ class ApexO1(cst.CSTVisitor):
         )
         self.findings.append(Finding(self.rule.code, message, found.anchor, fix))
         return False
+
+
+def _literal_o0(init: cst.Call) -> bool:
+    """``amp.initialize(..., opt_level="O0")`` with no ``loss_scale`` other than 1.0: apex off."""
+    args, _ = initialize_arguments(init)
+    level, scale = args.get("opt_level"), args.get("loss_scale")
+    return (
+        isinstance(level, cst.SimpleString)
+        and level.evaluated_value == "O0"
+        and (
+            scale is None
+            or (isinstance(scale, cst.Integer | cst.Float) and float(scale.value) == 1.0)
+        )
+    )
