@@ -962,8 +962,11 @@ def test_a_wrap_in_a_method_after_the_constructors_initialize_is_swapped():
 def test_a_name_a_package_re_exports_keeps_its_import(tmp_path):
     """ru-gpts (30th review): `mpu/transformer.py` imports FusedLayerNorm as LayerNorm and
     `mpu/__init__.py` re-exports it; rewriting the calls deleted the import, and `import mpu`
-    raised ImportError (a wrong rewrite). The re-export is a use of the name now, relative or
-    absolute, whether this module reads the name or not."""
+    raised ImportError (a wrong rewrite). A `from` import of the name in another module is a
+    use now (relative or absolute): the import binds the name to torch's LayerNorm instead
+    (same defaults), and the package imports and runs; a name whose torch class differs
+    (FusedAdam -> AdamW's weight decay) is refused, naming the importer, as is a name only
+    re-exported here."""
     import subprocess
     import sys
 
@@ -974,21 +977,27 @@ def test_a_name_a_package_re_exports_keeps_its_import(tmp_path):
     norm = "from apex.normalization import FusedLayerNorm as LayerNorm\n"
     calls = "\n\ndef block(d):\n    return LayerNorm(d, eps=1e-5)\n"
     settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    check = [sys.executable, "-c", "import mpu; mpu.transformer.block(4); print(mpu.LayerNorm)"]
     for init in ("from .transformer import LayerNorm\n", "from mpu.transformer import LayerNorm\n"):
-        for body in (norm + calls, norm):
-            (package / "__init__.py").write_text(init)
-            (package / "transformer.py").write_text(body)
-            [result] = [r for r in run([package / "transformer.py"], settings)]
-            assert not result.changed and not result.fixed, (init, body)
-            [kept] = [d for d in result.diagnostics if d.code == "AMP312"]
-            assert "__init__.py:1" in kept.message, kept.message
-    (package / "__init__.py").write_text("")
-    (package / "transformer.py").write_text(norm + calls)
-    [result] = [r for r in run([package / "transformer.py"], settings)]
-    assert result.changed  # nothing takes it: the import goes
-    (package / "transformer.py").write_bytes(result.new_source)
-    check = [sys.executable, "-c", "import mpu.transformer as t; t.block(4)"]
-    assert subprocess.run(check, cwd=tmp_path, capture_output=True).returncode == 0
+        (package / "__init__.py").write_text(init + "from . import transformer\n")
+        (package / "transformer.py").write_text(norm + calls)
+        [result] = [r for r in run([package / "transformer.py"], settings)]
+        [done] = [d for d in result.fixed if d.code == "AMP312"]
+        assert "__init__.py:1" in done.message and "not read here" in done.message, done.message
+        new = result.new_source.decode()
+        assert new.startswith("from torch.nn import LayerNorm as LayerNorm\n"), new
+        assert "return LayerNorm(d, eps=1e-5)" in new
+        (package / "transformer.py").write_text(new)
+        ran = subprocess.run(check, cwd=tmp_path, capture_output=True, text=True)
+        assert "torch.nn.modules.normalization.LayerNorm" in ran.stdout, ran.stderr
+        assert not [d for r in run([package / "transformer.py"], settings) for d in r.fixed]
+    for body in (norm, "from apex.optimizers import FusedAdam as LayerNorm\n" + calls):
+        (package / "transformer.py").write_text(body)
+        [result] = [r for r in run([package / "transformer.py"], settings)]
+        assert not result.changed and not result.fixed, body
+        [kept] = [d for d in result.diagnostics if d.code.startswith("AMP31")]
+        assert "__init__.py:1" in kept.message, kept.message
+        assert "no automatic fix" in kept.message or "is not read in this file" in kept.message
 
 
 def test_a_splat_dict_that_is_only_printed_or_logged_is_still_mapped():

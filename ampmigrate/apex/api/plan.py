@@ -651,12 +651,42 @@ class _Planner:
             shown = ", ".join(f"{os.path.relpath(f, folder)}:{line}" for f, line, _ in users[:3])
             more = f" and {len(users) - 3} more" if len(users) > 3 else ""
             why = f"other modules take `{root.id}` from this one ({shown}{more})"
+            try:
+                fix, bound = self._rebind(root, target)
+            except NoFix as reason:
+                why += f"; its import cannot become torch's class under the name: {reason}"
+            else:
+                self._report(target, where, (
+                    f"{head}: {why}, so the import binds the name to torch's class "
+                    f"(`{bound}`) and every use, here and there, gets it: {target.accepts}; "
+                    "their uses are not read here (a `memory_efficient=` argument raises in "
+                    "torch, a type test matches every torch LayerNorm)"
+                ), fix)  # fmt: skip
+                return True
         reason = (
             f"{why}, and the fix deletes its import once unused here: bind the name to "
             f"`{target.new}` at the import and check those uses, by hand"
         )
         self._report(target, where, f"{head}: no automatic fix: {reason}", None)
         return True
+
+    def _rebind(self, root: ast.Name, target: Target) -> tuple[Fix, str]:
+        """``from apex.normalization import FusedLayerNorm as LayerNorm`` that other modules
+        import the name from (HERO's `BertLayerNorm`, ru-gpts' `mpu.LayerNorm`): the import
+        becomes ``from torch.nn import LayerNorm as <name>``, so the name stays and means
+        torch's class everywhere. Only for FusedLayerNorm, whose defaults torch's class shares,
+        and where this file's own uses work alike with it."""
+        if target is not TARGETS["apex.normalization.FusedLayerNorm"]:
+            raise NoFix(f"`{target.new}`'s defaults or arguments differ from apex's")
+        found = self._stand_in_import(root)
+        if found is None or len(found[0].names) != 1:
+            raise NoFix("it is not a one-name `from apex.normalization import` line of its own")
+        stmt, _ = found
+        self._no_memory_efficient()
+        self._fallback_uses(stmt, root.id, target)
+        bound = f"from torch.nn import LayerNorm as {root.id}"
+        start, end = self.source.span(stmt)
+        return Fix("unsafe", edits=(Edit(start, end, bound),)), bound
 
     def _stand_in_import(self, node: ast.AST) -> tuple[ast.ImportFrom, ast.alias] | None:
         """The one import that binds the Name ``node``, where it is a single-line ``from
@@ -1339,8 +1369,9 @@ class _Planner:
         )
         return Finding(code, message, first, fix)
 
-    def _fallback_uses(self, node: ast.Try, name: str, target: Target) -> None:
-        """Raise ``NoFix`` unless every use of ``name`` outside the ``try`` works alike with
+    def _fallback_uses(self, node: ast.stmt, name: str, target: Target) -> None:
+        """Raise ``NoFix`` unless every use of ``name`` outside ``node`` (the ``try``, or the
+        import) works alike with
         torch's counterpart as with apex's class or the project's (the rule for replacing a
         project's class): a call whose arguments torch takes with apex's meaning (no splat),
         a type test or annotation, or a subclass whose body reads of ``self`` only what it sets
