@@ -105,8 +105,9 @@ class VersionGates:
             return None
         saved = (dict(self.plan.edits), set(self.removed), list(self.plan.notes))
         problems = list(self.plan.problems)
+        old = "on a torch older than the version test names, with apex installed or not"
         for gate, value in gates:
-            self._fold(gate.test, value)
+            self._fold(gate.test, value, old)
         constants = self._constants([(g, v) for g, v in gates if self.parent(g) is self.module])
         folded = 0
         for node in self.nodes:
@@ -116,7 +117,7 @@ class VersionGates:
                 and self._reads_global(node)
                 and self._pure_test(node)
             ):
-                self._fold(node, constants[node.value])
+                self._fold(node, constants[node.value], old)
                 folded += 1
         repeated = self._repeated_branches(constants)
         code = self.module.visit(ReplaceNodes(self.plan.edits)).code

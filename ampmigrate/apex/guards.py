@@ -424,9 +424,12 @@ class Guards:
             return
         self._fold(expr, value)
 
-    def _fold(self, expr: cst.CSTNode, value: bool) -> None:
+    def _fold(
+        self, expr: cst.CSTNode, value: bool, ran: str = "where apex was not installed"
+    ) -> None:
         """An availability test ``expr`` whose value is now ``value``, folded into what holds
-        it (``x and True`` is ``x``, an ``if`` keeps the branch that runs)."""
+        it (``x and True`` is ``x``, an ``if`` keeps the branch that runs); ``ran``: when the
+        branch that goes ran (a version test's ran on old torch, apex or not)."""
         while True:
             parent = self.parent(expr)
             if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
@@ -455,11 +458,11 @@ class Guards:
                 self.dissolved.add(parent)
                 self.plan.edits[parent] = lambda u: _branch(u, u.body)
                 if isinstance(parent.orelse, cst.Else):
-                    self._fallback_note(parent, parent.orelse.body, "the `else:`")
+                    self._fallback_note(parent, parent.orelse.body, "the `else:`", ran)
             elif isinstance(parent.orelse, cst.Else):
                 self.folded_else.add(parent)
                 self.plan.edits[parent] = lambda u: _branch(u, u.orelse.body if u.orelse else None)
-                self._fallback_note(parent, parent.body, "the first branch")
+                self._fallback_note(parent, parent.body, "the first branch", ran)
             elif isinstance(parent.orelse, cst.If):
                 self.plan.edits[parent] = lambda u: u.orelse.with_changes(
                     leading_lines=u.leading_lines
@@ -473,7 +476,7 @@ class Guards:
         else:
             self.plan.edits[expr] = lambda _u, v=value: cst.Name(str(v))
 
-    def _fallback_note(self, node: cst.If, dropped: cst.BaseSuite, which: str) -> None:
+    def _fallback_note(self, node: cst.If, dropped: cst.BaseSuite, which: str, ran: str) -> None:
         """The branch of an availability test that ran without apex goes; what it set (the
         opt level put back to "O0", a flag turned off) is set no more."""
         names = {n for s in _statements(dropped) for n in self.facts(s).assigned} | {
@@ -484,9 +487,9 @@ class Guards:
         if names:
             listed = ", ".join(f"`{n}`" for n in sorted(names))
             self.plan.notes.append(
-                f"behaviour change: {which} of the `if` at line {self.line(node)} ran where "
-                f"apex was not installed and set {listed}; native AMP is always there, so it "
-                "goes: a run that fell back there now takes the path a run with apex took"
+                f"behaviour change: {which} of the `if` at line {self.line(node)} ran {ran}, "
+                f"and set {listed}; native AMP is always there, so it goes: a run that took "
+                "it now takes the path the other runs took"
             )
 
     def dead(self, node: cst.CSTNode) -> bool:
