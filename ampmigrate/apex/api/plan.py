@@ -625,9 +625,11 @@ class _Planner:
         self._report(target, node, f"{head}: {extra}; {target.accepts}", fix)
 
     def _exported(self, node: ast.expr, target: Target, head: str, where: ast.AST) -> bool:
-        """Reported without a fix where the name's module-level import, which the fix deletes
-        once unused, is imported from this module by others (ru-gpts: `mpu/__init__.py`
-        re-exports `transformer.LayerNorm`, and every entry point imports `mpu`)."""
+        """Reported here (True) where the name's module-level import, which a call's fix
+        deletes once unused, is imported from this module by others (ru-gpts:
+        `mpu/__init__.py` re-exports `transformer.LayerNorm`, and every entry point imports
+        `mpu`): rebound to torch's class where that keeps every use (``_rebind``), else
+        refused, naming the importers."""
         root = node
         while isinstance(root, ast.Attribute):
             root = root.value
