@@ -978,9 +978,15 @@ def test_a_name_a_package_re_exports_keeps_its_import(tmp_path):
     calls = "\n\ndef block(d):\n    return LayerNorm(d, eps=1e-5)\n"
     settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
     check = [sys.executable, "-c", "import mpu; mpu.transformer.block(4); print(mpu.LayerNorm)"]
-    for init in ("from .transformer import LayerNorm\n", "from mpu.transformer import LayerNorm\n"):
+    wrapped = (
+        "from apex.normalization.fused_layer_norm import (\n    FusedLayerNorm as LayerNorm\n)\n"
+    )
+    for init, imported in (
+        ("from .transformer import LayerNorm\n", norm),
+        ("from mpu.transformer import LayerNorm\n", wrapped),  # HERO's, over two lines
+    ):
         (package / "__init__.py").write_text(init + "from . import transformer\n")
-        (package / "transformer.py").write_text(norm + calls)
+        (package / "transformer.py").write_text(imported + calls)
         [result] = [r for r in run([package / "transformer.py"], settings)]
         [done] = [d for d in result.fixed if d.code == "AMP312"]
         assert "__init__.py:1" in done.message and "not read here" in done.message, done.message

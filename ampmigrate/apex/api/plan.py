@@ -680,10 +680,16 @@ class _Planner:
         and where this file's own uses work alike with it."""
         if target is not TARGETS["apex.normalization.FusedLayerNorm"]:
             raise NoFix(f"`{target.new}`'s defaults or arguments differ from apex's")
-        found = self._stand_in_import(root)
-        if found is None or len(found[0].names) != 1:
-            raise NoFix("it is not a one-name `from apex.normalization import` line of its own")
-        stmt, _ = found
+        bindings = self.names.bindings(root)
+        stmt = bindings[0].node if len(bindings) == 1 else None
+        if (
+            not isinstance(stmt, ast.ImportFrom)
+            or stmt.level
+            or stmt.module not in _NORM_MODULES
+            or len(stmt.names) != 1
+            or any(isinstance(a, ast.Try) for a in self.names.ancestors(stmt))
+        ):
+            raise NoFix("it is not a one-name `from apex.normalization import` of its own")
         self._no_memory_efficient()
         self._fallback_uses(stmt, root.id, target)
         bound = f"from torch.nn import LayerNorm as {root.id}"
