@@ -965,8 +965,8 @@ def test_a_name_a_package_re_exports_keeps_its_import(tmp_path):
     raised ImportError (a wrong rewrite). A `from` import of the name in another module is a
     use now (relative or absolute): the import binds the name to torch's LayerNorm instead
     (same defaults), and the package imports and runs; a name whose torch class differs
-    (FusedAdam -> AdamW's weight decay) is refused, naming the importer, as is a name only
-    re-exported here."""
+    (FusedAdam -> AdamW's weight decay) is refused, naming the importer, used here or only
+    re-exported; a FusedLayerNorm only re-exported (FlagPerf's one-line module) is rebound."""
     import subprocess
     import sys
 
@@ -997,7 +997,14 @@ def test_a_name_a_package_re_exports_keeps_its_import(tmp_path):
         ran = subprocess.run(check, cwd=tmp_path, capture_output=True, text=True)
         assert "torch.nn.modules.normalization.LayerNorm" in ran.stdout, ran.stderr
         assert not [d for r in run([package / "transformer.py"], settings) for d in r.fixed]
-    for body in (norm, "from apex.optimizers import FusedAdam as LayerNorm\n" + calls):
+    # FlagPerf's one-line `layers/layernorm.py` (29th review): a module that only re-exports it
+    (package / "transformer.py").write_text(norm)
+    [result] = [r for r in run([package / "transformer.py"], settings)]
+    assert result.new_source.decode() == "from torch.nn import LayerNorm as LayerNorm\n"
+    [done] = [d for d in result.fixed if d.code == "AMP312"]
+    assert "is not read in this file, but other modules take it" in done.message
+    adam = "from apex.optimizers import FusedAdam as LayerNorm\n"
+    for body in (adam, adam + calls):
         (package / "transformer.py").write_text(body)
         [result] = [r for r in run([package / "transformer.py"], settings)]
         assert not result.changed and not result.fixed, body

@@ -641,20 +641,16 @@ class _Planner:
             for b in bindings
         ):
             return False
-        if root.id not in self._users:
-            self._users[root.id] = users_on_disk(self.source.path, [root.id], imports=True)
-        users = self._users[root.id]
+        users = self._importers(root.id)
         if users == []:
             return False
         if users is None:
             why = f"the project is too large to tell whether other modules import `{root.id}`"
         else:
-            folder = os.path.dirname(os.path.abspath(self.source.path))
-            shown = ", ".join(f"{os.path.relpath(f, folder)}:{line}" for f, line, _ in users[:3])
-            more = f" and {len(users) - 3} more" if len(users) > 3 else ""
-            why = f"other modules take `{root.id}` from this one ({shown}{more})"
+            why = f"other modules take `{root.id}` from this one ({self._shown(users)})"
+            bindings = self.names.bindings(root)
             try:
-                fix, bound = self._rebind(root, target)
+                fix, bound = self._rebind(bindings[0].node, root.id, target)
             except NoFix as reason:
                 why += f"; its import cannot become torch's class under the name: {reason}"
             else:
@@ -672,7 +668,7 @@ class _Planner:
         self._report(target, where, f"{head}: no automatic fix: {reason}", None)
         return True
 
-    def _rebind(self, root: ast.Name, target: Target) -> tuple[Fix, str]:
+    def _rebind(self, stmt: ast.AST | None, name: str, target: Target) -> tuple[Fix, str]:
         """``from apex.normalization import FusedLayerNorm as LayerNorm`` that other modules
         import the name from (HERO's `BertLayerNorm`, ru-gpts' `mpu.LayerNorm`): the import
         becomes ``from torch.nn import LayerNorm as <name>``, so the name stays and means
@@ -680,8 +676,6 @@ class _Planner:
         and where this file's own uses work alike with it."""
         if target is not TARGETS["apex.normalization.FusedLayerNorm"]:
             raise NoFix(f"`{target.new}`'s defaults or arguments differ from apex's")
-        bindings = self.names.bindings(root)
-        stmt = bindings[0].node if len(bindings) == 1 else None
         if (
             not isinstance(stmt, ast.ImportFrom)
             or stmt.level
@@ -691,8 +685,8 @@ class _Planner:
         ):
             raise NoFix("it is not a one-name `from apex.normalization import` of its own")
         self._no_memory_efficient()
-        self._fallback_uses(stmt, root.id, target)
-        bound = f"from torch.nn import LayerNorm as {root.id}"
+        self._fallback_uses(stmt, name, target)
+        bound = f"from torch.nn import LayerNorm as {name}"
         start, end = self.source.span(stmt)
         return Fix("unsafe", edits=(Edit(start, end, bound),)), bound
 
@@ -1158,8 +1152,40 @@ class _Planner:
             found = unused_import(
                 self.names, stmt, alias, full, code, self.source.path, self.source
             )
+            if found is not None and found.fix is None and target is not None:
+                found = self._reexport(found, stmt, binding.name, target)
             if found is not None:
                 self.findings.append(found)
+
+    def _reexport(self, found: Finding, stmt: ast.AST, name: str, target: Target) -> Finding:
+        """A module that only re-exports FusedLayerNorm to the others (FlagPerf's one-line
+        `layers/layernorm.py`): its import binds the name to torch's class instead."""
+        users = self._importers(name)
+        if not users:
+            return found
+        try:
+            fix, bound = self._rebind(stmt, name, target)
+        except NoFix:
+            return found
+        message = (
+            f"`{name}` is not read in this file, but other modules take it from this one "
+            f"({self._shown(users)}): the import binds the name to torch's class (`{bound}`), "
+            f"so their uses get it: {target.accepts}; their uses are not read here (a "
+            "`memory_efficient=` argument raises in torch, a type test matches every torch "
+            "LayerNorm)"
+        )
+        return Finding(found.code, message, found.node, fix)
+
+    def _importers(self, name: str) -> list[tuple[str, int, str]] | None:
+        """The other modules that use ``name`` from this one, imports included (cached)."""
+        if name not in self._users:
+            self._users[name] = users_on_disk(self.source.path, [name], imports=True)
+        return self._users[name]
+
+    def _shown(self, users: list[tuple[str, int, str]]) -> str:
+        folder = os.path.dirname(os.path.abspath(self.source.path))
+        shown = ", ".join(f"{os.path.relpath(f, folder)}:{line}" for f, line, _ in users[:3])
+        return shown + (f" and {len(users) - 3} more" if len(users) > 3 else "")
 
     # ---- guarded imports ---------------------------------------------------------------------
 
