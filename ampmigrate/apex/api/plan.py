@@ -61,6 +61,12 @@ def check(
     return [f for f in planner.findings if f.code in codes]
 
 
+def _instead(head: str, text: str, no_fix: str = "") -> str:
+    """AMP315's message: a text that names the alternative follows "use instead" (it is no
+    "no counterpart" claim); one that says there is none stands after the head."""
+    return f"{head}{no_fix}; use instead: {text}" if text.startswith("`") else f"{head}: {text}"
+
+
 def _l2_mode(call: ast.Call, target: Target) -> bool:
     """A FusedAdam call with ``adam_w_mode=False`` written: torch's Adam, not AdamW."""
     if "adam_w_mode" not in target.params:
@@ -457,8 +463,7 @@ class _Planner:
         text = table.no_native(name)
         if text is None or name.startswith(table.ELSEWHERE):
             return
-        how = f"`{name}` is loaded by name at run time"
-        message = f"{how}: {text}" if not text.startswith("`") else f"{how}; use instead: {text}"
+        message = _instead(f"`{name}` is loaded by name at run time", text)
         self.findings.append(Finding(table.NO_NATIVE, message, call, None))
 
     def _apex_bound(self) -> set[str]:
@@ -507,10 +512,7 @@ class _Planner:
             text = table.no_native(name)
             if text is not None:
                 where = parent if isinstance(parent, ast.Call) and parent.func is node else node
-                # (a text that names the alternative is no "no counterpart" claim)
-                message = f"`{name}` has no automatic fix; use instead: {text}"
-                if not text.startswith("`"):
-                    message = f"`{name}`: {text}"
+                message = _instead(f"`{name}`", text, " has no automatic fix")
                 self.findings.append(Finding(table.NO_NATIVE, message, where, None))
             return
         self._target(node, parent, name, target, conditional)
@@ -648,7 +650,6 @@ class _Planner:
             why = f"the project is too large to tell whether other modules import `{root.id}`"
         else:
             why = f"other modules take `{root.id}` from this one ({self._shown(users)})"
-            bindings = self.names.bindings(root)
             try:
                 fix, bound = self._rebind(bindings[0].node, root.id, target)
             except NoFix as reason:
@@ -1524,7 +1525,7 @@ class _Planner:
         if value != target.new and (target.new, value) != ("torch.optim.AdamW", "torch.optim.Adam"):
             return ""
         if not any(isinstance(a, _SCOPES) for a in self.names.ancestors(node)):
-            users = users_on_disk(self.source.path, [name], imports=True)
+            users = self._importers(name)
             if users is None or users:
                 return ""
         shared = 0
