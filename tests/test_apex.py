@@ -284,25 +284,62 @@ def train(model, opt, batches, clip):
 """
 
 
-def test_a_step_skipped_by_a_test_while_the_gradients_are_cleared_is_refused():
-    """apex lowered its scale at each `scale_loss` exit; `scaler.update()` under the step's
-    test would never run after an overflow whose gradients are then cleared, so the scale
-    would never drop (measured by a reviewer: 0 of 60 steps taken). Where the gradients are
-    cleared under the same test (gradient accumulation), the next step sees the overflow."""
-    [finding] = [d for d in check_source(GUARDED_STEP) if d.code == "AMP303"]
+def test_a_step_skipped_by_a_test_while_the_gradients_are_cleared_updates_after_the_test():
+    """apex lowered its scale at each `scale_loss` exit, stepped or not; `scaler.update()`
+    under the step's test would never run after an overflow whose gradients are then cleared,
+    so the scale would never drop (measured by a reviewer: 0 of 60 steps taken). The step
+    stays under the test, its `else:` checks the gradients (`unscale_`) and `update()` follows
+    the `if` (aps: a finite-norm test after a clip of the master params). Run on CPU: an
+    overflowing batch is skipped, the scale halves, and the next batch steps again."""
+    torch = pytest.importorskip("torch")
+    out, remaining, fixed = fix_source(textwrap.dedent(GUARDED_STEP), unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert not [d for d in remaining if d.code == "AMP303"]
+    assert (
+        "        if math.isfinite(norm):\n"
+        "            scaler.step(opt)\n"
+        "        else:  # the overflow check apex made at each `scale_loss` exit\n"
+        "            scaler.unscale_(opt)\n"
+        "        scaler.update()\n"
+        "        opt.zero_grad()\n"
+    ) in out, out
+    assert "the `else:` checks the gradients for an overflow" in finding.message
+    assert fix_source(out, unsafe=True)[0] == out
+    migrated = out.replace('"cuda"', '"cpu"').replace(
+        "        opt.zero_grad()\n",
+        "        opt.zero_grad()\n        scales.append(scaler.get_scale())\n",
+    )
+    namespace: dict = {"scales": []}
+    exec(compile(migrated, "migrated", "exec"), namespace)
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    bad = torch.full((8, 4), float("inf"))
+    batches = [(torch.randn(8, 4) * 0.01, torch.randn(8, 1) * 0.1) for _ in range(3)]
+    namespace["train"](net, opt, batches[:1], 1.0)
+    before = net.weight.detach().clone()
+    namespace["train"](net, opt, [(bad, batches[1][1]), *batches[1:]], 1.0)
+    # the first call's clean batch keeps the scale; the overflow halves it, once
+    assert namespace["scales"] == [2.0**16, 2.0**15, 2.0**15, 2.0**15]
+    assert torch.isfinite(net.weight).all() and not torch.equal(net.weight, before)
+    # where the gradients are cleared under the same test (accumulation), the step sees the
+    # overflow itself: scaler.step and update() stay together under the test
+    kept = GUARDED_STEP.replace("            opt.step()\n        opt.zero_grad()",
+                                "            opt.step()\n            opt.zero_grad()")  # fmt: skip
+    out, _, fixed = fix_source(textwrap.dedent(kept), unsafe=True)
+    assert "            scaler.step(opt)\n            scaler.update()\n" in out, out
+    # an `else:` of its own keeps the refusal, with its reason
+    other = GUARDED_STEP.replace(
+        "            opt.step()\n",
+        "            opt.step()\n        else:\n            print(norm)\n",
+    )
+    [finding] = [d for d in check_source(other) if d.code == "AMP303"]
     assert finding.fix is None
     assert (
         "line 15: `opt.step()` runs only when `math.isfinite(norm)`, while the gradients are "
-        "cleared either way (line 16)" in finding.message
+        "cleared either way (line 18)" in finding.message
     ), finding.message
-    # the eighth review (AliceMind's grounding_mplug: a window test, gradients cleared every
-    # micro-batch): the scale does drop there, so the reason must not say it never does
     assert "overflows cleared without a step never lower its scale" in finding.message
-    assert "where an overflow makes the test false, as a non-finite norm does" in finding.message
-    kept = GUARDED_STEP.replace("            opt.step()\n        opt.zero_grad()",
-                                "            opt.step()\n            opt.zero_grad()")  # fmt: skip
-    [finding] = [d for d in check_source(kept) if d.code == "AMP303"]
-    assert finding.fix == "unsafe", finding.message
 
 
 def test_scale_loss_of_an_expression_that_calls_is_refused():
@@ -3324,7 +3361,8 @@ def test_apex_opt_level_takes_an_open_flag_as_o1_or_o0():
         "note: behaviour change: opt_level `args.fp16_opt_level` comes from the flag "
         "`--fp16_opt_level`, which accepts any level (no `choices`); the setting "
         "`apex-opt-level` (pyproject.toml) takes it as O1 or O0, so a run given O2/O3 now trains "
-        'in float32, without mixed precision (it is on only where the level is "O1")'
+        'in float32, without mixed precision (it is on only where the level is "O1"), and so '
+        'does a run given a level apex raised on (a typo such as "01"), without the error'
     ) in message
     assert _declared(out) == (out, "")
 
@@ -7887,3 +7925,78 @@ def test_a_file_whose_every_initialize_is_o0_is_rewritten_with_the_scaler_off(st
     assert printed[0] == printed[1] and printed[0].startswith("[")
     on = O0_AGENT.replace('opt_level="O0"', 'opt_level="O1"', 1)
     assert any(d.code == "AMP303" for d in fix_source(on, unsafe=True)[1])  # on: order matters
+
+
+def test_an_arm_whose_test_is_a_nested_and_operand_of_the_switch_is_proven_off():
+    """LEBERT's trainer initializes under `if args.fp16 and use_apex:` at a level from a flag:
+    with the setting the switch is `(args.fp16 and use_apex) and (args.level == "O1")`, so the
+    `else:` of the same `if` around the scaled backward runs with the scaler off. The terms of
+    a parenthesised `and` inside the switch were one term, and the plain backward there was
+    said to be "not known to keep mixed precision off" and scaled."""
+    out, message = _declared("""\
+        import torch
+        from apex import amp
+
+
+        def train(args, model, opt, batches, use_apex=True):
+            if args.fp16 and use_apex:
+                model, opt = amp.initialize(model, opt, opt_level=args.level)
+            for x, y in batches:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                if args.fp16 and use_apex:
+                    with amp.scale_loss(loss, opt) as scaled:
+                        scaled.backward()
+                else:
+                    loss.backward()
+                opt.step()
+                opt.zero_grad()
+    """)
+    assert "not known to keep" not in message and "may run with the scaler on" not in message
+    assert "            loss.backward()\n" in out and "the branch without" not in out, out
+    assert out.count(".scale(loss).backward()") == 1, out
+    torch = pytest.importorskip("torch")
+    namespace: dict = {}
+    exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+    for fp16, use_apex in ((True, True), (True, False), (False, True)):
+        torch.manual_seed(0)
+        net = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        args = SimpleNamespace(fp16=fp16, level="O1")
+        batches = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(3)]
+        namespace["train"](args, net, opt, batches, use_apex)
+        assert torch.isfinite(net.weight).all()
+
+
+def test_a_dead_native_arm_through_an_unbound_scaler_is_named_native_not_unscaled():
+    """LEBERT keeps a native arm beside apex's whose `scaler` the file never defines (its
+    flag is a constant False): `scaler.scale(loss).backward()` was called "not scaled" and
+    the remedy offered `scaler.scale(scaler.scale(loss)).backward()`. It is native AMP's
+    scaled backward in a branch that raises NameError if it runs; with a scaler the file
+    makes, the message is as before."""
+    source = """
+        import torch
+        from apex import amp
+
+        USE_NATIVE = False
+
+
+        def train(args, model, opt, batches):
+            model, opt = amp.initialize(model, opt, opt_level="O1")
+            for x, y in batches:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                if USE_NATIVE:
+                    scaler.scale(loss).backward()
+                else:
+                    with amp.scale_loss(loss, opt) as scaled:
+                        scaled.backward()
+                opt.step()
+    """
+    message = _message(source)
+    assert "`scaler.scale(loss).backward()` is native AMP's scaled backward" in message
+    assert "a name this file never binds: that branch raises NameError if it runs" in message
+    assert "scaler.scale(scaler.scale(" not in message and "is not scaled" not in message
+    made = source.replace(
+        "USE_NATIVE = False\n",
+        'USE_NATIVE = False\n        scaler = torch.amp.GradScaler("cuda")\n',
+    )
+    assert "the file makes a GradScaler of its own" in _message(made)

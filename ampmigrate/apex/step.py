@@ -6,6 +6,7 @@ optimizers in turn.
 from __future__ import annotations
 
 import ast
+import builtins
 import itertools
 import textwrap
 from collections.abc import Iterator, Sequence
@@ -482,6 +483,7 @@ class Step:
                 else [
                     cst.parse_statement(f"{access}.step({opt})\n"),
                     *([] if any(node in g[:-1] for g in self.groups)
+                      or node in self.updated_after
                       else cst.parse_module(self._updated(access, "")).body),
                 ]
             )  # fmt: skip
@@ -648,6 +650,8 @@ class Step:
                 cleared = next((c for c, x in clears.items() if x == opt), next(iter(clears), None))
                 if cleared is None:
                     continue
+                if self._update_after_test(step, guard, opt, test, cleared):
+                    continue
                 if not self.within(step, guard.body):  # in its `else:` (or an `elif`)
                     test = f"not ({test})"
                 self.problem(
@@ -662,6 +666,54 @@ class Step:
                     "skipped); place `scaler.update()` after the test, with an inf check "
                     "(`scaler.unscale_(optimizer)`) on the path that skips the step, by hand",
                 )
+
+    def _update_after_test(
+        self, step: cst.CSTNode, guard: cst.If, opt: str, test: str, cleared: cst.CSTNode
+    ) -> bool:
+        """``if test: opt.step()`` with nothing else in the ``if`` (no ``else``), the step a
+        plain one of one optimizer that no ``unscale_`` serves: ``scaler.step`` stays under the
+        test, the ``else:`` checks the gradients for an overflow (``scaler.unscale_``) and
+        ``scaler.update()`` follows the ``if``, so the scale drops at every overflow and grows
+        at every clean iteration, stepped or not, as apex's did at each ``scale_loss`` exit.
+        False where the shape is not this (refused by the caller)."""
+        if (
+            guard.orelse is not None
+            or _statements(guard.body) != [step]
+            or self.block_of(guard) is None
+            or step in self.guarded
+            or step in self.branch_guards
+            or any(step in g for g in self.groups)
+            or guard in self.plan.edits
+        ):
+            return False
+        access = self.access(step)
+        check = f"{access}.unscale_({opt})\n"
+        if check in self.unscales.values() or check in self.guarded_unscales:
+            return False  # (a second unscale_ before one update() raises)
+        self.updated_after[step] = guard
+
+        def build(u: cst.If) -> cst.FlattenSentinel:
+            otherwise = cst.parse_statement(
+                "if _:\n    pass\nelse:  # the overflow check apex made at each `scale_loss` "
+                f"exit\n    {check}"
+            ).orelse
+            return cst.FlattenSentinel(
+                [
+                    u.with_changes(orelse=otherwise),
+                    *cst.parse_module(self._updated(access, "")).body,
+                ]
+            )
+
+        self.plan.edits[guard] = build
+        self.plan.notes.append(
+            f"the step at line {self.line(step)} runs only when `{test}`, while the gradients "
+            f"are cleared either way (line {self.line(cleared)}): `{access}.step({opt})` stays "
+            f"under that test, the `else:` checks the gradients for an overflow "
+            f"(`{access}.unscale_({opt})`) and `{access}.update()` follows the `if`, so the "
+            "scale drops at every overflow and grows at every clean iteration, stepped or not, "
+            "as apex's did at each `scale_loss` exit"
+        )
+        return True
 
     def _cleared_backwards(self) -> None:
         """A scaled backward whose gradients are cleared before the step (the first pass of
@@ -848,22 +900,35 @@ class Step:
                 if None in tests:
                     continue
                 (branch, other), test = branches[0], tests[0]
-                if self._branch_guard(node, branch, other, opt, function, access):
-                    continue
                 call = calls[0]
                 loss = _code(self.module, call.func.value)
                 native = self._native_scaled(call)
+                if native is None and self._branch_guard(
+                    node, branch, other, opt, function, access
+                ):
+                    continue
                 if native is not None:
+                    through, made = native
+                    where = (
+                        f"through `{through}`; the file makes a GradScaler of its own"
+                        if made
+                        else f"through `{through}`, a name this file never binds: that branch "
+                        "raises NameError if it runs"
+                    )
+                    remedy = (
+                        "let apex's setting turn the native path on and delete the apex "
+                        "branches, by hand"
+                        if made
+                        else "delete the native branches that cannot run (or give them their "
+                        "scaler and delete apex's), by hand"
+                    )
                     self.problem(
                         node,
-                        f"`{_code(self.module, call)}` is native AMP's scaled backward "
-                        f"(through `{native}`; the file makes a GradScaler of its own), in the "
-                        f"other branch of the `if {test}:` around apex's at line "
+                        f"`{_code(self.module, call)}` is native AMP's scaled backward ({where}), "
+                        f"in the other branch of the `if {test}:` around apex's at line "
                         f"{self.line(other)}: apex beside native AMP under a switch of its own, "
-                        "which the rewrite does not "
-                        "follow (it keeps the native path where one switch picks between the "
-                        "two); let apex's setting turn the native path on and delete the apex "
-                        "branches, by hand",
+                        "which the rewrite does not follow (it keeps the native path where one "
+                        f"switch picks between the two); {remedy}",
                     )
                     continue
                 why, _ = self._unscalable(node, call, function, opt, access)
@@ -889,9 +954,10 @@ class Step:
                     "the scaler's switch there, by hand",
                 )
 
-    def _native_scaled(self, backward: cst.Call) -> str | None:
-        """``scaler.scale(loss).backward()`` in a file that makes a torch GradScaler of its own:
-        the scaler it goes through (None: another backward)."""
+    def _native_scaled(self, backward: cst.Call) -> tuple[str, bool] | None:
+        """``scaler.scale(loss).backward()`` in a file that makes a torch GradScaler of its own,
+        or through a name the file never binds (a native arm left dead beside apex's): the
+        scaler it goes through and whether the file makes one (None: another backward)."""
         scaled = backward.func.value if isinstance(backward.func, cst.Attribute) else None
         if not (
             isinstance(scaled, cst.Call)
@@ -907,7 +973,10 @@ class Step:
             if isinstance(n, cst.Call)
             for q in self.qualified(n.func)
         )
-        return _code(self.module, scaled.func.value) if made else None
+        through = _code(self.module, scaled.func.value)
+        if made or _never_bound(self.module.code, through.partition(".")[0]):
+            return through, made
+        return None
 
     def _branch_guard(
         self, node, branch: cst.If, scaled: cst.With, opt: str, function, access
@@ -1338,9 +1407,39 @@ def _pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple]
     return [(target, value)]
 
 
+def _never_bound(code: str, name: str) -> bool:
+    """The module binds ``name`` nowhere (assignments, parameters, imports, definitions) and
+    it is no builtin; a star import may bind anything."""
+    if hasattr(builtins, name):
+        return False
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.alias) and node.name == "*":
+            return False
+        bound = (
+            {node.id}
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load)
+            else {node.arg}
+            if isinstance(node, ast.arg)
+            else {node.asname or node.name.partition(".")[0]}
+            if isinstance(node, ast.alias)
+            else set(node.names)
+            if isinstance(node, ast.Global | ast.Nonlocal)
+            else {getattr(node, "name", None)}
+            if isinstance(
+                node,
+                ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.ExceptHandler
+                | ast.MatchAs | ast.MatchStar,
+            )
+            else set()
+        )  # fmt: skip
+        if name in bound:
+            return False
+    return True
+
+
 def _terms(text: str, op: type[ast.boolop]) -> list[str]:
-    """The operands of ``text``'s top-level ``and`` (``or``), each as ``ast.unparse`` writes
-    it (``bool(x)``, the planner's wrapper of a switch, is ``x``)."""
+    """The operands of ``text``'s top-level ``and`` (``or``), nested ones opened, each as
+    ``ast.unparse`` writes it (``bool(x)``, the planner's wrapper of a switch, is ``x``)."""
     node = ast.parse(f"({text})", mode="eval").body
     if (
         isinstance(node, ast.Call)
@@ -1349,9 +1448,15 @@ def _terms(text: str, op: type[ast.boolop]) -> list[str]:
         and len(node.args) == 1
     ):
         node = node.args[0]
+    return [ast.unparse(v) for v in _flat(node, op)]
+
+
+def _flat(node: ast.expr, op: type[ast.boolop]) -> list[ast.expr]:
+    """The operands of ``node``'s ``op``, a parenthesised one of the same kind opened:
+    ``(a and b) and c`` holds ``a`` as surely as ``a and b and c`` does."""
     if isinstance(node, ast.BoolOp) and isinstance(node.op, op):
-        return [ast.unparse(v) for v in node.values]
-    return [ast.unparse(node)]
+        return [t for v in node.values for t in _flat(v, op)]
+    return [node]
 
 
 def _group(module: cst.Module, optimizer: cst.CSTNode | None) -> list[str] | None:
