@@ -1360,3 +1360,45 @@ def test_a_base_trainer_is_not_rewritten_apart_from_a_subclass_that_scales(tmp_p
     (package / "variant.py").write_text(TRAINER_VARIANT.replace("from apex import amp\n", ""))
     [result] = run([package / "base.py"], _settings(fix=True))
     assert result.changed
+
+
+def test_an_initialize_at_module_level_is_said_to_be_there(tmp_path):
+    """keep_it_simple initializes at module level (in an `if use_apex:`) and a criterion class
+    in another module scales: the refusal said `initialize` "is not a statement of its
+    function's body", of a file where it is in no function at all."""
+    (tmp_path / "crit.py").write_text(
+        textwrap.dedent("""\
+        from apex import amp
+
+
+        class Criterion:
+            def __init__(self, optimizer):
+                self.optimizer = optimizer
+
+            def __call__(self, loss):
+                with amp.scale_loss(loss, self.optimizer) as scaled:
+                    scaled.backward()
+                self.optimizer.step()
+    """)
+    )
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+        import crit
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        use_apex = True
+        if use_apex:
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        criterion = crit.Criterion(optimizer)
+        for step in range(3):
+            criterion(model(torch.randn(8, 4)).pow(2).mean())
+    """)
+    )
+    found = _amp303(run(_files(tmp_path), _settings()))
+    message = found["train.py"].message
+    assert "`amp.initialize` runs at module level, not in a function" in message
+    assert "its function's body" not in message

@@ -265,11 +265,15 @@ class RunnerHooks:
         home = setup.home
         body = _statements(home.body) if isinstance(home, cst.FunctionDef) else None
         if body is None or top not in body:
+            where = (
+                "is not a statement of its function's body (or of an `if` there)"
+                if isinstance(home, cst.FunctionDef)
+                else "runs at module level, not in a function"
+            )
             self.problem(
                 setup.statement,
-                "`amp.initialize` is not a statement of its function's body (or of an `if` "
-                "there): the autocast region that replaces apex's casts from it on cannot be "
-                "placed; migrate this file by hand",
+                f"`amp.initialize` {where}: the autocast region that replaces apex's casts "
+                "from it on cannot be placed; migrate this file by hand",
             )
             return
         tail = body[body.index(top) + 1 :]

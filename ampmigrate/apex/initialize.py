@@ -1078,7 +1078,8 @@ class Initialize:
             self.plan.notes.append(
                 f"behaviour change: opt_level `{spelled}` comes from {taken}; the setting "
                 f"`apex-opt-level` ({self.declared}) takes it as O1 or O0, so a run given O2/O3 "
-                f"now {'trains' if trains else 'runs'} {run}"
+                f"now {'trains' if trains else 'runs'} {run}, and so does a run given a level "
+                'apex raised on (a typo such as "01"), without the error'
             )
         if levels == {"O1"} or excluded:
             return True
