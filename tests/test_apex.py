@@ -5,6 +5,7 @@ originals run against an O0 stand-in for apex (apex itself cannot be installed h
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import re
@@ -4834,9 +4835,11 @@ class GAN:
          "gradients are still scaled"),
         (", max_loss_scale=2.0**17", "", "unsafe", "`max_loss_scale=2.0**17` is kept: after "
          "each `scaler.update()`, a scale above 131072.0 is set back to it"),
-        (", max_loss_scale=2.0**15", "", None, "`amp.initialize` sets `max_loss_scale=2.0**15`: "
-         "GradScaler has no bound on its scale, and the rewrite keeps apex's only where it is a "
-         "number written here of at least 65536"),
+        (", max_loss_scale=2.0**15", "", "unsafe", "`max_loss_scale=2.0**15` is kept: after "
+         "each `scaler.update()`, a scale above 32768.0 is set back to it (`scaler.update("
+         "32768.0)`), as apex's ceiling did (`scaler.get_scale()` reads the scale once per step), "
+         "and it is the GradScaler's `init_scale=32768.0`, as apex began at the lower of it and "
+         "2**16"),
         (", max_loss_scale=cap", "", None, "`amp.initialize` sets `max_loss_scale=cap`: "
          "GradScaler has no bound on its scale"),
     ],
@@ -4845,13 +4848,18 @@ def test_what_apex_did_outside_the_plain_shape_is_said(options, inside, fix, exp
     """A forward of an initialized model in a method that scales nothing ran in float16 under
     apex (a stated change now); a clip inside the `scale_loss` block saw apex's scaled gradients
     (refused: neither rewrite keeps that); `max_loss_scale` bounds apex's scale, which the
-    rewrite keeps after each update where it is a number of at least apex's initial 2**16
-    (refused for that reason otherwise, not as an O2 option)."""
+    rewrite keeps after each update where it is a number (refused otherwise, not as an O2
+    option); below 2**16 it is apex's initial scale too (mlcommons' RNN-T caps at 512), so
+    the GradScaler starts there."""
     source = GAN_CLASS.format(options=options, inside=inside)
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix == fix, finding.message
     assert expected in finding.message, finding.message
     assert "`amp.master_params` is not between" not in finding.message
+    if "2.0**15" in options:
+        out = fix_source(source, unsafe=True)[0]
+        assert 'torch.amp.GradScaler("cuda", init_scale=32768.0)' in out, out
+        assert "if self.scaler.get_scale() > 32768.0:\n" in out, out
 
 
 def test_a_second_initialize_of_a_model_without_optimizer_is_named_as_such():
@@ -8000,3 +8008,100 @@ def test_a_dead_native_arm_through_an_unbound_scaler_is_named_native_not_unscale
         'USE_NATIVE = False\n        scaler = torch.amp.GradScaler("cuda")\n',
     )
     assert "the file makes a GradScaler of its own" in _message(made)
+
+
+def test_a_comprehension_variable_does_not_tie_an_earlier_loop_of_that_name_to_the_loss():
+    """YOLOv5's burn-in sets each group's learning rate in `for j, x in ...param_groups`;
+    the multi-scale resize later reads `[... for x in imgs.shape[2:]]`, the comprehension's
+    own `x`. The burn-in block was said to feed the loss and to call `lf(...)`, which apex
+    O1 cast, with advice to wrap it in autocast; it feeds nothing."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        def train(model, optimizer, data, lf, warmup):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for i, x in enumerate(data):
+                if i <= warmup:
+                    for s in optimizer.param_groups:
+                        s["lr"] = 0.1 * lf(i)
+                x = torch.nn.functional.interpolate(x, size=[s * 2 for s in x.shape[2:]])
+                loss = model(x).float().pow(2).mean()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+    """)
+    out, _, fixed = fix_source(source, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "feeds the loss" not in finding.message and "lf(...)" not in finding.message
+    assert '                s["lr"] = 0.1 * lf(i)\n' in out, out  # (outside the region)
+    # the comprehension's iterable is read where it stands: a name there still flows
+    outer = source.replace("[s * 2 for s in x.shape[2:]]", "[t * 2 for t in s]")
+    [finding] = [d for d in check_source(outer) if d.code == "AMP303"]
+    assert "feeds the loss" in finding.message, finding.message
+
+
+PER_PARAMETER_READ = """\
+import torch
+from apex import amp
+
+
+def train(args, model, optimizer, loader):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    acc = 0
+    for x, y in loader:
+        if acc == 0:
+            optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y) / args.accum
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+        acc += 1
+        if acc % args.accum == 0:
+            total_norm = 0.0
+            if args.log_norm:
+                for p in model.parameters():
+                    total_norm += p.grad.data.norm(2).item() ** 2
+            optimizer.step()
+            acc = 0
+            print(total_norm)
+"""
+
+
+def test_a_gradient_read_in_a_loop_of_its_own_is_unscaled_before_that_loop():
+    """mlcommons' RNN-T logs a norm summed over `for p in model.parameters()` before the
+    step: the read sits in a loop that runs once per step, yet the refusal said it "is not
+    followed by `optimizer.step()` in the same step". The unscale goes before that loop (an
+    unscale per parameter would raise at the second). Run on CPU in float16 against the
+    original on an O0 stand-in: the logged norms agree (scaled, they would be 65536x)."""
+    torch = pytest.importorskip("torch")
+    out, _, fixed = fix_source(PER_PARAMETER_READ, unsafe=True)
+    assert [d.code for d in fixed if d.code == "AMP303"] == ["AMP303"], out
+    assert (
+        "            if args.log_norm:\n"
+        "                scaler.unscale_(optimizer)\n"
+        "                for p in model.parameters():\n"
+    ) in out, out
+    assert fix_source(out, unsafe=True)[0] == out
+
+    @contextlib.contextmanager
+    def scale_loss(loss, optimizer):
+        yield loss
+
+    stand_in = SimpleNamespace(initialize=lambda m, o, **_: (m, o), scale_loss=scale_loss)
+    norms: dict[str, list] = {}
+    for name, code, extra in (
+        ("original", PER_PARAMETER_READ.replace("from apex import amp\n", ""), {"amp": stand_in}),
+        ("migrated", out.replace('"cuda"', '"cpu"'), {}),
+    ):
+        logged: list = []
+        namespace = {"print": logged.append, **extra}
+        exec(compile(code, name, "exec"), namespace)
+        torch.manual_seed(0)
+        net = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        batches = [(torch.randn(8, 4) * 0.1, torch.randn(8, 1) * 0.1) for _ in range(4)]
+        namespace["train"](SimpleNamespace(accum=2, log_norm=True), net, opt, batches)
+        norms[name] = logged
+    assert len(norms["migrated"]) == 2 and all(n > 0 for n in norms["migrated"])
+    assert norms["migrated"] == pytest.approx(norms["original"], rel=2e-2)

@@ -1065,3 +1065,73 @@ def test_an_apex_extension_loaded_by_name_gets_a_finding():
     assert [d.line for d in found] == [4, 8], [d.message for d in found]
     assert found[0].message.startswith("`fused_adam_cuda` is loaded by name at run time")
     assert "use instead: `torch.nn.functional.cross_entropy" in found[1].message
+
+
+def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
+    """BiSeNet: `has_apex = True; try: from apex import parallel except ImportError:
+    has_apex = False`; the DDP rewrite drops the import, the emptied `try` goes with its
+    `except`, and `has_apex` stays True for a run without apex, whose torch DDP branch no
+    longer runs: a behaviour change the message did not state. A flag nothing reads, or an
+    `except` that sets none, adds nothing."""
+    source = textwrap.dedent("""\
+        import torch
+
+        has_apex = True
+        try:
+            from apex import parallel
+        except ImportError:
+            has_apex = False
+
+
+        def wrap(net, rank):
+            if has_apex:
+                net = parallel.DistributedDataParallel(net, delay_allreduce=True)
+            else:
+                net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[rank])
+            return net
+    """)
+    out, _, fixed = _fix(source)
+    [finding] = [d for d in fixed if d.code == "AMP313"]
+    assert "try:" not in out and "has_apex = False" not in out
+    assert (
+        "behaviour change once the `try` at line 4 loses its last apex import: its `except`, "
+        "which set `has_apex` where apex was not installed, goes with it, and every test of it "
+        "(line 11) takes the path that ran where apex was installed"
+    ) in finding.message
+    unread = source.replace("    if has_apex:\n", "    if True:\n")
+    [finding] = [d for d in _fix(unread)[2] if d.code == "AMP313"]
+    assert "behaviour change once the `try`" not in finding.message
+
+
+def test_a_wrap_in_a_helper_called_after_initialize_does_not_reach_it():
+    """BiSeNet's `set_model_dist(net)` binds the wrapper to its own local `net` and is called
+    after `amp.initialize`: the refusal said the wrapped model "reaches `amp.initialize`"
+    (the caller's `net` shares the name). Called before `initialize`, it does reach it."""
+    source = textwrap.dedent("""\
+        from apex import amp, parallel
+
+
+        def wrap(net):
+            net = parallel.DistributedDataParallel(net)
+            return net
+
+
+        def train(net, opt, loader):
+            net, opt = amp.initialize(net, opt, opt_level="O1")
+            net = wrap(net)
+            for x in loader:
+                loss = net(x).sum()
+                with amp.scale_loss(loss, opt) as s:
+                    s.backward()
+                opt.step()
+    """)
+    [ddp] = [d for d in check_source(source) if d.code == "AMP313"]
+    assert ddp.fix == "unsafe" and "reaches `amp.initialize`" not in ddp.message
+    before = source.replace(
+        '    net, opt = amp.initialize(net, opt, opt_level="O1")\n    net = wrap(net)\n',
+        '    net = wrap(net)\n    net, opt = amp.initialize(net, opt, opt_level="O1")\n',
+    )
+    [ddp] = [d for d in check_source(before) if d.code == "AMP313"]
+    assert ddp.fix is None and "the wrapped model reaches `amp.initialize` at line 11" in (
+        ddp.message
+    )

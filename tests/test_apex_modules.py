@@ -1402,3 +1402,93 @@ def test_an_initialize_at_module_level_is_said_to_be_there(tmp_path):
     message = found["train.py"].message
     assert "`amp.initialize` runs at module level, not in a function" in message
     assert "its function's body" not in message
+
+
+PRETRAIN = """\
+import sys
+
+import torch
+import utils
+
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+def run_epochs(model, optimizer, use_amp):
+    for step in range(3):
+        x, y = torch.randn(4, 8), torch.randn(4, 1)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        if use_amp:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+        print(f"step {step}: loss {loss.item():.6f}")
+    utils.save_checkpoint("pretrained.pt", model, optimizer, use_amp)
+
+
+def main(use_amp):
+    torch.manual_seed(1)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if use_amp:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    run_epochs(model, optimizer, use_amp)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] == ["--amp"])
+"""
+
+
+def test_two_scripts_share_a_checkpoint_module_one_through_its_own_training_function(
+    tmp_path, stub
+):
+    """spai: two scripts initialize and save through one checkpoint module; the second calls
+    `save_checkpoint` from the training function its initializing function calls, not from
+    that function itself. The call was not seen, so the module and the first script were
+    refused ("also used at ..., which would not pass the GradScaler") and the second refused
+    for the module: all three are one component now. Run: the migrated second script prints
+    what the original prints against the O0 stand-in, and in float16 on CPU its checkpoint
+    holds the scaler's state."""
+    pytest.importorskip("torch")
+    root = tmp_path / "project"
+    shutil.copytree(SIBLING, root)
+    (root / "pretrain.py").write_text(PRETRAIN)
+    results = run(_files(root), _settings(fix=True))
+    changed = {Path(r.path).name: r.new_source.decode() for r in results if r.changed}
+    assert set(changed) == {"train.py", "utils.py", "pretrain.py"}, [
+        d.message for r in results for d in r.diagnostics if d.code == "AMP303"
+    ]
+    assert "def run_epochs(model, optimizer, use_amp, scaler):" in changed["pretrain.py"]
+    assert (
+        'utils.save_checkpoint("pretrained.pt", model, optimizer, use_amp, scaler=scaler)'
+        in changed["pretrain.py"]
+    )
+    for name, data in changed.items():
+        (root / name).write_text(data)
+    again = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in again) and not [d for r in again for d in r.fixed]
+    before = tmp_path / "before"
+    shutil.copytree(SIBLING, before)
+    (before / "pretrain.py").write_text(PRETRAIN)
+    shutil.copytree(stub / "apex", before / "apex")
+    cpu = tmp_path / "cpu"
+    shutil.copytree(root, cpu)
+    for path in _files(cpu):
+        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    original, migrated, fp16 = _runs(
+        [(before / "pretrain.py", ["--amp"], before, False),
+         (root / "pretrain.py", ["--amp"], root, False),
+         (cpu / "pretrain.py", ["--amp"], cpu, True)],
+        tmp_path,
+    )  # fmt: skip
+    for code, _, error in (original, migrated, fp16):
+        assert code == 0, error
+    assert "step 2: loss" in original[1] and migrated[1] == original[1]
+    saved = torch_load(tmp_path / "pretrained.pt")
+    assert set(saved) == {"model", "optimizer", "scaler"} and saved["scaler"]["scale"] > 1.0

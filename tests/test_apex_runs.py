@@ -265,3 +265,31 @@ def test_the_kept_bounds_give_apex_s_scale_at_every_step(tmp_path, steps, overfl
     assert code == 0, error
     scales = [float(line.split()[1]) for line in out.splitlines() if line.startswith("scale")]
     assert scales == _apex_scales(steps, overflows, 0.25, 2.0**17)
+
+
+@pytest.mark.torch
+def test_a_ceiling_below_apex_s_initial_scale_is_where_the_scaler_starts(tmp_path):
+    """mlcommons' RNN-T caps apex's scale at 512: apex began at min(2**16, ceiling), so the
+    migration makes the GradScaler with `init_scale` at the ceiling (it was refused). Run on
+    CPU in float16, the scale after each step is apex's rule's, through overflows and a
+    growth that the ceiling stops."""
+    pytest.importorskip("torch")
+    source = (
+        (APEX / "loss_scale_bounds.py")
+        .read_text()
+        .replace("max_loss_scale=2**17", "max_loss_scale=4096.0")
+    )
+    new, _, fixed = fix_source(source, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "it is the GradScaler's `init_scale=4096.0`" in finding.message
+    migrated = new.replace('"cuda"', '"cpu"')
+    printed = '        print(f"loss {loss.item():.6f}")\n'
+    script = tmp_path / "capped.py"
+    script.write_text(migrated.replace(printed, '        print("scale", scaler.get_scale())\n'))
+    steps, overflows = 2030, {5, 6}
+    args = ["--fp16", "--steps", str(steps), "--overflow", *map(str, sorted(overflows))]
+    [(code, out, error)] = _runs([(script, args, None, False)], tmp_path)
+    assert code == 0, error
+    scales = [float(line.split()[1]) for line in out.splitlines() if line.startswith("scale")]
+    assert scales[0] == 4096.0 and max(scales) == 4096.0
+    assert scales == _apex_scales(steps, overflows, 0.25, 4096.0)

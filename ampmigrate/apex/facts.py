@@ -185,6 +185,9 @@ _FACT_VISITS = {
 }
 
 
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
+
+
 class Facts:
     """The facts stage of ``_Planner`` (mixed into it)."""
 
@@ -282,13 +285,38 @@ class Facts:
         if found is not None and found.node is statement:
             return found
         found = _Facts(self.module, models, statement)
-        for node in self._subtree(statement):
+        nodes = list(self._subtree(statement))
+        local = self._comprehension_locals(nodes)
+        for node in nodes:
             visit = _FACT_VISITS.get(type(node))
-            if visit is not None:
+            if visit is not None and id(node) not in local:
                 visit(found, node)
         if self.order.get(id(statement)) is not None:
             self._facts[key] = found
         return found
+
+    def _comprehension_locals(self, nodes: list[cst.CSTNode]) -> set[int]:
+        """The reads of a comprehension's own loop variables (``[x * 2 for x in xs]``: its
+        ``x``), which no statement around it binds or reads: a loop variable of the same
+        name elsewhere does not flow into them. The outermost iterable runs outside."""
+        local: set[int] = set()
+        for node in nodes:
+            if not isinstance(node, _COMPREHENSIONS):
+                continue
+            loops, loop = [], node.for_in
+            while loop is not None:
+                loops.append(loop)
+                loop = loop.inner_for_in
+            bound = {
+                n.value for lp in loops for n in self._subtree(lp.target) if isinstance(n, cst.Name)
+            }
+            outer = {id(n) for n in self._subtree(node.for_in.iter)}
+            local |= {
+                id(n)
+                for n in self._subtree(node)
+                if isinstance(n, cst.Name) and n.value in bound and id(n) not in outer
+            }
+        return local
 
     def top_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         """The module-level function around ``node`` (None in a class or at module level)."""

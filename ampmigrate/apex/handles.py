@@ -1152,12 +1152,18 @@ class Handles:
     def _pass_to_linked(self, setup: _Setup, init: cst.Call) -> None:
         """The initializing side of a link: pass the GradScaler at each call of the linked
         functions (the pre-pass counted them; a different count here blocks)."""
+        threaded = [f for f in self.threaded if not self.within(f, setup.home)]
         calls = [
             n
             for n in self._subtree(setup.home)
             if isinstance(n, cst.Call)
             and self.order[id(n)] > self.order[id(setup.statement)]
             and _code(self.module, n.func) in self.link.spellings[0]
+        ] + [  # (in the functions the scaler is threaded through: links._reached)
+            n
+            for f in threaded
+            for n in self._subtree(f)
+            if isinstance(n, cst.Call) and _code(self.module, n.func) in self.link.spellings[0]
         ]
         if len(calls) != self.link.calls[0]:
             self.problem(

@@ -1281,29 +1281,37 @@ class Initialize:
         applied when an overflow halved the scale, its ceiling when growth doubled it, each
         at the update. After each ``scaler.update()``, a scale past the bound is set back to
         it (``scaler.update(bound)``): the same scale at every step, and the growth count
-        restarts where apex's did. apex caps the initial 2**16 too: a lower ceiling is
-        refused."""
+        restarts where apex's did. apex capped its initial 2**16 too (``min(max_loss_scale,
+        2**16)``): a lower ceiling is also GradScaler's ``init_scale``."""
         value = _number(node)
         floor = key == "min_loss_scale"
         shown = f"`{key}={_code(self.module, node)}`"
         if value is not None and floor and value == 0:  # apex tests `if self._min_loss_scale:`
             self.plan.notes.append(f"{shown} goes: apex sets no floor for 0")
             return
-        if value is None or value < 0 or (not floor and value < 2.0**16):
+        if value is None or value <= 0:
             self.problem(
                 init,
                 f"`amp.initialize` sets {shown}: GradScaler has no bound on its scale, and the "
-                "rewrite keeps apex's only where it is a number written here"
-                + ("" if floor else " of at least 65536 (apex also caps its initial 2**16 scale)")
-                + "; keep it by hand after each `scaler.update()`",
+                "rewrite keeps apex's only where it is a positive number written here; keep it "
+                "by hand after each `scaler.update()`",
             )
             return
         self.bounds.append(("<" if floor else ">", repr(value)))
+        capped = not floor and value < 2.0**16 and self.init_scale is None
+        if capped:
+            self.init_scale = repr(value)
         self.plan.notes.append(
             f"{shown} is kept: after each `scaler.update()`, a scale "
             f"{'below' if floor else 'above'} {value!r} is set back to it "
             f"(`scaler.update({value!r})`), as apex's {'floor' if floor else 'ceiling'} did "
             "(`scaler.get_scale()` reads the scale once per step)"
+            + (
+                f", and it is the GradScaler's `init_scale={value!r}`, as apex began at the "
+                "lower of it and 2**16"
+                if capped
+                else ""
+            )
         )
 
 

@@ -1329,12 +1329,14 @@ def link(
         home = _function(caller, init)
         spelled = _spellings(caller, init)
         found: dict[str, list[tuple[ast.Call, ast.FunctionDef]]] = {}
-        for node in ast.walk(home):
+        reached = _reached(caller, home, init)
+        for node in (n for f in (home, *reached) for n in ast.walk(f)):
             if (
                 not isinstance(node, ast.Call)
-                or (node.lineno, node.col_offset) <= (init.lineno, init.col_offset)
-                or _function(caller, node) is not home  # a nested def may run at any time
-            ):
+                or (home is _function(caller, node) and (node.lineno, node.col_offset)
+                    <= (init.lineno, init.col_offset))
+                or _function(caller, node) not in (home, *reached)  # a nested def: any time
+            ):  # fmt: skip
                 continue
             qualified = caller.names.qualified(node.func)
             for path, (callee, functions, _) in callees.items():
@@ -1379,6 +1381,34 @@ def link(
     out.update(_kept_links(files, set(out)))
     out.update(_shared_links(files, set(out), everything))
     return out
+
+
+def _reached(caller: _File, home: ast.AST, init: ast.Call) -> list[ast.FunctionDef]:
+    """The module-level functions of the caller's file that its initializing function calls
+    by name after ``initialize``, and those they call in turn (spai's ``train`` ->
+    ``train_model`` -> ``save_checkpoint``): a linked call there needs the GradScaler too, and
+    the planner threads it through them where they lead to a scaled backward."""
+    if not isinstance(home, ast.FunctionDef) or home not in caller.tree.body:
+        return []
+    defs = {
+        f.name: f
+        for f in caller.tree.body
+        if isinstance(f, ast.FunctionDef) and len(_defs(caller.tree, f.name)) == 1
+    }
+    reached: list[ast.FunctionDef] = []
+    pending = [
+        n
+        for n in ast.walk(home)
+        if isinstance(n, ast.Call) and (n.lineno, n.col_offset) > (init.lineno, init.col_offset)
+    ]
+    while pending:
+        call = pending.pop()
+        function = defs.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        if function is None or function is home or function in reached:
+            continue
+        reached.append(function)
+        pending += [n for n in ast.walk(function) if isinstance(n, ast.Call)]
+    return reached
 
 
 def _entry(

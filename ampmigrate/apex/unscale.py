@@ -569,6 +569,16 @@ class Unscale:
                 "in this function: place `scaler.unscale_` by hand",
             )
             return
+        # a read in a loop of its own (`for p in model.parameters(): norm += p.grad...`) runs
+        # once per step as that loop does: the unscale goes before the outermost such loop
+        for ancestor in self.ancestors(statement):
+            if ancestor is function or (
+                isinstance(ancestor, Loop)
+                and any(self.within(s, ancestor) for s in [*scaled, *steps])
+            ):
+                break
+            if isinstance(ancestor, Loop):
+                statement = ancestor
         at = self.order[id(statement)]
         following = [self.order[id(s)] for s in steps if self.order[id(s)] > at]
         again = next(

@@ -24,6 +24,7 @@ import functools
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ampmigrate.apex.api import table
@@ -448,6 +449,64 @@ class _Planner:
             if self._consumed and any(a in self._consumed for a in self.names.ancestors(node)):
                 continue
             self._reference(node, parent)
+        self.findings = [self._flag_stated(f) for f in self.findings]
+
+    def _flag_stated(self, found: Finding) -> Finding:
+        """A fix that drops an import of a ``try`` of apex imports only, whose ``except``
+        sets a flag the file tests (``has_apex = False``): once its last import goes, the
+        engine drops the ``try`` with that ``except``, and the flag keeps the value it had
+        where apex was installed. Stated (BiSeNet: the fallback DDP and the float32 path
+        for a run without apex went unsaid)."""
+        fix = found.fix
+        if fix is None or not fix.remove_imports:
+            return found
+        removed = {(e.module, e.obj, e.asname) for e in fix.remove_imports}
+        for guard in ast.walk(self.tree):
+            if not (
+                isinstance(guard, ast.Try)
+                and guard.handlers
+                and all(_catches_import_error(h) for h in guard.handlers)
+                and all(isinstance(s, ast.Import | ast.ImportFrom) for s in guard.body)
+                and all(
+                    (s.module or "").partition(".")[0] == "apex"
+                    if isinstance(s, ast.ImportFrom)
+                    else all(a.name.partition(".")[0] == "apex" for a in s.names)
+                    for s in guard.body
+                )
+                and any(
+                    (s.module, a.name, a.asname) in removed
+                    if isinstance(s, ast.ImportFrom)
+                    else (a.name, None, a.asname) in removed
+                    for s in guard.body
+                    for a in s.names
+                )
+            ):
+                continue
+            imported = _bound_names(guard.body)
+            flags = sorted(
+                {t.id for h in guard.handlers for n in ast.walk(h) if isinstance(n, ast.Assign)
+                 for t in n.targets if isinstance(t, ast.Name)} - imported
+            )  # fmt: skip
+            inside = {id(n) for n in ast.walk(guard)}
+            lines = sorted({
+                n.lineno for n in ast.walk(self.tree)
+                if isinstance(n, ast.Name) and n.id in flags and isinstance(n.ctx, ast.Load)
+                and id(n) not in inside
+            })  # fmt: skip
+            if not lines:
+                continue
+            listed = ", ".join(f"`{f}`" for f in flags)
+            shown = ", ".join(map(str, lines[:6])) + (", ..." if len(lines) > 6 else "")
+            return replace(
+                found,
+                message=found.message
+                + f"; behaviour change once the `try` at line {guard.lineno} loses its last "
+                f"apex import: its `except`, which set {listed} where apex was not installed, "
+                f"goes with it, and every test of it (line{'s' if len(lines) > 1 else ''} "
+                f"{shown}) takes the path that ran where apex was installed (a run without "
+                "apex took the other one)",
+            )
+        return found
 
     def _dynamic_import(self, call: ast.Call) -> None:
         """``importlib.import_module("fused_adam_cuda")`` (jukebox): apex's extension loaded by
@@ -818,8 +877,39 @@ class _Planner:
                 continue  # `model, opt = amp.initialize(model, opt)` and then the wrapper
             if self._constructed_before(around, node, home):
                 continue
+            if self._called_after(home, around, node):
+                continue
             return node.lineno
         return None
+
+    def _called_after(self, helper: ast.AST, around: ast.AST, initialize: ast.Call) -> bool:
+        """``helper`` is a module-level function (its wrapped model a local of its own) that
+        is called only in ``around``, after ``initialize`` and in no loop that holds both
+        (BiSeNet's ``set_model_dist(net)`` after ``amp.initialize``): the model it wraps was
+        given to ``initialize`` before, never after."""
+        if not (
+            isinstance(helper, ast.FunctionDef)
+            and helper in self.tree.body
+            and isinstance(around, ast.FunctionDef | ast.AsyncFunctionDef)
+            and not any(
+                isinstance(a, ast.For | ast.While) for a in self._between(initialize, around)
+            )
+        ):
+            return False
+        uses = [n for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id == helper.name]
+        calls = [
+            n for n in uses
+            if isinstance(self.names.parent(n), ast.Call) and self.names.parent(n).func is n
+        ]  # fmt: skip
+        return (
+            bool(calls)
+            and len(calls) == len(uses)
+            and all(
+                function_around(self.names, self.tree, c) is around
+                and c.lineno > initialize.end_lineno
+                for c in calls
+            )
+        )
 
     def _between(self, node: ast.AST, outer: ast.AST) -> list[ast.AST]:
         """``node``'s ancestors inside ``outer``."""
