@@ -1135,3 +1135,136 @@ def test_a_wrap_in_a_helper_called_after_initialize_does_not_reach_it():
     assert ddp.fix is None and "the wrapped model reaches `amp.initialize` at line 11" in (
         ddp.message
     )
+
+
+def test_an_unused_apex_import_of_a_package_init_is_deleted_or_left_by_hand(tmp_path):
+    """CodeGeeX's `optimizer/__init__.py` keeps `from apex.optimizers import FusedAdam as Adam`
+    once its call is rewritten: the fix offered its removal, which the import manager never
+    makes in a package's `__init__` (its public API), so every pass counted it fixed again
+    and the import stayed. No module takes the name: the statement itself goes. Two names in
+    one statement: reported, to delete by hand."""
+    from ampmigrate.engine import run
+
+    package = tmp_path / "pkg" / "opt"
+    package.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    init = package / "__init__.py"
+    init.write_text(
+        "import torch\nfrom apex.optimizers import FusedAdam as Adam\n\n\n"
+        "def build(groups):\n    return torch.optim.AdamW(groups, weight_decay=0.0)\n"
+    )
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    [result] = run([init], settings)
+    assert result.changed and b"apex" not in result.new_source
+    assert [d.code for d in result.fixed] == ["AMP311"]
+    init.write_text(
+        "import torch\nfrom apex.optimizers import FusedAdam as Adam, FusedSGD as SGD\n\n\n"
+        "def build(groups):\n    return torch.optim.AdamW(groups, weight_decay=0.0)\n"
+    )
+    [result] = run([init], settings)
+    assert not result.changed and not result.fixed
+    assert all(d.fix is None and "delete it by hand" in d.message for d in result.diagnostics)
+    assert len(result.diagnostics) == 2
+
+
+def test_an_apex_import_bound_again_before_any_read_is_deleted_as_dead():
+    """InternVideo's BERT fork: a guarded `FusedLayerNorm as BertLayerNorm` import, then
+    `BertLayerNorm = torch.nn.LayerNorm` on the next line: every call already built torch's
+    class, yet each was reported as an apex -> torch change with autocast's float32 output,
+    and rewritten. The import is dead: it goes (with its `try`), the calls stay. Where
+    something reads the name before it is bound again, the import is live."""
+    source = textwrap.dedent("""\
+        import logging
+
+        import torch
+
+        logger = logging.getLogger(__name__)
+
+        try:
+            from apex.normalization.fused_layer_norm import FusedLayerNorm as BertLayerNorm
+        except (ImportError, AttributeError):
+            logger.info("no apex")
+        BertLayerNorm = torch.nn.LayerNorm
+
+
+        class Block(torch.nn.Module):
+            def __init__(self, h):
+                super().__init__()
+                self.ln = BertLayerNorm(h, eps=1e-12)
+    """)
+    out, remaining, fixed = _fix(source)
+    [finding] = [d for d in fixed if d.code == "AMP312"]
+    assert not remaining
+    assert "which line 11 binds again before anything reads it" in finding.message
+    assert "autocast" not in finding.message
+    assert "apex" not in out and "try:" not in out
+    assert "BertLayerNorm = torch.nn.LayerNorm\n" in out
+    assert "self.ln = BertLayerNorm(h, eps=1e-12)" in out
+    namespace: dict = {}
+    exec(compile(out, "migrated", "exec"), namespace)
+    assert isinstance(namespace["Block"](8).ln, __import__("torch").nn.LayerNorm)
+    read = source.replace(
+        "BertLayerNorm = torch.nn.LayerNorm\n",
+        "Norm = BertLayerNorm\nBertLayerNorm = torch.nn.LayerNorm\n",
+    )
+    assert not any("binds again before anything reads it" in d.message for d in check_source(read))
+
+
+FORWARD_ONLY = """\
+import torch
+
+try:
+    from apex.normalization import FusedLayerNorm as _FusedLayerNorm
+
+    has_fused_layernorm = True
+
+    class FusedLayerNorm(_FusedLayerNorm):
+        def forward(self, x):
+            if not x.is_cuda:
+                return super().forward(x)
+            with torch.cuda.device(x.device):
+                return super().forward(x)
+
+except ImportError:
+    has_fused_layernorm = False
+
+
+def LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True):
+    if has_fused_layernorm:
+        return FusedLayerNorm(normalized_shape, eps, elementwise_affine)
+    return torch.nn.LayerNorm(normalized_shape, eps, elementwise_affine)
+"""
+
+
+def test_a_forward_only_subclass_of_fused_layer_norm_is_rebased_on_torch_s():
+    """fairseq's `layer_norm.py` (copied in fairseq forks, metaseq, ONE-PEACE and others):
+    `FusedLayerNorm(_FusedLayerNorm)` only wraps `super().forward` in `torch.cuda.device`,
+    and is built with torch's positional arguments. It was refused as relying on "apex's
+    constructor arguments and internals"; rebased on `torch.nn.LayerNorm` it keeps its
+    meaning, and the message states the `except` that can no longer run. One that reads an
+    attribute only apex has, or has a constructor of its own, stays refused."""
+    torch = __import__("torch")
+    out, remaining, fixed = _fix(FORWARD_ONLY)
+    [finding] = [d for d in fixed if d.code == "AMP312"]
+    assert not remaining and "apex" not in out
+    assert "    class FusedLayerNorm(torch.nn.LayerNorm):\n" in out
+    assert "`has_fused_layernorm` now keeps the value the `try` sets" in finding.message
+    namespace: dict = {}
+    exec(compile(out, "migrated", "exec"), namespace)
+    norm = namespace["LayerNorm"](8, 1e-6)
+    reference = torch.nn.LayerNorm(8, 1e-6)
+    x = torch.randn(3, 8)
+    assert isinstance(norm, torch.nn.LayerNorm) and norm.eps == 1e-6
+    assert torch.equal(norm(x), reference(x))
+    for old, new, why in (
+        ("        def forward(self, x):\n",
+         "        def forward(self, x):\n            print(self.memory_efficient)\n",
+         "reads `self.memory_efficient`"),
+        ("        def forward(self, x):\n",
+         "        def __init__(self, shape, eps, affine):\n"
+         "            super().__init__(shape, eps, affine)\n\n"
+         "        def forward(self, x):\n",
+         "has a constructor of its own"),
+    ):  # fmt: skip
+        [refused] = [d for d in check_source(FORWARD_ONLY.replace(old, new)) if d.code == "AMP312"]
+        assert refused.fix is None and why in refused.message, refused.message

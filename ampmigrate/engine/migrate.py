@@ -58,6 +58,8 @@ def _migrate(
         codes = ", ".join(sorted({f.code for f, _ in applied}))
         try:
             text = apply(analysis.source.text, chosen, keep_imports)
+            if text == analysis.source.text:  # (an import a package's `__init__` keeps)
+                return source, [d for _, d in active], fixed
             new_source = analysis.source.encode(text)
             analysis = Analysis(new_source, settings, path)
             analyses.append(analysis)

@@ -157,7 +157,7 @@ def _deletion(names: Names, stmt: ast.stmt, source: Source | None) -> tuple[Edit
         ),
         [],
     )
-    if source is None or len(stmt.names) != 1 or len(block) < 2:
+    if source is None or len(getattr(stmt, "names", ())) > 1 or len(block) < 2:
         return ()
     start, stop = source.span(stmt)
     line = source.line_start(stmt.lineno)
@@ -178,6 +178,7 @@ def unused_import(
     code: str,
     path: str,
     source: Source | None = None,
+    rebound: int | None = None,
 ) -> Finding | None:
     """The finding for ``from <module> import <alias>`` or ``import <alias>`` (the apex name
     ``full``) when nothing reads it (None otherwise): deleting it is safe, as Ruff's F401 fix;
@@ -185,10 +186,14 @@ def unused_import(
     package's ``__init__`` it may be re-exported: deleting it is unsafe there. Where the
     name is read only after another arm binds it again (``_rebound_first``), the import
     manager, which judges a name by scope, would keep it: the statement itself is deleted
-    (given ``source``; it must hold that one name and share its block)."""
+    (given ``source``; it must hold that one name and share its block). ``rebound``: the
+    line of a module-level statement that binds the name again before anything reads it
+    (``_dead_imports``): its reads are not of the import."""
     bound = alias.asname or alias.name.partition(".")[0]
     loads = [
-        n for n in names.spelled(bound) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        n
+        for n in names.spelled(bound)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and rebound is None
     ]
     if any(not _rebound_first(names, stmt, n) for n in loads):
         return None
@@ -202,17 +207,42 @@ def unused_import(
         edits = _deletion(names, stmt, source)
         if not edits and loads:
             return None
+    guard = names.parent(stmt)
+    alone = isinstance(guard, ast.Try) and guard.body == [stmt]
+    if rebound is not None:  # the import manager keeps a name that is read: the statement goes
+        edits = _deletion(names, guard if alone else stmt, source)
+        if not edits:
+            return Finding(
+                code,
+                f"`{full}` is imported as `{bound}`, bound again at line "
+                f"{rebound} before any read: delete the import by hand",
+                stmt,
+            )
     package = os.path.basename(path) == "__init__.py" and not scoped  # (a local re-exports none)
-    if not scoped:
+    if not scoped and rebound is None:  # (importers of a rebound name get the new value)
         users = users_on_disk(path, [bound], imports=True)
         if users is None or users:
             return Finding(code, _reexported(full, bound, path, users), stmt)
+    if package and not edits:  # no importer takes it: the statement itself goes (the import
+        edits = _deletion(names, stmt, source)  # manager keeps a package's imports)
     tries = [  # the `try`s around it that catch its ImportError: it probes for apex
         a for a in names.ancestors(stmt)
         if isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
     ]  # fmt: skip
     guarded = bool(tries)
-    message = f"`{full}` is imported but unused: the import only ties the file to apex"
+    message = (
+        f"`{full}` is imported but unused: the import only ties the file to apex"
+        if rebound is None
+        else f"`{full}` is imported as `{bound}`, which line {rebound} binds again before "
+        "anything reads it: the apex name never runs here, and the import only ties the file "
+        "to apex"
+        + (
+            f"; its `try` goes with the `except` at line {guard.handlers[0].lineno}, whose "
+            "statements no longer run where apex is missing"
+            if alone and rebound is not None
+            else ""
+        )
+    )
     # a probe whose `try` records its outcome (`APEX_FOUND = True`) for code to test, while a
     # module this one imports still imports apex: that test still guards it
     flagged = any(
@@ -265,7 +295,7 @@ def unused_import(
         )
     if package:
         message += " (a package's `__init__` may re-export it)"
-    if local_in_package and not edits:  # (the import manager may not touch it there)
+    if (local_in_package or package) and not edits:  # (the import manager keeps it there)
         return Finding(code, message + "; delete it by hand", stmt)
     fix = Fix(
         "unsafe" if guarded or package else "safe",
@@ -434,7 +464,7 @@ class _Planner:
             elif isinstance(node, ast.Call):
                 self._dynamic_import(node)
         self._unused_imports()
-        roots = self._apex_bound()
+        roots = self._apex_bound() - set(self._dead_imports)
         for node in ast.walk(self.tree):
             if not isinstance(node, ast.Name | ast.Attribute) or isinstance(node.ctx, ast.Store):
                 continue
@@ -524,6 +554,54 @@ class _Planner:
             return
         message = _instead(f"`{name}` is loaded by name at run time", text)
         self.findings.append(Finding(table.NO_NATIVE, message, call, None))
+
+    @functools.cached_property
+    def _dead_imports(self) -> dict[str, int]:
+        """Names a module-level apex import binds (alone, or in a ``try`` of its own) that the
+        next module-level statement binds again (``BertLayerNorm = torch.nn.LayerNorm`` after
+        a guarded apex import), with nothing that could read them in between, nothing that
+        binds them later and no ``global`` of them: every read sees the new value, so the
+        import is dead. Name -> the line that binds it again."""
+        body = self.tree.body
+        out: dict[str, int] = {}
+        for index, stmt in enumerate(body[:-1]):
+            imports = [stmt] if isinstance(stmt, ast.ImportFrom) else []
+            if isinstance(stmt, ast.Try) and not stmt.orelse and not stmt.finalbody:
+                imports = [s for s in stmt.body if isinstance(s, ast.ImportFrom)]
+                if len(imports) != len(stmt.body):
+                    continue
+            nxt = body[index + 1]
+            if not (
+                isinstance(nxt, ast.Assign)
+                and len(nxt.targets) == 1
+                and isinstance(nxt.targets[0], ast.Name)
+                and not any(isinstance(n, ast.Call | ast.NamedExpr) for n in ast.walk(nxt.value))
+            ):
+                continue
+            name = nxt.targets[0].id
+            for imported in imports:
+                root = (imported.module or "").partition(".")[0]
+                if imported.level or root != "apex":
+                    continue
+                if not any((a.asname or a.name) == name for a in imported.names):
+                    continue
+                if name in {n.id for n in ast.walk(nxt.value) if isinstance(n, ast.Name)}:
+                    continue  # (`X = X or fallback` reads the import)
+                later = [
+                    n for n in ast.walk(self.tree)
+                    if (isinstance(n, ast.Name) and n.id == name
+                        and not isinstance(n.ctx, ast.Load) and n is not nxt.targets[0])
+                    or (isinstance(n, ast.Global | ast.Nonlocal) and name in n.names)
+                    or (isinstance(n, ast.alias) and (n.asname or n.name) == name)
+                ]  # fmt: skip
+                handlers = [h for h in getattr(stmt, "handlers", []) for n in ast.walk(h)]
+                if all(n in handlers for n in later if isinstance(n, ast.Name)) and all(
+                    isinstance(n, ast.alias) and any(n in i.names for i in imports)
+                    for n in later
+                    if not isinstance(n, ast.Name)
+                ):
+                    out[name] = nxt.lineno
+        return out
 
     def _apex_bound(self) -> set[str]:
         """The names the file's imports of apex (and its compiled extensions) bind."""
@@ -643,11 +721,12 @@ class _Planner:
             self._report(target, node, message, fix)
             return
         if base:
-            reason = (
-                "a subclass relies on apex's constructor arguments and internals (its overrides "
-                f"may read apex's state or kernels): rebase it on `{target.new}` by hand"
-            )
-            self._report(target, node, f"{head}: no automatic fix: {reason}", None)
+            try:
+                fix, message = self._rebased(node, parent, target, head)
+            except NoFix as reason:
+                self._report(target, node, f"{head}: no automatic fix: {reason}", None)
+                return
+            self._report(target, node, message, fix)
             return
         if self._exported(node, target, head, node):
             return
@@ -684,6 +763,68 @@ class _Planner:
         else:
             extra = f"used as a value: its calls get `{target.new}`'s defaults"
         self._report(target, node, f"{head}: {extra}; {target.accepts}", fix)
+
+    def _rebased(
+        self, node: ast.expr, cls: ast.ClassDef, target: Target, head: str
+    ) -> tuple[Fix, str]:
+        """``class FusedLayerNorm(_FusedLayerNorm)`` whose methods read of ``self`` only what
+        apex's and torch's classes share and of ``super()`` only ``forward`` (fairseq's
+        ``layer_norm.py``, copied in many projects: ``forward`` under ``torch.cuda.device``),
+        built in this file only, with arguments torch's class takes alike: rebased on torch's
+        class. Raises ``NoFix`` with the reason otherwise."""
+        if target.new not in _SHARED or target.new == "torch.nn.RMSNorm":
+            raise NoFix(
+                "a subclass relies on apex's constructor arguments and internals (its overrides "
+                f"may read apex's state or kernels): rebase it on `{target.new}` by hand"
+            )
+        accepted = target.new_positional
+        self._subclass_reads(cls, accepted, _SHARED[target.new])
+        if any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in cls.body):
+            raise NoFix(f"the subclass `{cls.name}` has a constructor of its own")
+        for use in ast.walk(self.tree):
+            if not (isinstance(use, ast.Name) and use.id == cls.name):
+                continue
+            call = self.names.parent(use)
+            if not (isinstance(use.ctx, ast.Load) and isinstance(call, ast.Call)
+                    and call.func is use):  # fmt: skip
+                raise NoFix(
+                    f"the subclass `{cls.name}` is used at line {use.lineno} other than by a "
+                    "call: what is built with it is not visible here"
+                )
+            _accepts(call, accepted, f"the call of `{cls.name}` at line {use.lineno}")
+        if not any(isinstance(a, _SCOPES) for a in self.names.ancestors(cls)):
+            users = self._importers(cls.name)
+            if users is None or users:
+                where = self._shown(users) if users else "the project is too large to look"
+                raise NoFix(f"other modules take the subclass `{cls.name}` ({where})")
+        fix = self._rename_fix(node, target.new, "unsafe", target.min_torch)
+        message = (
+            f"{head}: as the base of `{cls.name}` (line {cls.lineno}), whose methods read only "
+            "what both classes share and call `super().forward`, built here only with arguments "
+            f"torch's class takes alike: it is rebased on `{target.new}`; {target.accepts}"
+        )
+        guard = next(
+            (a for a in self.names.ancestors(cls) if isinstance(a, ast.Try)
+             and any(_catches_import_error(h) for h in a.handlers)),
+            None,
+        )  # fmt: skip
+        if guard is not None:
+            flags = sorted(
+                {t.id for h in guard.handlers for n in ast.walk(h) if isinstance(n, ast.Assign)
+                 for t in n.targets if isinstance(t, ast.Name)}
+            )  # fmt: skip
+            message += (
+                f"; the `try` at line {guard.lineno} stays, and its `except` (line "
+                f"{guard.handlers[0].lineno}) can no longer run"
+                + (
+                    f": {', '.join(f'`{f}`' for f in flags)} now "
+                    f"{'keeps the value' if len(flags) == 1 else 'keep the values'} the `try` "
+                    "sets (a run without apex took the other path)"
+                    if flags
+                    else ""
+                )
+            )
+        return fix, message
 
     def _exported(self, node: ast.expr, target: Target, head: str, where: ast.AST) -> bool:
         """Reported here (True) where the name's module-level import, which a call's fix
@@ -1241,8 +1382,9 @@ class _Planner:
             if self._consumed and any(self._inside(stmt, c) for c in self._consumed):
                 continue
             found = unused_import(
-                self.names, stmt, alias, full, code, self.source.path, self.source
-            )
+                self.names, stmt, alias, full, code, self.source.path, self.source,
+                self._dead_imports.get(binding.name),
+            )  # fmt: skip
             if found is not None and found.fix is None and target is not None:
                 found = self._reexport(found, stmt, binding.name, target)
             if found is not None:
