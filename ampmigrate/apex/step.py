@@ -133,14 +133,6 @@ class Step:
             self.problem(call, "the `scale_loss` block does more than `backward()`")
             return
         later = self._read_after(statement, alias, function)
-        if later is not None:
-            self.problem(
-                later,
-                f"`{alias}` (apex's scaled loss, bound by `scale_loss`) is read at line "
-                f"{self.line(later)}, after its block: the rewrite binds no such name; read "
-                f"`{_code(self.module, loss)}` (or `scaler.scale(...)` of it) there, by hand",
-            )
-            return
         inside = next((x for x in body[1:] if self._reads_gradients(x)), None)
         clips = inside is not None and any(
             isinstance(n, cst.Call)
@@ -202,13 +194,26 @@ class Step:
         head = first.with_changes(
             body=[backward.with_changes(value=new_backward)], leading_lines=statement.leading_lines
         )
+        kept: list[cst.BaseStatement] = []
+        if later is not None:  # (vokenization logs `scaled_loss.item()` after the step)
+            kept = [
+                cst.parse_statement(
+                    f"{alias} = {access}.scale({_code(self.module, loss)})\n"
+                ).with_changes(leading_lines=statement.leading_lines)
+            ]
+            head = first.with_changes(leading_lines=())
+            self.plan.notes.append(
+                f"`{alias}`, apex's scaled loss, is read after its block (line "
+                f"{self.line(later)}): it is bound to `{access}.scale({_code(self.module, loss)})`"
+                ", the loss times the scale its backward used, as apex's was"
+            )
         # the rest of the body as updated (it may hold other edits, e.g. a region)
         # (by index: after the backward, the first statement kept, all but the idle ones)
         rest = [] if suite is not None else [
             i for i, s in enumerate(statement.body.body) if s not in idle
         ][1:]  # fmt: skip
         self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
-            [head, *(u.body.body[i] for i in rest)]
+            [*kept, head, *(u.body.body[i] for i in rest)]
         )
         for gone in idle:
             self.plan.notes.append(

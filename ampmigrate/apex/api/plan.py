@@ -146,18 +146,20 @@ def _rebound_first(names: Names, stmt: ast.stmt, load: ast.Name) -> bool:
 
 
 def _deletion(names: Names, stmt: ast.stmt, source: Source | None) -> tuple[Edit, ...]:
-    """The edit that deletes ``stmt`` with its line (empty: it is its block's only statement,
-    shares its lines with another, or holds several names)."""
-    block = next(
+    """The edit that deletes ``stmt`` with its line (empty: it is the only statement of a block
+    other than the module's, shares its lines with another, or holds several names)."""
+    owner, block = next(
         (
-            b
+            (a, b)
             for a in names.ancestors(stmt)
             for b in (getattr(a, f, None) for f in ("body", "orelse", "finalbody"))
             if isinstance(b, list) and stmt in b
         ),
-        [],
+        (None, []),
     )
-    if source is None or len(getattr(stmt, "names", ())) > 1 or len(block) < 2:
+    if source is None or len(getattr(stmt, "names", ())) > 1:
+        return ()
+    if len(block) < 2 and not isinstance(owner, ast.Module):  # (a module may be empty)
         return ()
     start, stop = source.span(stmt)
     line = source.line_start(stmt.lineno)
