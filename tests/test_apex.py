@@ -293,9 +293,7 @@ def test_a_step_skipped_by_a_test_while_the_gradients_are_cleared_updates_after_
     the `if` (aps: a finite-norm test after a clip of the master params). Run on CPU: an
     overflowing batch is skipped, the scale halves, and the next batch steps again."""
     torch = pytest.importorskip("torch")
-    out, remaining, fixed = fix_source(textwrap.dedent(GUARDED_STEP), unsafe=True)
-    [finding] = [d for d in fixed if d.code == "AMP303"]
-    assert not [d for d in remaining if d.code == "AMP303"]
+    out, finding = _migrated(GUARDED_STEP)
     assert (
         "        if math.isfinite(norm):\n"
         "            scaler.step(opt)\n"
@@ -305,7 +303,6 @@ def test_a_step_skipped_by_a_test_while_the_gradients_are_cleared_updates_after_
         "        opt.zero_grad()\n"
     ) in out, out
     assert "the `else:` checks the gradients for an overflow" in finding.message
-    assert fix_source(out, unsafe=True)[0] == out
     migrated = out.replace('"cuda"', '"cpu"').replace(
         "        opt.zero_grad()\n",
         "        opt.zero_grad()\n        scales.append(scaler.get_scale())\n",
@@ -327,7 +324,7 @@ def test_a_step_skipped_by_a_test_while_the_gradients_are_cleared_updates_after_
     # overflow itself: scaler.step and update() stay together under the test
     kept = GUARDED_STEP.replace("            opt.step()\n        opt.zero_grad()",
                                 "            opt.step()\n            opt.zero_grad()")  # fmt: skip
-    out, _, fixed = fix_source(textwrap.dedent(kept), unsafe=True)
+    out, _ = _migrated(kept)
     assert "            scaler.step(opt)\n            scaler.update()\n" in out, out
     # an `else:` of its own keeps the refusal, with its reason
     other = GUARDED_STEP.replace(
@@ -2012,6 +2009,16 @@ def test_accumulation_clip_is_a_stated_behaviour_change():
 def _message(source: str) -> str:
     [finding] = [d for d in check_source(textwrap.dedent(source)) if d.code == "AMP303"]
     return finding.message
+
+
+def _migrated(source: str):
+    """(the output of ``fix --unsafe-fixes`` on ``source``, its AMP303 finding): rewritten
+    exactly once, nothing of AMP303 left, and a second fix changes nothing."""
+    out, remaining, fixed = fix_source(textwrap.dedent(source), unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert not [d for d in remaining if d.code == "AMP303"], out
+    assert fix_source(out, unsafe=True)[0] == out
+    return out, finding
 
 
 def _rewritten(source: str) -> str:
@@ -8076,14 +8083,12 @@ def test_a_gradient_read_in_a_loop_of_its_own_is_unscaled_before_that_loop():
     unscale per parameter would raise at the second). Run on CPU in float16 against the
     original on an O0 stand-in: the logged norms agree (scaled, they would be 65536x)."""
     torch = pytest.importorskip("torch")
-    out, _, fixed = fix_source(PER_PARAMETER_READ, unsafe=True)
-    assert [d.code for d in fixed if d.code == "AMP303"] == ["AMP303"], out
+    out, _ = _migrated(PER_PARAMETER_READ)
     assert (
         "            if args.log_norm:\n"
         "                scaler.unscale_(optimizer)\n"
         "                for p in model.parameters():\n"
     ) in out, out
-    assert fix_source(out, unsafe=True)[0] == out
 
     @contextlib.contextmanager
     def scale_loss(loss, optimizer):
@@ -8133,16 +8138,13 @@ def test_apex_s_scaled_loss_read_after_its_block_is_bound_to_the_scaled_loss():
     gets its `unscale_` (the refusal had also said it was not between a backward and a step).
     Run on CPU in float16: each logged scaled loss is the loss times the scale."""
     torch = pytest.importorskip("torch")
-    out, remaining, fixed = fix_source(SCALED_LOSS_READ, unsafe=True)
-    [finding] = [d for d in fixed if d.code == "AMP303"]
-    assert not [d for d in remaining if d.code == "AMP303"]
+    out, finding = _migrated(SCALED_LOSS_READ)
     assert (
         "        scaled_loss = scaler.scale(loss)\n"
         "        scaled_loss.backward()\n"
         "        scaler.unscale_(optimizer)\n"
     ) in out, out
     assert "it is bound to `scaler.scale(loss)`" in finding.message
-    assert fix_source(out, unsafe=True)[0] == out
     logged: list = []
     namespace: dict = {}
     exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)

@@ -337,6 +337,19 @@ def _reexported(full: str, bound: str, path: str, users: list[tuple[str, int, st
     )
 
 
+def _handler_flags(guard: ast.Try) -> set[str]:
+    """The names the handlers of ``guard`` assign (``has_apex = False``): flags that record
+    whether apex imported."""
+    return {
+        t.id
+        for h in guard.handlers
+        for n in ast.walk(h)
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+
+
 def _bound_names(body: list[ast.stmt]) -> set[str]:
     """The names a block binds at its top level."""
     out: set[str] = set()
@@ -514,11 +527,7 @@ class _Planner:
                 )
             ):
                 continue
-            imported = _bound_names(guard.body)
-            flags = sorted(
-                {t.id for h in guard.handlers for n in ast.walk(h) if isinstance(n, ast.Assign)
-                 for t in n.targets if isinstance(t, ast.Name)} - imported
-            )  # fmt: skip
+            flags = sorted(_handler_flags(guard) - _bound_names(guard.body))
             inside = {id(n) for n in ast.walk(guard)}
             lines = sorted({
                 n.lineno for n in ast.walk(self.tree)
@@ -811,10 +820,7 @@ class _Planner:
             None,
         )  # fmt: skip
         if guard is not None:
-            flags = sorted(
-                {t.id for h in guard.handlers for n in ast.walk(h) if isinstance(n, ast.Assign)
-                 for t in n.targets if isinstance(t, ast.Name)}
-            )  # fmt: skip
+            flags = sorted(_handler_flags(guard))
             message += (
                 f"; the `try` at line {guard.lineno} stays, and its `except` (line "
                 f"{guard.handlers[0].lineno}) can no longer run"
