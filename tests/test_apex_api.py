@@ -792,7 +792,8 @@ def test_a_torch_fallback_is_the_migration_where_every_call_gives_what_differs()
     was "not its migration" by its default `weight_decay`, though the one call passes it; and
     `FusedAdam = torch.optim.Adam` is apex's update wherever no weight decay is given. Both
     build what apex built, so the fallback stays and the `try` goes; a call that leaves the
-    differing default to the fallback, or passes decay to Adam, keeps the refusal."""
+    differing default to the fallback gets apex's written out (the 31st review), and one
+    that passes decay to Adam keeps the refusal."""
     import torch
 
     head = "import torch\ntry:\n    from apex.optimizers import FusedAdam as Adam\n"
@@ -803,7 +804,8 @@ def test_a_torch_fallback_is_the_migration_where_every_call_gives_what_differs()
         (adamw, "Adam(ps, 0.1, weight_decay=0.0)"): "passes `weight_decay`",
         (adam, "Adam(ps, lr=0.1, betas=(0.8, 0.9))"): "no weight decay",
         (adam, "Adam(ps, lr=0.1, weight_decay=0)"): "no weight decay",
-        (adamw, "Adam(ps, lr=0.1)"): None,  # AdamW's 0.01 where apex's 0.0
+        # (LLaMA2-Accessory, 31st review) apex's default is written where the call leaves it
+        (adamw, "Adam(ps, lr=0.1)"): "apex's default is written where a call leaves",
         (adam, "Adam(ps, lr=0.1, weight_decay=0.1)"): None,  # L2 where apex decoupled
         (adamw, "Adam(ps, 0.1, True, (0.8, 0.9), weight_decay=0.0)"): None,  # positions differ
         (adamw, "Adam(ps, lr=0.1, weight_decay=0.0, bias_correction=False)"): None,
@@ -1268,3 +1270,29 @@ def test_a_forward_only_subclass_of_fused_layer_norm_is_rebased_on_torch_s():
     ):  # fmt: skip
         [refused] = [d for d in check_source(FORWARD_ONLY.replace(old, new)) if d.code == "AMP312"]
         assert refused.fix is None and why in refused.message, refused.message
+
+
+def test_a_fallback_s_log_line_goes_with_its_try():
+    """LLaMA2-Accessory's fallback warns that apex is missing before importing torch's AdamW:
+    the kept fallback moved the warning out of the `except`, so it ran on every import (and
+    raised under `-W error`). It goes, and the message says so."""
+    source = textwrap.dedent("""\
+        import warnings
+
+        try:
+            from apex.optimizers import FusedAdam as AdamW
+        except ImportError:
+            warnings.warn("cannot import FusedAdam from apex, use torch AdamW instead")
+            from torch.optim import AdamW
+
+
+        def build(groups, lr):
+            return AdamW(groups, lr=lr, betas=(0.9, 0.95))
+    """)
+    out, _, fixed = _fix(source)
+    [finding] = [d for d in fixed if d.code == "AMP311"]
+    assert "warnings.warn(" not in out and "try:" not in out
+    assert "from torch.optim import AdamW\n" in out
+    assert "AdamW(groups, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)" in out
+    assert "what the fallback logged where apex was missing (line 6) goes" in finding.message
+    assert "(`from torch.optim import AdamW`)" in finding.message

@@ -469,6 +469,7 @@ class _Planner:
         self.findings: list[Finding] = []
         self._consumed: set[ast.AST] = set()
         self._users: dict[str, list[tuple[str, int, str]] | None] = {}  # by name: users_on_disk
+        self._written: dict[int, list[Edit]] = {}  # by `try`: apex's defaults written at calls
 
     # ---- the walk ----------------------------------------------------------------------------
 
@@ -1470,7 +1471,8 @@ class _Planner:
             and all(_replaces(stmt) for stmt in node.handlers[0].body)
         ):
             handler = node.handlers[0]
-            fallback = self.source.segment(handler.body[0]).splitlines()[0]
+            binds = next((st for st in handler.body if not _logs(st)), handler.body[0])
+            fallback = self.source.segment(binds).splitlines()[0]
             differs, exact = self._fallback_differs(node, bound, target, apex_name)
             if differs is not None:  # (keeping it would run other code where apex ran)
                 found = self._class_fallback(node, imported, swaps, first, code)
@@ -1494,8 +1496,18 @@ class _Planner:
             message += f": {target.accepts})" if target else ")"
             if exact:
                 message += f"; {exact}"
-            edit = Edit(*self._statement_lines(node), self._dedented(handler.body, node))
-            self.findings.append(Finding(code, message, first, Fix("unsafe", edits=(edit,))))
+            kept = list(handler.body)  # the log lines that announced a missing apex go
+            while len(kept) > 1 and _logs(kept[0]):
+                kept.pop(0)
+            while len(kept) > 1 and _logs(kept[-1]):
+                kept.pop()
+            dropped = [s for s in handler.body if s not in kept]
+            if dropped:
+                lines = ", ".join(str(s.lineno) for s in dropped)
+                message += f"; what the fallback logged where apex was missing (line {lines}) goes"
+            edit = Edit(*self._statement_lines(node), self._dedented(kept, node))
+            edits = (edit, *self._written.get(id(node), ()))
+            self.findings.append(Finding(code, message, first, Fix("unsafe", edits=edits)))
             self._consumed.add(node)
             return
         if not swaps or any(
@@ -1775,6 +1787,7 @@ class _Planner:
             shared += 1
         takes = table.TORCH_TAKES.get(value, frozenset(target.new_positional))
         calls = 0
+        amend: list[tuple[ast.Call, list[tuple[str, str]]]] = []  # apex's defaults to write
         for use in ast.walk(self.tree):
             if not (isinstance(use, ast.Name) and use.id == name) or self._inside(use, node):
                 continue
@@ -1792,8 +1805,9 @@ class _Planner:
             ):
                 return ""
             given.update(zip(target.params, call.args, strict=False))
-            if value == target.new and any(k not in given for k, _ in target.write):
-                return ""
+            missing = [(k, v) for k, v in target.write if k not in given]
+            if value == target.new and missing:
+                amend.append((call, missing))
             decay = given.get("weight_decay")
             if value != target.new and decay is not None and not _literal_in(decay, (0,)):
                 return ""
@@ -1803,7 +1817,28 @@ class _Planner:
         if value != target.new:
             return "every call of it here passes no weight decay, where Adam and AdamW agree"
         listed = ", ".join(f"`{k}`" for k, _ in target.write)
-        return f"every call of it here passes {listed}, whose default differs"
+        if not amend:
+            return f"every call of it here passes {listed}, whose default differs"
+        self._written[id(node)] = [self._written_out(c, m) for c, m in amend]
+        shown = ", ".join(
+            f"`{k}={v}` at line {c.lineno}" for c, missing in amend for k, v in missing
+        )
+        return (
+            f"apex's default is written where a call leaves {listed} out ({shown}): where apex "
+            "was not installed, those calls got torch's default, unless their parameter groups "
+            "set one"
+        )
+
+    def _written_out(self, call: ast.Call, missing: list[tuple[str, str]]) -> Edit:
+        """``call`` with ``missing`` (apex's defaults) added as keywords after its last
+        argument."""
+        text = ", ".join(f"{k}={v}" for k, v in missing)
+        last = max([*call.args, *call.keywords], key=lambda n: self.source.span(n)[1], default=None)
+        if last is None:
+            end = self.source.span(call)[1] - 1  # before `)`
+            return Edit(end, end, text)
+        end = self.source.span(last)[1]
+        return Edit(end, end, ", " + text)
 
     def _statement_lines(self, node: ast.stmt) -> tuple[int, int]:
         """From the start of ``node``'s first line to the start of the line after it."""
