@@ -1296,3 +1296,34 @@ def test_a_fallback_s_log_line_goes_with_its_try():
     assert "AdamW(groups, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)" in out
     assert "what the fallback logged where apex was missing (line 6) goes" in finding.message
     assert "(`from torch.optim import AdamW`)" in finding.message
+
+
+def test_a_re_exported_import_in_a_try_says_the_try_is_what_blocks_it(tmp_path):
+    """YaLM's `mpu/layers.py` imports FusedLayerNorm from `apex.normalization.fused_layer_norm`
+    (one name, its own statement) in a `try` with a construction probe; `mpu/__init__.py`
+    re-exports it. The refusal said it "is not a one-name `from apex.normalization import` of
+    its own", which is false: the `try` is what keeps the import from being rebound."""
+    from ampmigrate.engine import run
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .layers import LayerNorm\n")
+    (package / "layers.py").write_text(
+        textwrap.dedent("""\
+        try:
+            from apex.normalization.fused_layer_norm import FusedLayerNorm as LayerNorm
+
+            _ = LayerNorm(8, eps=1e-5)
+        except Exception:
+            from torch.nn import LayerNorm
+
+
+        def block(h):
+            return LayerNorm(h, eps=1e-5)
+    """)
+    )
+    settings = Settings(rules=tuple(all_rules().values()))
+    found = [d for r in run(sorted(package.glob("*.py")), settings) for d in r.diagnostics]
+    messages = [d.message for d in found if d.code == "AMP312"]
+    assert messages and all("it sits in the `try` at line 1" in m for m in messages), messages
+    assert not any("not a one-name" in m for m in messages)

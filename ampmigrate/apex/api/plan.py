@@ -891,9 +891,14 @@ class _Planner:
             or stmt.level
             or stmt.module not in _NORM_MODULES
             or len(stmt.names) != 1
-            or any(isinstance(a, ast.Try) for a in self.names.ancestors(stmt))
         ):
             raise NoFix("it is not a one-name `from apex.normalization import` of its own")
+        guard = next((a for a in self.names.ancestors(stmt) if isinstance(a, ast.Try)), None)
+        if guard is not None:
+            raise NoFix(
+                f"it sits in the `try` at line {guard.lineno}, whose other statements and "
+                "`except` are not rewritten with it"
+            )
         self._no_memory_efficient()
         self._fallback_uses(stmt, name, target)
         bound = f"from torch.nn import LayerNorm as {name}"
