@@ -4,6 +4,7 @@ reads, calls it makes).
 
 from __future__ import annotations
 
+import ast
 import functools
 import itertools
 import re
@@ -257,6 +258,11 @@ class Facts:
     def text(self) -> str:
         """The module's code: one code generation pass (the module is fixed while planned)."""
         return self.module.code
+
+    @functools.cached_property
+    def syntax(self) -> ast.Module:
+        """The module's ``ast``, parsed once for the stages that read it (none changes it)."""
+        return ast.parse(self.text)
 
     def line(self, node: cst.CSTNode) -> int:
         return positions(self.module)[node][0]  # computed only when a message needs a line

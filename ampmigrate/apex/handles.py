@@ -1193,7 +1193,7 @@ class Handles:
     def _no_initialize(self, calls: dict[str, list[cst.Call]]) -> None:
         """A module that only uses the scaler (a checkpoint helper, a ``do_train`` called from
         another file): the rewrite needs the GradScaler passed in; say exactly where."""
-        tree = ast.parse(self.text)
+        tree = self.syntax
         through = initialized_through_parameter(tree)
         wrapped = fp16_optimizer_built(tree)
         for member, group in calls.items():

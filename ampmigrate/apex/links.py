@@ -1329,14 +1329,14 @@ def link(
         home = _function(caller, init)
         spelled = _spellings(caller, init)
         found: dict[str, list[tuple[ast.Call, ast.FunctionDef]]] = {}
-        reached = _reached(caller, home, init)
-        for node in (n for f in (home, *reached) for n in ast.walk(f)):
-            if (
-                not isinstance(node, ast.Call)
-                or (home is _function(caller, node) and (node.lineno, node.col_offset)
-                    <= (init.lineno, init.col_offset))
-                or _function(caller, node) not in (home, *reached)  # a nested def: any time
-            ):  # fmt: skip
+        scanned = (home, *_reached(caller, home, init))
+        for node in (n for f in scanned for n in ast.walk(f)):
+            if not isinstance(node, ast.Call):
+                continue
+            around = _function(caller, node)
+            if around not in scanned or (  # (a nested def may run at any time)
+                around is home and (node.lineno, node.col_offset) <= (init.lineno, init.col_offset)
+            ):
                 continue
             qualified = caller.names.qualified(node.func)
             for path, (callee, functions, _) in callees.items():

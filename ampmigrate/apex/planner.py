@@ -167,9 +167,9 @@ class _Planner(
         self.unscale_gates: dict[cst.CSTNode, list] = {}  # gradient reader: the steps it serves
         self.groups: list[list[cst.CSTNode]] = []  # steps of one `scale_loss(loss, [a, b])`
         self.served: set[cst.CSTNode] = set()  # steps an unscale_ placed before a read serves
-        # steps under a test of the iteration whose gradients are cleared either way: the test,
-        # given an inf check in its `else:` and `update()` after it (``_update_after_test``)
-        self.updated_after: dict[cst.CSTNode, cst.If] = {}
+        # steps under a test of the iteration whose gradients are cleared either way, whose
+        # `update()` follows that test, an inf check in its `else:` (``_update_after_test``)
+        self.updated_after: set[cst.CSTNode] = set()
         self.requests: list[tuple[cst.With, cst.BaseExpression, cst.CSTNode, str | None]] = []
         self.moved: set[int] = set()
         # where an unscale_ is placed (before it, or a step), and which one (which optimizer's)

@@ -535,9 +535,7 @@ class Step:
         ]
         if not calls:
             return []
-        wrapper = wrapper_step(
-            ast.parse(self.text), self.path, function.name.value, holder, attribute
-        )
+        wrapper = wrapper_step(self.syntax, self.path, function.name.value, holder, attribute)
         if wrapper is None:
             return []
         made, tail = wrapper
@@ -695,7 +693,7 @@ class Step:
         check = f"{access}.unscale_({opt})\n"
         if check in self.unscales.values() or check in self.guarded_unscales:
             return False  # (a second unscale_ before one update() raises)
-        self.updated_after[step] = guard
+        self.updated_after.add(step)
 
         def build(u: cst.If) -> cst.FlattenSentinel:
             otherwise = cst.parse_statement(
@@ -979,7 +977,7 @@ class Step:
             for q in self.qualified(n.func)
         )
         through = _code(self.module, scaled.func.value)
-        if made or _never_bound(self.module.code, through.partition(".")[0]):
+        if made or _never_bound(self.syntax, through.partition(".")[0]):
             return through, made
         return None
 
@@ -1412,12 +1410,12 @@ def _pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple]
     return [(target, value)]
 
 
-def _never_bound(code: str, name: str) -> bool:
+def _never_bound(tree: ast.Module, name: str) -> bool:
     """The module binds ``name`` nowhere (assignments, parameters, imports, definitions) and
     it is no builtin; a star import may bind anything."""
     if hasattr(builtins, name):
         return False
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.alias) and node.name == "*":
             return False
         bound = (

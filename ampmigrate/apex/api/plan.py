@@ -40,7 +40,7 @@ from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names, dotted
 from ampmigrate.engine.source import Source
 from ampmigrate.findings import Edit, Finding, Fix, ImportEdit
-from ampmigrate.renames import CallText, NoFix, _pure
+from ampmigrate.renames import CallText, NoFix, _Plan, _pure
 
 if TYPE_CHECKING:
     from ampmigrate.engine import Settings
@@ -192,11 +192,15 @@ def unused_import(
     line of a module-level statement that binds the name again before anything reads it
     (``_dead_imports``): its reads are not of the import."""
     bound = alias.asname or alias.name.partition(".")[0]
-    loads = [
-        n
-        for n in names.spelled(bound)
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and rebound is None
-    ]
+    loads = (
+        []
+        if rebound is not None
+        else [
+            n
+            for n in names.spelled(bound)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        ]
+    )
     if any(not _rebound_first(names, stmt, n) for n in loads):
         return None
     scoped = any(isinstance(a, _SCOPES) for a in names.ancestors(stmt))
@@ -241,7 +245,7 @@ def unused_import(
         + (
             f"; its `try` goes with the `except` at line {guard.handlers[0].lineno}, whose "
             "statements no longer run where apex is missing"
-            if alone and rebound is not None
+            if alone
             else ""
         )
     )
@@ -507,6 +511,15 @@ class _Planner:
         if fix is None or not fix.remove_imports:
             return found
         removed = {(e.module, e.obj, e.asname) for e in fix.remove_imports}
+        said = next((text for keys, text in self._flag_guards if keys & removed), None)
+        return found if said is None else replace(found, message=found.message + said)
+
+    @functools.cached_property
+    def _flag_guards(self) -> list[tuple[set[tuple[str, str | None, str | None]], str]]:
+        """Each ``try`` of apex imports only whose ``except`` sets a flag read elsewhere: the
+        imports it holds (as ``ImportEdit`` fields) and what dropping it does, said once for
+        the file (``_flag_stated``)."""
+        out = []
         for guard in ast.walk(self.tree):
             if not (
                 isinstance(guard, ast.Try)
@@ -519,13 +532,6 @@ class _Planner:
                     else all(a.name.partition(".")[0] == "apex" for a in s.names)
                     for s in guard.body
                 )
-                and any(
-                    (s.module, a.name, a.asname) in removed
-                    if isinstance(s, ast.ImportFrom)
-                    else (a.name, None, a.asname) in removed
-                    for s in guard.body
-                    for a in s.names
-                )
             ):
                 continue
             flags = sorted(_handler_flags(guard) - _bound_names(guard.body))
@@ -537,18 +543,22 @@ class _Planner:
             })  # fmt: skip
             if not lines:
                 continue
+            keys = {
+                (s.module, a.name, a.asname) if isinstance(s, ast.ImportFrom)
+                else (a.name, None, a.asname)
+                for s in guard.body
+                for a in s.names
+            }  # fmt: skip
             listed = ", ".join(f"`{f}`" for f in flags)
             shown = ", ".join(map(str, lines[:6])) + (", ..." if len(lines) > 6 else "")
-            return replace(
-                found,
-                message=found.message
-                + f"; behaviour change once the `try` at line {guard.lineno} loses its last "
+            out.append((keys, (
+                f"; behaviour change once the `try` at line {guard.lineno} loses its last "
                 f"apex import: its `except`, which set {listed} where apex was not installed, "
                 f"goes with it, and every test of it (line{'s' if len(lines) > 1 else ''} "
                 f"{shown}) takes the path that ran where apex was installed (a run without "
-                "apex took the other one)",
-            )
-        return found
+                "apex took the other one)"
+            )))  # fmt: skip
+        return out
 
     def _dynamic_import(self, call: ast.Call) -> None:
         """``importlib.import_module("fused_adam_cuda")`` (jukebox): apex's extension loaded by
@@ -599,19 +609,17 @@ class _Planner:
                     continue
                 if name in {n.id for n in ast.walk(nxt.value) if isinstance(n, ast.Name)}:
                     continue  # (`X = X or fallback` reads the import)
-                later = [
-                    n for n in ast.walk(self.tree)
-                    if (isinstance(n, ast.Name) and n.id == name
-                        and not isinstance(n.ctx, ast.Load) and n is not nxt.targets[0])
+                # no other binding of the name anywhere (a handler's included), no `global` of
+                # it, and no import of it but this `try`'s
+                rebinds = any(
+                    (isinstance(n, ast.Name) and n.id == name
+                     and not isinstance(n.ctx, ast.Load) and n is not nxt.targets[0])
                     or (isinstance(n, ast.Global | ast.Nonlocal) and name in n.names)
-                    or (isinstance(n, ast.alias) and (n.asname or n.name) == name)
-                ]  # fmt: skip
-                handlers = [h for h in getattr(stmt, "handlers", []) for n in ast.walk(h)]
-                if all(n in handlers for n in later if isinstance(n, ast.Name)) and all(
-                    isinstance(n, ast.alias) and any(n in i.names for i in imports)
-                    for n in later
-                    if not isinstance(n, ast.Name)
-                ):
+                    or (isinstance(n, ast.alias) and (n.asname or n.name) == name
+                        and not any(n in i.names for i in imports))
+                    for n in ast.walk(self.tree)
+                )  # fmt: skip
+                if not rebinds:
                     out[name] = nxt.lineno
         return out
 
@@ -1824,7 +1832,10 @@ class _Planner:
         listed = ", ".join(f"`{k}`" for k, _ in target.write)
         if not amend:
             return f"every call of it here passes {listed}, whose default differs"
-        self._written[id(node)] = [self._written_out(c, m) for c, m in amend]
+        try:
+            self._written[id(node)] = [e for c, m in amend for e in self._written_out(c, m)]
+        except NoFix:
+            return ""
         shown = ", ".join(
             f"`{k}={v}` at line {c.lineno}" for c, missing in amend for k, v in missing
         )
@@ -1834,16 +1845,13 @@ class _Planner:
             "set one"
         )
 
-    def _written_out(self, call: ast.Call, missing: list[tuple[str, str]]) -> Edit:
+    def _written_out(self, call: ast.Call, missing: list[tuple[str, str]]) -> list[Edit]:
         """``call`` with ``missing`` (apex's defaults) added as keywords after its last
-        argument."""
-        text = ", ".join(f"{k}={v}" for k, v in missing)
-        last = max([*call.args, *call.keywords], key=lambda n: self.source.span(n)[1], default=None)
-        if last is None:
-            end = self.source.span(call)[1] - 1  # before `)`
-            return Edit(end, end, text)
-        end = self.source.span(last)[1]
-        return Edit(end, end, ", " + text)
+        argument, in the call's own layout (``NoFix``: its arguments cannot be read)."""
+        plan = _Plan(CallText.read(self.source, call))
+        for key, value in missing:
+            plan.before(None, f"{key}={value}")
+        return plan.edits()
 
     def _statement_lines(self, node: ast.stmt) -> tuple[int, int]:
         """From the start of ``node``'s first line to the start of the line after it."""
