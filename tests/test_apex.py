@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -8156,3 +8157,115 @@ def test_apex_s_scaled_loss_read_after_its_block_is_bound_to_the_scaled_loss():
     assert len(logged) == 3
     for loss, scaled in logged:
         assert scaled == pytest.approx(loss * 2.0**16, rel=1e-3)
+
+
+SAME_FILE_FAMILY = """\
+import torch
+from apex import amp
+
+
+class BaseTrainer:
+    def __init__(self, lr):
+        self.lr = lr
+
+    def initialize(self, network):
+        self.network = network
+        self.optimizer = torch.optim.SGD(self.network.parameters(), lr=self.lr)
+        self.network, self.optimizer = amp.initialize(self.network, self.optimizer, opt_level="O1")
+
+    def train(self, batches):
+        return [self.run_iteration(x, y) for x, y in batches]
+
+
+class ClippedTrainer(BaseTrainer):
+    def run_iteration(self, x, y):
+        self.optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(self.network(x), y)
+        with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(amp.master_params(self.optimizer), 1.0)
+        self.optimizer.step()
+        return loss.item()
+
+
+class SlowTrainer(ClippedTrainer):
+    def initialize(self, network):
+        self.lr = self.lr / 2
+        super().initialize(network)
+"""
+
+
+def test_subclasses_in_the_file_read_the_scaler_their_base_keeps_on_the_object():
+    """The base class initializes in a method, its subclasses in the same file scale: they
+    read the GradScaler the base's method makes (`self.scaler`); was "`amp` is used outside
+    class `BaseTrainer`". Run on CPU in float16: the forward is half, the steps are taken.
+    A subclass that overrides the method without calling it keeps the refusal, with why."""
+    torch = pytest.importorskip("torch")
+    out, _ = _migrated(SAME_FILE_FAMILY)
+    assert '        self.scaler = torch.amp.GradScaler("cuda")\n' in out, out
+    assert "        self.scaler.scale(loss).backward()\n        self.scaler.unscale_(" in out
+    assert "        self.scaler.step(self.optimizer)\n        self.scaler.update()\n" in out
+    namespace: dict = {}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=FutureWarning)
+        exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+        torch.manual_seed(0)
+        network = torch.nn.Linear(4, 1)
+        before = network.weight.detach().clone()
+        dtypes = set()
+        network.register_forward_hook(lambda m, i, o: dtypes.add(o.dtype))
+        trainer = namespace["SlowTrainer"](0.1)
+        trainer.initialize(network)
+        batches = [(torch.randn(8, 4) * 0.1, torch.randn(8, 1) * 0.1) for _ in range(3)]
+        losses = trainer.train(batches)
+    assert dtypes == {torch.float16} and len(losses) == 3
+    assert trainer.lr == 0.05 and not torch.equal(network.weight, before)
+    skipped = SAME_FILE_FAMILY.replace("        super().initialize(network)\n", "")
+    message = _message(skipped)
+    assert (
+        "`SlowTrainer.initialize` overrides the method that would make `self.scaler` without "
+        "calling `super().initialize(...)`" in message
+    ), message
+
+
+TWO_CLASSES_LEVEL = """\
+import torch
+from apex import amp
+
+
+class Processor:
+    def __init__(self, opt_level="O1"):
+        self.opt_level = opt_level
+
+    def initialize_optimizer(self, model, optimizer):
+        model, optimizer = amp.initialize(model, optimizer, opt_level=self.opt_level)
+        self.model, self.optimizer = model, optimizer
+
+    def train_step(self, x):
+        self.optimizer.zero_grad()
+        loss = self.model(x).sum()
+        with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+            scaled_loss.backward()
+        self.optimizer.step()
+
+
+class Other:
+    def __init__(self, opt_level="O2"):
+        self.opt_level = opt_level
+"""
+
+
+def test_a_level_attribute_another_class_also_stores_is_the_initializing_objects():
+    """modelscope: `self.opt_level` stored by two classes' `__init__`; only the class whose
+    method initializes stores that object's attribute (was "this file assigns
+    `self.opt_level` more than once", and the other class's O2 default would have been
+    "this file sets it to `"O2"`"). With the setting, rewritten; a store of its own class
+    after `initialize` still counts."""
+    out, message = _declared(TWO_CLASSES_LEVEL)
+    assert "self.scaler.scale(loss).backward()" in out, message
+    assert "more than once" not in message
+    late = TWO_CLASSES_LEVEL.replace(
+        "        self.model, self.optimizer = model, optimizer\n",
+        "        self.model, self.optimizer = model, optimizer\n        self.opt_level = 'O2'\n",
+    )
+    assert "this file sets it to `'O2'`" in _declared(late)[1]

@@ -502,6 +502,57 @@ def _tracks(half: list[float], full: list[float]) -> None:
     assert max(abs(h - f) for h, f in zip(half, full, strict=True)) < 2e-3, (half, full)
 
 
+FAMILY = FIXTURES / "apex" / "class_family"
+FAMILY_FILES = ["trainers/base.py", "trainers/variants/clipped.py"]
+
+
+def test_a_class_family_across_modules_is_rewritten_together(tmp_path):
+    """nnU-Net style: the base trainer initializes amp in a method, the variants of another
+    module override the training step and scale (and clip `amp.master_params`) with apex.
+    The GradScaler is the object's, made where `initialize` was; every class of the family
+    reads it as `self.scaler`. Exactly the fixture, then nothing more."""
+    _rewritten_exactly(tmp_path, FAMILY, FAMILY_FILES)
+
+
+def test_a_file_of_a_class_family_alone_refuses(tmp_path):
+    _each_alone_refuses(FAMILY, FAMILY_FILES, tmp_path / "project")
+
+
+def test_a_family_override_that_skips_the_scalers_method_keeps_the_family(tmp_path):
+    """A variant that overrides the base's initializing method without calling it would read
+    a GradScaler never made: nothing changes, and the variant says why."""
+    root = tmp_path / "project"
+    shutil.copytree(FAMILY / "before", root)
+    variant = root / FAMILY_FILES[1]
+    variant.write_text(variant.read_text().replace("super().initialize()", "pass"))
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    found = _amp303(results)
+    assert "`SlowClippedTrainer.initialize` overrides the method that would make `self.scaler` "
+    assert "without calling `super().initialize(...)`" in found["clipped.py"].message
+    assert "variants/clipped.py is not rewritten in this run" in found["base.py"].message
+
+
+@pytest.mark.torch
+def test_migrated_class_family_trains_like_the_original(tmp_path, stub):
+    """The O0 stand-in for apex against the migrated family, for the base trainer and both
+    variants, with and without `--fp16`: the same output (losses and clipped norms); with
+    "cuda" -> "cpu" the variants' forwards run in float16 under `--fp16` and track the
+    float32 run."""
+    runs = [
+        ("run.py", [*flags, "--trainer", trainer])
+        for trainer in ("base", "clipped", "slow")
+        for flags in ([], ["--fp16"])
+    ]
+    results = _runs_beside_original(tmp_path, stub, FAMILY, runs)
+    for i in range(0, len(results), 6):
+        plain, half = results[i + 2][1], results[i + 5][1]
+        assert "forward dtypes: ['torch.float32']" in plain
+        assert "forward dtypes: ['torch.float16']" in half
+        _tracks(_losses(half), _losses(plain))
+    assert results[8][1].count("norm ") == 8  # (the clipped variant, float16 on CPU)
+
+
 STATE = FIXTURES / "apex" / "runner_state"
 STATE_FILES = [
     "custom/runner/checkpoint.py",

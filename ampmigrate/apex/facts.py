@@ -375,6 +375,34 @@ class Facts:
         usable = link is not None and (not link.broken or self.refused_here)
         return usable and link.hook is not None and self.role == role
 
+    def family_linked(self, role: str) -> bool:
+        """This file is the ``role`` side of a class family's link (``Link.family``)."""
+        link = self.link
+        usable = link is not None and (not link.broken or self.refused_here)
+        return usable and link.family is not None and self.role == role
+
+    def derived(self, names: set[str]) -> list[cst.ClassDef]:
+        """The module-level classes of this file derived from a class named in ``names``,
+        directly or through each other (by the last name of each base)."""
+        found: list[cst.ClassDef] = []
+        names = set(names)
+        grown = True
+        while grown:
+            grown = False
+            for node in self.module.body:
+                if not isinstance(node, cst.ClassDef) or node in found:
+                    continue
+                bases = {
+                    b.value.value if isinstance(b.value, cst.Name) else b.value.attr.value
+                    for b in node.bases
+                    if isinstance(b.value, cst.Name | cst.Attribute) and not b.keyword
+                }
+                if bases & names:
+                    found.append(node)
+                    names.add(node.name.value)
+                    grown = True
+        return found
+
     def access(self, where: cst.CSTNode) -> str | None:
         """How code in ``where`` reaches the scaler (None: it cannot)."""
         function = where if isinstance(where, cst.FunctionDef) else self.function(where)
@@ -383,7 +411,9 @@ class Facts:
         if self.mode == "module":
             return self.name
         if self.mode == "class":
-            method = self.method_of(where, self.cls)
+            method = next(
+                (m for c in (self.cls, *self.family) if c and (m := self.method_of(where, c))), None
+            )
             params = method.params.params if method is not None else ()
             return f"{params[0].name.value}.{self.name}" if params else None
         if self.within(where, self.home) or any(self.within(where, f) for f in self.threaded):

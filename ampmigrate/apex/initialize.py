@@ -1201,9 +1201,23 @@ class Initialize:
         # a name: its bindings in the function of `initialize` and at module level; anything
         # else (`config.level`, `cfg["level"]`): wherever this file assigns it
         scoped = isinstance(level, cst.Name)
+        # `self.opt_level` in a method: only its class (and those derived from it here) can
+        # store the attribute of that object; another class's `self.opt_level` is its own
+        cls = self._holder(function) if isinstance(function, cst.FunctionDef) else None
+        family = None
+        if (
+            isinstance(cls, cst.ClassDef)
+            and isinstance(level, cst.Attribute)
+            and isinstance(level.value, cst.Name)
+            and function.params.params
+            and level.value.value == function.params.params[0].name.value
+        ):
+            family = [cls, *self.derived({cls.name.value})]
         stores, others = [], []
         for node in self.nodes:
             if (scoped and self.function(node) not in (function, self.module)) or self.dead(node):
+                continue
+            if family is not None and not any(self.within(node, c) for c in family):
                 continue
             if scoped and isinstance(  # a class body's name (a dataclass field) is its own scope
                 next((a for a in self.ancestors(node)

@@ -71,9 +71,17 @@ class Link:
     # several callees: one link per callee (its functions, training function, parameters),
     # each with the same callers; this link's ``calls`` and ``spellings`` are their sums
     parts: tuple[Link, ...] = ()
+    # a class family (nnU-Net's trainers): the callers' class of this name initializes amp in
+    # its method ``functions[0]``, the callee's classes derived from it scale with apex; the
+    # GradScaler is the object's, ``self.scaler``, and ``models`` are the initialized models
+    # as the object holds them (``self.network``)
+    family: str | None = None
+    models: tuple[str, ...] = ()
 
     @property
     def named(self) -> str:
+        if self.family is not None:
+            return f"the classes derived from `{self.family}`"
         if self.hook is not None:
             return f"the hook class `{self.hook}`"
         return _listed([f"`{f}`" for f in self.functions])
@@ -1380,6 +1388,48 @@ def link(
     out.update(_hook_links(callers, files, set(out), everything))
     out.update(_kept_links(files, set(out)))
     out.update(_shared_links(files, set(out), everything))
+    out.update(_family_links(files, set(out)))
+    return out
+
+
+def _family_links(files: list[_File], taken: set[str]) -> dict[str, Link]:
+    """A class whose method initializes amp, and its subclasses in other modules of the run
+    that scale with apex (nnU-Net: the base trainer initializes, each variant overrides
+    ``run_iteration``): apex's state was the process's; the GradScaler becomes the object's,
+    ``self.scaler``, made where ``initialize`` was and read by every class of the family. One
+    component, rewritten together; a subclass module outside the run (or one that initializes
+    amp itself) makes no link, and the base refuses naming it (``handles._subclasses``)."""
+    by_path = {f.path: f for f in files}
+    out: dict[str, Link] = {}
+    for owner in files:
+        inits = owner.members.get("initialize", [])
+        if owner.path in taken or len(inits) != 1:
+            continue
+        home = _function(owner, inits[0])
+        cls = next(
+            (c for c in owner.tree.body if isinstance(c, ast.ClassDef) and home in c.body), None
+        )
+        if cls is None or not home.args.args or home.args.args[0].arg != "self":
+            continue
+        models = tuple(sorted(m for m in _spellings(owner, inits[0])["models"]
+                              if re.fullmatch(r"self\.\w+", m)))  # fmt: skip
+        paths = [f for f, *_ in apex_subclasses(owner.path, cls.name)]
+        if not paths or any(
+            p not in by_path or p in taken or "initialize" in by_path[p].members for p in paths
+        ):
+            continue
+        parts = [
+            Link(
+                callers=(owner.path,),
+                callee=p,
+                functions=(home.name,),
+                family=cls.name,
+                models=models,
+            )
+            for p in paths
+        ]
+        item = parts[0] if len(parts) == 1 else replace(parts[0], parts=tuple(parts))
+        out.update((f, item) for f in item.files)
     return out
 
 

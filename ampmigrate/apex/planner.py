@@ -54,6 +54,7 @@ from ampmigrate.apex.common import (
 )
 from ampmigrate.apex.delegate import Delegate
 from ampmigrate.apex.facts import Facts, Walk, _Facts
+from ampmigrate.apex.family import ClassFamily
 from ampmigrate.apex.flow import SwitchFlow
 from ampmigrate.apex.gates import VersionGates
 from ampmigrate.apex.guards import Guards
@@ -92,6 +93,7 @@ class _Planner(
     Handles,
     PassedHandles,
     RunnerHooks,
+    ClassFamily,
     Guards,
     Initialize,
     Scaler,
@@ -146,6 +148,7 @@ class _Planner(
         self.mode = "module"  # where the scaler lives: "module", "function" or "class"
         self.home: cst.CSTNode = module
         self.cls: cst.ClassDef | None = None
+        self.family: list[cst.ClassDef] = []  # classes derived from `cls` that reach its scaler
         self.threaded: set[cst.FunctionDef] = set()
         self.name = "scaler"
         self.steps: dict[tuple[int, str], list[cst.SimpleStatementLine]] = {}
@@ -408,6 +411,8 @@ class _Planner(
             setup = self._initialize(initialize[0])
         elif self.hooked("callee"):
             setup = self._hook_setup(calls)
+        elif self.family_linked("callee"):
+            setup = self._family_setup(calls)
         elif role == "state":
             setup = self._state_setup()
         elif reader:
@@ -527,8 +532,10 @@ class _Planner(
                 "and the scale restarts on resume, as under apex (AMP208 reports this gap on "
                 "its own)"
             )
-        if initialize and (self.hooked("caller") or (self.link and self.link.kept)):
-            pass  # the hook makes its own GradScaler; a kept handle is judged by its store
+        if initialize and (
+            self.hooked("caller") or self.family_linked("caller") or (self.link and self.link.kept)
+        ):  # the hook makes its own GradScaler, the family reads the object's; a kept handle
+            pass  # is judged by its store
         elif initialize and role == "caller":
             self._pass_to_linked(setup, initialize[0])
         elif initialize and role == "callee" and self._sharing():

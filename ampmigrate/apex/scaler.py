@@ -284,14 +284,30 @@ class Scaler:
             return
         outside = [u for u in uses if not self.within(u, home)]
         self.mode = "function"
-        if not outside:
+        family = self.family_linked("caller")
+        if not outside and not family:
             return
         holder = self.parent(self.parent(home))
         if isinstance(holder, cst.ClassDef) and home.params.params:
             self.mode, self.cls = "class", holder
+            self.family = self.derived({holder.name.value})
             self._once_per_object(setup, home)
+            self._overrides(home.name.value, home.params.params[0].name.value)
+            if family and self.name != "scaler":
+                self.problem(
+                    setup.statement,
+                    f"the classes derived from `{holder.name.value}` in "
+                    f"{self.link.other(self.role)} read the GradScaler as `self.scaler`, a name "
+                    "in use here: make it under another name in them all by hand",
+                )
+            elif family:
+                self.plan.notes.append(
+                    f"the GradScaler is kept on the object, `self.scaler`, for the classes "
+                    f"derived from `{holder.name.value}` in {self.link.other(self.role)}, "
+                    "rewritten in the same run"
+                )
             for use in outside:
-                if self.method_of(use, holder) is None:
+                if not any(self.method_of(use, c) for c in (holder, *self.family)):
                     self.problem(
                         use,
                         f"`amp` is used outside class `{holder.name.value}`, whose "
@@ -318,6 +334,34 @@ class Scaler:
             self.plan.edits, self.plan.problems, self.plan.notes = saved
             self.threaded = set()
             self._global_scaler(setup)
+
+    def _overrides(self, home: str, me: str) -> None:
+        """A class of the family that overrides ``home`` (the method that makes the GradScaler)
+        without calling it: its objects would never make the GradScaler the inherited methods
+        read (under apex they ran uninitialized, unscaled); the override must call
+        ``super().<home>(...)`` as a statement of its own."""
+        for cls in self.family:
+            method = next(
+                (s for s in cls.body.body
+                 if isinstance(s, cst.FunctionDef) and s.name.value == home),
+                None,
+            )  # fmt: skip
+            if method is None:
+                continue
+            calls = any(
+                isinstance(n, cst.Expr)
+                and isinstance(n.value, cst.Call)
+                and _code(self.module, n.value.func) == f"super().{home}"
+                and self.function(n) is method
+                for n in self._subtree(method.body)
+            )
+            if not calls:
+                self.problem(
+                    method,
+                    f"`{cls.name.value}.{home}` overrides the method that would make "
+                    f"`{me}.scaler` without calling `super().{home}(...)`: its objects would "
+                    "read a GradScaler never made; make it there too, by hand",
+                )
 
     def _global_scaler(self, setup: _Setup) -> None:
         """A disabled module-level GradScaler before ``home``, which rebinds it (``global``)
