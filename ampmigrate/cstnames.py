@@ -17,10 +17,14 @@ from libcst.metadata import (
 )
 from libcst.metadata.scope_provider import ScopeVisitor
 
+from ampmigrate.engine.names import canonical
+
 
 def qualified_names(scope: Scope | None, node: cst.CSTNode) -> set[str]:
     """The dotted names ``node`` may refer to through the file's imports."""
-    return {q.name for q in scope.get_qualified_names_for(node)} if scope is not None else set()
+    if scope is None:
+        return set()
+    return {canonical(q.name) for q in scope.get_qualified_names_for(node)}
 
 
 def scopes(module: cst.Module) -> Mapping[cst.CSTNode, Scope | None]:

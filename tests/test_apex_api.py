@@ -1327,3 +1327,72 @@ def test_a_re_exported_import_in_a_try_says_the_try_is_what_blocks_it(tmp_path):
     messages = [d.message for d in found if d.code == "AMP312"]
     assert messages and all("it sits in the `try` at line 1" in m for m in messages), messages
     assert not any("not a one-name" in m for m in messages)
+
+
+def test_comments_around_a_rewritten_call_and_a_removed_import_stay():
+    """The 32nd review (AliceMind, tinypar): a comment line above a function-local
+    `import apex` that the DDP rewrite leaves unused went with it (a commented-out torch DDP
+    alternative), and an argument's trailing comment went when the optimizer call was
+    rewritten. Only the import statement goes, as Ruff's F401 fix; a kept argument keeps its
+    comment."""
+    out, _, _ = _fix("""
+        import torch
+
+
+        def wrap(model, distributed):
+            if distributed:
+                # model = torch.nn.parallel.DistributedDataParallel(model)
+                import apex
+                model = apex.parallel.DistributedDataParallel(model)
+            return model
+
+
+        def build(params):
+            from apex.optimizers import FusedAdam
+            return FusedAdam(
+                params,  # the groups
+                lr=1e-4,  # * scale, see notes
+                bias_correction=True,
+                betas=(0.9, 0.98),
+            )
+    """)
+    assert (
+        "        # model = torch.nn.parallel.DistributedDataParallel(model)\n"
+        "        model = torch.nn.parallel.DistributedDataParallel(model, "
+    ) in out, out
+    assert "import apex" not in out and "from apex" not in out
+    assert (
+        "        params,  # the groups\n"
+        "        lr=1e-4,  # * scale, see notes\n"
+        "        betas=(0.9, 0.98),\n"
+        "        weight_decay=0.0,\n"
+    ) in out, out
+    ast.parse(out)
+
+
+def test_a_probe_whose_try_runs_more_than_the_import_is_left_by_hand():
+    """OpenDiT: `try: from apex.normalization import FusedRMSNorm` then code that registers
+    replacements which only hold with apex installed; deleting the import ran that code
+    everywhere (an AssertionError without apex). No fix, with the line that decides it."""
+    source = textwrap.dedent("""
+        def module_policy(policy):
+            try:
+                from apex.normalization import FusedRMSNorm
+
+                policy["layer_norm"] = "fused"
+                register(policy)
+            except ImportError:
+                pass
+            return policy
+
+
+        def register(policy):
+            return policy
+    """)
+    [finding] = [d for d in check_source(source) if d.code == "AMP312"]
+    assert finding.fix is None
+    assert "whose `try` also runs line 7 only where apex is installed" in finding.message
+    flag = source.replace('        policy["layer_norm"] = "fused"\n        register(policy)\n',
+                          "        FOUND = True\n")  # fmt: skip
+    [finding] = [d for d in check_source(flag) if d.code == "AMP312"]
+    assert finding.fix is not None and "an availability probe" in finding.message

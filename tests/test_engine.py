@@ -46,6 +46,13 @@ CASES = {
         [AMP],
         [],
     ),
+    # comment lines above a removed import stay (Ruff's F401 fix); blank lines go as before
+    "comment above, in a function": (
+        "import os\n\n\ndef f():\n    x = 1\n\n    # keep me\n"
+        "    from torch.cuda.amp import autocast\n    return x\n",
+        [AMP],
+        [],
+    ),
     "one of two names": (
         "import torch\nfrom torch.cuda.amp import autocast, GradScaler\n\ns = GradScaler()\n",
         [AMP, SCALER],
@@ -122,6 +129,10 @@ def test_import_fast_path_is_libcst_or_declines(case):
         assert fast == libcst_imports(cst.parse_module(text), removals, additions)
     if case.startswith("import guard"):  # nothing left to guard: the try goes
         assert "try" not in libcst_imports(cst.parse_module(text), removals, additions)
+    kept = libcst_imports(cst.parse_module(text), removals, additions)
+    if "# amp\n" in text or "# keep me\n" in text:
+        assert "# amp\n" in kept or "# keep me\n" in kept, kept
+        assert "from torch.cuda.amp" not in kept
     if case == "import under an if":
         assert libcst_imports(cst.parse_module(text), removals, additions) == "import os\n\nx = 1\n"
     if case == "import under an if whose test calls":  # (the call stays, as `pass` in it)

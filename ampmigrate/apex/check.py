@@ -61,6 +61,16 @@ def check(
             message = refusal(why for _, why in stray)
             where = Span(*source.position(stray[0][0]))
             return [Finding(rule.code, message, where) for rule in rules]
+        handed = _handed(names)
+        if handed:  # (Lightning's backends: `model.configure_apex(amp, ...)`)
+            from ampmigrate.apex.verdict import refusal, used_as_value
+
+            message = refusal(
+                f"line {node.lineno}: " + used_as_value(ast.unparse(node), ast.unparse(call.func))
+                for node, call in handed
+            )
+            where = Span(*source.position(handed[0][0]))
+            return [Finding(rule.code, message, where) for rule in rules]
         return _unused(names, rules, source)
     link = linked.get(os.path.abspath(source.path))
     if casts is None and link is not None:  # a pair's other side reaches the same layers
@@ -85,6 +95,31 @@ def check(
     message = refusal([f"line {calls[0].lineno}: {why}: migrate this file by hand"])
     where = Span(*source.position(calls[0]))
     return [Finding(rule.code, message, where) for rule in rules]
+
+
+def _handed(names: Names) -> list[tuple[ast.Name, ast.Call]]:
+    """apex's amp module passed as an argument (``model.configure_apex(amp, ...)``) in a file
+    that calls nothing of it: the callee calls apex through its parameter."""
+    found = []
+    for binding in names.imports():
+        stmt, alias = binding.node, binding.alias
+        module = stmt.module if isinstance(stmt, ast.ImportFrom) and not stmt.level else None
+        if alias is None or not (
+            (module == "apex" and alias.name == "amp")
+            or (isinstance(stmt, ast.Import) and alias.name == "apex.amp" and alias.asname)
+        ):
+            continue
+        for node in names.spelled(alias.asname or alias.name):
+            parent = names.parent(node)
+            call = names.parent(parent) if isinstance(parent, ast.keyword) else parent
+            if (
+                isinstance(node, ast.Name)
+                and isinstance(node.ctx, ast.Load)
+                and isinstance(call, ast.Call)
+                and (node in call.args or parent in call.keywords)
+            ):
+                found.append((node, call))
+    return found
 
 
 def _unused(names: Names, rules: list[Rule], source: Source) -> list[Finding]:

@@ -458,6 +458,21 @@ class Handles:
         through = self._stores.get(where, [])
         linked = self.link is not None and self.link.kept == attribute and not self.link.broken
         if not through and not linked:
+            other = next(
+                (n for n in self.nodes if isinstance(n, cst.Call)
+                 and isinstance(n.func, cst.Attribute)
+                 and isinstance(n.func.value, cst.Attribute)
+                 and n.func.value.attr.value == attribute
+                 and _code(self.module, n.func.value) != where),
+                None,
+            )  # fmt: skip
+            if other is not None:  # (argus: a helper keeps it on the model, whose class calls
+                spelled = _code(self.module, other.func.value)  # through `self.amp`)
+                return (
+                    f"the calls through `.{attribute}` in this file are made on another "
+                    f"spelling (`{spelled}` at line {self.line(other)}), which this rewrite "
+                    "does not follow to it"
+                )
             return "nothing in this file calls through it, and code outside this file may"
         members = {c.func.attr.value for c in through}
         if members - (SUPPORTED - {"initialize"}):
@@ -961,17 +976,29 @@ class Handles:
         )
         return True
 
-    def _siblings(self, role: str | None) -> None:
+    def _siblings(self, role: str | None, rewritten: ast.Module | None = None) -> None:
         """A module this file imports (directly or through others) that calls apex amp without
         initializing it shares this file's amp state (a checkpoint module saving
         ``amp.state_dict()``): migrating this file alone leaves it calling apex, which is gone
-        or uninitialized then. The whole component is migrated or none of it."""
+        or uninitialized then. The whole component is migrated or none of it. ``rewritten``:
+        this file as the plan leaves it, whose imports and names are read instead."""
         if self.path is None:
             return
         linked = set(self.link.files) if role is not None else set()
         folder = os.path.dirname(os.path.abspath(self.path))
         graph = _Graph()  # (the import edges, read once for both walks)
+        if rewritten is not None:
+            before = {s.path: s for s in apex_siblings(self.path)}
+            graph.trees[os.path.abspath(self.path)] = rewritten
         self.siblings = apex_siblings(self.path, graph)
+        if rewritten is not None:
+            kept = {s.path for s in self.siblings}
+            for sibling in (s for path, s in before.items() if path not in kept):
+                self.plan.notes.append(
+                    f"{os.path.relpath(sibling.path, folder)} calls `amp.{sibling.member}` at its "
+                    f"line {sibling.line} in code that only the apex branch reached: the rewrite "
+                    "no longer uses it, and it keeps its own finding"
+                )
         casts = self.casts if self.casts is not None and not self.casts.broken else None
         reached = {sibling.path for sibling in self.siblings}
         self._loaded_casts(casts, reached, folder, graph)

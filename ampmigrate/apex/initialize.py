@@ -989,6 +989,7 @@ class Initialize:
                 and isinstance(n.target, cst.Attribute)
                 and n.target.attr.value == attr
                 and not self.dead(n)  # (`if amp is None: args.opt_level = "O0"` goes)
+                and not self._copies_flag(n, attr)
                 for n in self.nodes
             )
         levels, taken = None, None
@@ -1175,6 +1176,17 @@ class Initialize:
             n.value for n in self._subtree(level) if isinstance(n, cst.Name) and self.variable(n)
         ]
         return next((params[n] for n in read if n in params), None)
+
+    def _copies_flag(self, target: cst.CSTNode, attr: str) -> bool:
+        """``self.fp16_opt_level = self.args.fp16_opt_level``: the parsed flag's value kept
+        under its own name on another object (REIC's trainers), not a new level."""
+        assign = self.parent(target) if isinstance(target, cst.AssignTarget) else None
+        value = assign.value if isinstance(assign, cst.Assign) else None
+        return (
+            isinstance(value, cst.Attribute)
+            and value.attr.value == attr
+            and _code(self.module, value) != _code(self.module, target.target)
+        )
 
     def _uncovered(
         self, level: cst.CSTNode, init: cst.Call, flag: tuple | None, reassigned: bool

@@ -1819,15 +1819,14 @@ def _used_by(module: str, name: str, walked: list[str], graph: _Graph, seen: set
     if tree is None or module in seen:
         return True
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and (
-            (node.id == name and isinstance(node.ctx, ast.Load))
-            or node.id in _DYNAMIC | {"__getattr__"}
-        ):
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
             return True
         if isinstance(node, ast.Attribute) and node.attr == name:  # `import m as e`: `e.name`
             return True
         if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
             return True
+    if _looks_up(tree, name):
+        return True
     for other in walked:
         names = _taken_from(other, module, graph)
         if names is None:  # the module object: what it spells (or may compute) counts
@@ -1839,6 +1838,29 @@ def _used_by(module: str, name: str, walked: list[str], graph: _Graph, seen: set
         elif name in names and _used_by(other, name, walked, graph, seen | {module}):
             return True
     return False
+
+
+def _looks_up(tree: ast.Module, name: str) -> bool:
+    """Whether ``tree`` may reach ``name`` by a lookup: ``getattr(m, "name")``, or one by a
+    computed name (``getattr(m, key)``, ``globals()``, ``eval``...). A ``getattr`` of another
+    literal name (timm's ``getattr(torch.cuda.amp, "autocast")`` probe) reaches only that."""
+    literal = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            literal[id(node.func)] = node.args[1].value
+    return any(
+        isinstance(node, ast.Name)
+        and node.id in _DYNAMIC | {"__getattr__"}
+        and literal.get(id(node), name) == name
+        for node in ast.walk(tree)
+    )
 
 
 def _at_import(holder: ast.stmt, bound: set[str]) -> bool:

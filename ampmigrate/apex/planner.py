@@ -391,14 +391,18 @@ class _Planner(
         if not initialize and role not in ("callee", "state") and not reader:
             self._no_initialize(calls)
             return self.plan
+        alone = set(calls) == {"initialize"} and len(initialize) == 1 and not self.kept
+        if alone and self._dual(initialize[0]):
+            # the modules it imports are read as the rewrite leaves it: an apex helper only its
+            # apex branch used (timm's `ApexScaler` in a copy of `utils/cuda.py`) is not its
+            code = self.module.visit(ReplaceNodes(self.plan.edits)).code
+            self._siblings(role, ast.parse(code))
+            if not self.plan.problems:
+                self.verify(code)
+            return self.plan
         self._siblings(role)
         for extra in initialize[1 + len(self.merged) :]:
             self._reinitialize(initialize[0], extra)
-        alone = set(calls) == {"initialize"} and len(initialize) == 1 and not self.kept
-        if alone and self._dual(initialize[0]):
-            if not self.plan.problems:
-                self.verify()
-            return self.plan
         if alone and (
             without_optimizer(initialize_arguments(initialize[0])[0])
             or self._casts_alone(initialize[0])

@@ -18,7 +18,7 @@ from ampmigrate.apex.common import (
     _statements,
     _targets,
 )
-from ampmigrate.apex.links import users_on_disk
+from ampmigrate.apex.links import _parsed, _read, users_on_disk
 
 
 class Scaler:
@@ -326,6 +326,7 @@ class Scaler:
             for use in methods:
                 self.problem(use, "`amp` is used in a class while `amp.initialize` is not")
         saved = (dict(self.plan.edits), list(self.plan.problems), list(self.plan.notes))
+        readers = sorted({f.name.value for f in pending})
         self._thread(pending, home)
         unreached = methods or len(self.plan.problems) > len(saved[1])
         if unreached and self.parent(home) is self.module:
@@ -334,6 +335,7 @@ class Scaler:
             self.plan.edits, self.plan.problems, self.plan.notes = saved
             self.threaded = set()
             self._global_scaler(setup)
+            self._initialized_elsewhere(readers, home)
 
     def _overrides(self, home: str, me: str) -> None:
         """A class of the family that overrides ``home`` (the method that makes the GradScaler)
@@ -401,6 +403,27 @@ class Scaler:
             f"state here, `{name}` (disabled until `{home.name.value}` creates it where "
             "`amp.initialize` was; `global` there), read by every function of this file"
         )
+
+    def _initialized_elsewhere(self, readers: list[str], home: cst.FunctionDef) -> None:
+        """A module on disk that calls ``amp.initialize`` itself and calls this file's
+        functions that would read its module GradScaler (bonito: ``cli/tune.py`` initializes
+        and calls ``training.train``): under apex they used that module's amp state; the
+        GradScaler they would read is made, enabled, only by ``home``, which it never calls."""
+        if self.path is None or not readers:
+            return
+        for other, line, name in users_on_disk(self.path, readers) or ():
+            data = _read(other)
+            parsed = _parsed(other, data) if b"initialize" in data else None
+            if parsed is None or "initialize" not in parsed.members:
+                continue
+            shown = os.path.relpath(other, os.path.dirname(os.path.abspath(self.path)))
+            self.problem(
+                home,
+                f"{shown} initializes apex amp itself and calls `{name}` ({shown}:{line}), which "
+                f"would read this file's GradScaler, made (enabled) only by "
+                f"`{home.name.value}`: migrate them together by hand",
+            )
+            return
 
     def _thread(self, pending: list[cst.FunctionDef], home: cst.CSTNode | None) -> None:
         """Give each function in ``pending`` a scaler parameter and pass it at every call in

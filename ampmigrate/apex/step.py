@@ -455,7 +455,18 @@ class Step:
             ):
                 continue
             if node.body[0].value.args:
-                self.problem(node, f"`{opt}.step(...)` with a closure")
+                given = node.body[0].value.args
+                closure = len(given) == 1 and (
+                    isinstance(given[0].value, cst.Lambda)
+                    or (given[0].keyword is not None and given[0].keyword.value == "closure")
+                )
+                self.problem(
+                    node,
+                    f"`{opt}.step(...)` with a closure (GradScaler.step takes none)"
+                    if closure
+                    else f"`{opt}.step(...)` is given arguments (a closure, which GradScaler.step "
+                    "cannot take, or the optimizer's own): place `scaler.step` by hand",
+                )
                 continue
             found.append(node)
             self._replace_step(node, access, opt)

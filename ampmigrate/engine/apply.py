@@ -103,10 +103,82 @@ def libcst_imports(module: Any, removals: Sequence[ImportEdit], additions: Seque
     if removals:
         before = module
         module = RemoveImportsVisitor(context).transform_module(module)
+        module = keep_comments(before, module)
         module = _drop_emptied_guards(before, module)
     if additions:
         module = AddImportsVisitor(context).transform_module(module)
     return module.code
+
+
+def keep_comments(before: Any, after: Any) -> Any:
+    """libcst drops an import statement with the lines above it, comments too (a commented-out
+    alternative kept above a function-local ``import apex``); as Ruff's F401 fix does, only
+    the statement goes: comment lines above a removed import stay, before the next statement
+    of its block (its footer where none follows)."""
+    import libcst as cst
+
+    def blocks(module: Any) -> list:
+        found: list = [module]
+
+        class Collect(cst.CSTVisitor):
+            def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+                found.append(node)
+
+        module.visit(Collect())
+        return found
+
+    def imported(statement: Any) -> set[str] | None:
+        if isinstance(statement, cst.SimpleStatementLine) and all(
+            isinstance(s, cst.Import | cst.ImportFrom) for s in statement.body
+        ):
+            names = cst.Module([]).code_for_node
+            return {names(a) for s in statement.body
+                    if isinstance(s.names, Sequence) for a in s.names}  # fmt: skip
+        return None
+
+    old, new = blocks(before), blocks(after)
+    if len(old) != len(new):
+        return after
+    carried: dict[int, list] = {}  # by id of the new block: the comments each statement gets
+    for o, n in zip(old, new, strict=True):
+        j, pending, moves = 0, [], {}
+        for statement in o.body:
+            names = imported(statement)
+            following = n.body[j] if j < len(n.body) else None
+            mine = imported(following) if following is not None else None
+            if names is None or (mine and mine <= names):
+                if pending:
+                    moves[j] = pending
+                    pending = []
+                j += 1
+                continue
+            if any(line.comment is not None for line in statement.leading_lines):
+                pending = [*pending, *statement.leading_lines]
+        if pending:
+            moves[len(n.body)] = pending
+        if moves:
+            carried[id(n)] = moves
+    if not carried:
+        return after
+
+    def moved(updated: Any, moves: dict) -> Any:
+        body = [
+            s.with_changes(leading_lines=[*moves[i], *s.leading_lines]) if i in moves else s
+            for i, s in enumerate(updated.body)
+        ]
+        tail = moves.get(len(updated.body), [])
+        return updated.with_changes(body=body, footer=[*tail, *updated.footer])
+
+    class Move(cst.CSTTransformer):
+        def leave_IndentedBlock(self, original: Any, updated: Any) -> Any:
+            moves = carried.get(id(original))
+            return moved(updated, moves) if moves else updated
+
+        def leave_Module(self, original: Any, updated: Any) -> Any:
+            moves = carried.get(id(original))
+            return moved(updated, moves) if moves else updated
+
+    return after.visit(Move())
 
 
 def _drop_emptied_guards(before: Any, after: Any) -> Any:

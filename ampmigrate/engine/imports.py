@@ -6,7 +6,8 @@ The common cases are decided here on ``ast`` and done as text edits with libcst'
 
 - an import to drop whose name occurs nowhere else in the file (no reference, no ``__all__``
   entry, no string annotation: unused by libcst's criteria too), as a whole statement on its own
-  line(s) at module level after a simple statement (libcst drops the lines above it with it),
+  line(s) at module level after a simple statement (libcst drops the blank lines above it with
+  it; comment lines above it stay, as Ruff's F401 fix keeps them: see ``apply.keep_comments``),
   or as one name of a one-line ``from m import a, b`` spelled the canonical way;
 - an import to drop whose name is still used and bound nowhere else: nothing to do;
 - an import to add that the top import block already has: nothing to do; one to add after a
@@ -152,7 +153,14 @@ def remove_unused(text: str, edits: Iterable[ImportEdit]) -> str | None:
             previous = tree.body[index - 1] if index else None
             if previous is None or not isinstance(previous, _SIMPLE):
                 return None  # the module header or a block's footer: libcst's own rules
-            cuts.append((lines.end(previous.end_lineno), lines.end(stmt.end_lineno), ""))
+            above = range(previous.end_lineno + 1, stmt.lineno)
+            if any(
+                text[lines.start(n) : lines.end(n)].lstrip(" \t").startswith("#") for n in above
+            ):
+                # comment lines above it are the user's: only the statement's own lines go
+                cuts.append((lines.start(stmt.lineno), lines.end(stmt.end_lineno), ""))
+            else:
+                cuts.append((lines.end(previous.end_lineno), lines.end(stmt.end_lineno), ""))
             continue
         if stmt.lineno != stmt.end_lineno or not isinstance(stmt, ast.ImportFrom):
             return None

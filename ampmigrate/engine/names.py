@@ -150,7 +150,23 @@ class Binding:
             return {f"{self.scope.prefix}.{full_name}" if self.scope.prefix else full_name}
         if self.alias is not None and self.alias.name == "*":  # a name of STAR_EXPORTS
             return {f"{self.node.module}.{full_name}"}  # type: ignore[union-attr]
-        return _import_names(self.node, full_name)
+        return {canonical(q) for q in _import_names(self.node, full_name)}
+
+
+# apex's `apex/amp/amp.py` re-exports the frontend (`from .frontend import *`) beside its own
+# functions: `from apex.amp import amp` then `amp.initialize(...)` is `apex.amp.initialize`
+_APEX_AMP_MODULE = frozenset({
+    "initialize", "state_dict", "load_state_dict", "init", "half_function", "float_function",
+    "promote_function", "register_half_function", "register_float_function",
+    "register_promote_function",
+})  # fmt: skip
+
+
+def canonical(name: str) -> str:
+    """``name`` with apex's ``apex.amp.amp.<f>`` spelled as the ``apex.amp.<f>`` it is."""
+    if name.startswith("apex.amp.amp.") and name.split(".")[3] in _APEX_AMP_MODULE:
+        return "apex.amp." + name[len("apex.amp.amp.") :]
+    return name
 
 
 def _import_names(stmt: ast.Import | ast.ImportFrom, full_name: str) -> set[str]:

@@ -128,6 +128,28 @@ def _carried(
     return frozenset(certain)
 
 
+def _joined(pieces: list[str], origin: list[int], read: CallText, text: str) -> str:
+    """The rewritten arguments in the call's layout; where it puts them on lines of their own,
+    the comments after a kept argument stay after it (``lr=1e-4,  # note``), as written (the
+    last argument's are in the text after it, which the rewrite keeps as it is)."""
+    out = []
+    for at, piece in enumerate(pieces):
+        out.append(piece)
+        if at == len(pieces) - 1:
+            break
+        index = origin[at] if at < len(origin) else -1
+        gap = (
+            text[read.args[index].end : read.args[index + 1].start]
+            if 0 <= index < len(read.args) - 1
+            else ""
+        )
+        if "#" in gap and "\n" in read.separator:
+            out.append(gap if gap.lstrip().startswith(",") else "," + gap)
+        else:
+            out.append(read.separator)
+    return "".join(out)
+
+
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     if handler.type is None:
         return True
@@ -292,6 +314,25 @@ def unused_import(
             f"`try` that catches ImportError) and {where}: removed, the probe would report "
             "apex as present and that import would run without apex; remove it together "
             "with that module's apex use",
+            stmt,
+        )
+    effects = next(  # what else the `try` runs only where the import succeeds
+        (
+            s
+            for a in tries
+            for s in a.body
+            if not isinstance(s, ast.Import | ast.ImportFrom | ast.Pass)
+            and not (isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant))
+        ),
+        None,
+    )
+    if effects is not None:
+        return Finding(
+            code,
+            f"`{full}` is imported but unused; it is an availability probe whose `try` also "
+            f"runs line {effects.lineno} only where apex is installed: deleting the import "
+            "would run that code everywhere, deleting the `try` body nowhere; migrate it by "
+            "hand",
             stmt,
         )
     if guarded:
@@ -1180,9 +1221,11 @@ class _Planner:
         if missing and not carry:
             raise NoFix("the call lacks a required argument and already fails")
         pieces: list[str] = []
+        origin: list[int] = []  # (per piece: the argument it comes from, -1: written out)
         dropped: list[str] = []
         keep_positional = True
         for index, arg in enumerate(args):
+            origin += [index - 1] * (len(pieces) - len(origin))  # (the previous argument's)
             if arg.star:
                 keep_positional = False
                 pieces.append(text[arg.start : arg.end])
@@ -1221,6 +1264,7 @@ class _Planner:
             else:
                 keep_positional = False
                 pieces.append(f"{target.rename.get(key, key)}={written}")
+        origin += [len(args) - 1] * (len(pieces) - len(origin))
         written_out = []
         for key, default in target.write:
             if key in carried:
@@ -1235,7 +1279,7 @@ class _Planner:
         trail = text[args[-1].end : read.close] if args else ""
         edits = (
             Edit(start, end, callee_text),
-            Edit(read.open, read.close, lead + read.separator.join(pieces) + trail),
+            Edit(read.open, read.close, lead + _joined(pieces, origin, read, text) + trail),
         )
         fix = Fix(
             "unsafe",
