@@ -8431,3 +8431,92 @@ def test_apex_amp_handed_to_another_objects_method_is_reported():
         "line 10: `amp` is passed to `model.configure_apex(...)`, which the rewrite cannot "
         "follow: what it does with apex's module"
     ) in message, message
+
+
+DISTILLER = """\
+import torch
+
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+class Distiller:
+    def __init__(self, student, fp16, accumulation, log_interval):
+        self.student = student
+        self.fp16 = fp16
+        self.accumulation = accumulation
+        self.log_interval = log_interval
+        self.optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+        self.n_iter = 0
+        self.logged = []
+        if self.fp16:
+            self.student, self.optimizer = amp.initialize(
+                self.student, self.optimizer, opt_level="O1"
+            )
+
+    def step(self, x):
+        loss = self.student(x).float().pow(2).mean()
+        self.optimize(loss)
+
+    def optimize(self, loss):
+        loss = loss / self.accumulation
+        if self.fp16:
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        self.iter()
+        if self.n_iter % self.accumulation == 0:
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+
+    def iter(self):
+        self.n_iter += 1
+        if self.n_iter % self.log_interval == 0:
+            self.log_tensorboard()
+
+    def log_tensorboard(self):
+        for name, param in self.student.named_parameters():
+            self.logged.append(("param_mean/" + name, param.data.mean().item()))
+            if param.grad is None:
+                continue
+            self.logged.append(("grad_mean/" + name, param.grad.data.mean().item()))
+            self.logged.append(("grad_std/" + name, param.grad.data.std().item()))
+"""
+
+
+def test_gradient_statistics_logged_every_micro_batch_are_divided_by_the_scale():
+    """DistilBERT's distiller (copied by many distillation projects): `iter()` after each
+    scaled backward logs `param.grad.data.mean()` and `.std()` every `log_interval`
+    micro-batches while the step waits for the accumulation. apex had unscaled them; the
+    GradScaler keeps them scaled until the step: each is divided by `scaler.get_scale()`.
+    Was refused ("make it work on scaled gradients ... by hand"). Run on CPU: with the scaler
+    off the log is the original's exactly; in float16 the logged gradient statistics are
+    the float32 run's to float16's precision (undivided they would be 2**16 times them)."""
+    torch = pytest.importorskip("torch")
+    out, finding = _migrated(DISTILLER)
+    assert "(param.grad.data.mean().item() / self.scaler.get_scale())" in out, out
+    assert "are divided by `scaler.get_scale()`" in finding.message
+
+    def logged(source, fp16):
+        namespace: dict = {}
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", category=FutureWarning)
+            exec(compile(source.replace('"cuda"', '"cpu"'), "distiller", "exec"), namespace)
+            torch.manual_seed(0)
+            student = torch.nn.Linear(8, 4)
+            distiller = namespace["Distiller"](student, fp16, accumulation=4, log_interval=3)
+            torch.manual_seed(1)
+            for _ in range(12):
+                distiller.step(torch.randn(16, 8) * 0.1)
+        return [(k, v) for k, v in distiller.logged if k.startswith("grad_")], distiller
+
+    original, _ = logged(DISTILLER, False)
+    assert logged(out, False)[0] == original and len(original) == 16
+    half, distiller = logged(out, True)
+    assert distiller.scaler.get_scale() == 2.0**16
+    assert [k for k, _ in half] == [k for k, _ in original]
+    for (key, value), (_, got) in zip(original, half, strict=True):
+        assert abs(got - value) <= 2e-2 * abs(value) + 1e-4, (key, got, value)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import textwrap
 
 import libcst as cst
@@ -201,6 +202,79 @@ class Clip:
 
         self.plan.edits[statement] = insert
 
+    def _divided_reads(self, statement: cst.CSTNode, step: cst.CSTNode) -> bool:
+        """Gradient statistics logged on every micro-batch (DistilBERT's distiller: ``iter()``
+        -> ``log_tensorboard()`` logs ``param.grad.data.mean()`` and ``.std()``), where the
+        step waits for the accumulation: apex had unscaled the gradients at each
+        ``scale_loss`` exit, a GradScaler keeps them scaled by its one scale until the step.
+        A reduction that scales with its input (mean, std, sum, a norm, max, min; of
+        ``.abs()`` too) is divided by ``scaler.get_scale()`` where it is read: the value
+        apex logged (1.0 with the scaler off). Only where every gradient read that
+        ``statement`` reaches, through the methods of this class it calls, is such a
+        reduction used as a value, and those methods run from nowhere else; False otherwise
+        (the usual blocker)."""
+        methods: list[cst.FunctionDef] = []
+        reads: list[cst.Call] = []
+        pending: list[tuple[cst.CSTNode, int]] = [(statement, 0)]
+        while pending:
+            node, depth = pending.pop()
+            for inner in self._subtree(node):
+                if isinstance(inner, cst.Call):
+                    method = self._own_method(inner)
+                    if method is not None:
+                        if method not in methods:
+                            if depth >= 2:
+                                return False
+                            methods.append(method)
+                            pending.append((method.body, depth + 1))
+                        continue
+                    if self._reads_gradients(inner, follow=False) and not any(
+                        isinstance(n, cst.Attribute) and n.attr.value == "grad"
+                        for n in self._subtree(inner)
+                    ):
+                        return False  # (a clip, or parameters handed to code elsewhere)
+                    if self._callee_reads_gradients(inner):
+                        return False
+                if not (isinstance(inner, cst.Attribute) and inner.attr.value == "grad"):
+                    continue
+                parent = self.parent(inner)
+                if isinstance(parent, cst.Comparison) and all(
+                    isinstance(t.operator, cst.Is | cst.IsNot)
+                    and isinstance(t.comparator, cst.Name)
+                    and t.comparator.value == "None"
+                    for t in parent.comparisons
+                ):
+                    continue  # (which gradients exist: scaling changes none)
+                read = _statistic(self, inner)
+                if read is None:
+                    return False
+                reads.append(read)
+        if not reads or not methods:
+            return False
+        own = {id(m) for m in methods}
+        for method in methods:  # each runs only from the statement or another of them
+            for node in self.nodes:
+                if (
+                    isinstance(node, cst.Call)
+                    and self._own_method(node) is method
+                    and not self.within(node, statement)
+                    and id(self.function(node)) not in own
+                ):
+                    return False
+        for read in reads:
+            access = self.access(self.function(read))
+            if access is None:
+                return False
+            self.plan.edits[read] = functools.partial(_divided, access=access)
+        shown = ", ".join(f"`{_code(self.module, r)}`" for r in reads[:3])
+        self.plan.notes.append(
+            f"the gradient statistics that {self._reader(statement)} logs on every micro-batch "
+            f"({shown}, line {self.line(reads[0])}) are divided by `scaler.get_scale()`: apex "
+            "had unscaled the gradients at each `scale_loss` exit, the GradScaler keeps them "
+            f"scaled until the step (line {self.line(step)}), and these scale with them"
+        )
+        return True
+
     def _move_to_step(self, statement, unit, nested: list, unscale: str) -> None:
         """The clip ran every micro-batch (apex unscaled at each ``scale_loss`` exit); with a
         GradScaler, unscale_ may run once per ``update()``: move it under the step's
@@ -250,6 +324,8 @@ class Clip:
             for n in self._subtree(statement)
         )
         if not clip and not reads and not blockers:
+            if self._divided_reads(statement, step):
+                return
             call = next((n for n in self._subtree(statement) if isinstance(n, cst.Call)), None)
             shown = f"`{_code(self.module, call.func)}(...)`" if call is not None else "it"
             self.problem(
@@ -364,3 +440,43 @@ class Clip:
         else:
             return None
         return top, conditions
+
+
+# reductions of a gradient that scale with it (times the loss scale, a positive power of two)
+_SCALING = frozenset({"mean", "std", "sum", "norm", "max", "min", "amax", "amin"})
+
+
+def _statistic(planner, grad: cst.Attribute) -> cst.CSTNode | None:
+    """``p.grad[.data][.abs()].<reduction>()[.item()]`` around the ``.grad`` node ``grad``,
+    the value read (None: any other read)."""
+
+    def method_call(node: cst.CSTNode) -> tuple[str | None, cst.Call | None]:
+        attribute = planner.parent(node)
+        call = planner.parent(attribute) if isinstance(attribute, cst.Attribute) else None
+        if (
+            isinstance(attribute, cst.Attribute)
+            and attribute.value is node
+            and isinstance(call, cst.Call)
+            and call.func is attribute
+            and not call.args
+        ):
+            return attribute.attr.value, call
+        return None, None
+
+    node: cst.CSTNode = grad
+    parent = planner.parent(node)
+    if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "data":
+        node = parent
+    name, call = method_call(node)
+    if name == "abs":
+        node = call
+        name, call = method_call(node)
+    if name not in _SCALING:
+        return None
+    node = call
+    name, call = method_call(node)
+    return call if name == "item" else node
+
+
+def _divided(read: cst.BaseExpression, access: str) -> cst.BaseExpression:
+    return cst.parse_expression(f"({cst.Module([]).code_for_node(read)} / {access}.get_scale())")
