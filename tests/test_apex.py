@@ -3730,7 +3730,8 @@ def test_the_einsum_registration_goes_and_the_finding_says_what_changes():
         ('            apex.amp.register_half_function(torch, "einsum")\n', "            pass\n"),
         # softmax is on autocast's float32 list: apex's registration ran it in float16
         ('(torch, "einsum")', '(torch, "softmax")'),
-        ("register_half_function", "register_float_function"),
+        # (a float registration is custom_fwd's: test_a_torch_function_registered_as_float...)
+        ("register_half_function", "register_promote_function"),
         # a project module's function: no autocast list speaks for it
         ('(torch, "einsum")', '(Attention, "forward")'),
     ],
@@ -8520,3 +8521,89 @@ def test_gradient_statistics_logged_every_micro_batch_are_divided_by_the_scale()
     assert [k for k, _ in half] == [k for k, _ in original]
     for (key, value), (_, got) in zip(original, half, strict=True):
         assert abs(got - value) <= 2e-2 * abs(value) + 1e-4, (key, got, value)
+
+
+def test_initialize_in_both_arms_differing_only_in_verbosity_is_one():
+    """kanachan: `if main: initialize(m, o, opt_level=L) else: initialize(m, o,
+    opt_level=L, verbosity=0)`: `verbosity` only says whether apex prints, so the two set up
+    the same and are planned as one (was "called in both branches ... with each branch's
+    options where they differ, by hand"); arms that differ in what they set up still refuse."""
+    source = """
+        from apex import amp
+
+
+        def train(model, optimizer, batches, main):
+            if main:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            else:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1", verbosity=0)
+            for x in batches:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+    """
+    out, _ = _migrated(source)
+    assert "verbosity" not in out and out.count("torch.amp.GradScaler(") == 1, out
+    other = source.replace("verbosity=0", "loss_scale=128.0")
+    assert "is called in both branches of the `if` at line 6" in _message(other)
+
+
+FLOAT_REGISTRY = """\
+import torch
+from apex import amp
+
+
+def train(model, optimizer, batches, use_amp, seen):
+    if use_amp:
+        amp.register_float_function(torch, "sigmoid")
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x in batches:
+        probabilities = torch.sigmoid(model(x))
+        seen.append(probabilities.dtype)
+        loss = probabilities.mean()
+        optimizer.zero_grad()
+        if use_amp:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_torch_function_registered_as_float_keeps_float32_inputs_under_autocast():
+    """BraTS, inpainting: `amp.register_float_function(torch, "sigmoid")` before
+    `initialize` (was "has no O1 rewrite"): the function becomes `torch.amp.custom_fwd(...,
+    cast_inputs=torch.float32)` where the call was, so inside the autocast regions it takes
+    and gives float32 as under apex. Run on CPU: the model's float16 output goes through it
+    as float32. After `initialize` (apex ignored it there), or for a class, it still refuses."""
+    torch = pytest.importorskip("torch")
+    out, finding = _migrated(FLOAT_REGISTRY)
+    assert (
+        '        torch.sigmoid = torch.amp.custom_fwd(torch.sigmoid, device_type="cuda", '
+        "cast_inputs=torch.float32)\n"
+    ) in out, out
+    assert "behaviour change: outside them it casts nothing" in finding.message
+    original = torch.sigmoid
+    try:
+        namespace: dict = {}
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", category=FutureWarning)
+            exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            seen: list = []
+            namespace["train"](model, optimizer, [torch.randn(8, 4) * 0.1] * 2, True, seen)
+        assert seen == [torch.float32, torch.float32]
+    finally:
+        torch.sigmoid = original
+    late = FLOAT_REGISTRY.replace(
+        '        amp.register_float_function(torch, "sigmoid")\n'
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        '        amp.register_float_function(torch, "sigmoid")\n',
+    )
+    assert "`amp.register_float_function` has no O1 rewrite" in _message(late)
+    cls = FLOAT_REGISTRY.replace('(torch, "sigmoid")', '(torch.nn, "ReLU6")')
+    assert "`amp.register_float_function` has no O1 rewrite" in _message(cls)

@@ -335,10 +335,13 @@ class Handles:
         )
 
     def _options(self, call: cst.Call) -> list[str]:
+        """What the call sets up besides its models and optimizers (``verbosity`` only says
+        whether apex prints: calls that differ in it alone set up the same)."""
         return sorted(
             f"{a.keyword.value}={_code(self.module, a.value)}"
             for a in call.args
-            if a.keyword is not None and a.keyword.value not in ("models", "optimizers")
+            if a.keyword is not None
+            and a.keyword.value not in ("models", "optimizers", "verbosity")
         )
 
     def _rebinds_own(self, call: cst.Call) -> bool:

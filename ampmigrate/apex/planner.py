@@ -299,6 +299,51 @@ class _Planner(
         )
         return True
 
+    def _registered_float(self, call: cst.CSTNode, member: str, initialize: list) -> bool:
+        """``amp.register_float_function(torch, "sigmoid")``, a statement of its own before
+        this file's ``initialize`` (BraTS: a loss's sigmoid kept in float32): apex wrapped the
+        module's function to cast its float16 arguments to float32 once amp was initialized;
+        ``torch.amp.custom_fwd(..., cast_inputs=torch.float32)`` does that inside autocast,
+        which is where the rewrite casts. Functions of ``torch`` and ``torch.nn.functional``
+        only (a class's constructor is not such a call). False: not this call."""
+        statement = self.statement(call)
+        if not (
+            member == "register_float_function"
+            and isinstance(call, cst.Call)
+            and isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and statement.body[0].value is call
+            and len(call.args) == 2
+            and not any(a.keyword or a.star for a in call.args)
+            and isinstance(name := call.args[1].value, cst.SimpleString)
+            and self.qualified(call.args[0].value) & {"torch", "torch.nn.functional"}
+            and initialize
+            and all(self._registered_first(call, i) for i in initialize)
+        ):
+            return False
+        op = name.evaluated_value
+        if not (isinstance(op, str) and op.isidentifier() and op.islower()):
+            return False
+        where = f"{_code(self.module, call.args[0].value)}.{op}"
+        line = cst.parse_statement(
+            f'{where} = torch.amp.custom_fwd({where}, device_type="cuda", '
+            "cast_inputs=torch.float32)\n"
+        )
+        self.plan.edits[statement] = lambda u: line.with_changes(leading_lines=u.leading_lines)
+        self.plan.min_torch = (2, 4)  # (torch.amp.custom_fwd)
+        self.plan.notes.append(
+            f"`amp.register_float_function({_code(self.module, call.args[0].value)}, "
+            f"{name.value})` at line {self.line(call)} becomes `{where} = torch.amp."
+            f'custom_fwd({where}, device_type="cuda", cast_inputs=torch.float32)`: inside the '
+            "autocast regions its floating CUDA tensor arguments become float32, as apex cast "
+            "them; behaviour change: outside them it casts nothing (apex cast float16 arguments "
+            "anywhere once amp was initialized), it runs with autocast off (apex kept casting "
+            "inside it), and custom_fwd sets `_dtype` on its first argument (a call that passes "
+            "no positional argument raises IndexError)"
+        )
+        return True
+
     def _registered_first(self, call: cst.Call, init: cst.Call) -> bool:
         """The registry entry ``call`` runs before ``init``: it comes first in the file, or
         its function calls the module-level function that initializes after it (``main()``
@@ -356,7 +401,10 @@ class _Planner(
         for node, member in others:
             if node in inits:
                 continue  # the file's whole apex: planned below
-            if not self._registered_half(node, member, initialize):
+            if not (
+                self._registered_half(node, member, initialize)
+                or self._registered_float(node, member, initialize)
+            ):
                 self.problem(node, no_rewrite(member))
         self.handing = one  # a handed module can become the GradScaler
         self._imports()
