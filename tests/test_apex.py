@@ -1906,7 +1906,8 @@ def test_initialize_calls_in_a_row_are_one_only_with_the_same_options():
     assert finding.fix == "unsafe"
     assert "the `amp.initialize` calls at line 20 initialize more models" in finding.message
     for old, new in (
-        ('estimator_optimizer, opt_level="O1"', 'estimator_optimizer, opt_level="O1", verbosity=0'),
+        ('estimator_optimizer, opt_level="O1"',
+         'estimator_optimizer, opt_level="O1", loss_scale="dynamic"'),
         ("        estimator, estimator_optimizer = amp",
          "        print('more')\n        estimator, estimator_optimizer = amp"),
     ):  # fmt: skip
