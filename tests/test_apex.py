@@ -8608,3 +8608,28 @@ def test_a_torch_function_registered_as_float_keeps_float32_inputs_under_autocas
     assert "`amp.register_float_function` has no O1 rewrite" in _message(late)
     cls = FLOAT_REGISTRY.replace('(torch, "sigmoid")', '(torch.nn, "ReLU6")')
     assert "`amp.register_float_function` has no O1 rewrite" in _message(cls)
+
+
+def test_an_initialize_given_a_name_nothing_binds_before_it_is_a_broken_original():
+    """SVTAS's test script: `model, optimizer = amp.initialize(model, optimizer)` where
+    nothing made `optimizer` (the statement itself binds it, after reading it): the original
+    raises NameError there, which is the true reason (was "the loss is scaled in another
+    file"); a name bound nowhere at all is said to be so."""
+    source = """
+        from apex import amp
+
+
+        def test(model, batches, use_amp):
+            if use_amp:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in batches:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+    """
+    assert (
+        "`amp.initialize` is given `optimizer`, but `optimizer` is a local of `test` that "
+        "only this statement binds, after reading it: that call raises NameError"
+    ) in _message(source)
+    nowhere = source.replace("model, optimizer = amp", "model, opt = amp")
+    assert "`optimizer` is bound nowhere `test` can read it" in _message(nowhere)
