@@ -8633,3 +8633,47 @@ def test_an_initialize_given_a_name_nothing_binds_before_it_is_a_broken_original
     ) in _message(source)
     nowhere = source.replace("model, optimizer = amp", "model, opt = amp")
     assert "`optimizer` is bound nowhere `test` can read it" in _message(nowhere)
+
+
+COMPANION_CALL = """\
+import torch
+from apex import amp
+
+
+class PerceptualLoss(torch.nn.Module):
+    def forward(self, a, b):
+        return (a - b).pow(2).mean()
+
+
+def train(net, opt, batches):
+    net, opt = amp.initialize(net, opt)
+    crit = amp.initialize(PerceptualLoss())
+    for x in batches:
+        opt.zero_grad()
+        out = net(x)
+        loss = crit(out.float(), x)
+        with amp.scale_loss(loss, opt) as scaled:
+            scaled.backward()
+        opt.step()
+    return out.dtype
+"""
+
+
+def test_a_casts_only_initialize_of_a_constructed_model_keeps_the_model():
+    """inpainting: `crit = amp.initialize(VGG16PartialLoss().cuda(), ...)` beside the training
+    call (was "called again ... delete this one by hand"): O1 returns the model it is given, so
+    the statement becomes `crit = PerceptualLoss()`, and its forwards are the regions'. Run on
+    CPU in float16: the training forward is half, the steps are taken."""
+    torch = pytest.importorskip("torch")
+    out, finding = _migrated(COMPANION_CALL)
+    assert "    crit = PerceptualLoss()\n" in out and "apex" not in out, out
+    assert "`crit`'s forwards are the autocast regions'" in finding.message
+    namespace: dict = {}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=FutureWarning)
+        exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+        net = torch.nn.Linear(4, 4)
+        before = net.weight.detach().clone()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        dtype = namespace["train"](net, opt, [torch.randn(8, 4) * 0.1 for _ in range(3)])
+    assert dtype == torch.float16 and not torch.equal(net.weight, before)

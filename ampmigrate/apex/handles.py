@@ -190,9 +190,13 @@ class Handles:
                 and len(statement.body) == 1
                 and len(small.targets) == 1
                 and small.value is call
-                and is_path(models)
-                and _code(self.module, small.targets[0].target) == _code(self.module, models)
-            ):
+                and (
+                    (is_path(models)
+                     and _code(self.module, small.targets[0].target) == _code(self.module, models))
+                    or (isinstance(models, cst.Call)  # `crit = amp.initialize(Loss().cuda())`
+                        and isinstance(small.targets[0].target, cst.Name))
+                )
+            ):  # fmt: skip
                 continue
             tests = self._tests_around(call)
             if any(

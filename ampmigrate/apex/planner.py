@@ -480,11 +480,19 @@ class _Planner(
         if initialize:
             self._switch_leaks(setup.statement)
         for companion in companions:
-            model = _code(self.module, _argument(companion, "models", 0))
+            given = _argument(companion, "models", 0)
+            model = _code(self.module, given)
+            shown = f"{model} = amp.initialize({model}, ...)"
+            if isinstance(given, cst.Call):  # `crit = amp.initialize(Loss().cuda())`: what
+                target = self.statement(companion).body[0].targets[0].target  # O1 returns
+                self.plan.edits[companion] = lambda _u, m=given: m
+                model = target.value
+                shown = f"{model} = amp.initialize({_code(self.module, given)}, ...)"
+            else:
+                self._remove_statement(self.statement(companion))
             setup.models.add(model)
-            self._remove_statement(self.statement(companion))
             self.plan.notes.append(
-                f"`{model} = amp.initialize({model}, ...)` at line {self.line(companion)} (no "
+                f"`{shown}` at line {self.line(companion)} (no "
                 "optimizer) goes: it only turned on O1's casts, which the training "
                 f"`amp.initialize` at line {self.line(initialize[0])} turns on too, "
                 f"process-wide; `{model}`'s forwards are the autocast regions' like the "
