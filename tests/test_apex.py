@@ -1899,8 +1899,9 @@ def test_initialize_in_an_else_branch_is_enabled_by_the_negated_test():
 
 def test_initialize_calls_in_a_row_are_one_only_with_the_same_options():
     """Consecutive `initialize` calls that each rebind what they are given, with the same
-    options, are one GradScaler; other options, or a statement between them, keep the
-    refusal."""
+    options, are one GradScaler, also with statements between them that only build the next
+    model and optimizer (inpainting's generator, then its discriminator); other options, or a
+    step between them, keep the refusal."""
     source = (APEX / "initialize_in_a_row.py").read_text()
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix == "unsafe"
@@ -1909,12 +1910,18 @@ def test_initialize_calls_in_a_row_are_one_only_with_the_same_options():
         ('estimator_optimizer, opt_level="O1"',
          'estimator_optimizer, opt_level="O1", loss_scale="dynamic"'),
         ("        estimator, estimator_optimizer = amp",
-         "        print('more')\n        estimator, estimator_optimizer = amp"),
+         "        optimizer.step()\n        estimator, estimator_optimizer = amp"),
     ):  # fmt: skip
         assert old in source
         [finding] = [d for d in check_source(source.replace(old, new)) if d.code == "AMP303"]
         assert finding.fix is None
         assert "`amp.initialize` is called more than once" in finding.message
+    built = source.replace(
+        "        estimator, estimator_optimizer = amp",
+        "        print('more')\n        estimator, estimator_optimizer = amp",
+    )
+    [finding] = [d for d in check_source(built) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
 
 
 def test_initialize_in_an_if_inside_a_loop_is_rewritten():
@@ -8677,3 +8684,39 @@ def test_a_casts_only_initialize_of_a_constructed_model_keeps_the_model():
         opt = torch.optim.SGD(net.parameters(), lr=0.1)
         dtype = namespace["train"](net, opt, [torch.randn(8, 4) * 0.1 for _ in range(3)])
     assert dtype == torch.float16 and not torch.equal(net.weight, before)
+
+
+def test_binary_cross_entropy_in_an_autocast_region_is_refused():
+    """inpainting's GAN: `adversarial_criterion = torch.nn.BCELoss().cuda()` called in the
+    training forward. apex O1 ran BCE on float32 inputs (a registered-float sigmoid); CUDA
+    autocast refuses `binary_cross_entropy` in a region whatever the dtype ("unsafe to
+    autocast"), so the rewrite would raise at its first step. Refused with the fix to make;
+    BCE with logits is rewritten."""
+    source = """
+        import torch
+        from apex import amp
+
+
+        def train(model, optimizer, batches, target):
+            criterion = torch.nn.BCELoss().cuda()
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in batches:
+                loss = criterion(torch.sigmoid(model(x)).float(), target)
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+    """
+    message = _message(source)
+    assert (
+        "runs `criterion` (binary cross entropy) in an autocast region, where CUDA autocast "
+        "refuses it"
+    ) in message, message
+    functional = source.replace(
+        "criterion(torch.sigmoid", "torch.nn.functional.binary_cross_entropy(torch.sigmoid"
+    )
+    assert "runs `torch.nn.functional.binary_cross_entropy` (binary cross" in _message(functional)
+    logits = source.replace("BCELoss", "BCEWithLogitsLoss").replace(
+        "torch.sigmoid(model(x)).float()", "model(x).float()"
+    )
+    out, _ = _migrated(logits)
+    assert "scaler.scale(loss).backward()" in out

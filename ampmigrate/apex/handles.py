@@ -160,16 +160,39 @@ class Handles:
             return branched
         block, index = located
         options = self._options(first)
-        merged = []
-        for statement, call in zip(_statements(block)[index + 1 :], initialize[1:], strict=False):
-            if (
-                self.statement(call) is not statement
-                or not self._rebinds_own(call)
-                or self._options(call) != options
-            ):
+        merged: list[cst.Call] = []
+        models = {_code(self.module, _argument(first, "models", 0))}
+        pending = list(initialize[1:])
+        for statement in _statements(block)[index + 1 :]:
+            if not pending:
                 break
-            merged.append(call)
+            call = pending[0]
+            if self.statement(call) is statement:
+                if not self._rebinds_own(call) or self._options(call) != options:
+                    break
+                merged.append(pending.pop(0))
+                models.add(_code(self.module, _argument(call, "models", 0)))
+            elif not self._sets_up(statement, models):
+                break
         return merged
+
+    def _sets_up(self, statement: cst.CSTNode, models: set[str]) -> bool:
+        """A statement between two ``initialize`` calls that only builds the next model and
+        optimizer (inpainting's generator, then its discriminator): no backward, step or
+        gradient reset, no apex call, no forward of a model initialized before it."""
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return False
+        for node in self._subtree(statement):
+            if not isinstance(node, cst.Call):
+                continue
+            func = _code(self.module, node.func)
+            if (
+                func in models
+                or func.rpartition(".")[2] in ("backward", "step", "zero_grad")
+                or any(q.startswith(APEX) for q in self.qualified(node.func))
+            ):
+                return False
+        return True
 
     def _companions(self, initialize: list[cst.Call]) -> list[cst.Call]:
         """``teacher = amp.initialize(teacher, opt_level="O1")`` beside the training

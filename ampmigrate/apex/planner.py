@@ -222,6 +222,17 @@ class _Planner(
         except SyntaxError as exc:  # a bug in the plan; refuse rather than write it
             self.plan.problems.append(f"internal: the rewrite does not compile ({exc.msg})")
             return
+        banned = _banned_in_regions(tree)
+        if banned is not None:
+            line, spelled = banned
+            self.plan.problems.append(
+                f"line {line} of the rewrite runs `{spelled}` (binary cross entropy) in an "
+                "autocast region, where CUDA autocast refuses it (apex O1 ran it, on the "
+                "float32 inputs it required): compute it on logits with "
+                "`torch.nn.BCEWithLogitsLoss`, or run it under "
+                '`torch.amp.autocast("cuda", enabled=False)` on `.float()` inputs, by hand'
+            )
+            return
         names = None
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id in self.bound:
@@ -680,6 +691,50 @@ class ApexO1(cst.CSTVisitor):
         )
         self.findings.append(Finding(self.rule.code, message, found.anchor, fix))
         return False
+
+
+_BCE = ("torch.nn.functional.binary_cross_entropy", "torch.binary_cross_entropy")
+
+
+def _banned_in_regions(tree: ast.Module) -> tuple[int, str] | None:
+    """A call of binary cross entropy (``F.binary_cross_entropy``, a ``torch.nn.BCELoss``
+    called, or a name or attribute the module binds to one) inside an autocast region that
+    may be on: CUDA autocast raises there whatever the inputs' dtype. (line, as spelled)."""
+    names = Names(tree)
+    losses: set[str] = set()  # `crit = nn.BCELoss().cuda()`, `self.bce = nn.BCELoss()`
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            value = node.value
+            while (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr in ("cuda", "to", "float")
+            ):
+                value = value.func.value
+            if isinstance(value, ast.Call) and "torch.nn.BCELoss" in names.qualified(value.func):
+                losses.add(ast.unparse(node.targets[0]))
+    for region in ast.walk(tree):
+        if not isinstance(region, ast.With) or not any(
+            isinstance(i.context_expr, ast.Call)
+            and "torch.amp.autocast" in names.qualified(i.context_expr.func)
+            and not any(
+                k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
+                for k in i.context_expr.keywords
+            )
+            for i in region.items
+        ):
+            continue
+        for node in (n for s in region.body for n in ast.walk(s)):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if (
+                ast.unparse(func) in losses
+                or any(q in _BCE for q in names.qualified(func))
+                or (isinstance(func, ast.Call) and "torch.nn.BCELoss" in names.qualified(func.func))
+            ):
+                return node.lineno, ast.unparse(func)
+    return None
 
 
 def _literal_o0(init: cst.Call) -> bool:
