@@ -8168,6 +8168,17 @@ def test_apex_s_scaled_loss_read_after_its_block_is_bound_to_the_scaled_loss():
         assert scaled == pytest.approx(loss * 2.0**16, rel=1e-3)
 
 
+@contextlib.contextmanager
+def _on_cpu(source: str, name: str = "migrated"):
+    """The namespace of ``source`` run with "cuda" -> "cpu" (float16 autocast and GradScaler
+    really run on CPU), AMP deprecation warnings as errors while the block runs."""
+    namespace: dict = {}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=FutureWarning)
+        exec(compile(source.replace('"cuda"', '"cpu"'), name, "exec"), namespace)
+        yield namespace
+
+
 SAME_FILE_FAMILY = """\
 import torch
 from apex import amp
@@ -8214,10 +8225,7 @@ def test_subclasses_in_the_file_read_the_scaler_their_base_keeps_on_the_object()
     assert '        self.scaler = torch.amp.GradScaler("cuda")\n' in out, out
     assert "        self.scaler.scale(loss).backward()\n        self.scaler.unscale_(" in out
     assert "        self.scaler.step(self.optimizer)\n        self.scaler.update()\n" in out
-    namespace: dict = {}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", category=FutureWarning)
-        exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+    with _on_cpu(out) as namespace:
         torch.manual_seed(0)
         network = torch.nn.Linear(4, 1)
         before = network.weight.detach().clone()
@@ -8361,10 +8369,7 @@ def test_apex_amp_through_its_amp_submodule_is_apex_amp():
     torch = pytest.importorskip("torch")
     out, _ = _migrated(SUBMODULE_IMPORT)
     assert "apex" not in out and "scaler.scale(losses[0]).backward()" in out, out
-    namespace: dict = {}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", category=FutureWarning)
-        exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+    with _on_cpu(out) as namespace:
         torch.manual_seed(0)
         net = torch.nn.Linear(4, 1)
         before = net.weight.detach().clone()
@@ -8510,10 +8515,7 @@ def test_gradient_statistics_logged_every_micro_batch_are_divided_by_the_scale()
     assert "are divided by `scaler.get_scale()`" in finding.message
 
     def logged(source, fp16):
-        namespace: dict = {}
-        with warnings.catch_warnings():
-            warnings.filterwarnings("error", category=FutureWarning)
-            exec(compile(source.replace('"cuda"', '"cpu"'), "distiller", "exec"), namespace)
+        with _on_cpu(source, "distiller") as namespace:
             torch.manual_seed(0)
             student = torch.nn.Linear(8, 4)
             distiller = namespace["Distiller"](student, fp16, accumulation=4, log_interval=3)
@@ -8595,10 +8597,7 @@ def test_a_torch_function_registered_as_float_keeps_float32_inputs_under_autocas
     assert "behaviour change: outside them it casts nothing" in finding.message
     original = torch.sigmoid
     try:
-        namespace: dict = {}
-        with warnings.catch_warnings():
-            warnings.filterwarnings("error", category=FutureWarning)
-            exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+        with _on_cpu(out) as namespace:
             model = torch.nn.Linear(4, 1)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             seen: list = []
@@ -8675,10 +8674,7 @@ def test_a_casts_only_initialize_of_a_constructed_model_keeps_the_model():
     out, finding = _migrated(COMPANION_CALL)
     assert "    crit = PerceptualLoss()\n" in out and "apex" not in out, out
     assert "`crit`'s forwards are the autocast regions'" in finding.message
-    namespace: dict = {}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", category=FutureWarning)
-        exec(compile(out.replace('"cuda"', '"cpu"'), "migrated", "exec"), namespace)
+    with _on_cpu(out) as namespace:
         net = torch.nn.Linear(4, 4)
         before = net.weight.detach().clone()
         opt = torch.optim.SGD(net.parameters(), lr=0.1)

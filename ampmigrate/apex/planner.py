@@ -277,22 +277,10 @@ class _Planner(
         float16. Only where it runs before an ``initialize`` of this file: apex read its
         registry there and ignored later entries (one in another file has no order here).
         False: not this call (the usual blocker)."""
-        statement = self.statement(call)
-        if not (
-            member == "register_half_function"
-            and isinstance(call, cst.Call)
-            and isinstance(statement, cst.SimpleStatementLine)
-            and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr)
-            and statement.body[0].value is call
-            and len(call.args) == 2
-            and not any(a.keyword or a.star for a in call.args)
-            and isinstance(name := call.args[1].value, cst.SimpleString)
-            and self.qualified(call.args[0].value) == {"torch"}
-            and initialize
-            and all(self._registered_first(call, i) for i in initialize)
-        ):
+        entry = self._registry_entry(call, member, "register_half_function", {"torch"}, initialize)
+        if entry is None:
             return False
+        statement, name = entry
         op = name.evaluated_value
         if op != "einsum" and op not in _AUTOCAST_HALF:
             return False
@@ -317,22 +305,11 @@ class _Planner(
         ``torch.amp.custom_fwd(..., cast_inputs=torch.float32)`` does that inside autocast,
         which is where the rewrite casts. Functions of ``torch`` and ``torch.nn.functional``
         only (a class's constructor is not such a call). False: not this call."""
-        statement = self.statement(call)
-        if not (
-            member == "register_float_function"
-            and isinstance(call, cst.Call)
-            and isinstance(statement, cst.SimpleStatementLine)
-            and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr)
-            and statement.body[0].value is call
-            and len(call.args) == 2
-            and not any(a.keyword or a.star for a in call.args)
-            and isinstance(name := call.args[1].value, cst.SimpleString)
-            and self.qualified(call.args[0].value) & {"torch", "torch.nn.functional"}
-            and initialize
-            and all(self._registered_first(call, i) for i in initialize)
-        ):
+        modules = {"torch", "torch.nn.functional"}
+        entry = self._registry_entry(call, member, "register_float_function", modules, initialize)
+        if entry is None:
             return False
+        statement, name = entry
         op = name.evaluated_value
         if not (isinstance(op, str) and op.isidentifier() and op.islower()):
             return False
@@ -354,6 +331,36 @@ class _Planner(
             "no positional argument raises IndexError)"
         )
         return True
+
+    def _registry_entry(
+        self, call: cst.CSTNode, member: str, wanted: str, modules: set[str], initialize: list
+    ) -> tuple[cst.SimpleStatementLine, cst.SimpleString] | None:
+        """``amp.<wanted>(<one of modules>, "name")``, a statement of its own that runs before
+        every ``initialize`` of this file (apex read its registry there and ignored later
+        entries): the statement and the name."""
+        statement = self.statement(call)
+        found = (
+            self.qualified(call.args[0].value)
+            if isinstance(call, cst.Call) and call.args
+            else set()
+        )
+        if (
+            member == wanted
+            and isinstance(call, cst.Call)
+            and isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and statement.body[0].value is call
+            and len(call.args) == 2
+            and not any(a.keyword or a.star for a in call.args)
+            and isinstance(name := call.args[1].value, cst.SimpleString)
+            and found
+            and found <= modules
+            and initialize
+            and all(self._registered_first(call, i) for i in initialize)
+        ):
+            return statement, name
+        return None
 
     def _registered_first(self, call: cst.Call, init: cst.Call) -> bool:
         """The registry entry ``call`` runs before ``init``: it comes first in the file, or
