@@ -1226,7 +1226,9 @@ def test_gradients_logged_two_methods_down_before_the_step_are_seen():
     `self.log_tensorboard()`, which logs `p.grad` statistics on every micro-batch. apex had
     unscaled them at the `scale_loss` exit; a GradScaler keeps them scaled until the step, so
     the rewrite logged them times the loss scale, unstated. A read one own method deeper than
-    before is seen now, and the rewrite is refused with why."""
+    before is seen now: a statistic that scales with the gradients is divided by the scale
+    (see test_gradient_statistics_logged_every_micro_batch_are_divided_by_the_scale); any
+    other read is refused with why."""
     before = (APEX / "distiller_optimize.py").read_text()
     source = before.replace(
         "        self.n_iter += 1\n",
@@ -1240,7 +1242,10 @@ def test_gradients_logged_two_methods_down_before_the_step_are_seen():
         "    def optimize(self, loss):\n",
     )
     assert source.count("self.iter()") == 1 and "p.grad.data" in source
-    message = _message(source)
+    out, _ = _migrated(source)
+    assert "print((p.grad.data.std().item() / self.scaler.get_scale()))" in out, out
+    squared = source.replace("p.grad.data.std().item()", "p.grad.data.pow(2).sum().item()")
+    message = _message(squared)
     assert "`self.iter(...)` reads or changes gradient values on every micro-batch" in message
 
 
