@@ -8721,3 +8721,22 @@ def test_binary_cross_entropy_in_an_autocast_region_is_refused():
     )
     out, _ = _migrated(logits)
     assert "scaler.scale(loss).backward()" in out
+
+
+def test_logged_gradient_statistics_are_left_where_the_logger_also_runs_elsewhere(tmp_path):
+    """The division by the scale holds only where the logging methods run between a scaled
+    backward and its step: a call of them elsewhere in the file (the epoch's end, after the
+    step) or from another module of the project keeps the refusal."""
+    assert "        self.iter()\n" in DISTILLER
+    here = DISTILLER + "\n\ndef report(distiller):\n    distiller.log_tensorboard()\n"
+    assert "reads or changes gradient values on every micro-batch" in _message(here)
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "distiller.py").write_text(DISTILLER)
+    out, _, fixed = fix_source(DISTILLER, unsafe=True, path=root / "distiller.py")
+    assert [d.code for d in fixed] == ["AMP303"] and "/ self.scaler.get_scale()" in out
+    (root / "train.py").write_text("def end(distiller):\n    distiller.log_tensorboard()\n")
+    out, remaining, _ = fix_source(DISTILLER, unsafe=True, path=root / "distiller.py")
+    assert out == DISTILLER
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert "reads or changes gradient values on every micro-batch" in finding.message

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
+import re
 import textwrap
 
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _code, _is_call_of, _statements
-from ampmigrate.apex.links import module_function
+from ampmigrate.apex.links import _read, module_function
 from ampmigrate.apex.norms import gradient_norm
 
 # the optimizer holds gradients only after a backward (every one of the mixed-precision path is
@@ -252,15 +254,17 @@ class Clip:
         if not reads or not methods:
             return False
         own = {id(m) for m in methods}
-        for method in methods:  # each runs only from the statement or another of them
-            for node in self.nodes:
-                if (
-                    isinstance(node, cst.Call)
-                    and self._own_method(node) is method
-                    and not self.within(node, statement)
-                    and id(self.function(node)) not in own
-                ):
-                    return False
+        named = {m.name.value for m in methods}
+        for node in self.nodes:  # each runs only from the statement or another of them
+            if (
+                isinstance(node, cst.Attribute)
+                and node.attr.value in named
+                and not self.within(node, statement)
+                and id(self.function(node)) not in own
+            ):
+                return False  # (`self.log()` at the epoch's end, `distiller.log()` of a script)
+        if self.path and _called_elsewhere(self.path, named):
+            return False
         for read in reads:
             access = self.access(self.function(read))
             if access is None:
@@ -440,6 +444,26 @@ class Clip:
         else:
             return None
         return top, conditions
+
+
+def _called_elsewhere(path: str, names: set[str]) -> bool:
+    """Another module of ``path``'s project calls a method of one of ``names`` (``.name(``),
+    or the project is too large to look (True)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        folder = os.path.dirname(folder)
+    pattern = re.compile(rb"\.(%s)\s*\(" % b"|".join(re.escape(n.encode()) for n in sorted(names)))
+    count = 0
+    for where, folders, files in os.walk(folder):
+        folders[:] = sorted(d for d in folders if not d.startswith(".") and d != "__pycache__")
+        for name in files:
+            other = os.path.abspath(os.path.join(where, name))
+            if not name.endswith(".py") or other == os.path.abspath(path):
+                continue
+            count += 1
+            if count > 2000 or pattern.search(_read(other)):
+                return True
+    return False
 
 
 # reductions of a gradient that scale with it (times the loss scale, a positive power of two)
