@@ -9,7 +9,7 @@ in :mod:`ampmigrate.scalerflow`.
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from ampmigrate.catalog import Rule
@@ -49,13 +49,12 @@ def _is_autocast(node: ast.expr, names: Names) -> bool:
     return True
 
 
-def backward_in_autocast(tree: ast.Module, names: Names, rule: Rule) -> list[Finding]:
-    """``backward()`` lexically inside an enabled autocast region (``with`` or decorator).
+def calls_in_autocast(tree: ast.Module, names: Names) -> Iterator[ast.Call]:
+    """The calls lexically inside an enabled autocast region (``with`` or decorator).
 
     A def runs later, outside the region it is written in, unless it is decorated; so does a
     lambda.
     """
-    findings = []
     stack: list[tuple[ast.AST, bool]] = [(tree, False)]
     while stack:
         node, inside = stack.pop()
@@ -66,11 +65,18 @@ def backward_in_autocast(tree: ast.Module, names: Names, rule: Rule) -> list[Fin
         elif isinstance(node, ast.Lambda):
             inside = False
         elif inside and isinstance(node, ast.Call):
-            func = node.func
-            backward = isinstance(func, ast.Attribute) and func.attr == "backward"
-            if backward or "torch.autograd.backward" in names.qualified(func):
-                findings.append(Finding(rule.code, _MESSAGE, node, None))
+            yield node
         stack.extend((child, inside) for child in ast.iter_child_nodes(node))
+
+
+def backward_in_autocast(tree: ast.Module, names: Names, rule: Rule) -> list[Finding]:
+    """``backward()`` lexically inside an enabled autocast region (``calls_in_autocast``)."""
+    findings = []
+    for node in calls_in_autocast(tree, names):
+        func = node.func
+        backward = isinstance(func, ast.Attribute) and func.attr == "backward"
+        if backward or "torch.autograd.backward" in names.qualified(func):
+            findings.append(Finding(rule.code, _MESSAGE, node, None))
     return findings
 
 

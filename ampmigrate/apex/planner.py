@@ -72,6 +72,7 @@ from ampmigrate.apex.step import Step
 from ampmigrate.apex.unscale import Unscale
 from ampmigrate.apex.verdict import APEX, SUPPORTED, no_rewrite, refusal
 from ampmigrate.catalog import Rule
+from ampmigrate.checks import calls_in_autocast
 from ampmigrate.cstnames import scopes
 from ampmigrate.engine.names import Names
 from ampmigrate.findings import Finding, Fix
@@ -222,7 +223,8 @@ class _Planner(
         except SyntaxError as exc:  # a bug in the plan; refuse rather than write it
             self.plan.problems.append(f"internal: the rewrite does not compile ({exc.msg})")
             return
-        banned = _banned_in_regions(tree)
+        names = Names(tree)  # (the rewrite's: its regions, and the reads below)
+        banned = _banned_in_regions(tree, names)
         if banned is not None:
             line, spelled = banned
             self.plan.problems.append(
@@ -233,12 +235,10 @@ class _Planner(
                 '`torch.amp.autocast("cuda", enabled=False)` on `.float()` inputs, by hand'
             )
             return
-        names = None
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id in self.bound:
                 if isinstance(node.ctx, ast.Store):
                     continue  # (binds the name, reads nothing)
-                names = names or Names(tree)
                 rebound = names.bound_before(node)
                 if isinstance(rebound, ast.Assign) and not (
                     isinstance(rebound.value, ast.Constant) and rebound.value.value is None
@@ -703,11 +703,11 @@ class ApexO1(cst.CSTVisitor):
 _BCE = ("torch.nn.functional.binary_cross_entropy", "torch.binary_cross_entropy")
 
 
-def _banned_in_regions(tree: ast.Module) -> tuple[int, str] | None:
+def _banned_in_regions(tree: ast.Module, names: Names) -> tuple[int, str] | None:
     """A call of binary cross entropy (``F.binary_cross_entropy``, a ``torch.nn.BCELoss``
-    called, or a name or attribute the module binds to one) inside an autocast region that
-    may be on: CUDA autocast raises there whatever the inputs' dtype. (line, as spelled)."""
-    names = Names(tree)
+    called, or a name or attribute the module binds to one) inside an enabled autocast region
+    (``checks.calls_in_autocast``): CUDA autocast raises there whatever the inputs' dtype.
+    (line, as spelled)."""
     losses: set[str] = set()  # `crit = nn.BCELoss().cuda()`, `self.bce = nn.BCELoss()`
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -720,27 +720,14 @@ def _banned_in_regions(tree: ast.Module) -> tuple[int, str] | None:
                 value = value.func.value
             if isinstance(value, ast.Call) and "torch.nn.BCELoss" in names.qualified(value.func):
                 losses.add(ast.unparse(node.targets[0]))
-    for region in ast.walk(tree):
-        if not isinstance(region, ast.With) or not any(
-            isinstance(i.context_expr, ast.Call)
-            and "torch.amp.autocast" in names.qualified(i.context_expr.func)
-            and not any(
-                k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
-                for k in i.context_expr.keywords
-            )
-            for i in region.items
+    for node in calls_in_autocast(tree, names):
+        func = node.func
+        if (
+            ast.unparse(func) in losses
+            or any(q in _BCE for q in names.qualified(func))
+            or (isinstance(func, ast.Call) and "torch.nn.BCELoss" in names.qualified(func.func))
         ):
-            continue
-        for node in (n for s in region.body for n in ast.walk(s)):
-            if not isinstance(node, ast.Call):
-                continue
-            func = node.func
-            if (
-                ast.unparse(func) in losses
-                or any(q in _BCE for q in names.qualified(func))
-                or (isinstance(func, ast.Call) and "torch.nn.BCELoss" in names.qualified(func.func))
-            ):
-                return node.lineno, ast.unparse(func)
+            return node.lineno, ast.unparse(func)
     return None
 
 
