@@ -16,6 +16,7 @@ import libcst as cst
 from ampmigrate.apex.common import Loop, _code, _is_call_of, _statements
 from ampmigrate.apex.links import _read, module_function
 from ampmigrate.apex.norms import gradient_norm
+from ampmigrate.apex.unscale import none_test
 
 # the optimizer holds gradients only after a backward (every one of the mixed-precision path is
 # scaled): the test of a guarded step and its unscale_
@@ -239,14 +240,8 @@ class Clip:
                         return False
                 if not (isinstance(inner, cst.Attribute) and inner.attr.value == "grad"):
                     continue
-                parent = self.parent(inner)
-                if isinstance(parent, cst.Comparison) and all(
-                    isinstance(t.operator, cst.Is | cst.IsNot)
-                    and isinstance(t.comparator, cst.Name)
-                    and t.comparator.value == "None"
-                    for t in parent.comparisons
-                ):
-                    continue  # (which gradients exist: scaling changes none)
+                if none_test(self.parent(inner)):
+                    continue
                 read = _statistic(self, inner)
                 if read is None:
                     return False

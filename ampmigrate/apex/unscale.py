@@ -208,12 +208,7 @@ class Unscale:
                 parent = self.parent(node)
                 if isinstance(parent, cst.AssignTarget | cst.Del) or self._fresh_tensor(node):
                     continue
-                if isinstance(parent, cst.Comparison) and all(
-                    isinstance(t.operator, cst.Is | cst.IsNot)
-                    and isinstance(t.comparator, cst.Name)
-                    and t.comparator.value == "None"
-                    for t in parent.comparisons
-                ):
+                if none_test(parent):
                     continue
                 return True
             if isinstance(node, cst.Call):
@@ -656,3 +651,14 @@ class Unscale:
             )
         branches.append(orelse.body)
         return all(any(self._always_steps(s, steps) for s in b.body) for b in branches)
+
+
+def none_test(node: cst.CSTNode) -> bool:
+    """``p.grad is None`` / ``is not None``: which gradients exist, which scaling never
+    changes (no read of their values)."""
+    return isinstance(node, cst.Comparison) and all(
+        isinstance(t.operator, cst.Is | cst.IsNot)
+        and isinstance(t.comparator, cst.Name)
+        and t.comparator.value == "None"
+        for t in node.comparisons
+    )
