@@ -65,27 +65,10 @@ class Initialize:
         models = args.get("models")
         optimizer = args.get("optimizers")
         level = args.get("opt_level")
-        for given in (models, optimizer):
-            unbound = self._unbound_head(given)
-            local = None if unbound is not None else self._bound_only_by(given, init)
-            if unbound is not None or local is not None:  # (SVTAS's test script)
-                function = self.function(init)
-                where = (
-                    f"`{function.name.value}`" if isinstance(function, cst.FunctionDef) else "it"
-                )
-                why = (
-                    f"`{unbound}` is bound nowhere {where} can read it (no parameter, local, "
-                    "module name or builtin)"
-                    if unbound is not None
-                    else f"`{local}` is a local of {where} that only this statement binds, after "
-                    "reading it"
-                )
-                self.problem(
-                    init,
-                    f"`amp.initialize` is given `{_code(self.module, given)}`, but {why}: that "
-                    "call raises NameError, so the original's mixed-precision path cannot run "
-                    "as written; fix the original before migrating",
-                )
+        for given in (models, optimizer):  # (SVTAS's test script: an optimizer never made)
+            broken = self._raises_name_error(init, given, "fix the original", local=True)
+            if broken is not None:
+                self.problem(init, broken)
                 return None
         if without_optimizer(args):
             self.problem(
@@ -1198,29 +1181,6 @@ class Initialize:
             n.value for n in self._subtree(level) if isinstance(n, cst.Name) and self.variable(n)
         ]
         return next((params[n] for n in read if n in params), None)
-
-    def _bound_only_by(self, given: cst.BaseExpression | None, init: cst.Call) -> str | None:
-        """``model, optimizer = amp.initialize(model, optimizer)`` in a function where nothing
-        else binds ``optimizer``: a local read before it is bound (UnboundLocalError, a
-        NameError). The name, or None."""
-        if not isinstance(given, cst.Name) or not isinstance(self.function(init), cst.FunctionDef):
-            return None
-        scope = self.scopes.get(given)
-        if scope is None or type(scope).__name__ != "FunctionScope":
-            return None
-        statement = self.statement(init)
-        if any(  # (`global optimizer`: the module's, bound elsewhere)
-            isinstance(n, cst.Global | cst.Nonlocal)
-            and any(d.name.value == given.value for d in n.names)
-            for n in self._subtree(self.function(init))
-        ):
-            return None
-        found = scope.assignments[given.value]
-        if found and all(
-            isinstance(a.node, cst.CSTNode) and self.within(a.node, statement) for a in found
-        ):
-            return given.value
-        return None
 
     def _copies_flag(self, target: cst.CSTNode, attr: str) -> bool:
         """``self.fp16_opt_level = self.args.fp16_opt_level``: the parsed flag's value kept

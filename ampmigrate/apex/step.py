@@ -70,19 +70,11 @@ class Step:
             listed = ", ".join(f"`{k}`" for k in sorted(extra)) or "a third positional argument"
             self.problem(call, f"`amp.scale_loss` with {listed}: migrate this call by hand")
             return
-        unbound = self._unbound_head(optimizer)
-        if unbound is not None:
-            function_name = (
-                f"`{function.name.value}`" if isinstance(function, cst.FunctionDef) else "it"
-            )
-            self.problem(
-                call,
-                f"`amp.scale_loss` is given `{_code(self.module, optimizer)}`, but `{unbound}` is "
-                f"bound nowhere {function_name} can read it (no parameter, local, module name "
-                "or builtin): that call raises NameError, so the original's mixed-precision "
-                "path cannot run as written; pass the optimizer `amp.initialize` returned (fix "
-                "the original) before migrating",
-            )
+        broken = self._raises_name_error(
+            call, optimizer, "pass the optimizer `amp.initialize` returned (fix the original)"
+        )
+        if broken is not None:
+            self.problem(call, broken)
             return
         hooked = self.hooked("callee")  # a runner's loss: the runner's caller casts
         if loss is None or (
@@ -319,6 +311,55 @@ class Step:
                 continue
             return True
         return False
+
+    def _raises_name_error(
+        self, call: cst.Call, given: cst.BaseExpression | None, remedy: str, local: bool = False
+    ) -> str | None:
+        """Why ``call`` (an apex amp call) raises NameError in the original where it is given
+        ``given``: a path whose head nothing binds for the code that reads it, or (``local``:
+        ``call``'s statement binds it) a local that only that statement binds, after reading
+        it. None: it does not."""
+        unbound = self._unbound_head(given)
+        only = self._bound_only_by(given, call) if local and unbound is None else None
+        if unbound is None and only is None:
+            return None
+        function = self.function(call)
+        where = f"`{function.name.value}`" if isinstance(function, cst.FunctionDef) else "it"
+        why = (
+            f"`{unbound}` is bound nowhere {where} can read it (no parameter, local, module "
+            "name or builtin)"
+            if unbound is not None
+            else f"`{only}` is a local of {where} that only this statement binds, after reading it"
+        )
+        member = _code(self.module, call.func).rpartition(".")[2]
+        return (
+            f"`amp.{member}` is given `{_code(self.module, given)}`, but {why}: that call raises "
+            f"NameError, so the original's mixed-precision path cannot run as written; {remedy} "
+            "before migrating"
+        )
+
+    def _bound_only_by(self, given: cst.BaseExpression | None, call: cst.Call) -> str | None:
+        """``model, optimizer = amp.initialize(model, optimizer)`` in a function where nothing
+        else binds ``optimizer``: a local read before it is bound (UnboundLocalError, a
+        NameError). The name, or None."""
+        if not isinstance(given, cst.Name) or not isinstance(self.function(call), cst.FunctionDef):
+            return None
+        scope = self.scopes.get(given)
+        if scope is None or type(scope).__name__ != "FunctionScope":
+            return None
+        statement = self.statement(call)
+        if any(  # (`global optimizer`: the module's, bound elsewhere)
+            isinstance(n, cst.Global | cst.Nonlocal)
+            and any(d.name.value == given.value for d in n.names)
+            for n in self._subtree(self.function(call))
+        ):
+            return None
+        found = scope.assignments[given.value]
+        if found and all(
+            isinstance(a.node, cst.CSTNode) and self.within(a.node, statement) for a in found
+        ):
+            return given.value
+        return None
 
     def _unbound_head(self, expression: cst.BaseExpression | None) -> str | None:
         """The name an ``a.b.c`` path starts from, where nothing binds it for the code that
