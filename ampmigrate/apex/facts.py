@@ -371,15 +371,17 @@ class Facts:
 
     def hooked(self, role: str) -> bool:
         """This file is the ``role`` side of a runner-hook link (:mod:`ampmigrate.apex.hooks`)."""
-        link = self.link
-        usable = link is not None and (not link.broken or self.refused_here)
-        return usable and link.hook is not None and self.role == role
+        return self._linked_as(role) and self.link.hook is not None
 
     def family_linked(self, role: str) -> bool:
         """This file is the ``role`` side of a class family's link (``Link.family``)."""
+        return self._linked_as(role) and self.link.family is not None
+
+    def _linked_as(self, role: str) -> bool:
+        """This file is the ``role`` side of a link it plans with (not broken, or broken by
+        this file, which then plans as it did)."""
         link = self.link
-        usable = link is not None and (not link.broken or self.refused_here)
-        return usable and link.family is not None and self.role == role
+        return link is not None and (not link.broken or self.refused_here) and self.role == role
 
     def derived(self, names: set[str]) -> list[cst.ClassDef]:
         """The module-level classes of this file derived from a class named in ``names``,
