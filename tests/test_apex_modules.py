@@ -528,8 +528,10 @@ def test_a_family_override_that_skips_the_scalers_method_keeps_the_family(tmp_pa
     results = run(_files(root), _settings(fix=True))
     assert not any(r.changed for r in results)
     found = _amp303(results)
-    assert "`SlowClippedTrainer.initialize` overrides the method that would make `self.scaler` "
-    assert "without calling `super().initialize(...)`" in found["clipped.py"].message
+    assert (
+        "`SlowClippedTrainer.initialize` overrides the method that would make `self.scaler` "
+        "without calling `super().initialize(...)`"
+    ) in found["clipped.py"].message
     assert "variants/clipped.py is not rewritten in this run" in found["base.py"].message
 
 
