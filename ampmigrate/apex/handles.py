@@ -1084,9 +1084,10 @@ class Handles:
         amp (nnU-Net: the base trainer initializes, each variant's ``run_iteration`` scales):
         the variants share its amp state, which no import of this file reaches."""
         anchor = self.plan.anchor
-        if not isinstance(anchor, cst.Call) or APEX + ".initialize" not in self.qualified(
-            anchor.func
-        ):
+        if self.family_linked("caller") or (
+            not isinstance(anchor, cst.Call)
+            or APEX + ".initialize" not in self.qualified(anchor.func)
+        ):  # (a family's link holds every derived module that scales: the pre-pass found them)
             return
         owner = next((a for a in self.ancestors(anchor) if isinstance(a, cst.ClassDef)), None)
         if owner is None:
