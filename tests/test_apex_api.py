@@ -1105,6 +1105,30 @@ def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     assert "behaviour change once the `try`" not in finding.message
 
 
+def test_an_emptied_guard_last_in_its_block_keeps_the_comments_above_it():
+    """A `try:` of apex imports only, emptied by the fix, goes; the comment lines above it
+    moved to the next statement, and were lost where none followed (the 32nd review: a
+    function's last statement). They stay, in the block's footer, as the import fix keeps
+    them."""
+    source = textwrap.dedent("""\
+        import torch
+
+
+        def wrap(net):
+            from apex import parallel
+            net = parallel.DistributedDataParallel(net)
+            # apex is optional here
+            try:
+                from apex.optimizers import FusedSGD
+            except ImportError:
+                pass
+    """)
+    out, _, _ = _fix(source)
+    assert "try:" not in out and "apex" not in out.replace("# apex is optional", ""), out
+    assert out.endswith("    # apex is optional here\n"), out
+    compile(out, "<fixed>", "exec")
+
+
 def test_a_wrap_in_a_helper_called_after_initialize_does_not_reach_it():
     """BiSeNet's `set_model_dist(net)` binds the wrapper to its own local `net` and is called
     after `amp.initialize`: the refusal said the wrapped model "reaches `amp.initialize`"

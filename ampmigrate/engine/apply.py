@@ -235,10 +235,12 @@ def _drop_emptied_guards(before: Any, after: Any) -> Any:
     if not emptied:
         return after
 
-    def kept(original: Sequence[Any], body: Sequence[Any]) -> list:
+    def kept(original: Any, updated: Any) -> Any:
+        """The block without its emptied guards; their comments go to the next statement, or
+        to the block's footer where none follows (as ``keep_comments`` places them)."""
         out: list = []
         carried: Sequence[Any] = ()
-        for before_edit, statement in zip(original, body, strict=True):
+        for before_edit, statement in zip(original.body, updated.body, strict=True):
             if id(before_edit) in emptied:
                 carried = [*carried, *statement.leading_lines]
                 continue
@@ -248,17 +250,20 @@ def _drop_emptied_guards(before: Any, after: Any) -> Any:
                 )
                 carried = ()
             out.append(statement)
-        return out or [cst.SimpleStatementLine(body=[cst.Pass()])]
+        return updated.with_changes(
+            body=out or [cst.SimpleStatementLine(body=[cst.Pass()])],
+            footer=[*(line for line in carried if line.comment is not None), *updated.footer],
+        )
 
     class Drop(cst.CSTTransformer):
         def leave_IndentedBlock(self, original: Any, updated: Any) -> Any:
             if not any(id(s) in emptied for s in original.body):
                 return updated
-            return updated.with_changes(body=kept(original.body, updated.body))
+            return kept(original, updated)
 
         def leave_Module(self, original: Any, updated: Any) -> Any:
             if not any(id(s) in emptied for s in original.body):
                 return updated
-            return updated.with_changes(body=kept(original.body, updated.body))
+            return kept(original, updated)
 
     return after.visit(Drop())
