@@ -22,7 +22,7 @@ class Settings:
     # apex-opt-level), and where that was declared, for the rewrite's note
     apex_opt_level: str | None = None
     apex_opt_level_from: str = ""
-    ignore_noqa: bool = False  # report what `# noqa` comments suppress (Ruff's --ignore-noqa)
+    ignore_noqa: bool = False  # report what suppression comments hide (Ruff's --ignore-noqa)
     # what each project pass (ampmigrate.families) found over the run, by its name; run()
     # fills it, the family that registered the pass reads it
     project: Mapping[str, Any] = field(default_factory=dict, compare=False)
