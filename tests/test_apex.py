@@ -8592,7 +8592,9 @@ def test_a_torch_function_registered_as_float_keeps_float32_inputs_under_autocas
     `initialize` (was "has no O1 rewrite"): the function becomes `torch.amp.custom_fwd(...,
     cast_inputs=torch.float32)` where the call was, so inside the autocast regions it takes
     and gives float32 as under apex. Run on CPU: the model's float16 output goes through it
-    as float32. After `initialize` (apex ignored it there), or for a class, it still refuses."""
+    as float32. After `initialize` (apex ignored it there) it still refuses. A module class of
+    `torch.nn` (`ReLU6`, the 32nd review): apex wrapped its constructor, not its forward, so
+    the registration goes, stated; a lowercase name of `torch.nn` (a submodule) refuses."""
     torch = pytest.importorskip("torch")
     out, finding = _migrated(FLOAT_REGISTRY)
     assert (
@@ -8618,7 +8620,20 @@ def test_a_torch_function_registered_as_float_keeps_float32_inputs_under_autocas
     )
     assert "`amp.register_float_function` has no O1 rewrite" in _message(late)
     cls = FLOAT_REGISTRY.replace('(torch, "sigmoid")', '(torch.nn, "ReLU6")')
-    assert "`amp.register_float_function` has no O1 rewrite" in _message(cls)
+    out, finding = _migrated(cls)
+    assert "register_float_function" not in out and "custom_fwd" not in out, out
+    assert (
+        "apex wrapped the class's constructor, casting only float16 tensors given to "
+        "`torch.nn.ReLU6(...)`, and left its forward to O1's cast lists"
+    ) in finding.message
+    with _on_cpu(out) as namespace:
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        seen = []
+        namespace["train"](model, optimizer, [torch.randn(8, 4) * 0.1] * 2, True, seen)
+    assert seen == [torch.float16, torch.float16]  # (sigmoid is on neither's float32 list)
+    submodule = FLOAT_REGISTRY.replace('(torch, "sigmoid")', '(torch.nn, "functional")')
+    assert "`amp.register_float_function` has no O1 rewrite" in _message(submodule)
 
 
 def test_an_initialize_given_a_name_nothing_binds_before_it_is_a_broken_original():

@@ -303,17 +303,33 @@ class _Planner(
         this file's ``initialize`` (BraTS: a loss's sigmoid kept in float32): apex wrapped the
         module's function to cast its float16 arguments to float32 once amp was initialized;
         ``torch.amp.custom_fwd(..., cast_inputs=torch.float32)`` does that inside autocast,
-        which is where the rewrite casts. Functions of ``torch`` and ``torch.nn.functional``
-        only (a class's constructor is not such a call). False: not this call."""
-        modules = {"torch", "torch.nn.functional"}
+        which is where the rewrite casts. Functions of ``torch`` and ``torch.nn.functional``;
+        a module class of ``torch.nn`` (``ReLU6``): apex wrapped its constructor, not its
+        forward, so the statement just goes. False: not this call."""
+        modules = {"torch", "torch.nn.functional", "torch.nn"}
         entry = self._registry_entry(call, member, "register_float_function", modules, initialize)
         if entry is None:
             return False
         statement, name = entry
         op = name.evaluated_value
-        if not (isinstance(op, str) and op.isidentifier() and op.islower()):
+        if not (isinstance(op, str) and op.isidentifier()):
             return False
         where = f"{_code(self.module, call.args[0].value)}.{op}"
+        if self.qualified(call.args[0].value) == {"torch.nn"}:
+            if not op[0].isupper() or op == "Parameter":  # (a module class; not a submodule)
+                return False
+            self._remove_statement(statement)
+            self.plan.notes.append(
+                f"`amp.register_float_function({_code(self.module, call.args[0].value)}, "
+                f"{name.value})` at line {self.line(call)} goes: apex wrapped the class's "
+                f"constructor, casting only float16 tensors given to `{where}(...)`, and left "
+                "its forward to O1's cast lists, as autocast's lists now run it (a test "
+                f"`isinstance(x, {where})` after `initialize`, which the wrapper broke, works "
+                "again)"
+            )
+            return True
+        if not op.islower():
+            return False
         line = cst.parse_statement(
             f'{where} = torch.amp.custom_fwd({where}, device_type="cuda", '
             "cast_inputs=torch.float32)\n"
