@@ -232,11 +232,59 @@ class Regions:
                         f"`{loss}` but not in the autocast region of its forward (apex O1 ran it "
                         "in float16 too): wrap it in `torch.amp.autocast` by hand",
                     )
+        self._method_forwards(setup, checks, planned, wrapped, blocked)
         self._handed_on(setup, planned, wrapped, blocked)
         self.wrapped = wrapped  # the statements the regions hold (_forwards_elsewhere)
         for block, (runs, enabled) in planned.items():
             order = {id(s): i for i, s in enumerate(_statements(block))}
             self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
+
+    def _method_forwards(self, setup: _Setup, checks, planned, wrapped, blocked) -> None:
+        """A method or submodule of an initialized model called in a function that scales, after
+        ``initialize`` and outside the regions (an RL agent's ``agent.act()``, which runs
+        ``self.net(...)``; ``dqn.module.choose_action(n)``; ``model.encoder(x)``): apex O1 cast
+        the forwards it runs, so its simple statement gets a region of its own, as another call
+        of the model does; where it cannot (a compound statement), the float32 run is stated.
+        Methods that run no forward (``state_dict``, ``eval``, ``parameters`` ...) are left."""
+        stated: list[str] = []
+        seen: set[int] = set()
+        for function, _, enabled in checks:
+            body = function.body if isinstance(function, cst.FunctionDef) else function
+            for call in self._subtree(body):
+                if (
+                    not isinstance(call, cst.Call)
+                    or id(call) in seen
+                    or self.function(call) is not function
+                    or not _model_method(call.func, setup.models, self.module)
+                    or any(id(a) in wrapped for a in self.ancestors(call))
+                    or (function is setup.home
+                        and self.order[id(call)] < self.order[id(setup.statement)])
+                ):  # fmt: skip
+                    continue
+                seen.add(id(call))
+                statement = self.statement(call)
+                located = self.block_of(statement)
+                if (
+                    isinstance(statement, cst.SimpleStatementLine)
+                    and located is not None
+                    and not blocked(statement)
+                    and id(statement) not in wrapped
+                ):
+                    runs, _ = planned.setdefault(located[0], ([], enabled))
+                    runs.append([statement])
+                    wrapped.add(id(statement))
+                    stated.append(f"`{_code(self.module, call.func)}(...)` (line "
+                                  f"{self.line(call)}): a region of its own")  # fmt: skip
+                else:
+                    stated.append(f"`{_code(self.module, call.func)}(...)` (line "
+                                  f"{self.line(call)}): {_KEEP}")  # fmt: skip
+        if stated:
+            self.plan.notes.append(
+                "a method or submodule of the initialized model called outside the forward's "
+                "region may run its forward, which apex O1 cast to float16: "
+                + "; ".join(stated[:4])
+                + (f"; and {len(stated) - 4} more" if len(stated) > 4 else "")
+            )
 
     def _uncomputed(self, scale, expression, loss: str, function) -> str:
         """Why no region precedes ``scale``: the loss is not computed in the function, or it is
@@ -1399,6 +1447,38 @@ def _member(node: cst.CSTNode) -> bool:
 _RUNS = frozenset({"inference", "infer", "generate", "sample", "predict", "encode", "decode"})
 # a model's attribute named as a submodule (SemanticPalette's `model.seg_model(x)`): a forward
 _SUBMODULE = re.compile(r"(model|net|encoder|decoder|generator|discriminator|backbone)$")
+
+
+# methods of a module that run no forward (besides _QUIET_METHODS)
+_NO_FORWARD = frozenset({
+    "apply", "register_buffer", "register_parameter", "register_module", "add_module",
+    "register_forward_hook", "register_forward_pre_hook", "register_backward_hook",
+    "register_full_backward_hook", "get_submodule", "get_parameter", "get_buffer",
+    "share_memory", "type", "double", "bfloat16", "extra_repr", "save_pretrained",
+    "tie_weights", "init_weights", "resize_token_embeddings", "num_parameters", "freeze",
+    "unfreeze", "save", "load", "print", "summary", "reset_parameters", "set_grad",
+})  # fmt: skip
+
+
+def _model_method(func: cst.BaseExpression, models: set[str], module: cst.Module) -> bool:
+    """``agent.act``, ``dqn.module.choose_action``, ``model.encoder``: a method or submodule of
+    an initialized model (through DataParallel's ``.module``) that may run a forward; not the
+    model itself, its ``forward`` (those are ``model_calls``) or a method that runs none."""
+    if not isinstance(func, cst.Attribute):
+        return False
+    attr, owner = func.attr.value, func.value
+    if isinstance(owner, cst.Attribute) and owner.attr.value == "module":
+        if _code(module, owner) in models:
+            return False  # (`model.module(x)`: the model itself)
+        owner = owner.value
+    return (
+        _code(module, owner) in models
+        and attr not in ("forward", "module")
+        and attr not in _QUIET_METHODS
+        and attr not in _NO_FORWARD
+        and not attr.startswith("_")
+        and not attr.startswith(("named_", "register_", "set_", "get_"))
+    )
 
 
 def _submodule_of(func: cst.BaseExpression, models: set[str], module: cst.Module) -> bool:
