@@ -100,11 +100,13 @@ class Delegate:
         return sites
 
     def _on_own_instance(self, reference: cst.Attribute) -> bool:
-        """``self.<name>`` in a method: read on the instance the method is given first."""
+        """``self.<name>`` in a method: read on the instance the method is given first (not a
+        function's first parameter: a closure's ``loss_tensor.backward()`` is a tensor's)."""
         method = self.function(reference)
         params = method.params.params if isinstance(method, cst.FunctionDef) else ()
         return (
             bool(params)
+            and isinstance(self._holder(method), cst.ClassDef)
             and isinstance(reference.value, cst.Name)
             and reference.value.value == params[0].name.value
         )
