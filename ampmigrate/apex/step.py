@@ -247,7 +247,9 @@ class Step:
             return  # (_steps said which has no step)
         shown = ", ".join(f"`{o}`" for o in group)
         nodes = sorted((found[0] for found in steps), key=lambda n: self.order[id(n)])
-        if any(len(found) != 1 for found in steps):
+        following = self._following_steps(call, steps)
+        nodes = following or nodes  # (each optimizer also steps after other scaled backwards)
+        if following is None and any(len(found) != 1 for found in steps):
             opt, found = next((o, f) for o, f in zip(group, steps, strict=True) if len(f) != 1)
             lines = ", ".join(str(self.line(n)) for n in found)
             why = (
@@ -279,6 +281,31 @@ class Step:
             "GradScaler skips each optimizer whose own gradients did (PyTorch's documented "
             "behaviour for several optimizers; the scale halves as before)"
         )
+
+    def _following_steps(self, call: cst.Call, steps: list[list]) -> list | None:
+        """The step of each optimizer of a group that follows its ``scale_loss`` block in that
+        block's own statements, before any other backward (Maximum Classifier Discrepancy:
+        ``scale_loss(loss1, [fe, c])`` then ``fe.step(); c.step()``, later ``scale_loss(loss2,
+        fe)`` then ``fe.step()``): those steps share the group's one ``update()``; a later step
+        of one of them follows its own scaled backward. None: some optimizer has several
+        steps and no such one."""
+        if all(len(found) == 1 for found in steps):
+            return None
+        located = self.block_of(self.statement(call))
+        if located is None:
+            return None
+        block, index = located
+        picked: dict[int, cst.CSTNode] = {}  # by the optimizer's place in the group
+        for statement in _statements(block)[index + 1 :]:
+            if any(_is_call_of(n, "backward") for n in self._subtree(statement)):
+                break
+            mine = [i for i, found in enumerate(steps) if statement in found]
+            if any(i in picked for i in mine):
+                return None  # (one steps twice before the others: not the group's shape)
+            picked.update(dict.fromkeys(mine, statement))
+            if len(picked) == len(steps):
+                return list(picked.values())
+        return None
 
     def _sure_groups(self) -> None:
         """A step of a group that may come without the scaled backward (``_unscaled_steps``)
