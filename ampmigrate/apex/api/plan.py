@@ -692,6 +692,17 @@ class _Planner:
         if not found or self._bound_by_consumed(node):
             return
         name = found[0]
+        rival = self._rival(node) if conditional else None
+        if rival is not None and (name in table.TO_PYTHON_FLOAT or name in TARGETS):
+            code = table.SAME_OBJECT if name in table.TO_PYTHON_FLOAT else TARGETS[name].code
+            where = parent if isinstance(parent, ast.Call) and parent.func is node else node
+            message = (
+                f"`{name}`: no automatic fix: the name is also bound at line {rival[0]} "
+                f"(`{rival[1]}`), which is no fallback of apex's import: the binding a use "
+                "reaches depends on which of them ran last, and that one may not be apex's"
+            )
+            self.findings.append(Finding(code, message, where, None))
+            return
         if name in table.TO_PYTHON_FLOAT:
             self._to_python_float(node, parent, name, conditional)
             return
@@ -1357,6 +1368,45 @@ class _Planner:
             remove_imports=self._import_edits(node),
             min_torch=min_torch,
         )
+
+    def _rival(self, node: ast.AST) -> tuple[int, str] | None:
+        """A binding of ``node``'s root name that replaces apex's: an unguarded statement of the
+        scope's own block after every apex import of the name (``from apex.fp16_utils import
+        *`` then ``from util import to_python_float``; the 33rd review: the fix deleted the
+        project's import and rewrote its calls). A fallback in an ``except``, an ``if`` arm or
+        before the guarded import is no rival. Its line and first line of text."""
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+
+        def top(binding) -> ast.stmt | None:
+            """The statement of the scope's own block that holds the binding."""
+            at, child = binding.node, None
+            for above in [at, *self.names.ancestors(at)]:
+                if isinstance(above, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef):
+                    return child if child in getattr(above, "body", ()) else None
+                child = above if isinstance(above, ast.stmt) else child
+            return None
+
+        def apex(binding) -> bool:
+            return any(q.startswith("apex.") or q.partition(".")[0] in table.COMPILED
+                       for q in binding.qualified(binding.name))  # fmt: skip
+
+        bindings = [b for b in self.names.bindings(node) if not b.builtin]
+        last = max((t.lineno for b in bindings if apex(b) and (t := top(b))), default=None)
+        for binding in bindings:
+            stmt = top(binding)
+            if (
+                apex(binding)
+                or last is None
+                or stmt is None
+                or stmt.lineno <= last
+                or not (binding.node is stmt or self.names.parent(binding.node) is stmt)
+            ):
+                continue  # (nested in a compound statement: a guarded fallback)
+            return stmt.lineno, self.source.segment(stmt).splitlines()[0].strip()
+        return None
 
     def _import_edits(self, node: ast.AST) -> tuple[ImportEdit, ...]:
         """The imports of ``node``'s root name, to drop once unused (``import apex`` too)."""
