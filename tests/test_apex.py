@@ -8755,3 +8755,174 @@ def test_logged_gradient_statistics_are_left_where_the_logger_also_runs_elsewher
     assert out == DISTILLER
     [finding] = [d for d in remaining if d.code == "AMP303"]
     assert "reads or changes gradient values on every micro-batch" in finding.message
+
+
+AGENT_METHOD = """\
+import torch
+from apex import amp
+
+
+class Agent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(8, 4)
+        self.state = None
+
+    def act(self):
+        return self.net(self.state).argmax(dim=1)
+
+
+def train(enc, agent, batches, seen):
+    opt_e = torch.optim.SGD(enc.parameters(), lr=0.1)
+    opt_a = torch.optim.SGD(agent.parameters(), lr=0.1)
+    [enc, agent], [opt_e, opt_a] = amp.initialize([enc, agent], [opt_e, opt_a], opt_level="O1")
+    for x in batches:
+        feats = enc(x)
+        agent.state = feats.detach()
+        for _ in range(2):
+            action = agent.act()
+            seen.append(action.shape)
+            q_loss = agent.net(agent.state).float().pow(2).mean()
+            opt_a.zero_grad()
+            with amp.scale_loss(q_loss, opt_a) as scaled:
+                scaled.backward()
+            opt_a.step()
+        loss = feats.float().pow(2).mean()
+        opt_e.zero_grad()
+        with amp.scale_loss(loss, opt_e) as scaled:
+            scaled.backward()
+        opt_e.step()
+"""
+
+
+def test_a_method_of_an_initialized_model_outside_the_regions_gets_a_region():
+    """The 33rd review (an RL agent's `dqn.module.choose_action(n)`): a method of an initialized
+    model that runs a submodule, called in the training function outside the forward's region,
+    ran in float16 under apex O1; the rewrite left it in float32 without a word, and on the
+    float16 state the region made it raised ("mat1 and mat2 must have the same dtype"). Its
+    statement gets a region of its own, stated; run on CPU it takes its steps. A compound
+    statement is stated instead; a quiet method (`agent.eval()`) gets nothing."""
+    torch = pytest.importorskip("torch")
+    out, finding = _migrated(AGENT_METHOD)
+    assert (
+        '            with torch.amp.autocast("cuda", dtype=torch.float16):\n'
+        "                action = agent.act()\n"
+    ) in out, out
+    assert "`agent.act(...)` (line 23): a region of its own" in finding.message
+    with _on_cpu(out) as namespace:
+        seen: list = []
+        namespace["train"](torch.nn.Linear(16, 8), namespace["Agent"](),
+                           [torch.randn(4, 16)] * 2, seen)  # fmt: skip
+    assert seen == [torch.Size([4])] * 4
+    compound = AGENT_METHOD.replace(
+        "            action = agent.act()\n            seen.append(action.shape)\n",
+        "            if agent.act().sum() > 0:\n                seen.append(1)\n",
+    )
+    assert "`agent.act(...)` (line 23): wrap it in `torch.amp.autocast" in (
+        _migrated(compound)[1].message
+    )
+    quiet = AGENT_METHOD.replace("action = agent.act()", "action = agent.eval()")
+    assert "a method or submodule" not in _migrated(quiet)[1].message
+
+
+CLOSURE_SWITCH = """\
+import torch
+from apex import amp
+
+
+def train(model, opt, batches, fp16, seen):
+    if fp16:
+        model, opt = amp.initialize(model, opt, opt_level="O1")
+    for x in batches:
+        loss = model(x).float().pow(2).mean()
+        seen.append(loss.item())
+
+        def backward(loss_tensor):
+            if fp16:
+                with amp.scale_loss(loss_tensor, opt) as scaled_loss:
+                    scaled_loss.backward()
+            else:
+                loss_tensor.backward()
+
+        backward(loss)
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_a_closure_that_switches_between_the_scaled_and_the_plain_backward_is_followed():
+    """HMNet (the 33rd review): the closure `def backward(loss_tensor)` holds the usual `if
+    fp16:` switch; its plain `loss_tensor.backward()` was read as a call of the closure itself
+    (a method on its own instance), so the caller's step was not followed: three false
+    blockers. The step becomes the scaler's, on both paths (a disabled scaler steps plainly);
+    run on CPU in float16 and float32 it takes every step."""
+    torch = pytest.importorskip("torch")
+    out, _ = _migrated(CLOSURE_SWITCH)
+    assert "                scaler.scale(loss_tensor).backward()\n" in out, out
+    assert "        scaler.step(opt)\n        scaler.update()\n" in out, out
+    for fp16 in (True, False):
+        torch.manual_seed(0)
+        with _on_cpu(out) as namespace:
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            seen: list = []
+            namespace["train"](model, opt, [torch.ones(2, 4) * 0.01] * 3, fp16, seen)
+        assert seen[2] < seen[0], (fp16, seen)  # (a first overflow skips one step, as apex did)
+
+
+MCD_STEPS = """\
+import torch
+from apex import amp
+
+
+def train(fe, c, batches, seen):
+    o_fe = torch.optim.SGD(fe.parameters(), lr=0.1)
+    o_c = torch.optim.SGD(c.parameters(), lr=0.1)
+    [fe, c], [o_fe, o_c] = amp.initialize([fe, c], [o_fe, o_c], opt_level="O1")
+    for x in batches:
+        loss1 = c(fe(x)).float().pow(2).mean()
+        o_fe.zero_grad()
+        o_c.zero_grad()
+        with amp.scale_loss(loss1, [o_fe, o_c]) as scaled:
+            scaled.backward()
+        o_fe.step()
+        o_c.step()
+        loss2 = c(fe(x)).float().abs().mean()
+        o_fe.zero_grad()
+        with amp.scale_loss(loss2, o_fe) as scaled:
+            scaled.backward()
+        o_fe.step()
+        seen.append((loss1.item(), loss2.item()))
+"""
+
+
+def test_a_group_scaled_together_and_one_of_it_scaled_again_steps_after_each():
+    """Maximum Classifier Discrepancy (the 33rd review, 6 files): `scale_loss(loss1, [fe, c])`
+    then `fe.step(); c.step()`, later `scale_loss(loss2, fe)` then `fe.step()` was refused as
+    "`fe` steps at lines ... (on different paths, or more than once)": each step follows its
+    own scaled backward. The group's steps share one `update()` after the last, the later
+    step has its own; on CPU both losses fall."""
+    torch = pytest.importorskip("torch")
+    out, _ = _migrated(MCD_STEPS)
+    assert (
+        "        scaler.scale(loss1).backward()\n"
+        "        scaler.step(o_fe)\n"
+        "        scaler.step(o_c)\n"
+        "        scaler.update()\n"
+    ) in out, out
+    assert (
+        "        scaler.scale(loss2).backward()\n"
+        "        scaler.step(o_fe)\n"
+        "        scaler.update()\n"
+    ) in out, out
+    torch.manual_seed(0)
+    with _on_cpu(out) as namespace:
+        seen: list = []
+        namespace["train"](torch.nn.Linear(8, 8), torch.nn.Linear(8, 2),
+                           [torch.ones(4, 8) * 0.01] * 4, seen)  # fmt: skip
+    assert seen[-1][0] < seen[0][0] and seen[-1][1] < seen[0][1], seen
+    twice = MCD_STEPS.replace(
+        "        o_fe.step()\n        o_c.step()\n",
+        "        o_fe.step()\n        o_fe.step()\n        o_c.step()\n",
+    )
+    assert "(on different paths, or more than once)" in _message(twice)

@@ -1420,3 +1420,73 @@ def test_a_probe_whose_try_runs_more_than_the_import_is_left_by_hand():
                           "        FOUND = True\n")  # fmt: skip
     [finding] = [d for d in check_source(flag) if d.code == "AMP312"]
     assert finding.fix is not None and "an availability probe" in finding.message
+
+
+def test_a_name_a_later_project_import_rebinds_is_not_apex_s():
+    """YOLOv1 (the 33rd review): `from apex.fp16_utils import *`, then `from util import
+    to_python_float`: the later import is the binding the calls reach, yet AMP314 rewrote them
+    to `.item()` and deleted that import as "a fallback" (on a project helper that averages,
+    `.item()` of a 3-element tensor raises). A binding after apex's, in the scope's own block,
+    gets no fix and is named; a fallback in the `except`, or in an `if` after it, keeps it."""
+    source = textwrap.dedent("""\
+        import torch
+        try:
+            from apex.fp16_utils import *
+        except ImportError:
+            raise ImportError("needs apex")
+        from util import to_python_float
+
+        print(to_python_float(torch.ones(3)))
+    """)
+    out, _, fixed = _fix(source)
+    assert out == source and not fixed
+    [finding] = [d for d in check_source(source) if d.code == "AMP314"]
+    assert (
+        "no automatic fix: the name is also bound at line 6 (`from util import "
+        "to_python_float`), which is no fallback of apex's import"
+    ) in finding.message
+    rival_class = textwrap.dedent("""\
+        import torch
+        from apex.normalization import FusedLayerNorm as LayerNorm
+
+
+        class LayerNorm(torch.nn.Module):
+            pass
+
+
+        norm = LayerNorm(8)
+    """)
+    assert [d.fix for d in check_source(rival_class) if d.code == "AMP312"] == [None]
+    fallback = textwrap.dedent("""\
+        import torch
+        try:
+            from apex.normalization import FusedLayerNorm as LayerNorm
+            HAS_APEX = True
+        except ImportError:
+            HAS_APEX = False
+        if not HAS_APEX:
+            LayerNorm = torch.nn.LayerNorm
+
+        norm = LayerNorm(8)
+    """)
+    out, _, fixed = _fix(fallback)
+    assert "norm = torch.nn.LayerNorm(8)" in out, out
+
+
+def test_apex_modules_the_prefilter_missed_and_fp16_utils_scalers_get_findings():
+    """The 33rd review: a file whose only apex was `apex.reparameterization`, `apex.RNN` or
+    `apex.pyprof` passed `check` (AMP315's triggers left them out: only another trigger word,
+    even in a comment, brought the finding), and `apex.fp16_utils`' loss scalers had none."""
+    for line, name in (
+        ("from apex.reparameterization import apply_weight_norm\n"
+         "apply_weight_norm(torch.nn.Linear(2, 2))\n", "apex.reparameterization"),
+        ("from apex.RNN import LSTM\nrnn = LSTM(2, 2, 1)\n", "apex.RNN"),
+        ("from apex import pyprof\npyprof.init()\n", "apex.pyprof"),
+    ):  # fmt: skip
+        found = check_source("import torch\n" + line)
+        assert [d.code for d in found] == ["AMP315"] and name in found[0].message, found
+    scaler = check_source(
+        "from apex.fp16_utils import DynamicLossScaler\nscaler = DynamicLossScaler()\n"
+    )
+    assert [d.code for d in scaler] == ["AMP302"]
+    assert "is the dynamic loss scaler" in scaler[0].message
