@@ -64,8 +64,17 @@ def _statements(block: cst.CSTNode) -> list[cst.BaseStatement] | None:
 
 
 def _appended(items: Sequence[cst.Arg | cst.Param], new: cst.Arg | cst.Param) -> list:
-    """``items`` with ``new`` last; a trailing comma stays trailing (the layout is kept)."""
+    """``items`` with ``new`` last; a trailing comma stays trailing, and a line break before
+    the closing parenthesis stays there (the layout is kept)."""
     items = list(items)
+    after = "whitespace_after_arg" if isinstance(new, cst.Arg) else "whitespace_after_param"
+    tail = getattr(items[-1], after, None) if items else None
+    if isinstance(tail, cst.ParenthesizedWhitespace) and not isinstance(items[-1].comma, cst.Comma):
+        items[-1] = items[-1].with_changes(
+            **{after: cst.SimpleWhitespace("")},
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")),
+        )
+        return [*items, new.with_changes(**{after: tail})]
     if items and isinstance(items[-1].comma, cst.Comma):
         new = new.with_changes(comma=items[-1].comma)
         previous = items[-2].comma if len(items) > 1 else cst.Comma(
