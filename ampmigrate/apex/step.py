@@ -1441,41 +1441,62 @@ class Step:
 
     def _stepped_together(self, events: list[tuple[int, str, list[str], cst.CSTNode]]) -> bool:
         """``scale_loss(l1, a)``, ``scale_loss(l2, b)``, then ``a.step()`` and ``b.step()`` in
-        one block, each optimizer stepping once in the function (two students of one teacher,
-        PyTorch's documented recipe for several optimizers): ``scaler.step`` for each and one
-        ``update()`` after the last. False: not that shape (nothing planned)."""
+        one block (two students of one teacher, SAC's twin critics: PyTorch's documented
+        recipe for several optimizers): ``scaler.step`` for each and one ``update()`` after the
+        last. The function's scales and steps fall into such runs, each closed once every
+        optimizer it scaled has stepped (SAC's policy update after the critics is a run of its
+        own). False: not that shape (nothing planned)."""
         ordered = sorted(events, key=lambda e: e[0])
-        kinds = [kind for _, kind, _, _ in ordered]
-        count = kinds.count("scale")
-        if count < 2 or kinds != ["scale"] * count + ["step"] * count:
+        runs: list[list[tuple[int, str, list[str], cst.CSTNode]]] = []
+        current: list[tuple[int, str, list[str], cst.CSTNode]] = []
+        for event in ordered:
+            if event[1] == "scale" and any(kind == "step" for _, kind, _, _ in current):
+                return False  # (a loss scaled while the run's steps are under way)
+            current.append(event)
+            scales = sum(kind == "scale" for _, kind, _, _ in current)
+            if event[1] == "step" and 2 * scales == len(current):
+                runs.append(current)
+                current = []
+        if current or not any(len(run) > 2 for run in runs):
             return False
-        scaled = [opts for _, kind, opts, _ in ordered if kind == "scale"]
-        stepped = [opts[0] for _, kind, opts, _ in ordered if kind == "step"]
+        planned = [self._run_together(run) for run in runs if len(run) > 2]
+        if any(p is None for p in planned):
+            return False
+        for nodes, stepped in planned:  # type: ignore[misc]
+            self.groups.append(nodes)  # (all but the last step without `update()`)
+            shown = ", ".join(f"`{o}`" for o in stepped)
+            self.plan.notes.append(
+                f"behaviour change: the losses of {shown} are scaled one after the other and "
+                f"stepped together (line {self.line(nodes[0])}): `scaler.step` for each and "
+                "one `update()` after the last (PyTorch's recipe for several optimizers); apex "
+                "updated its one scale as each `scale_loss` exited, so an overflow in one loss "
+                "halved the scale the next was scaled with (two overflows halved it twice, "
+                "GradScaler halves once); each optimizer's step is still skipped when its own "
+                "gradients overflow"
+            )
+        return True
+
+    def _run_together(self, run: list) -> tuple[list, list[str]] | None:
+        """One run of ``_stepped_together``: each scaled optimizer steps once after the scales,
+        in one block, no graph kept for the next backward. Its steps and optimizers."""
+        count = sum(kind == "scale" for _, kind, _, _ in run)
+        scaled = [opts for _, kind, opts, _ in run if kind == "scale"]
+        stepped = [opts[0] for _, kind, opts, _ in run if kind == "step"]
         if any(len(opts) != 1 for opts in scaled) or len({o[0] for o in scaled}) != count:
-            return False
+            return None
         if set(stepped) != {o[0] for o in scaled} or len(set(stepped)) != count:
-            return False
-        withs = [node for _, kind, _, node in ordered if kind == "scale"]
+            return None
+        withs = [node for _, kind, _, node in run if kind == "scale"]
         if any(
             isinstance(n, cst.Arg) and n.keyword is not None and n.keyword.value == "retain_graph"
             for w in withs[:-1]
             for n in self._subtree(w)
         ):  # a graph the next backward goes through again: apex left the gradients that
-            return False  # backward adds to the first optimizer's parameters scaled
-        nodes = [node for _, kind, _, node in ordered if kind == "step"]
+            return None  # backward adds to the first optimizer's parameters scaled
+        nodes = [node for _, kind, _, node in run if kind == "step"]
         if len({id(self.parent(n)) for n in nodes}) != 1:
-            return False
-        self.groups.append(nodes)  # (all but the last step without `update()`)
-        shown = ", ".join(f"`{o}`" for o in stepped)
-        self.plan.notes.append(
-            f"behaviour change: the losses of {shown} are scaled one after the other and "
-            f"stepped together (line {self.line(nodes[0])}): `scaler.step` for each and one "
-            "`update()` after the last (PyTorch's recipe for several optimizers); apex updated "
-            "its one scale as each `scale_loss` exited, so an overflow in one loss halved the "
-            "scale the next was scaled with (two overflows halved it twice, GradScaler halves "
-            "once); each optimizer's step is still skipped when its own gradients overflow"
-        )
-        return True
+            return None
+        return nodes, stepped
 
 
 def _pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple]:
