@@ -293,6 +293,7 @@ class Scaler:
             self.family = self.derived({holder.name.value})
             self._once_per_object(setup, home)
             self._overrides(home.name.value, home.params.params[0].name.value)
+            self._default_in_init(holder, home, uses)
             if family and self.name != "scaler":
                 self.problem(
                     setup.statement,
@@ -364,6 +365,83 @@ class Scaler:
                     f"`{me}.scaler` without calling `super().{home}(...)`: its objects would "
                     "read a GradScaler never made; make it there too, by hand",
                 )
+
+    def _default_in_init(self, holder: cst.ClassDef, home: cst.FunctionDef, uses: list) -> None:
+        """A method other than ``__init__`` makes ``self.scaler`` where ``initialize`` was
+        (PrivacyQA's ``activate_fp16``) while other methods read it: an object whose driver
+        never calls that method (training with fp16 off) would raise AttributeError there, where
+        apex's ``scale_loss`` without ``initialize`` passed the loss through. ``__init__`` first
+        makes a disabled one, which does the same (scale and step pass through); the method's
+        own replaces it. Where the class has no ``__init__`` of its own, it is stated."""
+        if home.name.value == "__init__":
+            return
+        readers = {id(f): f for u in uses if isinstance(f := self.function(u), cst.FunctionDef)
+                   and f is not home}  # fmt: skip
+        if all(self._called_only_from(reader, home) for reader in readers.values()):
+            return  # (transformers' `_training_step`: only `train` calls it, after the scaler)
+        init = next(
+            (s for s in holder.body.body
+             if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
+            None,
+        )  # fmt: skip
+        if init is None or not init.params.params or init.decorators:
+            self.plan.notes.append(
+                f"`self.{self.name}` is made by `{home.name.value}` only: an object whose "
+                f"driver never calls it reads no GradScaler (AttributeError), where apex passed "
+                f"the loss through; make a disabled one where the object is set up to keep that"
+            )
+            return
+        me = init.params.params[0].name.value
+        if any(  # `__init__` itself calls it (mt-dnn's `self._setup_optim()`): always made
+            isinstance(statement, cst.SimpleStatementLine)
+            and isinstance(expr := statement.body[0], cst.Expr)
+            and isinstance(expr.value, cst.Call)
+            and _code(self.module, expr.value.func) == f"{me}.{home.name.value}"
+            for statement in init.body.body
+        ):
+            return
+        line = cst.parse_statement(
+            f'{me}.{self.name} = torch.amp.GradScaler("cuda", enabled=False)\n'
+        )
+        inner = self.plan.edits.get(init.body)
+
+        def first(u: cst.IndentedBlock) -> cst.IndentedBlock:
+            u = inner(u) if inner is not None else u
+            body = list(u.body)
+            at = 0
+            for statement in body[:2]:  # after a docstring and a `super().__init__(...)`
+                simple = isinstance(statement, cst.SimpleStatementLine)
+                small = statement.body[0] if simple else None
+                expr = small.value if isinstance(small, cst.Expr) else None
+                if isinstance(expr, cst.SimpleString | cst.ConcatenatedString) or (
+                    isinstance(expr, cst.Call)
+                    and _code(self.module, expr.func).replace(" ", "").startswith("super(")
+                ):
+                    at += 1
+                else:
+                    break
+            return u.with_changes(body=[*body[:at], line, *body[at:]])
+
+        self.plan.edits[init.body] = first
+        self.plan.notes.append(
+            f"`__init__` first makes `{me}.{self.name}` disabled, which `{home.name.value}` "
+            "replaces: an object that never calls it trains as apex did without `initialize` "
+            "(the loss passed through, plain steps)"
+        )
+
+    def _called_only_from(self, method: cst.FunctionDef, home: cst.FunctionDef) -> bool:
+        """``method`` is called in this file, only from ``home`` (``self._training_step(...)``
+        in ``train``), and its name is private: nothing else can reach it first."""
+        name = method.name.value
+        if not name.startswith("_") or name.startswith("__"):
+            return False
+        calls = [
+            n for n in self.nodes
+            if isinstance(n, cst.Attribute) and n.attr.value == name
+        ]  # fmt: skip
+        return bool(calls) and all(
+            isinstance(self.parent(c), cst.Call) and self.within(c, home) for c in calls
+        )
 
     def _global_scaler(self, setup: _Setup) -> None:
         """A disabled module-level GradScaler before ``home``, which rebinds it (``global``)
