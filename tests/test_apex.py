@@ -8926,3 +8926,110 @@ def test_a_group_scaled_together_and_one_of_it_scaled_again_steps_after_each():
         "        o_fe.step()\n        o_fe.step()\n        o_c.step()\n",
     )
     assert "(on different paths, or more than once)" in _message(twice)
+
+
+SAC_UPDATE = """\
+import torch
+from apex import amp
+
+
+def train(q1, q2, policy, batches, seen):
+    o1 = torch.optim.SGD(q1.parameters(), lr=0.1)
+    o2 = torch.optim.SGD(q2.parameters(), lr=0.1)
+    op = torch.optim.SGD(policy.parameters(), lr=0.1)
+    [q1, q2, policy], [o1, o2, op] = amp.initialize([q1, q2, policy], [o1, o2, op])
+    for x in batches:
+        l1 = q1(x).float().pow(2).mean()
+        l2 = q2(x).float().pow(2).mean()
+        o1.zero_grad()
+        o2.zero_grad()
+        with amp.scale_loss(l1, o1) as s1:
+            s1.backward()
+        with amp.scale_loss(l2, o2) as s2:
+            s2.backward()
+        o1.step()
+        o2.step()
+        lp = q1(policy(x)).float().mean()
+        op.zero_grad()
+        with amp.scale_loss(lp, op) as sp:
+            sp.backward()
+        op.step()
+        seen.append((l1.item(), l2.item()))
+"""
+
+
+def test_twin_losses_stepped_together_then_a_third_scaled_and_stepped():
+    """SAC (the 33rd review): the twin critics' losses scaled one after the other and stepped
+    together, then the policy's loss scaled and stepped, was refused as "`o2`'s loss is scaled
+    before `o1` has stepped" (the shape without the policy block is rewritten): each run of
+    scales closed by its steps is planned on its own, one `update()` after each."""
+    torch = pytest.importorskip("torch")
+    out, finding = _migrated(SAC_UPDATE)
+    assert ("        scaler.step(o1)\n        scaler.step(o2)\n        scaler.update()\n") in out, (
+        out
+    )
+    assert "        scaler.step(op)\n        scaler.update()\n" in out, out
+    assert "are scaled one after the other and stepped together" in finding.message
+    torch.manual_seed(0)
+    with _on_cpu(out) as namespace:
+        seen: list = []
+        nets = (torch.nn.Linear(6, 1), torch.nn.Linear(6, 1), torch.nn.Linear(6, 6))
+        namespace["train"](*nets, [torch.ones(8, 6) * 0.01] * 4, seen)
+    assert seen[-1][0] < seen[0][0] and seen[-1][1] < seen[0][1], seen
+    interleaved = SAC_UPDATE.replace(
+        "        o1.step()\n        o2.step()\n", "        o1.step()\n"
+    ).replace("        op.step()\n", "        op.step()\n        o2.step()\n")
+    assert "`o2`'s loss is scaled before `o1` has stepped" in _message(interleaved)
+
+
+ACTIVATE_FP16 = """\
+import torch
+from apex import amp
+
+
+class Model:
+    def __init__(self, fp16):
+        self.fp16 = fp16
+        self.network = torch.nn.Linear(4, 1)
+        self.optimizer = torch.optim.SGD(self.network.parameters(), lr=0.1)
+
+    def activate_fp16(self):
+        if self.fp16:
+            self.network, self.optimizer = amp.initialize(self.network, self.optimizer,
+                                                          opt_level="O1")
+
+    def update(self, x):
+        loss = self.network(x).float().pow(2).mean()
+        if self.fp16:
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        return loss.item()
+"""
+
+
+def test_a_scaler_made_by_a_method_the_driver_may_skip_has_a_disabled_default():
+    """PrivacyQA (the 33rd review): `activate_fp16` makes `self.scaler` where `initialize` was,
+    `update` reads it; a driver that trains in float32 and never calls `activate_fp16` worked
+    under apex and raised AttributeError after the rewrite. `__init__` first makes a disabled
+    GradScaler (scale and step pass through, as apex's `scale_loss` without `initialize`
+    did), which the method replaces; run on CPU both ways. A private reader only the method
+    calls (transformers' `_training_step`) needs none."""
+    torch = pytest.importorskip("torch")
+    out, finding = _migrated(ACTIVATE_FP16)
+    assert (
+        "    def __init__(self, fp16):\n"
+        '        self.scaler = torch.amp.GradScaler("cuda", enabled=False)\n'
+    ) in out, out
+    assert "`__init__` first makes `self.scaler` disabled" in finding.message
+    with _on_cpu(out) as namespace:
+        plain = namespace["Model"](False)  # (never activated)
+        losses = [plain.update(torch.ones(2, 4) * 0.1) for _ in range(3)]
+        mixed = namespace["Model"](True)
+        mixed.activate_fp16()
+        assert mixed.scaler.is_enabled()
+        mixed.update(torch.ones(2, 4) * 0.1)
+    assert losses[2] < losses[0]

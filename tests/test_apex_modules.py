@@ -1698,3 +1698,46 @@ def test_a_module_scaler_is_not_made_for_an_importer_that_initializes_apex_itsel
         "tune.py initializes apex amp itself and calls `train` (tune.py:8), which would read "
         "this file's GradScaler, made (enabled) only by `load_state`"
     ) in message, message
+
+
+def test_a_parameter_and_argument_added_before_a_closing_parenthesis_of_its_own_line(tmp_path):
+    """HRFormer (the 33rd review): where the closing parenthesis of a `def` or a call sits on
+    its own line, the added `scaler` went after it at column 0 and the old last item kept a
+    trailing space (`path, \\nscaler):`). The new item joins the last line of the others."""
+    (tmp_path / "ckpt.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        def save(
+            model, opt, path
+        ):
+            torch.save({"m": model.state_dict(), "amp": amp.state_dict()}, path)
+    """)
+    )
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        from apex import amp
+        from ckpt import save
+
+
+        def main():
+            model = torch.nn.Linear(2, 2).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, opt = amp.initialize(model, opt, opt_level="O1")
+            loss = model(torch.randn(4, 2, device="cuda")).sum()
+            with amp.scale_loss(loss, opt) as scaled:
+                scaled.backward()
+            opt.step()
+            save(
+                model, opt, "x.pt"
+            )
+    """)
+    )
+    results = {Path(r.path).name: r for r in run(_files(tmp_path), _settings(fix=True))}
+    assert all(r.changed for r in results.values())
+    ckpt, train = (results[n].new_source.decode() for n in ("ckpt.py", "train.py"))
+    assert "def save(\n    model, opt, path, scaler\n):\n" in ckpt, ckpt
+    assert '    save(\n        model, opt, "x.pt", scaler=scaler\n    )\n' in train, train
