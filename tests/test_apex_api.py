@@ -1103,6 +1103,16 @@ def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     unread = source.replace("    if has_apex:\n", "    if True:\n")
     [finding] = [d for d in _fix(unread)[2] if d.code == "AMP313"]
     assert "behaviour change once the `try`" not in finding.message
+    # FAN (the 33rd review): the flag set in the `try` itself stays there, so the `try` stays,
+    # but its `except` can no longer run: stated too
+    inside = source.replace("has_apex = True\ntry:\n    from apex import parallel\n",
+                            "try:\n    from apex import parallel\n    has_apex = True\n")
+    out, _, fixed = _fix(inside)
+    [finding] = [d for d in fixed if d.code == "AMP313"]
+    assert "    has_apex = True\nexcept ImportError:\n" in out, out
+    assert (
+        "its `except`, which set `has_apex` where apex was not installed, no longer runs"
+    ) in finding.message
 
 
 def test_an_emptied_guard_last_in_its_block_keeps_the_comments_above_it():

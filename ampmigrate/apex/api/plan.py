@@ -150,6 +150,15 @@ def _joined(pieces: list[str], origin: list[int], read: CallText, text: str) -> 
     return "".join(out)
 
 
+def _constant_flag(statement: ast.stmt) -> bool:
+    """``has_apex = True``: a name bound to a constant, which cannot raise."""
+    return (
+        isinstance(statement, ast.Assign)
+        and all(isinstance(t, ast.Name) for t in statement.targets)
+        and isinstance(statement.value, ast.Constant)
+    )
+
+
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     if handler.type is None:
         return True
@@ -566,16 +575,22 @@ class _Planner:
                 isinstance(guard, ast.Try)
                 and guard.handlers
                 and all(_catches_import_error(h) for h in guard.handlers)
-                and all(isinstance(s, ast.Import | ast.ImportFrom) for s in guard.body)
+                and all(
+                    isinstance(s, ast.Import | ast.ImportFrom) or _constant_flag(s)
+                    for s in guard.body
+                )
                 and all(
                     (s.module or "").partition(".")[0] == "apex"
                     if isinstance(s, ast.ImportFrom)
                     else all(a.name.partition(".")[0] == "apex" for a in s.names)
                     for s in guard.body
+                    if not _constant_flag(s)
                 )
+                and not all(_constant_flag(s) for s in guard.body)
             ):
                 continue
-            flags = sorted(_handler_flags(guard) - _bound_names(guard.body))
+            imports = [s for s in guard.body if not _constant_flag(s)]
+            flags = sorted(_handler_flags(guard) - _bound_names(imports))
             inside = {id(n) for n in ast.walk(guard)}
             lines = sorted({
                 n.lineno for n in ast.walk(self.tree)
@@ -587,15 +602,16 @@ class _Planner:
             keys = {
                 (s.module, a.name, a.asname) if isinstance(s, ast.ImportFrom)
                 else (a.name, None, a.asname)
-                for s in guard.body
+                for s in imports
                 for a in s.names
             }  # fmt: skip
             listed = ", ".join(f"`{f}`" for f in flags)
             shown = ", ".join(map(str, lines[:6])) + (", ..." if len(lines) > 6 else "")
+            fate = "no longer runs" if len(imports) < len(guard.body) else "goes with it"
             out.append((keys, (
                 f"; behaviour change once the `try` at line {guard.lineno} loses its last "
                 f"apex import: its `except`, which set {listed} where apex was not installed, "
-                f"goes with it, and every test of it (line{'s' if len(lines) > 1 else ''} "
+                f"{fate}, and every test of it (line{'s' if len(lines) > 1 else ''} "
                 f"{shown}) takes the path that ran where apex was installed (a run without "
                 "apex took the other one)"
             )))  # fmt: skip
