@@ -1105,8 +1105,10 @@ def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     assert "behaviour change once the `try`" not in finding.message
     # FAN (the 33rd review): the flag set in the `try` itself stays there, so the `try` stays,
     # but its `except` can no longer run: stated too
-    inside = source.replace("has_apex = True\ntry:\n    from apex import parallel\n",
-                            "try:\n    from apex import parallel\n    has_apex = True\n")
+    inside = source.replace(
+        "has_apex = True\ntry:\n    from apex import parallel\n",
+        "try:\n    from apex import parallel\n    has_apex = True\n",
+    )
     out, _, fixed = _fix(inside)
     [finding] = [d for d in fixed if d.code == "AMP313"]
     assert "    has_apex = True\nexcept ImportError:\n" in out, out
