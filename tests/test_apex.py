@@ -9033,3 +9033,32 @@ def test_a_scaler_made_by_a_method_the_driver_may_skip_has_a_disabled_default():
         assert mixed.scaler.is_enabled()
         mixed.update(torch.ones(2, 4) * 0.1)
     assert losses[2] < losses[0]
+
+
+def test_an_inference_initialize_of_a_list_of_models_becomes_one_region():
+    """An MCD inference script (the 33rd review): `[fe, c1, c2] = amp.initialize([fe, c1, c2],
+    opt_level="O1")` without an optimizer was "not `model = amp.initialize(model, ...)`": each
+    name is rebound to itself, so the call goes and the statements that run any of them get
+    the region, as for one model; on CPU their outputs are float16. Names bound to other
+    models than given still refuse."""
+    torch = pytest.importorskip("torch")
+    source = """\
+        import torch
+        from apex import amp
+
+
+        def evaluate(fe, c1, c2, batches):
+            [fe, c1, c2] = amp.initialize([fe, c1, c2], opt_level="O1")
+            outs = []
+            for x in batches:
+                f = fe(x)
+                outs.append((c1(f) + c2(f)).dtype)
+            return outs
+    """
+    out, _ = _migrated(source)
+    assert "amp" not in out.replace("torch.amp", "") and "    with torch.amp.autocast(" in out
+    with _on_cpu(out) as namespace:
+        nets = (torch.nn.Linear(4, 4), torch.nn.Linear(4, 2), torch.nn.Linear(4, 2))
+        assert namespace["evaluate"](*nets, [torch.ones(2, 4)]) == [torch.float16]
+    swapped = source.replace("[fe, c1, c2] = amp", "[fe, c2, c1] = amp")
+    assert "is not `model = amp.initialize(model" in _message(swapped)

@@ -145,17 +145,21 @@ class InferenceOnly:
             and isinstance(models, cst.Name)
             and small.targets[0].target.value == models.value
         )
+        listed = _listed_models(models, small, optimizer)
         if (
-            not isinstance(models, cst.Name)
+            not (isinstance(models, cst.Name) or listed)
             or len(statement.body) != 1
-            or not (rebinds or isinstance(small, cst.Expr))
+            or not (rebinds or listed or isinstance(small, cst.Expr))
         ):
             self.problem(init, "`amp.initialize` for inference is not `model = amp.initialize("
                          'model, opt_level="O1")`: migrate it by hand')  # fmt: skip
             return
-        name = models.value
+        names = listed or [models.value]
+        name = ", ".join(names)  # (as messages show it, in backquotes)
+        if len(names) > 1:
+            name = "`, `".join(names)
         target = small.targets[0].target if isinstance(small, cst.Assign) else None
-        if isinstance(target, cst.Tuple | cst.List):
+        if isinstance(target, cst.Tuple | cst.List) and not listed:
             second = [e.value for e in target.elements][1:]
             kept = optimizer is not None and [code(optimizer)] == [code(v) for v in second]
             scope = self.scopes.get(statement)
@@ -173,7 +177,7 @@ class InferenceOnly:
         condition = None
         top = statement
         if extra:
-            after_block = self._run_after_block(statement, name)
+            after_block = self._run_after_block(statement, names)
             if after_block is not None:
                 self.problem(
                     after_block,
@@ -228,7 +232,7 @@ class InferenceOnly:
             )
             return
         after = list(block.body)[index + 1 :]
-        uses = [i for i, s in enumerate(after) if self._runs_model(s, name)]
+        uses = [i for i, s in enumerate(after) if self._runs_model(s, names)]
         if not uses:
             self.problem(init, f"`{name}` is not run after `amp.initialize` in this function")
             return
@@ -243,7 +247,7 @@ class InferenceOnly:
                 runs.append([])
             else:
                 runs[-1].append(s)
-        runs = [r for r in runs if any(self._runs_model(s, name) for s in r)]
+        runs = [r for r in runs if any(self._runs_model(s, names) for s in r)]
         if not runs:
             self.problem(init, f"`{name}` is run after `amp.initialize` only by calls of this "
                          "file's functions that train it: migrate by hand")  # fmt: skip
@@ -257,7 +261,7 @@ class InferenceOnly:
                     and node.value is not None
                     and any(  # the model itself, not only its outputs (`[net(x) for ...]`)
                         isinstance(n, cst.Name)
-                        and n.value == name
+                        and n.value in names
                         and not (isinstance(p := self.parent(n), cst.Call) and p.func is n)
                         for n in self._subtree(node.value)
                     )
@@ -271,7 +275,7 @@ class InferenceOnly:
                     node.target, cst.Name | cst.Tuple | cst.List
                 ):
                     assign = self.parent(node)
-                    if name in self.facts(assign.value).used:
+                    if set(names) & self.facts(assign.value).used:
                         self.problem(node, f"the model `{name}` is stored in "
                                      f"`{code(node.target)}`: its later forwards were cast "
                                      "by apex O1 too; wrap them by hand")  # fmt: skip
@@ -288,7 +292,7 @@ class InferenceOnly:
         for part in runs:
             handed = any(
                 isinstance(n, cst.Call)
-                and any(isinstance(a.value, cst.Name) and a.value.value == name for a in n.args)
+                and any(isinstance(a.value, cst.Name) and a.value.value in names for a in n.args)
                 for s in part
                 for n in self._subtree(s)
             )
@@ -344,9 +348,9 @@ class InferenceOnly:
                 return True
         return False
 
-    def _run_after_block(self, statement: cst.CSTNode, name: str) -> cst.CSTNode | None:
+    def _run_after_block(self, statement: cst.CSTNode, names: list[str]) -> cst.CSTNode | None:
         """A statement of the enclosing function, after the one that holds ``statement``, that
-        runs the model ``name`` (None: none)."""
+        runs one of the models ``names`` (None: none)."""
         function = self.function(statement)
         if not isinstance(function, cst.FunctionDef):
             return None
@@ -354,9 +358,9 @@ class InferenceOnly:
         top = next((s for s in body if s is statement or self.within(statement, s)), None)
         if top is None or top is statement:
             return None
-        return next((s for s in body[body.index(top) + 1 :] if self._runs_model(s, name)), None)
+        return next((s for s in body[body.index(top) + 1 :] if self._runs_model(s, names)), None)
 
-    def _runs_model(self, statement: cst.CSTNode, name: str) -> bool:
+    def _runs_model(self, statement: cst.CSTNode, names: list[str]) -> bool:
         """``statement`` calls the model, a method of it that may run a forward
         (``model.encode_q(x)``), or hands it to a call (which may run it); ``model.eval()``,
         ``model.to(...)`` and the other quiet methods run no forward."""
@@ -364,7 +368,7 @@ class InferenceOnly:
             if not isinstance(node, cst.Call):
                 continue
             func = node.func
-            if isinstance(func, cst.Name) and func.value == name:
+            if isinstance(func, cst.Name) and func.value in names:
                 return True
             attributes = []
             while isinstance(func, cst.Attribute):
@@ -373,16 +377,42 @@ class InferenceOnly:
             if (
                 attributes
                 and isinstance(func, cst.Name)
-                and func.value == name
+                and func.value in names
                 and not _QUIET_METHODS.intersection(attributes)
             ):
                 return True  # `model.encode_q(x)`, `model.module.generate(x)`: submodules run
             qualified = self.qualified(node.func)
             if qualified and qualified <= _WRAPS:
                 continue  # `DistributedDataParallel(model)`, `torch.save(model)`: no forward
-            if any(isinstance(a.value, cst.Name) and a.value.value == name for a in node.args):
+            if any(isinstance(a.value, cst.Name) and a.value.value in names for a in node.args):
                 return True
         return False
+
+
+def _listed_models(models, small, optimizer) -> list[str]:
+    """``[fe, c1, c2] = amp.initialize([fe, c1, c2], opt_level=...)`` (an inference script of
+    several models, no optimizer): the names, each rebound to itself; [] for any other form."""
+    if (
+        optimizer is not None
+        or not isinstance(models, cst.List | cst.Tuple)
+        or not isinstance(small, cst.Assign)
+        or len(small.targets) != 1
+        or not isinstance(target := small.targets[0].target, cst.List | cst.Tuple)
+    ):
+        return []
+    given = [e.value for e in models.elements]
+    bound = [e.value for e in target.elements]
+    if (
+        not given
+        or len(given) != len(bound)
+        or any(
+            not isinstance(g, cst.Name) or not isinstance(b, cst.Name) or g.value != b.value
+            for g, b in zip(given, bound, strict=True)
+        )
+    ):
+        return []
+    names = [g.value for g in given]
+    return names if len(set(names)) == len(names) else []
 
 
 def _name(node: cst.CSTNode | None) -> str | None:
