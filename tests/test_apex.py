@@ -7890,6 +7890,15 @@ def test_o0_with_a_loss_scale_given_is_refused(old, new):
     plain = source.replace(', loss_scale="dynamic"', "").replace(", loss_scale=128.0", "")
     [finding] = [d for d in check_source(plain) if d.code == "AMP303"]
     assert "at O0 apex still scaled" not in finding.message
+    # YOLOv1 (the 33rd review): a flag that defaults to None scaled nothing at O0 unless given
+    flag = source.replace('loss_scale="dynamic"', "loss_scale=args.loss_scale").replace(
+        "loss_scale=128.0", "loss_scale=args.loss_scale"
+    )
+    [finding] = [d for d in check_source(flag) if d.code == "AMP303"]
+    assert (
+        "at O0 apex still scaled the loss wherever a run gives it a value (not None): "
+        "`loss_scale=args.loss_scale` overrides"
+    ) in finding.message
 
 
 O0_AGENT = """\

@@ -146,9 +146,15 @@ class Initialize:
         scaled_at_o0 = given_scale is not None and not (
             isinstance(given_scale, cst.Integer | cst.Float) and float(given_scale.value) == 1.0
         )  # apex O0's own scale is a static 1.0; `loss_scale=` overrides it, so O0 scaled
+        literal = isinstance(given_scale, cst.Integer | cst.Float | cst.SimpleString)
         o0_scaled_text = (
-            "at O0 apex still scaled the loss here: `loss_scale="
-            f"{_code(self.module, given_scale) if given_scale is not None else ''}` overrides "
+            (
+                "at O0 apex still scaled the loss here: `loss_scale="
+                if literal
+                else "at O0 apex still scaled the loss wherever a run gives it a value (not None): "
+                "`loss_scale="
+            )
+            + f"{_code(self.module, given_scale) if given_scale is not None else ''}` overrides "
             "O0's static 1.0, so it trained in float32 with that loss scale (dynamic: steps "
             "with inf/NaN gradients skipped and the scale lowered), where a GradScaler switched "
             "off with the level at O0 steps them; migrate by hand (a GradScaler on at O0 too, "
