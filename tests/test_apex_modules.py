@@ -1741,3 +1741,19 @@ def test_a_parameter_and_argument_added_before_a_closing_parenthesis_of_its_own_
     ckpt, train = (results[n].new_source.decode() for n in ("ckpt.py", "train.py"))
     assert "def save(\n    model, opt, path, scaler\n):\n" in ckpt, ckpt
     assert '    save(\n        model, opt, "x.pt", scaler=scaler\n    )\n' in train, train
+
+
+def test_a_library_checkpoint_helper_gets_no_hedge(tmp_path):
+    """Xpersona (the 33rd review): `from ignite.handlers import ModelCheckpoint` was told "is in
+    another module: if it saves or loads apex amp state, give it a `scaler` parameter", advice
+    about a library's class that no project change can follow; a project helper keeps it."""
+    (tmp_path / "train.py").write_text(
+        TRAIN_WITH_LAYERS.replace(
+            "from layers import Pool\n", "from ignite.handlers import ModelCheckpoint\n"
+        )
+        .replace("Pool()", "torch.nn.Flatten()")
+        .replace("    opt.step()\n", "    opt.step()\n    ModelCheckpoint('ckpt', 'net')\n")
+    )
+    results = run([tmp_path / "train.py"], _settings(fix=True))
+    [done] = [d for r in results for d in r.fixed if d.code == "AMP303"]
+    assert "ModelCheckpoint" not in done.message, done.message

@@ -461,8 +461,8 @@ class Checkpoints:
                 module = "." * len(node.relative) + (
                     _code(self.module, node.module) if node.module else ""
                 )
-                if module.split(".")[0] in ("torch", "apex", "numpy", "os", "typing"):
-                    continue
+                if module.split(".")[0] in _NOT_THE_PROJECT:
+                    continue  # (a library's `ModelCheckpoint` never sees this project's amp)
                 for alias in node.names:
                     imported[alias.evaluated_alias or alias.evaluated_name] = module
         handed = {id(h.call) for h in self.handed}  # given the GradScaler already
@@ -489,6 +489,14 @@ class Checkpoints:
                         f'use the key "{self.name}"'
                     )
                     break
+
+
+# packages whose helpers (ignite's `ModelCheckpoint`, Lightning's callbacks) are a library's
+_NOT_THE_PROJECT = frozenset({
+    "torch", "apex", "numpy", "os", "typing", "ignite", "pytorch_lightning", "lightning",
+    "transformers", "mmcv", "mmengine", "detectron2", "fairseq", "timm", "accelerate",
+    "deepspeed", "allennlp", "torchvision", "tensorboardX", "wandb",
+})  # fmt: skip
 
 
 def _mentions_amp(path: str) -> bool:
