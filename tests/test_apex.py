@@ -9071,3 +9071,37 @@ def test_an_inference_initialize_of_a_list_of_models_becomes_one_region():
         assert namespace["evaluate"](*nets, [torch.ones(2, 4)]) == [torch.float16]
     swapped = source.replace("[fe, c1, c2] = amp", "[fe, c2, c1] = amp")
     assert "is not `model = amp.initialize(model" in _message(swapped)
+
+
+def test_a_forward_helper_called_in_and_out_of_the_regions_names_the_call_outside():
+    """DPR (the 33rd review): the note said the forward in `_do_biencoder_fwd_pass` "runs in
+    float32 now", true only of its call from the validation method; the training call runs in
+    a region. The note names the calls outside."""
+    source = """\
+        import torch
+        from apex import amp
+
+
+        def _fwd(model, x):
+            return model(x).pow(2).mean()
+
+
+        class Trainer:
+            def __init__(self, model, optimizer):
+                self.model, self.optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+            def validate(self, batches):
+                return [_fwd(self.model, x).item() for x in batches]
+
+            def train(self, batches):
+                for x in batches:
+                    loss = _fwd(self.model, x)
+                    with amp.scale_loss(loss, self.optimizer) as scaled:
+                        scaled.backward()
+                    self.optimizer.step()
+    """
+    _, finding = _migrated(source)
+    assert (
+        "the initialized model's forward in `_fwd` (line 6, when called at line 14; its other "
+        "calls run in a region) is outside the autocast regions"
+    ) in finding.message, finding.message

@@ -747,6 +747,7 @@ class Regions:
         holder = self._holder(home) if isinstance(home, cst.FunctionDef) else None
         holder = holder if isinstance(holder, cst.ClassDef) else None
         stored = self._stored_models(setup)
+        functions: dict[str, cst.CSTNode] = {}
         aliases: dict[int, set[str]] = {}  # per function: `model = self._state.model`
         for node in self.nodes:
             if not isinstance(node, cst.Call):
@@ -798,6 +799,7 @@ class Regions:
                 )
             if where not in named:
                 found.setdefault(where, self.line(node))
+                functions.setdefault(where, function)
                 handed = self._handed_as_value(function)
                 if handed:
                     via[where] = handed
@@ -808,12 +810,13 @@ class Regions:
                 ):  # (a method of the class that initializes runs on an initialized object)
                     elsewhere.add(where)
         listed = ", ".join(
-            (f"`{n}` (line {line}" + (f", {via[n]}" if n in via else "") + ")")
+            (f"`{n}` (line {line}" + (f", {via[n]}" if n in via else "")
+             + self._outside_calls(functions[n]) + ")")
             if n != "module"
             else f"module-level code (line {line})"
             for n, line in found.items()
             if n not in elsewhere
-        )
+        )  # fmt: skip
         if listed:
             self.plan.notes.append(
                 f"behaviour change: the initialized model's forward in {listed} is outside the "
@@ -831,6 +834,22 @@ class Regions:
                 f"process; a caller that never initialized amp ran it in float32 and still "
                 f"does): {_KEEP} there"
             )
+
+    def _outside_calls(self, function: cst.CSTNode) -> str:
+        """Where a function some of whose calls run in the regions is called outside them (DPR's
+        `_do_biencoder_fwd_pass`: the training call is in a region, the validation call is not):
+        those lines, as the note's precision; "" when no call of it is in a region."""
+        refs = self._refs(function) if isinstance(function, cst.FunctionDef) else None
+        if not refs:
+            return ""
+        outside = [r for r in refs if not self._covered_reference(r, 0)]
+        if not outside or len(outside) == len(refs):
+            return ""
+        lines = ", ".join(str(self.line(r)) for r in outside)
+        return (
+            f", when called at line{'s' if len(outside) > 1 else ''} {lines}; its other calls "
+            "run in a region"
+        )
 
     def _inherited_forwards(self, holder: cst.ClassDef, models: set[str]) -> None:
         """A base class in a module on disk whose methods run the model the subclass
