@@ -449,8 +449,10 @@ class Regions:
                 note = (
                     f"behaviour change: `{called}(...)` at line {self.line(statement)} feeds the "
                     "loss from before the autocast region (a model not given to "
-                    "`amp.initialize`, such as a frozen encoder, which apex O1 cast through its "
-                    f"global patching) and runs in float32 now: {_KEEP}"
+                    "`amp.initialize`, such as a frozen encoder, whose ops on apex O1's cast "
+                    "lists, a matmul or a convolution, it cast through its global patching) and "
+                    f"runs those in float32 now: {_KEEP} (an object that runs none, such as an "
+                    "elementwise data transform, is unchanged)"
                 )
                 if note not in self.plan.notes:
                     self.plan.notes.append(note)
