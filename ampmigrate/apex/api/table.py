@@ -482,8 +482,14 @@ INSTEAD: tuple[tuple[str, str], ...] = (
      "differ: `weight_0` vs `0.weight`)"),
     ("apex.fused_dense", "`torch.nn.Linear` (same `weight`/`bias` names)"),
     ("apex.RNN", "`torch.nn.LSTM` / `torch.nn.GRU`"),
-    ("apex.reparameterization", "`torch.nn.utils.parametrizations.weight_norm`"),
-    ("apex.pyprof", "`torch.cuda.nvtx` / `torch.autograd.profiler.emit_nvtx`"),
+    ("apex.reparameterization",
+     "`torch.nn.utils.parametrizations.weight_norm(module, name)` (torch >= 2.1), once per "
+     "parameter: apex's `apply_weight_norm` applies it to every parameter of the module tree "
+     "where `name` is left `''`, and the state-dict keys differ; apex removed this module in "
+     "July 2022"),
+    ("apex.pyprof",
+     "`torch.cuda.nvtx` / `torch.autograd.profiler.emit_nvtx` (apex removed `pyprof` in July "
+     "2022)"),
     ("apex._autocast_utils", "no public torch counterpart (private autocast cast helpers)"),
 )  # fmt: skip
 COMPILED = frozenset(
