@@ -9108,3 +9108,48 @@ def test_a_forward_helper_called_in_and_out_of_the_regions_names_the_call_outsid
         "the initialized model's forward in `_fwd` (line 6, when called at line 14; its other "
         "calls run in a region) is outside the autocast regions"
     ) in finding.message, finding.message
+
+
+REGISTER_IN_PREPARE = """\
+import torch
+from apex import amp
+
+
+def prepare_for_training(args, model, optimizer):
+    if args.fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    return model, optimizer
+
+
+def train(args, model, optimizer, batches):
+    model, optimizer = prepare_for_training(args, model, optimizer)
+    for x in batches:
+        loss = torch.einsum("ij,ij->i", model(x), model(x)).mean()
+        if args.fp16:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def prepare(args):
+    if args.fp16:
+        amp.register_half_function(torch, "einsum")
+
+
+def main(args, model, optimizer, batches):
+    prepare(args)
+    train(args, model, optimizer, batches)
+"""
+
+
+def test_a_registration_in_a_function_main_calls_before_the_chain_that_initializes():
+    """NeuralKpGen's unilm (the 33rd review): `main()` calls `prepare(args)`, which registers
+    einsum, then `train(...)`, which reaches `prepare_for_training`, which initializes; the
+    registration ran first, as apex required, yet, defined later in the file, it was "has no
+    O1 rewrite". It goes, as when it comes first in the file."""
+    out, finding = _migrated(REGISTER_IN_PREPARE)
+    assert "register_half_function" not in out, out
+    assert '`amp.register_half_function(torch, "einsum")` at line 26 goes' in finding.message

@@ -391,14 +391,46 @@ class _Planner(
             and self.parent(home) is self.module
         ):
             return False
+        if self._calls_after(caller, call, home):
+            return True
+        # NeuralKpGen: `main()` calls `prepare(args)`, which registers, then `train(...)`, which
+        # reaches the function that initializes
+        if self.parent(caller) is not self.module:
+            return False
         return any(
-            isinstance(n, cst.Call)
-            and isinstance(n.func, cst.Name)
-            and n.func.value == home.name.value
-            and self.function(n) is caller
-            and self.order[id(n)] > self.order[id(call)]
-            for n in self._subtree(caller.body)
+            self._calls_after(outer, first, home)
+            for outer in self.module.body
+            if isinstance(outer, cst.FunctionDef)
+            for first in self._subtree(outer.body)
+            if isinstance(first, cst.Call)
+            and isinstance(first.func, cst.Name)
+            and first.func.value == caller.name.value
+            and self.function(first) is outer
         )
+
+    def _calls_after(self, caller, after: cst.CSTNode, home: cst.FunctionDef, depth=0) -> bool:
+        """``caller`` calls ``home`` after ``after`` (one of its nodes), directly or through a
+        module-level function of this file that does (up to two calls deep)."""
+        functions = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
+        for n in self._subtree(caller.body):
+            if not (
+                isinstance(n, cst.Call)
+                and isinstance(n.func, cst.Name)
+                and self.function(n) is caller
+                and (after is None or self.order[id(n)] > self.order[id(after)])
+            ):
+                continue
+            if n.func.value == home.name.value:
+                return True
+            callee = functions.get(n.func.value)
+            if (
+                callee is not None
+                and callee is not caller
+                and depth < 2
+                and self._calls_after(callee, None, home, depth + 1)
+            ):
+                return True
+        return False
 
     def build(self) -> Plan | None:
         calls: dict[str, list[cst.Call]] = {}
