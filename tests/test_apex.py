@@ -9153,3 +9153,23 @@ def test_a_registration_in_a_function_main_calls_before_the_chain_that_initializ
     out, finding = _migrated(REGISTER_IN_PREPARE)
     assert "register_half_function" not in out, out
     assert '`amp.register_half_function(torch, "einsum")` at line 26 goes' in finding.message
+
+
+def test_lists_of_models_and_optimizers_bound_back_to_themselves_leave_no_rebinding():
+    """HSI's `da_select` scripts (the 33rd review): `[m, s], [o1, o2] = amp.initialize([m, s],
+    [o1, o2], ...)` left `[o1, o2] = [o1, o2]`, which binds nothing new."""
+    out, _ = _migrated("""\
+        import torch
+        from apex import amp
+
+
+        def train(m, s, o1, o2, batches):
+            [m, s], [o1, o2] = amp.initialize([m, s], [o1, o2], opt_level="O1")
+            for x in batches:
+                loss = s(m(x)).sum()
+                with amp.scale_loss(loss, [o1, o2]) as scaled:
+                    scaled.backward()
+                o1.step()
+                o2.step()
+    """)
+    assert "[o1, o2] =" not in out and '    scaler = torch.amp.GradScaler("cuda")\n' in out, out
