@@ -9157,14 +9157,19 @@ def test_a_registration_in_a_function_main_calls_before_the_chain_that_initializ
 
 def test_lists_of_models_and_optimizers_bound_back_to_themselves_leave_no_rebinding():
     """HSI's `da_select` scripts (the 33rd review): `[m, s], [o1, o2] = amp.initialize([m, s],
-    [o1, o2], ...)` left `[o1, o2] = [o1, o2]`, which binds nothing new."""
+    [o1, o2], ...)` over several lines left `[o1, o2] = [o1,\n o2]`, which binds nothing new
+    (the spellings were compared with their line breaks)."""
     out, _ = _migrated("""\
         import torch
         from apex import amp
 
 
         def train(m, s, o1, o2, batches):
-            [m, s], [o1, o2] = amp.initialize([m, s], [o1, o2], opt_level="O1")
+            [m, s], [o1, o2] = amp.initialize(
+                [m, s],
+                [o1,
+                 o2],
+                opt_level="O1")
             for x in batches:
                 loss = s(m(x)).sum()
                 with amp.scale_loss(loss, [o1, o2]) as scaled:

@@ -107,9 +107,9 @@ class Scaler:
             return []
         targets = _code(self.module, small.targets[0].target)
         values = f"{_code(self.module, models)}, {_code(self.module, optimizer)}"
-        if len(small.targets) != 1 or targets.replace(" ", "").strip("()") in (
-            values.replace(" ", ""),
-            _code(self.module, models),
+        if len(small.targets) != 1 or _bare(targets).strip("()") in (
+            _bare(values),
+            _bare(_code(self.module, models)),
         ):
             return []
         # `wrapped = amp.initialize([g, d], [og, od])` binds the pair: `wrapped[1]` is the list
@@ -130,7 +130,7 @@ class Scaler:
         ):  # `model, opt = amp.initialize(model.cuda(), opt)`: only the model is rebound
             targets = _code(self.module, target.elements[0].value)
             source = _code(self.module, models)
-        if targets.replace(" ", "") == source.replace(" ", ""):
+        if _bare(targets) == _bare(source):
             return []  # (`[a, b] = [a, b]` binds nothing new; the 33rd review's leftover)
         return [cst.parse_statement(f"{targets} = {source}\n")]
 
@@ -616,6 +616,11 @@ class Scaler:
                 kwonly_params=[new.with_changes(comma=last.comma)],
             )
         return params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, new])
+
+
+def _bare(code: str) -> str:
+    """``code`` without its layout (spaces, line breaks), to compare spellings."""
+    return "".join(code.split())
 
 
 def _outcome(edit, node: cst.CSTNode) -> list[cst.CSTNode]:
