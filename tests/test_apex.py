@@ -9178,3 +9178,53 @@ def test_lists_of_models_and_optimizers_bound_back_to_themselves_leave_no_rebind
                 o2.step()
     """)
     assert "[o1, o2] =" not in out and '    scaler = torch.amp.GradScaler("cuda")\n' in out, out
+
+
+VALIDATION_LOSS = """\
+import torch
+from apex import amp
+
+
+def weighted_ce(logit, target):
+    weight = torch.tensor([1.0, 2.0, 3.0], device=target.device)
+    return torch.nn.CrossEntropyLoss(weight=weight)(logit, target)
+
+
+def main(net, x, y, seen):
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    net, opt = amp.initialize(net, opt, opt_level="O1")
+    for step in range(2):
+        out = net(x)
+        loss = weighted_ce(out, y)
+        opt.zero_grad()
+        with amp.scale_loss(loss, opt) as scaled:
+            scaled.backward()
+        opt.step()
+    net.eval()
+    with torch.no_grad():
+        out_v = net(x)
+        loss_v = weighted_ce(out_v, y)
+        seen.append(loss_v.dtype)
+"""
+
+
+def test_a_validation_forward_takes_the_loss_computed_from_it_into_its_region():
+    """deepcam (the 34th review): the validation forward got a region of its own and the loss
+    computed from its float16 output stayed outside, where a class-weighted cross entropy
+    raised ("expected scalar type Half but found Float"); apex O1 cast it to float32. The
+    statements right after that read what the region binds join it; run on CPU the validation
+    loss is computed as autocast computes it, in float32."""
+    torch = pytest.importorskip("torch")
+    out, finding = _migrated(VALIDATION_LOSS)
+    assert (
+        '        with torch.amp.autocast("cuda", dtype=torch.float16):\n'
+        "            out_v = net(x)\n"
+        "            loss_v = weighted_ce(out_v, y)\n"
+        "            seen.append(loss_v.dtype)\n"
+    ) in out, out
+    assert "with the statements right after that compute from their outputs" in finding.message
+    with _on_cpu(out) as namespace:
+        seen: list = []
+        x, y = torch.randn(4, 2), torch.tensor([0, 1, 2, 1])
+        namespace["main"](torch.nn.Linear(2, 3), x, y, seen)
+    assert seen == [torch.float32]

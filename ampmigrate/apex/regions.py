@@ -217,11 +217,14 @@ class Regions:
                     and not blocked(statement)
                 ):
                     runs, _ = planned.setdefault(located[0], ([], enabled))
-                    runs.append([statement])
-                    wrapped.add(id(statement))
+                    run = self._with_consumers(statement, located, blocked, wrapped, setup)
+                    runs.append(run)
+                    wrapped.update(id(s) for s in run)
                     note = (
                         "other calls of the model in the training function (e.g. validation) "
-                        "get their own autocast region, as apex O1 ran them in float16"
+                        "get their own autocast region, as apex O1 ran them in float16, with "
+                        "the statements right after that compute from their outputs (a "
+                        "validation loss)"
                     )
                     if note not in self.plan.notes:
                         self.plan.notes.append(note)
@@ -238,6 +241,29 @@ class Regions:
         for block, (runs, enabled) in planned.items():
             order = {id(s): i for i, s in enumerate(_statements(block))}
             self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
+
+    def _with_consumers(self, statement, located, blocked, wrapped, setup) -> list:
+        """``statement`` (a lone call of the model) and the simple statements right after it in
+        its block that read what the run binds (deepcam's ``loss_val = criterion(outputs_val,
+        ...)``, the 34th review: left outside, a class-weighted loss got float16 logits and
+        raised, where apex O1 cast its cross entropy to float32). The run stops at the first
+        statement that reads none of it, backpropagates or is rewritten."""
+        block, index = located
+        body = _statements(block)
+        run = [statement]
+        bound = set(self.facts(statement, setup.models).assigned)
+        for following in body[index + 1 :]:
+            if (
+                not isinstance(following, cst.SimpleStatementLine)
+                or blocked(following)
+                or id(following) in wrapped
+                or not bound & self.facts(following, setup.models).used
+                or any(isinstance(n, cst.Return) for n in self._subtree(following))
+            ):
+                break
+            run.append(following)
+            bound |= self.facts(following, setup.models).assigned
+        return run
 
     def _method_forwards(self, setup: _Setup, checks, planned, wrapped, blocked) -> None:
         """A method or submodule of an initialized model called in a function that scales, after
