@@ -1757,3 +1757,45 @@ def test_a_library_checkpoint_helper_gets_no_hedge(tmp_path):
     results = run([tmp_path / "train.py"], _settings(fix=True))
     [done] = [d for r in results for d in r.fixed if d.code == "AMP303"]
     assert "ModelCheckpoint" not in done.message, done.message
+
+
+def test_a_helper_package_named_like_a_torch_attribute_is_no_clash(tmp_path):
+    """CuLE (the 34th review): the script reads the GradScaler as `utils.setup.scaler`, and
+    `nn.utils.clip_grad_norm_` (an attribute named `utils`, which binds nothing) was called a
+    use of the name `utils`: refused, and the component with it. A real binding still
+    refuses."""
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "__init__.py").write_text("")
+    (tmp_path / "utils" / "setup.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        def make(model, lr):
+            opt = torch.optim.SGD(model.parameters(), lr=lr)
+            model, opt = amp.initialize(model, opt, opt_level="O1")
+            return model, opt
+    """)
+    )
+    script = textwrap.dedent("""\
+        import torch
+        import torch.nn as nn
+        from apex import amp
+        from utils.setup import make
+
+
+        def main(x):
+            model, opt = make(nn.Linear(4, 2).cuda(), 0.1)
+            loss = model(x).float().pow(2).mean()
+            with amp.scale_loss(loss, opt) as scaled:
+                scaled.backward()
+            nn.utils.clip_grad_norm_(amp.master_params(opt), 1.0)
+            opt.step()
+    """)
+    (tmp_path / "train.py").write_text(script)
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert sorted(Path(r.path).name for r in results if r.changed) == ["setup.py", "train.py"]
+    (tmp_path / "train.py").write_text(script + "\n\nutils = None\n")
+    message = _amp303(run(_files(tmp_path), _settings())).get("train.py").message
+    assert "but `utils` is in use here" in message

@@ -57,9 +57,11 @@ class SharedState:
             ),
             None,
         )
-        clash = any(
+        clash = any(  # (`nn.utils.clip_grad_norm_` reads an attribute, not the name)
             isinstance(n, cst.Name)
             and n.value == root
+            and not (isinstance(p := self.parent(n), cst.Attribute) and p.attr is n)
+            and not (isinstance(p, cst.Arg) and p.keyword is n)
             and not any(isinstance(a, cst.Import | cst.ImportFrom) for a in self.ancestors(n))
             for n in self.nodes
         )
