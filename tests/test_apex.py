@@ -9228,3 +9228,40 @@ def test_a_validation_forward_takes_the_loss_computed_from_it_into_its_region():
         x, y = torch.randn(4, 2), torch.tensor([0, 1, 2, 1])
         namespace["main"](torch.nn.Linear(2, 3), x, y, seen)
     assert seen == [torch.float32]
+
+
+def test_a_loss_scaled_with_an_optimizer_never_initialized_is_a_broken_original():
+    """head-network-distillation (the 34th review): `main()` initializes one optimizer, `fit`
+    builds another and scales with it; apex reads the `_amp_stash` only `initialize` sets, so
+    the original raised AttributeError, and the rewrite trained instead, unstated. Said as a
+    broken original; an optimizer the function hands to `initialize` is no such case."""
+    source = """\
+        import torch
+        from apex import amp
+
+
+        def fit(model, batches):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in batches:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, opt) as scaled:
+                    scaled.backward()
+                opt.step()
+
+
+        def main(model, batches):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, opt = amp.initialize(model, opt, opt_level="O1")
+            fit(model, batches)
+    """
+    assert (
+        "`amp.scale_loss` is given `opt`, which `fit` builds at line 6 (`torch.optim.SGD(...)`) "
+        "and never gives to `amp.initialize`"
+    ) in _message(source)
+    handed = source.replace(
+        "            for x in batches:\n",
+        "            model, opt = amp.initialize(model, opt)\n            for x in batches:\n",
+        1,
+    )
+    assert handed != source
+    assert "never gives to `amp.initialize`" not in _message(handed)

@@ -73,6 +73,7 @@ class Step:
         broken = self._raises_name_error(
             call, optimizer, "pass the optimizer `amp.initialize` returned (fix the original)"
         )
+        broken = broken or self._never_initialized(call, optimizer)
         if broken is not None:
             self.problem(call, broken)
             return
@@ -338,6 +339,48 @@ class Step:
                 continue
             return True
         return False
+
+    def _never_initialized(self, call: cst.Call, given) -> str | None:
+        """``scale_loss(loss, opt)`` where ``opt`` is a local its function builds with a
+        ``torch.optim`` constructor and hands to nothing (not to ``amp.initialize``, not to a
+        helper): apex reads ``opt._amp_stash``, which only ``initialize`` sets, so the call
+        raised AttributeError (head-network-distillation, the 34th review: the rewrite trained
+        where the original could not). Why, or None."""
+        function = self.function(call)
+        if not isinstance(given, cst.Name) or not isinstance(function, cst.FunctionDef):
+            return None
+        name, made = given.value, None
+        for node in self._subtree(function.body):
+            if not (isinstance(node, cst.Name) and node.value == name) or node is given:
+                continue
+            parent = self.parent(node)
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                continue  # `opt.step()`, `opt.param_groups`
+            if isinstance(parent, cst.Attribute) and parent.attr is node:
+                continue  # `self.opt`: another name
+            target = self.parent(parent) if isinstance(parent, cst.AssignTarget) else None
+            if (
+                isinstance(target, cst.Assign)
+                and parent.target is node
+                and len(target.targets) == 1
+                and isinstance(target.value, cst.Call)
+                and any(q.startswith("torch.optim.") for q in self.qualified(target.value.func))
+                and made is None
+                and self.order[id(target)] < self.order[id(call)]
+            ):
+                made = target
+                continue
+            return None  # handed on, rebound or read otherwise: it may reach `initialize`
+        if made is None:
+            return None
+        return (
+            f"`amp.scale_loss` is given `{name}`, which `{function.name.value}` builds at line "
+            f"{self.line(made)} (`{_code(self.module, made.value.func)}(...)`) and never gives "
+            "to `amp.initialize`: apex reads the `_amp_stash` that only `initialize` sets on an "
+            "optimizer, so that call raised AttributeError, and the original's mixed-precision "
+            "path cannot run as written; pass the optimizer `amp.initialize` returned (fix the "
+            "original) before migrating"
+        )
 
     def _raises_name_error(
         self, call: cst.Call, given: cst.BaseExpression | None, remedy: str, local: bool = False
