@@ -9265,3 +9265,24 @@ def test_a_loss_scaled_with_an_optimizer_never_initialized_is_a_broken_original(
     )
     assert handed != source
     assert "never gives to `amp.initialize`" not in _message(handed)
+
+
+def test_a_step_that_shares_its_line_is_named_as_such():
+    """The 34th review: `opt.step(); opt.zero_grad()` on one line was "no `opt.step()`
+    statement in the function that scales the loss", which is false; the refusal says what
+    is in the way."""
+    message = _message("""\
+        import torch
+        from apex import amp
+
+
+        def train(model, opt, batches):
+            model, opt = amp.initialize(model, opt, opt_level="O1")
+            for x in batches:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, opt) as scaled:
+                    scaled.backward()
+                opt.step(); opt.zero_grad()
+    """)
+    assert "`opt.step()` shares its line with other statements (`;`)" in message
+    assert "no `opt.step()` statement" not in message

@@ -556,6 +556,25 @@ class Step:
         found = self.steps[key] = []
         names = {opt, *self._aliases(opt, function)}
         for node in self.nodes:
+            if (
+                isinstance(node, cst.SimpleStatementLine)
+                and len(node.body) > 1
+                and self.function(node) is function
+                and any(
+                    isinstance(small, cst.Expr)
+                    and _is_call_of(small.value, "step")
+                    and _code(self.module, small.value.func.value) in names
+                    for small in node.body
+                )
+            ):  # `opt.step(); opt.zero_grad()` (the 34th review: was "no `opt.step()`")
+                found.append(node)
+                self.problem(
+                    node,
+                    f"`{opt}.step()` shares its line with other statements (`;`): put it on "
+                    "a line of its own, where `scaler.step` + `scaler.update()` can take its "
+                    "place",
+                )
+                continue
             if not (
                 isinstance(node, cst.SimpleStatementLine)
                 and len(node.body) == 1
