@@ -9286,3 +9286,34 @@ def test_a_step_that_shares_its_line_is_named_as_such():
     """)
     assert "`opt.step()` shares its line with other statements (`;`)" in message
     assert "no `opt.step()` statement" not in message
+
+
+def test_a_method_named_for_what_it_does_to_the_model_is_no_forward():
+    """bert_nli (the 34th review): the float32 note named `model.load_model(state)` (a weight
+    load) as "the initialized model's forward in module-level code"; a method whose name is a
+    verb on a model (`load_model`, `save_net`, `get_encoder`) runs none, a submodule named like
+    one (`model.seg_model(x)`) still does."""
+    source = """\
+        import torch
+        from apex import amp
+
+        model = torch.nn.Linear(4, 1).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, opt = amp.initialize(model, opt, opt_level="O1")
+
+
+        def train(batches):
+            for x in batches:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, opt) as scaled:
+                    scaled.backward()
+                opt.step()
+
+
+        train([torch.ones(2, 4).cuda()])
+        model.load_model({})
+    """
+    _, finding = _migrated(source)
+    assert "module-level code (line 18)" not in finding.message, finding.message
+    _, finding = _migrated(source.replace("model.load_model({})", "model.seg_model(1)"))
+    assert "module-level code (line 18)" in finding.message, finding.message

@@ -1493,7 +1493,11 @@ def _member(node: cst.CSTNode) -> bool:
 # methods of a model that run its forward (`self.model.inference(text)`)
 _RUNS = frozenset({"inference", "infer", "generate", "sample", "predict", "encode", "decode"})
 # a model's attribute named as a submodule (SemanticPalette's `model.seg_model(x)`): a forward
-_SUBMODULE = re.compile(r"(model|net|encoder|decoder|generator|discriminator|backbone)$")
+# (not a verb's object: `model.load_model(state)` loads weights, bert_nli, the 34th review)
+_SUBMODULE = re.compile(
+    r"^(?!(load|save|set|get|init|build|freeze|unfreeze|print|log|reset|copy|export|restore)_)"
+    r".*(model|net|encoder|decoder|generator|discriminator|backbone)$"
+)
 
 
 # methods of a module that run no forward (besides _QUIET_METHODS)
