@@ -1504,3 +1504,28 @@ def test_apex_modules_the_prefilter_missed_and_fp16_utils_scalers_get_findings()
     )
     assert [d.code for d in scaler] == ["AMP302"]
     assert "is the dynamic loss scaler" in scaler[0].message
+
+
+def test_a_call_with_arguments_apex_lacks_belongs_to_the_other_binding():
+    """sagemaker-cv (the 34th review): `DDP` is smdistributed's in one arm of an `if` and apex's
+    in the other; the call in the smdistributed arm (`broadcast_buffers=False`, which apex's
+    signature lacks, so apex would raise TypeError there) got "no automatic fix: not an
+    argument of apex's signature". Only the apex arm's call is apex's."""
+    source = textwrap.dedent("""\
+        import os
+
+
+        def main(model):
+            other = os.environ.get("OTHER") == "1"
+            if other:
+                from smdistributed.dataparallel.torch.parallel import DistributedDataParallel as DDP
+            else:
+                from apex.parallel import DistributedDataParallel as DDP
+            if other:
+                model = DDP(model, broadcast_buffers=False)
+            else:
+                model = DDP(model, delay_allreduce=True)
+            return model
+    """)
+    found = [d for d in check_source(source) if d.code == "AMP313"]
+    assert [d.line for d in found] == [13], [d.message for d in found]

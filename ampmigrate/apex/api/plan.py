@@ -752,7 +752,10 @@ class _Planner:
             self._report(target, node, f"{head}: no automatic fix: {reason}", None)
             return
         if isinstance(parent, ast.Call) and parent.func is node:
-            fallback = target.new in self.names.qualified(node)
+            # another binding of the name (torch's class, or a third-party one: sagemaker-cv's
+            # smdistributed DDP in the other arm, the 34th review) takes a call with arguments
+            # apex's signature lacks: that call is not apex's
+            fallback = conditional or target.new in self.names.qualified(node)
             wraps = target.new == "torch.nn.parallel.DistributedDataParallel"
             given = self._initialized_with(parent) if wraps else None
             if given is not None:
