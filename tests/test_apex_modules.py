@@ -1799,3 +1799,44 @@ def test_a_helper_package_named_like_a_torch_attribute_is_no_clash(tmp_path):
     (tmp_path / "train.py").write_text(script + "\n\nutils = None\n")
     message = _amp303(run(_files(tmp_path), _settings())).get("train.py").message
     assert "but `utils` is in use here" in message
+
+
+def test_a_closure_returned_by_a_factory_in_another_module_gets_true_advice(tmp_path):
+    """LinearityIQA (the 34th review): ignite's trainer factory returns a closure `update(engine,
+    batch)` that scales; the script initializes and calls the factory. The closure was told to
+    take a `scaler` parameter (ignite fixes its signature), and the script to "migrate the two
+    together", which the run already did: the factory takes the parameter the closure reads,
+    and the script's message says why the two files of one run are not linked."""
+    (tmp_path / "engine.py").write_text(
+        textwrap.dedent("""\
+        from apex import amp
+
+
+        def make_trainer(model, optimizer, loss_fn):
+            def update(engine, batch):
+                loss = loss_fn(model(batch[0]), batch[1])
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            return update
+    """)
+    )
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        from apex import amp
+        from engine import make_trainer
+
+
+        def main(model, loss_fn):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            return make_trainer(model, optimizer, loss_fn)
+    """)
+    )
+    found = _amp303(run(_files(tmp_path), _settings()))
+    assert (
+        "give `make_trainer`, which defines `update`, a `scaler` parameter that `update` reads "
+        "as a free variable"
+    ) in found["engine.py"].message
+    assert "not through a closure that function returns" in found["train.py"].message

@@ -1063,7 +1063,10 @@ class Handles:
             if sibling.member in SUPPORTED:
                 how = (
                     "migrate the two together (the GradScaler passed there, "
-                    "`scaler.state_dict()` for `amp.state_dict()`) or neither"
+                    "`scaler.state_dict()` for `amp.state_dict()`) or neither; the rewrite "
+                    "links two files of one run only where this one calls the function that "
+                    "scales (or a hook or class family ties them), not through a closure that "
+                    "function returns or an object it builds, so in such a shape by hand"
                 )
             elif sibling.member == "amp":  # `return amp`: hands out the module itself
                 uses = "returns apex's amp module"
@@ -1280,8 +1283,17 @@ class Handles:
                     if isinstance(owner, cst.ClassDef)
                     else None
                 )
+                outer = (
+                    self.function(self.parent(function))
+                    if isinstance(function, cst.FunctionDef) and not method
+                    else None
+                )
+                closure_of = outer.name.value if isinstance(outer, cst.FunctionDef) else None
                 self.problem(
-                    call, without_initialize(where, member, method, through, wrapped, library)
+                    call,
+                    without_initialize(
+                        where, member, method, through, wrapped, library, closure_of
+                    ),
                 )
 
 

@@ -163,6 +163,7 @@ def without_initialize(
     through: str | None = None,
     fp16_optimizer: bool = False,
     library: str | None = None,
+    closure_of: str | None = None,
 ) -> str:
     """A use of apex in a file without ``initialize``: the GradScaler must be passed in (to a
     method, through its object: ``self.scaler``, set where the object gets its optimizer).
@@ -198,6 +199,12 @@ def without_initialize(
             "gets its optimizer) or give it a `scaler` parameter"
         )
         name = "self.scaler"
+    elif closure_of is not None:  # (ignite's `_update(engine, batch)`: its signature is fixed)
+        give = (
+            f"give `{closure_of}`, which defines {where}, a `scaler` parameter that {where} "
+            "reads as a free variable"
+        )
+        name = "scaler"
     else:
         give, name = f"give {where} a `scaler` parameter", "scaler"
     if member in ("state_dict", "load_state_dict"):
@@ -409,8 +416,16 @@ class _Judge:
                     if isinstance(owner, ast.ClassDef)
                     else None
                 )
+                outer = next(
+                    (a for a in self.names.ancestors(function) if isinstance(a, _FUNCTIONS)),
+                    None,
+                ) if function is not None else None  # fmt: skip
+                closure_of = outer.name if outer is not None and not method else None
                 self.problem(
-                    call, without_initialize(where, member, method, through, wrapped, library)
+                    call,
+                    without_initialize(
+                        where, member, method, through, wrapped, library, closure_of
+                    ),
                 )
         return refusal(self.problems), anchor
 
