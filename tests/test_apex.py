@@ -6568,7 +6568,10 @@ def test_an_evaluation_in_the_branch_that_never_trains_is_not_said_to_lose_autoc
     after = source.replace("else:\n    evaluate", "evaluate")
     after = after.replace('if "--train" in sys.argv:\n    train', "train")
     [finding] = [d for d in fix_source(after, unsafe=True)[2] if d.code == "AMP303"]
-    assert "forward in `evaluate` (line 17) is outside the autocast regions" in finding.message
+    assert (
+        "forward in `evaluate` (line 17, when called at line 21; its other calls run in a "
+        "region) is outside the autocast regions"
+    ) in finding.message
 
 
 def test_a_state_file_loaded_but_saved_elsewhere_is_refused():
