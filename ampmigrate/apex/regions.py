@@ -209,17 +209,7 @@ class Regions:
                     continue
                 # Another forward of the model in the training function (in-loop validation):
                 # apex O1 ran it in float16 too, so its simple statement gets a region.
-                statement = self.statement(call)
-                located = self.block_of(statement)
-                if (
-                    isinstance(statement, cst.SimpleStatementLine)
-                    and located is not None
-                    and not blocked(statement)
-                ):
-                    runs, _ = planned.setdefault(located[0], ([], enabled))
-                    run = self._with_consumers(statement, located, blocked, wrapped, setup)
-                    runs.append(run)
-                    wrapped.update(id(s) for s in run)
+                if self._own_region(call, enabled, planned, wrapped, blocked, setup):
                     note = (
                         "other calls of the model in the training function (e.g. validation) "
                         "get their own autocast region, as apex O1 ran them in float16, with "
@@ -241,6 +231,25 @@ class Regions:
         for block, (runs, enabled) in planned.items():
             order = {id(s): i for i, s in enumerate(_statements(block))}
             self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
+
+    def _own_region(self, call, enabled, planned, wrapped, blocked, setup) -> bool:
+        """The simple statement of ``call`` (a forward outside the regions) gets a region of its
+        own, with the statements right after it that compute from it; False where it cannot
+        (a compound statement, one the rewrite changes, one a region holds)."""
+        statement = self.statement(call)
+        located = self.block_of(statement)
+        if not (
+            isinstance(statement, cst.SimpleStatementLine)
+            and located is not None
+            and not blocked(statement)
+            and id(statement) not in wrapped
+        ):
+            return False
+        run = self._with_consumers(statement, located, blocked, wrapped, setup)
+        runs, _ = planned.setdefault(located[0], ([], enabled))
+        runs.append(run)
+        wrapped.update(id(s) for s in run)
+        return True
 
     def _with_consumers(self, statement, located, blocked, wrapped, setup) -> list:
         """``statement`` (a lone call of the model) and the simple statements right after it in
@@ -288,17 +297,7 @@ class Regions:
                 ):  # fmt: skip
                     continue
                 seen.add(id(call))
-                statement = self.statement(call)
-                located = self.block_of(statement)
-                if (
-                    isinstance(statement, cst.SimpleStatementLine)
-                    and located is not None
-                    and not blocked(statement)
-                    and id(statement) not in wrapped
-                ):
-                    runs, _ = planned.setdefault(located[0], ([], enabled))
-                    runs.append([statement])
-                    wrapped.add(id(statement))
+                if self._own_region(call, enabled, planned, wrapped, blocked, setup):
                     stated.append(f"`{_code(self.module, call.func)}(...)` (line "
                                   f"{self.line(call)}): a region of its own")  # fmt: skip
                 else:
