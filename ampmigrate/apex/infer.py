@@ -155,9 +155,7 @@ class InferenceOnly:
                          'model, opt_level="O1")`: migrate it by hand')  # fmt: skip
             return
         names = listed or [models.value]
-        name = ", ".join(names)  # (as messages show it, in backquotes)
-        if len(names) > 1:
-            name = "`, `".join(names)
+        name = "`, `".join(names)  # (as messages show it, in backquotes: `fe`, `c1`)
         target = small.targets[0].target if isinstance(small, cst.Assign) else None
         if isinstance(target, cst.Tuple | cst.List) and not listed:
             second = [e.value for e in target.elements][1:]
