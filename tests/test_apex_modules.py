@@ -885,9 +885,10 @@ def test_a_cast_registration_in_the_training_file_is_its_own_blocker():
 @pytest.mark.parametrize("helper_uses_amp", [False, True])
 def test_a_checkpoint_helper_on_disk_without_amp_needs_no_hedge(helper_uses_amp, tmp_path):
     """`from utils import save_network`: a helper module on disk that names no amp at all keeps
-    no amp state, so the note "if it saves or loads apex amp state, ..." is noise there; one
-    that may (it takes an `amp` argument) keeps the note."""
-    signature, body = "net, path", "torch.save({'net': net.state_dict()}, path)"
+    no amp state, so the note "if it saves or loads apex amp state, ..." is noise there (a
+    `clamp` or a `sample` is no amp: the thirty-fifth review's GAN recipes); one that may (it
+    takes an `amp` argument) keeps the note."""
+    signature, body = "net, path", "torch.save({'net': net.state_dict().clamp(0, 1)}, path)"
     if helper_uses_amp:
         signature = "net, path, amp=None"
         body = "torch.save({'net': net.state_dict(), 'amp': amp.state_dict()}, path)"

@@ -5,6 +5,7 @@ file and in checkpoint helpers.
 from __future__ import annotations
 
 import os
+import re
 
 import libcst as cst
 
@@ -500,9 +501,10 @@ _NOT_THE_PROJECT = frozenset({
 
 
 def _mentions_amp(path: str) -> bool:
-    """The module's text names amp at all (apex's, or a handle passed in as ``amp``)."""
+    """The module's text names amp at all (apex's, or a handle passed in as ``amp``): a word
+    that starts with it, not ``clamp`` or ``sample``."""
     try:
         with open(path, "rb") as handle:
-            return b"amp" in handle.read()
+            return re.search(rb"\bamp", handle.read()) is not None
     except OSError:
         return True

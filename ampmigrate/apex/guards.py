@@ -114,6 +114,22 @@ class Guards:
                 self._remove_statement(line)
         for try_node, imports in guarded.items():
             self._remove_guard(try_node, imports)
+        for line in lines:  # `if COND: <the import> else: amp = None` goes whole once emptied
+            holder = self.parent(self.parent(line))
+            if isinstance(holder, cst.Try):
+                holder = self.parent(self.parent(holder))
+            located = self.block_of(holder) if isinstance(holder, cst.If) else None
+            if located is None:
+                continue
+            block, at = located
+            previous = _statements(block)[at - 1] if at else None
+            if any(self._switch_if(holder, n, previous) for n in self.bound) and all(
+                s in self.removed for s in holder.body.body
+            ):
+                if holder not in self.removed:
+                    self._remove_statement(holder)
+                if holder.orelse is None and previous not in self.removed:
+                    self._remove_statement(previous)  # (`amp = None` right before it)
 
     def _unexported(self, node: cst.ImportFrom) -> bool:
         """An import of its own line that no other module can take from this one: not in a
@@ -333,6 +349,13 @@ class Guards:
             if body is not None and child in body:
                 for earlier in reversed(body[: body.index(child)]):
                     small = earlier.body if isinstance(earlier, cst.SimpleStatementLine) else []
+                    compound = not small and not isinstance(earlier, cst.FunctionDef | cst.ClassDef)
+                    if compound and any(  # (`if fp16: from apex import amp` after `amp = None`)
+                        isinstance(b, cst.Import | cst.ImportFrom)
+                        and self._apex_binds(b, node.value)
+                        for b in self._subtree(earlier)
+                    ):
+                        return False
                     if any(isinstance(b, cst.Import | cst.ImportFrom) for b in small):
                         if node.value in self.facts(earlier).assigned | {
                             _code(self.module, a.asname.name if a.asname else a.name)
@@ -413,6 +436,11 @@ class Guards:
             # judged once the GradScaler exists (Handles._through_stores)
             self.kept[_code(self.module, holder.targets[0].target)] = node
             return
+        switch = self._switch_of(node) if parent is not None else None
+        if switch is not None:  # `amp` is apex's module exactly where the switch holds
+            test = cst.parse_expression(switch[1] if value else f"not {switch[1]}")
+            self.plan.edits[expr] = lambda _u, t=test: t
+            return
         if parent is None:
             arg = self.parent(node)
             call = self.parent(arg) if isinstance(arg, cst.Arg) else None
@@ -423,6 +451,80 @@ class Guards:
             self.problem(node, used_as_value(_code(self.module, node), callee))
             return
         self._fold(expr, value)
+
+    def _switch_of(self, node: cst.CSTNode) -> tuple[cst.If, str] | None:
+        """``if COND: from apex import amp`` (or in a ``try`` there) ``else: amp = None``, a
+        statement of the body that reads ``node`` (the name ``amp``), before it, and nothing
+        else binds ``amp`` there: the name is apex's module exactly where COND holds (a flag
+        that needs no call to read, stored nowhere in the file), so a test of it is a test
+        of COND, not of apex's availability. (that ``if``, COND's text); None: not so bound."""
+        if not isinstance(node, cst.Name):
+            return None
+        home = self.function(node)
+        body = home.body.body if isinstance(home, cst.FunctionDef) else self.module.body
+        name = node.value
+        found = next(
+            (s for i, s in reversed(list(enumerate(body)))
+             if self.order[id(s)] < self.order[id(node)]
+             and self._switch_if(s, name, body[i - 1] if i else None)),
+            None,
+        )  # fmt: skip
+        if found is None:
+            return None
+        condition = _code(self.module, found.test)
+        stores = [
+            n for n in self._subtree(home)
+            if isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign | cst.Global)
+            and name in {x.value for x in self._subtree(n) if isinstance(x, cst.Name)}
+        ]  # fmt: skip
+        changed = any(
+            isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
+            and _code(self.module, n.target) == condition
+            for n in self.nodes
+        )
+        if len(stores) != 1 or changed or self.facts(found.test).calls or not _path(condition):
+            return None
+        return found, condition
+
+    def _switch_if(
+        self, statement: cst.CSTNode, name: str, previous: cst.CSTNode | None = None
+    ) -> bool:
+        """``statement`` is ``if COND: from apex import amp`` (or in a ``try`` there) with
+        ``else: amp = None``, or without an ``else:`` right after ``previous``, ``amp = None``
+        (see ``_switch_of``)."""
+        if not isinstance(statement, cst.If) or isinstance(statement.orelse, cst.If):
+            return False
+        fallback = (
+            _statements(statement.orelse.body) or []
+            if statement.orelse is not None
+            else [previous] if previous is not None else []
+        )  # fmt: skip
+        imports = [
+            i for s in statement.body.body
+            for i in (s.body.body if isinstance(s, cst.Try) else [s])
+            if isinstance(i, cst.SimpleStatementLine)
+            and any(isinstance(b, cst.Import | cst.ImportFrom) and self._apex_binds(b, name)
+                    for b in i.body)
+        ]  # fmt: skip
+        return (
+            bool(imports)
+            and len(fallback) == 1
+            and _code(self.module, fallback[0]).strip() == f"{name} = None"
+        )
+
+    def _apex_binds(self, node: cst.Import | cst.ImportFrom, name: str) -> bool:
+        """``node`` binds ``name`` to apex's amp."""
+        if isinstance(node, cst.ImportFrom):
+            if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+                return False
+            return _code(self.module, node.module) == "apex" and any(
+                a.evaluated_name == "amp" and (a.evaluated_alias or "amp") == name
+                for a in node.names
+            )
+        return any(
+            _code(self.module, a.name) == "apex.amp" and a.evaluated_alias == name
+            for a in node.names
+        )
 
     def _fold(
         self, expr: cst.CSTNode, value: bool, ran: str = "where apex was not installed"
@@ -523,3 +625,8 @@ def _branch(u: cst.If, kept: cst.BaseSuite | None) -> cst.FlattenSentinel | cst.
     if not body:
         return cst.RemoveFromParent()
     return cst.FlattenSentinel([body[0].with_changes(leading_lines=u.leading_lines), *body[1:]])
+
+
+def _path(text: str) -> bool:
+    """``args.fp16``, ``use_amp``: a name or attribute chain."""
+    return all(part.isidentifier() for part in text.split("."))

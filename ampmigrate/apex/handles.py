@@ -67,6 +67,21 @@ class Handles:
             same = targets == ",".join(values)
         if same:
             self._remove_statement(statement)
+            self.repeated.add(extra)
+            elsewhere = self.function(extra) is not self.function(first)
+            looped = any(
+                isinstance(a, cst.For | cst.While) and self.within(a, self.function(extra))
+                for a in self.ancestors(extra)
+            )
+            if elsewhere or looped:
+                function = self._function_name(self.function(extra))
+                where = "in a loop" if looped else f"in `{function}`"
+                self.plan.notes.append(
+                    f"the repeated `amp.initialize` at line {self.line(extra)} ({where}) goes: "
+                    "behaviour change: apex made new loss scalers at each `initialize`, so its "
+                    "loss scale restarted at 2**16 each time that line ran; the GradScaler "
+                    "keeps its scale"
+                )
             return
         if _argument(extra, "optimizers", 1) is None and self.function(extra) is not (
             self.function(first)

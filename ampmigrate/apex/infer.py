@@ -25,7 +25,7 @@ from ampmigrate.apex.verdict import APEX
 
 _KNOWN = {"models", "opt_level", "verbosity", "enabled"}
 # arguments an initialize that scales nothing ignores (the scale's), or that O1 fixes to None
-_IDLE = {"loss_scale", "min_loss_scale", "max_loss_scale", "keep_batchnorm_fp32"}
+_IDLE = {"loss_scale", "min_loss_scale", "max_loss_scale", "num_losses", "keep_batchnorm_fp32"}
 
 
 class InferenceOnly:
@@ -128,7 +128,10 @@ class InferenceOnly:
                 )
             )  # fmt: skip
         if any(a.star for a in init.args) or set(args) - _KNOWN - {"optimizers"}:
-            listed = ", ".join(f"`{k}`" for k in sorted(set(args) - _KNOWN)) or "`*args`"
+            listed = (
+                ", ".join(f"`{k}`" for k in sorted(set(args) - _KNOWN - {"optimizers"}))
+                or "`*args`"
+            )
             self.problem(
                 init,
                 f"`amp.initialize` {alone} sets {listed}, which an autocast "

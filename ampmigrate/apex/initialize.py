@@ -132,7 +132,7 @@ class Initialize:
                 "to None: under O1 apex accepts only None there (any other value raises or "
                 "belongs to O2/O3's model casts); pass None or drop it",
             )
-        if "num_losses" in args:
+        if "num_losses" in args and not self._one_loss_scale(args["num_losses"]):
             self.plan.notes.append(
                 f"behaviour change: apex kept one loss scale per loss (`num_losses="
                 f"{_code(self.module, args['num_losses'])}`, `loss_id=`); the one GradScaler "
@@ -466,6 +466,22 @@ class Initialize:
                         list(placed(u).nodes)[:-1]
                     )
         return setup
+
+    def _one_loss_scale(self, losses: cst.BaseExpression) -> bool:
+        """apex used one loss scale: ``num_losses=1``, or every ``scale_loss`` (all in this
+        file, which no other module shares) uses loss id 0."""
+        if isinstance(losses, cst.Integer) and losses.evaluated_value == 1:
+            return True
+        if self.link is not None:
+            return False
+        for node in self.nodes:
+            if isinstance(node, cst.Call) and f"{APEX}.scale_loss" in self.qualified(node.func):
+                given = _argument(node, "loss_id", 2)
+                if given is not None and not (
+                    isinstance(given, cst.Integer) and given.evaluated_value == 0
+                ):
+                    return False
+        return True
 
     def _availability_if(self, holder: cst.CSTNode, inner: cst.CSTNode) -> cst.If | None:
         """The availability test around ``inner`` whose branch holding it is what runs now
@@ -991,6 +1007,11 @@ class Initialize:
         the model and keep fp32 master weights, which torch.amp cannot express, so a rewrite
         "as O1" would change those runs. True: O1 for sure; None: refused (said here)."""
         spelled = _code(self.module, level)
+        digit = _digit_of(level)
+        if digit is not None:
+            switch = self._digit_choices(digit, init)
+            if switch is not None:
+                return switch
         attr = level.attr.value if isinstance(level, cst.Attribute) else None
         flag, reassigned = None, False
         if attr is not None:
@@ -1015,8 +1036,18 @@ class Initialize:
                 levels = values
         if levels is None and flag is None and self._default_everywhere(level, init):
             levels = {"O1"}
+        counted = self._flag_of(digit.attr.value) if digit is not None else None
         if levels is None:
-            if flag is not None:
+            if counted is not None:  # `f"O{args.level}"` of an int flag
+                choices = _argument(counted[1], "choices", 99)
+                origin = (
+                    f'the flag `{counted[0]}` after an "O", whose choices '
+                    f"`{_code(self.module, choices)}` are not within 0/1"
+                    if choices is not None
+                    else f'the flag `{counted[0]}` after an "O", which accepts any number '
+                    "(no `choices`)"
+                )
+            elif flag is not None:
                 choices = _argument(flag[1], "choices", 99)
                 origin = (
                     f"the flag `{flag[0]}`, whose choices `{_code(self.module, choices)}` are not "
@@ -1066,9 +1097,13 @@ class Initialize:
                 if branches
                 else ""
             )
-            uncovered = also or self._uncovered(level, init, flag, reassigned)
+            uncovered = also or (
+                ""  # (the setting takes an int flag whose default is 0 or 1: _digit_choices)
+                if counted is not None and _counts_to_o1(counted[1], digit.attr.value, self.nodes)
+                else self._uncovered(level, init, flag, reassigned)
+            )
             if self.declared is None or uncovered:
-                self.problem(init, self._not_o1(spelled, origin, also, uncovered))
+                self.problem(init, self._not_o1(spelled, origin, also, uncovered, counted))
                 return None
             levels, taken = {"O0", "O1"}, origin
         guards = [a.test for a in self.ancestors(init) if isinstance(a, cst.If)
@@ -1096,6 +1131,38 @@ class Initialize:
         if levels == {"O1"} or excluded:
             return True
         return cst.parse_expression(f'{spelled} == "O1"')
+
+    def _digit_choices(
+        self, digit: cst.Attribute, init: cst.Call
+    ) -> cst.BaseExpression | bool | None:
+        """``f"O{args.amp_opt_level}"`` of an int flag of this file (MS-G3D, infogcn) that
+        nothing assigns again: O1 where its ``choices`` are within 0/1 (``enabled=<flag> ==
+        1`` where 0 is among them), or, without ``choices``, where the setting takes the level
+        as O1 or O0 and the flag's default is 0 or 1 (with the setting's note). None: neither
+        (the reading of a computed level decides)."""
+        flag = self._flag_of(digit.attr.value)
+        if flag is None or not _counts_to_o1(flag[1], digit.attr.value, self.nodes, True):
+            return None
+        choices = _argument(flag[1], "choices", 99)
+        elements = choices.elements if isinstance(choices, cst.List | cst.Tuple | cst.Set) else ()
+        values = {e.value.evaluated_value for e in elements if isinstance(e.value, cst.Integer)}
+        spelled = _code(self.module, digit)
+        if choices is not None:
+            if not (elements and len(values) == len(elements) and values <= {0, 1}):
+                return None
+            return True if values == {1} else cst.parse_expression(f"{spelled} == 1")
+        if self.declared is None or not _counts_to_o1(flag[1], digit.attr.value, self.nodes):
+            return None
+        trains = _argument(init, "optimizers", 1) is not None
+        self.plan.notes.append(
+            f"behaviour change: opt_level `{_code(self.module, _argument(init, 'opt_level', 2))}` "
+            f"comes from the int flag `{flag[0]}`, which accepts any number (no `choices`); the "
+            f"setting `apex-opt-level` ({self.declared}) takes it as O1 or O0, so a run given 2 "
+            f"or 3 now {'trains' if trains else 'runs'} in float32, without mixed precision (it "
+            f"is on only where `{spelled}` is 1), and so does a run given a level apex raised on, "
+            "without the error"
+        )
+        return cst.parse_expression(f"{spelled} == 1")
 
     def _default_everywhere(self, level: cst.CSTNode, init: cst.Call) -> bool:
         """``def setup(model, optimizer, opt_level="O1")`` whose every call in the project
@@ -1144,17 +1211,21 @@ class Initialize:
         position = listed.index(param) if param in listed else 10**6  # keyword-only: none
         return calls_keep_default(self.path, function.name.value, position, value.value, default)
 
-    def _not_o1(self, spelled: str, origin: str, also: str, uncovered: str) -> str:
+    def _not_o1(
+        self, spelled: str, origin: str, also: str, uncovered: str, counted: tuple | None = None
+    ) -> str:
         """Why an opt level is refused, and the ways out that would allow the rewrite: the
-        setting apex-opt-level only where it would (``uncovered``: why it would not)."""
+        setting apex-opt-level only where it would (``uncovered``: why it would not).
+        ``counted``: the int flag the level spells after its "O"."""
         text = (
             f"opt_level `{spelled}` is not provably O1: it comes from {origin}{also}; O2/O3 "
             "cast the model and keep fp32 master weights, which torch.amp cannot express, so "
             "rewriting it as O1 changes those runs"
         )
+        choices = "[0, 1]" if counted else '["O0", "O1"]'
         fix = (
-            '`opt_level="O1"`, or `choices=["O0", "O1"]` on its flag; where every run is O0, '
-            "apex is off: delete its calls instead"
+            f'`opt_level="O1"`, or `choices={choices}` on its flag; where every run is O0, apex '
+            "is off: delete its calls instead"
         )
         setting = f"the setting `apex-opt-level` ({self.declared})"
         if self.declared is not None and also:
@@ -1371,6 +1442,60 @@ def _got(level: cst.CSTNode) -> cst.Call | None:
     ):
         return None
     return level
+
+
+def _digit_of(level: cst.CSTNode) -> cst.Attribute | None:
+    """The attribute a level spells after its "O": ``f"O{args.level}"``, ``"O%d" % args.level``
+    (``%i`` too), ``"O" + str(args.level)``; None: another expression."""
+    digit = None
+    if isinstance(level, cst.FormattedString) and len(level.parts) == 2:
+        text, part = level.parts
+        if (
+            isinstance(text, cst.FormattedStringText)
+            and text.value == "O"
+            and isinstance(part, cst.FormattedStringExpression)
+            and part.conversion is None
+            and part.format_spec is None
+        ):
+            digit = part.expression
+    elif isinstance(level, cst.BinaryOperation) and isinstance(level.left, cst.SimpleString):
+        left = level.left.evaluated_value
+        if isinstance(level.operator, cst.Modulo) and left in ("O%d", "O%i"):
+            digit = level.right
+        elif (
+            isinstance(level.operator, cst.Add)
+            and left == "O"
+            and isinstance(level.right, cst.Call)
+            and _code_of(level.right.func) == "str"
+            and len(level.right.args) == 1
+        ):
+            digit = level.right.args[0].value
+    return digit if isinstance(digit, cst.Attribute) else None
+
+
+def _counts_to_o1(flag: cst.Call, attr: str, nodes, any_choices: bool = False) -> bool:
+    """The int flag ``flag`` (stored as ``attr``, assigned nowhere else in ``nodes``) may be
+    read as a level's number: its default is 0 or 1 and it has no ``choices`` (with
+    ``any_choices``, whatever they are: the caller reads them)."""
+    kind, default = _argument(flag, "type", 99), _argument(flag, "default", 99)
+    return (
+        isinstance(kind, cst.Name)
+        and kind.value == "int"
+        and (any_choices or _argument(flag, "choices", 99) is None)
+        and (any_choices or default is None or (
+            isinstance(default, cst.Integer) and default.evaluated_value in (0, 1)
+        ))
+        and not any(
+            isinstance(n, cst.AssignTarget | cst.AugAssign)
+            and isinstance(n.target, cst.Attribute)
+            and n.target.attr.value == attr
+            for n in nodes
+        )
+    )  # fmt: skip
+
+
+def _code_of(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
 
 
 def _plain(level: cst.CSTNode) -> bool:

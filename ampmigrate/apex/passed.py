@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code, _Setup
+from ampmigrate.apex.common import _code, _Setup, initialize_arguments
 from ampmigrate.apex.links import keeps_state_only, users_on_disk
-from ampmigrate.apex.verdict import SUPPORTED, used_as_value
+from ampmigrate.apex.verdict import APEX, SUPPORTED, used_as_value
 
 
 @dataclass
@@ -114,11 +114,17 @@ class PassedHandles:
         name, taken = parameter.name.value, function.name.value
         through: list[cst.Call] = []
         names: set[str] = set()
+        found = self.initializer
+        planned_here = set()  # the initialize and its `if amp:`: _initializer_setup's
+        if found is not None and found.function is function:
+            planned_here.add(id(found.init.func.value))
+            if found.test is not None:
+                planned_here |= {id(n) for n in self._subtree(found.test.test)}
         for node in self._subtree(function):
             if not isinstance(node, cst.Name):
                 continue
             names.add(node.value)
-            if node.value != name or node is parameter.name:
+            if node.value != name or node is parameter.name or id(node) in planned_here:
                 continue
             parent = self.parent(node)
             if (isinstance(parent, cst.Attribute) and parent.attr is node) or (
@@ -209,3 +215,355 @@ class PassedHandles:
             self.plan.edits[handed.node] = lambda _u, v=value: v
             if handed.keyword is not None:
                 self.plan.edits[handed.arg.keyword] = lambda _u, k=handed.keyword: cst.Name(k)
+
+
+@dataclass
+class _Initializer:
+    """A function that initializes apex through its parameter (unilm's s2s-ft:
+    ``prepare_for_training(args, model, ckpt, amp)`` runs ``if amp: model, optimizer =
+    amp.initialize(...)``), called once, by a function of this file that hands it apex's
+    module (or None, with mixed precision off)."""
+
+    function: cst.FunctionDef
+    parameter: cst.Param
+    init: cst.Call
+    call: cst.Call  # the one call of ``function``, in ``caller``
+    caller: cst.FunctionDef
+    arg: cst.Arg  # what hands the module over at ``call``
+    test: cst.If | None = None  # the `if amp:` around ``init`` (set by _initializer_setup)
+
+
+class Initializers:
+    """apex's module handed to the function that initializes it (mixed into ``_Planner``):
+    the GradScaler is made in the caller, right before the call, and handed over in the
+    module's place, where ``PassedHandles`` plans the function's other calls through it."""
+
+    def _initializer(self) -> _Initializer | None:
+        """The shape, found on the file's nodes (None: not this shape, the usual refusal)."""
+        found = [
+            n
+            for n in self.nodes
+            if isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value == "initialize"
+            and isinstance(n.func.value, cst.Name)
+        ]
+        through = []
+        for init in found:
+            function = self.function(init)
+            if not isinstance(function, cst.FunctionDef) or self.parent(function) is not (
+                self.module
+            ):
+                continue
+            params = [*function.params.posonly_params, *function.params.params]
+            parameter = next((p for p in params if p.name.value == init.func.value.value), None)
+            if parameter is not None:
+                through.append((init, function, parameter))
+        if len(through) != 1:
+            return None
+        init, function, parameter = through[0]
+        references = list(self._references(function.name.value))
+        if len(references) != 1:
+            return None
+        call = self.parent(references[0])
+        caller = self.function(call)
+        if not (
+            isinstance(call, cst.Call)
+            and call.func is references[0]
+            and isinstance(caller, cst.FunctionDef)
+            and caller is not function
+            and self.parent(caller) is self.module
+        ):
+            return None
+        arg = next((a for a in call.args if self._receiver(function, call, a) is parameter), None)
+        if not (
+            arg is not None
+            and isinstance(arg.value, cst.Name)
+            and APEX in self.qualified(arg.value)
+        ):
+            return None
+        return _Initializer(function, parameter, init, call, caller, arg)
+
+    def _initializer_setup(self, found: _Initializer) -> _Setup | None:
+        """The GradScaler made before the call, enabled where the caller's handle was apex's
+        module (the test of the ``if`` that imported it, ``None`` in its ``else:``) and the
+        level is O1; the ``initialize`` goes, its ``if amp:`` asks the scaler; the models are
+        what the call binds where the function returns the initialized ones. None: refused
+        (said here)."""
+        init, function, caller = found.init, found.function, found.caller
+        taken = function.name.value
+        statement = self.statement(found.call)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        located = self.block_of(statement)
+        if not (
+            isinstance(small, cst.Assign)
+            and len(statement.body) == 1
+            and small.value is found.call
+            and located is not None
+            and located[0] is caller.body
+        ):
+            self.problem(
+                found.call,
+                f"`{taken}(...)`, which initializes amp through its parameter "
+                f"`{found.parameter.name.value}`, is not an assignment of its own in the body "
+                f"of `{caller.name.value}`: the GradScaler made before it would not reach every "
+                "later use; call it as a statement of the function's body, by hand",
+            )
+            return None
+        inner = self.statement(init)
+        lone = inner.body[0] if isinstance(inner, cst.SimpleStatementLine) else None
+        args, _ = initialize_arguments(init)
+        models, optimizer = args.get("models"), args.get("optimizers")
+        extra = sorted(set(args) - {"models", "optimizers", "opt_level"})
+        targets = (
+            [e.value for e in lone.targets[0].target.elements]
+            if isinstance(lone, cst.Assign)
+            and len(lone.targets) == 1
+            and isinstance(lone.targets[0].target, cst.Tuple)
+            else []
+        )
+        if (
+            extra
+            or any(a.star for a in init.args)
+            or not isinstance(models, cst.Name)
+            or not isinstance(optimizer, cst.Name)
+            or len(inner.body) != 1
+            or lone.value is not init
+            or [_code(self.module, t) for t in targets] != [models.value, optimizer.value]
+        ):
+            shown = (
+                f"`{', '.join(extra)}=`" if extra else "anything but its own model and optimizer"
+            )
+            self.problem(
+                init,
+                f"`{taken}` initializes amp through its parameter with {shown} (line "
+                f"{self.line(init)}): the rewrite follows only `model, optimizer = "
+                f"{found.parameter.name.value}.initialize(model, optimizer, opt_level=...)` "
+                "there; migrate it by hand",
+            )
+            return None
+        holder = self.parent(self.parent(inner))
+        if isinstance(holder, cst.If):
+            test = holder.test
+            tested = test.left if isinstance(test, cst.Comparison) else test
+            if not (
+                isinstance(tested, cst.Name)
+                and tested.value == found.parameter.name.value
+                and (
+                    test is tested
+                    or (
+                        len(test.comparisons) == 1
+                        and isinstance(test.comparisons[0].operator, cst.IsNot)
+                        and _code(self.module, test.comparisons[0].comparator) == "None"
+                    )
+                )
+                and holder.orelse is None
+                and self.parent(self.parent(holder)) is function
+            ):
+                self.problem(
+                    init,
+                    f"`{taken}` initializes amp under `if {_code(self.module, test)}:`, not "
+                    f"under a test of its parameter alone: migrate it by hand",
+                )
+                return None
+            found.test = holder
+        elif holder is not function:
+            self.problem(init, f"`{taken}` initializes amp in a block other than an `if`")
+            return None
+        level = args.get("opt_level")
+        switch = None
+        if level is not None:
+            level = self._constant(level, init)
+        if isinstance(level, cst.SimpleString) and level.evaluated_value != "O1":
+            self.problem(
+                init,
+                f"opt_level {level.evaluated_value} in `{taken}`: only O1 (autocast + "
+                "GradScaler) exists in torch.amp, and the rewrite through a parameter takes "
+                "no other",
+            )
+            return None
+        if level is not None and not isinstance(level, cst.SimpleString):
+            blockers = len(self.plan.problems)
+            switch = self._level_switch(level, init)
+            if switch is None and len(self.plan.problems) == blockers:
+                switch = self._level_choices(level, init)
+            if switch is None:
+                return None
+            if switch is True:
+                switch = None
+        if switch is not None and not self._same_in_caller(switch, found):
+            self.problem(
+                init,
+                f"the level test `{_code(self.module, switch)}` reads names of `{taken}` that "
+                f"`{caller.name.value}` does not pass under the same names: the GradScaler made "
+                "there cannot test it; migrate it by hand",
+            )
+            return None
+        condition = self._handle_condition(found)
+        if condition is False:
+            return None
+        if switch is not None:
+            level_test = _code(self.module, switch)
+            condition = f"({condition}) and ({level_test})" if condition else level_test
+        returned = self._returned(found, models.value)
+        if returned is None:
+            return None
+        name = self.free_name("scaler")
+        if name is None:
+            self.problem(init, "no free name for the GradScaler")
+            return None
+        self.name = name
+        enabled = f", enabled={condition}" if condition else ""
+        line = cst.parse_statement(f'{name} = torch.amp.GradScaler("cuda"{enabled})\n')
+        self.plan.edits[statement] = lambda u: cst.FlattenSentinel(
+            [line.with_changes(leading_lines=statement.leading_lines),
+             u.with_changes(leading_lines=())]
+        )  # fmt: skip
+        self._remove_statement(inner)
+        if found.test is not None and found.test not in self.removed:
+            self.plan.edits[found.test.test] = lambda _u: cst.parse_expression(
+                f"{self.stored_access.get(id(function), name)}.is_enabled()"
+            )
+        others = [
+            s for s in (found.test.body.body if found.test is not None else ())
+            if s is not inner and not self._reads_name(s, found.parameter.name.value)
+        ]  # fmt: skip
+        if others and switch is not None:
+            self.problem(
+                others[0],
+                f"the `if {_code(self.module, found.test.test)}:` of `{taken}` also runs this "
+                "statement, which the GradScaler's test (`is_enabled()`, off where the level "
+                "is O0) would skip where apex ran it: migrate it by hand",
+            )
+            return None
+        self.plan.notes.append(
+            f"`{taken}` initialized amp through its parameter `{found.parameter.name.value}` "
+            f"(line {self.line(init)}), which `{caller.name.value}` hands apex's module or "
+            f"None: the GradScaler is made before that call (line {self.line(found.call)})"
+            + (f", enabled where `{condition}`" if condition else "")
+            + ", and the `initialize` goes"
+            + (
+                "; its `if` tests the GradScaler's `is_enabled()`"
+                if found.test is not None and found.test not in self.removed
+                else ""
+            )
+        )
+        return _Setup(statement, caller, returned, condition)
+
+    def _initializer_resumed(self) -> cst.Call | None:
+        """The handed initialize, where the call binds its optimizer under the same name
+        (what ``_resume_state`` follows from it); None: no such initialize."""
+        found = self.initializer
+        if found is None:
+            return None
+        optimizer = initialize_arguments(found.init)[0].get("optimizers")
+        spelled = _code(self.module, optimizer) if optimizer is not None else None
+        returned = self._returned(found, spelled, quiet=True) if spelled else None
+        return found.init if returned == {spelled} else None
+
+    def _same_in_caller(self, expression: cst.BaseExpression, found: _Initializer) -> bool:
+        """Every name ``expression`` reads means the same in the caller: a parameter of the
+        function that the call fills with the caller's name of that spelling, or a name
+        neither function binds (a module global)."""
+        params = {p.name.value: p for p in self._all_params(found.function)}
+        bound = self._bound_names(found.function) | self._bound_names(found.caller)
+        for node in self._subtree(expression):
+            if not isinstance(node, cst.Name):
+                continue
+            parent = self.parent(node)
+            if (isinstance(parent, cst.Attribute) and parent.attr is node) or (
+                isinstance(parent, cst.Arg) and parent.keyword is node
+            ):
+                continue
+            param = params.get(node.value)
+            if param is None:
+                if node.value in bound:
+                    return False
+                continue
+            call = found.call
+            given = next(
+                (a for a in call.args if self._receiver(found.function, call, a) is param), None
+            )
+            if not (
+                given is not None
+                and isinstance(given.value, cst.Name)
+                and given.value.value == node.value
+            ):
+                return False
+        return True
+
+    def _all_params(self, function: cst.FunctionDef) -> list[cst.Param]:
+        p = function.params
+        return [*p.posonly_params, *p.params, *p.kwonly_params]
+
+    def _bound_names(self, function: cst.FunctionDef) -> set[str]:
+        """The names ``function`` binds: its parameters and every name it stores to."""
+        bound = {p.name.value for p in self._all_params(function)}
+        for node in self._subtree(function.body):
+            targets = cst.AssignTarget | cst.AugAssign | cst.AnnAssign | cst.For | cst.CompFor
+            if isinstance(node, targets):
+                bound |= {n.value for n in self._subtree(node.target) if isinstance(n, cst.Name)}
+            elif isinstance(node, cst.AsName) and isinstance(node.name, cst.Name):
+                bound.add(node.name.value)
+            elif isinstance(node, cst.ImportAlias) and node.asname is None:
+                bound.add(_code(self.module, node.name).split(".")[0])
+        return bound
+
+    def _reads_name(self, statement: cst.CSTNode, name: str) -> bool:
+        return any(isinstance(n, cst.Name) and n.value == name for n in self._subtree(statement))
+
+    def _handle_condition(self, found: _Initializer) -> str | bool | None:
+        """Where the caller's handle is apex's module: the switch that imports it
+        (``_switch_of``); None: imported at module level (always). False: neither (said)."""
+        handle = found.arg.value
+        if not any(
+            isinstance(n, cst.ImportFrom | cst.Import) and self._reads_name(n, handle.value)
+            for n in self._subtree(found.caller.body)
+        ):
+            return None
+        switch = self._switch_of(handle)
+        if switch is not None:
+            return switch[1]
+        self.problem(
+            found.arg,
+            f"`{found.caller.name.value}` binds `{handle.value}` other than by importing apex "
+            "under an `if` of its body (a flag read without a call) whose `else:` sets it to "
+            f"None, so where it hands `{found.function.name.value}` apex's module is not known: "
+            "migrate it by hand",
+        )
+        return False
+
+    def _returned(self, found: _Initializer, model: str, quiet: bool = False) -> set[str] | None:
+        """What the call binds where the function returns ``model`` (every ``return`` of it a
+        tuple of the same names). None: refused (said here, unless ``quiet``)."""
+        returns = [
+            n for n in self._subtree(found.function.body)
+            if isinstance(n, cst.Return) and self.function(n) is found.function
+        ]  # fmt: skip
+        shapes = {
+            tuple(_code(self.module, e.value) for e in r.value.elements)
+            if isinstance(r.value, cst.Tuple)
+            else (_code(self.module, r.value),)
+            if r.value is not None
+            else ()
+            for r in returns
+        }
+        target = self.statement(found.call).body[0].targets[0].target
+        bound = (
+            [_code(self.module, e.value) for e in target.elements]
+            if isinstance(target, cst.Tuple | cst.List)
+            else [_code(self.module, target)]
+        )
+        shape = next(iter(shapes)) if len(shapes) == 1 else ()
+        if model not in shape or len(shape) != len(bound):
+            if quiet:
+                return None
+            self.problem(
+                found.call,
+                f"`{found.function.name.value}` does not return the model it initializes "
+                f"(`{model}`) the same way on every path, so which of the names "
+                f"`{found.caller.name.value}` binds is the initialized model is not known: "
+                "migrate it by hand",
+            )
+            return None
+        return {b for b, r in zip(bound, shape, strict=True) if r == model}

@@ -64,7 +64,7 @@ from ampmigrate.apex.infer import HandleInit, InferenceOnly
 from ampmigrate.apex.initialize import Initialize
 from ampmigrate.apex.links import Link
 from ampmigrate.apex.outflow import Outflow
-from ampmigrate.apex.passed import PassedHandles
+from ampmigrate.apex.passed import Initializers, PassedHandles
 from ampmigrate.apex.regions import Regions
 from ampmigrate.apex.scaler import Scaler
 from ampmigrate.apex.shared import SharedState
@@ -93,6 +93,7 @@ class _Planner(
     Facts,
     Handles,
     PassedHandles,
+    Initializers,
     RunnerHooks,
     ClassFamily,
     Guards,
@@ -153,6 +154,7 @@ class _Planner(
         self.threaded: set[cst.FunctionDef] = set()
         self.name = "scaler"
         self.steps: dict[tuple[int, str], list[cst.SimpleStatementLine]] = {}
+        self.dead_steps: dict[str, list[cst.CSTNode]] = {}  # steps in code only apex-less ran
         self.scaled: dict[tuple[int, str], list[cst.With]] = {}  # the scale_loss blocks per step
         # a call of a helper that scales (a caller's scaled backward): the helper, its optimizer
         self.delegates: dict[cst.CSTNode, tuple[cst.FunctionDef, str]] = {}
@@ -196,7 +198,10 @@ class _Planner(
         # `amp` handed to a function (`train(model, optimizer, amp)`): pending, then refused
         self.passed: list[cst.CSTNode] = []
         self.handing = False
+        # the function that initializes through its parameter, handed apex's module
+        self.initializer = None
         self.merged: list[cst.Call] = []  # initialize calls planned as one with the first
+        self.repeated: set[cst.Call] = set()  # the same initialize again: it goes (_reinitialize)
         self.branched: cst.If | None = None  # an `if` whose branches both initialize
         # an `if` with an initialize on each path among other statements (handles._split)
         self.split: tuple[cst.If, cst.CSTNode, cst.CSTNode, cst.BaseExpression | None] | None = None
@@ -463,16 +468,23 @@ class _Planner(
         if one:  # `amp._amp_state.loss_scalers[0].loss_scale()`: _read_scales
             self.scale_reads = [c for c, m in others if m == _LOSS_SCALE]
             others = [(c, m) for c, m in others if m != _LOSS_SCALE]
+        if not initialize and not self.link:
+            self.initializer = self._initializer()
+            if self.initializer is not None:
+                self.plan.anchor = self.initializer.init
+        # (a registry entry runs before whichever initializes, here or through a parameter)
+        initializing = initialize or ([self.initializer.init] if self.initializer else [])
         inits = [c for c, m in others if m == "init"] if not calls else []
         for node, member in others:
             if node in inits:
                 continue  # the file's whole apex: planned below
             if not (
-                self._registered_half(node, member, initialize)
-                or self._registered_float(node, member, initialize)
+                self._registered_half(node, member, initializing)
+                or self._registered_float(node, member, initializing)
             ):
                 self.problem(node, no_rewrite(member))
-        self.handing = one  # a handed module can become the GradScaler
+        self.handing = one or self.initializer is not None  # a handed module can become the
+        # GradScaler
         self._imports()
         gated = self._version_gated()
         if gated is not None:
@@ -502,7 +514,7 @@ class _Planner(
                 self.verify()
             return self.plan
         reader = role == "caller" and self._sharing()
-        if not initialize and role not in ("callee", "state") and not reader:
+        if not (initialize or self.initializer) and role not in ("callee", "state") and not reader:
             self._no_initialize(calls)
             return self.plan
         alone = set(calls) == {"initialize"} and len(initialize) == 1 and not self.kept
@@ -527,6 +539,8 @@ class _Planner(
             return self.plan
         if initialize:
             setup = self._initialize(initialize[0])
+        elif self.initializer is not None:
+            setup = self._initializer_setup(self.initializer)
         elif self.hooked("callee"):
             setup = self._hook_setup(calls)
         elif self.family_linked("callee"):
@@ -573,8 +587,8 @@ class _Planner(
                 )
             )
         stored = self._through_stores(setup, calls) | self._through_params(setup, calls)
-        others = {id(self.function(c)) for c in initialize[1:]}  # (refused above: their
-        # uses are theirs, not this scaler's to reach)
+        # (refused above: their uses are theirs, not this scaler's to reach)
+        others = {id(self.function(c)) for c in initialize[1:] if c not in self.repeated}
         uses = [
             c for m in SUPPORTED - {"initialize"} for c in calls.get(m, [])
             if c not in stored and id(self.function(c)) not in others
@@ -643,8 +657,9 @@ class _Planner(
                 f'becomes "{self.name}": save and load would disagree; store it under the '
                 "checkpoint key directly, by hand",
             )
-        if initialize and not calls.get("state_dict") and not calls.get("load_state_dict"):
-            self._resume_state(setup, initialize[0])
+        resumed = initialize[0] if initialize else self._initializer_resumed()
+        if resumed and not calls.get("state_dict") and not calls.get("load_state_dict"):
+            self._resume_state(setup, resumed)
         elif initialize and not calls.get("state_dict"):  # restored, never saved (GANTTS)
             self.scale_gap = True
             line = self.line(calls["load_state_dict"][0])

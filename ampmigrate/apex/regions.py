@@ -758,6 +758,18 @@ class Regions:
             )
             named.update({n: line for n, (line, _) in found.items()})
 
+    def _assigned_here(self, function: cst.CSTNode) -> set[str]:
+        """The plain names ``function`` assigns itself (not its parameters): locals."""
+        if not isinstance(function, cst.FunctionDef):
+            return set()
+        return {
+            n.target.value
+            for n in self._subtree(function.body)
+            if isinstance(n, cst.AssignTarget)
+            and isinstance(n.target, cst.Name)
+            and self.function(n) is function
+        }
+
     def _direct_forwards(self, setup: _Setup, scaling: set[int], named: set[str]) -> None:
         """A call of an initialized model (``self.discriminator(...)``,
         ``self.generator.forward_train(...)``) outside every region, in a function that scales
@@ -800,6 +812,12 @@ class Regions:
                 continue
             if any(id(a) in wrapped for a in self.ancestors(node)):
                 continue
+            if (
+                function is not home
+                and func not in aliases[id(function)]
+                and func in self._assigned_here(function)
+            ):
+                continue  # its own local of that name (`model = MODEL_CLASSES[t][1]`): not it
             if id(function) not in covered:
                 covered[id(function)] = self._called_in_regions(function, home=home)
             if covered[id(function)]:

@@ -532,6 +532,16 @@ class Step:
     def _steps(self, opt: str, access: str, function: cst.CSTNode, call: cst.Call) -> None:
         if self._find_steps(opt, access, function, 0):
             return
+        dead = self.dead_steps.get(opt)
+        if dead:  # (PyABSA: `if amp: <scaled backward> else: loss.backward(); opt.step()`)
+            self.problem(
+                call,
+                f"`{opt}` is stepped only at {self.lines(dead)}, in code that ran where apex "
+                "was not installed and goes with it: apex's own path scaled the backward and "
+                f"never stepped `{opt}` (with apex, the model did not train); step it after "
+                "the scaled backward too, then migrate",
+            )
+            return
         called = isinstance(function, cst.FunctionDef) and self._call_sites(function) == []
         self.problem(
             call,
@@ -583,6 +593,9 @@ class Step:
                 and _code(self.module, node.body[0].value.func.value) in names
                 and self.function(node) is function
             ):
+                continue
+            if self.dead(node):  # (in the branch that ran without apex: it goes)
+                self.dead_steps.setdefault(opt, []).append(node)
                 continue
             if node.body[0].value.args:
                 given = node.body[0].value.args
@@ -1294,6 +1307,8 @@ class Step:
         for node in self.nodes:
             if not isinstance(node, cst.SimpleStatementLine) or self.function(node) is not function:
                 continue
+            if self.dead(node):
+                continue  # (it ran where apex was not installed, and goes)
             calls = [
                 s.value
                 for s in node.body
