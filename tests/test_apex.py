@@ -5422,6 +5422,46 @@ def test_a_local_of_the_models_name_in_another_function_is_no_forward():
     assert "`report` (line 15" in finding.message
 
 
+def test_a_module_level_switch_of_the_handle_is_its_flag_in_every_function(monkeypatch):
+    """`if USE_AMP: from apex import amp` / `else: amp = None` at module level, tested in a
+    function (`if amp is not None:` around `initialize`, `if amp:` around the scaled
+    backward): both are `USE_AMP`, not apex's availability (which switched mixed precision on
+    for the float32 runs). On CPU: float16 with `--amp`, float32 without."""
+    source = """
+        import sys
+
+        import torch
+
+        USE_AMP = "--amp" in sys.argv
+        if USE_AMP:
+            from apex import amp
+        else:
+            amp = None
+
+
+        def train(model, batches):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            if amp is not None:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in batches:
+                loss = model(x).float().sum()
+                if amp:
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                else:
+                    loss.backward()
+                optimizer.step()
+    """
+    out, _ = _migrated(source)
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=USE_AMP)' in out
+    assert "if USE_AMP:\n            scaler.scale(loss).backward()" in out
+    torch = pytest.importorskip("torch")
+    for argv, dtype in ((["--amp"], torch.float16), ([], torch.float32)):
+        monkeypatch.setattr(sys, "argv", ["train.py", *argv])
+        run = lambda ns: ns["train"](torch.nn.Linear(4, 2), [torch.randn(3, 4)])  # noqa: E731
+        assert _forward_dtypes(out, run) == [dtype]
+
+
 def test_initialize_through_a_parameter_called_twice_is_said_to_be_there():
     """Two calls of the function that initializes through its parameter: the rewrite does
     not follow it, and the refusal says where `initialize` is ("not in this file" would be

@@ -460,26 +460,34 @@ class Guards:
         of COND, not of apex's availability. (that ``if``, COND's text); None: not so bound."""
         if not isinstance(node, cst.Name):
             return None
-        home = self.function(node)
-        body = home.body.body if isinstance(home, cst.FunctionDef) else self.module.body
-        name = node.value
-        found = next(
-            (s for i, s in reversed(list(enumerate(body)))
-             if self.order[id(s)] < self.order[id(node)]
-             and self._switch_if(s, name, body[i - 1] if i else None)),
-            None,
-        )  # fmt: skip
+        reader, name = self.function(node), node.value
+        found, home = None, reader
+        for home in (reader, self.module) if reader is not self.module else (reader,):
+            if home is self.module and name in self._assigned_here(reader):
+                break  # (a local of the reading function, not the module's switch)
+            body = home.body.body if isinstance(home, cst.FunctionDef) else self.module.body
+            found = next(
+                (s for i, s in reversed(list(enumerate(body)))
+                 if (home is self.module or self.order[id(s)] < self.order[id(node)])
+                 and self._switch_if(s, name, body[i - 1] if i else None)),
+                None,
+            )  # fmt: skip
+            if found is not None:
+                break
         if found is None:
             return None
         condition = _code(self.module, found.test)
+        if home is not reader and condition.split(".")[0] in self._bound_names(reader):
+            return None  # (the reading function has a name of its own for the flag)
         stores = [
             n for n in self._subtree(home)
             if isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign | cst.Global)
             and name in {x.value for x in self._subtree(n) if isinstance(x, cst.Name)}
         ]  # fmt: skip
-        changed = any(
+        changed = any(  # (a name's definition before the switch is what the switch reads)
             isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
             and _code(self.module, n.target) == condition
+            and ("." in condition or self.order[id(n)] > self.order[id(found)])
             for n in self.nodes
         )
         if len(stores) != 1 or changed or self.facts(found.test).calls or not _path(condition):
