@@ -8,6 +8,7 @@ import ast
 import contextlib
 import functools
 import json
+import math
 import os
 import re
 import subprocess
@@ -5460,6 +5461,157 @@ def test_a_module_level_switch_of_the_handle_is_its_flag_in_every_function(monke
         monkeypatch.setattr(sys, "argv", ["train.py", *argv])
         run = lambda ns: ns["train"](torch.nn.Linear(4, 2), [torch.randn(3, 4)])  # noqa: E731
         assert _forward_dtypes(out, run) == [dtype]
+
+
+HOOKED_TRAINER = """\
+import torch
+
+
+class BaseTrainer:
+    def __init__(self, net, optimizer, use_amp=False):
+        self.net, self.optimizer, self.use_amp = net, optimizer, use_amp
+        self.norms = []
+        if use_amp:
+            from apex import amp
+            self.net, self.optimizer = amp.initialize(self.net, self.optimizer, opt_level="O1")
+
+    def train(self, batches):
+        for x, y in batches:
+            loss = ((self.net(x).float() - y) ** 2).mean()
+            if self.use_amp:
+                from apex import amp
+                with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                    scaled_loss.backward()
+            else:
+                loss.backward()
+            self._modify_grad()
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+
+    def _modify_grad(self):
+        pass
+
+
+class ClipTrainer(BaseTrainer):
+    def _modify_grad(self):
+        self.norms.append(float(torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)))
+"""
+
+
+@pytest.mark.parametrize("override", [True, False])
+def test_a_gradient_hook_a_subclass_overrides_sees_unscaled_gradients(override):
+    """`self._modify_grad()` between the scaled backward and the step does nothing in the
+    base class; a subclass (here in the same file, in MedicalPro's in others: the thirty-sixth
+    review) clips there. apex had unscaled the gradients at `scale_loss`'s exit; the rewrite
+    left them scaled for the override (norms 65536x, clipped before unscaling). An
+    `unscale_` now comes before the hook, whether the override is in this file or not (a hook
+    named for gradients that does nothing here is taken to read them). On CPU, the override
+    sees the float32 run's norm to float16 rounding."""
+    source = HOOKED_TRAINER if override else HOOKED_TRAINER.split("\n\n\nclass ClipTrainer")[0]
+    out, _ = _migrated(source)
+    assert "self.scaler.unscale_(self.optimizer)\n            self._modify_grad()" in out
+    if not override:
+        return
+    torch = pytest.importorskip("torch")
+    with _on_cpu(out) as namespace:
+        torch.manual_seed(0)
+        net = torch.nn.Linear(4, 1)
+        trainer = namespace["ClipTrainer"](
+            net, torch.optim.SGD(net.parameters(), lr=0.1), use_amp=True
+        )
+        trainer.train([(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)])
+    finite = [n for n in trainer.norms if math.isfinite(n)]  # (the first scale overflows)
+    assert len(finite) >= 2 and all(n < 20 for n in finite), trainer.norms  # scaled: ~1e4-1e5
+
+
+def test_a_handle_set_to_none_beyond_apex_availability_is_not_folded():
+    """A test of `amp` is apex's availability (true once native AMP replaces it) only where
+    the name is None because the import failed. `global amp; if not use_apex: amp = None`
+    (thesis-tr2's shape), or a module-level `amp = None` that a setup function replaces with
+    apex's module under a flag, make it the flag's too: the rewrite had folded such tests
+    and trained the float32 runs in float16 (the thirty-sixth review). Refused, saying why;
+    `amp = None` in the `else:` of the importing `try` is a broken original, and is said so."""
+    flagged = textwrap.dedent("""\
+        import torch
+
+        try:
+            from apex import amp
+        except ImportError:
+            amp = None
+
+
+        def main(use_apex, batches, model):
+            global amp
+            if not use_apex:
+                amp = None
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            if amp:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in batches:
+                loss = model(x).float().sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """)
+    [finding] = [d for d in check_source(flagged) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert (
+        "line 14: `amp` is set to None at line 12, not only where apex is missing, so the test "
+        "of `amp` at line 14 also tests what set it" in finding.message
+    )
+    available = flagged.replace("    global amp\n    if not use_apex:\n        amp = None\n", "")
+    assert available != flagged and "global" not in available
+    assert [d.fix is not None for d in check_source(available) if d.code == "AMP303"] == [True]
+    broken = textwrap.dedent("""\
+        import torch
+
+
+        def main(args, batches, model):
+            if args.fp16:
+                try:
+                    from apex import amp
+                except ImportError:
+                    raise ImportError("install apex")
+                else:
+                    amp = None
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            if args.fp16:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        """)
+    [finding] = [d for d in check_source(broken) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert (
+        "line 11: `amp = None` is in the `else:` of the `try` that imports apex, which runs "
+        "where the import succeeded: the original's apex path raises on None there"
+        in finding.message
+    )
+
+
+def test_a_checkpoint_key_copied_into_the_resume_dict_keeps_the_rewrite_off():
+    """The resume dict gets apex's state copied in under the old key
+    (`ckpt["amp"] = torch.load(path)["amp"]`, LayoutDIT: the thirty-sixth review), and the
+    function it is handed to loads `ckpt["amp"]`. The rewrite renamed the save and that load
+    to "scaler" and left the copy, so every resume raised KeyError; now it is refused at the
+    copy's line."""
+    fixture = (APEX / "initialize_through_parameter.py").read_text()
+    copied = fixture.replace(
+        "    checkpoint = torch.load(args.path, weights_only=True) if os.path.exists(args.path) "
+        "else None\n",
+        "    checkpoint = None\n"
+        "    if os.path.exists(args.path):\n"
+        '        checkpoint = {"epoch": torch.load(args.path)["epoch"]}\n'
+        '        checkpoint["model"] = torch.load(args.path)["model"]\n'
+        '        checkpoint["optimizer"] = torch.load(args.path)["optimizer"]\n'
+        "        if args.fp16:\n"
+        '            checkpoint["amp"] = torch.load(args.path)["amp"]\n',
+    )
+    assert copied != fixture
+    [finding] = [d for d in check_source(copied) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert (
+        'line 40: the checkpoint key "amp" is read or written here too, where the rewrite does '
+        'not rename it with the save and load it moves to "scaler"' in finding.message
+    )
 
 
 def test_initialize_through_a_parameter_called_twice_is_said_to_be_there():

@@ -906,6 +906,28 @@ def test_a_checkpoint_helper_on_disk_without_amp_needs_no_hedge(helper_uses_amp,
     assert (hedge in done.message) is helper_uses_amp
 
 
+def test_a_helper_in_a_folder_without_init_is_called_by_the_scripts_beside_it(tmp_path):
+    """`utils/common.py` in a folder with no `__init__.py`, imported by `main.py` beside that
+    folder as `from utils.common import save_checkpoint` (a namespace package: DST-CBC and
+    XMC_HTC, the thirty-sixth review): the helper's finding said "no file of the project
+    calls `save_checkpoint`" and advised deleting it; the script beside the folder is read."""
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "common.py").write_text(
+        "import torch\nfrom apex import amp\n\n\ndef save_checkpoint(net, path):\n"
+        "    torch.save({'net': net.state_dict(), 'amp': amp.state_dict()}, path)\n"
+    )
+    (tmp_path / "main.py").write_text(
+        "import torch\nfrom utils.common import save_checkpoint\n\n\n"
+        "def run(net):\n    save_checkpoint(net, 'ckpt.pt')\n"
+    )
+    results = run([tmp_path / "utils" / "common.py"], _settings())
+    [finding] = [d for r in results for d in r.diagnostics if d.code == "AMP303"]
+    assert "no file of the project calls `save_checkpoint`" not in finding.message
+    assert "`save_checkpoint` uses `amp.state_dict` but `amp.initialize` is not in this file" in (
+        finding.message
+    )
+
+
 def test_registry_wired_components_of_several_projects_in_one_run_each_link(tmp_path):
     """A run over a folder of projects (`owner+name/...`, how the benchmarks lay them out):
     each project's entry point links its own script and hook; the entry points are looked

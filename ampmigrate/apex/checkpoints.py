@@ -373,6 +373,46 @@ class Checkpoints:
             self.plan.notes.append(note)
         return True
 
+    def _keys_left_behind(self) -> None:
+        """A checkpoint key the rewrite renames for its save or load, read or written
+        elsewhere under the old name from a checkpoint (the same container, or
+        ``torch.load(...)`` itself): LayoutDIT copies ``torch.load(path)["amp"]`` into the
+        resume dict as ``ckpt["amp"]``, which the load it feeds now reads as ``ckpt["scaler"]``
+        (the thirty-sixth review). Save and load would disagree: refused, the line named."""
+        renamed = {
+            id(n): n for n in self.nodes if isinstance(n, cst.SimpleString) and n in self.plan.edits
+        }
+        old = {n.evaluated_value for n in renamed.values()}
+        containers = {
+            _code(self.module, holder.value)
+            for n in renamed.values()
+            if isinstance(holder := self._subscript_of(n), cst.Subscript)
+        }
+        for node in self.nodes:
+            holder = self._subscript_of(node) if isinstance(node, cst.SimpleString) else None
+            if holder is None or id(node) in renamed or node.evaluated_value not in old:
+                continue
+            loaded = isinstance(holder.value, cst.Call) and "torch.load" in self.qualified(
+                holder.value.func
+            )
+            if loaded or _code(self.module, holder.value) in containers:
+                self.problem(
+                    node,
+                    f"the checkpoint key {node.value} is read or written here too, where the "
+                    f"rewrite does not rename it with the save and load it moves to "
+                    f'"{self.name}": save and load would disagree; rename it by hand',
+                )
+                return
+
+    def _subscript_of(self, node: cst.CSTNode) -> cst.Subscript | None:
+        """The subscript ``x["amp"]`` whose only index is ``node``."""
+        index = self.parent(node)
+        element = self.parent(index) if isinstance(index, cst.Index) else None
+        holder = self.parent(element) if isinstance(element, cst.SubscriptElement) else None
+        return (
+            holder if isinstance(holder, cst.Subscript) and self._key_of(holder) is node else None
+        )
+
     def _key_of(self, node: cst.CSTNode) -> cst.SimpleString | None:
         """The string of ``x["amp"]`` or ``x.get("amp")``."""
         if isinstance(node, cst.Subscript) and len(node.slice) == 1:

@@ -114,6 +114,22 @@ class Guards:
                 self._remove_statement(line)
         for try_node, imports in guarded.items():
             self._remove_guard(try_node, imports)
+        for node in self.nodes:  # `try: from apex import amp ... else: amp = None`
+            if isinstance(node, cst.Try) and isinstance(node.orelse, cst.Else):
+                for statement in _statements(node.orelse.body) or []:
+                    spelled = _code(self.module, statement).strip()
+                    if any(spelled == f"{n} = None" for n in self.bound) and any(
+                        isinstance(b, cst.Import | cst.ImportFrom)
+                        and self._apex_binds(b, spelled.split(" ")[0])
+                        for b in self._subtree(node.body)
+                    ):
+                        self.problem(
+                            statement,
+                            f"`{spelled}` is in the `else:` of the `try` that imports apex, "
+                            "which runs where the import succeeded: the original's apex path "
+                            "raises on None there; put that `else:` on the `if` around the "
+                            "`try` (None where the flag is off), then migrate",
+                        )
         for line in lines:  # `if COND: <the import> else: amp = None` goes whole once emptied
             holder = self.parent(self.parent(line))
             if isinstance(holder, cst.Try):
@@ -441,6 +457,10 @@ class Guards:
             test = cst.parse_expression(switch[1] if value else f"not {switch[1]}")
             self.plan.edits[expr] = lambda _u, t=test: t
             return
+        unset = self._unset_elsewhere(node) if parent is not None else None
+        if unset is not None:  # a test of `amp` that is not (only) apex's availability
+            self.problem(node, unset)
+            return
         if parent is None:
             arg = self.parent(node)
             call = self.parent(arg) if isinstance(arg, cst.Arg) else None
@@ -493,6 +513,67 @@ class Guards:
         if len(stores) != 1 or changed or self.facts(found.test).calls or not _path(condition):
             return None
         return found, condition
+
+    def _unset_elsewhere(self, node: cst.CSTNode) -> str | None:
+        """Why a test of ``node`` (the name ``amp``) is not apex's availability, which the
+        rewrite folds as true: the name is set to None somewhere other than the ``except`` of
+        the ``try`` that imports it (``global amp; if not use_apex: amp = None``; the
+        ``else:`` of that ``try``, which runs where the import succeeded). None: it is not."""
+        if not isinstance(node, cst.Name):
+            return None
+        name = node.value
+        for store in self.nodes:
+            if not (
+                isinstance(store, cst.AssignTarget)
+                and isinstance(store.target, cst.Name)
+                and store.target.value == name
+                and _code(self.module, self.parent(store).value) == "None"
+            ):
+                continue
+            handler = next(
+                (a for a in self.ancestors(store) if isinstance(a, cst.ExceptHandler | cst.Try)),
+                None,
+            )
+            if isinstance(handler, cst.ExceptHandler):
+                continue  # apex missing: the availability fallback the rewrite folds
+            statement = self.statement(store)
+            located = self.block_of(statement)
+            holder = self.owner(located[0]) if located is not None else None
+            if isinstance(holder, cst.Try):
+                continue  # (the `else:` of the `try` that imports it: _imports says so)
+            if isinstance(holder, cst.If) and self._switch_if(holder, name, self._before(holder)):
+                continue  # a switch (in another function than the test: not followed)
+            after = self._after(statement)
+            if isinstance(after, cst.Try) and any(
+                isinstance(b, cst.Import | cst.ImportFrom) and self._apex_binds(b, name)
+                for b in self._subtree(after.body)
+            ):
+                continue  # `amp = None` right before `try: from apex import amp`: availability
+            if (
+                not isinstance(holder, cst.If)
+                and after is not None
+                and self._switch_if(after, name, statement)
+            ):
+                continue  # `amp = None` right before a switch
+            return (
+                f"`{name}` is set to None at line {self.line(store)}, not only where apex is "
+                f"missing, so the test of `{name}` at line {self.line(node)} also tests what "
+                "set it, which the rewrite does not follow (it reads such a test as apex's "
+                "availability, true once native AMP replaces it); test that condition itself "
+                "there, then migrate"
+            )
+        return None
+
+    def _before(self, statement: cst.CSTNode) -> cst.CSTNode | None:
+        located = self.block_of(statement)
+        return _statements(located[0])[located[1] - 1] if located and located[1] else None
+
+    def _after(self, statement: cst.CSTNode) -> cst.CSTNode | None:
+        located = self.block_of(statement)
+        if located is None:
+            return None
+        body = _statements(located[0])
+        return body[located[1] + 1] if located[1] + 1 < len(body) else None
 
     def _switch_if(
         self, statement: cst.CSTNode, name: str, previous: cst.CSTNode | None = None

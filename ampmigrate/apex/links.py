@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import collections
 import functools
+import itertools
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -1133,7 +1134,13 @@ def users_on_disk(
     stem = _stem(path).encode()  # a package's names are imported by the package's name
     found: list[tuple[str, int, str]] = []
     count = 0
-    for where, folders, names in os.walk(folder):
+    walked = os.walk(folder)
+    if not packaged:  # a folder of modules without `__init__` (`utils/common.py`): the
+        # scripts beside that folder import it as a namespace package (`from utils.common`)
+        parent = os.path.dirname(folder)
+        beside = sorted(n for n in os.listdir(parent) if os.path.isfile(os.path.join(parent, n)))
+        walked = itertools.chain([(parent, [], beside)], walked)
+    for where, folders, names in walked:
         folders[:] = sorted(
             d for d in folders
             if not d.startswith(".") and d != "__pycache__"

@@ -684,6 +684,7 @@ class _Planner(
         elif initialize and not calls.get("scale_loss") and not self._stores and not self.passed:
             # (kept as `args.amp` or handed to a function: that blocker says where it goes)
             self.problem(initialize[0], self._scaled_elsewhere(initialize[0]))
+        self._keys_left_behind()
         self._regions(setup)
         self._forwards_elsewhere(setup)
         self._helper_notes()
