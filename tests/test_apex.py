@@ -5609,9 +5609,46 @@ def test_a_checkpoint_key_copied_into_the_resume_dict_keeps_the_rewrite_off():
     [finding] = [d for d in check_source(copied) if d.code == "AMP303"]
     assert finding.fix is None
     assert (
-        'line 40: the checkpoint key "amp" is read or written here too, where the rewrite does '
+        'line 41: the checkpoint key "amp" is read or written here too, where the rewrite does '
         'not rename it with the save and load it moves to "scaler"' in finding.message
     )
+
+
+def test_every_test_of_the_handed_handle_is_the_callers_flag():
+    """unilm's s2s-ft at HEAD (and HBGL): `prepare_for_training` tests `if amp:` twice, once
+    to reset the optimizer state for apex and once around `initialize` and a warm-up step
+    (the thirty-sixth review: refused as "uses `amp` other than to call apex"). `train`
+    hands the module exactly where `args.fp16` holds and passes `args` as `args`, so each test
+    becomes `if args.fp16:` (exact at any level); the warm-up's scaled backward and step are
+    the GradScaler's, and nothing before the `initialize` gets a region."""
+    source = (
+        (APEX / "initialize_through_parameter.py")
+        .read_text()
+        .replace(
+            "    if amp:\n        model, optimizer = amp.initialize(",
+            "    if checkpoint:\n"
+            '        optimizer.load_state_dict(checkpoint["optimizer"])\n'
+            "        if amp:\n"
+            "            optimizer.state = {}\n"
+            "    if amp:\n"
+            "        model, optimizer = amp.initialize(",
+        )
+        .replace(
+            '            amp.load_state_dict(checkpoint["amp"])\n',
+            '            amp.load_state_dict(checkpoint["amp"])\n'
+            "            loss = model(torch.ones(2, 8)).float().sum()\n"
+            "            with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+            "                scaled_loss.backward()\n"
+            "            optimizer.step()\n"
+            "            optimizer.zero_grad()\n",
+        )
+    )
+    assert source.count("if amp:\n") == 2 and source.count("amp.scale_loss(") == 2
+    out, _ = _migrated(source)
+    assert out.count("if args.fp16:\n") >= 3 and "if amp:\n" not in out
+    assert "optimizer.state = {}" in out and "scaler.step(optimizer)" in out
+    before = out.split("def prepare_for_training")[1].split("if checkpoint:")[0]
+    assert "autocast" not in before  # (the optimizer is made before apex initialized)
 
 
 def test_initialize_through_a_parameter_called_twice_is_said_to_be_there():

@@ -118,8 +118,8 @@ class PassedHandles:
         planned_here = set()  # the initialize and its `if amp:`: _initializer_setup's
         if found is not None and found.function is function:
             planned_here.add(id(found.init.func.value))
-            if found.test is not None:
-                planned_here |= {id(n) for n in self._subtree(found.test.test)}
+            for test in found.tests:
+                planned_here |= {id(n) for n in self._subtree(test.test)}
         for node in self._subtree(function):
             if not isinstance(node, cst.Name):
                 continue
@@ -231,6 +231,7 @@ class _Initializer:
     caller: cst.FunctionDef
     arg: cst.Arg  # what hands the module over at ``call``
     test: cst.If | None = None  # the `if amp:` around ``init`` (set by _initializer_setup)
+    tests: tuple[cst.If, ...] = ()  # every `if amp:` of the function (the same)
 
 
 class Initializers:
@@ -345,18 +346,8 @@ class Initializers:
         holder = self.parent(self.parent(inner))
         if isinstance(holder, cst.If):
             test = holder.test
-            tested = test.left if isinstance(test, cst.Comparison) else test
             if not (
-                isinstance(tested, cst.Name)
-                and tested.value == found.parameter.name.value
-                and (
-                    test is tested
-                    or (
-                        len(test.comparisons) == 1
-                        and isinstance(test.comparisons[0].operator, cst.IsNot)
-                        and _code(self.module, test.comparisons[0].comparator) == "None"
-                    )
-                )
+                self._tests_alone(test, found.parameter.name.value)
                 and holder.orelse is None
                 and self.parent(self.parent(holder)) is function
             ):
@@ -370,6 +361,11 @@ class Initializers:
         elif holder is not function:
             self.problem(init, f"`{taken}` initializes amp in a block other than an `if`")
             return None
+        found.tests = tuple(
+            n for n in self._subtree(function.body)
+            if isinstance(n, cst.If) and self.function(n) is function
+            and self._tests_alone(n.test, found.parameter.name.value)
+        )  # fmt: skip
         level = args.get("opt_level")
         switch = None
         if level is not None:
@@ -402,6 +398,7 @@ class Initializers:
         condition = self._handle_condition(found)
         if condition is False:
             return None
+        handed = condition  # where the module was handed over (None: always)
         if switch is not None:
             level_test = _code(self.module, switch)
             condition = f"({condition}) and ({level_test})" if condition else level_test
@@ -420,35 +417,53 @@ class Initializers:
              u.with_changes(leading_lines=())]
         )  # fmt: skip
         self._remove_statement(inner)
-        if found.test is not None and found.test not in self.removed:
-            self.plan.edits[found.test.test] = lambda _u: cst.parse_expression(
-                f"{self.stored_access.get(id(function), name)}.is_enabled()"
+        # each `if amp:` of the function is the caller's test where the function reads it
+        # under the same names (s2s-ft: `args` is passed as `args`); else the scaler's own,
+        # which is that test only where no level decides too
+        flag = handed is not None and self._same_in_caller(cst.parse_expression(handed), found)
+        kept = [t for t in found.tests if t not in self.removed]
+        for test in kept:
+            self.plan.edits[test.test] = lambda _u: cst.parse_expression(
+                handed if flag else f"{self.stored_access.get(id(function), name)}.is_enabled()"
             )
         others = [
-            s for s in (found.test.body.body if found.test is not None else ())
+            s for t in kept for s in t.body.body
             if s is not inner and not self._reads_name(s, found.parameter.name.value)
         ]  # fmt: skip
-        if others and switch is not None:
+        if others and switch is not None and not flag:
             self.problem(
                 others[0],
-                f"the `if {_code(self.module, found.test.test)}:` of `{taken}` also runs this "
+                f"an `if {found.parameter.name.value}:` of `{taken}` also runs this "
                 "statement, which the GradScaler's test (`is_enabled()`, off where the level "
                 "is O0) would skip where apex ran it: migrate it by hand",
             )
             return None
+        tested = f"`{handed}`" if flag else "the GradScaler's `is_enabled()`"
         self.plan.notes.append(
             f"`{taken}` initialized amp through its parameter `{found.parameter.name.value}` "
             f"(line {self.line(init)}), which `{caller.name.value}` hands apex's module or "
             f"None: the GradScaler is made before that call (line {self.line(found.call)})"
             + (f", enabled where `{condition}`" if condition else "")
             + ", and the `initialize` goes"
-            + (
-                "; its `if` tests the GradScaler's `is_enabled()`"
-                if found.test is not None and found.test not in self.removed
-                else ""
-            )
+            + (f"; its `if {found.parameter.name.value}:` tests {tested}" if kept else "")
         )
         return _Setup(statement, caller, returned, condition)
+
+    def _tests_alone(self, test: cst.BaseExpression, name: str) -> bool:
+        """``test`` is ``name`` or ``name is not None``."""
+        tested = test.left if isinstance(test, cst.Comparison) else test
+        return (
+            isinstance(tested, cst.Name)
+            and tested.value == name
+            and (
+                test is tested
+                or (
+                    len(test.comparisons) == 1
+                    and isinstance(test.comparisons[0].operator, cst.IsNot)
+                    and _code(self.module, test.comparisons[0].comparator) == "None"
+                )
+            )
+        )
 
     def _initializer_resumed(self) -> cst.Call | None:
         """The handed initialize, where the call binds its optimizer under the same name

@@ -182,6 +182,8 @@ class Regions:
             body = _statements(block)
             runs: list[list[int]] = []
             for i in sorted(indices):
+                if self._before_handed_initialize(body[i]):
+                    continue  # (apex cast nothing there yet)
                 if blocked(body[i]):
                     if i in feeds and self.facts(body[i], setup.models).model_calls:
                         self.problem(
@@ -207,6 +209,8 @@ class Regions:
                 seen.add(id(call))
                 if any(id(a) in wrapped for a in self.ancestors(call)):
                     continue
+                if self._before_handed_initialize(call):
+                    continue
                 # Another forward of the model in the training function (in-loop validation):
                 # apex O1 ran it in float16 too, so its simple statement gets a region.
                 if self._own_region(call, enabled, planned, wrapped, blocked, setup):
@@ -231,6 +235,16 @@ class Regions:
         for block, (runs, enabled) in planned.items():
             order = {id(s): i for i, s in enumerate(_statements(block))}
             self._wrap(block, sorted(runs, key=lambda r: order[id(r[0])]), enabled)
+
+    def _before_handed_initialize(self, node: cst.CSTNode) -> bool:
+        """``node`` runs in the function that initializes through its parameter, before
+        that ``initialize``: apex cast nothing there yet (``passed.Initializers``)."""
+        found = self.initializer
+        return (
+            found is not None
+            and self.function(node) is found.function
+            and self.order[id(node)] < self.order[id(found.init)]
+        )
 
     def _own_region(self, call, enabled, planned, wrapped, blocked, setup) -> bool:
         """The simple statement of ``call`` (a forward outside the regions) gets a region of its
