@@ -288,9 +288,9 @@ class Initializers:
     def _initializer_setup(self, found: _Initializer) -> _Setup | None:
         """The GradScaler made before the call, enabled where the caller's handle was apex's
         module (the test of the ``if`` that imported it, ``None`` in its ``else:``) and the
-        level is O1; the ``initialize`` goes, its ``if amp:`` asks the scaler; the models are
-        what the call binds where the function returns the initialized ones. None: refused
-        (said here)."""
+        level is O1; the ``initialize`` goes, each ``if amp:`` of the function is that test
+        (or the scaler's); the models are what the call binds where the function returns the
+        initialized ones. None: refused (said here)."""
         init, function, caller = found.init, found.function, found.caller
         taken = function.name.value
         statement = self.statement(found.call)
@@ -324,7 +324,8 @@ class Initializers:
             else []
         )
         if (
-            extra
+            lone is None
+            or extra
             or any(a.star for a in init.args)
             or not isinstance(models, cst.Name)
             or not isinstance(optimizer, cst.Name)
