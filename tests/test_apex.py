@@ -5651,6 +5651,91 @@ def test_every_test_of_the_handed_handle_is_the_callers_flag():
     assert "autocast" not in before  # (the optimizer is made before apex initialized)
 
 
+@pytest.mark.parametrize("other", ["import apex", "from apex.fp16_utils import to_python_float"])
+def test_a_handle_parameter_in_a_file_that_imports_other_apex_names_is_reported(other):
+    """`train_one_epoch(model, loader, optimizer, amp)` scales through its parameter; the file
+    also imports something else of apex (Hongik's `to_python_float`, the thirty-seventh
+    review). The finding on the scaled backward was given only where the file imported no
+    apex at all: here it had none (an "imported but unused" finding alone, whose fix left
+    the scaling code unreported)."""
+    source = textwrap.dedent(f"""\
+        {other}
+        import torch
+
+
+        def train_one_epoch(model, loader, optimizer, amp):
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """)
+    [finding] = [d for d in check_source(source) if d.code == "AMP303" and d.line == 9]
+    assert finding.fix is None
+    assert (
+        "`amp.scale_loss` calls apex amp's `scale_loss` through `amp`, a parameter of "
+        "`train_one_epoch`: it holds apex's module only where a caller hands it in (no import "
+        "here binds it)" in finding.message
+    )
+
+
+CLOSURE_TRAINER = """\
+import torch
+from apex import amp
+
+
+class Train:
+    def __init__(self, batches):
+        self.batches = batches
+        self.model = torch.nn.Linear(4, 2)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O1")
+
+    def loop(self, epochs):
+        def train_epoch():
+            for x in self.batches:
+                loss = (self.model(x).float() ** 2).mean()
+                self.optimizer.zero_grad()
+                with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                self.optimizer.step()
+
+        def test_epoch():
+            with torch.no_grad():
+                return [self.model(x) for x in self.batches]
+
+        for _ in range(epochs):
+            train_epoch()
+            test_epoch()
+"""
+
+
+@pytest.mark.parametrize("handed", [False, True])
+def test_a_validation_closure_of_the_epoch_loop_is_named_as_float32(handed):
+    """`test_epoch()`, a closure of the epoch loop that runs the trained model
+    (mobile_centernet, the thirty-seventh review): the note said the file "never calls" it
+    (only another module could); handed the model as a parameter (`test_epoch(self.model)`)
+    it had no note at all, and ran in float32 where apex O1 ran float16."""
+    source = CLOSURE_TRAINER
+    if handed:
+        source = (
+            source.replace("def test_epoch():", "def test_epoch(model):")
+            .replace("[self.model(x) for x in self.batches]", "[model(x) for x in self.batches]")
+            .replace("            test_epoch()", "            test_epoch(self.model)")
+        )
+        assert source.count("self.model") == CLOSURE_TRAINER.count("self.model")
+    _, finding = _migrated(source)
+    assert "which this file never calls" not in finding.message
+    said = (
+        "the model it trains is handed to `test_epoch(...)` (line 27) outside the autocast regions"
+        if handed
+        else "the initialized model's forward in `test_epoch` (line 23) is outside the "
+        "autocast regions and runs in float32 now"
+    )
+    assert said in finding.message
+
+
 def test_initialize_through_a_parameter_called_twice_is_said_to_be_there():
     """Two calls of the function that initializes through its parameter: the rewrite does
     not follow it, and the refusal says where `initialize` is ("not in this file" would be

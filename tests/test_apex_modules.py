@@ -928,6 +928,95 @@ def test_a_helper_in_a_folder_without_init_is_called_by_the_scripts_beside_it(tm
     )
 
 
+SCRIPT_WITH_HELPERS = {
+    "utils/common.py": """\
+import torch
+from apex import amp
+
+
+def save_checkpoint(net, optimizer, fp16, path):
+    torch.save({"net": net.state_dict(), "optimizer": optimizer.state_dict(),
+                "amp": amp.state_dict() if fp16 else None}, path)
+
+
+def load_checkpoint(net, optimizer, fp16, path):
+    checkpoint = torch.load(path, weights_only=True)
+    net.load_state_dict(checkpoint["net"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    if fp16 and checkpoint["amp"] is not None:
+        amp.load_state_dict(checkpoint["amp"])
+""",
+    "main.py": """\
+import os
+import sys
+
+import torch
+from apex import amp
+from utils.common import load_checkpoint, save_checkpoint
+
+
+def train(net, optimizer, fp16, path, epochs):
+    for epoch in epochs:
+        torch.manual_seed(epoch)
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+        optimizer.zero_grad()
+        loss = ((net(x).float() - y) ** 2).mean()
+        if fp16:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+        save_checkpoint(net, optimizer, fp16, path)
+
+
+if __name__ == "__main__":
+    fp16, path = "--fp16" in sys.argv, "ckpt.pt"
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    if fp16:
+        net, optimizer = amp.initialize(net, optimizer, opt_level="O1")
+    resume = "--resume" in sys.argv
+    if resume:
+        load_checkpoint(net, optimizer, fp16, path)
+    train(net, optimizer, fp16, path, range(3, 6) if resume else range(3))
+""",
+}
+
+
+def test_a_scripts_main_block_links_the_helpers_its_functions_call(tmp_path, stub):
+    """The script's `__main__` block initializes, `train()` (which it calls afterwards)
+    saves through the helper module, the block itself restores (DST-CBC, the thirty-sixth
+    review): the call in `train()` was "also used ..., which would not pass the GradScaler",
+    though `train` reads the block's module-level GradScaler. Both files are rewritten; run
+    and resumed, the migration prints what the original prints against the O0 stand-in."""
+    root = tmp_path / "project"
+    for name, text in SCRIPT_WITH_HELPERS.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    original = tmp_path / "original"
+    shutil.copytree(root, original)
+    results = run(_files(root), _settings(fix=True))
+    assert not [r.error for r in results if r.error]
+    assert sorted(Path(r.path).name for r in results if r.changed) == ["common.py", "main.py"]
+    for result in results:
+        Path(result.path).write_bytes(result.new_source)
+    main = (root / "main.py").read_text()
+    assert "save_checkpoint(net, optimizer, fp16, path, scaler=scaler)" in main
+    assert "load_checkpoint(net, optimizer, fp16, path, scaler=scaler)" in main
+    for flags in ([], ["--fp16"]):
+        outputs = []
+        for tree, path in ((original, stub), (root, None)):  # (each imports its own `utils`)
+            specs = [(tree / "main.py", [*flags, *extra], path, False)
+                     for extra in ([], ["--resume"])]  # fmt: skip
+            runs = _runs(specs, tree)
+            assert all(code == 0 for code, _, _ in runs), [e for _, _, e in runs]
+            outputs.append([out for _, out, _ in runs])
+        assert outputs[0] == outputs[1] and "epoch 5 loss" in outputs[1][1], flags
+
+
 def test_registry_wired_components_of_several_projects_in_one_run_each_link(tmp_path):
     """A run over a folder of projects (`owner+name/...`, how the benchmarks lay them out):
     each project's entry point links its own script and hook; the entry points are looked

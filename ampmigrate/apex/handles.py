@@ -1229,17 +1229,22 @@ class Handles:
         """The initializing side of a link: pass the GradScaler at each call of the linked
         functions (the pre-pass counted them; a different count here blocks)."""
         threaded = [f for f in self.threaded if not self.within(f, setup.home)]
+        if setup.home is self.module:  # a script's code: the functions it runs afterwards
+            threaded += [f for f in self._run_after(setup.statement) if f not in threaded]
         calls = [
             n
             for n in self._subtree(setup.home)
             if isinstance(n, cst.Call)
             and self.order[id(n)] > self.order[id(setup.statement)]
             and _code(self.module, n.func) in self.link.spellings[0]
-        ] + [  # (in the functions the scaler is threaded through: links._reached)
+        ]
+        calls += [  # (in the functions the scaler is threaded through: links._reached)
             n
             for f in threaded
             for n in self._subtree(f)
-            if isinstance(n, cst.Call) and _code(self.module, n.func) in self.link.spellings[0]
+            if isinstance(n, cst.Call)
+            and _code(self.module, n.func) in self.link.spellings[0]
+            and n not in calls
         ]
         if len(calls) != self.link.calls[0]:
             self.problem(
@@ -1265,6 +1270,31 @@ class Handles:
             f"the GradScaler is passed to {' and '.join(spelled)} ({self.link.other(self.role)}), "
             f"which {verb} rewritten in the same run"
         )
+
+    def _run_after(self, statement: cst.CSTNode) -> list[cst.FunctionDef]:
+        """The module-level functions that module-level code after ``statement`` calls by
+        name, and those they call in turn (``links._reached`` for a script's code): they read
+        its module-level GradScaler."""
+        defs: dict[str, cst.FunctionDef] = {}
+        for f in self.module.body:
+            if isinstance(f, cst.FunctionDef):
+                defs[f.name.value] = f if f.name.value not in defs else None
+        pending = [
+            n
+            for s in self.module.body
+            if not isinstance(s, cst.FunctionDef | cst.ClassDef)
+            for n in self._subtree(s)
+            if isinstance(n, cst.Call) and self.order[id(n)] > self.order[id(statement)]
+        ]
+        reached: list[cst.FunctionDef] = []
+        while pending:
+            call = pending.pop()
+            function = defs.get(call.func.value) if isinstance(call.func, cst.Name) else None
+            if function is None or function in reached:
+                continue
+            reached.append(function)
+            pending += [n for n in self._subtree(function) if isinstance(n, cst.Call)]
+        return reached
 
     def _no_initialize(self, calls: dict[str, list[cst.Call]]) -> None:
         """A module that only uses the scaler (a checkpoint helper, a ``do_train`` called from

@@ -408,19 +408,19 @@ def stray_calls(
                 f"`{ast.unparse(holder.value)}.scaler`), by hand"
             )))  # fmt: skip
         elif (
-            not roots
+            isinstance(holder, ast.Name)
+            and holder.id not in roots  # (a file that imports other apex names: Hongik's)
             and node.func.attr in ("scale_loss", "master_params")
-            and isinstance(holder, ast.Name)
             and "amp" in holder.id.lower()
             and (given := _handed_in(holder, names))
         ):
             found.append((node, (
                 f"line {node.lineno}: `{shown}` calls apex amp's `{node.func.attr}` through "
                 f"`{holder.id}`, {given}: it holds apex's module only where a caller hands it "
-                "in (apex is not imported here), which the rewrite does not follow; migrate "
-                "this code with the caller that hands it (a GradScaler handed in instead: "
-                "`scaler.scale(loss).backward()`, `scaler.step(optimizer)` + "
-                "`scaler.update()`), by hand"
+                f"in ({'no import here binds it' if roots else 'apex is not imported here'}), "
+                "which the rewrite does not follow; migrate this code with the caller that "
+                "hands it (a GradScaler handed in instead: `scaler.scale(loss).backward()`, "
+                "`scaler.step(optimizer)` + `scaler.update()`), by hand"
             )))  # fmt: skip
     private = {
         name: stmt
@@ -1345,9 +1345,11 @@ def link(
         spelled = _spellings(caller, init)
         found: dict[str, list[tuple[ast.Call, ast.FunctionDef]]] = {}
         scanned = (home, *_reached(caller, home, init))
+        seen: set[int] = set()  # (a module home's walk holds its functions' nodes too)
         for node in (n for f in scanned for n in ast.walk(f)):
-            if not isinstance(node, ast.Call):
+            if not isinstance(node, ast.Call) or id(node) in seen:
                 continue
+            seen.add(id(node))
             around = _function(caller, node)
             if around not in scanned or (  # (a nested def may run at any time)
                 around is home and (node.lineno, node.col_offset) <= (init.lineno, init.col_offset)
@@ -1445,7 +1447,11 @@ def _reached(caller: _File, home: ast.AST, init: ast.Call) -> list[ast.FunctionD
     by name after ``initialize``, and those they call in turn (spai's ``train`` ->
     ``train_model`` -> ``save_checkpoint``): a linked call there needs the GradScaler too, and
     the planner threads it through them where they lead to a scaled backward."""
-    if not isinstance(home, ast.FunctionDef) or home not in caller.tree.body:
+    if home is caller.tree:  # a script's module-level code (its `__main__` block)
+        roots = [s for s in home.body if not isinstance(s, _DEFINITIONS)]
+    elif isinstance(home, ast.FunctionDef) and home in caller.tree.body:
+        roots = [home]
+    else:
         return []
     defs = {
         f.name: f
@@ -1455,7 +1461,8 @@ def _reached(caller: _File, home: ast.AST, init: ast.Call) -> list[ast.FunctionD
     reached: list[ast.FunctionDef] = []
     pending = [
         n
-        for n in ast.walk(home)
+        for root in roots
+        for n in ast.walk(root)
         if isinstance(n, ast.Call) and (n.lineno, n.col_offset) > (init.lineno, init.col_offset)
     ]
     while pending:
@@ -1466,6 +1473,9 @@ def _reached(caller: _File, home: ast.AST, init: ast.Call) -> list[ast.FunctionD
         reached.append(function)
         pending += [n for n in ast.walk(function) if isinstance(n, ast.Call)]
     return reached
+
+
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def _entry(

@@ -686,6 +686,9 @@ class Regions:
             ):
                 continue
             owner = self._method_self(node)
+            method = self.method_of(node, holder) if owner is None else None
+            if method is not None and method.params.params:  # (in a closure of a method)
+                owner = self._method_self(method.body)
             if owner is not None and node.func.value.value == owner[0]:
                 attrs |= {node.func.attr.value} - owner[1]
         after = self.order[id(setup.statement)]
@@ -1084,13 +1087,27 @@ class Regions:
 
     def _refs(self, function: cst.FunctionDef) -> list[cst.CSTNode] | None:
         """Where this file reads ``function``'s name: a module-level function's name, a
-        method's attribute (``self.penalty(x)``); None for a function nested in another."""
+        method's attribute (``self.penalty(x)``), a closure's name in the function that
+        defines it (mobile_centernet's `test_epoch()` in its epoch loop); None for a closure
+        whose name that function binds again."""
         name = function.name.value
         if self.parent(function) is self.module:
             return list(self._references(name))
         if isinstance(self.parent(self.parent(function)), cst.ClassDef):
             return [n for n in self.nodes if isinstance(n, cst.Attribute) and n.attr.value == name]
-        return None
+        outer = self.function(self.parent(function))
+        if not isinstance(outer, cst.FunctionDef) or name in self._assigned_here(outer):
+            return None
+        return [
+            n
+            for n in self._subtree(outer.body)
+            if isinstance(n, cst.Name)
+            and n.value == name
+            and n is not function.name
+            and not (isinstance(p := self.parent(n), cst.Attribute) and p.attr is n)
+            and not isinstance(p, cst.Param | cst.FunctionDef)
+            and not (isinstance(p, cst.Arg) and p.keyword is n)
+        ]
 
     def _covered_reference(self, ref: cst.CSTNode, depth: int) -> bool:
         if any(id(a) in self.wrapped for a in self.ancestors(ref)):
