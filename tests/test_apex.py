@@ -5736,6 +5736,29 @@ def test_a_validation_closure_of_the_epoch_loop_is_named_as_float32(handed):
     assert said in finding.message
 
 
+def test_a_nested_rebinding_of_the_same_models_leaves_no_line_behind():
+    """`(g, d), (og, od) = amp.initialize([g, d], [og, od], ...)` binds what it is given, so
+    nothing stays (swap-id, the thirty-seventh review: `(g, d), (og, od) = [g, d], [og, od]`
+    was left); a swapped unpacking (`(od, og)`) is the original's own rebinding, kept."""
+    source = """
+        import torch
+        from apex import amp
+
+
+        def train(g, d, og, od, batches):
+            (g, d), (og, od) = amp.initialize([g, d], [og, od], opt_level="O1")
+            for x in batches:
+                loss = d(g(x)).float().mean()
+                with amp.scale_loss(loss, og) as scaled:
+                    scaled.backward()
+                og.step()
+    """
+    out, _ = _migrated(source)
+    assert "(g, d), (og, od)" not in out and "= [g, d]" not in out
+    swapped, _ = _migrated(source.replace("(g, d), (og, od) =", "(g, d), (od, og) ="))
+    assert "(g, d), (od, og) = [g, d], [og, od]" in swapped
+
+
 def test_initialize_through_a_parameter_called_twice_is_said_to_be_there():
     """Two calls of the function that initializes through its parameter: the rewrite does
     not follow it, and the refusal says where `initialize` is ("not in this file" would be

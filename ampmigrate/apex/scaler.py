@@ -130,8 +130,10 @@ class Scaler:
         ):  # `model, opt = amp.initialize(model.cuda(), opt)`: only the model is rebound
             targets = _code(self.module, target.elements[0].value)
             source = _code(self.module, models)
-        if _bare(targets) == _bare(source):
-            return []  # (`[a, b] = [a, b]` binds nothing new; the 33rd review's leftover)
+        if _unbracketed(targets) == _unbracketed(source):
+            # (`[a, b] = [a, b]`, `(g, d), (og, od) = [g, d], [og, od]` bind nothing new: the
+            # 33rd and 37th reviews' leftovers)
+            return []
         return [cst.parse_statement(f"{targets} = {source}\n")]
 
     def _early(self, setup: _Setup, opt: str, holder, tests: list) -> cst.BaseStatement | None:
@@ -621,6 +623,12 @@ class Scaler:
 def _bare(code: str) -> str:
     """``code`` without its layout (spaces, line breaks), to compare spellings."""
     return "".join(code.split())
+
+
+def _unbracketed(code: str) -> str:
+    """``code`` without its layout, its lists read as tuples and its outer parentheses: the
+    same names in the same nesting compare equal (the names are paths: no call is read)."""
+    return _bare(code).replace("[", "(").replace("]", ")").strip("()")
 
 
 def _outcome(edit, node: cst.CSTNode) -> list[cst.CSTNode]:
