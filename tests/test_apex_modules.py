@@ -1017,6 +1017,46 @@ def test_a_scripts_main_block_links_the_helpers_its_functions_call(tmp_path, stu
         assert outputs[0] == outputs[1] and "epoch 5 loss" in outputs[1][1], flags
 
 
+def test_a_derived_class_that_initializes_is_told_its_family_is_not_linked(tmp_path):
+    """The derived class initializes, its base in another module scales and saves
+    (DeepFakeDetectionChallenge, the thirty-seventh review): the refusal said the rewrite
+    links files "where a hook or class family ties them", which reads as if this family were
+    linked; only a family whose base class initializes is, and the message says so."""
+    (tmp_path / "base.py").write_text(
+        textwrap.dedent("""\
+        from apex import amp
+
+
+        class Base:
+            def fit(self, batches):
+                for x, y in batches:
+                    loss = ((self.model(x) - y) ** 2).mean()
+                    with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                    self.optimizer.step()
+        """)
+    )
+    (tmp_path / "sub.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        from apex import amp
+        from base import Base
+
+
+        class Sub(Base):
+            def __init__(self):
+                self.model = torch.nn.Linear(4, 1)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                self.model, self.optimizer = amp.initialize(self.model, self.optimizer)
+        """)
+    )
+    results = run(_files(tmp_path), _settings())
+    found = _amp303(results)
+    assert "a class family whose base class initializes" in found["sub.py"].message
+    assert "a base class it derives from" in found["sub.py"].message
+    assert "(or a hook or class family ties them)" not in found["sub.py"].message
+
+
 def test_registry_wired_components_of_several_projects_in_one_run_each_link(tmp_path):
     """A run over a folder of projects (`owner+name/...`, how the benchmarks lay them out):
     each project's entry point links its own script and hook; the entry points are looked

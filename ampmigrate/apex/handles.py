@@ -1080,8 +1080,9 @@ class Handles:
                     "migrate the two together (the GradScaler passed there, "
                     "`scaler.state_dict()` for `amp.state_dict()`) or neither; the rewrite "
                     "links two files of one run only where this one calls the function that "
-                    "scales (or a hook or class family ties them), not through a closure that "
-                    "function returns or an object it builds, so in such a shape by hand"
+                    "scales (or a runner's hook ties them, or a class family whose base class "
+                    "initializes), not through a closure that function returns, an object it "
+                    "builds or a base class it derives from, so in such a shape by hand"
                 )
             elif sibling.member == "amp":  # `return amp`: hands out the module itself
                 uses = "returns apex's amp module"
