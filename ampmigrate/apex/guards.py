@@ -118,10 +118,8 @@ class Guards:
             if isinstance(node, cst.Try) and isinstance(node.orelse, cst.Else):
                 for statement in _statements(node.orelse.body) or []:
                     spelled = _code(self.module, statement).strip()
-                    if any(spelled == f"{n} = None" for n in self.bound) and any(
-                        isinstance(b, cst.Import | cst.ImportFrom)
-                        and self._apex_binds(b, spelled.split(" ")[0])
-                        for b in self._subtree(node.body)
+                    if any(spelled == f"{n} = None" for n in self.bound) and self._imports_amp_as(
+                        node.body, spelled.split(" ")[0]
                     ):
                         self.problem(
                             statement,
@@ -134,11 +132,9 @@ class Guards:
             holder = self.parent(self.parent(line))
             if isinstance(holder, cst.Try):
                 holder = self.parent(self.parent(holder))
-            located = self.block_of(holder) if isinstance(holder, cst.If) else None
-            if located is None:
+            if not isinstance(holder, cst.If) or self.block_of(holder) is None:
                 continue
-            block, at = located
-            previous = _statements(block)[at - 1] if at else None
+            previous = self._before(holder)
             if any(self._switch_if(holder, n, previous) for n in self.bound) and all(
                 s in self.removed for s in holder.body.body
             ):
@@ -366,12 +362,8 @@ class Guards:
                 for earlier in reversed(body[: body.index(child)]):
                     small = earlier.body if isinstance(earlier, cst.SimpleStatementLine) else []
                     compound = not small and not isinstance(earlier, cst.FunctionDef | cst.ClassDef)
-                    if compound and any(  # (`if fp16: from apex import amp` after `amp = None`)
-                        isinstance(b, cst.Import | cst.ImportFrom)
-                        and self._apex_binds(b, node.value)
-                        for b in self._subtree(earlier)
-                    ):
-                        return False
+                    if compound and self._imports_amp_as(earlier, node.value):
+                        return False  # (`if fp16: from apex import amp` after `amp = None`)
                     if any(isinstance(b, cst.Import | cst.ImportFrom) for b in small):
                         if node.value in self.facts(earlier).assigned | {
                             _code(self.module, a.asname.name if a.asname else a.name)
@@ -544,10 +536,7 @@ class Guards:
             if isinstance(holder, cst.If) and self._switch_if(holder, name, self._before(holder)):
                 continue  # a switch (in another function than the test: not followed)
             after = self._after(statement)
-            if isinstance(after, cst.Try) and any(
-                isinstance(b, cst.Import | cst.ImportFrom) and self._apex_binds(b, name)
-                for b in self._subtree(after.body)
-            ):
+            if isinstance(after, cst.Try) and self._imports_amp_as(after.body, name):
                 continue  # `amp = None` right before `try: from apex import amp`: availability
             if (
                 not isinstance(holder, cst.If)
@@ -599,6 +588,13 @@ class Guards:
             bool(imports)
             and len(fallback) == 1
             and _code(self.module, fallback[0]).strip() == f"{name} = None"
+        )
+
+    def _imports_amp_as(self, node: cst.CSTNode, name: str) -> bool:
+        """An import in ``node`` binds ``name`` to apex's amp."""
+        return any(
+            isinstance(b, cst.Import | cst.ImportFrom) and self._apex_binds(b, name)
+            for b in self._subtree(node)
         )
 
     def _apex_binds(self, node: cst.Import | cst.ImportFrom, name: str) -> bool:

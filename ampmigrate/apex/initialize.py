@@ -1008,8 +1008,9 @@ class Initialize:
         "as O1" would change those runs. True: O1 for sure; None: refused (said here)."""
         spelled = _code(self.module, level)
         digit = _digit_of(level)
+        counted = self._flag_of(digit.attr.value) if digit is not None else None
         if digit is not None:
-            switch = self._digit_choices(digit, init)
+            switch = self._digit_choices(digit, counted, init)
             if switch is not None:
                 return switch
         attr = level.attr.value if isinstance(level, cst.Attribute) else None
@@ -1036,7 +1037,6 @@ class Initialize:
                 levels = values
         if levels is None and flag is None and self._default_everywhere(level, init):
             levels = {"O1"}
-        counted = self._flag_of(digit.attr.value) if digit is not None else None
         if levels is None:
             if counted is not None:  # `f"O{args.level}"` of an int flag
                 choices = _argument(counted[1], "choices", 99)
@@ -1099,7 +1099,9 @@ class Initialize:
             )
             uncovered = also or (
                 ""  # (the setting takes an int flag whose default is 0 or 1: _digit_choices)
-                if counted is not None and _counts_to_o1(counted[1], digit.attr.value, self.nodes)
+                if counted is not None
+                and _kept_int(counted[1], digit.attr.value, self.nodes)
+                and _open_bit(counted[1])
                 else self._uncovered(level, init, flag, reassigned)
             )
             if self.declared is None or uncovered:
@@ -1133,15 +1135,14 @@ class Initialize:
         return cst.parse_expression(f'{spelled} == "O1"')
 
     def _digit_choices(
-        self, digit: cst.Attribute, init: cst.Call
+        self, digit: cst.Attribute, flag: tuple[str, cst.Call] | None, init: cst.Call
     ) -> cst.BaseExpression | bool | None:
         """``f"O{args.amp_opt_level}"`` of an int flag of this file (MS-G3D, infogcn) that
         nothing assigns again: O1 where its ``choices`` are within 0/1 (``enabled=<flag> ==
         1`` where 0 is among them), or, without ``choices``, where the setting takes the level
         as O1 or O0 and the flag's default is 0 or 1 (with the setting's note). None: neither
         (the reading of a computed level decides)."""
-        flag = self._flag_of(digit.attr.value)
-        if flag is None or not _counts_to_o1(flag[1], digit.attr.value, self.nodes, True):
+        if flag is None or not _kept_int(flag[1], digit.attr.value, self.nodes):
             return None
         choices = _argument(flag[1], "choices", 99)
         elements = choices.elements if isinstance(choices, cst.List | cst.Tuple | cst.Set) else ()
@@ -1151,7 +1152,7 @@ class Initialize:
             if not (elements and len(values) == len(elements) and values <= {0, 1}):
                 return None
             return True if values == {1} else cst.parse_expression(f"{spelled} == 1")
-        if self.declared is None or not _counts_to_o1(flag[1], digit.attr.value, self.nodes):
+        if self.declared is None or not _open_bit(flag[1]):
             return None
         trains = _argument(init, "optimizers", 1) is not None
         self.plan.notes.append(
@@ -1466,36 +1467,36 @@ def _digit_of(level: cst.CSTNode) -> cst.Attribute | None:
             isinstance(level.operator, cst.Add)
             and left == "O"
             and isinstance(level.right, cst.Call)
-            and _code_of(level.right.func) == "str"
+            and isinstance(level.right.func, cst.Name)
+            and level.right.func.value == "str"
             and len(level.right.args) == 1
         ):
             digit = level.right.args[0].value
     return digit if isinstance(digit, cst.Attribute) else None
 
 
-def _counts_to_o1(flag: cst.Call, attr: str, nodes, any_choices: bool = False) -> bool:
-    """The int flag ``flag`` (stored as ``attr``, assigned nowhere else in ``nodes``) may be
-    read as a level's number: its default is 0 or 1 and it has no ``choices`` (with
-    ``any_choices``, whatever they are: the caller reads them)."""
-    kind, default = _argument(flag, "type", 99), _argument(flag, "default", 99)
+def _kept_int(flag: cst.Call, attr: str, nodes) -> bool:
+    """``flag`` is an int flag (stored as ``attr``) that nothing in ``nodes`` assigns again."""
+    kind = _argument(flag, "type", 99)
     return (
         isinstance(kind, cst.Name)
         and kind.value == "int"
-        and (any_choices or _argument(flag, "choices", 99) is None)
-        and (any_choices or default is None or (
-            isinstance(default, cst.Integer) and default.evaluated_value in (0, 1)
-        ))
         and not any(
             isinstance(n, cst.AssignTarget | cst.AugAssign)
             and isinstance(n.target, cst.Attribute)
             and n.target.attr.value == attr
             for n in nodes
         )
-    )  # fmt: skip
+    )
 
 
-def _code_of(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
+def _open_bit(flag: cst.Call) -> bool:
+    """``flag`` has no ``choices`` and its default is none, 0 or 1: the setting may read it
+    as a level's number."""
+    default = _argument(flag, "default", 99)
+    return _argument(flag, "choices", 99) is None and (
+        default is None or (isinstance(default, cst.Integer) and default.evaluated_value in (0, 1))
+    )
 
 
 def _plain(level: cst.CSTNode) -> bool:

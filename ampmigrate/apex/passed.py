@@ -429,7 +429,7 @@ class Initializers:
             )
         others = [
             s for t in kept for s in t.body.body
-            if s is not inner and not self._reads_name(s, found.parameter.name.value)
+            if s is not inner and found.parameter.name.value not in self.facts(s).used
         ]  # fmt: skip
         if others and switch is not None and not flag:
             self.problem(
@@ -525,15 +525,12 @@ class Initializers:
                 bound.add(_code(self.module, node.name).split(".")[0])
         return bound
 
-    def _reads_name(self, statement: cst.CSTNode, name: str) -> bool:
-        return any(isinstance(n, cst.Name) and n.value == name for n in self._subtree(statement))
-
     def _handle_condition(self, found: _Initializer) -> str | bool | None:
         """Where the caller's handle is apex's module: the switch that imports it
         (``_switch_of``); None: imported at module level (always). False: neither (said)."""
         handle = found.arg.value
         if not any(
-            isinstance(n, cst.ImportFrom | cst.Import) and self._reads_name(n, handle.value)
+            isinstance(n, cst.ImportFrom | cst.Import) and handle.value in self.facts(n).used
             for n in self._subtree(found.caller.body)
         ):
             return None

@@ -483,8 +483,8 @@ class _Planner(
                 or self._registered_float(node, member, initializing)
             ):
                 self.problem(node, no_rewrite(member))
-        self.handing = one or self.initializer is not None  # a handed module can become the
-        # GradScaler
+        # a handed module can become the GradScaler
+        self.handing = one or self.initializer is not None
         self._imports()
         gated = self._version_gated()
         if gated is not None:
