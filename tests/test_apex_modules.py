@@ -1017,6 +1017,107 @@ def test_a_scripts_main_block_links_the_helpers_its_functions_call(tmp_path, stu
         assert outputs[0] == outputs[1] and "epoch 5 loss" in outputs[1][1], flags
 
 
+HELPER_INSIDE_TRAINING = {
+    "utils.py": """\
+import torch
+from apex import amp
+
+
+def save_checkpoint(net, optimizer, fp16, path="ckpt.pt"):
+    torch.save({"net": net.state_dict(), "optimizer": optimizer.state_dict(),
+                "amp": amp.state_dict() if fp16 else None}, path)
+
+
+def load_checkpoint(net, optimizer, fp16, path="ckpt.pt"):
+    checkpoint = torch.load(path, weights_only=True)
+    net.load_state_dict(checkpoint["net"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    if fp16:
+        amp.load_state_dict(checkpoint["amp"])
+
+
+def train_schedule(net, optimizer, fp16, epochs):
+    for epoch in epochs:
+        torch.manual_seed(epoch)
+        x, y = torch.randn(8, 4, device="cuda") / 4, torch.randn(8, 1, device="cuda") / 4
+        optimizer.zero_grad()
+        loss = ((net(x).float() - y) ** 2).mean()  # (small: no step skipped at 2**16)
+        if fp16:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+        save_checkpoint(net, optimizer, fp16)
+""",
+    "main.py": """\
+import sys
+
+import torch
+from apex import amp
+from utils import load_checkpoint, train_schedule
+
+if __name__ == "__main__":
+    fp16, resume = "--fp16" in sys.argv, "--resume" in sys.argv
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 1).to("cuda")
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    if fp16:
+        net, optimizer = amp.initialize(net, optimizer, opt_level="O1")
+    if resume:
+        load_checkpoint(net, optimizer, fp16)
+    train_schedule(net, optimizer, fp16, range(3, 6) if resume else range(3))
+""",
+}
+
+
+def test_a_helper_called_inside_the_linked_training_function_gets_its_scaler(tmp_path, stub):
+    """The training function of the linked module saves through a checkpoint helper of the
+    same module (pytorch-auto-drive, the thirty-seventh review): that call was "also used
+    ..., which would not pass the GradScaler", though the training function receives it and
+    hands it on. Both files are rewritten; run and resumed with "cuda" -> "cpu" (float16
+    autocast and the GradScaler really run) beside the O0 original."""
+    root = tmp_path / "project"
+    root.mkdir()
+    for name, text in HELPER_INSIDE_TRAINING.items():
+        (root / name).write_text(text)
+    original = tmp_path / "original"
+    shutil.copytree(root, original)
+    results = run(_files(root), _settings(fix=True))
+    assert not [r.error for r in results if r.error]
+    assert sorted(Path(r.path).name for r in results if r.changed) == ["main.py", "utils.py"]
+    for result in results:
+        Path(result.path).write_bytes(result.new_source)
+    utils = (root / "utils.py").read_text()
+    assert "save_checkpoint(net, optimizer, fp16, scaler=scaler)" in utils
+    assert '"scaler": scaler.state_dict() if fp16 else None' in utils
+    cpu = tmp_path / "cpu"
+    shutil.copytree(root, cpu)
+    for path in _files(cpu):
+        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    for path in _files(original):
+        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    again = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in again) and not [d for r in again for d in r.fixed]
+    for flags in ([], ["--fp16"]):
+        outputs = []
+        for tree, path in ((original, stub), (cpu, None)):
+            specs = [(tree / "main.py", [*flags, *extra], path, False)
+                     for extra in ([], ["--resume"])]  # fmt: skip
+            runs = _runs(specs, tree)
+            assert all(code == 0 for code, _, _ in runs), [e for _, _, e in runs]
+            outputs.append([out for _, out, _ in runs])
+        assert "epoch 5 loss" in outputs[1][1], flags
+        if flags:  # float16 on CPU: the same schedule, losses within float16 rounding
+            for ran, expected in zip(outputs[1], outputs[0], strict=True):
+                got = [float(line.split()[-1]) for line in ran.splitlines()]
+                want = [float(line.split()[-1]) for line in expected.splitlines()]
+                assert got == pytest.approx(want, rel=2e-2, abs=2e-3)
+        else:
+            assert outputs[1] == outputs[0]
+
+
 def test_a_derived_class_that_initializes_is_told_its_family_is_not_linked(tmp_path):
     """The derived class initializes, its base in another module scales and saves
     (DeepFakeDetectionChallenge, the thirty-seventh review): the refusal said the rewrite

@@ -1215,6 +1215,16 @@ class Handles:
         for function in functions:
             self.threaded.add(function)
             self.plan.edits[function.params] = self._add_parameter
+        if self.role == "callee":  # one linked function calling another hands its own scaler
+            for name in names:  # on (the link counted these calls as passing it: _checked)
+                for ref in self._references(name):
+                    call = self.parent(ref)
+                    if (
+                        isinstance(call, cst.Call)
+                        and call.func is ref
+                        and self.function(call) in functions
+                    ):
+                        self.plan.edits[call] = self._pass_scaler
         plural = "each get" if len(functions) > 1 else "gets"
         by = self.link.other(self.role)
         if self.role == "state":

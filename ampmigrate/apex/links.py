@@ -1665,6 +1665,10 @@ def _checked(
     callee = by_path[item.callee]
     functions = [(callee, f) for f in item.functions]
     for path, file, uses in _run_uses(everything, by_path, functions):
+        if path == item.callee and not item.shared:
+            # a call inside another of the functions passes the `scaler` that one receives
+            # (pytorch-auto-drive: `train_schedule` saves through `save_checkpoint`)
+            uses = {u: n for u, n in uses.items() if not _between_linked(file, u, item)}
         if path in item.callers:
             calls = [u for u in uses if isinstance(p := file.names.parent(u), ast.Call)
                      and p.func is u]  # fmt: skip
@@ -1683,6 +1687,22 @@ def _checked(
         )
         return replace(item, broken=reason)
     return item
+
+
+def _between_linked(file: _File, use: ast.Name | ast.Attribute, item: Link) -> bool:
+    """``use`` is a plain call (a bare name) made in the body of a module-level function of
+    the link, not in a closure or class of it: the rewrite passes that function's new
+    ``scaler`` there (``Handles._linked_setup``)."""
+    call = file.names.parent(use)
+    function = _function(file, use)
+    return (
+        isinstance(use, ast.Name)
+        and isinstance(call, ast.Call)
+        and call.func is use
+        and isinstance(function, ast.FunctionDef)
+        and function in file.tree.body
+        and function.name in item.functions
+    )
 
 
 @dataclass(frozen=True)
