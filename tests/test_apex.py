@@ -3878,6 +3878,57 @@ def test_a_model_not_initialized_that_feeds_the_loss_before_the_region_is_in_it(
     assert "an elementwise data transform, is unchanged" in finding.message
 
 
+HOLDER = """
+import torch
+from apex import amp
+
+
+class KB:
+    def __init__(self):
+        self.extractor = torch.nn.Linear(4, 4)
+
+    def train_batch(self, x):
+        return self.extractor(x)
+
+
+def train(kb, head, optimizer, data):
+    head, optimizer = amp.initialize(head, optimizer, opt_level="O1")
+    for x in data:
+        x = x.to("cuda")
+        features = kb.train_batch(x)
+        loss = head(features).float().pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(kb.extractor.parameters(), 1.0)
+        optimizer.step()
+"""
+
+
+def test_a_method_of_an_object_holding_modules_that_feeds_the_loss_is_noted():
+    """shiquanyang/unilm (the 36th review): a knowledge-base object's `train_batch` runs its
+    own network (never given to `initialize`) before the initialized model's forward, and its
+    output feeds the loss. apex O1 cast that forward; it runs in float32 now (run here on
+    CPU), and the finding says so. A name whose modules the file never reads (a data
+    transform) gets no such note."""
+    out, finding = _migrated(HOLDER)
+    assert (
+        "behaviour change: `kb.train_batch(...)` at line 18 feeds the loss from before the "
+        "autocast region, and `kb` holds modules"
+    ) in finding.message
+    torch = pytest.importorskip("torch")
+
+    def run(namespace):
+        head = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+        namespace["train"](namespace["KB"](), head, optimizer, [torch.randn(2, 4)])
+
+    assert _forward_dtypes(out, run) == [torch.float32, torch.float16]
+    plain = textwrap.dedent(HOLDER).replace(
+        "        torch.nn.utils.clip_grad_norm_(kb.extractor.parameters(), 1.0)\n", ""
+    )
+    assert "`kb.train_batch(...)`" not in _message(plain)
+
+
 WRAPPER = (APEX / "optimizer_wrapper.py").read_text()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import os
 import re
 from collections.abc import Iterable
@@ -18,6 +19,10 @@ from ampmigrate.apex.verdict import APEX
 
 # how a float32 note ends: what keeps apex's float16 there
 _KEEP = 'wrap it in `torch.amp.autocast("cuda", dtype=torch.float16)` to keep apex\'s precision'
+
+# what only a module has: read through a name, they make it a holder of modules
+_MODULE_READS = frozenset({"parameters", "named_parameters", "train", "eval", "modules",
+                           "children"})  # fmt: skip
 
 # builtins that never call a model they are handed
 _HARMLESS = frozenset({"print", "len", "isinstance", "str", "repr", "type", "id", "getattr",
@@ -392,7 +397,7 @@ class Regions:
                     start = min(early)
                 indices.update(range(start, max(calling) + 1))
                 feeds.update(feeding)
-                self._gradless_before(body, [i for i in calling if i < start])
+                self._gradless_before(body, [i for i in calling if i < start], setup.models)
             owner = self.owner(block)
             if owner is None or owner is function or (isinstance(owner, Loop) and picked):
                 break
@@ -466,7 +471,7 @@ class Regions:
             for item in statement.items
         )
 
-    def _gradless_before(self, body: list, indices: list[int]) -> None:
+    def _gradless_before(self, body: list, indices: list[int], models: set[str]) -> None:
         """A ``with torch.no_grad():`` block that feeds the loss from before the region (an EMA
         or teacher forward): apex O1 cast it through its global patching, it runs in float32
         now; stated, as the region starts at the initialized model's forward."""
@@ -482,8 +487,18 @@ class Regions:
                     self.plan.notes.append(note)
                 continue
             if not isinstance(statement, cst.SimpleStatementLine):
-                self._called_inside(statement)
+                self._called_inside(statement, models)
                 continue
+            for called in self._holders_called(statement, models):
+                note = (
+                    f"behaviour change: `{called}(...)` at line {self.line(statement)} feeds the "
+                    f"loss from before the autocast region, and `{called.partition('.')[0]}` "
+                    "holds modules (this file reads their parameters or mode): the method may run "
+                    "their forwards, which apex O1 cast through its global patching: they run "
+                    f"in float32 now: {_KEEP}"
+                )
+                if note not in self.plan.notes:
+                    self.plan.notes.append(note)
             for called in self._objects_called(statement):
                 note = (
                     f"behaviour change: `{called}(...)` at line {self.line(statement)} feeds the "
@@ -496,14 +511,14 @@ class Regions:
                 if note not in self.plan.notes:
                     self.plan.notes.append(note)
 
-    def _called_inside(self, statement: cst.CSTNode) -> None:
+    def _called_inside(self, statement: cst.CSTNode, models: set[str]) -> None:
         """The objects called in a compound statement that feeds the loss from before the
         region (ESRGAN's `if self.cri_fea:` around its perceptual network's forwards): the
         same change as for a simple one, stated once for the block."""
         lines: dict[str, list[int]] = {}
         for simple in self._subtree(statement):
             if isinstance(simple, cst.SimpleStatementLine):
-                for called in self._objects_called(simple):
+                for called in self._objects_called(simple) + self._holders_called(simple, models):
                     lines.setdefault(called, []).append(self.line(simple))
         if not lines:
             return
@@ -551,6 +566,42 @@ class Regions:
                 continue
             found.append(name)
         return found
+
+    def _holders_called(self, statement: cst.CSTNode, models: set[str]) -> list[str]:
+        """The methods called in a simple ``statement`` on a name that holds modules: one
+        whose parameters or mode this file reads (``kb.extractor.parameters()``,
+        ``kb.train()``), such as a knowledge-base object whose ``train_batch`` runs its own
+        network (shiquanyang/unilm): apex O1 cast those forwards too. Not ``models``, the
+        ones given to ``initialize``, whose forwards the regions hold."""
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return []
+        found = []
+        for node in self._subtree(statement):
+            func = node.func if isinstance(node, cst.Call) else None
+            if (
+                isinstance(func, cst.Attribute)
+                and isinstance(func.value, cst.Name)
+                and func.attr.value not in _MODULE_READS
+                and func.value.value in self._module_holders - models
+                and _code(self.module, func) not in found
+            ):
+                found.append(_code(self.module, func))
+        return found
+
+    @functools.cached_property
+    def _module_holders(self) -> frozenset[str]:
+        """The names whose modules this file reads (``x.parameters()``, ``x.m.eval()``),
+        less the imports (a module is no object)."""
+        found = set()
+        for node in self.nodes:
+            func = node.func if isinstance(node, cst.Call) else None
+            if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_READS:
+                owner = func.value
+                if isinstance(owner, cst.Attribute):
+                    owner = owner.value
+                if isinstance(owner, cst.Name) and not self._imported(owner.value):
+                    found.add(owner.value)
+        return frozenset(found)
 
     def _method_self(self, statement: cst.CSTNode) -> tuple[str, set[str]] | None:
         """In a method: the name of its object parameter and what the class body defines
