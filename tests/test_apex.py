@@ -1762,6 +1762,56 @@ def test_steps_of_one_scale_for_two_optimizers_the_update_cannot_follow(old, new
     assert finding.fix is None and why in finding.message
 
 
+IF_ELSE_ALONE = """\
+import torch
+from apex import amp
+
+
+def train(model, optimizer, batches, fp16, state=None):
+    if state is not None:
+        optimizer.load_state_dict(state)
+    if fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    else:
+        print("float32")
+    for x in batches:
+        optimizer.zero_grad()
+        loss = model(x).float().pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("restored", [False, True], ids=["plain", "restored-before"])
+def test_initialize_alone_in_an_if_with_an_else_keeps_the_else_under_the_negated_test(
+    restored, capsys
+):
+    """master-thesis (the 38th review, 11 files): `if cuda: <initialize alone> else: log`
+    was refused as "sits in an if/else", while the same `if` with one more statement was
+    rewritten. The GradScaler is made before the `if` (enabled by its test) and the `else`
+    stays as `if not <test>:`; also where the optimizer's state is restored before it (the
+    GradScaler is made earlier). Run on CPU both ways."""
+    torch = pytest.importorskip("torch")
+    source = IF_ELSE_ALONE
+    if not restored:
+        source = source.replace(
+            "    if state is not None:\n        optimizer.load_state_dict(state)\n", ""
+        )
+    out, _ = _migrated(source)
+    assert '    if not fp16:\n        print("float32")\n' in out, out
+    assert 'torch.amp.GradScaler("cuda", enabled=fp16)' in out
+    for fp16, dtype in ((True, torch.float16), (False, torch.float32)):
+
+        def run(namespace, fp16=fp16):
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            namespace["train"](model, optimizer, [torch.ones(2, 4)], fp16)
+
+        assert _forward_dtypes(out, run) == [dtype]
+        assert ("float32" in capsys.readouterr().out) is not fp16
+
+
 def test_initialize_in_an_elif_is_refused():
     source = NESTED.replace(
         "    if fp16:\n        if torch.cuda.is_available():\n",
@@ -4569,6 +4619,42 @@ def test_apex_from_a_helper_that_imports_it_by_name_is_reported_at_every_call():
             f"line {line}: `apex.amp.{member}` calls apex amp through `apex.amp`, whose `apex` "
             "is what `get_apex(...)` (line 4) returns"
         ) in finding.message, finding.message
+
+
+@pytest.mark.parametrize(
+    ("loader", "via"),
+    [
+        (
+            "import importlib\n\n\ndef get_apex():\n"
+            "    if importlib.util.find_spec('apex') is not None:\n"
+            "        apex = importlib.import_module('apex')\n"
+            "    else:\n        apex = None\n    return apex\n"
+            "\n\ndef mix(model, optimizer):\n    apex = get_apex()\n",
+            "`apex.amp`, whose `apex` is what `get_apex(...)` (line 4) returns",
+        ),
+        (
+            "import importlib\n\n\ndef mix(model, optimizer):\n"
+            "    apex = importlib.import_module('apex')\n",
+            "`apex`, which `importlib.import_module('apex')` gives",
+        ),
+    ],
+    ids=["helper-binds-then-returns", "in-the-function"],
+)
+def test_apex_imported_by_name_into_a_local_is_reported_at_every_call(loader, via):
+    """Young's real adapter (the 38th review): `get_apex()` binds `importlib.import_module(
+    "apex")` to a local (None without apex) and returns it; or the function binds it itself.
+    "apex is not imported here" was false, and `initialize` had no finding."""
+    source = loader + (
+        "    model, optimizer = apex.amp.initialize(model, optimizer, opt_level='O1')\n"
+        "    loss = model(1)\n"
+        "    with apex.amp.scale_loss(loss, optimizer) as scaled:\n        scaled.backward()\n"
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None and "apex is not imported here" not in finding.message
+    for member in ("initialize", "scale_loss"):
+        assert f"`apex.amp.{member}` calls apex amp through {via}" in finding.message, (
+            finding.message
+        )
 
 
 def test_a_read_amp_import_is_not_unused():
@@ -9745,6 +9831,161 @@ def test_a_scaler_made_by_a_method_the_driver_may_skip_has_a_disabled_default():
         assert mixed.scaler.is_enabled()
         mixed.update(torch.ones(2, 4) * 0.1)
     assert losses[2] < losses[0]
+
+
+def test_a_scaler_made_by_a_method_the_driver_may_skip_switches_the_regions_too():
+    """synthnn's Learner (the 38th review): `fp16()` initializes with no condition, `fit`
+    casts; the regions had no `enabled=`, so a learner that never called `fp16()` trained
+    its forward in float16 (apex: float32). They follow the scaler now: run on CPU, float32
+    without `fp16()` and float16 with it."""
+    torch = pytest.importorskip("torch")
+    source = ACTIVATE_FP16.replace(
+        "    def activate_fp16(self):\n"
+        "        if self.fp16:\n"
+        "            self.network, self.optimizer = amp.initialize(self.network, self.optimizer,\n"
+        '                                                          opt_level="O1")\n',
+        "    def activate_fp16(self):\n"
+        "        self.network, self.optimizer = amp.initialize(self.network, self.optimizer,\n"
+        '                                                      opt_level="O1")\n'
+        "        self.fp16 = True\n",
+    )
+    assert "        self.fp16 = True\n" in source
+    out, finding = _migrated(source)
+    assert "enabled=self.scaler.is_enabled()" in out, out
+    assert "the autocast regions follow `self.scaler.is_enabled()`" in finding.message
+
+    def run(activate):
+        def go(namespace):
+            model = namespace["Model"](False)
+            if activate:
+                model.activate_fp16()
+            model.update(torch.ones(2, 4) * 0.1)
+
+        return go
+
+    assert _forward_dtypes(out, run(False)) == [torch.float32]
+    assert _forward_dtypes(out, run(True)) == [torch.float16]
+
+
+BARE_REINITIALIZE = """\
+import torch
+from apex import amp
+
+
+class Learner:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+        self.use_fp16 = False
+
+    def fp16(self):
+        self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O1")
+        self.use_fp16 = True
+
+    def fit(self, x):
+        self.optimizer.zero_grad()
+        loss = self.model(x).float().pow(2).mean()
+        if self.use_fp16:
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        self.optimizer.step()
+
+    def load(self, state):
+        if "amp" in state:
+            amp.initialize(self.model, self.optimizer, opt_level="O1")
+            amp.load_state_dict(state["amp"])
+
+    def save(self):
+        return {"amp": amp.state_dict()} if self.use_fp16 else {}
+"""
+
+
+def test_a_repeated_initialize_as_a_bare_statement_of_the_same_pair_goes():
+    """synthnn (the 38th review): `load` runs `amp.initialize(self.model, self.optimizer,
+    ...)` as a bare statement before `amp.load_state_dict`: "give each its own GradScaler" was
+    misleading, as the assigned form of the same call was rewritten (O1 returns the objects
+    it is given). It goes, with the note on what apex did where `load` ran first; run on CPU,
+    a saved scale comes back."""
+    torch = pytest.importorskip("torch")
+    out, finding = _migrated(BARE_REINITIALIZE)
+    assert "amp.initialize" not in out and "give each its own GradScaler" not in finding.message
+    assert "where `Learner.load` runs before the first `amp.initialize` (line 11)" in (
+        finding.message
+    )
+    with _on_cpu(out) as namespace:
+        learner = namespace["Learner"](torch.nn.Linear(4, 1), None)
+        learner.optimizer = torch.optim.SGD(learner.model.parameters(), lr=0.1)
+        learner.fp16()
+        learner.fit(torch.ones(2, 4))
+        learner.scaler.update(1024.0)
+        state = learner.save()
+        other = namespace["Learner"](torch.nn.Linear(4, 1), None)
+        other.optimizer = torch.optim.SGD(other.model.parameters(), lr=0.1)
+        other.fp16()
+        other.load(state)
+        assert other.scaler.get_scale() == 1024.0
+
+
+WRAPPED_EXTRACTION = """\
+import torch
+from apex import amp
+
+
+class Extract:
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, x):
+        with torch.no_grad():
+            return self.model(x)
+
+
+def main(model, x):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    model_w = torch.nn.DataParallel(model)
+    print("ready", sum(p.numel() for p in model.parameters()))
+    extract = Extract(model_w)
+    return extract(x).dtype
+"""
+
+
+def test_a_cast_only_region_reaches_the_forward_through_a_wrapper_and_an_object():
+    """person-reid's feature extraction (the 38th review): the model, wrapped in DataParallel,
+    is handed to an object whose call runs it; the region stopped at the last statement that
+    named `model` itself, so the extraction ran in float32 (or, with nothing naming it, "`model`
+    is not run after `amp.initialize`"). The names holding the model count: run on CPU, the
+    features are float16."""
+    torch = pytest.importorskip("torch")
+    out, _ = _migrated(WRAPPED_EXTRACTION)
+    assert "        extract = Extract(model_w)\n        return extract(x).dtype" in out, out
+    with _on_cpu(out) as namespace:
+        assert namespace["main"](torch.nn.Linear(4, 2), torch.ones(2, 4)) == torch.float16
+
+
+def test_inference_initializes_on_each_path_say_why_they_are_not_rewritten():
+    """PAT's attack script (the 38th review): an inference `initialize` in each branch of an
+    `if`; the only "blocker" was advice (delete it, wrap the forward), which did not say why
+    the tool did not do it. It says now that the inference rewrite takes a file whose one apex
+    call is its `initialize`, and names the other."""
+    message = _message("""
+        import torch
+        from apex import amp
+
+
+        def main(nsp, a, b, x):
+            if nsp:
+                model = amp.initialize(a, opt_level="O1")
+            else:
+                model = amp.initialize(b, opt_level="O1")
+            return model(x)
+    """)
+    assert (
+        "line 8: `amp.initialize` without an optimizer (inference only), one of 2 in this file "
+        "(also line 10): the inference rewrite takes a file whose one apex call is its "
+        "`amp.initialize`"
+    ) in message, message
 
 
 def test_an_inference_initialize_of_a_list_of_models_becomes_one_region():

@@ -2093,3 +2093,160 @@ def test_a_closure_returned_by_a_factory_in_another_module_gets_true_advice(tmp_
         "as a free variable"
     ) in found["engine.py"].message
     assert "not through a closure that function returns" in found["train.py"].message
+
+
+PLAIN_CAST = {
+    "loss.py": """\
+import torch
+from apex import amp
+
+
+@amp.float_function
+def pair_loss(feat, labels):
+    return ((feat - labels) ** 2).mean()
+""",
+    "train.py": """\
+import torch
+from apex import amp
+from loss import pair_loss
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1).to("cuda")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+for step in range(3):
+    x, y = torch.randn(8, 4, device="cuda"), torch.randn(8, 1, device="cuda")
+    loss = pair_loss(model(x), y)
+    optimizer.zero_grad()
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+    print(f"step {step} loss {loss.item():.3f} {loss.dtype}")
+""",
+}
+
+
+def test_a_plain_function_cast_by_apex_keeps_custom_fwd_only_where_every_call_fits(tmp_path):
+    """person-reid (the 38th review): `@amp.float_function` on a plain loss function became
+    `torch.amp.custom_fwd`, which sets attributes on the first positional argument: called
+    by keyword (IndexError) or with a number first (AttributeError) it raised where apex
+    called it. Such a call in the run keeps both files on apex, saying why; with an object
+    first the rewrite stands, its note says so, and it runs on CPU (float32 loss from a
+    float16 forward)."""
+    root = tmp_path / "project"
+    root.mkdir()
+    for name, text in PLAIN_CAST.items():
+        (root / name).write_text(text)
+    results = run(_files(root), _settings(fix=True))
+    assert sorted(Path(r.path).name for r in results if r.changed) == ["loss.py", "train.py"]
+    found = _amp303(results)
+    assert "`pair_loss` is a plain function" in found["loss.py"].message
+    for result in results:
+        Path(result.path).write_bytes(result.new_source)
+    for path in _files(root):
+        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    [(code, out, error)] = _runs([(root / "train.py", [], None, False)], root)
+    assert code == 0, error
+    assert out.count("torch.float32") == 3, out
+    for call, how in (
+        ("pair_loss(feat=model(x), labels=y)", "no positional argument"),
+        ("pair_loss(0.5, y) + pair_loss(model(x), y)", "the constant `0.5` first"),
+    ):
+        bad = tmp_path / how.split()[1]
+        bad.mkdir()
+        for name, text in PLAIN_CAST.items():
+            (bad / name).write_text(text.replace("pair_loss(model(x), y)", call))
+        results = run(_files(bad), _settings(fix=True))
+        assert not any(r.changed for r in results)
+        found = _amp303(results)
+        assert f"train.py:11 calls it with {how}" in found["loss.py"].message
+        assert found["train.py"].fix is None
+
+
+DERIVED_FORWARD = {
+    "pkg/__init__.py": "",
+    "pkg/base.py": """\
+import torch
+
+
+class Trainer:
+    def __init__(self, model, optimizer, mixed_precision=False):
+        self.model, self.optimizer = model, optimizer
+        self.mixed_precision = mixed_precision
+        if self.mixed_precision:
+            from apex import amp
+            self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O1")
+
+    def train_step(self, x, y):
+        self.optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(self.model(x), y) + self.penalty(x)
+        if self.mixed_precision:
+            from apex import amp
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        self.optimizer.step()
+
+    def penalty(self, x):
+        return 0.0
+""",
+    "pkg/derived.py": """\
+import torch
+from .base import Trainer
+
+
+class PlainStepTrainer(Trainer):
+    def penalty(self, x):
+        return self.model(x).abs().mean()
+
+    def plain_step(self, x, y):
+        self.optimizer.zero_grad()
+        torch.nn.functional.mse_loss(self.model(x), y).backward()
+        self.optimizer.step()
+""",
+}
+
+
+def test_a_derived_class_in_another_module_running_the_model_is_noted(tmp_path):
+    """elektronn3 (the 38th review): the base class initializes and scales; a class derived
+    from it in another module runs `self.model` in a method of its own (`plain_step`), whose
+    forward apex O1 cast and which runs in float32 now: the note names it. An override the
+    base itself calls (`penalty`, inside its region) is not named."""
+    for name, text in DERIVED_FORWARD.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    results = run(_files(tmp_path), _settings())
+    message = _amp303(results)["base.py"].message
+    assert (
+        "the initialized model's forward in `PlainStepTrainer.plain_step` (derived.py:11), a "
+        "method of a class derived from `Trainer` in another module"
+    ) in message
+    assert "penalty" not in message
+
+
+def test_a_file_python_parses_and_libcst_does_not_is_refused_with_the_line(tmp_path):
+    """s3prl's solvers (the 38th review): a line indented with spaces then a tab compiles,
+    but libcst's parser rejects it; the run stopped with "internal error (ParserSyntaxError @
+    1:1)" and the file's apex calls had no AMP303 at all. Now the refusal names the line and
+    what to do, and the file is left as it is."""
+    path = tmp_path / "solver.py"
+    path.write_text(
+        "from apex import amp\n\n\n"
+        "def f(model, x, opt, use_amp):\n"
+        "    if use_amp:\n"
+        '        model, opt = amp.initialize(model, opt, opt_level="O1")\n'
+        "    loss = model(x).sum()\n"
+        "    if use_amp:\n"
+        "        with amp.scale_loss(loss, opt) as s:\n"
+        "    \t    s.backward()\n"
+        "    else:\n"
+        "        loss.backward()\n"
+        "    opt.step()\n"
+    )
+    compile(path.read_text(), str(path), "exec")  # (Python takes it)
+    [result] = run([path], _settings(fix=True))
+    assert result.error is None and not result.changed
+    message = _amp303([result])["solver.py"].message
+    assert "line 10 is indented with both spaces and a tab" in message
+    assert "`expand -i -t 8`" in message

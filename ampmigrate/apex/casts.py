@@ -21,7 +21,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ampmigrate.apex.links import (
     APEX,
@@ -82,6 +82,11 @@ _CUSTOM_FWD = (
     "autocast off, where apex kept casting inside it: torch ops there on autocast's float16 "
     "list run in float32; custom_fwd also sets `_dtype` and `_fwd_used_autocast` on its first "
     "argument"
+)
+_PLAIN = (
+    "`{}` is a plain function: a call whose first argument cannot take attributes (a "
+    "number, a string, by keyword) raises under custom_fwd; the calls in this run pass an "
+    "object first"
 )
 _CUSTOM_BWD = (
     "`backward` runs with its forward's autocast state (custom_bwd), where apex cast its "
@@ -150,6 +155,8 @@ def layer_edits(
             else:
                 text = f"torch.amp.custom_fwd({_native(member)})"
                 changes.append(_CUSTOM_FWD)
+                if not isinstance(names.parent(parent), ast.ClassDef):
+                    changes.append(_PLAIN.format(parent.name))
         edits.append(Edit(start, end, text))
         said.append(f"`{source.segment(node)}` at line {node.lineno} -> `{text}`")
     removed: list[ImportEdit] = []
@@ -243,8 +250,71 @@ def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Cast
             initializing=tuple(sorted(f for f in group if f in initializing)),
             layers=tuple(sorted(f for f in group if f not in initializing)),
         )
+        unfit = _unfit_call(item, candidates, files)
+        if unfit is not None:
+            item = replace(item, broken=unfit)
         out.update((key(f), item) for f in item.files)
     return out
+
+
+def _plain_casts(file) -> list[ast.FunctionDef]:
+    """The functions of a layer module decorated with an apex cast member outside a class
+    body (a loss, not an autograd Function's ``forward`` nor a module's method): their first
+    argument is the caller's, on which ``custom_fwd`` sets attributes."""
+    found = []
+    for use in _apex_uses(file.names):
+        parent = file.names.parent(use)
+        if (
+            isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef)
+            and use in parent.decorator_list
+            and not isinstance(file.names.parent(parent), ast.ClassDef)
+        ):
+            found.append(parent)
+    return found
+
+
+def _unfit_call(
+    item: Casts, candidates: dict[str, bytes], files: list[tuple[str, bytes]]
+) -> str | None:
+    """Why ``custom_fwd`` cannot take the place of apex's cast on a plain function of the
+    component's layers (None: it can): a call of it in the run that passes no positional
+    argument, or a constant first (``margin_loss(0.2, feat)``, ``pair_loss(feat=f)``), where
+    ``custom_fwd`` raises (it sets ``_dtype`` on ``args[0]``) and apex called it."""
+    for layer in item.layers:
+        file = _parsed(layer, candidates[layer])
+        for function in _plain_casts(file) if file is not None else ():
+            name = function.name
+            for path, data in files:
+                if name.encode() not in data:
+                    continue
+                caller = _parsed(os.path.abspath(path), data)
+                for node in ast.walk(caller.tree) if caller is not None else ():
+                    func = node.func if isinstance(node, ast.Call) else None
+                    called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+                    if called != name:
+                        continue
+                    first = next((a for a in node.args), None)
+                    if (
+                        first is None
+                        or isinstance(first, ast.Constant)
+                        or (
+                            isinstance(first, ast.UnaryOp)
+                            and isinstance(first.operand, ast.Constant)
+                        )
+                    ):
+                        how = "no positional argument" if first is None else (
+                            f"the constant `{ast.unparse(first)}` first"
+                        )  # fmt: skip
+                        return (
+                            f"`{name}` ({item.shown(layer)}:{function.lineno}) is a plain "
+                            f"function, and {item.shown(os.path.abspath(path))}:{node.lineno} "
+                            f"calls it with {how}: its torch.amp form, `torch.amp.custom_fwd`, "
+                            "sets attributes on the first positional argument and raises there "
+                            "(apex did not); run its body under "
+                            '`torch.amp.autocast("cuda", enabled=False)` on `.float()` inputs, '
+                            "by hand"
+                        )
+    return None
 
 
 def _loads_by_name(path: str) -> bool:

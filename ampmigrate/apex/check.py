@@ -48,9 +48,12 @@ def check(
             f"line {anchor.lineno}: its apex casts become their torch.amp forms only "
             "together with the files that initialize amp and import this module, in one run "
             "(under apex they cast only once amp was initialized): no file of this run that "
-            "initializes amp reaches it through its imports (a script that imports both is "
-            "not followed); if nothing initializes amp in a process that runs it "
-            "(`amp.initialize`, `amp.init`), they do nothing and can simply go"
+            "initializes amp reaches it through the imports the tool resolves (an import "
+            "found only through a `sys.path` entry the code adds, or a script that imports "
+            "both, is not followed); "
+            "where something does initialize amp in a process that runs it, migrate the two "
+            "together by hand; where nothing does (`amp.initialize`, `amp.init`), they do "
+            "nothing and can simply go"
         ])  # fmt: skip
         return [Finding(rule.code, message, anchor) for rule in rules]
     if not calls:
@@ -148,6 +151,21 @@ def _unused(names: Names, rules: list[Rule], source: Source) -> list[Finding]:
     return found
 
 
+def _unparsable(text: str, exc: Exception) -> str:
+    """Why libcst, which the rewrite edits through, refuses a file Python compiles: the first
+    line indented with both tabs and spaces (s3prl's solvers), else libcst's own words."""
+    for number, line in enumerate(text.splitlines(), 1):
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        if " " in indent and "\t" in indent and line.strip():
+            return (
+                f"line {number} is indented with both spaces and a tab, which Python accepts "
+                "and libcst's parser (which the rewrite edits through) does not: expand the "
+                "tabs (`expand -i -t 8`, or your editor's) and run again"
+            )
+    said = str(exc).splitlines()[0]
+    return f"libcst's parser (which the rewrite edits through) cannot parse this file ({said})"
+
+
 def _planned(
     source: Source,
     rules: list[Rule],
@@ -166,7 +184,14 @@ def _planned(
     from ampmigrate.apex.planner import ApexO1
     from ampmigrate.cstnames import scopes
 
-    module = cst.parse_module(source.text)
+    try:
+        module = cst.parse_module(source.text)
+    except cst.ParserSyntaxError as exc:  # (Python's parser took it: the planner's cannot)
+        from ampmigrate.apex.verdict import refusal
+
+        message = refusal([f"line {calls[0].lineno}: {_unparsable(source.text, exc)}"])
+        where = Span(*source.position(calls[0]))
+        return [Finding(rule.code, message, where) for rule in rules]
     found: list[Finding] = []
     # What ``MetadataWrapper.visit`` does, each map made once for every rule: the parents
     # from one visit (``Walk``), the very map libcst's ParentNodeProvider builds from

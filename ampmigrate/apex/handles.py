@@ -50,18 +50,19 @@ class Handles:
 
     def _reinitialize(self, first: cst.Call, extra: cst.Call) -> None:
         """``a, b = amp.initialize(a, b, <same options>)`` again (allennlp does it before
-        ``amp.load_state_dict``, as apex's docs advised): a no-op for native AMP, so it goes.
-        Any other second initialize blocks."""
+        ``amp.load_state_dict``, as apex's docs advised), or the same call as a bare statement
+        (synthnn's ``load``: O1 returns the objects it is given, so the result it drops is
+        them): a no-op for native AMP, so it goes. Any other second initialize blocks."""
         statement = self.statement(extra)
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
         same = (
-            isinstance(small, cst.Assign)
+            isinstance(small, cst.Assign | cst.Expr)
             and self._same_objects(first, extra)
             and len(statement.body) == 1
             and small.value is extra
             and _code(self.module, extra.with_changes(func=first.func)) == _code(self.module, first)
         )
-        if same:
+        if same and isinstance(small, cst.Assign):
             targets = _code(self.module, small.targets[0].target).replace(" ", "").strip("()")
             values = [_code(self.module, a.value) for a in extra.args if not a.keyword][:2]
             same = targets == ",".join(values)
@@ -76,11 +77,19 @@ class Handles:
             if elsewhere or looped:
                 function = self._function_name(self.function(extra))
                 where = "in a loop" if looped else f"in `{function}`"
+                before = (
+                    ""
+                    if looped
+                    else f"; where `{function}` runs before the first `amp.initialize` (line "
+                    f"{self.line(first)}) has, or without it, apex's casts were on from that "
+                    "line, while the autocast regions follow the GradScaler made in place of "
+                    "the first"
+                )
                 self.plan.notes.append(
                     f"the repeated `amp.initialize` at line {self.line(extra)} ({where}) goes: "
                     "behaviour change: apex made new loss scalers at each `initialize`, so its "
                     "loss scale restarted at 2**16 each time that line ran; the GradScaler "
-                    "keeps its scale"
+                    f"keeps its scale{before}"
                 )
             return
         if _argument(extra, "optimizers", 1) is None and self.function(extra) is not (

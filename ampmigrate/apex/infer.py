@@ -233,7 +233,8 @@ class InferenceOnly:
             )
             return
         after = list(block.body)[index + 1 :]
-        uses = [i for i, s in enumerate(after) if self._runs_model(s, names)]
+        holders = self._holders(after, names)
+        uses = [i for i, s in enumerate(after) if self._runs_model(s, holders)]
         if not uses:
             self.problem(init, f"`{name}` is not run after `amp.initialize` in this function")
             return
@@ -248,7 +249,7 @@ class InferenceOnly:
                 runs.append([])
             else:
                 runs[-1].append(s)
-        runs = [r for r in runs if any(self._runs_model(s, names) for s in r)]
+        runs = [r for r in runs if any(self._runs_model(s, holders) for s in r)]
         if not runs:
             self.problem(init, f"`{name}` is run after `amp.initialize` only by calls of this "
                          "file's functions that train it: migrate by hand")  # fmt: skip
@@ -360,6 +361,30 @@ class InferenceOnly:
         if top is None or top is statement:
             return None
         return next((s for s in body[body.index(top) + 1 :] if self._runs_model(s, names)), None)
+
+    def _holders(self, after: list[cst.BaseStatement], names: list[str]) -> list[str]:
+        """``names`` and the names ``after`` binds to what holds the model: a wrapper or an
+        object built on it (``model_w = DataParallel(model)``, ``extract = Extract(model_w)``,
+        person-reid's feature extraction), or the model itself (``net = model.module``). Their
+        calls run its forward, which apex O1 cast. Not what calling the model returns."""
+        found = list(names)
+        for statement in after:
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+            if not (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+            ):
+                continue
+            value = small.value
+            while isinstance(value, cst.Attribute):
+                value = value.value
+            handed = isinstance(value, cst.Call) and any(
+                isinstance(a.value, cst.Name) and a.value.value in found for a in value.args
+            )
+            if handed or (isinstance(value, cst.Name) and value.value in found):
+                found.append(small.targets[0].target.value)
+        return found
 
     def _runs_model(self, statement: cst.CSTNode, names: list[str]) -> bool:
         """``statement`` calls the model, a method of it that may run a forward

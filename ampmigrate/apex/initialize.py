@@ -71,12 +71,20 @@ class Initialize:
                 self.problem(init, broken)
                 return None
         if without_optimizer(args):
+            others = sorted(self.line(c) for c in self.initialize_calls if c is not init)
+            why = (
+                f", one of {len(others) + 1} in this file (also line"
+                f"{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}): the "
+                "inference rewrite takes a file whose one apex call is its `amp.initialize`"
+                if others
+                else ""
+            )
             self.problem(
                 init,
-                "`amp.initialize` without an optimizer (inference only): nothing is scaled, so "
-                "no GradScaler; delete it and run the forward under "
+                f"`amp.initialize` without an optimizer (inference only){why}: nothing is "
+                "scaled, so no GradScaler; delete it and run the forward under "
                 '`torch.amp.autocast("cuda", dtype=torch.float16)` (O1), or call `model.half()` '
-                "and feed half inputs (O2/O3)",
+                "and feed half inputs (O2/O3), by hand",
             )
             return None
         # `keep_batchnorm_fp32=None`, `patch_torch_functions=True`, `cast_model_type=
@@ -293,11 +301,11 @@ class Initialize:
             ):  # the script's main block, or `if amp is not None:` (true now): no condition
                 holder = None
             if isinstance(holder, cst.If):
-                # an `else:` stays as it is (the scaler is built before the `if`, disabled there)
-                # while the `if` keeps a body; an `elif` chain is not taken apart
-                kept = [s for s in holder.body.body if s is not statement]
+                # an `else:` stays (the scaler is built before the `if`, disabled there; an
+                # `if` left with no body becomes `if not <test>:` over it); an `elif` chain is
+                # not taken apart
                 if (
-                    not (holder.orelse is None or (isinstance(holder.orelse, cst.Else) and kept))
+                    not (holder.orelse is None or isinstance(holder.orelse, cst.Else))
                     or self.block_of(holder) is None
                     or isinstance(self.parent(holder), cst.If)
                 ):

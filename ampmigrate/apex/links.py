@@ -341,6 +341,18 @@ def stray_calls(
                 f"`importlib.import_module({loaded!r})` gives: the rewrite follows only import "
                 f"statements; write `from apex import amp` (or migrate it by hand) first"
             )))  # fmt: skip
+        elif (
+            isinstance(holder, ast.Attribute)
+            and holder.attr == "amp"
+            and isinstance(holder.value, ast.Name)
+            and (loaded := _imported_by_name(holder.value, names)) == "apex"
+        ):  # (Young: `apex = importlib.import_module("apex")` in the function)
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` calls apex amp through `{holder.value.id}`, "
+                f"which `importlib.import_module({loaded!r})` gives: the rewrite follows only "
+                "import statements; write `import apex` or `from apex import amp` (or migrate "
+                "it by hand) first"
+            )))  # fmt: skip
         elif isinstance(holder, ast.Attribute) and (given := _loaded_by_helper(holder, names)):
             found.append((node, (
                 f"line {node.lineno}: `{shown}` calls apex amp through "
@@ -467,7 +479,8 @@ def _imported_by_name(holder: ast.Name, names: Names) -> str | None:
 
 def _loaded_by_helper(holder: ast.Attribute, names: Names) -> tuple[str, str, int, str] | None:
     """``apex.amp`` whose ``apex`` is bound by ``apex = get_apex()``, a function of this file
-    that returns ``importlib.import_module("apex...")`` (Young's adapter module): (the name,
+    that returns ``importlib.import_module("apex...")``, or a name bound to it (Young's adapter
+    module): (the name,
     the function, its line, the module loaded); None: not so."""
     root = holder
     while isinstance(root, ast.Attribute):
@@ -483,6 +496,8 @@ def _loaded_by_helper(holder: ast.Attribute, names: Names) -> tuple[str, str, in
                 continue
             for node in ast.walk(function):
                 value = node.value if isinstance(node, ast.Return) else None
+                if isinstance(value, ast.Name):  # `apex = import_module("apex")`, returned
+                    value = next(_bound_calls(value, names), None)
                 if (
                     isinstance(value, ast.Call)
                     and "importlib.import_module" in names.qualified(value.func)
@@ -2162,12 +2177,10 @@ def _walk(start: str, graph: _Graph) -> Iterator[tuple[str, int, str]]:
                 yield target, line, current
 
 
-def apex_subclasses(path: str, name: str) -> list[tuple[str, int, str, str, int]]:
+def derived_on_disk(path: str, name: str) -> Iterator[tuple[str, _File, bytes, list[ast.ClassDef]]]:
     """The classes of other modules of ``path``'s project on disk that derive from its class
-    ``name``, directly or through each other, in a module that calls apex amp (a trainer
-    family: the base initializes, a subclass scales in its own training step): (file, line
-    and name of the class, the first apex amp call the module makes, as spelled, its line)."""
-    found: list[tuple[str, int, str, str, int]] = []
+    ``name``, directly or through each other: (file, its parse, its bytes, those classes),
+    one module at a time."""
     todo = [(os.path.abspath(path), name)]
     seen = set(todo)
     while todo and len(seen) < 64:
@@ -2201,16 +2214,27 @@ def apex_subclasses(path: str, name: str) -> list[tuple[str, int, str, str, int]
             for node in derived:
                 seen.add((other, node.name))
                 todo.append((other, node.name))
-            calls = sorted(  # and, in a module that names apex, those through a handle
-                [(c.lineno, f"amp.{member.strip('.')}") for member, group in file.members.items()
-                 for c in group]
-                + [(n.lineno, ast.unparse(n.func if isinstance(n, ast.Call) else n))
-                   for n, _ in (stray_calls(file.tree, file.names, other) if b"apex" in data
-                                else ())]
-            )  # fmt: skip
-            if derived and calls and other not in {f for f, *_ in found}:
-                first = derived[0]
-                found.append((other, first.lineno, first.name, calls[0][1], calls[0][0]))
+            if derived:
+                yield other, file, data, derived
+
+
+def apex_subclasses(path: str, name: str) -> list[tuple[str, int, str, str, int]]:
+    """The classes of other modules of ``path``'s project on disk that derive from its class
+    ``name``, directly or through each other, in a module that calls apex amp (a trainer
+    family: the base initializes, a subclass scales in its own training step): (file, line
+    and name of the class, the first apex amp call the module makes, as spelled, its line)."""
+    found: list[tuple[str, int, str, str, int]] = []
+    for other, file, data, derived in derived_on_disk(path, name):
+        calls = sorted(  # and, in a module that names apex, those through a handle
+            [(c.lineno, f"amp.{member.strip('.')}") for member, group in file.members.items()
+             for c in group]
+            + [(n.lineno, ast.unparse(n.func if isinstance(n, ast.Call) else n))
+               for n, _ in (stray_calls(file.tree, file.names, other) if b"apex" in data
+                            else ())]
+        )  # fmt: skip
+        if calls and other not in {f for f, *_ in found}:
+            first = derived[0]
+            found.append((other, first.lineno, first.name, calls[0][1], calls[0][0]))
     return found
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _code, _is_call_of, _Setup, _statements
-from ampmigrate.apex.links import module_definition, module_function
+from ampmigrate.apex.links import derived_on_disk, module_definition, module_function
 from ampmigrate.apex.verdict import APEX
 
 # how a float32 note ends: what keeps apex's float16 there
@@ -938,6 +938,7 @@ class Regions:
             )
         if holder is not None:
             self._inherited_forwards(holder, stored)
+            self._derived_forwards(holder, stored)
         listed = ", ".join(f"`{n}` (line {found[n]})" for n in sorted(elsewhere))
         if listed:
             self.plan.notes.append(
@@ -1000,6 +1001,45 @@ class Regions:
                 "method of a base class in another module, is outside the autocast regions and "
                 "runs in float32 now (apex O1 cast every forward after `initialize`): "
                 f"{_KEEP} there"
+            )
+
+    def _derived_forwards(self, holder: cst.ClassDef, models: set[str]) -> None:
+        """Classes of other modules on disk derived from ``holder`` whose own methods run the
+        model it initializes, where ``holder`` never calls them (elektronn3's
+        ``TripletNetTrainer.run``, an entry point of its own): apex O1 cast those forwards too,
+        they run in float32 now; stated with where they are. A module that calls apex amp
+        itself is planned on its own (a class family); a method the base calls may run inside
+        its regions, so it is not named."""
+        attributes = {m for m in models if m.startswith("self.")}
+        if self.path is None or not attributes:
+            return
+        called = {
+            n.attr.value
+            for n in self._subtree(holder)
+            if isinstance(n, cst.Attribute) and isinstance(self.parent(n), cst.Call)
+        }
+        found: list[str] = []
+        for other, file, data, derived in derived_on_disk(self.path, holder.name.value):
+            if file.members or b"apex" in data:
+                continue
+            shown = os.path.relpath(other, os.path.dirname(os.path.abspath(self.path)))
+            for cls in derived:
+                for method in cls.body:
+                    if not isinstance(method, ast.FunctionDef) or method.name in called:
+                        continue
+                    call = next(
+                        (c for c in ast.walk(method) if isinstance(c, ast.Call)
+                         and _runs_attribute(c.func, attributes)),
+                        None,
+                    )  # fmt: skip
+                    if call is not None:
+                        found.append(f"`{cls.name}.{method.name}` ({shown}:{call.lineno})")
+        if found:
+            self.plan.notes.append(
+                f"behaviour change: the initialized model's forward in {', '.join(found)}, a "
+                f"method of a class derived from `{holder.name.value}` in another module, is "
+                "outside the autocast regions and runs in float32 now (apex O1 cast every "
+                f"forward after `initialize`): {_KEEP} there"
             )
 
     def _handed_as_value(self, function: cst.CSTNode) -> str:

@@ -60,7 +60,9 @@ class Scaler:
             )
             rest = [s for s in getattr(holder, "body", cst.IndentedBlock([])).body
                     if s is not statement and s not in self.removed]  # fmt: skip
-            if isinstance(holder, cst.If) and not rest and not assigned:
+            if isinstance(holder, cst.If) and not rest and not assigned and holder.orelse:
+                self.plan.edits[holder] = _inverted
+            elif isinstance(holder, cst.If) and not rest and not assigned:
                 self.plan.edits[holder] = lambda _u: cst.RemoveFromParent()
                 self.footers.append(holder)
             return
@@ -85,10 +87,11 @@ class Scaler:
             cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
         )
         rest = [s for s in holder.body.body if s is not statement and s not in self.removed]
-        if rest or assigned:
-            self.plan.edits[holder] = lambda u: cst.FlattenSentinel(
-                [*scaler_lines(holder.leading_lines), u.with_changes(leading_lines=())]
-            )
+        if rest or assigned or holder.orelse:  # (an `else:` alone: `if not <test>:` it)
+            self.plan.edits[holder] = lambda u: cst.FlattenSentinel([
+                *scaler_lines(holder.leading_lines),
+                (u if rest or assigned else _inverted(u)).with_changes(leading_lines=()),
+            ])  # fmt: skip
         else:
             self.plan.edits[holder] = lambda _u: cst.FlattenSentinel(
                 scaler_lines(holder.leading_lines)
@@ -297,7 +300,8 @@ class Scaler:
             self.family = self.derived({holder.name.value})
             self._once_per_object(setup, home)
             self._overrides(home.name.value, home.params.params[0].name.value)
-            self._default_in_init(holder, home, uses)
+            if self._default_in_init(holder, home, uses):
+                setup.by_scaler = True  # (an object that never made it casts nothing either)
             if family and self.name != "scaler":
                 self.problem(
                     setup.statement,
@@ -370,19 +374,21 @@ class Scaler:
                     "read a GradScaler never made; make it there too, by hand",
                 )
 
-    def _default_in_init(self, holder: cst.ClassDef, home: cst.FunctionDef, uses: list) -> None:
+    def _default_in_init(self, holder: cst.ClassDef, home: cst.FunctionDef, uses: list) -> bool:
         """A method other than ``__init__`` makes ``self.scaler`` where ``initialize`` was
         (PrivacyQA's ``activate_fp16``) while other methods read it: an object whose driver
         never calls that method (training with fp16 off) would raise AttributeError there, where
         apex's ``scale_loss`` without ``initialize`` passed the loss through. ``__init__`` first
         makes a disabled one, which does the same (scale and step pass through); the method's
-        own replaces it. Where the class has no ``__init__`` of its own, it is stated."""
+        own replaces it, and the regions follow the scaler (``is_enabled()``): such an object
+        casts nothing either, as apex did not. Where the class has no ``__init__`` of its own,
+        it is stated. True: the disabled default is made."""
         if home.name.value == "__init__":
-            return
+            return False
         readers = {id(f): f for u in uses if isinstance(f := self.function(u), cst.FunctionDef)
                    and f is not home}  # fmt: skip
         if all(self._called_only_from(reader, home) for reader in readers.values()):
-            return  # (transformers' `_training_step`: only `train` calls it, after the scaler)
+            return False  # (transformers' `_training_step`: only `train` calls it, after it)
         init = next(
             (s for s in holder.body.body
              if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
@@ -394,7 +400,7 @@ class Scaler:
                 f"driver never calls it reads no GradScaler (AttributeError), where apex passed "
                 f"the loss through; make a disabled one where the object is set up to keep that"
             )
-            return
+            return False
         me = init.params.params[0].name.value
         if any(  # `__init__` itself calls it (mt-dnn's `self._setup_optim()`): always made
             isinstance(statement, cst.SimpleStatementLine)
@@ -403,7 +409,7 @@ class Scaler:
             and _code(self.module, expr.value.func) == f"{me}.{home.name.value}"
             for statement in init.body.body
         ):
-            return
+            return False
         line = cst.parse_statement(
             f'{me}.{self.name} = torch.amp.GradScaler("cuda", enabled=False)\n'
         )
@@ -430,8 +436,10 @@ class Scaler:
         self.plan.notes.append(
             f"`__init__` first makes `{me}.{self.name}` disabled, which `{home.name.value}` "
             "replaces: an object that never calls it trains as apex did without `initialize` "
-            "(the loss passed through, plain steps)"
+            "(the loss passed through, plain steps, no casts: the autocast regions follow "
+            f"`{me}.{self.name}.is_enabled()`)"
         )
+        return True
 
     def _called_only_from(self, method: cst.FunctionDef, home: cst.FunctionDef) -> bool:
         """``method`` is called in this file, only from ``home`` (``self._training_step(...)``
@@ -618,6 +626,20 @@ class Scaler:
                 kwonly_params=[new.with_changes(comma=last.comma)],
             )
         return params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, new])
+
+
+def _inverted(node: cst.If) -> cst.If:
+    """``if t: <emptied> else: <body>`` as ``if not t: <body>``."""
+    test = node.test
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        negated = test.expression.with_changes(lpar=[], rpar=[])
+    else:
+        simple = isinstance(test, cst.Name | cst.Attribute | cst.Call | cst.Subscript)
+        inner = test if simple or test.lpar else test.with_changes(
+            lpar=[cst.LeftParen()], rpar=[cst.RightParen()]
+        )  # fmt: skip
+        negated = cst.UnaryOperation(operator=cst.Not(), expression=inner)
+    return node.with_changes(test=negated, body=node.orelse.body, orelse=None)
 
 
 def _bare(code: str) -> str:
