@@ -2250,3 +2250,22 @@ def test_a_file_python_parses_and_libcst_does_not_is_refused_with_the_line(tmp_p
     message = _amp303([result])["solver.py"].message
     assert "line 10 is indented with both spaces and a tab" in message
     assert "`expand -i -t 8`" in message
+
+
+def test_a_scale_through_an_old_api_handle_kept_in_another_module_is_reported(tmp_path):
+    """SR-Stereo (the 38th review): the base class keeps `self.amp_handle = amp.init(half)`
+    (apex's pre-2019 API); four derived modules scale through `self.amp_handle.scale_loss`
+    and import nothing of apex. They had no finding at all: a user who followed the base's
+    finding and removed apex left them calling an attribute that no longer exists."""
+    (tmp_path / "base.py").write_text(
+        "from apex import amp\n\n\nclass Base:\n    def __init__(self, half=False):\n"
+        "        self.amp_handle = amp.init(half)\n"
+    )
+    (tmp_path / "derived.py").write_text(
+        "from base import Base\n\n\nclass Derived(Base):\n    def train(self, loss, opt):\n"
+        "        with self.amp_handle.scale_loss(loss, opt) as scaled:\n"
+        "            scaled.backward()\n"
+    )
+    found = _amp303(run(_files(tmp_path), _settings()))
+    assert "the handle the pre-2019 `amp.init()` returns" in found["derived.py"].message
+    assert found["derived.py"].fix is None

@@ -410,11 +410,15 @@ def stray_calls(
             not roots
             and node.func.attr in ("scale_loss", "master_params")
             and isinstance(holder, ast.Attribute)
-            and holder.attr == "amp"
-        ):
+            and (holder.attr == "amp" or "amp_handle" in holder.attr)
+        ):  # (SR-Stereo's subclasses: `self.amp_handle = amp.init(half)` in the base's module)
+            what = (
+                "apex's module" if holder.attr == "amp"
+                else "apex amp (its module, or the handle the pre-2019 `amp.init()` returns)"
+            )  # fmt: skip
             found.append((node, (
                 f"line {node.lineno}: `{shown}` calls apex amp's `{node.func.attr}` through "
-                f"`{ast.unparse(holder)}`, which can hold apex's module only where another "
+                f"`{ast.unparse(holder)}`, which can hold {what} only where another "
                 "file keeps it there (apex is not imported here); migrate this file with the "
                 "one that keeps it (a GradScaler kept there instead, "
                 f"`{ast.unparse(holder.value)}.scaler`), by hand"
