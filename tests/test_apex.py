@@ -9988,6 +9988,202 @@ def test_inference_initializes_on_each_path_say_why_they_are_not_rewritten():
     ) in message, message
 
 
+NESTED_DEF = """\
+import torch
+from apex import amp
+
+
+def train(model, optimizer, batches, cut):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x in batches:
+        if cut:
+            def half(n):
+                return n // 2
+
+            out = model(x[: half(len(x))])
+        else:
+            out = model(x)
+        loss = out.float().pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_nested_def_in_the_statement_of_the_forward_goes_into_the_region():
+    """Bengaliai's cutmix branch (the 39th review): `def rand_bbox` inside the `if` that holds
+    the forward made it "share a statement with the backward or another rewritten line",
+    which it did not (defining a function runs nothing). It is wrapped; run on CPU, the
+    forward is float16 on both paths. A class body or a decorator does run there: refused,
+    saying which."""
+    torch = pytest.importorskip("torch")
+    out, _ = _migrated(NESTED_DEF)
+    for cut in (True, False):
+
+        def run(namespace, cut=cut):
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            namespace["train"](model, optimizer, [torch.ones(2, 4)], cut)
+
+        assert _forward_dtypes(out, run) == [torch.float16]
+    decorated = NESTED_DEF.replace(
+        "            def half(n):", "            @staticmethod\n            def half(n):"
+    )
+    assert "shares a statement with the decorated definition of `half`" in _message(decorated)
+
+
+def test_a_casts_only_initialize_given_an_unbound_optimizer_is_a_broken_original():
+    """YOLO-V3's `eval.py` (the 39th review): `model, optimizer = amp.initialize(model,
+    optimizer, ...)` where nothing else binds `optimizer` raises UnboundLocalError on every
+    run; the casts-only rewrite made it run in float16 and said apex "only cast the forward
+    passes". It is refused as a broken original, as the training path already was."""
+    message = _message("""
+        import torch
+        from apex import amp
+
+
+        def main(x):
+            model = torch.nn.Linear(4, 2)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            model.eval()
+            with torch.no_grad():
+                return model(x)
+    """)
+    assert "`optimizer` is a local of `main` that only this statement binds" in message
+    assert "the original's mixed-precision path cannot run as written" in message
+
+
+RESTORED_NOT_SAVED = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, use_amp, resume=None):
+        self.model = model
+        self.use_amp = use_amp
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        if resume:
+            self.load(resume)
+        if self.use_amp:
+            self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O1")
+
+    def load(self, path):
+        checkpoint = torch.load(path)
+        self.model.load_state_dict(checkpoint["model"])
+        if "optimizer" in checkpoint:
+            self.optimizer.load_state_dict(checkpoint["optimizer"])
+
+    def save(self, path):
+        torch.save({"model": self.model.state_dict()}, path)
+
+    def train(self, batches):
+        for x in batches:
+            loss = self.model(x).float().pow(2).mean()
+            if self.use_amp:
+                with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                    scaled_loss.backward()
+            else:
+                loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+"""
+
+
+def test_an_optimizer_restored_but_never_saved_here_gets_no_scaler_restore(tmp_path):
+    """Tweet's trainer (the 39th review): apex's scale was never checkpointed; the optimizer
+    is restored (from other checkpoints) but the file saves the model alone. The rewrite put a
+    GradScaler restore beside the optimizer's and none in the save, then refused its own
+    output (AMP208, "change the original"). Neither is added now, as apex kept neither: the
+    scale restarts on resume (stated); run on CPU, a resumed trainer trains."""
+    torch = pytest.importorskip("torch")
+    out, finding = _migrated(RESTORED_NOT_SAVED)
+    assert 'load_state_dict(checkpoint["scaler"])' not in out
+    assert (
+        "`self.optimizer`'s state is restored here, and the checkpoint saved at line 22 does "
+        "not hold it"
+    ) in finding.message
+    with _on_cpu(out) as namespace:
+        first = namespace["Trainer"](torch.nn.Linear(4, 1), True)
+        first.train([torch.ones(2, 4)])
+        first.save(tmp_path / "ckpt.pt")
+        again = namespace["Trainer"](torch.nn.Linear(4, 1), True, resume=tmp_path / "ckpt.pt")
+        again.train([torch.ones(2, 4)])
+        assert again.scaler.is_enabled()
+
+
+REBOUND_IN_HELPER = """\
+import torch
+from apex import amp
+
+
+def predict(model, data, n_gpu):
+    if n_gpu > 1:
+        model = torch.nn.DataParallel(model)
+    with torch.no_grad():
+        return [model(x) for x in data]
+
+
+def train(fp16, model, optimizer, data):
+    if fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x in data:
+        loss = model(x).float().pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+
+
+def main(fp16, data):
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(fp16, model, optimizer, data)
+    return predict(model, data, 1)
+"""
+
+
+def test_a_helper_that_wraps_the_model_it_is_given_still_runs_it():
+    """ORConvQA's helpers (the 39th review): `model = torch.nn.DataParallel(model)` in the
+    function that runs it made `model` read as a local of its own, so the forward after
+    training (apex O1 cast it) ran in float32 with no note. A name rebound to the model it
+    held, wrapped, is still the model: the note names it."""
+    message = _message(REBOUND_IN_HELPER)
+    assert "the initialized model's forward in `predict` (line 9" in message, message
+
+
+def test_a_module_level_einsum_registration_before_the_script_trains_goes():
+    """ORConvQA's notebook exports (the 39th review): the script's module-level code
+    registers `einsum` under `if args.fp16:`, then calls `train`, which initializes: "has no
+    O1 rewrite" was false (inside `main()` the same statement goes). It goes here too."""
+    out, finding = _migrated("""
+        import torch
+
+
+        def train(fp16, model, optimizer, data):
+            if fp16:
+                from apex import amp
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in data:
+                loss = model(x).float().pow(2).mean()
+                if fp16:
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                else:
+                    loss.backward()
+                optimizer.step()
+
+
+        fp16 = True
+        if fp16:
+            import apex
+            apex.amp.register_half_function(torch, "einsum")
+        model = torch.nn.Linear(4, 4)
+        train(fp16, model, torch.optim.SGD(model.parameters(), lr=0.1), [torch.ones(2, 4)])
+    """)
+    assert "apex" not in out and "register_half_function" in finding.message
+    assert '`amp.register_half_function(torch, "einsum")` at line 22 goes' in finding.message
+
+
 def test_an_inference_initialize_of_a_list_of_models_becomes_one_region():
     """An MCD inference script (the 33rd review): `[fe, c1, c2] = amp.initialize([fe, c1, c2],
     opt_level="O1")` without an optimizer was "not `model = amp.initialize(model, ...)`": each

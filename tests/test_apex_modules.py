@@ -2269,3 +2269,107 @@ def test_a_scale_through_an_old_api_handle_kept_in_another_module_is_reported(tm
     found = _amp303(run(_files(tmp_path), _settings()))
     assert "the handle the pre-2019 `amp.init()` returns" in found["derived.py"].message
     assert found["derived.py"].fix is None
+
+
+BCE_ELSEWHERE = {
+    "losses.py": """\
+import torch
+
+
+class Part(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bce = torch.nn.BCELoss(reduction="none")
+
+    def forward(self, pred, target):
+        return self.bce(pred, target).mean()
+
+
+class FocalBCE(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.part = Part()
+
+    def forward(self, pred, target):
+        return self.part(pred, target) * 2
+""",
+    "train.py": """\
+import torch
+from apex import amp
+from losses import FocalBCE
+
+
+def criterion(out, y, loss):
+    return loss(out, y)
+
+
+def train(model, optimizer, batches, center):
+    for x, y in batches:
+        out = torch.sigmoid(model(x))
+        loss = criterion(out, y, center)
+        optimizer.zero_grad()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+
+
+def main(batches):
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    center = FocalBCE().cuda()
+    train(model, optimizer, batches, center)
+""",
+}
+
+
+@pytest.mark.parametrize("called", ["handed", "direct"])
+def test_binary_cross_entropy_in_another_module_keeps_the_region_off_it(tmp_path, called):
+    """CSP (the 39th review): the region covered `criterion(outputs, ..., center, ...)`, and
+    `center` is a loss class of another module whose part builds `nn.BCELoss`, which CUDA
+    autocast refuses whatever the dtype: every training step on a GPU would raise (CPU
+    autocast allows it, so no CPU run shows it). Refused, naming the class and line, whether
+    the object is handed to a function the region calls or called there itself; with
+    `BCEWithLogitsLoss` the rewrite stands."""
+    files = dict(BCE_ELSEWHERE)
+    if called == "direct":
+        files["train.py"] = files["train.py"].replace("criterion(out, y, center)", "center(out, y)")
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    found = _amp303(run(_files(tmp_path), _settings()))
+    message = found["train.py"].message
+    assert found["train.py"].fix is None
+    assert "`Part` (losses.py:7) calls binary cross entropy" in message, message
+    (tmp_path / "losses.py").write_text(
+        files["losses.py"].replace("torch.nn.BCELoss(", "torch.nn.BCEWithLogitsLoss(")
+    )
+    assert _amp303(run(_files(tmp_path), _settings()))["train.py"].fix is not None
+
+
+def test_a_hook_flag_set_in_a_tuple_assignment_of_init_is_its_switch(tmp_path):
+    """PointRCNN's trainer (the 39th review): `self.model, self.optimizer, self.use_amp =
+    model, optimizer, use_amp` sets the flag in `__init__` as surely as three assignments;
+    "`self.use_amp` is not set in `__init__` alone" was false. The component is rewritten as
+    with separate assignments."""
+    root = tmp_path / "project"
+    shutil.copytree(HOOKED / "before", root)
+    hook = root / HOOK_FILES[1]
+    old = (
+        "        self.grad_clip = grad_clip\n"
+        "        self.update_interval = update_interval\n"
+        "        self.use_fp16 = use_fp16\n"
+    )
+    assert old in hook.read_text()
+    hook.write_text(
+        hook.read_text().replace(
+            old,
+            "        self.grad_clip, self.update_interval, self.use_fp16 = (\n"
+            "            grad_clip, update_interval, use_fp16\n"
+            "        )\n",
+        )
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert sorted(Path(r.path).name for r in results if r.changed) == [
+        "optimizer_hook.py",
+        "train.py",
+    ]

@@ -249,6 +249,16 @@ class Checkpoints:
                     f"the GradScaler's state is restored after `{opt}`'s (line "
                     f"{self.line(statement)}) when the checkpoint has it"
                 )
+        saves = [n for n in self.nodes if _is_call_of(n, "save")]
+        if joined and saves and not gaps and not any(isinstance(j, cst.Dict) for j in joined):
+            # restored, and this file's checkpoints save no optimizer (Tweet's trainer: a
+            # model-only `torch.save`, an optimizer restore for other checkpoints): a scaler
+            # restore would read a key its saves never write (AMP208 on the result); apex's
+            # scale restarted on resume, and so it does
+            gaps.append(
+                f"`{opt}`'s state is restored here, and the checkpoint saved at line "
+                f"{self.line(saves[0])} does not hold it"
+            )
         if not joined and not gaps:
             # no optimizer state saved or restored here: a checkpoint (if any) of the model
             # alone left apex's scale out too; AMP208 on the result is that gap (see verify)

@@ -175,11 +175,11 @@ class RunnerHooks:
                 "callers that initialize amp pass (None elsewhere), by hand",
             )
             return False
-        stores = [
-            n
+        stores = [  # (also an element of a tuple target: PointRCNN's `self.model,
+            n  # self.optimizer, self.use_amp = model, optimizer, use_amp`)
             for n in self._subtree(cls)
             if isinstance(n, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
-            and _code(self.module, n.target) == test
+            and test in _target_codes(self.module, n.target)
         ]
         if not stores or any(not self.within(n, init) for n in stores):
             self.problem(
@@ -324,3 +324,11 @@ class RunnerHooks:
             "for the rest of the process, and code the runner runs that turns autocast off "
             "itself runs in float32 there, where apex cast it regardless"
         )
+
+
+def _target_codes(module: cst.Module, target: cst.BaseExpression) -> list[str]:
+    """What an assignment target stores to, as spelled: itself, or each element of a tuple
+    or list target (nested ones too)."""
+    if isinstance(target, cst.Tuple | cst.List):
+        return [c for e in target.elements for c in _target_codes(module, e.value)]
+    return [_code(module, target)]

@@ -85,6 +85,11 @@ class InferenceOnly:
         level = args.get("opt_level")
         switch = None  # the level's test where it is O1 or O0 (a flag, the setting)
         given = args.get("optimizers")
+        for part in (models, given):  # (YOLO-V3's `eval.py`: an optimizer never made)
+            broken = self._raises_name_error(init, part, "fix the original", local=True)
+            if broken is not None:
+                self.problem(init, broken)
+                return
         alone = (
             "without an optimizer (inference only)"
             if without_optimizer(args)

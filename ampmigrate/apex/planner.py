@@ -35,6 +35,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
 from collections.abc import Callable, Mapping
 
 import libcst as cst
@@ -62,7 +63,7 @@ from ampmigrate.apex.handles import Handles
 from ampmigrate.apex.hooks import RunnerHooks
 from ampmigrate.apex.infer import HandleInit, InferenceOnly
 from ampmigrate.apex.initialize import Initialize
-from ampmigrate.apex.links import Link
+from ampmigrate.apex.links import Link, module_definition
 from ampmigrate.apex.outflow import Outflow
 from ampmigrate.apex.passed import Initializers, PassedHandles
 from ampmigrate.apex.regions import Regions
@@ -240,6 +241,17 @@ class _Planner(
                 '`torch.amp.autocast("cuda", enabled=False)` on `.float()` inputs, by hand'
             )
             return
+        elsewhere = _banned_elsewhere(tree, names, self.path) if self.path else None
+        if elsewhere is not None:
+            line, spelled, where = elsewhere
+            self.plan.problems.append(
+                f"line {line} of the rewrite runs `{spelled}(...)` in an autocast region, and "
+                f"{where} calls binary cross entropy, which CUDA autocast refuses whatever the "
+                "inputs' dtype (apex O1 ran it, on the float32 inputs it required): compute it "
+                "on logits with `torch.nn.BCEWithLogitsLoss`, or run it under "
+                '`torch.amp.autocast("cuda", enabled=False)` on `.float()` inputs, by hand'
+            )
+            return
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id in self.bound:
                 if isinstance(node.ctx, ast.Store):
@@ -385,19 +397,21 @@ class _Planner(
 
     def _registered_first(self, call: cst.Call, init: cst.Call) -> bool:
         """The registry entry ``call`` runs before ``init``: it comes first in the file, or
-        its function calls the module-level function that initializes after it (``main()``
-        registers, then calls ``train()``)."""
+        its function (or the script's module-level code) calls the module-level function that
+        initializes after it (``main()`` registers, then calls ``train()``)."""
         if self.order[id(call)] < self.order[id(init)]:
             return True
         home, caller = self.function(init), self.function(call)
         if not (
             isinstance(home, cst.FunctionDef)
-            and isinstance(caller, cst.FunctionDef)
+            and isinstance(caller, cst.FunctionDef | cst.Module)
             and self.parent(home) is self.module
         ):
             return False
         if self._calls_after(caller, call, home):
-            return True
+            return True  # (also a script's module-level code: ORConvQA's notebook exports)
+        if caller is self.module:
+            return False
         # NeuralKpGen: `main()` calls `prepare(args)`, which registers, then `train(...)`, which
         # reaches the function that initializes
         if self.parent(caller) is not self.module:
@@ -417,7 +431,7 @@ class _Planner(
         """``caller`` calls ``home`` after ``after`` (one of its nodes), directly or through a
         module-level function of this file that does (up to two calls deep)."""
         functions = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
-        for n in self._subtree(caller.body):
+        for n in self._subtree(caller.body) if caller is not self.module else self.nodes:
             if not (
                 isinstance(n, cst.Call)
                 and isinstance(n.func, cst.Name)
@@ -792,6 +806,82 @@ def _banned_in_regions(tree: ast.Module, names: Names) -> tuple[int, str] | None
             or (isinstance(func, ast.Call) and "torch.nn.BCELoss" in names.qualified(func.func))
         ):
             return node.lineno, ast.unparse(func)
+    return None
+
+
+_BCE_TEXT = re.compile(r"\b(?:BCELoss|binary_cross_entropy)\s*\(")
+
+
+def _banned_elsewhere(tree: ast.Module, names: Names, path: str) -> tuple[int, str, str] | None:
+    """A call in an enabled autocast region of an object or function whose definition, in
+    another module on disk, calls binary cross entropy, or that is handed such an object (CSP:
+    `criterion(out, label, center, ...)` runs `center`, a `loss_cls()` whose `nn.BCELoss` CUDA
+    autocast refuses): what ``_banned_in_regions`` finds in the file, followed one step into
+    the project. (line, the call as spelled, where the cross entropy is)."""
+    cache: dict[str, str | None] = {}
+
+    def bce(callee: ast.expr) -> str | None:
+        for qualified in sorted(names.qualified(callee)):
+            if qualified.startswith(("torch.", "builtins.")) or "<locals>" in qualified:
+                continue
+            if qualified not in cache:
+                located = module_definition(path, qualified)
+                cache[qualified] = (
+                    _calls_bce(*located)
+                    if located is not None and os.path.abspath(located[0]) != os.path.abspath(path)
+                    else None
+                )
+            if cache[qualified] is not None:
+                return cache[qualified]
+        return None
+
+    # what the file binds to such an object (`center = loss_cls().cuda()` in `main`, handed
+    # to the training function under the same name: read by name, wherever it is bound)
+    made: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            value = node.value
+            while (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and (value.func.attr in ("cuda", "to", "float"))
+            ):
+                value = value.func.value
+            if isinstance(value, ast.Call) and (where := bce(value.func)) is not None:
+                made.setdefault(ast.unparse(node.targets[0]), where)
+    for call in calls_in_autocast(tree, names):
+        spelled = ast.unparse(call.func)
+        handed = [ast.unparse(a) for a in call.args if isinstance(a, ast.Name | ast.Attribute)]
+        found = next((made[n] for n in (spelled, *handed) if n in made), None) or bce(call.func)
+        if found is not None:
+            return call.lineno, spelled, found
+    return None
+
+
+def _calls_bce(path: str, definition: ast.FunctionDef | ast.ClassDef) -> str | None:
+    """Where ``definition`` (or a class or function of its module that it names, and so on)
+    calls binary cross entropy: "`Name` (file:line)"; None: nowhere."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+        module = ast.parse(text)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    defined = {s.name: s for s in module.body if isinstance(s, ast.FunctionDef | ast.ClassDef)}
+    todo, seen = [definition.name], set()
+    while todo:
+        name = todo.pop()
+        node = defined.get(name)
+        if node is None or name in seen:
+            continue
+        seen.add(name)
+        match = _BCE_TEXT.search(ast.get_source_segment(text, node) or "")
+        if match is not None:
+            line = node.lineno + (ast.get_source_segment(text, node) or "")[: match.start()].count(
+                "\n"
+            )
+            return f"`{name}` ({os.path.basename(path)}:{line})"
+        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defined]
     return None
 
 

@@ -127,18 +127,28 @@ class Regions:
         """Wrap the forward pass and loss of every scaled backward in autocast (see the
         module docstring); then check the invariant: no initialized model is called before the
         backward outside a region."""
-        forbidden: dict[int, bool] = {}
+        forbidden: dict[int, str | None] = {}
         edited = set(map(id, self.plan.edits))
 
-        def blocked(statement: cst.CSTNode) -> bool:
+        def blocked(statement: cst.CSTNode) -> str | None:
+            """What keeps ``statement`` out of a region (None: nothing). A plain nested
+            ``def`` does not (Bengaliai's `def rand_bbox` in the cutmix branch): defining it
+            runs nothing; its body, with a backward or a rewritten line, is read like the rest.
+            A class body runs where it is defined, and so do decorators."""
             if id(statement) not in forbidden:
-                nodes = list(self._subtree(statement))
-                forbidden[id(statement)] = any(
-                    id(n) in edited
-                    or _is_call_of(n, "backward")
-                    or isinstance(n, cst.FunctionDef | cst.ClassDef)
-                    for n in nodes
-                )
+                why = None
+                for n in self._subtree(statement):
+                    if _is_call_of(n, "backward"):
+                        why = "the backward"
+                    elif id(n) in edited:
+                        why = "another rewritten line"
+                    elif isinstance(n, cst.ClassDef):
+                        why = f"the class definition `{n.name.value}`"
+                    elif isinstance(n, cst.FunctionDef) and n.decorators:
+                        why = f"the decorated definition of `{n.name.value}`"
+                    if why is not None:
+                        break
+                forbidden[id(statement)] = why
             return forbidden[id(statement)]
 
         chosen: dict[cst.CSTNode, tuple[set[int], set[int], str | None]] = {}
@@ -189,12 +199,13 @@ class Regions:
             for i in sorted(indices):
                 if self._before_handed_initialize(body[i]):
                     continue  # (apex cast nothing there yet)
-                if blocked(body[i]):
+                why = blocked(body[i])
+                if why is not None:
                     if i in feeds and self.facts(body[i], setup.models).model_calls:
                         self.problem(
                             body[i],
-                            "the forward pass shares a statement with the backward or another "
-                            "rewritten line: split it so autocast can cover only the forward",
+                            f"the forward pass shares a statement with {why}: split it so "
+                            "autocast can cover only the forward",
                         )
                     continue
                 if runs and runs[-1][-1] == i - 1:
@@ -827,7 +838,9 @@ class Regions:
             named.update({n: line for n, (line, _) in found.items()})
 
     def _assigned_here(self, function: cst.CSTNode) -> set[str]:
-        """The plain names ``function`` assigns itself (not its parameters): locals."""
+        """The plain names ``function`` assigns itself (not its parameters): locals. Not a
+        name rebound to what it held, wrapped (``model = torch.nn.DataParallel(model)``,
+        ``model = model.module``: ORConvQA's helpers): that is still the model it was given."""
         if not isinstance(function, cst.FunctionDef):
             return set()
         return {
@@ -836,6 +849,7 @@ class Regions:
             if isinstance(n, cst.AssignTarget)
             and isinstance(n.target, cst.Name)
             and self.function(n) is function
+            and n.target.value not in self.facts(self.parent(n).value).used
         }
 
     def _direct_forwards(self, setup: _Setup, scaling: set[int], named: set[str]) -> None:
