@@ -986,23 +986,30 @@ if __name__ == "__main__":
 }
 
 
-def test_a_scripts_main_block_links_the_helpers_its_functions_call(tmp_path, stub):
-    """The script's `__main__` block initializes, `train()` (which it calls afterwards)
-    saves through the helper module, the block itself restores (DST-CBC, the thirty-sixth
-    review): the call in `train()` was "also used ..., which would not pass the GradScaler",
-    though `train` reads the block's module-level GradScaler. Both files are rewritten; run
-    and resumed, the migration prints what the original prints against the O0 stand-in."""
+def _fixed_beside_original(tmp_path: Path, files: dict[str, str], changed: list[str]) -> tuple:
+    """``files`` written as a project, a copy kept as the original, the project fixed in
+    place (changing exactly ``changed``, by name): (the fixed root, the original's)."""
     root = tmp_path / "project"
-    for name, text in SCRIPT_WITH_HELPERS.items():
+    for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     original = tmp_path / "original"
     shutil.copytree(root, original)
     results = run(_files(root), _settings(fix=True))
     assert not [r.error for r in results if r.error]
-    assert sorted(Path(r.path).name for r in results if r.changed) == ["common.py", "main.py"]
+    assert sorted(Path(r.path).name for r in results if r.changed) == changed
     for result in results:
         Path(result.path).write_bytes(result.new_source)
+    return root, original
+
+
+def test_a_scripts_main_block_links_the_helpers_its_functions_call(tmp_path, stub):
+    """The script's `__main__` block initializes, `train()` (which it calls afterwards)
+    saves through the helper module, the block itself restores (DST-CBC, the thirty-sixth
+    review): the call in `train()` was "also used ..., which would not pass the GradScaler",
+    though `train` reads the block's module-level GradScaler. Both files are rewritten; run
+    and resumed, the migration prints what the original prints against the O0 stand-in."""
+    root, original = _fixed_beside_original(tmp_path, SCRIPT_WITH_HELPERS, ["common.py", "main.py"])
     main = (root / "main.py").read_text()
     assert "save_checkpoint(net, optimizer, fp16, path, scaler=scaler)" in main
     assert "load_checkpoint(net, optimizer, fp16, path, scaler=scaler)" in main
@@ -1078,17 +1085,9 @@ def test_a_helper_called_inside_the_linked_training_function_gets_its_scaler(tmp
     ..., which would not pass the GradScaler", though the training function receives it and
     hands it on. Both files are rewritten; run and resumed with "cuda" -> "cpu" (float16
     autocast and the GradScaler really run) beside the O0 original."""
-    root = tmp_path / "project"
-    root.mkdir()
-    for name, text in HELPER_INSIDE_TRAINING.items():
-        (root / name).write_text(text)
-    original = tmp_path / "original"
-    shutil.copytree(root, original)
-    results = run(_files(root), _settings(fix=True))
-    assert not [r.error for r in results if r.error]
-    assert sorted(Path(r.path).name for r in results if r.changed) == ["main.py", "utils.py"]
-    for result in results:
-        Path(result.path).write_bytes(result.new_source)
+    root, original = _fixed_beside_original(
+        tmp_path, HELPER_INSIDE_TRAINING, ["main.py", "utils.py"]
+    )
     utils = (root / "utils.py").read_text()
     assert "save_checkpoint(net, optimizer, fp16, scaler=scaler)" in utils
     assert '"scaler": scaler.state_dict() if fp16 else None' in utils

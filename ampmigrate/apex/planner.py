@@ -36,7 +36,7 @@ import ast
 import functools
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import libcst as cst
 from libcst.metadata import ParentNodeProvider, ScopeProvider
@@ -786,18 +786,9 @@ def _banned_in_regions(tree: ast.Module, names: Names) -> tuple[int, str] | None
     called, or a name or attribute the module binds to one) inside an enabled autocast region
     (``checks.calls_in_autocast``): CUDA autocast raises there whatever the inputs' dtype.
     (line, as spelled)."""
-    losses: set[str] = set()  # `crit = nn.BCELoss().cuda()`, `self.bce = nn.BCELoss()`
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            value = node.value
-            while (
-                isinstance(value, ast.Call)
-                and isinstance(value.func, ast.Attribute)
-                and value.func.attr in ("cuda", "to", "float")
-            ):
-                value = value.func.value
-            if isinstance(value, ast.Call) and "torch.nn.BCELoss" in names.qualified(value.func):
-                losses.add(ast.unparse(node.targets[0]))
+    losses = {  # `crit = nn.BCELoss().cuda()`, `self.bce = nn.BCELoss()`
+        target for target, made in _constructed(tree) if "torch.nn.BCELoss" in names.qualified(made)
+    }
     for node in calls_in_autocast(tree, names):
         func = node.func
         if (
@@ -807,6 +798,22 @@ def _banned_in_regions(tree: ast.Module, names: Names) -> tuple[int, str] | None
         ):
             return node.lineno, ast.unparse(func)
     return None
+
+
+def _constructed(tree: ast.Module) -> Iterator[tuple[str, ast.expr]]:
+    """``target = Maker(...)`` (also ``.cuda()``, ``.to(...)``, ``.float()`` on it): the target
+    as spelled and what was called to make it."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            value = node.value
+            while (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr in ("cuda", "to", "float")
+            ):
+                value = value.func.value
+            if isinstance(value, ast.Call):
+                yield ast.unparse(node.targets[0]), value.func
 
 
 _BCE_TEXT = re.compile(r"\b(?:BCELoss|binary_cross_entropy)\s*\(")
@@ -837,18 +844,7 @@ def _banned_elsewhere(tree: ast.Module, names: Names, path: str) -> tuple[int, s
 
     # what the file binds to such an object (`center = loss_cls().cuda()` in `main`, handed
     # to the training function under the same name: read by name, wherever it is bound)
-    made: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            value = node.value
-            while (
-                isinstance(value, ast.Call)
-                and isinstance(value.func, ast.Attribute)
-                and (value.func.attr in ("cuda", "to", "float"))
-            ):
-                value = value.func.value
-            if isinstance(value, ast.Call) and (where := bce(value.func)) is not None:
-                made.setdefault(ast.unparse(node.targets[0]), where)
+    made = {target: where for target, func in _constructed(tree) if (where := bce(func))}
     for call in calls_in_autocast(tree, names):
         spelled = ast.unparse(call.func)
         handed = [ast.unparse(a) for a in call.args if isinstance(a, ast.Name | ast.Attribute)]

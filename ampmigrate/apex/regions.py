@@ -998,16 +998,7 @@ class Regions:
                     continue
                 path, cls = located
                 shown = os.path.relpath(path, os.path.dirname(os.path.abspath(self.path)))
-                for method in cls.body:
-                    if not isinstance(method, ast.FunctionDef) or method.name in own:
-                        continue
-                    call = next(
-                        (c for c in ast.walk(method) if isinstance(c, ast.Call)
-                         and _runs_attribute(c.func, attributes)),
-                        None,
-                    )  # fmt: skip
-                    if call is not None:
-                        found.append(f"`{cls.name}.{method.name}` ({shown}:{call.lineno})")
+                found += _running_methods(cls, attributes, own, shown)
                 break
         if found:
             self.plan.notes.append(
@@ -1038,16 +1029,7 @@ class Regions:
                 continue
             shown = os.path.relpath(other, os.path.dirname(os.path.abspath(self.path)))
             for cls in derived:
-                for method in cls.body:
-                    if not isinstance(method, ast.FunctionDef) or method.name in called:
-                        continue
-                    call = next(
-                        (c for c in ast.walk(method) if isinstance(c, ast.Call)
-                         and _runs_attribute(c.func, attributes)),
-                        None,
-                    )  # fmt: skip
-                    if call is not None:
-                        found.append(f"`{cls.name}.{method.name}` ({shown}:{call.lineno})")
+                found += _running_methods(cls, attributes, called, shown)
         if found:
             self.plan.notes.append(
                 f"behaviour change: the initialized model's forward in {', '.join(found)}, a "
@@ -1514,6 +1496,23 @@ def _carrier_call(func: cst.BaseExpression, carriers: dict[str, int]) -> str | N
     if attributes[-1] in _SETTINGS or any(a in _QUIET_METHODS for a in attributes):
         return None
     return func.value
+
+
+def _running_methods(cls: ast.ClassDef, attributes: set[str], skip: set[str], shown: str) -> list:
+    """The methods of ``cls`` (a class on disk, in the file ``shown``), but those named in
+    ``skip``, that run a model held in one of ``attributes``: "`Class.method` (file:line)"."""
+    found = []
+    for method in cls.body:
+        if not isinstance(method, ast.FunctionDef) or method.name in skip:
+            continue
+        call = next(
+            (c for c in ast.walk(method)
+             if isinstance(c, ast.Call) and _runs_attribute(c.func, attributes)),
+            None,
+        )  # fmt: skip
+        if call is not None:
+            found.append(f"`{cls.name}.{method.name}` ({shown}:{call.lineno})")
+    return found
 
 
 def _runs_attribute(func: ast.expr, attributes: set[str]) -> bool:
