@@ -10184,6 +10184,95 @@ def test_a_module_level_einsum_registration_before_the_script_trains_goes():
     assert '`amp.register_half_function(torch, "einsum")` at line 22 goes' in finding.message
 
 
+def test_a_switch_that_probes_for_apex_is_stated():
+    """bert_document_classification (the 39th review): `spam_spec = importlib.util.find_spec(
+    "apex")` switches `initialize` and the scaled backward; the rewrite keeps it as the
+    GradScaler's and autocast's switch, which is faithful where apex is installed, and turns
+    mixed precision off once apex is uninstalled, silently. The note says so."""
+    _, finding = _migrated("""
+        import importlib
+
+        import torch
+
+        spam_spec = importlib.util.find_spec("apex")
+        if spam_spec is not None:
+            from apex import amp
+
+
+        def fit(model, optimizer, batches):
+            if spam_spec is not None:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in batches:
+                loss = model(x).float().pow(2).mean()
+                if spam_spec is not None:
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                else:
+                    loss.backward()
+                optimizer.step()
+    """)
+    assert (
+        "the GradScaler and autocast are switched by `spam_spec`, which "
+        '`importlib.util.find_spec("apex")` sets at line'
+    ) in finding.message, finding.message
+    assert "a run after apex is uninstalled trains in float32" in finding.message
+
+
+def test_an_initialize_given_an_attribute_nothing_sets_is_a_broken_original():
+    """YOLO-V3's `Evaluate` (the 39th review): `amp.initialize(self.model, self.optimizer)`
+    where nothing sets `self.optimizer` raises AttributeError as written; the refusal said
+    "apex only casts here" and advised the rewrite that would make it run."""
+    message = _message("""
+        import torch
+        from apex import amp
+
+
+        class Evaluate:
+            def __init__(self):
+                self.model = torch.nn.Linear(4, 2)
+                self.model, self.optimizer = amp.initialize(self.model, self.optimizer)
+
+            def validate(self, x):
+                return self.model(x)
+    """)
+    assert "`self.optimizer`, which nothing in this file sets" in message, message
+    assert "apex only casts here" not in message
+
+
+def test_a_model_whose_own_forward_computes_binary_cross_entropy_is_refused():
+    """CodeXGLUE's WebQuery classifier (found by the census at stop 51): the model computes
+    its loss with `nn.BCELoss` in its own forward, which the training region runs; CUDA
+    autocast refuses binary cross entropy whatever the dtype, so every GPU step of the
+    rewrite raised (the census had counted the repository apex-free). Refused, naming it."""
+    message = _message("""
+        import torch
+        from apex import amp
+
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mlp = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Sigmoid())
+                self.loss_func = torch.nn.BCELoss()
+
+            def forward(self, x, y):
+                return self.loss_func(self.mlp(x), y)
+
+
+        def train(batches):
+            model = Model()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x, y in batches:
+                loss = model(x, y)
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+    """)
+    assert "runs `model(...)` in an autocast region, and `Model` (" in message, message
+    assert "calls binary cross entropy, which CUDA autocast refuses" in message
+
+
 def test_an_inference_initialize_of_a_list_of_models_becomes_one_region():
     """An MCD inference script (the 33rd review): `[fe, c1, c2] = amp.initialize([fe, c1, c2],
     opt_level="O1")` without an optimizer was "not `model = amp.initialize(model, ...)`": each

@@ -2372,3 +2372,24 @@ def test_a_hook_flag_set_in_a_tuple_assignment_of_init_is_its_switch(tmp_path):
         "optimizer_hook.py",
         "train.py",
     ]
+
+
+def test_a_scale_through_apex_handed_to_a_constructor_is_reported_in_its_module(tmp_path):
+    """rtm3d's solver (the 40th review): the caller hands apex's amp module to `Solver(...,
+    apex=amp)`, kept as `self.apex`, through which the class initializes and scales; the
+    solver's module imports nothing of apex and had no finding ("All checks passed")."""
+    (tmp_path / "solver.py").write_text(
+        "class Solver:\n    def __init__(self, model, opt, apex=None):\n"
+        "        self.apex = apex\n"
+        "        model, opt = self.apex.initialize(model, opt, opt_level='O1')\n"
+        "        self.model, self.opt = model, opt\n\n"
+        "    def step(self, loss):\n"
+        "        with self.apex.scale_loss(loss, self.opt) as scaled:\n"
+        "            scaled.backward()\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "from apex import amp\nfrom solver import Solver\n\nsolver = Solver(1, 2, apex=amp)\n"
+    )
+    found = _amp303(run(_files(tmp_path), _settings()))
+    assert "calls apex amp's `scale_loss` through `self.apex`" in found["solver.py"].message
+    assert "`amp` is passed to `Solver(...)`" in found["train.py"].message

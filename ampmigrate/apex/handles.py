@@ -693,7 +693,7 @@ class Handles:
     def _scaled_elsewhere(self, init: cst.Call) -> str:
         """The blocker for a file that initializes but scales the loss in another file: name
         the calls that receive the optimizer, where the GradScaler has to be passed."""
-        broken = self._unbound_use()
+        broken = self._unbound_use() or self._never_set(_argument(init, "optimizers", 1))
         if broken is not None:
             return broken
         value = next(

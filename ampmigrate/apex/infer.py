@@ -86,7 +86,9 @@ class InferenceOnly:
         switch = None  # the level's test where it is O1 or O0 (a flag, the setting)
         given = args.get("optimizers")
         for part in (models, given):  # (YOLO-V3's `eval.py`: an optimizer never made)
-            broken = self._raises_name_error(init, part, "fix the original", local=True)
+            broken = self._raises_name_error(
+                init, part, "fix the original", local=True
+            ) or self._never_set(part)
             if broken is not None:
                 self.problem(init, broken)
                 return
@@ -366,6 +368,37 @@ class InferenceOnly:
         if top is None or top is statement:
             return None
         return next((s for s in body[body.index(top) + 1 :] if self._runs_model(s, names)), None)
+
+    def _never_set(self, given: cst.BaseExpression | None) -> str | None:
+        """``self.optimizer`` handed to ``initialize`` in a method of a class with no base
+        class, whose attribute nothing in the file sets (YOLO-V3's `Evaluate`): the original
+        raises AttributeError there. Why, or None."""
+        if not (
+            isinstance(given, cst.Attribute)
+            and isinstance(given.value, cst.Name)
+            and given.value.value == "self"
+        ):
+            return None
+        holder = next((a for a in self.ancestors(given) if isinstance(a, cst.ClassDef)), None)
+        if holder is None or any(
+            self.module.code_for_node(b.value) != "object" for b in holder.bases
+        ):
+            return None
+        attribute = given.attr.value
+        if any(
+            (isinstance(n, cst.Attribute) and n.attr.value == attribute
+             and isinstance(self.parent(n), cst.AssignTarget))
+            or (isinstance(n, cst.Name)
+             and n.value in ("setattr", "vars", "__getattr__", "__dict__"))
+            for n in self.nodes
+        ):  # fmt: skip
+            return None
+        return (
+            f"`amp.initialize` is given `{self.module.code_for_node(given)}`, which nothing in "
+            f"this file sets (`{holder.name.value}` has no base class): that call raises "
+            "AttributeError, so the original's mixed-precision path cannot run as written; "
+            "fix the original before migrating"
+        )
 
     def _holders(self, after: list[cst.BaseStatement], names: list[str]) -> list[str]:
         """``names`` and the names ``after`` binds to what holds the model: a wrapper or an

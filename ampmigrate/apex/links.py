@@ -410,10 +410,11 @@ def stray_calls(
             not roots
             and node.func.attr in ("scale_loss", "master_params")
             and isinstance(holder, ast.Attribute)
-            and (holder.attr == "amp" or "amp_handle" in holder.attr)
-        ):  # (SR-Stereo's subclasses: `self.amp_handle = amp.init(half)` in the base's module)
+            and (holder.attr in ("amp", "apex") or "amp_handle" in holder.attr)
+        ):  # (SR-Stereo's subclasses: `self.amp_handle = amp.init(half)` in the base's module;
+            # rtm3d's solver: `self.apex`, apex's amp module handed to its constructor)
             what = (
-                "apex's module" if holder.attr == "amp"
+                "apex's module" if holder.attr in ("amp", "apex")
                 else "apex amp (its module, or the handle the pre-2019 `amp.init()` returns)"
             )  # fmt: skip
             found.append((node, (

@@ -241,7 +241,7 @@ class _Planner(
                 '`torch.amp.autocast("cuda", enabled=False)` on `.float()` inputs, by hand'
             )
             return
-        elsewhere = _banned_elsewhere(tree, names, self.path) if self.path else None
+        elsewhere = _banned_elsewhere(tree, names, self.path or "<this file>", code)
         if elsewhere is not None:
             line, spelled, where = elsewhere
             self.plan.problems.append(
@@ -266,6 +266,15 @@ class _Planner(
                     "use of apex by hand"
                 )
                 return
+        probe = _probed_switch(tree)
+        if probe is not None:
+            name, line = probe
+            self.plan.notes.append(
+                f"the GradScaler and autocast are switched by `{name}`, which "
+                f'`importlib.util.find_spec("apex")` sets at line {line} of the rewrite: they '
+                "are on only where apex is installed, so a run after apex is uninstalled "
+                "trains in float32; test the flag you mean there instead"
+            )
         before = {d.code for d in _correctness(self.text)}
         if self.scale_gap:
             before.add("AMP208")  # apex's own gap (see _resume_state), reported on its own
@@ -800,6 +809,35 @@ def _banned_in_regions(tree: ast.Module, names: Names) -> tuple[int, str] | None
     return None
 
 
+def _probed_switch(tree: ast.Module) -> tuple[str, int] | None:
+    """A name bound to ``importlib.util.find_spec("apex")`` (an availability probe) that an
+    ``enabled=`` of the rewrite's GradScaler or autocast reads (bert_document_classification):
+    (the name, the line of the probe)."""
+    probes = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Call)
+            and ast.unparse(node.value.func).endswith("find_spec")
+            and node.value.args
+            and isinstance(node.value.args[0], ast.Constant)
+            and node.value.args[0].value == "apex"
+        ):
+            probes.setdefault(node.targets[0].id, node.lineno)
+    for node in ast.walk(tree) if probes else ():
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(
+            ("GradScaler", "autocast")
+        ):
+            for keyword in node.keywords:
+                if keyword.arg == "enabled":
+                    read = {n.id for n in ast.walk(keyword.value) if isinstance(n, ast.Name)}
+                    for name in sorted(read & set(probes)):
+                        return name, probes[name]
+    return None
+
+
 def _constructed(tree: ast.Module) -> Iterator[tuple[str, ast.expr]]:
     """``target = Maker(...)`` (also ``.cuda()``, ``.to(...)``, ``.float()`` on it): the target
     as spelled and what was called to make it."""
@@ -819,15 +857,22 @@ def _constructed(tree: ast.Module) -> Iterator[tuple[str, ast.expr]]:
 _BCE_TEXT = re.compile(r"\b(?:BCELoss|binary_cross_entropy)\s*\(")
 
 
-def _banned_elsewhere(tree: ast.Module, names: Names, path: str) -> tuple[int, str, str] | None:
-    """A call in an enabled autocast region of an object or function whose definition, in
-    another module on disk, calls binary cross entropy, or that is handed such an object (CSP:
-    `criterion(out, label, center, ...)` runs `center`, a `loss_cls()` whose `nn.BCELoss` CUDA
-    autocast refuses): what ``_banned_in_regions`` finds in the file, followed one step into
-    the project. (line, the call as spelled, where the cross entropy is)."""
+def _banned_elsewhere(
+    tree: ast.Module, names: Names, path: str, code: str
+) -> tuple[int, str, str] | None:
+    """A call in an enabled autocast region of an object or function whose definition (in
+    this file, ``code``, or another module on disk) calls binary cross entropy, or that is
+    handed such an object (CSP: `criterion(out, label, center, ...)` runs `center`, a
+    `loss_cls()` whose `nn.BCELoss` CUDA autocast refuses; CodeXGLUE: a model whose forward
+    computes its loss with `nn.BCELoss`): what ``_banned_in_regions`` finds in the region's
+    own lines, followed one step into the project. (line, the call as spelled, where the
+    cross entropy is)."""
     cache: dict[str, str | None] = {}
+    own = {s.name for s in tree.body if isinstance(s, ast.FunctionDef | ast.ClassDef)}
 
     def bce(callee: ast.expr) -> str | None:
+        if isinstance(callee, ast.Name) and callee.id in own:
+            return _bce_in(code, tree, callee.id, os.path.basename(path))
         for qualified in sorted(names.qualified(callee)):
             if qualified.startswith(("torch.", "builtins.")) or "<locals>" in qualified:
                 continue
@@ -855,28 +900,31 @@ def _banned_elsewhere(tree: ast.Module, names: Names, path: str) -> tuple[int, s
 
 
 def _calls_bce(path: str, definition: ast.FunctionDef | ast.ClassDef) -> str | None:
-    """Where ``definition`` (or a class or function of its module that it names, and so on)
-    calls binary cross entropy: "`Name` (file:line)"; None: nowhere."""
+    """:func:`_bce_in` for a definition of a module on disk."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             text = handle.read()
         module = ast.parse(text)
     except (OSError, SyntaxError, ValueError):
         return None
+    return _bce_in(text, module, definition.name, os.path.basename(path))
+
+
+def _bce_in(text: str, module: ast.Module, name: str, shown: str) -> str | None:
+    """Where the module-level class or function ``name`` (or one of its module that it names,
+    and so on) calls binary cross entropy: "`Name` (file:line)"; None: nowhere."""
     defined = {s.name: s for s in module.body if isinstance(s, ast.FunctionDef | ast.ClassDef)}
-    todo, seen = [definition.name], set()
+    todo, seen = [name], set()
     while todo:
         name = todo.pop()
         node = defined.get(name)
         if node is None or name in seen:
             continue
         seen.add(name)
-        match = _BCE_TEXT.search(ast.get_source_segment(text, node) or "")
+        segment = ast.get_source_segment(text, node) or ""
+        match = _BCE_TEXT.search(segment)
         if match is not None:
-            line = node.lineno + (ast.get_source_segment(text, node) or "")[: match.start()].count(
-                "\n"
-            )
-            return f"`{name}` ({os.path.basename(path)}:{line})"
+            return f"`{name}` ({shown}:{node.lineno + segment[: match.start()].count(chr(10))})"
         todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defined]
     return None
 
