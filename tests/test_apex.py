@@ -10273,6 +10273,73 @@ def test_a_model_whose_own_forward_computes_binary_cross_entropy_is_refused():
     assert "calls binary cross entropy, which CUDA autocast refuses" in message
 
 
+@pytest.mark.parametrize(
+    ("wrapper", "refused"),
+    [
+        ("torch.nn.DataParallel", True),
+        ("torch.nn.parallel.DistributedDataParallel", True),
+        ("apex.parallel.DistributedDataParallel", False),
+    ],
+)
+def test_a_model_wrapped_before_initialize_is_a_broken_original(wrapper, refused):
+    """MotionRGBD-PAMI (the 40th review): the model is wrapped in DDP, then handed to
+    `amp.initialize`, whose `check_models` raises RuntimeError on torch's parallel wrappers:
+    every `--fp16` run stopped there, and the rewrite made it train, saying nothing. Refused
+    as a broken original. apex's own DDP passed that check (it looked up `'apex_DDP'` in
+    `sys.modules`, never there), so it is not."""
+    message = _message(f"""
+        import torch
+        import apex
+        from apex import amp
+
+
+        def train(model, batches):
+            model = {wrapper}(model)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in batches:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+    """)
+    said = f"`amp.initialize` is given `model`, which line 8 wraps in `{wrapper}`"
+    assert (said in message) is refused, message
+
+
+def test_a_function_defined_in_the_main_block_is_read_as_called_there():
+    """microsoft/mup (the 40th review): `evaluate` and `train` are defined in the script's
+    `if __name__ == "__main__":` block, which calls both every epoch; the note said the
+    forward in `evaluate` is one "which this file never calls". It says it runs in float32
+    now."""
+    message = _message("""
+        import torch
+        from apex import amp
+
+        if __name__ == "__main__":
+            model = torch.nn.Linear(8, 4)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+            def evaluate(x):
+                with torch.no_grad():
+                    return model(x).float().pow(2).mean().item()
+
+            def train(x):
+                optimizer.zero_grad()
+                loss = model(x).float().pow(2).mean()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for epoch in range(2):
+                train(torch.ones(4, 8))
+                print(evaluate(torch.ones(4, 8)))
+    """)
+    assert "which this file never calls" not in message, message
+    assert "the initialized model's forward in `evaluate` (line 11) is outside" in message
+
+
 def test_an_inference_initialize_of_a_list_of_models_becomes_one_region():
     """An MCD inference script (the 33rd review): `[fe, c1, c2] = amp.initialize([fe, c1, c2],
     opt_level="O1")` without an optimizer was "not `model = amp.initialize(model, ...)`": each

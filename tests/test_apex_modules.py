@@ -2393,3 +2393,27 @@ def test_a_scale_through_apex_handed_to_a_constructor_is_reported_in_its_module(
     found = _amp303(run(_files(tmp_path), _settings()))
     assert "calls apex amp's `scale_loss` through `self.apex`" in found["solver.py"].message
     assert "`amp` is passed to `Solver(...)`" in found["train.py"].message
+
+
+def test_a_cast_helper_in_a_form_the_rewrite_does_not_take_says_so(tmp_path):
+    """NVlabs/STEP (the 40th review): its layers alias `float_function = amp.float_function`
+    in a `try:` whose `except ImportError:` defines a fallback; the training script's refusal
+    said "`amp.float_function` has no O1 rewrite", which is false (the direct forms move with
+    the script). It names the forms the rewrite takes."""
+    (tmp_path / "layers.py").write_text(
+        "import torch\n\ntry:\n    from apex import amp\n"
+        "    float_function = amp.float_function\nexcept ImportError:\n"
+        "    def float_function(f):\n        return f\n\n\nnms = float_function(torch.sigmoid)\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom apex import amp\nimport layers\n\n\n"
+        "def train(model, optimizer, x):\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    loss = layers.nms(model(x)).sum()\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "        scaled_loss.backward()\n"
+        "    optimizer.step()\n"
+    )
+    message = _amp303(run(_files(tmp_path), _settings()))["train.py"].message
+    assert "has no O1 rewrite" not in message
+    assert "its `amp.float_function` is not in a form the rewrite takes with this file" in message

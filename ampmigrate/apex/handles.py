@@ -11,7 +11,13 @@ import os
 
 import libcst as cst
 
-from ampmigrate.apex.casts import cast_modules_under, loads_by_name, outside_casts
+from ampmigrate.apex.casts import (
+    _convertible,
+    _read,
+    cast_modules_under,
+    loads_by_name,
+    outside_casts,
+)
 from ampmigrate.apex.common import (
     _argument,
     _code,
@@ -1096,6 +1102,17 @@ class Handles:
             elif sibling.member == "amp":  # `return amp`: hands out the module itself
                 uses = "returns apex's amp module"
                 how = "hand out a GradScaler there instead and migrate the two together"
+            elif sibling.member in ("float_function", "disable_casts") and not _convertible(
+                sibling.path, _read(sibling.path)
+            ):  # casts move with this file where their form is one the rewrite takes (STEP:
+                how = (  # an alias with an ImportError fallback is not)
+                    f"its `amp.{sibling.member}` is not in a form the rewrite takes with this "
+                    f"file (`@amp.{sibling.member}` on a function, `name = amp."
+                    f"{sibling.member}(f)`, `with amp.disable_casts():`, under a plain "
+                    "`from apex import amp`; not an alias of it, nor one an `except "
+                    "ImportError:` replaces): write it in such a form, or migrate it by hand "
+                    "(AMP301's guidance)"
+                )
             else:  # a cast helper: no scaler involved, its native form is AMP301's
                 how = f"replace its `amp.{sibling.member}` first ({no_rewrite(sibling.member)})"
             self.problem(

@@ -40,6 +40,15 @@ def _main_guard(module: cst.Module, node: cst.If) -> bool:
     return re.fullmatch(r"__name__ *== *['\"]__main__['\"]", _code(module, node.test)) is not None
 
 
+# what apex's `check_models` refuses before `amp.initialize`: torch's parallel wrappers (its
+# test for its own DDP looked up `'apex_DDP' in sys.modules`, never true: that one passed)
+_WRAPPERS = frozenset({
+    "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+})  # fmt: skip
+
+
 def _loose(test: cst.BaseExpression) -> bool:
     """``test`` needs parentheses as an operand of ``and`` (``a or b``, ``x if c else y``)."""
     if isinstance(test, cst.BooleanOperation):
@@ -70,6 +79,9 @@ class Initialize:
             if broken is not None:
                 self.problem(init, broken)
                 return None
+        wrapped = self._wrapped_before(init, models)
+        if wrapped is not None:  # (the other blockers are said with it)
+            self.problem(init, wrapped)
         if without_optimizer(args):
             others = sorted(self.line(c) for c in self.initialize_calls if c is not init)
             why = (
@@ -490,6 +502,37 @@ class Initialize:
                 ):
                     return False
         return True
+
+    def _wrapped_before(self, init: cst.Call, models: cst.BaseExpression | None) -> str | None:
+        """``model = torch.nn.DataParallel(model)`` (or DDP, apex's DDP) in the function, before
+        ``amp.initialize(model, ...)``: apex's ``check_models`` raises RuntimeError on a wrapped
+        model (MotionRGBD-PAMI), so the original's mixed-precision path never ran. Why, or
+        None."""
+        if not isinstance(models, cst.Name | cst.Attribute):
+            return None
+        spelled = _code(self.module, models)
+        function = self.function(init)
+        found = None
+        for node in self._subtree(function):
+            if (
+                isinstance(node, cst.Assign)
+                and self.function(node) is function
+                and self.order[id(node)] < self.order[id(init)]
+                and any(_code(self.module, t.target) == spelled for t in node.targets)
+            ):
+                found = node  # the last binding before it
+        value = found.value if found is not None else None
+        if not isinstance(value, cst.Call):
+            return None
+        wrapper = next((q for q in sorted(self.qualified(value.func)) if q in _WRAPPERS), None)
+        if wrapper is None:
+            return None
+        return (
+            f"`amp.initialize` is given `{spelled}`, which line {self.line(found)} wraps in "
+            f"`{wrapper}`: apex's `initialize` raises RuntimeError on a parallel wrapper "
+            "(wrap after it), so the original's mixed-precision path cannot run as written "
+            "(where that line runs); fix the original before migrating"
+        )
 
     def _availability_if(self, holder: cst.CSTNode, inner: cst.CSTNode) -> cst.If | None:
         """The availability test around ``inner`` whose branch holding it is what runs now

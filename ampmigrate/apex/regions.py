@@ -1178,7 +1178,10 @@ class Regions:
         defines it (mobile_centernet's `test_epoch()` in its epoch loop); None for a closure
         whose name that function binds again."""
         name = function.name.value
-        if self.parent(function) is self.module:
+        if self.parent(function) is self.module or (
+            not isinstance(self.parent(self.parent(function)), cst.ClassDef)
+            and self.function(self.parent(function)) is self.module
+        ):  # (also one defined in `if __name__ == "__main__":`, mup's `evaluate`)
             return list(self._references(name))
         if isinstance(self.parent(self.parent(function)), cst.ClassDef):
             return [n for n in self.nodes if isinstance(n, cst.Attribute) and n.attr.value == name]
