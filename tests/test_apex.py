@@ -10307,6 +10307,34 @@ def test_a_model_wrapped_before_initialize_is_a_broken_original(wrapper, refused
     assert (said in message) is refused, message
 
 
+def test_a_wrap_in_a_branch_beside_the_apex_path_is_no_broken_original():
+    """huawei's cmt (dev benchmark): torch's DDP wraps the model only in the `else:` of `if
+    apex_amp:` (apex's own DDP on its path), and `initialize` runs under `use_amp ==
+    "apex"`: the wrap is not on the path that initializes, so no "raises RuntimeError"."""
+    message = _message("""
+        import torch
+        from apex import amp
+        from apex.parallel import DistributedDataParallel as ApexDDP
+
+
+        def train(model, batches, distributed, apex_amp):
+            if distributed:
+                if apex_amp:
+                    model = ApexDDP(model, delay_allreduce=True)
+                else:
+                    model = torch.nn.parallel.DistributedDataParallel(model)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            if apex_amp:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in batches:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+    """)
+    assert "wraps in `torch.nn.parallel.DistributedDataParallel`" not in message, message
+
+
 def test_a_function_defined_in_the_main_block_is_read_as_called_there():
     """microsoft/mup (the 40th review): `evaluate` and `train` are defined in the script's
     `if __name__ == "__main__":` block, which calls both every epoch; the note said the

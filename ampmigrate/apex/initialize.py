@@ -522,7 +522,9 @@ class Initialize:
             ):
                 found = node  # the last binding before it
         value = found.value if found is not None else None
-        if not isinstance(value, cst.Call):
+        if not isinstance(value, cst.Call) or not self.within(
+            init, self.parent(self.statement(found))
+        ):  # (a wrap in a branch of its own, cmt's `else:` beside apex's DDP: not on its path)
             return None
         wrapper = next((q for q in sorted(self.qualified(value.func)) if q in _WRAPPERS), None)
         if wrapper is None:
