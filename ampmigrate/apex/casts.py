@@ -280,6 +280,16 @@ def _unfit_call(
     component's layers (None: it can): a call of it in the run that passes no positional
     argument, or a constant first (``margin_loss(0.2, feat)``, ``pair_loss(feat=f)``), where
     ``custom_fwd`` raises (it sets ``_dtype`` on ``args[0]``) and apex called it."""
+    trees: dict[str, ast.Module | None] = {}  # each file of the run parsed once, if at all
+
+    def tree(path: str, data: bytes) -> ast.Module | None:
+        if path not in trees:
+            try:
+                trees[path] = ast.parse(data)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                trees[path] = None
+        return trees[path]
+
     for layer in item.layers:
         file = _parsed(layer, candidates[layer])
         for function in _plain_casts(file) if file is not None else ():
@@ -287,8 +297,8 @@ def _unfit_call(
             for path, data in files:
                 if name.encode() not in data:
                     continue
-                caller = _parsed(os.path.abspath(path), data)
-                for node in ast.walk(caller.tree) if caller is not None else ():
+                caller = tree(path, data)
+                for node in ast.walk(caller) if caller is not None else ():
                     func = node.func if isinstance(node, ast.Call) else None
                     called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
                     if called != name:

@@ -504,10 +504,10 @@ class Initialize:
         return True
 
     def _wrapped_before(self, init: cst.Call, models: cst.BaseExpression | None) -> str | None:
-        """``model = torch.nn.DataParallel(model)`` (or DDP, apex's DDP) in the function, before
-        ``amp.initialize(model, ...)``: apex's ``check_models`` raises RuntimeError on a wrapped
-        model (MotionRGBD-PAMI), so the original's mixed-precision path never ran. Why, or
-        None."""
+        """``model = torch.nn.DataParallel(model)`` (or torch's DDP, not apex's: ``_WRAPPERS``)
+        on ``initialize``'s path in the function, before ``amp.initialize(model, ...)``: apex's
+        ``check_models`` raises RuntimeError on such a model (MotionRGBD-PAMI), so the
+        original's mixed-precision path never ran. Why, or None."""
         if not isinstance(models, cst.Name | cst.Attribute):
             return None
         spelled = _code(self.module, models)

@@ -63,7 +63,7 @@ from ampmigrate.apex.handles import Handles
 from ampmigrate.apex.hooks import RunnerHooks
 from ampmigrate.apex.infer import HandleInit, InferenceOnly
 from ampmigrate.apex.initialize import Initialize
-from ampmigrate.apex.links import Link, module_definition
+from ampmigrate.apex.links import Link, _tree_of, module_definition
 from ampmigrate.apex.outflow import Outflow
 from ampmigrate.apex.passed import Initializers, PassedHandles
 from ampmigrate.apex.regions import Regions
@@ -900,12 +900,16 @@ def _banned_elsewhere(
 
 
 def _calls_bce(path: str, definition: ast.FunctionDef | ast.ClassDef) -> str | None:
-    """:func:`_bce_in` for a definition of a module on disk."""
+    """:func:`_bce_in` for a definition of a module on disk (its tree: the one
+    ``module_definition`` parsed, kept per version of the file)."""
     try:
+        stat = os.stat(path)
         with open(path, encoding="utf-8", errors="replace") as handle:
             text = handle.read()
-        module = ast.parse(text)
-    except (OSError, SyntaxError, ValueError):
+    except OSError:
+        return None
+    module = _tree_of(path, stat.st_mtime_ns, stat.st_size)
+    if module is None:
         return None
     return _bce_in(text, module, definition.name, os.path.basename(path))
 

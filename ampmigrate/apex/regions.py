@@ -1188,16 +1188,7 @@ class Regions:
         outer = self.function(self.parent(function))
         if not isinstance(outer, cst.FunctionDef) or name in self._assigned_here(outer):
             return None
-        return [
-            n
-            for n in self._subtree(outer.body)
-            if isinstance(n, cst.Name)
-            and n.value == name
-            and n is not function.name
-            and not (isinstance(p := self.parent(n), cst.Attribute) and p.attr is n)
-            and not isinstance(p, cst.Param | cst.FunctionDef)
-            and not (isinstance(p, cst.Arg) and p.keyword is n)
-        ]
+        return [n for n in self._references(name) if self.within(n, outer.body)]
 
     def _covered_reference(self, ref: cst.CSTNode, depth: int) -> bool:
         if any(id(a) in self.wrapped for a in self.ancestors(ref)):
