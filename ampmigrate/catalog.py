@@ -86,6 +86,8 @@ class Rule:
     triggers: tuple[str, ...] = ()  # names whose spelling the prefilter looks for
     check: str = ""  # a code check (checks.CHECKS or scalerflow.FLOW_CHECKS), not a table
     valid_files: tuple[str, ...] = ()  # per VALID example, as ``Example.file`` ("": Python)
+    # modules whose imports, read by nothing, the rule reports (they only tie a file to them)
+    unused_imports: tuple[str, ...] = ()
 
     @property
     def fix_kinds(self) -> str:
@@ -185,6 +187,7 @@ def _load(text: str) -> Rule:
         + tuple(p.old for p in paths if p.kind != "module"),
         check=data.get("check", ""),
         valid_files=tuple(ex.get("file", "") for ex in examples.get("valid", [])),
+        unused_imports=tuple(data.get("unused_imports", ())),
     )
 
 

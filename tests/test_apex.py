@@ -10638,3 +10638,87 @@ def test_a_method_named_for_what_it_does_to_the_model_is_no_forward():
     assert "module-level code (line 18)" not in finding.message, finding.message
     _, finding = _migrated(source.replace("model.load_model({})", "model.seg_model(1)"))
     assert "module-level code (line 18)" in finding.message, finding.message
+
+
+HANDED_STEP = """\
+import torch
+from apex import amp
+
+
+def other_step(opt):
+    opt.step()
+
+
+def train(model, optimizer, data, other):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x in data:
+        loss = model(x).float().pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 1.0)
+        if other:
+            other_step(optimizer)
+        else:
+            optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        (
+            "",
+            "",
+            "between its scaled backward (line 13) and the step that becomes `scaler.step` "
+            "(line 19)",
+        ),
+        (  # the helper on the arm after the step
+            "        if other:\n            other_step(optimizer)\n        else:\n"
+            "            optimizer.step()\n",
+            "        if not other:\n            optimizer.step()\n        else:\n"
+            "            other_step(optimizer)\n",
+            "after its scaled backward (line 13), on a path beside the step that becomes "
+            "`scaler.step` (line 17)",
+        ),
+        (  # a function the rewrite cannot read (transformers' TPU step)
+            "            other_step(optimizer)",
+            "            xm.optimizer_step(optimizer)",
+            "between its scaled backward (line 13) and the step that becomes `scaler.step` "
+            "(line 19)",
+        ),
+    ],
+)
+def test_an_optimizer_handed_to_a_call_beside_its_step_is_refused(old, new, where):
+    """The 41st review: `if tpu: xm.optimizer_step(optimizer) else: optimizer.step()` (a
+    transformers-3 Trainer copy) and any helper that steps on one arm: only `optimizer.step()`
+    became `scaler.step`, the other arm stepped gradients still multiplied by the scale (its
+    CPU run: loss 0.18, then 1.9e8, then NaN). apex had unscaled them at `scale_loss`'s exit."""
+    source = HANDED_STEP.replace(old, new)
+    message = _message(source)
+    assert "is given `optimizer` " + where in message
+    assert "it gets them multiplied by the loss scale" in message
+    assert fix_source(source, unsafe=True)[0] == source
+
+
+def test_an_optimizer_handed_to_a_settings_reader_is_still_rewritten():
+    """A helper that reads only the optimizer's settings (a learning rate to log) between the
+    backward and the step touches no gradient: the rewrite goes on, and trains on CPU."""
+    source = HANDED_STEP.replace(
+        "def other_step(opt):\n    opt.step()\n",
+        'def other_step(opt):\n    return opt.param_groups[0]["lr"]\n',
+    ).replace(
+        "        if other:\n            other_step(optimizer)\n        else:\n"
+        "            optimizer.step()\n",
+        "        lr = other_step(optimizer)\n        optimizer.step()\n",
+    )
+    out, _ = _migrated(source)
+    assert "other_step(optimizer)" in out and "scaler.step(optimizer)" in out
+    torch = pytest.importorskip("torch")
+    with _on_cpu(out) as namespace:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        before = model.weight.detach().clone()
+        namespace["train"](model, optimizer, [torch.randn(8, 4) for _ in range(3)], False)
+        assert torch.isfinite(model.weight).all() and not torch.equal(model.weight, before)

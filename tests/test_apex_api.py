@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from pathlib import Path
 
 from ampmigrate.catalog import all_rules
 from ampmigrate.engine.migrate import migrate_source
@@ -1529,3 +1530,49 @@ def test_a_call_with_arguments_apex_lacks_belongs_to_the_other_binding():
     """)
     found = [d for d in check_source(source) if d.code == "AMP313"]
     assert [d.line for d in found] == [13], [d.message for d in found]
+
+
+def test_an_unused_fp16_utils_import_in_every_form_is_reported_and_goes(tmp_path):
+    """The 41st review: `from apex.fp16_utils import *` (NAIC DMT's processor, inside a `try`
+    whose `except ImportError:` raises), a named import and `import apex.fp16_utils` that
+    nothing reads had no finding, so after `fix` the file still needed apex to import."""
+    from ampmigrate.engine import run
+
+    forms = {
+        "star.py": "from apex.fp16_utils import *\n",
+        "named.py": "from apex.fp16_utils import FP16_Optimizer\n",
+        "module.py": "import apex.fp16_utils\n",
+        "guarded.py": (
+            "try:\n    from apex.fp16_utils import *\n"
+            'except ImportError:\n    raise ImportError("apex")\n'
+        ),
+    }
+    files = []
+    for name, head in forms.items():
+        (tmp_path / name).write_text(head + "import torch\n\nx = torch.zeros(1)\n")
+        files.append(tmp_path / name)
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    results = run(files, settings)
+    assert len(results) == 4
+    for result in results:
+        assert [d.code for d in result.fixed] == ["AMP302"], result.path
+        assert b"apex" not in result.new_source and b"try" not in result.new_source
+        compile(result.new_source, result.path, "exec")
+        Path(result.path).write_bytes(result.new_source)
+    again = run(files, settings)  # a second pass changes and reports nothing
+    assert not any(r.changed or r.fixed or r.diagnostics for r in again)
+
+
+def test_a_read_or_reexported_star_import_of_fp16_utils_stays(tmp_path):
+    """A name the star import binds, read here, makes it used; a module-level one whose names
+    another module takes from this file is re-exported: reported, never deleted."""
+    assert "AMP302" not in _codes("from apex.fp16_utils import *\n\nn = to_python_float(loss)\n")
+    (tmp_path / "utils.py").write_text("from apex.fp16_utils import *\n")
+    (tmp_path / "train.py").write_text("from utils import network_to_half\n")
+    from ampmigrate.engine import run
+
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    [result] = run([tmp_path / "utils.py"], settings)
+    assert not result.changed
+    [finding] = [d for d in result.diagnostics if d.code == "AMP302"]
+    assert finding.fix is None and "train.py:1" in finding.message

@@ -505,7 +505,7 @@ class _Planner(
                 self._registered_half(node, member, initializing)
                 or self._registered_float(node, member, initializing)
             ):
-                self.problem(node, no_rewrite(member))
+                self.problem(node, no_rewrite(member, bool(initializing)))
         # a handed module can become the GradScaler
         self.handing = one or self.initializer is not None
         self._imports()

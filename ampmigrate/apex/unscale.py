@@ -64,6 +64,19 @@ _OPTIMIZER_OWN = frozenset({
 })  # fmt: skip
 
 
+# what reading an optimizer's settings looks like (a learning rate logged between backward and
+# step): its attributes that hold no gradient and apply none
+_SETTINGS = frozenset({"param_groups", "defaults", "state_dict"})
+
+
+def _settings_read(name: ast.Name, function: ast.FunctionDef) -> bool:
+    """``name`` (the optimizer, in ``function`` on disk) is the object of a settings read."""
+    return any(
+        isinstance(n, ast.Attribute) and n.value is name and n.attr in _SETTINGS
+        for n in ast.walk(function)
+    )
+
+
 class Unscale:
     """The unscale stage of ``_Planner`` (mixed into it)."""
 
@@ -104,6 +117,7 @@ class Unscale:
             after = [self.order[id(s)] for s in steps if self.order[id(s)] > self.order[id(scaled)]]
             if not after:
                 continue
+            self._optimizer_handed_on(scaled, function, opt, steps)
             for node in self.nodes[self.order[id(scaled)] + 1 : min(after)]:
                 if (
                     isinstance(node, cst.SimpleStatementLine)
@@ -143,6 +157,116 @@ class Unscale:
                 for holder in self.ancestors(clip)
             )
         ]
+
+    def _optimizer_handed_on(
+        self, scaled: cst.CSTNode, function: cst.CSTNode, opt: str, steps: list[cst.CSTNode]
+    ) -> None:
+        """A call given the scaled optimizer after the scaled backward, up to the last of its
+        steps and the ``if`` that holds it (``if tpu: xm.optimizer_step(optimizer) else:
+        optimizer.step()``, a lookahead helper): where it steps the optimizer or reads its
+        gradients it gets them times the loss scale, where apex had unscaled them when
+        ``scale_loss`` exited (the 41st review: a helper's step on one arm went on with the
+        scale in its gradients, and the loss reached NaN). Refused unless the function it
+        calls is read and only reads the optimizer's settings."""
+        start = self.order[id(scaled)]
+        end = start
+        for step in steps:
+            if self.order[id(step)] <= start:
+                continue
+            outer = step
+            for a in self.ancestors(step):
+                if a is function or self.order[id(a)] <= start:
+                    break
+                if isinstance(a, cst.If):
+                    outer = a
+            end = max(end, self.ends[id(outer)] - 1)
+        for node in self.nodes[start + 1 : end]:
+            if not isinstance(node, cst.Call) or self.within(node, scaled):
+                continue
+            if self.function(node) is not function or any(self.within(node, s) for s in steps):
+                continue
+            given = [a for a in node.args if _code(self.module, a.value) == opt]
+            if any(n.startswith(APEX) for n in self.qualified(node.func)):
+                continue  # (`amp.master_params(opt)`: the rewrite's own)
+            if not given or self._settings_only(node, given[0]):
+                continue
+            step = next(s for s in steps if self.order[id(s)] > start)
+            where = (
+                f"between its scaled backward (line {self.line(scaled)}) and the step that "
+                f"becomes `scaler.step` (line {self.line(step)})"
+                if self.order[id(node)] < self.order[id(step)]
+                else f"after its scaled backward (line {self.line(scaled)}), on a path beside "
+                f"the step that becomes `scaler.step` (line {self.line(step)})"
+            )
+            self.problem(
+                node,
+                f"`{_code(self.module, node.func)}(...)` is given `{opt}` {where}: if it steps "
+                f"`{opt}` or reads its gradients, it gets them multiplied by the loss scale, where "
+                "apex had unscaled them when `scale_loss` exited; step that path through "
+                f"`scaler.step({opt})` + `scaler.update()` (or `scaler.unscale_({opt})` before "
+                "a read), by hand",
+            )
+
+    def _settings_only(self, call: cst.Call, given: cst.Arg) -> bool:
+        """``call`` only reads the optimizer's settings (``param_groups``, ``state_dict()``):
+        torch's and the builtins' functions, or a function of this module (a method of this
+        class included) or of a module on disk whose parameter for it is read no other way and
+        that reads no gradient."""
+        names = self.qualified(call.func)
+        if names and all(n.startswith(("torch.", "builtins.")) for n in names):
+            return True
+        method = self._own_method(call)
+        found: cst.FunctionDef | ast.FunctionDef | None = method
+        parts = next((n.lstrip(".").split(".") for n in names if "<locals>" not in n), None)
+        if found is None and parts is not None:
+            found = self._defined_here(parts)
+            if found is None and self.path is not None:
+                found = module_function(self.path, ".".join(parts))
+        if found is None:
+            return False
+        if isinstance(found, ast.FunctionDef):
+            params = [a.arg for a in (*found.args.posonlyargs, *found.args.args)]
+        else:
+            params = [p.name.value for p in (*found.params.posonly_params, *found.params.params)]
+        if params and params[0] in ("self", "cls") and isinstance(call.func, cst.Attribute):
+            params = params[1:]  # (called on an object: it binds the first)
+        index = call.args.index(given)
+        name = (
+            given.keyword.value if given.keyword
+            else params[index] if index < len(params) else None
+        )  # fmt: skip
+        if name is None:
+            return False
+        if isinstance(found, ast.FunctionDef):
+            return not any(
+                (isinstance(n, ast.Attribute) and n.attr == "grad")
+                or (isinstance(n, ast.Name) and n.id == name and not _settings_read(n, found))
+                for n in ast.walk(found)
+            )
+        if self._reads_gradients(found.body, False):
+            return False
+        return all(
+            isinstance(parent := self.parent(n), cst.Attribute)
+            and parent.value is n
+            and parent.attr.value in _SETTINGS
+            for n in self._subtree(found.body)
+            if isinstance(n, cst.Name) and n.value == name
+        )
+
+    def _defined_here(self, parts: list[str]) -> cst.FunctionDef | None:
+        """The function (or ``Class.method``) of this module named ``parts``."""
+        body: Sequence[cst.CSTNode] = self.module.body
+        found: cst.CSTNode | None = None
+        for part in parts:
+            found = next(
+                (s for s in body
+                 if isinstance(s, cst.FunctionDef | cst.ClassDef) and s.name.value == part),
+                None,
+            )  # fmt: skip
+            if found is None:
+                return None
+            body = found.body.body if isinstance(found.body, cst.IndentedBlock) else []
+        return found if isinstance(found, cst.FunctionDef) else None
 
     def _switched_apart(self, read: cst.CSTNode, scaled: cst.CSTNode, function) -> bool:
         """``read`` and the scaled backward sit in the two arms of an ``if`` whose test the
@@ -336,18 +460,8 @@ class Unscale:
 
     def _reads_grad_here(self, parts: list[str]) -> bool:
         """A function (or ``Class.method``) of this module named ``parts`` reads gradients."""
-        body: Sequence[cst.CSTNode] = self.module.body
-        found: cst.CSTNode | None = None
-        for part in parts:
-            found = next(
-                (s for s in body
-                 if isinstance(s, cst.FunctionDef | cst.ClassDef) and s.name.value == part),
-                None,
-            )  # fmt: skip
-            if found is None:
-                return False
-            body = found.body.body if isinstance(found.body, cst.IndentedBlock) else []
-        return isinstance(found, cst.FunctionDef) and self._reads_gradients(found.body, False)
+        found = self._defined_here(parts)
+        return found is not None and self._reads_gradients(found.body, False)
 
     def _fresh_tensor(self, read: cst.Attribute) -> bool:
         """``x.grad`` of a tensor made in the iteration that reads it (``delta =

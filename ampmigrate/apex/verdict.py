@@ -74,8 +74,21 @@ GUARD_DOES_MORE = "the `try` around the apex import does more than guard it"
 ASSERTS_MISSING = "an assertion that apex is missing: remove it by hand"
 
 
-def no_rewrite(member: str) -> str:
+# what the rewrite writes in a layer module that the initializing files reach (casts.py)
+LAYER_ONLY = frozenset({"float_function", "disable_casts"})
+
+
+def no_rewrite(member: str, initializing: bool = False) -> str:
+    """Why ``amp.<member>`` blocks. In a file that initializes amp, a member the layer-module
+    rewrite takes is said to be rewritten there only (a reviewer read "has no O1 rewrite" as
+    "never rewritten", while the same decorator in an imported layer module is)."""
     hint = HINTS.get(member, "see AMP301's guidance")
+    if initializing and member in LAYER_ONLY:
+        return (
+            f"`amp.{member}` in the file that initializes amp is not rewritten: its torch.amp "
+            "form is written only in a layer module that the initializing files import; move "
+            f"it there or migrate it by hand ({hint})"
+        )
     if member.startswith("lists."):  # (AMP301 has no finding on these)
         hint = (
             "it edits apex's cast lists; autocast's are fixed: an op runs in the precision "

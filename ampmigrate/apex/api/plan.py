@@ -367,6 +367,55 @@ def unused_import(
     return Finding(code, message, stmt, fix)
 
 
+def unused_star(
+    names: Names, stmt: ast.ImportFrom, bound: list[str], code: str, path: str, source: Source
+) -> Finding | None:
+    """``from <apex module> import *`` (``bound``: the names it binds) when nothing here reads
+    them (None otherwise), as ``unused_import`` says of one name. Alone in a ``try`` whose
+    handlers only raise, log or pass, the ``try`` goes with it: apex is no longer needed, so
+    what ran where it was missing never runs."""
+    shown = f"from {stmt.module} import *"
+    loads = [n for name in bound for n in names.spelled(name)
+             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]  # fmt: skip
+    if any(b.node is stmt for n in loads for b in names.bindings(n)):
+        return None
+    if not any(isinstance(a, _SCOPES) for a in names.ancestors(stmt)):
+        users = users_on_disk(path, bound, imports=True)
+        if users is None or users:
+            return Finding(code, _reexported(shown, "its names", path, users), stmt)
+    tries = [
+        a
+        for a in names.ancestors(stmt)
+        if isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
+    ]
+    guard = names.parent(stmt)
+    whole = (
+        isinstance(guard, ast.Try)
+        and guard in tries
+        and guard.body == [stmt]
+        and not guard.orelse
+        and not guard.finalbody
+        and all(
+            isinstance(s, ast.Raise | ast.Pass) or _logs(s) for h in guard.handlers for s in h.body
+        )
+    )
+    message = f"`{shown}` binds names nothing here reads: the import only ties the file to apex"
+    if whole:
+        message += (
+            f"; its `try` goes with the `except` at line {guard.handlers[0].lineno}, which "
+            "only raised or logged where apex is missing"
+        )
+    elif tries:
+        message += (
+            " (an availability probe: code that tests its outcome now runs as if apex were "
+            "installed)"
+        )
+    edits = _deletion(names, guard if whole else stmt, source)
+    if not edits:
+        return Finding(code, message + "; delete it by hand", stmt)
+    return Finding(code, message, stmt, Fix("unsafe" if tries and not whole else "safe", edits))
+
+
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
