@@ -10722,3 +10722,111 @@ def test_an_optimizer_handed_to_a_settings_reader_is_still_rewritten():
         before = model.weight.detach().clone()
         namespace["train"](model, optimizer, [torch.randn(8, 4) for _ in range(3)], False)
         assert torch.isfinite(model.weight).all() and not torch.equal(model.weight, before)
+
+
+EVALUATE_ONLY = """\
+import sys
+
+import torch
+import torch.nn.functional as F
+from apex import amp
+
+
+def extract(loader, model):
+    with torch.no_grad():
+        return [model(x) for x in loader]
+
+
+def main(model, use_amp, data, evaluate_only=False):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    if use_amp:
+        model, opt = amp.initialize(model, opt, opt_level="O1")
+    if evaluate_only:
+        feats = extract(data, model)
+        return feats
+    for x in data:
+        loss = F.mse_loss(model(x), torch.zeros_like(x))
+        opt.zero_grad()
+        with amp.scale_loss(loss, opt) as scaled:
+            scaled.backward()
+        opt.step()
+    return extract(data, model)
+"""
+
+
+@pytest.mark.parametrize("ending", ["        return feats\n", "        sys.exit(0)\n"])
+def test_an_evaluation_only_branch_before_training_gets_its_region(ending):
+    """The 41st review (NAIC's `if config.evaluate: test(model, ...); return` before the
+    training loop): apex O1 cast that evaluation's forwards too, the rewrite left the call
+    outside every region (float32), and the note named the callee's forward, which the late
+    call's region did cover. A branch that ends the function or the program is such a run."""
+    source = EVALUATE_ONLY.replace("        return feats\n", ending)
+    out, finding = _migrated(source)
+    assert "`extract(...)` (line 18), `extract(...)` (line 26)" in finding.message
+    assert "runs in float32 now" not in finding.message
+    torch = pytest.importorskip("torch")
+    if "sys.exit" in ending:
+        return
+    with _on_cpu(out) as namespace:
+        model = torch.nn.Linear(4, 4)
+        data = [torch.randn(2, 4)]
+        [early] = namespace["main"](model, True, data, evaluate_only=True)
+        [late] = namespace["main"](model, True, data)
+        [off] = namespace["main"](model, False, data, evaluate_only=True)
+    assert early.dtype == late.dtype == torch.float16 and off.dtype == torch.float32
+
+
+TRAINING_STEP_METHOD = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+
+    def train(self, data):
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        model = self.model
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        for x in data:
+            self._training_step(model, x, optimizer)
+            optimizer.step()
+            optimizer.zero_grad()
+            print(self.evaluate(x))
+
+    def evaluate(self, x):
+        with torch.no_grad():
+            return self.model(x).float().sum().item()
+
+    def _training_step(self, model, x, optimizer):
+        loss = model(x).float().pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        return loss.item()
+"""
+
+
+def test_a_scaling_method_handed_the_model_is_not_said_to_run_it_outside_the_regions():
+    """The 41st review (a transformers-3 Trainer's `self._training_step(model, inputs,
+    optimizer)`): the note said that call ran the model "outside the autocast regions" in
+    float32, while the rewrite wraps that method's forward itself; the forward that does run
+    in float32, `self.evaluate()`'s `self.model(x)` (the model `model = self.model` holds,
+    which O1's `initialize` returns as it is), went unnamed."""
+    message = _message(TRAINING_STEP_METHOD)
+    assert "_training_step(...)" not in message
+    assert "the initialized model's forward in `evaluate` (line 21)" in message
+
+
+def test_ddp_no_sync_runs_no_forward():
+    """`with model.no_sync(): loss.backward()` (ANCE, in the branch without fp16) was given the
+    note of a method that may run the model's forward: DistributedDataParallel's `no_sync` runs
+    none (a method of another name still gets it)."""
+    source = HANDED_STEP.replace(
+        "        if other:\n            other_step(optimizer)\n        else:\n"
+        "            optimizer.step()\n",
+        "        if other:\n            with model.no_sync():\n                pass\n"
+        "        optimizer.step()\n",
+    )
+    assert "no_sync" not in _message(source)
+    assert "`model.embed_sync(...)`" in _message(source.replace("no_sync", "embed_sync"))

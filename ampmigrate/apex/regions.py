@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from ampmigrate.apex.common import Loop, _code, _is_call_of, _Setup, _statements
+from ampmigrate.apex.common import Loop, _code, _is_call_of, _Setup, _statements, is_path
 from ampmigrate.apex.links import derived_on_disk, module_definition, module_function
 from ampmigrate.apex.verdict import APEX
 
@@ -762,6 +762,8 @@ class Regions:
                 continue
             if any(id(a) in self.wrapped for a in self.ancestors(node)):
                 continue
+            if id(self._own_method(node)) in scaling:
+                continue  # (`self._training_step(model, ...)`: its forward has its region)
             owner = self._method_self(node)
             spelled = {f"{owner[0]}.{a}" for a in attrs} if owner is not None else set()
             if owner is None and self.function(node) is not home:  # a nested function
@@ -1063,6 +1065,17 @@ class Regions:
         models = set(setup.models)
         after = self.order[id(setup.statement)]
         for node in self._subtree(setup.home):
+            if (  # `model = self.model` before it: O1 returns the model it is given
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0].target, cst.Name)
+                and node.targets[0].target.value in setup.models
+                and isinstance(node.value, cst.Attribute)
+                and is_path(node.value)
+                and self.order.get(id(node), after) < after
+                and self.function(node) is setup.home
+            ):
+                models.add(_code(self.module, node.value))
             if not (
                 isinstance(node, cst.Assign)
                 and len(node.targets) == 1
@@ -1251,7 +1264,11 @@ class Regions:
             for node in self._subtree(body):
                 if not isinstance(node, cst.Call) or self.function(node) is not function:
                     continue
-                if function is setup.home and self.order[id(node)] < start:
+                if (
+                    function is setup.home
+                    and self.order[id(node)] < start
+                    and not self._leaves_before_training(node, setup)
+                ):
                     continue
                 callee = defined.get(node.func.value) if isinstance(node.func, cst.Name) else None
                 if callee is not None and id(callee) in scaling:
@@ -1297,6 +1314,37 @@ class Regions:
                 "statement gets its own autocast region, as apex O1 cast every forward after "
                 "`initialize`"
             )
+
+    def _leaves_before_training(self, node: cst.CSTNode, setup: _Setup) -> bool:
+        """``node`` comes after ``initialize``, in an ``if`` whose body ends the function
+        before the training loop (``if args.evaluate: validate(model, ...); return``): an
+        evaluation-only run, whose forwards apex O1 cast too (the 41st review: NAIC's
+        ``test(...)`` there ran in float32, and the note named the callee's forward)."""
+        if self.order[id(node)] < self.order[id(setup.statement)]:
+            return False
+        for holder in self.ancestors(node):
+            if holder is setup.home:
+                return False
+            if (
+                isinstance(holder, cst.If)
+                and self.order[id(holder)] > self.order[id(setup.statement)]
+                and self.within(node, holder.body)
+                and isinstance(last := holder.body.body[-1], cst.SimpleStatementLine)
+                and (isinstance(last.body[-1], cst.Return) or self._exits(last.body[-1]))
+            ):
+                return True
+        return False
+
+    def _exits(self, small: cst.BaseSmallStatement) -> bool:
+        """``sys.exit(...)``, ``exit()``, ``quit()``: the program ends there."""
+        return (
+            isinstance(small, cst.Expr)
+            and isinstance(small.value, cst.Call)
+            and bool(
+                self.qualified(small.value.func)
+                & {"sys.exit", "builtins.exit", "builtins.quit", "os._exit"}
+            )
+        )
 
     def _carriers(self, body: cst.CSTNode, models: set[str]) -> dict[str, int]:
         """The local names bound to an object built on the model, with the line: a wrapper or
@@ -1654,6 +1702,9 @@ _NO_FORWARD = frozenset({
     "share_memory", "type", "double", "bfloat16", "extra_repr", "save_pretrained",
     "tie_weights", "init_weights", "resize_token_embeddings", "num_parameters", "freeze",
     "unfreeze", "save", "load", "print", "summary", "reset_parameters", "set_grad",
+    # DistributedDataParallel's own (`with model.no_sync(): loss.backward()`, ANCE)
+    "no_sync", "join", "join_hook", "register_comm_hook",
+    "gradient_checkpointing_enable", "gradient_checkpointing_disable",
 })  # fmt: skip
 
 
