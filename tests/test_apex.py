@@ -10830,3 +10830,16 @@ def test_ddp_no_sync_runs_no_forward():
     )
     assert "no_sync" not in _message(source)
     assert "`model.embed_sync(...)`" in _message(source.replace("no_sync", "embed_sync"))
+
+
+def test_an_optimizer_handed_on_after_its_step_on_the_same_path_is_fine():
+    """A checkpoint helper given the optimizer after the step, in the same arm of the
+    accumulation `if` (simpletransformers' `self._save_model(..., optimizer=optimizer)`): the
+    step has unscaled the gradients there, as apex had; not a blocker (it was, at first)."""
+    source = HANDED_STEP.replace(
+        "        if other:\n            other_step(optimizer)\n        else:\n"
+        "            optimizer.step()\n",
+        "        if other:\n            optimizer.step()\n            other_step(optimizer)\n",
+    )
+    assert "is given `optimizer`" not in _message(source)
+    _migrated(source)

@@ -185,6 +185,11 @@ class Unscale:
                 continue
             if self.function(node) is not function or any(self.within(node, s) for s in steps):
                 continue
+            if any(  # after a step on its own path (a checkpoint saved after the step)
+                start < self.order[id(s)] < self.order[id(node)] and not self._parting_if(s, node)
+                for s in steps
+            ):
+                continue
             given = [a for a in node.args if _code(self.module, a.value) == opt]
             if any(n.startswith(APEX) for n in self.qualified(node.func)):
                 continue  # (`amp.master_params(opt)`: the rewrite's own)
