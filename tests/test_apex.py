@@ -10588,24 +10588,47 @@ def test_a_loss_scaled_with_an_optimizer_never_initialized_is_a_broken_original(
     assert "never gives to `amp.initialize`" not in _message(handed)
 
 
-def test_a_step_that_shares_its_line_is_named_as_such():
+SHARED_LINE = """\
+import torch
+from apex import amp
+
+
+def train(model, opt, batches):
+    model, opt = amp.initialize(model, opt, opt_level="O1")
+    for x in batches:
+        loss = model(x).float().pow(2).mean()
+        with amp.scale_loss(loss, opt) as scaled:
+            scaled.backward()
+        opt.step(); opt.zero_grad()  # one line
+"""
+
+
+def test_a_step_first_on_a_shared_line_is_rewritten_and_trains():
     """The 34th review: `opt.step(); opt.zero_grad()` on one line was "no `opt.step()`
-    statement in the function that scales the loss", which is false; the refusal says what
-    is in the way."""
-    message = _message("""\
-        import torch
-        from apex import amp
+    statement in the function that scales the loss", which is false; then a refusal "put it
+    on a line of its own" (the 41st review: trivial for a tool). The step becomes
+    `scaler.step` + `update()`, the statements after it keep their order on lines of their own,
+    with the line's comment; it trains on CPU."""
+    out, _ = _migrated(SHARED_LINE)
+    assert (
+        "        scaler.step(opt)\n        scaler.update()\n        opt.zero_grad()  # one line\n"
+        in out
+    )
+    torch = pytest.importorskip("torch")
+    with _on_cpu(out) as namespace:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        before = model.weight.detach().clone()
+        namespace["train"](model, opt, [torch.randn(8, 4) for _ in range(3)])
+        assert not torch.equal(model.weight, before) and model.weight.grad is None
 
 
-        def train(model, opt, batches):
-            model, opt = amp.initialize(model, opt, opt_level="O1")
-            for x in batches:
-                loss = model(x).sum()
-                with amp.scale_loss(loss, opt) as scaled:
-                    scaled.backward()
-                opt.step(); opt.zero_grad()
-    """)
-    assert "`opt.step()` shares its line with other statements (`;`)" in message
+def test_a_step_after_other_statements_on_its_line_is_named_as_such():
+    """Statements before the step on its line (`opt.zero_grad(); opt.step()`) stay a refusal
+    that says what is in the way."""
+    message = _message(SHARED_LINE.replace("opt.step(); opt.zero_grad()", "x = 1; opt.step()"))
+    assert "`opt.step()` shares its line with other statements (`;`) that run before it" in message
     assert "no `opt.step()` statement" not in message
 
 

@@ -578,11 +578,25 @@ class Step:
                 )
             ):  # `opt.step(); opt.zero_grad()` (the 34th review: was "no `opt.step()`")
                 found.append(node)
+                first = node.body[0]
+                if (
+                    isinstance(first, cst.Expr)
+                    and _is_call_of(first.value, "step")
+                    and _code(self.module, first.value.func.value) in names
+                    and not first.value.args
+                    and not self.dead(node)
+                ):  # the step first: the statements after it go on lines of their own
+                    tail = [_code(self.module, small).strip() for small in node.body[1:]]
+                    comment = node.trailing_whitespace.comment
+                    if comment is not None:
+                        tail[-1] += f"  {comment.value}"
+                    self._replace_step(node, access, opt, tail)
+                    continue
                 self.problem(
                     node,
-                    f"`{opt}.step()` shares its line with other statements (`;`): put it on "
-                    "a line of its own, where `scaler.step` + `scaler.update()` can take its "
-                    "place",
+                    f"`{opt}.step()` shares its line with other statements (`;`) that run "
+                    "before it: put it on a line of its own, where `scaler.step` + "
+                    "`scaler.update()` can take its place",
                 )
                 continue
             if not (
