@@ -235,8 +235,9 @@ class _Planner(
             line, spelled = banned
             self.plan.problems.append(
                 f"line {line} of the rewrite runs `{spelled}` (binary cross entropy) in an "
-                "autocast region, where CUDA autocast refuses it (apex O1 ran it, on the "
-                "float32 inputs it required): compute it on logits with "
+                "autocast region, where CUDA autocast refuses it (apex O1 ran it on float32 "
+                "inputs and raised on a float16 one, such as a sigmoid of a float16 linear "
+                "output): compute it on logits with "
                 "`torch.nn.BCEWithLogitsLoss`, or run it under "
                 '`torch.amp.autocast("cuda", enabled=False)` on `.float()` inputs, by hand'
             )
@@ -247,8 +248,9 @@ class _Planner(
             self.plan.problems.append(
                 f"line {line} of the rewrite runs `{spelled}(...)` in an autocast region, and "
                 f"{where} calls binary cross entropy, which CUDA autocast refuses whatever the "
-                "inputs' dtype (apex O1 ran it, on the float32 inputs it required): compute it "
-                "on logits with `torch.nn.BCEWithLogitsLoss`, or run it under "
+                "inputs' dtype (apex O1 ran it on float32 inputs and raised on a float16 one, "
+                "such as a sigmoid of a float16 linear output): compute it on logits with "
+                "`torch.nn.BCEWithLogitsLoss`, or run it under "
                 '`torch.amp.autocast("cuda", enabled=False)` on `.float()` inputs, by hand'
             )
             return
