@@ -8206,7 +8206,10 @@ def test_a_level_from_a_call_is_not_said_to_be_set_outside_the_file():
     assert "set outside this file" not in stored and "opt_level O2:" in stored
     config = source.replace('CONFIG = {"level": "O2"}', "CONFIG = dict(load())")
     config = config.replace("opt_level=get_level()", 'opt_level=CONFIG["level"]')
-    assert '`CONFIG["level"]`, which this file does not fix to O0/O1' in _message(config)
+    assert (
+        '`CONFIG["level"]`, whose value the rewrite cannot trace to O0/O1 in this file'
+        in _message(config)
+    )
 
 
 def test_a_loss_kept_on_the_object_gets_its_region():

@@ -1295,6 +1295,11 @@ _VENDORED = {
         ("from pkg import utils", "print(utils.ApexScaler)", True),
         ("from pkg.utils import ApexScaler", "print(ApexScaler)", True),
         ("from pkg import utils", 'print(getattr(utils, "Apex" + "Scaler"))', True),
+        # a star import beside timm's probe `getattr(torch.cuda.amp, "autocast")`, which
+        # reaches that literal name only (the 42nd review: vendored-timm scripts refused)
+        ("from pkg.utils import *", 'print(getattr(torch, "float16"), accuracy(loss))', False),
+        ("from pkg.utils import *", "print(getattr(torch, name), accuracy(loss))", True),
+        ("from pkg.utils import *", 'print(getattr(torch, "ApexScaler"))', True),
     ],
 )  # fmt: skip
 def test_a_class_a_package_only_re_exports_does_not_tie_the_script(tmp_path, imports, uses, tied):

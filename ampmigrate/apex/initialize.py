@@ -1115,7 +1115,7 @@ class Initialize:
             ):
                 origin = f"the parameter `{level.value}`: a caller may pass any level"
             elif isinstance(level, cst.Name):
-                origin = f"`{spelled}`, which this file does not fix to O0/O1"
+                origin = f"`{spelled}`, whose value the rewrite cannot trace to O0/O1 in this file"
             elif not _plain(level) and (param := self._parameter_read(level, init)) is not None:
                 default = (
                     f" (default `{_code(self.module, param.default)}`)"
@@ -1137,7 +1137,7 @@ class Initialize:
             ):
                 origin = f"`{spelled}`, set outside this file (a config, an argument)"
             else:
-                origin = f"`{spelled}`, which this file does not fix to O0/O1"
+                origin = f"`{spelled}`, whose value the rewrite cannot trace to O0/O1 in this file"
             branches = [
                 n for n in self.nodes if isinstance(n, cst.Comparison)
                 and any(self._other_level(o) for o in _operands(n))

@@ -2019,9 +2019,23 @@ def _star_loads(tree: ast.Module, module: str) -> set[str] | None:
     (it may hand the names on), a lookup by a computed name."""
     if os.path.basename(module) == "__init__.py":
         return None
-    loaded = set()
+    literal = {  # `getattr(m, "name")` reaches that name only (timm's `torch.cuda.amp` probe)
+        id(n.func): n.args[1].value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Name)
+        and n.func.id == "getattr"
+        and len(n.args) >= 2
+        and isinstance(n.args[1], ast.Constant)
+        and isinstance(n.args[1].value, str)
+    }
+    loaded = set(literal.values())
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in _DYNAMIC | {"__getattr__"}:
+        if (
+            isinstance(node, ast.Name)
+            and node.id in _DYNAMIC | {"__getattr__"}
+            and id(node) not in literal
+        ):
             return None
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             loaded.add(node.id)
