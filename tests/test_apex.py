@@ -10869,3 +10869,72 @@ def test_an_optimizer_handed_on_after_its_step_on_the_same_path_is_fine():
     )
     assert "is given `optimizer`" not in _message(source)
     _migrated(source)
+
+
+INFERENCE_SWITCH = """\
+import torch
+from apex import amp
+
+
+def predict(model, x, fp16):
+    level = "O1" if fp16 else "O0"
+    model = amp.initialize(model, opt_level=level)
+    with torch.no_grad():
+        return model(x)
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("", ""),  # the level assigned first (MaskRCNN's test_net.py)
+        (  # written at the keyword
+            '    level = "O1" if fp16 else "O0"\n'
+            "    model = amp.initialize(model, opt_level=level)",
+            '    model = amp.initialize(model, opt_level="O1" if fp16 else "O0")',
+        ),
+        (  # the other way round
+            '    level = "O1" if fp16 else "O0"\n'
+            "    model = amp.initialize(model, opt_level=level)",
+            '    model = amp.initialize(model, opt_level="O0" if not fp16 else "O1")',
+        ),
+    ],
+)
+def test_an_inference_initialize_at_an_o0_o1_switch_is_rewritten(old, new):
+    """The 42nd review (DeepLearningExamples' MaskRCNN, from the parent of the commit in which
+    its authors left apex): an inference `initialize` whose level is `"O1" if x else "O0"` was
+    refused ("only O1 ... maps to autocast"), though the level is provably O0 or O1 and the
+    training file's same switch was taken; it kept a six-file component on apex. The region
+    is enabled by the switch: float16 where it held, float32 where apex was off."""
+    out, _ = _migrated(INFERENCE_SWITCH.replace(old, new))
+    assert "amp.initialize" not in out
+    torch = pytest.importorskip("torch")
+    with _on_cpu(out) as namespace:
+        model = torch.nn.Linear(4, 2)
+        x = torch.randn(3, 4)
+        assert namespace["predict"](model, x, True).dtype == torch.float16
+        assert namespace["predict"](model, x, False).dtype == torch.float32
+
+
+def test_an_o0_o1_switch_at_the_keyword_is_the_training_scalers_switch():
+    """`initialize(..., opt_level="O1" if fp16 else "O0")` in training: the GradScaler and
+    the regions are `enabled=fp16`, as for the assigned form; a conditional naming O2 says so."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        def train(model, optimizer, data, fp16):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1" if fp16 else "O0")
+            for x in data:
+                loss = model(x).float().pow(2).mean()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+    """)
+    out, _ = _migrated(source)
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=fp16)' in out
+    assert "dtype=torch.float16, enabled=fp16)" in out
+    message = _message(source.replace('else "O0"', 'else "O2"'))
+    assert 'opt_level `"O1" if fp16 else "O2"` may be "O2"' in message

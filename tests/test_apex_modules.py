@@ -2428,3 +2428,47 @@ def test_a_cast_helper_in_a_form_the_rewrite_does_not_take_says_so(tmp_path):
     message = _amp303(run(_files(tmp_path), _settings()))["train.py"].message
     assert "has no O1 rewrite" not in message
     assert "its `amp.float_function` is not in a form the rewrite takes with this file" in message
+
+
+def test_a_layer_cast_held_back_by_another_blocker_is_not_said_to_have_no_rewrite(tmp_path):
+    """The 42nd review (DeepLearningExamples' Jasper, from the parent of its authors' own
+    migration): a training script refused for another reason (a checkpoint object in another
+    module) listed its feature module's `with amp.disable_casts():` as a blocker of its own,
+    "has no O1 rewrite ... replace it first", though the run writes that form with the
+    script. The true blocker alone is said; without it the three files are rewritten."""
+    (tmp_path / "feats.py").write_text(
+        "import torch\nfrom apex import amp\n\n\n"
+        "def feat(x):\n    with amp.disable_casts():\n        return torch.fft.rfft(x).abs()\n"
+    )
+    (tmp_path / "helpers.py").write_text(
+        "import torch\nfrom apex import amp\n\n\nclass Checkpointer:\n"
+        "    def save(self, model):\n"
+        '        torch.save({"model": model.state_dict(), "amp": amp.state_dict()}, "x.pt")\n'
+    )
+    train = (
+        "import torch\nfrom apex import amp\nfrom feats import feat\n"
+        "from helpers import Checkpointer\n\n\n"
+        "def main(model, opt, data):\n"
+        '    model, opt = amp.initialize(model, opt, opt_level="O1")\n'
+        "    ck = Checkpointer()\n"
+        "    for x in data:\n"
+        "        loss = model(feat(x)).mean()\n"
+        "        with amp.scale_loss(loss, opt) as scaled:\n"
+        "            scaled.backward()\n"
+        "        opt.step()\n"
+        "    ck.save(model)\n"
+    )
+    (tmp_path / "train.py").write_text(train)
+    results = run(_files(tmp_path), _settings(fix=True))
+    message = _amp303(results)["train.py"].message
+    assert "helpers.py (imported by train.py at line 4) calls `amp.state_dict`" in message
+    assert "has no O1 rewrite" not in message and "disable_casts" not in message
+    assert not any(r.changed for r in results)
+    (tmp_path / "train.py").write_text(
+        train.replace("from helpers import Checkpointer\n", "")
+        .replace("    ck = Checkpointer()\n", "")
+        .replace("    ck.save(model)\n", "")
+    )
+    (tmp_path / "helpers.py").unlink()
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert all(r.changed and b"apex" not in r.new_source for r in results)

@@ -1088,6 +1088,24 @@ class Handles:
                 )
                 continue
             shown = os.path.relpath(sibling.path, folder)
+            held = self.casts if self.casts is not None and self.casts.broken else None
+            if held is not None and sibling.path in held.layers:
+                # its casts have a rewrite, written with this file's: no step of its own (the
+                # 42nd review: "has no O1 rewrite ... replace it first" sent users to do by
+                # hand what the run does once the real blocker is gone)
+                cast = f"{shown}'s `amp.{sibling.member}` at its line {sibling.line}"
+                if held.broken_by == os.path.abspath(self.path):
+                    self.plan.notes.append(
+                        f"{cast} gets its torch.amp form in the same run as this file, once "
+                        "this file's blockers are gone"
+                    )
+                else:
+                    self.problem(
+                        self.plan.anchor,
+                        f"{cast} gets its torch.amp form only together with every file that "
+                        f"initializes amp and reaches it: {held.broken}",
+                    )
+                continue
             via = os.path.relpath(sibling.importer, folder)
             uses = f"calls `amp.{sibling.member}`"
             if sibling.member in SUPPORTED:

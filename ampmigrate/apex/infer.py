@@ -97,7 +97,7 @@ class InferenceOnly:
             if without_optimizer(args)
             else f"whose optimizer `{code(given)}` no loss is scaled with (it only casts)"
         )
-        if isinstance(level, cst.SimpleString) or level is None or self.declared is None:
+        if isinstance(level, cst.SimpleString) or level is None:
             if not (isinstance(level, cst.SimpleString) and level.evaluated_value == "O1"):
                 self.problem(
                     init,

@@ -977,7 +977,29 @@ class Initialize:
         """``level = "O1" if x else "O0"``, assigned once before ``initialize``: O0 is apex
         switched off, so the GradScaler and autocast are ``enabled=x`` (and the assignment goes
         when only ``initialize`` read it), else ``enabled=level == "O1"``. A branch naming
-        another level blocks; anything else is None (taken as O1, with a note)."""
+        another level blocks; anything else is None (taken as O1, with a note). The same
+        conditional written at the keyword (``opt_level="O1" if fp16 else "O0"``, the 42nd
+        review: "not provably O1", where the assigned form was taken) is that switch too."""
+        if isinstance(level, cst.IfExp):
+            inline = [level.body, level.orelse]
+            values = [b.evaluated_value if isinstance(b, cst.SimpleString) else None
+                      for b in inline]  # fmt: skip
+            other = [v for v in values if v is not None and v not in ("O0", "O1")]
+            if other:
+                self.problem(
+                    init,
+                    f'opt_level `{_code(self.module, level)}` may be "{other[0]}": only O1 '
+                    "(autocast + GradScaler) exists in torch.amp; O2/O3 cast the model, which "
+                    "native AMP does not do",
+                )
+                return None
+            if sorted(v or "" for v in values) != ["O0", "O1"]:
+                return None  # (one level either way, or a computed one: read as any other)
+            if values == ["O1", "O0"]:
+                return level.test
+            return cst.UnaryOperation(
+                cst.Not(), cst.parse_expression(f"({_code(self.module, level.test)})")
+            )
         if not isinstance(level, cst.Name):
             return None
         refs, assign = self._single_store(level.value, init)
