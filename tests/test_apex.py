@@ -6559,12 +6559,14 @@ def test_a_clip_whose_step_is_in_one_branch_is_not_said_to_run_every_micro_batch
     assert stepped in source
     source = source.replace(
         stepped,
-        "                    if self.args.tpu:\n                        tpu_step(optimizer)\n"
+        "                    if self.args.tpu:\n"
+        "                        xm.optimizer_step(optimizer)\n"
         "                    else:\n                        optimizer.step()\n",
     )
+    source = "import torch_xla.core.xla_model as xm\n" + source
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix is not None
-    assert "runs where the step may not follow it (`optimizer.step()` at line 50" in (
+    assert "runs where the step may not follow it (`optimizer.step()` at line 51" in (
         finding.message
     )
     assert "runs on every micro-batch" not in finding.message
@@ -10707,19 +10709,20 @@ def train(model, optimizer, data, other):
             "after its scaled backward (line 13), on a path beside the step that becomes "
             "`scaler.step` (line 17)",
         ),
-        (  # a function the rewrite cannot read (transformers' TPU step)
+        (  # a function the rewrite cannot read
             "            other_step(optimizer)",
-            "            xm.optimizer_step(optimizer)",
+            "            lookahead.step_with(optimizer)",
             "between its scaled backward (line 13) and the step that becomes `scaler.step` "
             "(line 19)",
         ),
     ],
 )
 def test_an_optimizer_handed_to_a_call_beside_its_step_is_refused(old, new, where):
-    """The 41st review: `if tpu: xm.optimizer_step(optimizer) else: optimizer.step()` (a
-    transformers-3 Trainer copy) and any helper that steps on one arm: only `optimizer.step()`
-    became `scaler.step`, the other arm stepped gradients still multiplied by the scale (its
-    CPU run: loss 0.18, then 1.9e8, then NaN). apex had unscaled them at `scale_loss`'s exit."""
+    """The 41st review: a helper that steps on one arm (`if other: other_step(optimizer) else:
+    optimizer.step()`): only `optimizer.step()` became `scaler.step`, the other arm stepped
+    gradients still multiplied by the scale (its CPU run: loss 0.18, then 1.9e8, then NaN).
+    apex had unscaled them at `scale_loss`'s exit. (torch_xla's `xm.optimizer_step`, the
+    transformers Trainer's TPU arm, passes: apex never initialized a model off CUDA.)"""
     source = HANDED_STEP.replace(old, new)
     message = _message(source)
     assert "is given `optimizer` " + where in message

@@ -185,6 +185,8 @@ class Unscale:
                 continue
             if self.function(node) is not function or any(self.within(node, s) for s in steps):
                 continue
+            if self._switched_apart(node, scaled, function):
+                continue  # (the other arm of a switch: native AMP's own `scaler.step(opt)`)
             if any(  # after a step on its own path (a checkpoint saved after the step)
                 start < self.order[id(s)] < self.order[id(node)] and not self._parting_if(s, node)
                 for s in steps
@@ -193,6 +195,10 @@ class Unscale:
             given = [a for a in node.args if _code(self.module, a.value) == opt]
             if any(n.startswith(APEX) for n in self.qualified(node.func)):
                 continue  # (`amp.master_params(opt)`: the rewrite's own)
+            if isinstance(holder := self.parent(self.parent(node)), cst.With) and any(
+                self.within(s, holder.body) for s in steps
+            ):
+                continue  # (a context around the step, Horovod's `skip_synchronize`)
             if not given or self._settings_only(node, given[0]):
                 continue
             step = next(s for s in steps if self.order[id(s)] > start)
@@ -216,9 +222,11 @@ class Unscale:
         """``call`` only reads the optimizer's settings (``param_groups``, ``state_dict()``):
         torch's and the builtins' functions, or a function of this module (a method of this
         class included) or of a module on disk whose parameter for it is read no other way and
-        that reads no gradient."""
+        that reads no gradient. torch_xla's (``xm.optimizer_step``, transformers' TPU arm) pass
+        too: apex's ``initialize`` raised for a model whose parameters are not CUDA tensors,
+        so that arm never ran with apex's scaling on."""
         names = self.qualified(call.func)
-        if names and all(n.startswith(("torch.", "builtins.")) for n in names):
+        if names and all(n.startswith(("torch.", "builtins.", "torch_xla.")) for n in names):
             return True
         method = self._own_method(call)
         found: cst.FunctionDef | ast.FunctionDef | None = method
