@@ -2472,3 +2472,53 @@ def test_a_layer_cast_held_back_by_another_blocker_is_not_said_to_have_no_rewrit
     (tmp_path / "helpers.py").unlink()
     results = run(_files(tmp_path), _settings(fix=True))
     assert all(r.changed and b"apex" not in r.new_source for r in results)
+
+
+_FAMILY_BASE = (
+    "import torch\nfrom apex import amp\n\n\nclass Base:\n"
+    "    def __init__(self, args, net):\n"
+    "        self.args = args\n        self.net = net.cuda()\n"
+    "        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)\n"
+    "        if args.amp:\n"
+    '            self.net, self.opt = amp.initialize(self.net, self.opt, opt_level="O1")\n'
+)
+_FAMILY_DERIVED = (
+    "from apex import amp\nfrom pkg.base import Base\n\n\nclass Model(Base):\n"
+    "    def __init__(self, args, net):\n        {up}\n        self.tag = 'x'\n\n"
+    "    def train(self, x):\n        for _ in range(3):\n            self.opt.zero_grad()\n"
+    "            loss = self.net(x).float().pow(2).mean()\n"
+    "            if self.args.amp:\n"
+    "                with amp.scale_loss(loss, self.opt) as scaled_loss:\n"
+    "                    scaled_loss.backward()\n"
+    "            else:\n                loss.backward()\n            self.opt.step()\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("up", "rewritten"),
+    [
+        ("super().__init__(args, net)", True),
+        ("super(Model, self).__init__(args, net)", True),
+        ("Base.__init__(self, args, net)", True),
+        ("self.args = args", False),  # no call up: its objects would read no GradScaler
+    ],
+)
+def test_a_derived_class_calling_up_in_either_spelling_keeps_the_family(tmp_path, up, rewritten):
+    """The 42nd review (segmentationPytorch): `super(SegmentationModel, self).__init__(...)` was
+    read as no call of the base `__init__` that makes the GradScaler, and the family of three
+    modules was refused with that false reason; the explicit `Base.__init__(self, ...)` too."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "base.py").write_text(_FAMILY_BASE)
+    (tmp_path / "pkg" / "a.py").write_text(_FAMILY_DERIVED.format(up=up))
+    results = run(_files(tmp_path), _settings(fix=True))
+    message = _amp303(results)["a.py"].message
+    if rewritten:
+        changed = {
+            Path(r.path).name for r in results if r.changed and b"from apex" not in r.new_source
+        }
+        assert changed == {"a.py", "base.py"}, [(r.path, r.diagnostics) for r in results]
+        assert "without calling" not in message
+    else:
+        assert not any(r.changed for r in results)
+        assert "`Model.__init__` overrides the method that would make" in message

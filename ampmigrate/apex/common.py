@@ -194,6 +194,22 @@ def _targets(node: cst.BaseExpression) -> set[str]:
     return set()
 
 
+def calls_up(module: cst.Module, call: cst.Call, method: str, cls: cst.ClassDef) -> bool:
+    """``call`` runs the base class's ``method`` from a method of ``cls``: ``super().method``,
+    the two-argument ``super(Cls, self).method`` (the 42nd review: segmentationPytorch's
+    subclasses were said not to call it) or ``Base.method(self, ...)`` of a base it names."""
+    func = _code(module, call.func).replace(" ", "")
+    bases = {_code(module, b.value).replace(" ", "") for b in cls.bases}
+    if func == f"super().{method}":
+        return True
+    head, dot, attr = func.rpartition(".")
+    if not dot or attr != method:
+        return False
+    if head.startswith("super(") and head.endswith(")"):
+        return head[len("super(") : -1].partition(",")[0] == cls.name.value
+    return head in bases and bool(call.args)
+
+
 def _is_call_of(node: cst.CSTNode, attr: str) -> bool:
     return (
         isinstance(node, cst.Call)

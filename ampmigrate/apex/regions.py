@@ -13,7 +13,15 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from ampmigrate.apex.common import Loop, _code, _is_call_of, _Setup, _statements, is_path
+from ampmigrate.apex.common import (
+    Loop,
+    _code,
+    _is_call_of,
+    _Setup,
+    _statements,
+    calls_up,
+    is_path,
+)
 from ampmigrate.apex.links import derived_on_disk, module_definition, module_function
 from ampmigrate.apex.verdict import APEX
 
@@ -772,7 +780,7 @@ class Regions:
                                else set())  # fmt: skip
             if not any(_code(self.module, a.value) in names for a in node.args):
                 continue
-            if _code(self.module, node.func).replace(" ", "") == "super().__init__":
+            if calls_up(self.module, node, "__init__", holder):
                 continue  # the base class keeps it (`SimpleTrainer(model, ...)`)
             if not self._may_run(node, None, names, {}, 0):
                 continue

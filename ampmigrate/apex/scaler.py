@@ -17,6 +17,7 @@ from ampmigrate.apex.common import (
     _Setup,
     _statements,
     _targets,
+    calls_up,
 )
 from ampmigrate.apex.links import _parsed, _read, users_on_disk
 
@@ -362,7 +363,7 @@ class Scaler:
             calls = any(
                 isinstance(n, cst.Expr)
                 and isinstance(n.value, cst.Call)
-                and _code(self.module, n.value.func) == f"super().{home}"
+                and calls_up(self.module, n.value, home, cls)
                 and self.function(n) is method
                 for n in self._subtree(method.body)
             )
