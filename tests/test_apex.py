@@ -10941,3 +10941,69 @@ def test_an_o0_o1_switch_at_the_keyword_is_the_training_scalers_switch():
     assert "dtype=torch.float16, enabled=fp16)" in out
     message = _message(source.replace('else "O0"', 'else "O2"'))
     assert 'opt_level `"O1" if fp16 else "O2"` may be "O2"' in message
+
+
+UNWRAPPED_EVAL = """\
+import torch
+from apex import amp
+
+
+def _unwrap(m):
+    return m.module if isinstance(m, torch.nn.DataParallel) else m
+
+
+def evaluate(model, x):
+    return _unwrap(model).encode(x)
+
+
+def save_checkpoint(model, optimizer, x, path):
+    vol = model.eval_volume(x)
+    torch.save({"model": model.state_dict(), "vol": vol}, path)
+
+
+def train(model, optimizer, data):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x in data:
+        loss = model(x).float().pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        with torch.no_grad():
+            z = evaluate(model, x)
+    save_checkpoint(model, optimizer, x, "x.pt")
+    return z
+"""
+
+
+def test_forwards_through_a_helper_or_a_method_of_any_name_are_covered_or_stated():
+    """The 42nd review (cryodrgn): `evaluate` reached the model through `_unwrap(model)`, and
+    `save_checkpoint` ran `model.eval_volume(...)`: both ran in float32 after the rewrite with
+    no region and no note (apex O1 cast them; `model.encode(...)` alone had a note, as the
+    method names the note knew were a short list). Both calls get their regions."""
+    out, finding = _migrated(UNWRAPPED_EVAL)
+    assert "`evaluate(...)` (line 27), `save_checkpoint(...)` (line 28)" in finding.message
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Linear):
+        def encode(self, x):
+            return self(x)
+
+    with _on_cpu(out) as namespace:
+        model = Net(4, 4)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        namespace["save_checkpoint"] = lambda *args: None  # (no file written)
+        z = namespace["train"](model, optimizer, [torch.randn(2, 4)])
+    assert z.dtype == torch.float16
+
+
+@pytest.mark.parametrize(("method", "noted"), [("eval_volume", True), ("state_dict", False)])
+def test_a_method_of_the_held_model_outside_the_regions_is_stated(method, noted):
+    """Any method of the initialized model may run its forward (`self.model.eval_volume(x)`),
+    but torch's own that run none (`state_dict`): the float32 note names the first only."""
+    source = TRAINING_STEP_METHOD.replace(
+        "return self.model(x).float().sum().item()", f"return self.model.{method}(x)"
+    )
+    assert f"self.model.{method}(x)" in source
+    message = _message(source)
+    assert ("the initialized model's forward in `evaluate` (line 21)" in message) is noted

@@ -891,10 +891,7 @@ class Regions:
             models = stored | aliases[id(function)]
             if (
                 func not in models
-                and not (
-                    base in models
-                    and (attr.startswith("forward") or attr in _RUNS or _SUBMODULE.search(attr))
-                )
+                and not (base in models and _may_forward(attr))
                 and not _submodule_of(node.func, models, self.module)
             ):
                 continue
@@ -1458,6 +1455,15 @@ class Regions:
                 if not attributes or attributes[0] not in _QUIET_METHODS:
                     return True  # `model(x)`, `model.bert(x)`, `model.module.generate(...)`
                 continue
+            if (
+                isinstance(chain, cst.Call)
+                and attributes
+                and attributes[-1] not in _QUIET_METHODS
+                and any(
+                    isinstance(a.value, cst.Name) and a.value.value in received for a in chain.args
+                )
+            ):  # `_unwrap(model).encode(x)`: a helper that may hand it back (cryodrgn, 42nd
+                return True  # review: the evaluation ran in float32 with no note)
             if any(isinstance(a.value, cst.Name) and a.value.value in received for a in node.args):
                 inner = defined.get(node.func.value) if isinstance(node.func, cst.Name) else None
                 if self._may_run(node, inner, received, defined, depth + 1):
@@ -1700,6 +1706,23 @@ _SUBMODULE = re.compile(
     r"^(?!(load|save|set|get|init|build|freeze|unfreeze|print|log|reset|copy|export|restore)_)"
     r".*(model|net|encoder|decoder|generator|discriminator|backbone)$"
 )
+
+
+def _may_forward(attr: str) -> bool:
+    """``model.<attr>(...)`` may run the model's forward: any method but torch's own that run
+    none (the 42nd review: `model.eval_volume(...)` in a checkpoint helper ran in float32 with
+    no note, while `model.encode(...)` had one)."""
+    return (
+        attr.startswith("forward")
+        or attr in _RUNS
+        or bool(_SUBMODULE.search(attr))
+        or not (
+            attr in _QUIET_METHODS
+            or attr in _NO_FORWARD
+            or attr.startswith(("_", "named_", "register_", "set_", "get_", "load_", "save_"))
+            or attr.startswith(("print_", "to_"))
+        )
+    )
 
 
 # methods of a module that run no forward (besides _QUIET_METHODS)
