@@ -11007,3 +11007,82 @@ def test_a_method_of_the_held_model_outside_the_regions_is_stated(method, noted)
     assert f"self.model.{method}(x)" in source
     message = _message(source)
     assert ("the initialized model's forward in `evaluate` (line 21)" in message) is noted
+
+
+PARTIAL_CALLBACK = """\
+import functools
+
+import torch
+from apex import amp
+
+
+def evaluate(iteration, model, x):
+    with torch.no_grad():
+        return model(x)
+
+
+def do_train(model, optimizer, data, callback=None):
+    for it, x in enumerate(data):
+        loss = model(x).float().pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if callback is not None:
+            callback(iteration=it)
+
+
+def main(model, optimizer, data):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    cb = functools.partial(evaluate, model=model, x=data[0])
+    do_train(model, optimizer, data, callback=cb)
+"""
+
+
+def test_a_model_bound_into_a_partial_is_stated_not_wrapped_where_it_is_built():
+    """The 42nd review (DeepLearningExamples' MaskRCNN per-epoch test callback): the statement
+    that builds `functools.partial(evaluate, model=model)` got an autocast region, "as apex O1
+    cast those forwards too", though building it runs nothing, and the forward it runs later
+    inside `do_train` went unnamed (float32 on CPU). No region there now, and the note names
+    the forward and the partial."""
+    out, finding = _migrated(PARTIAL_CALLBACK)
+    assert "    cb = functools.partial(evaluate, model=model, x=data[0])\n" in out
+    assert "handed to code that may run it at `functools.partial" not in finding.message
+    assert (
+        "the initialized model's forward in `evaluate` (line 9, handed to "
+        "`functools.partial(...)` at line 25" in finding.message
+    )
+
+
+def test_a_model_handed_on_through_a_local_bound_in_an_arm_is_stated():
+    """The 42nd review (YOLOX's `after_epoch`: `evalmodel = self.ema` or `self.model` in the two
+    arms, then `self.evaluator.run(evalmodel)`): the evaluation ran in float32 with no note,
+    where the same call given `self.model` had one."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        class Trainer:
+            def __init__(self, model, opt, evaluator):
+                self.model, self.opt, self.evaluator = model, opt, evaluator
+                self.use_ema, self.ema = False, None
+
+            def before_train(self):
+                self.model, self.opt = amp.initialize(self.model, self.opt, opt_level="O1")
+
+            def train_one_iter(self, x):
+                loss = self.model(x).float().pow(2).mean()
+                with amp.scale_loss(loss, self.opt) as scaled_loss:
+                    scaled_loss.backward()
+                self.opt.step()
+                self.opt.zero_grad()
+
+            def after_epoch(self):
+                if self.use_ema:
+                    evalmodel = self.ema
+                else:
+                    evalmodel = self.model
+                return self.evaluator.run(evalmodel)
+    """)
+    assert "handed to `self.evaluator.run(...)` (line 25)" in _message(source)

@@ -44,7 +44,7 @@ _WRAPS = frozenset({
     "torch.nn.parallel.distributed.DistributedDataParallel", "torch.save", "copy.deepcopy",
     "apex.parallel.DistributedDataParallel", "apex.parallel.distributed.DistributedDataParallel",
     "apex.parallel.convert_syncbn_model", "torch.nn.SyncBatchNorm.convert_sync_batchnorm",
-    "torch.compile",
+    "torch.compile", "functools.partial",
 })  # fmt: skip
 # methods of a model that run no forward pass
 _QUIET_METHODS = frozenset({
@@ -778,6 +778,9 @@ class Regions:
                 spelled = {f"self.{a}" for a in attrs}
             names = spelled | ({m for m in stored if "." not in m} if self.function(node) is home
                                else set())  # fmt: skip
+            # a local bound to it (`evalmodel = self.model` in one arm, YOLOX's `after_epoch`,
+            # the 42nd review: its evaluation ran in float32 with no note)
+            names |= self._model_aliases(self.function(node), spelled | stored)
             if not any(_code(self.module, a.value) in names for a in node.args):
                 continue
             if calls_up(self.module, node, "__init__", holder):
