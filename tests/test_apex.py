@@ -11089,3 +11089,29 @@ def test_a_model_handed_on_through_a_local_bound_in_an_arm_is_stated():
                 return self.evaluator.run(evalmodel)
     """)
     assert "handed to `self.evaluator.run(...)` (line 25)" in _message(source)
+
+
+def test_a_loader_by_computed_name_is_not_joined_with_another_projects_casts(tmp_path):
+    """A run over several projects (the benchmark's corpus; a monorepo): a script that loads
+    modules by a computed name was joined with every layer module of the run that no
+    initializing file reaches, another project's too, so a refusal there named a file of the
+    other project (semantic-segmentation's train.py was held by DeepLearningExamples'
+    fairseq trainer). Only the layer modules under its own project's folder move with it."""
+    from ampmigrate.apex.casts import components
+
+    (tmp_path / "a" / "nets").mkdir(parents=True)
+    (tmp_path / "a" / "nets" / "__init__.py").write_text("")
+    layer = "from apex import amp\n\n\n@amp.float_function\ndef kernel(x):\n    return x\n"
+    (tmp_path / "a" / "nets" / "layers.py").write_text(layer)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "layers.py").write_text(layer)
+    loader = (
+        "import importlib\n\nimport torch\nfrom apex import amp\n\n"
+        "net = importlib.import_module(ARCH).Net()\n"
+    )
+    (tmp_path / "a" / "train.py").write_text(loader + NET_LOOP)
+    files = [(str(p), p.read_bytes()) for p in sorted(tmp_path.rglob("*.py"))]
+    [component] = set(components(files).values())
+    assert [Path(p).relative_to(tmp_path).as_posix() for p in component.layers] == [
+        "a/nets/layers.py"
+    ]

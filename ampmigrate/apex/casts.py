@@ -201,6 +201,15 @@ def _root(node: ast.AST) -> str:
     return node.id if isinstance(node, ast.Name) else ""
 
 
+def _project_root(path: str) -> str:
+    """The folder holding ``path``'s top package (a script's own folder), with a separator:
+    what a computed-name import of that program can load."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        folder = os.path.dirname(folder)
+    return os.path.join(folder, "")
+
+
 def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Casts]:
     """The components of the run: each layer module that only casts, joined with every file
     of the run that initializes amp and reaches it."""
@@ -231,9 +240,11 @@ def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Cast
     ]  # fmt: skip
     for start in initializing if orphans else ():
         if loads_by_name(start, graph) is not None:
-            for orphan in orphans:  # it may run them: moved together, or neither
-                edges.setdefault(start, set()).add(orphan)
-                edges.setdefault(orphan, set()).add(start)
+            root = _project_root(start)
+            for orphan in orphans:  # it may run those of its project: moved together, or
+                if orphan.startswith(root):  # neither (a run over several projects joined
+                    edges.setdefault(start, set()).add(orphan)  # one's casts with another's
+                    edges.setdefault(orphan, set()).add(start)  # loader)
     out: dict[tuple[str, str], Casts] = {}
     seen: set[str] = set()
     for start in edges:
