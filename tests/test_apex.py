@@ -11115,3 +11115,54 @@ def test_a_loader_by_computed_name_is_not_joined_with_another_projects_casts(tmp
     assert [Path(p).relative_to(tmp_path).as_posix() for p in component.layers] == [
         "a/nets/layers.py"
     ]
+
+
+SCALED_EXPRESSION = """\
+import torch
+from apex import amp
+
+
+def train(model, optimizer, data, accum):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    losses = []
+    for i, x in enumerate(data, 1):
+        loss = model(x).float().pow(2)
+        with amp.scale_loss(loss.mean() / accum, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        if i % accum == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+        losses.append(loss.mean().item())
+    return losses
+"""
+
+
+def test_a_scaled_expression_of_tensor_methods_is_rewritten_and_trains():
+    """The 42nd review (a Kaggle script): `amp.scale_loss(loss.mean() / accum, ...)` was
+    refused as an expression "that calls something" that may run a forward; tensor methods on
+    the loss run none. The region covers the forward that made `loss`, and it trains on CPU
+    as the original does (float16 rounding)."""
+    out, _ = _migrated(SCALED_EXPRESSION)
+    assert "scaler.scale(loss.mean() / accum).backward()" in out
+    assert "an expression that calls something" in _message(
+        SCALED_EXPRESSION.replace("loss.mean() / accum", "criterion(loss) / accum")
+    )
+    torch = pytest.importorskip("torch")
+    with _on_cpu(out) as namespace:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        data = [torch.randn(8, 4) for _ in range(4)]
+        migrated = namespace["train"](model, optimizer, data, 2)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    original = []
+    for i, x in enumerate(data, 1):
+        loss = model(x).float().pow(2)
+        (loss.mean() / 2).backward()
+        if i % 2 == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+        original.append(loss.mean().item())
+    assert migrated == pytest.approx(original, rel=2e-2)
