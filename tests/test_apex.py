@@ -11166,3 +11166,53 @@ def test_a_scaled_expression_of_tensor_methods_is_rewritten_and_trains():
             optimizer.zero_grad()
         original.append(loss.mean().item())
     assert migrated == pytest.approx(original, rel=2e-2)
+
+
+ELIF_INIT = """\
+import torch
+from apex import amp
+
+
+def train(model, optimizer, data, args):
+    if args.g > 1:
+        print("data parallel")
+    elif args.amp:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    else:
+        print("float32")
+    dtypes = []
+    for x in data:
+        out = model(x)
+        dtypes.append(out.dtype)
+        loss = out.float().pow(2).mean()
+        if args.amp and args.g <= 1:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return dtypes
+"""
+
+
+def test_an_initialize_in_an_elif_gets_a_scaler_enabled_by_the_arms_tests():
+    """The 42nd review (CellLineDR's `if args.g > 1: DataParallel elif args.amp: initialize`,
+    torchdistill's `elif` after its accelerator branch): "sits in an if/else or elif" refused
+    what `GradScaler(enabled=not (A) and B)` before the `if` does exactly, its tests calling
+    nothing. Run on CPU for each arm: float16 only where the elif's arm ran."""
+    out, _ = _migrated(ELIF_INIT)
+    assert (
+        'scaler = torch.amp.GradScaler("cuda", enabled=not (args.g > 1) and bool(args.amp))' in out
+    )
+    assert "    elif args.amp:\n        pass\n    else:\n" in out
+    refused = _message(ELIF_INIT.replace("elif args.amp:", "elif use_amp(args):"))
+    assert "sits in an if/else or elif whose tests call something" in refused
+    torch = pytest.importorskip("torch")
+    for g, on, half in [(1, True, True), (2, True, False), (1, False, False)]:
+        with _on_cpu(out) as namespace:
+            model = torch.nn.Linear(4, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            args = SimpleNamespace(g=g, amp=on)
+            [dtype] = namespace["train"](model, optimizer, [torch.randn(3, 4)], args)
+        assert dtype == (torch.float16 if half else torch.float32), (g, on)

@@ -312,16 +312,35 @@ class Initialize:
                 _main_guard(self.module, holder) or holder in self.dissolved
             ):  # the script's main block, or `if amp is not None:` (true now): no condition
                 holder = None
-            if isinstance(holder, cst.If):
+            earlier = self._elif_tests(holder) if isinstance(holder, cst.If) else None
+            if earlier is not None:  # `if A: ... elif B: initialize`: enabled where not A and B
+                last = _code(self.module, holder.test)
+                if not isinstance(holder.test, cst.Comparison | cst.UnaryOperation):
+                    last = f"bool({last})"  # (autocast takes only a bool)
+                condition = " and ".join(
+                    [f"not ({_code(self.module, t)})" for t in earlier] + [last]
+                )
+                top = holder
+                while isinstance(self.parent(top), cst.If):
+                    top = self.parent(top)
+                self._remove_statement(statement)
+                holder = top
+            elif isinstance(holder, cst.If):
                 # an `else:` stays (the scaler is built before the `if`, disabled there; an
                 # `if` left with no body becomes `if not <test>:` over it); an `elif` chain is
-                # not taken apart
+                # not taken apart where a test calls something or the chain is nested
                 if (
                     not (holder.orelse is None or isinstance(holder.orelse, cst.Else))
                     or self.block_of(holder) is None
                     or isinstance(self.parent(holder), cst.If)
                 ):
-                    self.problem(init, "`amp.initialize` sits in an if/else or elif")
+                    self.problem(
+                        init,
+                        "`amp.initialize` sits in an if/else or elif whose tests call something "
+                        "(read again where the GradScaler is made, before the `if`, they could "
+                        "differ) or in an `if` nested in another block: create the GradScaler "
+                        "before the `if`, enabled where its branch runs, by hand",
+                    )
                     return None
                 chain = self._if_chain(holder)  # (a loop's body holds the scaler on every path)
                 if chain is None:
@@ -702,6 +721,30 @@ class Initialize:
             "one loss scale for all of them too); the loop only re-binds what it is given"
         )
         return loop
+
+    def _elif_tests(self, holder: cst.If) -> list[cst.BaseExpression] | None:
+        """``holder`` is an ``elif`` of a plain ``if`` chain (not nested in another ``if``,
+        none of its tests calls anything, ``holder`` has no ``elif`` after it): the tests of
+        the arms before it, which must all be false for it to run (CellLineDR's `if args.g >
+        1: DataParallel elif args.amp: initialize`, torchdistill's `elif` after its
+        accelerator branch, the 42nd review); None otherwise."""
+        parent = self.parent(holder)
+        if not (isinstance(parent, cst.If) and parent.orelse is holder):
+            return None
+        if not (holder.orelse is None or isinstance(holder.orelse, cst.Else)):
+            return None
+        earlier: list[cst.BaseExpression] = []
+        top = holder
+        while isinstance(self.parent(top), cst.If) and self.parent(top).orelse is top:
+            top = self.parent(top)
+            earlier.insert(0, top.test)
+        if (
+            self.block_of(top) is None
+            or self._if_chain(top) != [top]
+            or any(self.facts(t).calls for t in [*earlier, holder.test])
+        ):
+            return None
+        return earlier
 
     def _if_chain(self, holder: cst.If) -> list[cst.If] | None:
         """``holder`` and the ``if``s it is nested in, outermost first, where each inner one
