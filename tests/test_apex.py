@@ -11216,3 +11216,77 @@ def test_an_initialize_in_an_elif_gets_a_scaler_enabled_by_the_arms_tests():
             args = SimpleNamespace(g=g, amp=on)
             [dtype] = namespace["train"](model, optimizer, [torch.randn(3, 4)], args)
         assert dtype == (torch.float16 if half else torch.float32), (g, on)
+
+
+STEP_ON_NORM = """\
+import math
+
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        self.iteration = 0
+
+    def train_one_step(self, x):
+        loss = self.model(x).float().pow(2).mean()
+        with amp.scale_loss(loss, self.optimizer) as scaled:
+            scaled.backward()
+        norm = torch.nn.utils.clip_grad_norm_(amp.master_params(self.optimizer), 1.0)
+        if math.isfinite(norm):
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+            return loss.item()
+        return None
+"""
+
+
+def test_a_step_a_method_takes_on_a_finite_norm_is_refused():
+    """The 43rd review (aps's ApexTrainer): a method its caller runs once per iteration steps
+    only when the clipped norm is finite; the rewrite put `update()` under that test, so after
+    an overflow the scale never dropped (apex lowered it at the `scale_loss` exit), and where
+    the caller clears the gradients every later step overflows again. Refused, naming the
+    test; a window count set after the backward (`self.iteration`) is no such test."""
+    message = _message(STEP_ON_NORM)
+    assert "`self.optimizer.step()` runs only when `math.isfinite(norm)`, computed after" in (
+        message
+    )
+    window = STEP_ON_NORM.replace(
+        "        norm = torch.nn.utils.clip_grad_norm_(amp.master_params(self.optimizer), 1.0)\n"
+        "        if math.isfinite(norm):\n",
+        "        self.iteration += 1\n        if self.iteration % 2 == 0:\n",
+    )
+    assert "runs only when" not in _message(window)
+
+
+def test_native_members_under_a_name_apex_only_falls_back_to_are_not_apex_blockers():
+    """The 43rd review (kuma_utils): `try: from torch.cuda import amp` with `from apex import
+    amp` as the `except ModuleNotFoundError:` fallback of old torch; `amp.GradScaler()` and
+    `amp.autocast()` on the native path were blockers, "has no O1 rewrite", which was false.
+    apex's own members there (`disable_casts`) stay named."""
+    source = textwrap.dedent("""\
+        import torch
+
+        try:
+            from torch.cuda import amp
+        except ModuleNotFoundError:
+            from apex import amp
+
+
+        def train(model, optimizer, data, backend):
+            if backend == "APEX":
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            scaler = amp.GradScaler()
+            for x in data:
+                with amp.autocast():
+                    loss = model(x).sum()
+                with amp.disable_casts():
+                    pass
+                scaler.scale(loss).backward()
+    """)
+    message = _message(source)
+    assert "`amp.GradScaler` has no O1 rewrite" not in message
+    assert "`amp.autocast`" not in message
+    assert "`amp.disable_casts`" in message

@@ -19,6 +19,8 @@ from ampmigrate.apex.verdict import APEX
 from ampmigrate.apex.wrappers import wrapper_step
 from ampmigrate.replace import ReplaceNodes
 
+# calls whose result is a gradient norm (an overflow makes it inf or nan)
+_NORMS = ("clip_grad_norm_", "clip_grad_norm", "get_total_norm", "grad_norm")
 # tensor methods that compute from what they are called on and run no module's forward
 _TENSOR_ONLY = frozenset({
     "mean", "sum", "float", "double", "half", "detach", "clone", "contiguous", "squeeze",
@@ -812,6 +814,8 @@ class Step:
                     if isinstance(ancestor, cst.If):
                         guards.append(ancestor)
                 withs = self.scaled.get((function, opt), [])
+                if not isinstance(loop, Loop) and guards:
+                    self._stepped_on_outcome(step, guards[-1], withs, opt)
                 withs = [w for w in withs if isinstance(loop, Loop) and self.within(w, loop)]
                 if not guards or not withs:
                     continue  # (a step outside the iteration that scales: a warm-up step)
@@ -853,6 +857,51 @@ class Step:
                     "skipped); place `scaler.update()` after the test, with an inf check "
                     "(`scaler.unscale_(optimizer)`) on the path that skips the step, by hand",
                 )
+
+    def _stepped_on_outcome(
+        self, step: cst.CSTNode, guard: cst.If, withs: list[cst.CSTNode], opt: str
+    ) -> None:
+        """A function run once per iteration by its caller (a trainer's ``train_one_step``)
+        that steps only when a value computed after its scaled backward allows it (``if
+        math.isfinite(norm):``, the 43rd review's aps-shaped trainer): where an overflow makes
+        the test false, ``scaler.update()`` under it never runs, the scale never drops, and
+        if the caller clears the gradients every later step overflows too; apex lowered its
+        scale at each ``scale_loss`` exit. Who clears the gradients on that path is not in
+        this function: refused, saying what to place."""
+        before = [
+            w
+            for w in withs
+            if self.function(w) is self.function(step)
+            and self.order[id(w)] < self.order[id(guard)]
+            and not self.within(w, guard)
+        ]
+        if not before:
+            return
+        start = max(self.order[id(w)] for w in before)
+        assigned: set[str] = set()  # what the gradients' values give after the backward
+        for node in self.nodes[start + 1 : self.order[id(guard)]]:
+            if (
+                isinstance(node, cst.SimpleStatementLine)
+                and self.function(node) is self.function(step)
+                and any(
+                    (isinstance(n, cst.Attribute) and n.attr.value == "grad")
+                    or (isinstance(n, cst.Call) and _code(self.module, n.func).endswith(_NORMS))
+                    for n in self._subtree(node)
+                )
+            ):
+                assigned |= self.facts(node).assigned
+        if not self.facts(guard.test).used & assigned:
+            return  # (a switch, a window count: not what an overflow decides)
+        test = _code(self.module, guard.test)
+        self.problem(
+            step,
+            f"`{_code(self.module, step.body[0].value)}` runs only when `{test}`, computed after "
+            "the scaled backward, and no `scaler.update()` runs where it is false: after an "
+            "overflow that makes it false the GradScaler's scale never drops (apex lowered its "
+            "scale at each `scale_loss` exit, stepped or not), so where the caller clears the "
+            "gradients every later step overflows again; place `scaler.update()` on both paths "
+            f"(with `scaler.unscale_({opt})` on the one that skips the step), by hand",
+        )
 
     def _update_after_test(
         self, step: cst.CSTNode, guard: cst.If, opt: str, test: str, cleared: cst.CSTNode
