@@ -11290,3 +11290,47 @@ def test_native_members_under_a_name_apex_only_falls_back_to_are_not_apex_blocke
     assert "`amp.GradScaler` has no O1 rewrite" not in message
     assert "`amp.autocast`" not in message
     assert "`amp.disable_casts`" in message
+
+
+SETUP_FROM_INIT = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, optimizer, opt_level="O0"):
+        self.model, self.optimizer = model, optimizer
+        self.setup(opt_level)
+
+    def setup(self, opt_level):
+        self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level=opt_level)
+
+    def train_one_step(self, x):
+        out = self.model(x)
+        loss = out.float().pow(2).mean()
+        with amp.scale_loss(loss, self.optimizer) as scaled:
+            scaled.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        return out.dtype
+"""
+
+
+def test_a_method_that_initializes_called_once_from_init_keeps_its_switch():
+    """The 43rd review (aps's `setup_distributed(opt_level)`, called once from `__init__`):
+    with the level declared O1 or O0, "the GradScaler would be made again each time `setup`
+    runs" was false; it runs once per object. Rewritten and run on CPU at each level; a
+    second caller keeps the refusal."""
+    out, _ = _declared(SETUP_FROM_INIT)
+    torch = pytest.importorskip("torch")
+    for level, dtype in (("O1", torch.float16), ("O0", torch.float32)):
+        with _on_cpu(out) as namespace:
+            model = torch.nn.Linear(4, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            trainer = namespace["Trainer"](model, optimizer, level)
+            assert trainer.train_one_step(torch.randn(3, 4)) == dtype
+    again = SETUP_FROM_INIT.replace(
+        "        self.setup(opt_level)\n",
+        '        self.setup(opt_level)\n\n    def reset(self):\n        self.setup("O0")\n',
+    )
+    assert "would be made again" in _declared(again)[1]

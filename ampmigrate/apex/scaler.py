@@ -11,6 +11,7 @@ import libcst as cst
 
 from ampmigrate.apex.common import (
     _NO_SPACE,
+    Loop,
     _appended,
     _code,
     _is_call_of,
@@ -228,6 +229,27 @@ class Scaler:
                 return True
         return direct(statement)
 
+    def _from_init_only(self, home: cst.FunctionDef) -> bool:
+        """Every reference to the method ``home`` is a call in its class's ``__init__``: it runs
+        once per object, where the object is set up (aps's ``setup_distributed(opt_level)``,
+        the 43rd review: "would be made again ... each time it runs" was false)."""
+        holder = self.parent(self.parent(home))
+        refs = self._refs(home)
+        if not isinstance(holder, cst.ClassDef) or not refs:
+            return False
+        init = next(
+            (s for s in holder.body.body
+             if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
+            None,
+        )  # fmt: skip
+        return init is not None and all(
+            self.within(r, init)
+            and isinstance(call := self.parent(r), cst.Call)
+            and call.func is r
+            and not any(isinstance(a, Loop) for a in self.ancestors(r) if self.within(a, init))
+            for r in refs
+        )
+
     def _once_per_object(self, setup: _Setup, home: cst.FunctionDef) -> None:
         """The GradScaler made where ``initialize`` was, kept on the object and read by its
         other methods: that method must make it on every call that reaches it the same way.
@@ -244,7 +266,7 @@ class Scaler:
             if setup.condition and name != "__init__" else []
         )  # fmt: skip
         read = {n.value for n in switch if isinstance(n, cst.Name)}
-        if read & params:
+        if read & params and not self._from_init_only(home):
             shown = ", ".join(f"`{p}`" for p in sorted(read & params))
             self.problem(
                 setup.statement,
