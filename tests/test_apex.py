@@ -3197,7 +3197,7 @@ def test_a_model_handed_to_evaluation_code_runs_it_in_float16_as_apex_did(tmp_pa
     (tmp_path / "fixed.py").write_text(fixed)
     bare = fixed.replace(
         '        with torch.amp.autocast("cpu", dtype=torch.float16, cache_enabled=False, '
-        "enabled=fp16):\n"
+        "enabled=bool(fp16)):\n"
         "            score = ",
         "        if True:\n            score = ",
     )
@@ -4202,7 +4202,7 @@ def test_inference_only_with_enabled_switches_the_region_and_o2_is_named():
     """)
     out, _, fixed = fix_source(source, unsafe=True)
     assert [d.code for d in fixed] == ["AMP303"]
-    assert 'with torch.amp.autocast("cuda", dtype=torch.float16, enabled=opts.fp16):' in out
+    assert 'with torch.amp.autocast("cuda", dtype=torch.float16, enabled=bool(opts.fp16)):' in out
     assert "model.eval()\n    with torch.amp" in out  # the model's own methods stay outside
     message = _message(source.replace('"O1"', '"O2"'))
     assert '(inference only) at opt_level `"O2"`: only "O1" (a literal, or a level' in message
@@ -4297,7 +4297,7 @@ def test_an_initialize_that_only_casts_drops_its_num_losses():
                 return model(x)
     """)
     assert "`num_losses=1` goes: nothing is scaled here" in finding.message
-    assert 'torch.amp.autocast("cuda", dtype=torch.float16, enabled=use_amp)' in out
+    assert 'torch.amp.autocast("cuda", dtype=torch.float16, enabled=bool(use_amp))' in out
     assert "num_losses" not in out and "optimizer" not in out.replace("optimizer =", "")
 
 
@@ -5362,7 +5362,7 @@ def test_a_test_of_a_handle_set_to_none_without_the_flag_is_a_test_of_the_flag()
     float32 runs too); the switch goes whole. On CPU: float16 with `fp16`, float32 without."""
     out, _ = _migrated(SWITCHED_HANDLE)
     assert 'scaler = torch.amp.GradScaler("cuda", enabled=fp16)\n' in out
-    assert 'autocast("cuda", dtype=torch.float16, enabled=fp16)' in out
+    assert 'autocast("cuda", dtype=torch.float16, enabled=bool(fp16))' in out
     assert "amp = None" not in out and "if fp16:\n        try" not in out
     torch = pytest.importorskip("torch")
     for fp16, dtype in ((True, torch.float16), (False, torch.float32)):
@@ -6262,7 +6262,7 @@ def test_tenth_review_inference_at_a_flag_level_follows_the_declared_setting():
     assert (
         "    model = torch.nn.parallel.DistributedDataParallel(model)\n"
         '    with torch.amp.autocast("cuda", dtype=torch.float16, cache_enabled=False, '
-        'enabled=(args.fp16) and (args.fp16_opt_level == "O1")):\n'
+        'enabled=bool((args.fp16) and (args.fp16_opt_level == "O1"))):\n'
     ) in out
     assert "so a run given O2/O3 now runs in float32" in message
 
@@ -10941,7 +10941,7 @@ def test_an_o0_o1_switch_at_the_keyword_is_the_training_scalers_switch():
     """)
     out, _ = _migrated(source)
     assert 'scaler = torch.amp.GradScaler("cuda", enabled=fp16)' in out
-    assert "dtype=torch.float16, enabled=fp16)" in out
+    assert "dtype=torch.float16, enabled=bool(fp16))" in out
     message = _message(source.replace('else "O0"', 'else "O2"'))
     assert 'opt_level `"O1" if fp16 else "O2"` may be "O2"' in message
 
@@ -11334,3 +11334,42 @@ def test_a_method_that_initializes_called_once_from_init_keeps_its_switch():
         '        self.setup(opt_level)\n\n    def reset(self):\n        self.setup("O0")\n',
     )
     assert "would be made again" in _declared(again)[1]
+
+
+def test_a_switch_that_is_not_surely_a_bool_is_made_one_for_autocast():
+    """The 43rd review: `parser.add_argument("--fp16", type=int, default=1)` then `if
+    args.fp16: amp.initialize(...)`: the regions got `enabled=args.fp16`, and autocast takes
+    only a bool (`set_autocast_enabled(): argument 'enabled' must be bool, not int`), so the
+    rewrite raised at the first forward where apex ran (a GradScaler takes any truth value).
+    A `store_true` flag stays as written; the int one is `bool(...)`; both run on CPU."""
+    source = textwrap.dedent("""\
+        import argparse
+
+        import torch
+        from apex import amp
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--fp16", type=int, default=1)
+        parser.add_argument("--amp", action="store_true")
+
+
+        def train(model, optimizer, data, args):
+            if args.fp16:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in data:
+                loss = model(x).float().pow(2).mean()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+    """)
+    out, _ = _migrated(source)
+    assert "dtype=torch.float16, enabled=bool(args.fp16)):" in out
+    flagged, _ = _migrated(source.replace("    if args.fp16:", "    if args.amp:"))
+    assert "dtype=torch.float16, enabled=args.amp):" in flagged
+    torch = pytest.importorskip("torch")
+    for text, args in ((out, SimpleNamespace(fp16=1)), (flagged, SimpleNamespace(amp=True))):
+        with _on_cpu(text) as namespace:
+            model = torch.nn.Linear(4, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            namespace["train"](model, optimizer, [torch.randn(3, 4)], args)

@@ -15,6 +15,7 @@ import libcst as cst
 
 from ampmigrate.apex.common import (
     Loop,
+    _argument,
     _code,
     _is_call_of,
     _Setup,
@@ -1473,6 +1474,57 @@ class Regions:
                     return True
         return False
 
+    def _as_bool(self, text: str) -> str:
+        """``text`` as autocast's ``enabled=``, which takes only a bool (``set_autocast_enabled():
+        argument 'enabled' must be bool, not int``, where a GradScaler takes any truth value):
+        as written where it is one for sure (a comparison, a ``not``, a call of ``bool`` or
+        ``is_enabled()``, a ``store_true`` flag, a name only ever bound to True or False), else
+        in ``bool(...)`` (the 43rd review: `--fp16` of `type=int` raised at the first forward)."""
+        try:
+            expression = cst.parse_expression(text)
+        except cst.ParserSyntaxError:
+            return text
+        return text if self._surely_bool(expression) else f"bool({text})"
+
+    def _surely_bool(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.Comparison) or (
+            isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not)
+        ):
+            return True
+        if isinstance(node, cst.BooleanOperation):
+            return self._surely_bool(node.left) and self._surely_bool(node.right)
+        if isinstance(node, cst.Call):
+            func = _code(self.module, node.func)
+            return func in _BOOL_CALLS or func.rpartition(".")[2] in _BOOL_METHODS
+        if isinstance(node, cst.Name) and node.value in ("True", "False"):
+            return True
+        if isinstance(node, cst.Attribute | cst.Name):
+            name = node.attr.value if isinstance(node, cst.Attribute) else node.value
+            if isinstance(node, cst.Attribute) and (flag := self._flag_of(name)) is not None:
+                action = _argument(flag[1], "action", 99)
+                return isinstance(action, cst.SimpleString) and action.evaluated_value in (
+                    "store_true",
+                    "store_false",
+                )
+            spelled = _code(self.module, node)
+            params = [p for p in self.nodes if isinstance(p, cst.Param) and p.name.value == spelled]
+            if any(p.default is None for p in params):  # (`fp16: bool`)
+                return all(
+                    p.annotation is not None
+                    and _code(self.module, p.annotation.annotation) == "bool"
+                    for p in params
+                )
+            values = [
+                n.value
+                for n in self.nodes
+                if isinstance(n, cst.Assign)
+                and any(_code(self.module, t.target) == spelled for t in n.targets)
+            ] + [p.default for p in params]
+            return bool(values) and all(
+                isinstance(v, cst.Name) and v.value in ("True", "False") for v in values
+            )
+        return False
+
     def _wrap(self, block: cst.CSTNode, runs: list[list[cst.BaseStatement]], enabled) -> None:
         """One ``with autocast`` per run; the block regroups its updated statements. A run in
         ``uncached`` (by its first statement) hands the model to code that may step an
@@ -1481,7 +1533,7 @@ class Regions:
         it), where a cached copy would not see the steps."""
         if not runs:
             return
-        flag = f", enabled={enabled}" if enabled else ""
+        flag = f", enabled={self._as_bool(enabled)}" if enabled else ""
         templates = {
             cached: cst.ensure_type(
                 cst.parse_statement(
@@ -1726,6 +1778,11 @@ def _may_forward(attr: str) -> bool:
             or attr.startswith(("print_", "to_"))
         )
     )
+
+
+# calls whose result is a bool (autocast's `enabled=` takes nothing else)
+_BOOL_CALLS = frozenset({"bool", "isinstance", "issubclass", "hasattr", "callable", "any", "all"})
+_BOOL_METHODS = frozenset({"is_enabled", "is_available", "startswith", "endswith", "isfinite"})
 
 
 # methods of a module that run no forward (besides _QUIET_METHODS)
