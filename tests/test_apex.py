@@ -11373,3 +11373,32 @@ def test_a_switch_that_is_not_surely_a_bool_is_made_one_for_autocast():
             model = torch.nn.Linear(4, 2)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             namespace["train"](model, optimizer, [torch.randn(3, 4)], args)
+
+
+@pytest.mark.parametrize(
+    ("before", "arm", "said"),
+    [
+        ("    opt2 = optimizer\n", "opt2.step()", "as `opt2`, which holds it"),
+        ("    opts = [optimizer]\n", "opts[0].step()", "as `opts[0]`, which holds it"),
+        ('    opts = {"main": optimizer}\n', 'opts["main"].step()', "which holds it"),
+        ("    do_step = optimizer.step\n", "do_step()", "through `do_step`"),
+        ("    do_step = functools.partial(other_step, optimizer)\n", "do_step()", "through"),
+        ("    do_step = lambda: optimizer.step()\n", "do_step()", "through `do_step`"),
+        ("    def do_step():\n        optimizer.step()\n\n", "do_step()", "through `do_step`"),
+        ("", 'getattr(optimizer, "step")()', "through `getattr`"),
+        ("", "for o in [optimizer]:\n                o.step()", "as `o`, which holds it"),
+    ],
+)
+def test_a_step_beside_the_rewritten_one_in_any_spelling_is_refused(before, arm, said):
+    """The 43rd review's probes: the 41st review's fix refused a call handed the optimizer on
+    the other arm, but an alias, a container, a bound `step`, a partial, a lambda, a nested
+    `def`, `getattr` or a loop variable stepped it there too, with gradients still times the
+    scale (each probe's CPU run: NaN after the second step)."""
+    source = (
+        HANDED_STEP.replace("import torch\n", "import functools\n\nimport torch\n")
+        .replace("    for x in data:\n", before + "    for x in data:\n", 1)
+        .replace("            other_step(optimizer)", "            " + arm)
+    )
+    message = _message(source)
+    assert f"steps `optimizer` {said}" in message or said in message
+    assert fix_source(source, unsafe=True)[0] == source

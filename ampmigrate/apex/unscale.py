@@ -180,6 +180,7 @@ class Unscale:
                 if isinstance(a, cst.If):
                     outer = a
             end = max(end, self.ends[id(outer)] - 1)
+        names, steppers = self._optimizer_aliases(function, opt)
         for node in self.nodes[start + 1 : end]:
             if not isinstance(node, cst.Call) or self.within(node, scaled):
                 continue
@@ -192,9 +193,25 @@ class Unscale:
                 for s in steps
             ):
                 continue
-            given = [a for a in node.args if _code(self.module, a.value) == opt]
+            given = [a for a in node.args if _code(self.module, a.value) in names]
             if any(n.startswith(APEX) for n in self.qualified(node.func)):
                 continue  # (`amp.master_params(opt)`: the rewrite's own)
+            through = self._steps_through(node, opt, names, steppers)
+            if through is not None and not any(
+                start < self.order[id(s)] < self.order[id(node)] and not self._parting_if(s, node)
+                for s in steps
+            ):
+                step = next(s for s in steps if self.order[id(s)] > start)
+                self.problem(
+                    node,
+                    f"`{_code(self.module, node.func)}(...)` steps `{opt}` {through}, on a path "
+                    f"from its scaled backward (line {self.line(scaled)}) that the step becoming "
+                    f"`scaler.step` (line {self.line(step)}) does not take: it would step "
+                    "gradients still multiplied by the loss scale, where apex had unscaled "
+                    f"them when `scale_loss` exited; step that path through `scaler.step({opt})` "
+                    "+ `scaler.update()`, by hand",
+                )
+                continue
             if isinstance(holder := self.parent(self.parent(node)), cst.With) and any(
                 self.within(s, holder.body) for s in steps
             ):
@@ -217,6 +234,83 @@ class Unscale:
                 f"`scaler.step({opt})` + `scaler.update()` (or `scaler.unscale_({opt})` before "
                 "a read), by hand",
             )
+
+    def _optimizer_aliases(self, function: cst.CSTNode, opt: str) -> tuple[set[str], set[str]]:
+        """What else in ``function`` holds the optimizer ``opt`` (``opt2 = opt``, ``opts =
+        [opt]``, a loop variable over them) and the names bound to something that steps it
+        (``do_step = opt.step``, ``partial(f, opt)``, a lambda or a nested ``def`` reading it):
+        the 43rd review's spellings of a step beside the rewritten one."""
+        names, steppers = {opt}, set()
+        grew = True
+        while grew:
+            grew = False
+            for n in self._subtree(function):
+                target, value = None, None
+                if (
+                    isinstance(n, cst.Assign)
+                    and len(n.targets) == 1
+                    and isinstance(n.targets[0].target, cst.Name)
+                ):
+                    target, value = n.targets[0].target.value, n.value
+                elif isinstance(n, cst.For) and isinstance(n.target, cst.Name):
+                    target, value = n.target.value, n.iter
+                elif isinstance(n, cst.FunctionDef) and n is not function:
+                    if n.name.value not in steppers and self._names_any(n.body, names):
+                        steppers.add(n.name.value)
+                        grew = True
+                    continue
+                if target is None or target in names or target in steppers:
+                    continue
+                code = _code(self.module, value)
+                holds = code in names or (
+                    isinstance(value, cst.List | cst.Tuple | cst.Set | cst.Dict | cst.Subscript)
+                    and self._names_any(value, names)
+                )
+                steps = (
+                    (isinstance(value, cst.Attribute) and value.attr.value == "step"
+                     and _code(self.module, value.value) in names)
+                    or (isinstance(value, cst.Lambda) and self._names_any(value, names))
+                    or (isinstance(value, cst.Call)
+                        and _code(self.module, value.func).rpartition(".")[2] == "partial"
+                        and self._names_any(value, names))
+                )  # fmt: skip
+                if holds and isinstance(n, cst.Assign | cst.For):
+                    names.add(target)
+                    grew = True
+                elif steps:
+                    steppers.add(target)
+                    grew = True
+        return names, steppers
+
+    def _names_any(self, node: cst.CSTNode, names: set[str]) -> bool:
+        return any(
+            isinstance(n, cst.Name | cst.Attribute) and _code(self.module, n) in names
+            for n in self._subtree(node)
+        )
+
+    def _steps_through(
+        self, call: cst.Call, opt: str, names: set[str], steppers: set[str]
+    ) -> str | None:
+        """How ``call`` steps ``opt`` other than as ``opt.step()`` (said in the refusal)."""
+        func = call.func
+        if isinstance(func, cst.Name) and func.value in steppers:
+            return f"through `{func.value}`, bound to what steps it"
+        if isinstance(func, cst.Attribute) and func.attr.value == "step":
+            receiver = func.value
+            root = receiver
+            while isinstance(root, cst.Subscript):
+                root = root.value
+            spelled = _code(self.module, receiver)
+            if spelled != opt and _code(self.module, root) in names:
+                return f"as `{spelled}`, which holds it"
+        if (
+            isinstance(func, cst.Call)
+            and _code(self.module, func.func) == "getattr"
+            and func.args
+            and _code(self.module, func.args[0].value) in names
+        ):
+            return "through `getattr`"
+        return None
 
     def _settings_only(self, call: cst.Call, given: cst.Arg) -> bool:
         """``call`` only reads the optimizer's settings (``param_groups``, ``state_dict()``):
