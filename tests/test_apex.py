@@ -11402,3 +11402,57 @@ def test_a_step_beside_the_rewritten_one_in_any_spelling_is_refused(before, arm,
     message = _message(source)
     assert f"steps `optimizer` {said}" in message or said in message
     assert fix_source(source, unsafe=True)[0] == source
+
+
+UNWRAPPED_INLINE = """\
+import torch
+from apex import amp
+
+
+def _unwrap(m):
+    return m.module if isinstance(m, torch.nn.DataParallel) else m
+
+
+def train(model, optimizer, data):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x in data:
+        loss = model(x).float().pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    with torch.no_grad():
+        z = _unwrap(model).encode(data[0])
+    return z
+"""
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        "_unwrap(model).encode(data[0])",
+        'getattr(model, "module", model).encode(data[0])',
+        '(model.module if hasattr(model, "module") else model).encode(data[0])',
+        "_unwrap(model)(data[0])",
+    ],
+)
+def test_a_model_handed_back_by_a_helper_inline_gets_its_region(spelled):
+    """The 43rd review: `_unwrap(model).encode(x)` written in the function that initializes
+    (not inside an evaluation helper) ran in float32 with no region and no note; apex O1 cast
+    it (`model.encode(x)` there had its region)."""
+    source = UNWRAPPED_INLINE.replace("_unwrap(model).encode(data[0])", spelled)
+    out, finding = _migrated(source)
+    assert f"`{spelled.rpartition('(')[0]}(...)` (line 18): a region of its own" in (
+        finding.message
+    )
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Linear):
+        def encode(self, x):
+            return self(x)
+
+    with _on_cpu(out) as namespace:
+        model = Net(4, 4)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        z = namespace["train"](model, optimizer, [torch.randn(2, 4)])
+    assert z.dtype == torch.float16

@@ -1802,7 +1802,11 @@ _NO_FORWARD = frozenset({
 def _model_method(func: cst.BaseExpression, models: set[str], module: cst.Module) -> bool:
     """``agent.act``, ``dqn.module.choose_action``, ``model.encoder``: a method or submodule of
     an initialized model (through DataParallel's ``.module``) that may run a forward; not the
-    model itself, its ``forward`` (those are ``model_calls``) or a method that runs none."""
+    model itself, its ``forward`` (those are ``model_calls``) or a method that runs none. The
+    model as a helper or a conditional hands it back counts (``_unwrap(model).encode(x)``,
+    ``getattr(model, "module", model)(x)``, the 43rd review: those ran in float32, unnamed)."""
+    if isinstance(func, cst.Call | cst.IfExp | cst.BooleanOperation):
+        return _handed_back(func, models, module)  # (`_unwrap(model)(x)`)
     if not isinstance(func, cst.Attribute):
         return False
     attr, owner = func.attr.value, func.value
@@ -1811,13 +1815,35 @@ def _model_method(func: cst.BaseExpression, models: set[str], module: cst.Module
             return False  # (`model.module(x)`: the model itself)
         owner = owner.value
     return (
-        _code(module, owner) in models
+        (_code(module, owner) in models or _handed_back(owner, models, module))
         and attr not in ("forward", "module")
         and attr not in _QUIET_METHODS
         and attr not in _NO_FORWARD
         and not attr.startswith("_")
         and not attr.startswith(("named_", "register_", "set_", "get_"))
     )
+
+
+def _handed_back(node: cst.BaseExpression, models: set[str], module: cst.Module) -> bool:
+    """``node`` may be the model: a call given it (a helper that unwraps it) but apex's, a
+    settings read or a builtin that makes something else of it, or a conditional (``model.module
+    if ... else model``) with it on one side."""
+    if isinstance(node, cst.IfExp):
+        sides = [node.body, node.orelse]
+    elif isinstance(node, cst.BooleanOperation):
+        sides = [node.left, node.right]
+    elif isinstance(node, cst.Call):
+        func = _code(module, node.func)
+        if func in _HARMLESS - {"getattr"} or func.startswith(("amp.", "apex.")):
+            return False
+        sides = [a.value for a in node.args]
+    else:
+        return False
+    for side in sides:
+        spelled = _code(module, side)
+        if spelled in models or spelled.removesuffix(".module") in models:
+            return True
+    return False
 
 
 def _submodule_of(func: cst.BaseExpression, models: set[str], module: cst.Module) -> bool:
