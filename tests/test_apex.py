@@ -11456,3 +11456,18 @@ def test_a_model_handed_back_by_a_helper_inline_gets_its_region(spelled):
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         z = namespace["train"](model, optimizer, [torch.randn(2, 4)])
     assert z.dtype == torch.float16
+
+
+def test_a_lambda_handing_the_model_on_is_stated_not_wrapped():
+    """The 43rd review (the partial callback's lambda spelling): the statement defining
+    `cb = lambda it: evaluate(it, model=model, x=...)` got an autocast region, "as apex O1 cast
+    those forwards too", though defining it runs nothing; the forward it runs later inside
+    `do_train` ran in float32. No region there; the notes say so."""
+    source = PARTIAL_CALLBACK.replace(
+        "    cb = functools.partial(evaluate, model=model, x=data[0])\n",
+        "    cb = lambda it: evaluate(it, model=model, x=data[0])\n",
+    )
+    out, finding = _migrated(source)
+    assert "    cb = lambda it: evaluate(it, model=model, x=data[0])\n" in out
+    assert "a lambda hands the model to `evaluate(...)` (line 25)" in finding.message
+    assert "may run it at `evaluate(...)`" not in finding.message

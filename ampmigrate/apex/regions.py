@@ -1263,6 +1263,7 @@ class Regions:
                     grew = True
         start = self._training_start(setup, scaling, defined)
         handed, carried, seen = [], [], set()
+        lambdas: list[cst.Call] = []
         for function in functions:
             if id(function) not in scaling or id(function) in seen:
                 continue
@@ -1279,6 +1280,9 @@ class Regions:
                     and not self._leaves_before_training(node, setup)
                 ):
                     continue
+                if any(isinstance(a, cst.Lambda) for a in self.ancestors(node)):
+                    lambdas.append(node)  # defining it runs nothing (the 43rd review's
+                    continue  # callback: a region there covered no forward)
                 callee = defined.get(node.func.value) if isinstance(node.func, cst.Name) else None
                 if callee is not None and id(callee) in scaling:
                     continue
@@ -1311,6 +1315,14 @@ class Regions:
                 else:
                     made = carriers[carrier]
                     carried.append(f"{shown}; `{carrier}` is built on the model at line {made})")
+        for node in lambdas:
+            if any(_of_model(a.value, spellings) for a in node.args):
+                handed_later = f"`{_code(self.module, node.func)}(...)` (line {self.line(node)})"
+                self.plan.notes.append(
+                    f"behaviour change: a lambda hands the model to {handed_later}: where "
+                    "code calls it later outside the autocast regions, that forward runs in "
+                    f"float32 now (apex O1 cast every forward after `initialize`): {_KEEP}"
+                )
         if handed:
             self.plan.notes.append(
                 f"the model is handed to code that may run it at {', '.join(handed)}: each "
