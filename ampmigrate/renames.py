@@ -235,6 +235,10 @@ def check(
     return visitor.findings
 
 
+def _one(finding: Finding | None) -> list[Finding]:
+    return [finding] if finding is not None else []
+
+
 def _unused_imports(module: str, code: str, names: Names, source: Source) -> list[Finding]:
     """Imports of ``module`` (or its submodules) that nothing reads: a file whose
     ``from apex.fp16_utils import *`` outlived its uses had no finding, and after ``fix`` it
@@ -250,6 +254,10 @@ def _unused_imports(module: str, code: str, names: Names, source: Source) -> lis
             continue
         if isinstance(stmt, ast.ImportFrom):
             base = stmt.module or ""
+            parent, _, leaf = module.rpartition(".")
+            if not stmt.level and base == parent and alias.name == leaf:
+                found += _one(unused_import(names, stmt, alias, module, code, source.path, source))
+                continue  # (`from apex import fp16_utils`)
             if stmt.level or not (base == module or base.startswith(module + ".")):
                 continue
             if alias.name == "*":
@@ -262,11 +270,9 @@ def _unused_imports(module: str, code: str, names: Names, source: Source) -> lis
             full = alias.name
         else:
             continue
-        finding = unused_import(names, stmt, alias, full, code, source.path, source)
-        found += [finding] if finding is not None else []
+        found += _one(unused_import(names, stmt, alias, full, code, source.path, source))
     for stmt, bound in stars.items():
-        finding = unused_star(names, stmt, bound, code, source.path, source)
-        found += [finding] if finding is not None else []
+        found += _one(unused_star(names, stmt, bound, code, source.path, source))
     return found
 
 

@@ -11471,3 +11471,15 @@ def test_a_lambda_handing_the_model_on_is_stated_not_wrapped():
     assert "    cb = lambda it: evaluate(it, model=model, x=data[0])\n" in out
     assert "a lambda hands the model to `evaluate(...)` (line 25)" in finding.message
     assert "may run it at `evaluate(...)`" not in finding.message
+
+
+def test_a_step_on_the_line_of_its_if_is_named_as_such():
+    """The 43rd review: `if i % 2 == 1: optimizer.step(); optimizer.zero_grad()` was "no
+    `optimizer.step()` statement in the function that scales the loss", which is false."""
+    source = SHARED_LINE.replace(
+        "        opt.step(); opt.zero_grad()  # one line\n",
+        "        if x is not None: opt.step(); opt.zero_grad()\n",
+    )
+    message = _message(source)
+    assert "`opt.step()` is on the line of the `if`, `else:` or loop that holds it" in message
+    assert "no `opt.step()` statement" not in message

@@ -1576,3 +1576,18 @@ def test_a_read_or_reexported_star_import_of_fp16_utils_stays(tmp_path):
     assert not result.changed
     [finding] = [d for d in result.diagnostics if d.code == "AMP302"]
     assert finding.fix is None and "train.py:1" in finding.message
+
+
+def test_the_fp16_utils_module_imported_from_apex_and_an_exported_name(tmp_path):
+    """The 43rd review: `from apex import fp16_utils`, unused, had no finding; a named import
+    that `__all__` exports was "imported but unused" (and fixable), then never fixed: it is
+    exported, reported as such, and left to a person."""
+    assert _codes("from apex import fp16_utils\nimport torch\n") == ["AMP302"]
+    [finding] = [
+        d
+        for d in check_source(
+            'from apex.fp16_utils import FP16_Optimizer\n\n__all__ = ["FP16_Optimizer"]\n'
+        )
+        if d.code == "AMP302"
+    ]
+    assert finding.fix is None and "its `__all__` exports `FP16_Optimizer`" in finding.message

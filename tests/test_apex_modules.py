@@ -2522,3 +2522,15 @@ def test_a_derived_class_calling_up_in_either_spelling_keeps_the_family(tmp_path
     else:
         assert not any(r.changed for r in results)
         assert "`Model.__init__` overrides the method that would make" in message
+
+
+def test_super_of_type_self_calls_the_base_init(tmp_path):
+    """The 43rd review: `super(type(self), self).__init__(...)` was said not to call the base
+    `__init__` that makes the GradScaler (it does, for a direct subclass)."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "base.py").write_text(_FAMILY_BASE)
+    up = "super(type(self), self).__init__(args, net)"
+    (tmp_path / "pkg" / "a.py").write_text(_FAMILY_DERIVED.format(up=up))
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert "without calling" not in _amp303(results)["a.py"].message

@@ -206,7 +206,8 @@ def calls_up(module: cst.Module, call: cst.Call, method: str, cls: cst.ClassDef)
     if not dot or attr != method:
         return False
     if head.startswith("super(") and head.endswith(")"):
-        return head[len("super(") : -1].partition(",")[0] == cls.name.value
+        first = head[len("super(") : -1].partition(",")[0]
+        return first in (cls.name.value, "type(self)", "self.__class__")
     return head in bases and bool(call.args)
 
 

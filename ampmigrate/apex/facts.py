@@ -265,7 +265,10 @@ class Facts:
         return ast.parse(self.text)
 
     def line(self, node: cst.CSTNode) -> int:
-        return positions(self.module)[node][0]  # computed only when a message needs a line
+        found = positions(self.module)  # computed only when a message needs a line
+        if node not in found:  # (a body on its `if`'s line has none of its own: its first
+            node = next((n for n in self._subtree(node) if n in found), node)  # statement's)
+        return found[node][0]
 
     def lines(self, nodes: Iterable[cst.CSTNode]) -> str:
         """``line 5`` or ``lines 5, 9``, in source order (whatever order ``nodes`` come in)."""

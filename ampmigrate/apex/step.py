@@ -585,6 +585,25 @@ class Step:
         names = {opt, *self._aliases(opt, function)}
         for node in self.nodes:
             if (
+                isinstance(node, cst.SimpleStatementSuite)
+                and self.function(node) is function
+                and any(
+                    isinstance(small, cst.Expr)
+                    and _is_call_of(small.value, "step")
+                    and _code(self.module, small.value.func.value) in names
+                    for small in node.body
+                )
+            ):  # `if it % 2: opt.step(); opt.zero_grad()` (the 43rd review: was "no step")
+                found.append(node)
+                self.before_step[node] = []  # (found, never replaced: the file is refused)
+                self.problem(
+                    node,
+                    f"`{opt}.step()` is on the line of the `if`, `else:` or loop that holds it: "
+                    "put that body on lines of its own, where `scaler.step` + "
+                    "`scaler.update()` can take its place",
+                )
+                continue
+            if (
                 isinstance(node, cst.SimpleStatementLine)
                 and len(node.body) > 1
                 and self.function(node) is function

@@ -235,6 +235,14 @@ def unused_import(
     if any(not _rebound_first(names, stmt, n) for n in loads):
         return None
     scoped = any(isinstance(a, _SCOPES) for a in names.ancestors(stmt))
+    if not scoped and bound in _exported(names.tree):
+        return Finding(  # (the 43rd review: "imported but unused", then "0 fixed")
+            code,
+            f"`{full}` is not read in this file, but its `__all__` exports `{bound}`: the "
+            "modules that import it from here get apex's; remove it from `__all__`, then the "
+            "import, once none does (by hand)",
+            stmt,
+        )
     # the import manager judges a name by scope (it would keep a name read after another arm
     # binds it again), and a package's `__init__` keeps its imports on `fix` (its public
     # API): there the statement itself is deleted (given ``source``)
@@ -365,6 +373,27 @@ def unused_import(
         ),
     )
     return Finding(code, message, stmt, fix)
+
+
+def _exported(tree: ast.Module) -> set[str]:
+    """The names a module-level ``__all__`` list or tuple of strings holds."""
+    found: set[str] = set()
+    for statement in tree.body:
+        if (
+            isinstance(statement, ast.Assign | ast.AugAssign)
+            and any(
+                isinstance(t, ast.Name) and t.id == "__all__"
+                for t in (statement.targets if isinstance(statement, ast.Assign)
+                          else [statement.target])
+            )
+            and isinstance(statement.value, ast.List | ast.Tuple)
+        ):  # fmt: skip
+            found |= {
+                e.value
+                for e in statement.value.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            }
+    return found
 
 
 def unused_star(
