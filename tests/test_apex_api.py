@@ -1591,3 +1591,29 @@ def test_the_fp16_utils_module_imported_from_apex_and_an_exported_name(tmp_path)
         if d.code == "AMP302"
     ]
     assert finding.fix is None and "its `__all__` exports `FP16_Optimizer`" in finding.message
+
+
+def test_a_probe_whose_outcome_nothing_reads_goes_though_an_import_still_needs_apex(tmp_path):
+    """The 43rd review (timm's benchmark and inference scripts, from the parent of their
+    authors' migration): `try: from apex import amp; has_apex = True except ImportError:
+    has_apex = False`, `has_apex` read nowhere, beside an import of a module that still
+    imports apex: kept, "code that tests the probe's outcome guards that use", which nothing
+    does. It goes (unsafe: a probe); read, it stays."""
+    from ampmigrate.engine import run
+
+    (tmp_path / "helper.py").write_text(
+        "import torch\n\ntry:\n    from apex.normalization import FusedLayerNorm as LN\n"
+        "except ImportError:\n    LN = torch.nn.LayerNorm\n"
+    )
+    main = (
+        "import helper\n\ntry:\n    from apex import amp\n    has_apex = True\n"
+        "except ImportError:\n    has_apex = False\n"
+    )
+    (tmp_path / "main.py").write_text(main)
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    [result] = run([tmp_path / "main.py"], settings)
+    assert result.changed and b"from apex" not in result.new_source
+    (tmp_path / "main.py").write_text(main + "\nprint(has_apex)\n")
+    [result] = run([tmp_path / "main.py"], settings)
+    assert not result.changed
+    assert any("still imports apex" in d.message for d in result.diagnostics)

@@ -290,13 +290,23 @@ def unused_import(
     )
     # a probe whose `try` records its outcome (`APEX_FOUND = True`) for code to test, while a
     # module this one imports still imports apex: that test still guards it
-    flagged = any(
-        isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
+    recorded = {  # the names the `try` records its outcome in (`has_apex = True`)
+        t.id
         for a in tries
         for part in (a.body, *(h.body for h in a.handlers))
         for s in part
         for n in ast.walk(s)
-    )
+        if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        if isinstance(t, ast.Name)
+    }
+    # tested here or taken by another module (the 43rd review: timm's scripts, whose
+    # `has_apex` nothing reads, were kept for a module that still imports apex)
+    flagged = any(
+        isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        for flag in recorded
+        for n in names.spelled(flag)
+    ) or bool(recorded and users_on_disk(path, sorted(recorded), imports=True) != [])
     guarding = apex_imported_beyond(path) if flagged else None
     if guarding is not None:
         other, line = guarding
@@ -356,6 +366,8 @@ def unused_import(
         message += (
             " (an availability probe: code that tests its outcome now runs as if apex were "
             "installed)"
+            if flagged or not recorded
+            else " (an availability probe whose outcome nothing reads)"
         )
     if package:
         message += " (a package's `__init__` may re-export it)"
