@@ -11483,3 +11483,29 @@ def test_a_step_on_the_line_of_its_if_is_named_as_such():
     message = _message(source)
     assert "`opt.step()` is on the line of the `if`, `else:` or loop that holds it" in message
     assert "no `opt.step()` statement" not in message
+
+
+def test_an_inference_initialize_in_an_if_with_an_else_gets_the_tests_region():
+    """The 43rd review (efficientdet's validate.py, from the parent of its authors' own
+    migration): `if fp16: print(...); model = amp.initialize(model, opt_level="O1") else:
+    print(...)` was refused, "sits in an if/else"; deleting the `else` made it rewritable.
+    The region after it is enabled by the same test (it calls nothing and no arm changes it);
+    run on CPU both ways."""
+    source = INFERENCE_SWITCH.replace(
+        '    level = "O1" if fp16 else "O0"\n    model = amp.initialize(model, opt_level=level)\n',
+        "    if fp16:\n"
+        '        print("AMP")\n'
+        '        model = amp.initialize(model, opt_level="O1")\n'
+        "    else:\n"
+        '        print("float32")\n',
+    )
+    out, _ = _migrated(source)
+    assert "enabled=bool(fp16)" in out
+    refused = _message(source.replace("    if fp16:", "    if use_amp(fp16):"))
+    assert "sits in an if/else or elif whose test calls something" in refused
+    torch = pytest.importorskip("torch")
+    with _on_cpu(out) as namespace:
+        model = torch.nn.Linear(4, 2)
+        x = torch.randn(3, 4)
+        assert namespace["predict"](model, x, True).dtype == torch.float16
+        assert namespace["predict"](model, x, False).dtype == torch.float32

@@ -194,10 +194,20 @@ class InferenceOnly:
                 )
                 return
         elif isinstance(holder, cst.If) and not _main_guard(self.module, holder):
-            if holder.orelse is not None or self._is_elif(holder):
-                self.problem(init, "`amp.initialize` for inference sits in an if/else")
+            test = code(holder.test)
+            plain_else = isinstance(holder.orelse, cst.Else) and not (
+                self.facts(holder.test).calls
+                or self._changes(test, [*holder.body.body, *holder.orelse.body.body])
+            )  # (`if has_amp: initialize else: print(...)`, the 43rd review's efficientdet:
+            if (holder.orelse is not None and not plain_else) or self._is_elif(holder):
+                self.problem(  # the region after it is enabled by the same test)
+                    init,
+                    "`amp.initialize` for inference sits in an if/else or elif whose test "
+                    "calls something or that changes what it reads: the region after it could "
+                    "not ask the same question; wrap the forwards by hand",
+                )
                 return
-            condition = code(holder.test)
+            condition = test
             top = holder
         if optimizer is not None and not without_optimizer(args):
             self.plan.notes.append(
