@@ -1846,7 +1846,11 @@ def _handed_back(node: cst.BaseExpression, models: set[str], module: cst.Module)
         sides = [node.left, node.right]
     elif isinstance(node, cst.Call):
         func = _code(module, node.func)
-        if func in _HARMLESS - {"getattr"} or func.startswith(("amp.", "apex.")):
+        if (
+            func in _HARMLESS - {"getattr"}
+            or func.startswith(("amp.", "apex."))
+            or func.rpartition(".")[2][:1].isupper()  # (a class built on it: a carrier's)
+        ):
             return False
         sides = [a.value for a in node.args]
     else:

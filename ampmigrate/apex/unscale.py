@@ -255,7 +255,7 @@ class Unscale:
                 elif isinstance(n, cst.For) and isinstance(n.target, cst.Name):
                     target, value = n.target.value, n.iter
                 elif isinstance(n, cst.FunctionDef) and n is not function:
-                    if n.name.value not in steppers and self._names_any(n.body, names):
+                    if n.name.value not in steppers and self._steps_in(n.body, names):
                         steppers.add(n.name.value)
                         grew = True
                     continue
@@ -269,7 +269,7 @@ class Unscale:
                 steps = (
                     (isinstance(value, cst.Attribute) and value.attr.value == "step"
                      and _code(self.module, value.value) in names)
-                    or (isinstance(value, cst.Lambda) and self._names_any(value, names))
+                    or (isinstance(value, cst.Lambda) and self._steps_in(value, names))
                     or (isinstance(value, cst.Call)
                         and _code(self.module, value.func).rpartition(".")[2] == "partial"
                         and self._names_any(value, names))
@@ -281,6 +281,25 @@ class Unscale:
                     steppers.add(target)
                     grew = True
         return names, steppers
+
+    def _steps_in(self, node: cst.CSTNode, names: set[str]) -> bool:
+        """``node`` steps what ``names`` hold (``o.step()``) or hands it to a call but
+        apex's (a closure that only scales a loss with it steps nothing)."""
+        for n in self._subtree(node):
+            if not isinstance(n, cst.Call):
+                continue
+            func = n.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "step"
+                and _code(self.module, func.value) in names
+            ):
+                return True
+            if any(_code(self.module, a.value) in names for a in n.args) and not any(
+                q.startswith(APEX) for q in self.qualified(func)
+            ):
+                return True
+        return False
 
     def _names_any(self, node: cst.CSTNode, names: set[str]) -> bool:
         return any(
