@@ -583,16 +583,20 @@ class Step:
             return bool(self.steps[key]) or key in self.stepped_by_callers
         found = self.steps[key] = []
         names = {opt, *self._aliases(opt, function)}
+
+        def stepping(smalls: Sequence[cst.BaseSmallStatement]) -> bool:
+            return any(
+                isinstance(small, cst.Expr)
+                and _is_call_of(small.value, "step")
+                and _code(self.module, small.value.func.value) in names
+                for small in smalls
+            )
+
         for node in self.nodes:
             if (
                 isinstance(node, cst.SimpleStatementSuite)
                 and self.function(node) is function
-                and any(
-                    isinstance(small, cst.Expr)
-                    and _is_call_of(small.value, "step")
-                    and _code(self.module, small.value.func.value) in names
-                    for small in node.body
-                )
+                and stepping(node.body)
             ):  # `if it % 2: opt.step(); opt.zero_grad()` (the 43rd review: was "no step")
                 found.append(node)
                 self.before_step[node] = []  # (found, never replaced: the file is refused)
@@ -607,12 +611,7 @@ class Step:
                 isinstance(node, cst.SimpleStatementLine)
                 and len(node.body) > 1
                 and self.function(node) is function
-                and any(
-                    isinstance(small, cst.Expr)
-                    and _is_call_of(small.value, "step")
-                    and _code(self.module, small.value.func.value) in names
-                    for small in node.body
-                )
+                and stepping(node.body)
             ):  # `opt.step(); opt.zero_grad()` (the 34th review: was "no `opt.step()`")
                 found.append(node)
                 first = node.body[0]
