@@ -35,6 +35,7 @@ from ampmigrate.apex.links import (
     _tree,
     _walk,
     apex_siblings,
+    project_folder,
     shown_among,
 )
 from ampmigrate.catalog import Rule
@@ -201,15 +202,6 @@ def _root(node: ast.AST) -> str:
     return node.id if isinstance(node, ast.Name) else ""
 
 
-def _project_root(path: str) -> str:
-    """The folder holding ``path``'s top package (a script's own folder), with a separator:
-    what a computed-name import of that program can load."""
-    folder = os.path.dirname(os.path.abspath(path))
-    while os.path.isfile(os.path.join(folder, "__init__.py")):
-        folder = os.path.dirname(folder)
-    return os.path.join(folder, "")
-
-
 def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Casts]:
     """The components of the run: each layer module that only casts, joined with every file
     of the run that initializes amp and reaches it."""
@@ -240,7 +232,7 @@ def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Cast
     ]  # fmt: skip
     for start in initializing if orphans else ():
         if loads_by_name(start, graph) is not None:
-            root = _project_root(start)
+            root = os.path.join(project_folder(start), "")  # (what its program can load)
             for orphan in orphans:  # it may run those of its project: moved together, or
                 if orphan.startswith(root):  # neither (a run over several projects joined
                     edges.setdefault(start, set()).add(orphan)  # one's casts with another's

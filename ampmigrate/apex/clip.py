@@ -14,7 +14,7 @@ import textwrap
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _code, _is_call_of, _statements
-from ampmigrate.apex.links import _read, module_function
+from ampmigrate.apex.links import _read, module_function, project_folder
 from ampmigrate.apex.norms import gradient_norm
 from ampmigrate.apex.unscale import none_test
 
@@ -444,9 +444,7 @@ class Clip:
 def _called_elsewhere(path: str, names: set[str]) -> bool:
     """Another module of ``path``'s project calls a method of one of ``names`` (``.name(``),
     or the project is too large to look (True)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    while os.path.isfile(os.path.join(folder, "__init__.py")):
-        folder = os.path.dirname(folder)
+    folder = project_folder(path)
     pattern = re.compile(rb"\.(%s)\s*\(" % b"|".join(re.escape(n.encode()) for n in sorted(names)))
     count = 0
     for where, folders, files in os.walk(folder):

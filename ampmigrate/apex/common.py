@@ -194,6 +194,14 @@ def _targets(node: cst.BaseExpression) -> set[str]:
     return set()
 
 
+def defined_method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    """The method ``name`` that the body of ``cls`` itself defines (the first), if any."""
+    return next(
+        (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
+        None,
+    )
+
+
 def calls_up(module: cst.Module, call: cst.Call, method: str, cls: cst.ClassDef) -> bool:
     """``call`` runs the base class's ``method`` from a method of ``cls``: ``super().method``,
     the two-argument ``super(Cls, self).method`` (the 42nd review: segmentationPytorch's

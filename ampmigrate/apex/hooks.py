@@ -17,7 +17,7 @@ import functools
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code, _Setup, _statements, is_path
+from ampmigrate.apex.common import _code, _Setup, _statements, defined_method, is_path
 from ampmigrate.apex.links import _listed
 
 # methods that only read what they are called on (`options.get("training").get("fp16")`)
@@ -35,11 +35,7 @@ class RunnerHooks:
              if isinstance(s, cst.ClassDef) and s.name.value == self.link.hook),
             None,
         )  # fmt: skip
-        init = next(
-            (s for s in cls.body.body if isinstance(s, cst.FunctionDef)
-             and s.name.value == "__init__"),
-            None,
-        ) if cls is not None else None  # fmt: skip
+        init = defined_method(cls, "__init__") if cls is not None else None
         suite = init is not None and isinstance(init.body, cst.SimpleStatementSuite)
         if init is None or not init.params.params or suite:
             self.problem(

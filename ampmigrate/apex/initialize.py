@@ -312,17 +312,15 @@ class Initialize:
                 _main_guard(self.module, holder) or holder in self.dissolved
             ):  # the script's main block, or `if amp is not None:` (true now): no condition
                 holder = None
-            earlier = self._elif_tests(holder) if isinstance(holder, cst.If) else None
-            if earlier is not None:  # `if A: ... elif B: initialize`: enabled where not A and B
+            arms = self._elif_tests(holder) if isinstance(holder, cst.If) else None
+            if arms is not None:  # `if A: ... elif B: initialize`: enabled where not A and B
+                top, earlier = arms
                 last = _code(self.module, holder.test)
                 if not isinstance(holder.test, cst.Comparison | cst.UnaryOperation):
                     last = f"bool({last})"  # (autocast takes only a bool)
                 condition = " and ".join(
                     [f"not ({_code(self.module, t)})" for t in earlier] + [last]
                 )
-                top = holder
-                while isinstance(self.parent(top), cst.If):
-                    top = self.parent(top)
                 self._remove_statement(statement)
                 holder = top
             elif isinstance(holder, cst.If):
@@ -722,12 +720,13 @@ class Initialize:
         )
         return loop
 
-    def _elif_tests(self, holder: cst.If) -> list[cst.BaseExpression] | None:
+    def _elif_tests(self, holder: cst.If) -> tuple[cst.If, list[cst.BaseExpression]] | None:
         """``holder`` is an ``elif`` of a plain ``if`` chain (not nested in another ``if``,
-        none of its tests calls anything, ``holder`` has no ``elif`` after it): the tests of
-        the arms before it, which must all be false for it to run (CellLineDR's `if args.g >
-        1: DataParallel elif args.amp: initialize`, torchdistill's `elif` after its
-        accelerator branch, the 42nd review); None otherwise."""
+        none of its tests calls anything, ``holder`` has no ``elif`` after it): the chain's
+        first ``if`` and the tests of the arms before it, which must all be false for it to
+        run (CellLineDR's `if args.g > 1: DataParallel elif args.amp: initialize`,
+        torchdistill's `elif` after its accelerator branch, the 42nd review); None
+        otherwise."""
         parent = self.parent(holder)
         if not (isinstance(parent, cst.If) and parent.orelse is holder):
             return None
@@ -744,7 +743,7 @@ class Initialize:
             or any(self.facts(t).calls for t in [*earlier, holder.test])
         ):
             return None
-        return earlier
+        return top, earlier
 
     def _if_chain(self, holder: cst.If) -> list[cst.If] | None:
         """``holder`` and the ``if``s it is nested in, outermost first, where each inner one
@@ -1024,42 +1023,19 @@ class Initialize:
         conditional written at the keyword (``opt_level="O1" if fp16 else "O0"``, the 42nd
         review: "not provably O1", where the assigned form was taken) is that switch too."""
         if isinstance(level, cst.IfExp):
-            inline = [level.body, level.orelse]
-            values = [b.evaluated_value if isinstance(b, cst.SimpleString) else None
-                      for b in inline]  # fmt: skip
-            other = [v for v in values if v is not None and v not in ("O0", "O1")]
-            if other:
-                self.problem(
-                    init,
-                    f'opt_level `{_code(self.module, level)}` may be "{other[0]}": only O1 '
-                    "(autocast + GradScaler) exists in torch.amp; O2/O3 cast the model, which "
-                    "native AMP does not do",
-                )
+            values = _branch_levels(level)
+            if self._names_another_level(init, _code(self.module, level), values):
                 return None
             if sorted(v or "" for v in values) != ["O0", "O1"]:
                 return None  # (one level either way, or a computed one: read as any other)
-            if values == ["O1", "O0"]:
-                return level.test
-            return cst.UnaryOperation(
-                cst.Not(), cst.parse_expression(f"({_code(self.module, level.test)})")
-            )
+            return self._where_o1(level, values)
         if not isinstance(level, cst.Name):
             return None
         refs, assign = self._single_store(level.value, init)
         if assign is None or not isinstance(assign.value, cst.IfExp):
             return None
-        branches = [assign.value.body, assign.value.orelse]
-        levels = [b.evaluated_value if isinstance(b, cst.SimpleString) else None for b in branches]
-        if None in levels:
-            return None
-        other = [v for v in levels if v not in ("O0", "O1")]
-        if other:
-            self.problem(
-                assign,
-                f'opt_level `{level.value}` may be "{other[0]}": only O1 (autocast + '
-                "GradScaler) exists in torch.amp; O2/O3 cast the model, which native AMP does "
-                "not do",
-            )
+        levels = _branch_levels(assign.value)
+        if None in levels or self._names_another_level(assign, level.value, levels):
             return None
         if set(levels) != {"O0", "O1"}:
             return None  # one level either way: the plain reading (a note) says it
@@ -1067,10 +1043,26 @@ class Initialize:
         if len(reads) != 1 or not self.within(reads[0], init):
             return cst.parse_expression(f'{level.value} == "O1"')  # the name stays, read later
         self._remove_statement(self.statement(assign))
+        return self._where_o1(assign.value, levels)
+
+    def _names_another_level(self, node: cst.CSTNode, shown: str, levels: list) -> bool:
+        """One of a switch's ``levels`` is O2 or O3: said at ``node``."""
+        other = [v for v in levels if v is not None and v not in ("O0", "O1")]
+        if other:
+            self.problem(
+                node,
+                f'opt_level `{shown}` may be "{other[0]}": only O1 (autocast + GradScaler) '
+                "exists in torch.amp; O2/O3 cast the model, which native AMP does not do",
+            )
+        return bool(other)
+
+    def _where_o1(self, switch: cst.IfExp, levels: list) -> cst.BaseExpression:
+        """The test under which ``switch`` (an O0/O1 conditional, ``levels`` its two values)
+        gives O1."""
         if levels == ["O1", "O0"]:
-            return assign.value.test
+            return switch.test
         return cst.UnaryOperation(
-            cst.Not(), cst.parse_expression(f"({_code(self.module, assign.value.test)})")
+            cst.Not(), cst.parse_expression(f"({_code(self.module, switch.test)})")
         )
 
     def _flag_read(self, level: cst.BaseExpression) -> str | None:
@@ -1540,6 +1532,14 @@ class Initialize:
                 else ""
             )
         )
+
+
+def _branch_levels(switch: cst.IfExp) -> list[str | None]:
+    """The level each arm of a conditional gives (None: not a string literal)."""
+    return [
+        b.evaluated_value if isinstance(b, cst.SimpleString) else None
+        for b in (switch.body, switch.orelse)
+    ]
 
 
 def _operands(comparison: cst.Comparison) -> list[cst.BaseExpression]:

@@ -1135,6 +1135,15 @@ def level_elsewhere(path: str, name: str) -> tuple[str, int, str] | None:
     return None
 
 
+def project_folder(path: str) -> str:
+    """The folder holding ``path``'s top package (for a script in no package, its own
+    folder): where the rest of its program is looked for."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        folder = os.path.dirname(folder)
+    return folder
+
+
 def users_on_disk(
     path: str, functions: list[str], imports: bool = False
 ) -> list[tuple[str, int, str]] | None:
@@ -1143,10 +1152,8 @@ def users_on_disk(
     import may go). The project: below the folder holding its top package; for a script in
     no package, its folder's files and the packages in it. None: too many files to look at."""
     path = os.path.abspath(path)
-    folder = os.path.dirname(path)
-    packaged = os.path.isfile(os.path.join(folder, "__init__.py"))
-    while os.path.isfile(os.path.join(folder, "__init__.py")):
-        folder = os.path.dirname(folder)
+    packaged = os.path.isfile(os.path.join(os.path.dirname(path), "__init__.py"))
+    folder = project_folder(path)
     callee = _parsed(path, _read(path))
     if callee is None or not functions:
         return []

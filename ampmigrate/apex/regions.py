@@ -1783,12 +1783,17 @@ def _may_forward(attr: str) -> bool:
         attr.startswith("forward")
         or attr in _RUNS
         or bool(_SUBMODULE.search(attr))
-        or not (
-            attr in _QUIET_METHODS
-            or attr in _NO_FORWARD
-            or attr.startswith(("_", "named_", "register_", "set_", "get_", "load_", "save_"))
-            or attr.startswith(("print_", "to_"))
-        )
+        or not (_runs_none(attr) or attr.startswith(("load_", "save_", "print_", "to_")))
+    )
+
+
+def _runs_none(attr: str) -> bool:
+    """``model.<attr>`` is torch's own, or named like it, and runs no forward (``state_dict``,
+    ``named_modules``, ``register_buffer``, a private helper)."""
+    return (
+        attr in _QUIET_METHODS
+        or attr in _NO_FORWARD
+        or attr.startswith(("_", "named_", "register_", "set_", "get_"))
     )
 
 
@@ -1829,10 +1834,7 @@ def _model_method(func: cst.BaseExpression, models: set[str], module: cst.Module
     return (
         (_code(module, owner) in models or _handed_back(owner, models, module))
         and attr not in ("forward", "module")
-        and attr not in _QUIET_METHODS
-        and attr not in _NO_FORWARD
-        and not attr.startswith("_")
-        and not attr.startswith(("named_", "register_", "set_", "get_"))
+        and not _runs_none(attr)
     )
 
 

@@ -19,6 +19,7 @@ from ampmigrate.apex.common import (
     _statements,
     _targets,
     calls_up,
+    defined_method,
 )
 from ampmigrate.apex.links import _parsed, _read, users_on_disk
 
@@ -237,11 +238,7 @@ class Scaler:
         refs = self._refs(home)
         if not isinstance(holder, cst.ClassDef) or not refs:
             return False
-        init = next(
-            (s for s in holder.body.body
-             if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
-            None,
-        )  # fmt: skip
+        init = defined_method(holder, "__init__")
         return init is not None and all(
             self.within(r, init)
             and isinstance(call := self.parent(r), cst.Call)
@@ -375,11 +372,7 @@ class Scaler:
         read (under apex they ran uninitialized, unscaled); the override must call
         ``super().<home>(...)`` as a statement of its own."""
         for cls in self.family:
-            method = next(
-                (s for s in cls.body.body
-                 if isinstance(s, cst.FunctionDef) and s.name.value == home),
-                None,
-            )  # fmt: skip
+            method = defined_method(cls, home)
             if method is None:
                 continue
             calls = any(
@@ -412,11 +405,7 @@ class Scaler:
                    and f is not home}  # fmt: skip
         if all(self._called_only_from(reader, home) for reader in readers.values()):
             return False  # (transformers' `_training_step`: only `train` calls it, after it)
-        init = next(
-            (s for s in holder.body.body
-             if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
-            None,
-        )  # fmt: skip
+        init = defined_method(holder, "__init__")
         if init is None or not init.params.params or init.decorators:
             self.plan.notes.append(
                 f"`self.{self.name}` is made by `{home.name.value}` only: an object whose "

@@ -616,11 +616,7 @@ class Step:
                 found.append(node)
                 first = node.body[0]
                 if (
-                    isinstance(first, cst.Expr)
-                    and _is_call_of(first.value, "step")
-                    and _code(self.module, first.value.func.value) in names
-                    and not first.value.args
-                    and not self.dead(node)
+                    stepping([first]) and not first.value.args and not self.dead(node)
                 ):  # the step first: the statements after it go on lines of their own
                     tail = [_code(self.module, small).strip() for small in node.body[1:]]
                     comment = node.trailing_whitespace.comment

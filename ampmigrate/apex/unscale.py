@@ -69,12 +69,14 @@ _OPTIMIZER_OWN = frozenset({
 _SETTINGS = frozenset({"param_groups", "defaults", "state_dict"})
 
 
-def _settings_read(name: ast.Name, function: ast.FunctionDef) -> bool:
-    """``name`` (the optimizer, in ``function`` on disk) is the object of a settings read."""
-    return any(
-        isinstance(n, ast.Attribute) and n.value is name and n.attr in _SETTINGS
+def _settings_objects(function: ast.FunctionDef) -> set[int]:
+    """The nodes of ``function`` (on disk) that a settings read is made of (``opt`` in
+    ``opt.param_groups``), by ``id``."""
+    return {
+        id(n.value)
         for n in ast.walk(function)
-    )
+        if isinstance(n, ast.Attribute) and n.attr in _SETTINGS
+    }
 
 
 class Unscale:
@@ -181,6 +183,7 @@ class Unscale:
                     outer = a
             end = max(end, self.ends[id(outer)] - 1)
         names, steppers = self._optimizer_aliases(function, opt)
+        first = next(s for s in steps if self.order[id(s)] > start)
         for node in self.nodes[start + 1 : end]:
             if not isinstance(node, cst.Call) or self.within(node, scaled):
                 continue
@@ -197,16 +200,12 @@ class Unscale:
             if any(n.startswith(APEX) for n in self.qualified(node.func)):
                 continue  # (`amp.master_params(opt)`: the rewrite's own)
             through = self._steps_through(node, opt, names, steppers)
-            if through is not None and not any(
-                start < self.order[id(s)] < self.order[id(node)] and not self._parting_if(s, node)
-                for s in steps
-            ):
-                step = next(s for s in steps if self.order[id(s)] > start)
+            if through is not None:
                 self.problem(
                     node,
                     f"`{_code(self.module, node.func)}(...)` steps `{opt}` {through}, on a path "
                     f"from its scaled backward (line {self.line(scaled)}) that the step becoming "
-                    f"`scaler.step` (line {self.line(step)}) does not take: it would step "
+                    f"`scaler.step` (line {self.line(first)}) does not take: it would step "
                     "gradients still multiplied by the loss scale, where apex had unscaled "
                     f"them when `scale_loss` exited; step that path through `scaler.step({opt})` "
                     "+ `scaler.update()`, by hand",
@@ -218,13 +217,12 @@ class Unscale:
                 continue  # (a context around the step, Horovod's `skip_synchronize`)
             if not given or self._settings_only(node, given[0]):
                 continue
-            step = next(s for s in steps if self.order[id(s)] > start)
             where = (
                 f"between its scaled backward (line {self.line(scaled)}) and the step that "
-                f"becomes `scaler.step` (line {self.line(step)})"
-                if self.order[id(node)] < self.order[id(step)]
+                f"becomes `scaler.step` (line {self.line(first)})"
+                if self.order[id(node)] < self.order[id(first)]
                 else f"after its scaled backward (line {self.line(scaled)}), on a path beside "
-                f"the step that becomes `scaler.step` (line {self.line(step)})"
+                f"the step that becomes `scaler.step` (line {self.line(first)})"
             )
             self.problem(
                 node,
@@ -364,9 +362,10 @@ class Unscale:
         if name is None:
             return False
         if isinstance(found, ast.FunctionDef):
+            settings = _settings_objects(found)
             return not any(
                 (isinstance(n, ast.Attribute) and n.attr == "grad")
-                or (isinstance(n, ast.Name) and n.id == name and not _settings_read(n, found))
+                or (isinstance(n, ast.Name) and n.id == name and id(n) not in settings)
                 for n in ast.walk(found)
             )
         if self._reads_gradients(found.body, False):

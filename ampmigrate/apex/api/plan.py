@@ -270,10 +270,7 @@ def unused_import(
             return Finding(code, _reexported(full, bound, path, users), stmt)
     if package and not edits:  # no importer takes it: the statement itself goes (the import
         edits = _deletion(names, stmt, source)  # manager keeps a package's imports)
-    tries = [  # the `try`s around it that catch its ImportError: it probes for apex
-        a for a in names.ancestors(stmt)
-        if isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
-    ]  # fmt: skip
+    tries = _probing_tries(names, stmt)
     guarded = bool(tries)
     message = (
         f"`{full}` is imported but unused: the import only ties the file to apex"
@@ -364,8 +361,7 @@ def unused_import(
         )
     if guarded:
         message += (
-            " (an availability probe: code that tests its outcome now runs as if apex were "
-            "installed)"
+            _PROBED
             if flagged or not recorded
             else " (an availability probe whose outcome nothing reads)"
         )
@@ -385,6 +381,18 @@ def unused_import(
         ),
     )
     return Finding(code, message, stmt, fix)
+
+
+_PROBED = " (an availability probe: code that tests its outcome now runs as if apex were installed)"
+
+
+def _probing_tries(names: Names, stmt: ast.stmt) -> list[ast.Try]:
+    """The ``try``s around ``stmt`` that catch its ImportError: it probes for apex."""
+    return [
+        a
+        for a in names.ancestors(stmt)
+        if isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
+    ]
 
 
 def _exported(tree: ast.Module) -> set[str]:
@@ -424,11 +432,7 @@ def unused_star(
         users = users_on_disk(path, bound, imports=True)
         if users is None or users:
             return Finding(code, _reexported(shown, "its names", path, users), stmt)
-    tries = [
-        a
-        for a in names.ancestors(stmt)
-        if isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
-    ]
+    tries = _probing_tries(names, stmt)
     guard = names.parent(stmt)
     whole = (
         isinstance(guard, ast.Try)
@@ -447,10 +451,7 @@ def unused_star(
             "only raised or logged where apex is missing"
         )
     elif tries:
-        message += (
-            " (an availability probe: code that tests its outcome now runs as if apex were "
-            "installed)"
-        )
+        message += _PROBED
     edits = _deletion(names, guard if whole else stmt, source)
     if not edits:
         return Finding(code, message + "; delete it by hand", stmt)
@@ -1092,10 +1093,7 @@ class _Planner:
             or self.source.line(stmt.lineno).strip() != self.source.segment(stmt)
         ):
             return None
-        if any(
-            isinstance(a, ast.Try) and any(_catches_import_error(h) for h in a.handlers)
-            for a in self.names.ancestors(stmt)
-        ):
+        if _probing_tries(self.names, stmt):
             return None
         return stmt, bindings[0].alias
 
