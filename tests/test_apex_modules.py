@@ -1123,6 +1123,180 @@ def test_a_helper_called_inside_the_linked_training_function_gets_its_scaler(tmp
             assert outputs[1] == outputs[0]
 
 
+CARRIED = {
+    "trainer.py": """\
+import torch
+import torch.nn.functional as F
+from apex import amp
+
+
+def fit(batches, model, optimizer, n_epochs, log):
+    for epoch in range(n_epochs):
+        train_loss = train_epoch(batches, model, optimizer)
+        val_loss = test_epoch(batches, model)
+        log(f"epoch {epoch} train {train_loss:.4f} val {val_loss:.4f}")
+
+
+def train_epoch(batches, model, optimizer):
+    model.train()
+    total = 0.0
+    for x, y in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x).float(), y)
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        total += loss.item()
+    return total / len(batches)
+
+
+def test_epoch(batches, model):
+    model.eval()
+    with torch.no_grad():
+        losses = [F.mse_loss(model(x).float(), y).item() for x, y in batches]
+    return sum(losses) / len(losses)
+""",
+    "main.py": """\
+import torch
+from apex import amp
+from trainer import fit
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    batches = [(torch.randn(8, 4, device="cuda") / 4, torch.randn(8, 1, device="cuda") / 4)
+               for _ in range(3)]
+    fit(batches, model, optimizer, 3, print)
+""",
+}
+
+# the step in the function that hands the scaler on, the scaling one only backs up
+CARRIER_STEPS = {
+    "trainer.py": """\
+import torch
+import torch.nn.functional as F
+from apex import amp
+
+
+def run(batches, net, opt, log):
+    fit(batches, net, opt, 3, log)
+
+
+def fit(batches, model, optimizer, n_epochs, log):
+    for epoch in range(n_epochs):
+        total = 0.0
+        for x, y in batches:
+            optimizer.zero_grad()
+            total += train_step(x, y, model, optimizer)
+            optimizer.step()
+        log(f"epoch {epoch} train {total:.4f}")
+
+
+def train_step(x, y, model, optimizer):
+    loss = F.mse_loss(model(x).float(), y)
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    return loss.item()
+""",
+    "main.py": CARRIED["main.py"]
+    .replace("from trainer import fit", "from trainer import run as train")
+    .replace(
+        "fit(batches, model, optimizer, 3, print)",
+        "train(batches, model, opt=optimizer, log=print)",
+    ),
+}
+
+
+def _on_cpu_beside_original(tmp_path: Path, root: Path, original: Path, stub: Path) -> None:
+    """The fixed project, "cuda" -> "cpu" (float16 autocast and the GradScaler really run),
+    prints the O0 original's losses to float16 rounding; a second fix changes nothing."""
+    again = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in again) and not [d for r in again for d in r.fixed]
+    for tree in (root, original):
+        for path in _files(tree):
+            path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    runs = [
+        *_runs([(original / "main.py", [], stub, False)], original),  # (each imports its own)
+        *_runs([(root / "main.py", [], None, False)], root),
+    ]
+    assert all(code == 0 for code, _, _ in runs), [e for _, _, e in runs]
+    (_, want, _), (_, got, _) = runs
+    numbers = [
+        [float(w) for w in out.split() if w[0].isdigit() and "." in w] for out in (want, got)
+    ]
+    assert len(numbers[1]) >= 3 and numbers[1] == pytest.approx(numbers[0], rel=2e-2, abs=2e-3)
+
+
+def test_the_scaler_is_handed_through_functions_of_the_training_module(tmp_path, stub):
+    """The script calls `fit`, which calls `train_epoch`, which scales (loc2vec, the
+    forty-second review): refused before ("links two files only where this one calls the
+    function that scales"), though the engineer's migration only threads `scaler` through
+    `fit`. Both files are rewritten, `fit` hands its scaler on and its evaluation call gets a
+    region (apex O1 cast that forward too); run on CPU beside the O0 original."""
+    root, original = _fixed_beside_original(tmp_path, CARRIED, ["main.py", "trainer.py"])
+    trainer, main = (root / "trainer.py").read_text(), (root / "main.py").read_text()
+    assert "def fit(batches, model, optimizer, n_epochs, log, scaler):" in trainer
+    assert "train_loss = train_epoch(batches, model, optimizer, scaler=scaler)" in trainer
+    assert "def train_epoch(batches, model, optimizer, scaler):" in trainer
+    lines = trainer.splitlines()
+    at = next(i for i, line in enumerate(lines) if "val_loss = test_epoch(" in line)
+    assert lines[at - 1].lstrip().startswith("with torch.amp.autocast(")
+    assert "fit(batches, model, optimizer, 3, print, scaler=scaler)" in main
+    assert "amp." not in trainer.replace("torch.amp.", "")
+    _on_cpu_beside_original(tmp_path, root, original, stub)
+
+
+def test_a_step_in_a_function_that_hands_the_scaler_on_becomes_the_scalers(tmp_path, stub):
+    """Three hops, an aliased import, keywords: the script calls `run`, which calls `fit`,
+    which steps the optimizer after `train_step` scaled the loss. The step of a function the
+    scaler passes through is the scaled optimizer's step (a plain one would step gradients
+    still multiplied by the scale)."""
+    root, original = _fixed_beside_original(tmp_path, CARRIER_STEPS, ["main.py", "trainer.py"])
+    trainer = (root / "trainer.py").read_text()
+    assert "fit(batches, net, opt, 3, log, scaler=scaler)" in trainer
+    assert "scaler.step(optimizer)\n            scaler.update()" in trainer
+    assert "optimizer.step()" not in trainer
+    assert (
+        "train(batches, model, opt=optimizer, log=print, scaler=scaler)"
+        in (root / "main.py").read_text()
+    )
+    _on_cpu_beside_original(tmp_path, root, original, stub)
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        (
+            "trainer.py",
+            '\n\nif __name__ == "__main__":\n    fit([], torch.nn.Linear(4, 1), None, 1, print)\n',
+        ),
+        (
+            "other.py",
+            "from trainer import fit\n\n\ndef again(b, m, o):\n    fit(b, m, o, 1, print)\n",
+        ),
+    ],
+)
+def test_a_call_of_a_carrier_the_run_cannot_give_the_scaler_keeps_both_files(tmp_path, other):
+    """A call of `fit` that would not pass the GradScaler (the training module's own main
+    block, another module): every file stays, and the refusal names that call."""
+    name, text = other
+    files = dict(CARRIED)
+    files[name] = files.get(name, "") + text
+    root = tmp_path / "project"
+    root.mkdir()
+    for file, content in files.items():
+        (root / file).write_text(content)
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    line = 34 if name == "trainer.py" else 5
+    for finding in _amp303(results).values():
+        assert f"`fit` is also used at {name}:{line}, which would not pass the GradScaler" in (
+            finding.message
+        )
+
+
 def test_a_derived_class_that_initializes_is_told_its_family_is_not_linked(tmp_path):
     """The derived class initializes, its base in another module scales and saves
     (DeepFakeDetectionChallenge, the thirty-seventh review): the refusal said the rewrite

@@ -1113,9 +1113,10 @@ class Handles:
                     "migrate the two together (the GradScaler passed there, "
                     "`scaler.state_dict()` for `amp.state_dict()`) or neither; the rewrite "
                     "links two files of one run only where this one calls the function that "
-                    "scales (or a runner's hook ties them, or a class family whose base class "
-                    "initializes), not through a closure that function returns, an object it "
-                    "builds or a base class it derives from, so in such a shape by hand"
+                    "scales, or functions of that file that hand it on (or a runner's hook "
+                    "ties them, or a class family whose base class initializes), not through a "
+                    "closure that function returns, an object it builds or a base class it "
+                    "derives from, so in such a shape by hand"
                 )
             elif sibling.member == "amp":  # `return amp`: hands out the module itself
                 uses = "returns apex's amp module"
@@ -1247,7 +1248,7 @@ class Handles:
         functions = [
             s for s in self.module.body if isinstance(s, cst.FunctionDef) and s.name.value in names
         ]
-        named = _listed([f"`{n}`" for n in names])
+        named = _listed([f"`{f.name.value}`" for f in functions])  # (in the file's order)
         if len(functions) != len(names) or self.free_name("scaler") != "scaler":
             self.problem(
                 self.plan.anchor,

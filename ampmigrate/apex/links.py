@@ -1363,9 +1363,11 @@ def link(
     under the same ``Link``."""
     files = [f for f in (_parsed(p, d) for p, d in apex_files) if f is not None and f.members]
     callees = {f.path: (f, *found) for f in files if (found := _linked_functions(f))[0]}
+    carriers = {path: _carriers(f, functions) for path, (f, functions, _) in callees.items()}
     callers = [f for f in files if len(f.members.get("initialize", [])) == 1]
     found_by: dict[str, list[tuple[str, str, str, int, tuple[str, ...]]]] = {}  # by callee
     reaches: dict[str, tuple[str, ...]] = {}  # by caller: the callees it passes the scaler to
+    called: dict[str, set[str]] = {}  # by callee: the functions of it that callers call
     for caller in callers:
         init = caller.members["initialize"][0]
         home = _function(caller, init)
@@ -1384,18 +1386,22 @@ def link(
                 continue
             qualified = caller.names.qualified(node.func)
             for path, (callee, functions, _) in callees.items():
-                for function in functions:
+                for function in (*functions, *carriers[path].values()):
                     if any(_resolves(caller, q, callee, function.name) for q in qualified):
                         found.setdefault(path, []).append((node, function))
         trainers = [p for p in found if callees[p][2] is not None]
         # a caller that scales its own loss only hands the scaler to checkpoint helpers
         if not found or ("scale_loss" in caller.members) == bool(trainers):
             continue
-        entries = [_entry(caller.path, callees[p][2], calls, spelled) for p, calls in found.items()]
+        entries = [
+            _entry(caller.path, callees[p][2], calls, spelled, carriers[p])
+            for p, calls in found.items()
+        ]
         if None in entries:
             continue
         for path, entry in zip(found, entries, strict=True):
             found_by.setdefault(path, []).append(entry)
+            called.setdefault(path, set()).update(f.name for _, f in found[path])
         reaches[caller.path] = tuple(sorted(found))
     by_path = {f.path: f for f in files}
     out: dict[str, Link] = {}
@@ -1410,7 +1416,8 @@ def link(
             item = Link(
                 callers=tuple(c for c, *_ in found),
                 callee=path,
-                functions=tuple(f.name for f in functions),
+                functions=tuple(f.name for f in functions)
+                + _carried_from(called[path], carriers[path]),
                 trains=trains.name if trains is not None else None,
                 model=model,
                 optimizer=opt,
@@ -1505,18 +1512,98 @@ def _reached(caller: _File, home: ast.AST, init: ast.Call) -> list[ast.FunctionD
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
+def _carriers(file: _File, functions: list[ast.FunctionDef]) -> dict[str, ast.FunctionDef]:
+    """The module-level functions of a linked file that hold no apex call but call its linked
+    functions by name, directly or through each other (loc2vec's ``fit`` -> ``train_epoch``):
+    where a caller calls one, it takes the ``scaler`` too and hands it on."""
+    defs = {
+        f.name: f
+        for f in file.tree.body
+        if isinstance(f, ast.FunctionDef) and len(_defs(file.tree, f.name)) == 1
+    }
+    reaching = {f.name for f in functions}
+    out: dict[str, ast.FunctionDef] = {}
+    grew = True
+    while grew:
+        grew = False
+        for name, function in defs.items():
+            if name in reaching:
+                continue
+            if any(c.func.id in reaching for c in _own_calls(file, function)):
+                reaching.add(name)
+                out[name] = function
+                grew = True
+    return out
+
+
+def _own_calls(file: _File, function: ast.FunctionDef) -> Iterator[ast.Call]:
+    """The calls of a bare name made in ``function``'s own body (not in a nested function)."""
+    for node in ast.walk(function):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and _function(file, node) is function
+        ):
+            yield node
+
+
+def _carried_from(called: set[str], carriers: dict[str, ast.FunctionDef]) -> tuple[str, ...]:
+    """The carriers a link's callers reach: those they call, and the carriers those call."""
+    names = [n for n in carriers if n in called]
+    for name in names:
+        names += [
+            n.func.id
+            for n in ast.walk(carriers[name])
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name)
+            and n.func.id in carriers
+            and n.func.id not in names
+        ]
+    return tuple(sorted(set(names), key=lambda n: carriers[n].lineno))
+
+
+def _received(
+    function: ast.FunctionDef,
+    call: ast.Call,
+    spelled: set[str],
+    trains: ast.FunctionDef,
+    carriers: dict[str, ast.FunctionDef],
+    seen: tuple[ast.FunctionDef, ...] = (),
+) -> set[str]:
+    """The parameters of ``trains`` that receive what ``call`` gives ``function`` spelled
+    ``spelled``: directly, or handed on unchanged by the carriers between them."""
+    params = _parameters(function, call, spelled)
+    if function is trains:
+        return params
+    if not params or function in seen:
+        return set()
+    found: set[str] = set()
+    for inner in ast.walk(function):
+        if not isinstance(inner, ast.Call) or not isinstance(inner.func, ast.Name):
+            continue
+        target = trains if inner.func.id == trains.name else carriers.get(inner.func.id)
+        if target is not None:
+            found |= _received(target, inner, params, trains, carriers, (*seen, function))
+    return found
+
+
 def _entry(
     caller: str,
     trains: ast.FunctionDef | None,
     calls: list[tuple[ast.Call, ast.FunctionDef]],
     spelled: dict[str, set[str]],
+    carriers: dict[str, ast.FunctionDef],
 ) -> tuple[str, str, str, int, tuple[str, ...]] | None:
     """What one caller gives one callee's functions: the parameters of its training function
-    that receive the model and the optimizer, how many calls, how each function is spelled
-    (None: not one parameter each, or one function spelled two ways)."""
-    training = [c for c, f in calls if f is trains]
-    models = {p for c in training for p in _parameters(trains, c, spelled["models"])}
-    optimizers = {p for c in training for p in _parameters(trains, c, spelled["optimizers"])}
+    that receive the model and the optimizer (through the carriers it calls), how many calls,
+    how each function is spelled (None: not one parameter each, or one function spelled two
+    ways)."""
+    training = [(c, f) for c, f in calls if f is trains or f.name in carriers]
+    models, optimizers = set(), set()
+    if trains is not None:
+        for c, f in training:
+            models |= _received(f, c, spelled["models"], trains, carriers)
+            optimizers |= _received(f, c, spelled["optimizers"], trains, carriers)
     if trains is not None and (len(models) != 1 or len(optimizers) != 1):
         return None
     spellings: dict[str, set[str]] = {}
