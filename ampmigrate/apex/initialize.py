@@ -332,13 +332,7 @@ class Initialize:
                     or self.block_of(holder) is None
                     or isinstance(self.parent(holder), cst.If)
                 ):
-                    self.problem(
-                        init,
-                        "`amp.initialize` sits in an if/else or elif whose tests call something "
-                        "(read again where the GradScaler is made, before the `if`, they could "
-                        "differ) or in an `if` nested in another block: create the GradScaler "
-                        "before the `if`, enabled where its branch runs, by hand",
-                    )
+                    self.problem(init, self._chain_refused(holder))
                     return None
                 chain = self._if_chain(holder)  # (a loop's body holds the scaler on every path)
                 if chain is None:
@@ -721,16 +715,17 @@ class Initialize:
         return loop
 
     def _elif_tests(self, holder: cst.If) -> tuple[cst.If, list[cst.BaseExpression]] | None:
-        """``holder`` is an ``elif`` of a plain ``if`` chain (not nested in another ``if``,
-        none of its tests calls anything, ``holder`` has no ``elif`` after it): the chain's
-        first ``if`` and the tests of the arms before it, which must all be false for it to
-        run (CellLineDR's `if args.g > 1: DataParallel elif args.amp: initialize`,
-        torchdistill's `elif` after its accelerator branch, the 42nd review); None
-        otherwise."""
+        """``holder`` is an arm of a plain ``if`` chain with an ``elif`` (not nested in
+        another ``if``, none of the tests up to its own calls anything): the chain's first
+        ``if`` and the tests of the arms before it, which must all be false for it to run
+        (CellLineDR's `if args.g > 1: DataParallel elif args.amp: initialize`, torchdistill's
+        `elif` after its accelerator branch, the 42nd review; AdaVAE's `if args.do_train:
+        initialize elif args.do_gen: ...`, the 44th); None otherwise (an ``if`` with at most an
+        ``else:`` is not a chain)."""
         parent = self.parent(holder)
-        if not (isinstance(parent, cst.If) and parent.orelse is holder):
-            return None
-        if not (holder.orelse is None or isinstance(holder.orelse, cst.Else)):
+        if not (isinstance(parent, cst.If) and parent.orelse is holder) and not isinstance(
+            holder.orelse, cst.If
+        ):
             return None
         earlier: list[cst.BaseExpression] = []
         top = holder
@@ -744,6 +739,33 @@ class Initialize:
         ):
             return None
         return top, earlier
+
+    def _chain_refused(self, holder: cst.If) -> str:
+        """Why ``initialize`` in an arm of an ``if``/``elif`` chain stays (``_elif_tests``
+        took it otherwise): the test that calls something, or the ``if`` around the chain."""
+        tests, top = [holder.test], holder
+        while isinstance(self.parent(top), cst.If) and self.parent(top).orelse is top:
+            top = self.parent(top)
+            tests.insert(0, top.test)
+        where = "before the `if`, enabled where its arm runs, by hand"
+        calling = next((t for t in tests if self.facts(t).calls), None)
+        if calling is not None:
+            return (
+                f"`amp.initialize` sits in an if/elif chain whose test "
+                f"`{_code(self.module, calling)}` calls something: read again where the "
+                f"GradScaler is made, before the `if`, it could differ; create the GradScaler "
+                + where
+            )
+        located = self.block_of(top)
+        outer = self.owner(located[0]) if located is not None else None
+        kinds = {cst.If: "if", cst.Else: "else", cst.For: "for", cst.While: "while",
+                 cst.With: "with", cst.Try: "try"}  # fmt: skip
+        kind = kinds.get(type(outer), "block")
+        inside = f"the `{kind}` at line {self.line(outer)}" if outer is not None else "a block"
+        return (
+            f"`amp.initialize` sits in an if/elif chain inside {inside}, whose tests and the "
+            "statements before the chain decide whether it runs: create the GradScaler " + where
+        )
 
     def _if_chain(self, holder: cst.If) -> list[cst.If] | None:
         """``holder`` and the ``if``s it is nested in, outermost first, where each inner one

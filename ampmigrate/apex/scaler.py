@@ -641,7 +641,8 @@ class Scaler:
 
 
 def _inverted(node: cst.If) -> cst.If:
-    """``if t: <emptied> else: <body>`` as ``if not t: <body>``."""
+    """``if t: <emptied> else: <body>`` as ``if not t: <body>``; ``if t: <emptied> elif
+    u: ...`` as ``if not t:`` over ``if u: ...``."""
     test = node.test
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         negated = test.expression.with_changes(lpar=[], rpar=[])
@@ -651,6 +652,9 @@ def _inverted(node: cst.If) -> cst.If:
             lpar=[cst.LeftParen()], rpar=[cst.RightParen()]
         )  # fmt: skip
         negated = cst.UnaryOperation(operator=cst.Not(), expression=inner)
+    if isinstance(node.orelse, cst.If):
+        body = cst.IndentedBlock(body=[node.orelse.with_changes(leading_lines=())])
+        return node.with_changes(test=negated, body=body, orelse=None)
     return node.with_changes(test=negated, body=node.orelse.body, orelse=None)
 
 
