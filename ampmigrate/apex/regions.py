@@ -1437,8 +1437,9 @@ class Regions:
             )  # `"step {}".format(model)`, `" ".join(...)`: text made of it
             if func in _HARMLESS or own or text or func.startswith("os.path."):
                 return False
-            qualified = self.qualified(call.func)
-            if qualified and all(q in _WRAPS or q.startswith(APEX) for q in qualified):
+            # (a name no import binds, `torch` from a star import: its spelling is its name)
+            qualified = self.qualified(call.func) or {func}
+            if all(q in _WRAPS or q.startswith(APEX) for q in qualified):
                 return False  # a wrapper built on it (DDP), a save; apex's own calls go
             found = [module_function(self.path, q) for q in qualified] if self.path else []
             if found and all(f is not None for f in found):

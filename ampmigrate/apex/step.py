@@ -560,18 +560,31 @@ class Step:
                 "the scaled backward too, then migrate",
             )
             return
-        called = isinstance(function, cst.FunctionDef) and self._call_sites(function) == []
+        if isinstance(function, cst.FunctionDef) and self._call_sites(function) == []:
+            name = function.name.value
+            elsewhere = next(
+                (n for n in self._subtree(self.module) if isinstance(n, cst.Call)
+                 and _code(self.module, n.func) == f"{opt}.step"),
+                None,
+            )  # fmt: skip
+            seen = ""
+            if elsewhere is not None:
+                around = self.function(elsewhere)
+                where = f" in `{around.name.value}`" if isinstance(around, cst.FunctionDef) else ""
+                seen = f" (this file steps it at line {self.line(elsewhere)}{where})"
+            self.problem(
+                call,
+                f"no `{opt}.step()` statement in `{name}`, which scales the loss, and no call "
+                f"of `{name}` in this file: its callers are in other modules, which decide "
+                f"what step follows it{seen}; the rewrite does not follow them across files, "
+                "and scaled gradients must be stepped through `scaler.step`: migrate by hand",
+            )
+            return
         self.problem(
             call,
-            f"no `{opt}.step()` statement in the function that scales the loss, nor in "
-            + (
-                f"this file, which never calls `{function.name.value}`: its callers are in "
-                "other modules, whose step of that optimizer would have to become "
-                "`scaler.step`, which the rewrite does not follow across files"
-                if called
-                else "every function that calls it in this file"
-            )
-            + ": scaled gradients must be stepped through `scaler.step`",
+            f"no `{opt}.step()` statement in the function that scales the loss, nor in every "
+            "function that calls it in this file: scaled gradients must be stepped through "
+            "`scaler.step`",
         )
 
     def _find_steps(self, opt: str, access: str, function: cst.CSTNode, depth: int) -> bool:
