@@ -11639,3 +11639,56 @@ def test_a_wrapper_spelled_in_full_under_a_star_import_of_torch_gets_no_region()
     )
     assert out.count("torch.amp.autocast(") == 1
     assert "if args.local_rank != -1:\n    model = torch.nn.parallel" in out
+
+
+BACKEND_FLAGS = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, optimizer, fp16, backend):
+        self.model, self.optimizer = model, optimizer
+        self.use_amp = fp16 and backend == "amp"
+        self.use_apex = fp16 and backend == "apex"
+        if self.use_amp:
+            self.scaler = torch.cuda.amp.GradScaler()
+
+    def train(self, data):
+        model = self.model
+        if self.use_apex:
+            model, self.optimizer = amp.initialize(model, self.optimizer, opt_level="O1")
+        for x, y in data:
+            self.training_step(model, x, y)
+            if self.use_amp:
+                self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if self.use_amp:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            self.optimizer.zero_grad()
+
+    def training_step(self, model, x, y):
+        loss = ((model(x) - y) ** 2).mean()
+        if self.use_amp:
+            self.scaler.scale(loss).backward()
+        elif self.use_apex:
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+"""
+
+
+def test_native_amps_own_scaler_calls_are_not_blamed_as_steps_of_apexs_gradients():
+    """A Hugging Face 4.x `fp16_backend` trainer (DiffCSE, the 44th review): apex and native
+    AMP under two flags set from one string. The refusal stands (apex beside native under a
+    switch of its own), but `self.scaler.unscale_(self.optimizer)` and
+    `self.scaler.step(self.optimizer)`, native AMP's own calls in its arm, were blamed for
+    stepping gradients "multiplied by the loss scale, where apex had unscaled them"."""
+    message = _message(BACKEND_FLAGS)
+    assert "apex beside native AMP under a switch of its own" in message
+    assert "is given `self.optimizer`" not in message
+    assert "(2 blockers)" in message  # (this one and the clip's placement)

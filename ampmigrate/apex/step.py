@@ -1217,6 +1217,22 @@ class Step:
                     "the scaler's switch there, by hand",
                 )
 
+    def _native_scaler(self, receiver: cst.BaseExpression) -> bool:
+        """``receiver`` is a torch GradScaler the file makes and scales a backward through
+        (``self.scaler`` of ``self.scaler.scale(loss).backward()``): its calls are native
+        AMP's own, never a step of apex's scaled gradients."""
+        if self.native_receivers is None:
+            self.native_receivers = {
+                found[0]
+                for n in self.nodes
+                if isinstance(n, cst.Call)
+                and isinstance(n.func, cst.Attribute)
+                and n.func.attr.value == "backward"
+                and (found := self._native_scaled(n)) is not None
+                and found[1]
+            }
+        return _code(self.module, receiver) in self.native_receivers
+
     def _native_scaled(self, backward: cst.Call) -> tuple[str, bool] | None:
         """``scaler.scale(loss).backward()`` in a file that makes a torch GradScaler of its own,
         or through a name the file never binds (a native arm left dead beside apex's): the

@@ -191,6 +191,8 @@ class Unscale:
                 continue
             if self._switched_apart(node, scaled, function):
                 continue  # (the other arm of a switch: native AMP's own `scaler.step(opt)`)
+            if isinstance(node.func, cst.Attribute) and self._native_scaler(node.func.value):
+                continue  # (native AMP's GradScaler: `self.scaler.unscale_(opt)` in its arm)
             if any(  # after a step on its own path (a checkpoint saved after the step)
                 start < self.order[id(s)] < self.order[id(node)] and not self._parting_if(s, node)
                 for s in steps
