@@ -1297,6 +1297,51 @@ def test_a_call_of_a_carrier_the_run_cannot_give_the_scaler_keeps_both_files(tmp
         )
 
 
+OWN_MAIN = """
+
+if __name__ == "__main__":
+    model = torch.nn.Linear(4, 1).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    fit([], model, optimizer, 1, print)
+"""
+
+
+@pytest.mark.parametrize("entry", ["module", "function"])
+@pytest.mark.parametrize("called", ["fit", "train_epoch"])
+def test_a_training_module_that_also_initializes_in_its_main_block_stays_with_its_script(
+    tmp_path, entry, called
+):
+    """The training module initializes apex in its own main block too (the 44th review):
+    the script, which initializes and calls `fit` (or `train_epoch`), was refused, but the
+    module was rewritten alone, its functions reading a GradScaler that only its main block
+    makes: the script then failed with NameError (or trained with a disabled scaler under
+    apex's casts). Neither changes now, and the module's refusal names the script's call."""
+    main = OWN_MAIN
+    if entry == "function":
+        main = main.replace('if __name__ == "__main__":', "def main():") + (
+            '\n\nif __name__ == "__main__":\n    main()\n'
+        )
+    files = {"trainer.py": CARRIED["trainer.py"] + main, "main.py": CARRIED["main.py"]}
+    if called == "train_epoch":
+        files["main.py"] = (
+            files["main.py"]
+            .replace("import fit", "import train_epoch")
+            .replace(
+                "fit(batches, model, optimizer, 3, print)", "train_epoch(batches, model, optimizer)"
+            )
+        )
+    root = tmp_path / "project"
+    root.mkdir()
+    for file, content in files.items():
+        (root / file).write_text(content)
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["trainer.py"].message
+    assert f"calls `{called}` (main.py:" in message or f"`{called}` would read" in message
+    assert "main.py:12" in message
+
+
 def test_a_derived_class_that_initializes_is_told_its_family_is_not_linked(tmp_path):
     """The derived class initializes, its base in another module scales and saves
     (DeepFakeDetectionChallenge, the thirty-seventh review): the refusal said the rewrite

@@ -305,9 +305,52 @@ class Scaler:
                 "attribute never set; make it where the object is set up, by hand",
             )
 
+    def _reaching(self, names: set[str]) -> list[str]:
+        """``names`` and the module-level functions of this file that call one of them by
+        name, directly or through each other (``fit`` -> ``run_epoch``): a caller elsewhere of
+        any of them reaches what they read."""
+        defs = [s for s in self.module.body if isinstance(s, cst.FunctionDef)]
+        calls = {
+            f.name.value: {
+                n.func.value for n in self._subtree(f)
+                if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)
+            }
+            for f in defs
+        }  # fmt: skip
+        reached, grew = set(names), True
+        while grew:
+            grew = False
+            for name, called in calls.items():
+                if name not in reached and called & reached:
+                    reached.add(name)
+                    grew = True
+        return sorted(reached)
+
+    def _module_scaler_shared(self, setup: _Setup, uses: list[cst.Call]) -> None:
+        """The script's code makes the GradScaler as a module name its functions read: another
+        file of the project that calls one of them (``from trainer import run_epoch`` in a
+        script that initializes apex itself) reads a name that file's run never made."""
+        if self.path is None:
+            return
+        names = self._reaching({f.name.value for u in uses if (f := self.top_function(u))})
+        outside = users_on_disk(self.path, names) if names else []
+        if not outside:
+            return
+        other, line, name = outside[0]
+        shown = os.path.relpath(other, os.path.dirname(os.path.abspath(self.path)))
+        self.problem(
+            setup.statement,
+            f"`{name}` would read, itself or through what it calls, the GradScaler that "
+            "this file's module-level code makes "
+            f"(line {self.line(setup.statement)}), but {shown}:{line} calls it, where that code "
+            "may not have run (a script's main block runs only when it is the script run): "
+            "rewrite them together, passing the GradScaler there, by hand",
+        )
+
     def _scope(self, setup: _Setup, uses: list[cst.Call]) -> None:
         home = self.home = setup.home
         if home is self.module:
+            self._module_scaler_shared(setup, uses)
             return
         outside = [u for u in uses if not self.within(u, home)]
         self.mode = "function"
@@ -513,7 +556,7 @@ class Scaler:
         GradScaler they would read is made, enabled, only by ``home``, which it never calls."""
         if self.path is None or not readers:
             return
-        for other, line, name in users_on_disk(self.path, readers) or ():
+        for other, line, name in users_on_disk(self.path, self._reaching(set(readers))) or ():
             data = _read(other)
             parsed = _parsed(other, data) if b"initialize" in data else None
             if parsed is None or "initialize" not in parsed.members:
@@ -522,7 +565,8 @@ class Scaler:
             self.problem(
                 home,
                 f"{shown} initializes apex amp itself and calls `{name}` ({shown}:{line}), which "
-                f"would read this file's GradScaler, made (enabled) only by "
+                f"would read, itself or through what it calls, this file's GradScaler, made "
+                "(enabled) only by "
                 f"`{home.name.value}`: migrate them together by hand",
             )
             return
