@@ -11692,3 +11692,77 @@ def test_native_amps_own_scaler_calls_are_not_blamed_as_steps_of_apexs_gradients
     assert "apex beside native AMP under a switch of its own" in message
     assert "is given `self.optimizer`" not in message
     assert "(2 blockers)" in message  # (this one and the clip's placement)
+
+
+SKIP_AFTER_CLIP = """\
+import torch
+import torch.nn.functional as F
+from apex import amp
+
+
+def fit(data, net, opt, epochs):
+    net, opt = amp.initialize(net, opt, opt_level="O1")
+    for ep in range(epochs):
+        for i, (x, y) in enumerate(data):
+            opt.zero_grad()
+            loss = F.mse_loss(net(x).float(), y)
+            with amp.scale_loss(loss, opt) as sl:
+                sl.backward()
+            gn = torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            if gn > 0.25:
+                continue
+            opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "clip",  # the unscale_ before the clip raised at the next iteration's
+        "no clip",  # an overflow on the skipped path never lowered the scale
+        "return",  # a function per iteration
+    ],
+)
+def test_an_exit_between_the_scaled_backward_and_the_step_is_refused(variant):
+    """The 44th review (p99): `if norm > limit: continue` after a clip, the gradients cleared
+    at the top of each iteration. The rewrite placed `scaler.unscale_(opt)` before the clip
+    and `scaler.step` + `update()` after the `continue`: the second skipped iteration raised
+    "unscale_() has already been called on this optimizer since the last update()"."""
+    source = SKIP_AFTER_CLIP
+    if variant == "no clip":
+        source = source.replace(
+            "            gn = torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)\n"
+            "            if gn > 0.25:\n",
+            "            if loss.item() > 0.25:\n",
+        )
+    if variant == "return":
+        source = source.replace("            if gn > 0.25:\n                continue\n",
+                                "            if gn > 0.25:\n                return\n")  # fmt: skip
+    message = _message(source)
+    word = "return" if variant == "return" else "continue"
+    assert f"line 16: `{word}` leaves the" in message or f"line 15: `{word}` leaves the" in message
+    assert "before the step of `opt`" in message
+
+
+def test_a_continue_that_keeps_the_gradients_for_the_step_is_accumulation():
+    """`if (i + 1) % accum != 0: continue` before the step, the gradients cleared only after
+    it: gradient accumulation, which the step sees whole (rewritten, with its note)."""
+    out, finding = _migrated(
+        """\
+        import torch.nn.functional as F
+        from apex import amp
+
+
+        def fit(data, net, opt, accum):
+            net, opt = amp.initialize(net, opt, opt_level="O1")
+            for i, (x, y) in enumerate(data):
+                loss = F.mse_loss(net(x).float(), y) / accum
+                with amp.scale_loss(loss, opt) as sl:
+                    sl.backward()
+                if (i + 1) % accum != 0:
+                    continue
+                opt.step()
+                opt.zero_grad()
+        """
+    )
+    assert "scaler.step(opt)" in out and "gradient accumulation" in finding.message

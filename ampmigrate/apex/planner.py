@@ -668,9 +668,10 @@ class _Planner(
                 "`scaler.step` + `update()`, after which the bound would be kept: keep it "
                 "there by hand (`if scaler.get_scale() < floor: scaler.update(floor)`)",
             )
-        self._accumulation_note()
         if not off:
             self._discarded_overflows()
+            self._skipped_steps()
+        self._accumulation_note()
         self._cleared_backwards()
         self._read_scales(initialize[0] if initialize else None)
         for member in ("state_dict", "load_state_dict"):

@@ -885,6 +885,81 @@ class Step:
                     "(`scaler.unscale_(optimizer)`) on the path that skips the step, by hand",
                 )
 
+    def _skipped_steps(self) -> None:
+        """A ``continue``, ``break`` or ``return`` between the scaled backward (or the call
+        of the helper that scales) and the step leaves the iteration with no step and no
+        ``scaler.update()`` (the 44th review: `if norm > limit: continue` after a clip): apex
+        lowered its loss scale at every ``scale_loss`` exit, stepped or not, and an
+        ``unscale_`` placed before the clip raises at the next iteration's, its ``update()``
+        never run. Refused, saying what to place."""
+        for key, steps in self.steps.items():
+            scaled = [*self.scaled.get(key, []), *self.delegates]
+            for step in steps:
+                function = self.function(step)
+                loop = next(
+                    (a for a in self.ancestors(step) if isinstance(a, Loop | cst.FunctionDef)),
+                    None,
+                )
+                inside = loop if isinstance(loop, Loop) else function
+                starts = [
+                    self.order[id(w)]
+                    for w in scaled
+                    if self.function(w) is function
+                    and self.within(w, inside)
+                    and self.order[id(w)] < self.order[id(step)]
+                ]
+                if not starts:
+                    continue
+                start, end = min(starts), self.order[id(step)]
+                # the gradients cleared at the top of every iteration, before its backward
+                # (not kept for the step, as gradient accumulation keeps them)
+                cleared = isinstance(loop, Loop) and any(
+                    not self._tested(c, loop) and self.order[id(c)] < start
+                    for c in self._clears(loop)
+                )
+                for node in self.nodes[start + 1 : end]:
+                    if not isinstance(node, cst.Continue | cst.Break | cst.Return):
+                        continue
+                    if self.function(node) is not function or any(
+                        self.within(node, w) for w in scaled
+                    ):
+                        continue
+                    around = next(
+                        (a for a in self.ancestors(node) if isinstance(a, Loop | cst.FunctionDef)),
+                        None,
+                    )
+                    if not isinstance(node, cst.Return) and around is not loop:
+                        continue  # (a loop of its own inside the iteration)
+                    if any(
+                        start < self.order[id(s)] < self.order[id(node)]
+                        and not self._parting_if(s, node)
+                        for s in steps
+                    ):
+                        continue  # (after a step on its own path)
+                    unscaled = any(  # (an unscale_ placed for a gradient read before it)
+                        start < self.order[id(r)] < self.order[id(node)]
+                        and not self._parting_if(r, node)
+                        for r in self.unscale_gates
+                    )
+                    if not (cleared or unscaled):
+                        self._note_accumulation()  # (the step sees the gradients it kept)
+                        continue
+                    word = type(node).__name__.lower()
+                    opt = key[1]
+                    self.problem(
+                        node,
+                        f"`{word}` leaves "
+                        + ("the function" if word == "return" else "the iteration")
+                        + f" after the scaled backward and before the step of `{opt}` (line "
+                        f"{self.line(step)}): apex lowered its loss scale at the `scale_loss` "
+                        "exit, stepped or not, but on that path no `scaler.update()` runs, so "
+                        "an overflow there never lowers the GradScaler's scale (and an "
+                        f"`unscale_` placed before it raises at the next one); place "
+                        f"`scaler.update()` before it, after `scaler.unscale_({opt})` where "
+                        "none ran on that path, by hand",
+                    )
+                    break
+
     def _stepped_on_outcome(
         self, step: cst.CSTNode, guard: cst.If, withs: list[cst.CSTNode], opt: str
     ) -> None:
@@ -1057,6 +1132,8 @@ class Step:
         ``update()``, once per step: stated, as the scale's course differs."""
         for key, withs in self.scaled.items():
             for step in self.steps.get(key, []):
+                if step in self.updated_after:
+                    continue  # (`update()` follows the step's test: once per iteration)
                 above_step = list(self.ancestors(step))
                 ids = [id(a) for a in above_step]
                 for scaled in withs:
@@ -1070,15 +1147,19 @@ class Step:
                     if any(isinstance(a, cst.If) for a in between) or any(
                         isinstance(a, cst.For | cst.While) for a in inner
                     ):
-                        self.plan.notes.append(
-                            "behaviour change with gradient accumulation: the GradScaler "
-                            "updates its loss scale once per optimizer step, where apex did at "
-                            "every `scale_loss` exit (every micro-batch): the scale grows after "
-                            "2000 steps rather than 2000 micro-batches and halves once per "
-                            "overflowing step rather than per overflowing micro-batch, so the "
-                            "steps skipped after an overflow can differ"
-                        )
+                        self._note_accumulation()
                         return
+
+    def _note_accumulation(self) -> None:
+        note = (
+            "behaviour change with gradient accumulation: the GradScaler updates its loss "
+            "scale once per optimizer step, where apex did at every `scale_loss` exit (every "
+            "micro-batch): the scale grows after 2000 steps rather than 2000 micro-batches and "
+            "halves once per overflowing step rather than per overflowing micro-batch, so the "
+            "steps skipped after an overflow can differ"
+        )
+        if note not in self.plan.notes:
+            self.plan.notes.append(note)
 
     def _tested(self, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
         """``node`` runs under a test of ``loop``'s iteration (an accumulation window's)."""
