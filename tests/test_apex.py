@@ -11766,3 +11766,49 @@ def test_a_continue_that_keeps_the_gradients_for_the_step_is_accumulation():
         """
     )
     assert "scaler.step(opt)" in out and "gradient accumulation" in finding.message
+
+
+PLAIN_BESIDE_HELPER = """\
+import torch
+import torch.nn.functional as F
+from apex import amp
+
+
+def fit(data, net, opt, dtypes):
+    for x, y in data:
+        opt.zero_grad()
+        train_step(x, y, net, opt)
+        reg = 0.01 * sum((p**2).sum() for p in net.parameters())
+        dtypes.append(net(x).dtype)
+        reg.backward()
+        opt.step()
+
+
+def train_step(x, y, net, opt):
+    loss = F.mse_loss(net(x).float(), y)
+    with amp.scale_loss(loss, opt) as sl:
+        sl.backward()
+
+
+def main(net, opt, data, fp16):
+    net, opt = amp.initialize(net, opt, opt_level="O1", enabled=fp16)
+    dtypes = []
+    fit(data, net, opt, dtypes)
+    return dtypes
+"""
+
+
+def test_regions_in_the_caller_of_the_scaling_helper_follow_the_scalers_switch():
+    """The 44th review (p61c): a plain backward beside the call of the helper that scales,
+    under `amp.initialize(..., enabled=fp16)`. Its statements got regions with no `enabled=`,
+    so a run without `--fp16` computed them in float16; they follow the scaler now."""
+    out, _ = _migrated(PLAIN_BESIDE_HELPER)
+    assert 'torch.amp.autocast("cuda", dtype=torch.float16)' not in out
+    torch = pytest.importorskip("torch")
+    for fp16 in (True, False):
+        with _on_cpu(out) as namespace:
+            net = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            data = [(torch.randn(8, 4), torch.randn(8, 1))]
+            dtypes = namespace["main"](net, opt, data, fp16)
+        assert dtypes == [torch.float16 if fp16 else torch.float32], fp16

@@ -1195,7 +1195,10 @@ class Step:
                 why, other = self._unscalable(node, call, function, opt, access)
                 if why is None:
                     self._scale_plain(node, call, access, opt)
-                    enabled = next((e for _, _, f, e in self.requests if f is function), None)
+                    enabled = next(
+                        (e for _, _, f, e in self.requests if f is self.function(node)),
+                        self._enabled_at(setup, self.function(node), node),
+                    )  # (a helper's caller that backpropagates too: the scaler's switch there)
                     if enabled is not False:  # its loss is computed in a region too: apex O1
                         self.requests.append((node, call.func.value, function, enabled))
                     continue
