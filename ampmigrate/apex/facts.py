@@ -376,6 +376,19 @@ class Facts:
         """This file is the ``role`` side of a runner-hook link (:mod:`ampmigrate.apex.hooks`)."""
         return self._linked_as(role) and self.link.hook is not None
 
+    def linked_caller(self) -> bool:
+        """This file initializes for training functions of another file that take the
+        GradScaler (a plain link: not a hook, a kept handle or a class family)."""
+        link = self.link
+        return (
+            self._linked_as("caller")
+            and link.hook is None
+            and link.kept is None
+            and link.family is None
+            and bool(link.spellings)
+            and bool(link.trains)
+        )
+
     def family_linked(self, role: str) -> bool:
         """This file is the ``role`` side of a class family's link (``Link.family``)."""
         return self._linked_as(role) and self.link.family is not None

@@ -1249,6 +1249,11 @@ class Regions:
         spellings = set(setup.models)
         defined = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
         scaling = {id(f) for _, _, f, _ in self.requests}
+        # the file that initializes for another's training functions: its calls of them
+        # train (the GradScaler passed there), what it hands the model to besides may run it
+        linked = set(self.link.spellings[0]) if self.linked_caller() else set()
+        if linked:
+            scaling.add(id(setup.home))
         functions = [*defined.values(), *(f for _, _, f, _ in self.requests), setup.home]
         grew = True
         while grew:  # the same-file functions that lead to a scaled backward
@@ -1261,7 +1266,7 @@ class Regions:
                 ):  # fmt: skip
                     scaling.add(id(function))
                     grew = True
-        start = self._training_start(setup, scaling, defined)
+        start = self._training_start(setup, scaling, defined, linked)
         handed, carried, seen = [], [], set()
         lambdas: list[cst.Call] = []
         for function in functions:
@@ -1284,7 +1289,9 @@ class Regions:
                     lambdas.append(node)  # defining it runs nothing (the 43rd review's
                     continue  # callback: a region there covered no forward)
                 callee = defined.get(node.func.value) if isinstance(node.func, cst.Name) else None
-                if callee is not None and id(callee) in scaling:
+                if (callee is not None and id(callee) in scaling) or (
+                    _code(self.module, node.func) in linked
+                ):
                     continue
                 carrier = _carrier_call(node.func, carriers)
                 if carrier is None and not (
@@ -1391,13 +1398,22 @@ class Regions:
                 found.setdefault(node.targets[0].target.value, self.line(node))
         return found
 
-    def _training_start(self, setup: _Setup, scaling: set[int], defined: dict) -> int:
+    def _training_start(
+        self, setup: _Setup, scaling: set[int], defined: dict, linked: set[str]
+    ) -> int:
         """Where training starts in the initializing function: the outermost loop that holds
-        a scaled backward or a call on the way to one (else right after ``initialize``)."""
+        a scaled backward or a call on the way to one, else the first call of another file's
+        training function (``linked``), else right after ``initialize``."""
         home = setup.home
         after = self.order[id(setup.statement)]
+        first = next(
+            (self.order[id(self.statement(n))] for n in self._subtree(home)
+             if isinstance(n, cst.Call) and self.order[id(n)] > after
+             and _code(self.module, n.func) in linked),
+            after,
+        )  # fmt: skip
         if not isinstance(home, cst.FunctionDef):
-            return after
+            return first
         for node in self._subtree(home.body):
             if not isinstance(node, Loop) or self.order[id(node)] < after:
                 continue
@@ -1405,14 +1421,16 @@ class Regions:
                 scales = isinstance(inner, cst.With) and any(
                     inner is w for w, _, _, _ in self.requests
                 )
-                calls = (
-                    isinstance(inner, cst.Call)
-                    and isinstance(inner.func, cst.Name)
-                    and id(defined.get(inner.func.value)) in scaling
+                calls = isinstance(inner, cst.Call) and (
+                    (
+                        isinstance(inner.func, cst.Name)
+                        and id(defined.get(inner.func.value)) in scaling
+                    )
+                    or _code(self.module, inner.func) in linked
                 )
                 if scales or calls:
                     return self.order[id(node)]
-        return after
+        return first
 
     def _enabled_at(self, setup: _Setup, function: cst.CSTNode, statement: cst.CSTNode):
         """The ``enabled=`` of a region at ``statement`` in ``function``: the condition where

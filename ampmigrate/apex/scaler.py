@@ -332,7 +332,8 @@ class Scaler:
         script that initializes apex itself) reads a name that file's run never made."""
         if self.path is None:
             return
-        names = self._reaching({f.name.value for u in uses if (f := self.top_function(u))})
+        readers = {f.name.value for u in uses if (f := self.top_function(u))}
+        names = self._reaching(readers)
         outside = users_on_disk(self.path, names) if names else []
         if not outside:
             return
@@ -340,8 +341,8 @@ class Scaler:
         shown = os.path.relpath(other, os.path.dirname(os.path.abspath(self.path)))
         self.problem(
             setup.statement,
-            f"`{name}` would read, itself or through what it calls, the GradScaler that "
-            "this file's module-level code makes "
+            f"`{name}` would read{'' if name in readers else ', through what it calls,'} the "
+            "GradScaler that this file's module-level code makes "
             f"(line {self.line(setup.statement)}), but {shown}:{line} calls it, where that code "
             "may not have run (a script's main block runs only when it is the script run): "
             "rewrite them together, passing the GradScaler there, by hand",
@@ -565,8 +566,8 @@ class Scaler:
             self.problem(
                 home,
                 f"{shown} initializes apex amp itself and calls `{name}` ({shown}:{line}), which "
-                f"would read, itself or through what it calls, this file's GradScaler, made "
-                "(enabled) only by "
+                f"would read{'' if name in readers else ', through what it calls,'} this file's "
+                "GradScaler, made (enabled) only by "
                 f"`{home.name.value}`: migrate them together by hand",
             )
             return
