@@ -1316,6 +1316,30 @@ def test_the_script_s_own_evaluation_after_the_linked_training_gets_a_region(tmp
     _on_cpu_beside_original(tmp_path, root, original, stub)
 
 
+def test_the_file_that_refuses_a_component_keeps_its_own_reason(tmp_path):
+    """The training module of a linked pair refuses for a reason of its own (a gradient norm
+    read right after the scaled backward: AMP203 in the rewrite); the pair was then run again
+    broken, and its finding said only "trainer.py is not rewritten in this run (see its
+    AMP303 finding)", about itself (the 44th review, p06). Its own reason stays."""
+    files = dict(CARRIER_STEPS)
+    files["trainer.py"] = files["trainer.py"].replace(
+        "        scaled_loss.backward()\n",
+        "        scaled_loss.backward()\n    print(model.weight.grad.norm().item())\n",
+    )
+    root = tmp_path / "project"
+    root.mkdir()
+    for file, content in files.items():
+        (root / file).write_text(content)
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    found = _amp303(results)
+    assert "the rewrite would get AMP203" in found["trainer.py"].message
+    assert "is not rewritten in this run" not in found["trainer.py"].message
+    assert "trainer.py is not rewritten in this run (see its AMP303 finding)" in (
+        found["main.py"].message
+    )
+
+
 OWN_MAIN = """
 
 if __name__ == "__main__":
