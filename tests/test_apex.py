@@ -11812,3 +11812,22 @@ def test_regions_in_the_caller_of_the_scaling_helper_follow_the_scalers_switch()
             data = [(torch.randn(8, 4), torch.randn(8, 1))]
             dtypes = namespace["main"](net, opt, data, fp16)
         assert dtypes == [torch.float16 if fp16 else torch.float32], fp16
+
+
+def test_a_master_params_clip_without_initialize_is_told_to_unscale_first():
+    """The 44th review (p03): a function that clips `amp.master_params(opt)` in a module
+    without `initialize` was told to add `scaler.scale(loss).backward()` and a step, the
+    advice for `scale_loss`; the true form is `scaler.unscale_(opt)` before the clip."""
+    message = _message(
+        """\
+        import torch
+        from apex import amp
+
+
+        def clip_and_step(net, opt):
+            torch.nn.utils.clip_grad_norm_(amp.master_params(opt), 1.0)
+            opt.step()
+        """
+    )
+    assert "`scaler.unscale_(optimizer)` before the clip" in message
+    assert "scale(loss).backward()" not in message

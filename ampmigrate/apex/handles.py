@@ -1112,8 +1112,9 @@ class Handles:
                 how = (
                     "migrate the two together (the GradScaler passed there, "
                     "`scaler.state_dict()` for `amp.state_dict()`) or neither; the rewrite "
-                    "links two files of one run only where this one calls the function that "
-                    "scales, or functions of that file that hand it on (or a runner's hook "
+                    "links two files of one run only where this one calls the one function "
+                    "of that file that scales, directly or through functions of that file "
+                    "that hand it the model and the optimizer as they are (or a runner's hook "
                     "ties them, or a class family whose base class initializes), not through a "
                     "closure that function returns, an object it builds or a base class it "
                     "derives from, so in such a shape by hand"
@@ -1250,10 +1251,15 @@ class Handles:
         ]
         named = _listed([f"`{f.name.value}`" for f in functions])  # (in the file's order)
         if len(functions) != len(names) or self.free_name("scaler") != "scaler":
+            used = next(
+                (n for n in self.nodes if isinstance(n, cst.Name) and n.value == "scaler"), None
+            )
+            where = f" at line {self.line(used)}" if used is not None else ""
             self.problem(
                 self.plan.anchor,
-                f"{named} cannot take a new `scaler` parameter (the name is in use "
-                "here): pass the GradScaler by hand",
+                f"{named} cannot take a new `scaler` parameter, the keyword the other files "
+                f"pass it by (this file already uses the name `scaler`{where}): pass the "
+                "GradScaler by hand",
             )
             return None
         self.name = "scaler"

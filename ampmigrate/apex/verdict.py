@@ -228,6 +228,14 @@ def without_initialize(
             "GradScaler; old checkpoints: `ampmigrate convert-checkpoint`), and pass "
             "the GradScaler at its call sites"
         )
+    if member == "master_params":
+        return (
+            f"{where} uses `amp.master_params` but `amp.initialize` is not in this file: "
+            f"{give} (`{name}.unscale_(optimizer)` before the clip, which then takes the "
+            "optimizer's parameters; the step that follows, `"
+            f"{name}.step(optimizer)` + `{name}.update()`) and pass it the GradScaler that "
+            "replaces `amp.initialize`"
+        )
     return (
         f"{where} uses `amp.{member}` but `amp.initialize` is not in this file: "
         f"{give} (`{name}.scale(loss).backward()`, "
