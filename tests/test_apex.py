@@ -11831,3 +11831,33 @@ def test_a_master_params_clip_without_initialize_is_told_to_unscale_first():
     )
     assert "`scaler.unscale_(optimizer)` before the clip" in message
     assert "scale(loss).backward()" not in message
+
+
+def test_two_scaled_backwards_before_one_step_say_the_scale_updates_once_per_step():
+    """Two `scale_loss` blocks before one step: apex updated its scale at each exit, the
+    GradScaler once per step (the same as accumulation, stated); with `delay_unscale=` on
+    the first, apex too updated once, and nothing is said."""
+    source = """\
+        import torch.nn.functional as F
+        from apex import amp
+
+
+        def fit(data, net, opt):
+            net, opt = amp.initialize(net, opt, opt_level="O1")
+            for x, y in data:
+                opt.zero_grad()
+                loss = F.mse_loss(net(x).float(), y)
+                with amp.scale_loss(loss, opt) as sl:
+                    sl.backward()
+                loss2 = F.mse_loss(net(x * 2).float(), y)
+                with amp.scale_loss(loss2, opt) as sl:
+                    sl.backward()
+                opt.step()
+        """
+    _, finding = _migrated(source)
+    assert "behaviour change with gradient accumulation" in finding.message
+    delayed = source.replace(
+        "amp.scale_loss(loss, opt)", "amp.scale_loss(loss, opt, delay_unscale=True)"
+    )
+    _, finding = _migrated(delayed)
+    assert "gradient accumulation" not in finding.message

@@ -1340,6 +1340,25 @@ def test_the_file_that_refuses_a_component_keeps_its_own_reason(tmp_path):
     )
 
 
+def test_the_helper_that_scales_called_twice_before_the_step_is_rewritten(tmp_path, stub):
+    """`fit` calls `train_step` (which scales) twice, then steps (the 44th review, p63b):
+    the second call was refused as "given `opt` between its scaled backward and the step",
+    though it is the helper that scales, a scaled backward of its own. Rewritten, with the
+    note that the scale now updates once per step; run on CPU beside the original."""
+    files = dict(CARRIER_STEPS)
+    files["trainer.py"] = files["trainer.py"].replace(
+        "            total += train_step(x, y, model, optimizer)\n",
+        "            total += train_step(x, y, model, optimizer)\n"
+        "            total += train_step(x * 2, y, model, optimizer)\n",
+    )
+    root, original = _fixed_beside_original(tmp_path, files, ["main.py", "trainer.py"])
+    trainer = (root / "trainer.py").read_text()
+    assert "total += train_step(x * 2, y, model, optimizer, scaler=scaler)" in trainer
+    results = run(_files(original), _settings())
+    assert "gradient accumulation" in _amp303(results)["trainer.py"].message
+    _on_cpu_beside_original(tmp_path, root, original, stub)
+
+
 OWN_MAIN = """
 
 if __name__ == "__main__":

@@ -1129,7 +1129,28 @@ class Step:
         """A step that may run less often than its scaled backward (under an ``if`` the
         backward is not under, or outside a loop the backward is in): gradient accumulation.
         apex updated its loss scale at every ``scale_loss`` exit, GradScaler does at each
-        ``update()``, once per step: stated, as the scale's course differs."""
+        ``update()``, once per step: stated, as the scale's course differs. Two scaled
+        backwards that reach one step (two losses, or the helper that scales called twice)
+        are the same."""
+        delayed = any(  # (`delay_unscale=`: apex skipped that exit's check and update)
+            isinstance(n, cst.Arg) and n.keyword is not None and n.keyword.value == "delay_unscale"
+            for n in self.nodes
+        )
+        for key, withs in self.scaled.items() if not delayed else ():
+            ordered = sorted(withs, key=lambda w: self.order[id(w)])
+            steps = self.steps.get(key, [])
+            for first, second in itertools.pairwise(ordered):
+                if (
+                    self.function(first) is self.function(second)
+                    and not self._exclusive(first, second)
+                    and not any(
+                        self.order[id(first)] < self.order[id(s)] < self.order[id(second)]
+                        for s in steps
+                    )
+                    and any(self.order[id(s)] > self.order[id(second)] for s in steps)
+                ):
+                    self._note_accumulation()
+                    return
         for key, withs in self.scaled.items():
             for step in self.steps.get(key, []):
                 if step in self.updated_after:

@@ -193,6 +193,9 @@ class Unscale:
                 continue  # (the other arm of a switch: native AMP's own `scaler.step(opt)`)
             if isinstance(node.func, cst.Attribute) and self._native_scaler(node.func.value):
                 continue  # (native AMP's GradScaler: `self.scaler.unscale_(opt)` in its arm)
+            helper = self.delegates.get(self.statement(node))
+            if helper is not None and _code(self.module, node.func) == helper[0].name.value:
+                continue  # (the helper that scales, called again: a scaled backward of its own)
             if any(  # after a step on its own path (a checkpoint saved after the step)
                 start < self.order[id(s)] < self.order[id(node)] and not self._parting_if(s, node)
                 for s in steps
