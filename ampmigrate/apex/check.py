@@ -275,7 +275,6 @@ def settle_pairs(
     items = {os.path.abspath(item[0]): item for item in candidates}
     while True:
         broken: dict[object, object] = {}
-        kept: set[str] = set()  # refused as they stand: their own findings say why
         for link in {id(v): v for v in links.values()}.values():
             if link.broken or any(f not in items for f in link.files):
                 continue
@@ -288,12 +287,9 @@ def settle_pairs(
             item = replace(link, broken=reason, broken_by=os.path.abspath(refused))
             keyed = key if isinstance(link, Casts) else str
             broken.update((keyed(f), item) for f in link.files)
-            kept.update(os.path.abspath(n) for n, s in state.items() if s == "no")
         if not broken:
             return
         links.update(broken)
         again = replace(settings, project={**settings.project, PASS: links})
-        paths = dict.fromkeys(f for v in broken.values() for f in v.files if f not in kept)
-        if not paths:
-            return
+        paths = dict.fromkeys(f for v in broken.values() for f in v.files)
         results.update((r.path, r) for r in rerun([items[p] for p in paths], again))

@@ -726,10 +726,10 @@ class _Planner(
         self._forwards_elsewhere(setup)
         self._helper_notes()
         self._move_footers()
+        if not self.plan.problems:
+            self.verify()  # (first: where this file refused at that check, it says so again)
         if refused_here and not self.plan.problems:  # suppressed, or only offered
             self.problem(self.plan.anchor, self._broken())
-        if not self.plan.problems:
-            self.verify()
         return self.plan
 
 
