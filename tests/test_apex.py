@@ -11861,3 +11861,30 @@ def test_two_scaled_backwards_before_one_step_say_the_scale_updates_once_per_ste
     )
     _, finding = _migrated(delayed)
     assert "gradient accumulation" not in finding.message
+
+
+def test_a_step_on_both_arms_of_an_if_is_not_called_conditional():
+    """The 44th review (p08b): `if s > 100: opt.step() else: opt.step()` was refused twice
+    as a step that "runs only when" its arm's test; every path steps."""
+    out, _ = _migrated(
+        """\
+        import torch.nn.functional as F
+        from apex import amp
+
+
+        def fit(data, net, opt):
+            net, opt = amp.initialize(net, opt, opt_level="O1")
+            s = 0.0
+            for x, y in data:
+                opt.zero_grad()
+                loss = F.mse_loss(net(x).float(), y)
+                with amp.scale_loss(loss, opt) as sl:
+                    sl.backward()
+                s += loss.item()
+                if s > 100:
+                    opt.step()
+                else:
+                    opt.step()
+        """
+    )
+    assert out.count("scaler.step(opt)") == 2 and out.count("scaler.update()") == 2

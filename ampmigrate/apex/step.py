@@ -848,6 +848,10 @@ class Step:
                     continue  # (a step outside the iteration that scales: a warm-up step)
                 guard = guards[-1]
                 test = _code(self.module, guard.test)
+                if isinstance(guard.orelse, cst.Else) and all(
+                    any(self.within(s, arm) for s in steps) for arm in (guard.body, guard.orelse)
+                ):
+                    continue  # (a step on both arms: every path steps)
                 if any(self.within(w, guard) for w in withs) or all(
                     any(_code(self.module, a.test) == test
                         for a in self.ancestors(w) if isinstance(a, cst.If))
