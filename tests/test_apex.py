@@ -11888,3 +11888,39 @@ def test_a_step_on_both_arms_of_an_if_is_not_called_conditional():
         """
     )
     assert out.count("scaler.step(opt)") == 2 and out.count("scaler.update()") == 2
+
+
+@pytest.mark.parametrize(
+    "line, kept",
+    [
+        ('model, optimizer = amp.initialize(model, optimizer, opt_level="O0")', None),
+        ('model = amp.initialize(model, opt_level="O0")', None),
+        (
+            'net, opt = amp.initialize(model, optimizer, opt_level="O0")',
+            "net, opt = model, optimizer",
+        ),
+    ],
+)
+def test_a_literal_o0_initialize_with_nothing_scaled_goes(line, kept):
+    """The 45th review (a Kaggle `train_distributed.py`): `opt_level='O0'` with a plain
+    backward was told "apex only casts here (O1's autocast)": run the forward under autocast,
+    which would turn a float32 run into float16. apex at O0 casts and scales nothing: the call
+    goes (what it returned is what it was given)."""
+    out, finding = _migrated(
+        f"""\
+        import torch
+        from apex import amp
+
+
+        def train(model, optimizer, data):
+            {line}
+            for x in data:
+                loss = model(x).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    )
+    assert "apex" not in out and "autocast" not in out and "GradScaler" not in out
+    assert ("    " + kept) in out if kept else "initialize" not in out
+    assert 'opt_level "O0" runs in float32, casts nothing and scales nothing' in finding.message

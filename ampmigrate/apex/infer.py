@@ -75,6 +75,45 @@ class InferenceOnly:
             return users_on_disk(self.path, [optimizer.value]) == []
         return True
 
+    def _off_alone(self, init: cst.Call) -> bool:
+        """``amp.initialize(..., opt_level="O0")`` with no other apex amp call in the file or
+        what it imports: apex at O0 ran float32, cast nothing and scaled nothing (its loss
+        scale 1.0), so the migration is to delete the call; the models and optimizers it
+        returned are the ones it was given. False: not this shape (planned as usual)."""
+        statement = self.statement(init)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        args, _ = initialize_arguments(init)
+        if (
+            self.siblings != []
+            or self.link is not None
+            or len(statement.body) != 1
+            or not isinstance(small, cst.Assign | cst.Expr)
+            or any(a.star for a in init.args)
+            or set(args) - {"models", "optimizers", "opt_level", "loss_scale", "verbosity"}
+        ):
+            return False
+        if isinstance(small, cst.Expr) or _same_names(self.module, small, args):
+            kept = []
+        elif args.get("optimizers") is not None:
+            kept = self._rebind(small, args.get("models"), args.get("optimizers"))
+        elif len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+            model = self.module.code_for_node(args["models"])
+            kept = [cst.parse_statement(f"{small.targets[0].target.value} = {model}\n")]
+        else:
+            kept = []
+        if isinstance(small, cst.Assign) and not kept and not _same_names(self.module, small, args):
+            return False  # (what it binds is not the names it was given: not followed)
+        if kept:
+            self.plan.edits[statement] = lambda _u: cst.FlattenSentinel(kept)
+        else:
+            self._remove_statement(statement)
+        self.plan.min_torch = None  # nothing new is written
+        self.plan.summary = (
+            'apex at opt_level "O0" runs in float32, casts nothing and scales nothing: '
+            "`amp.initialize` goes (it returned the models and optimizers it was given)"
+        )
+        return True
+
     def _inference_only(self, init: cst.Call, extra: bool = False) -> None:
         """``extra``: a second ``initialize``, for evaluation only, in another function than the
         training one (a script's test branch): its region is the rest of its own block, and the
@@ -604,3 +643,14 @@ class HandleInit:
         if len(spelled) != 2:  # the def's name and this call
             return False
         return self.path is None or users_on_disk(self.path, [name]) == []
+
+
+def _same_names(module: cst.Module, small: cst.Assign, args: dict) -> bool:
+    """``a, b = amp.initialize(a, b, ...)`` (or ``a = ...(a, ...)``): it binds what it was given."""
+    given = [args.get("models"), args.get("optimizers")]
+    given = [module.code_for_node(g) for g in given if g is not None]
+    target = small.targets[0].target
+    bound = [module.code_for_node(e.value) for e in target.elements] if isinstance(
+        target, cst.Tuple | cst.List
+    ) else [module.code_for_node(target)]
+    return len(small.targets) == 1 and bound == given

@@ -563,6 +563,10 @@ class _Planner(
                 self.verify(code)
             return self.plan
         self._siblings(role)
+        if alone and _literal_o0(initialize[0]) and self._off_alone(initialize[0]):
+            if not self.plan.problems:
+                self.verify()
+            return self.plan
         for extra in initialize[1 + len(self.merged) :]:
             self._reinitialize(initialize[0], extra)
         if alone and (
