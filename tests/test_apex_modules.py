@@ -2815,3 +2815,28 @@ def test_super_of_type_self_calls_the_base_init(tmp_path):
     (tmp_path / "pkg" / "a.py").write_text(_FAMILY_DERIVED.format(up=up))
     results = run(_files(tmp_path), _settings(fix=True))
     assert "without calling" not in _amp303(results)["a.py"].message
+
+
+def test_a_script_that_initializes_twice_is_told_so_beside_its_training_module(tmp_path):
+    """HPA's `main.py` (the 45th review): a k-fold branch and a single-run branch, each
+    initializing and calling the training module's `train`. The refusal said the link works
+    "only where this one calls the one function of that file that scales", which it does;
+    the true limit is the two `initialize` calls."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "trainer.py").write_text(CARRIED["trainer.py"])
+    (root / "main.py").write_text(
+        "import torch\nfrom apex import amp\nfrom trainer import fit\n\n\n"
+        "def main(model, optimizer, batches, folds):\n"
+        "    if folds:\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "        fit(batches, model, optimizer, 3, print)\n"
+        "    else:\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "        fit(batches, model, optimizer, 1, print)\n"
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["main.py"].message
+    assert "this file calls `amp.initialize` 2 times, and the rewrite links a file" in message
+    assert "only where this one calls" not in message
