@@ -650,7 +650,9 @@ def _same_names(module: cst.Module, small: cst.Assign, args: dict) -> bool:
     given = [args.get("models"), args.get("optimizers")]
     given = [module.code_for_node(g) for g in given if g is not None]
     target = small.targets[0].target
-    bound = [module.code_for_node(e.value) for e in target.elements] if isinstance(
-        target, cst.Tuple | cst.List
-    ) else [module.code_for_node(target)]
+    bound = (
+        [module.code_for_node(e.value) for e in target.elements]
+        if isinstance(target, cst.Tuple | cst.List)
+        else [module.code_for_node(target)]
+    )
     return len(small.targets) == 1 and bound == given
