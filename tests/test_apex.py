@@ -11924,3 +11924,43 @@ def test_a_literal_o0_initialize_with_nothing_scaled_goes(line, kept):
     assert "apex" not in out and "autocast" not in out and "GradScaler" not in out
     assert ("    " + kept) in out if kept else "initialize" not in out
     assert 'opt_level "O0" runs in float32, casts nothing and scales nothing' in finding.message
+
+
+REUSED_SWITCH = """\
+import torch
+import torch.nn.functional as F
+from apex import amp
+
+
+def train(net, opt, data, mode):
+    if mode == "amp":
+        net, opt = amp.initialize(net, opt, opt_level="O1")
+    dtypes = []
+    for mode in ("train", "val"):
+        for x, y in data:
+            opt.zero_grad()
+            out = net(x)
+            dtypes.append(out.dtype)
+            loss = F.mse_loss(out.float(), y)
+            with amp.scale_loss(loss, opt) as sl:
+                sl.backward()
+            opt.step()
+    return dtypes
+"""
+
+
+def test_regions_ask_the_scaler_where_the_switch_is_rebound_after_initialize():
+    """The 45th review (e16): the regions read `mode == "amp"` again at the forward, and a
+    loop variable of the same name rebinds it: float32 forwards under an enabled GradScaler
+    (apex kept casting). Where code after `initialize` may rebind what the switch reads,
+    the regions ask `scaler.is_enabled()`."""
+    out, _ = _migrated(REUSED_SWITCH)
+    assert 'GradScaler("cuda", enabled=mode == "amp")' in out
+    assert "enabled=scaler.is_enabled()" in out and "dtype=torch.float16, enabled=mode" not in out
+    torch = pytest.importorskip("torch")
+    for mode, dtype in (("amp", torch.float16), ("fp32", torch.float32)):
+        with _on_cpu(out) as namespace:
+            net = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            data = [(torch.randn(8, 4), torch.randn(8, 1))]
+            assert namespace["train"](net, opt, data, mode) == [dtype, dtype], mode

@@ -190,7 +190,11 @@ class RunnerHooks:
         """One of ``statements`` may change what ``condition`` reads: it assigns to a name it
         reads (or to an item or attribute of one), or calls a method of one."""
         expression = cst.parse_expression(condition)
-        read = {n.value for n in self._subtree(expression) if isinstance(n, cst.Name)}
+        attrs = {id(n.attr) for n in self._subtree(expression) if isinstance(n, cst.Attribute)}
+        read = {  # (the names it reads: `args` of `args.amp`, not the attribute `amp`)
+            n.value for n in self._subtree(expression)
+            if isinstance(n, cst.Name) and id(n) not in attrs
+        }  # fmt: skip
         # the attribute paths it reads (`args.use_apex`); a store to another attribute of the
         # same object (`args.batch_size = ...`) leaves them as they were
         paths = {

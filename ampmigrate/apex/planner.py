@@ -161,6 +161,7 @@ class _Planner(
         self.steps: dict[tuple[int, str], list[cst.SimpleStatementLine]] = {}
         self.dead_steps: dict[str, list[cst.CSTNode]] = {}  # steps in code only apex-less ran
         self.native_receivers: set[str] | None = None  # torch GradScalers the file scales through
+        self.condition_moves: dict[int, bool] = {}  # by setup: code after it rebinds its test
         self.scaled: dict[tuple[int, str], list[cst.With]] = {}  # the scale_loss blocks per step
         # a call of a helper that scales (a caller's scaled backward): the helper, its optimizer
         self.delegates: dict[cst.CSTNode, tuple[cst.FunctionDef, str]] = {}

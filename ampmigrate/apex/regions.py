@@ -1432,6 +1432,41 @@ class Regions:
                     return self.order[id(node)]
         return first
 
+    def _condition_moves(self, setup: _Setup) -> bool:
+        """Code after ``initialize`` in its function may rebind what the condition reads (a
+        loop variable of the same name, `fp16 = 0 if i > 1 else fp16`, a `global`): a region
+        that read the condition again would switch off where the GradScaler, made once, stays
+        on (the 45th review); the regions ask the scaler there instead."""
+        key = id(setup)
+        if key not in self.condition_moves:
+            home = setup.home
+            end = self.ends.get(id(setup.statement), self.order[id(setup.statement)] + 1)
+            after = [  # (what follows the statement that makes it; inside it, other checks)
+                n for n in self._subtree(home) if self.order.get(id(n), -1) >= end - 1
+            ]  # fmt: skip
+            condition = cst.parse_expression(setup.condition)
+            attrs = {id(n.attr) for n in self._subtree(condition) if isinstance(n, cst.Attribute)}
+            read = {
+                n.value
+                for n in self._subtree(condition)
+                if isinstance(n, cst.Name) and id(n) not in attrs
+            }
+            bound: set[str] = set()
+            for n in after:
+                if isinstance(n, cst.For | cst.CompFor):
+                    bound |= {t.value for t in self._subtree(n.target) if isinstance(t, cst.Name)}
+                elif isinstance(n, cst.AsName):
+                    bound |= {t.value for t in self._subtree(n.name) if isinstance(t, cst.Name)}
+                elif isinstance(n, cst.NamedExpr) and isinstance(n.target, cst.Name):
+                    bound.add(n.target.value)
+                elif isinstance(n, cst.Global | cst.Nonlocal):
+                    bound |= {g.name.value for g in n.names}
+            statements = [n for n in after if isinstance(n, cst.SimpleStatementLine)]
+            self.condition_moves[key] = bool(read & bound) or self._changes(
+                setup.condition, statements
+            )
+        return self.condition_moves[key]
+
     def _enabled_at(self, setup: _Setup, function: cst.CSTNode, statement: cst.CSTNode):
         """The ``enabled=`` of a region at ``statement`` in ``function``: the condition where
         ``initialize`` was, the scaler's switch elsewhere (the condition's names may not exist
@@ -1439,7 +1474,7 @@ class Regions:
         does not reach it, so no region can follow apex's switch there."""
         if not setup.condition and not setup.by_scaler:
             return None
-        if function is setup.home and not setup.by_scaler:
+        if function is setup.home and not setup.by_scaler and not self._condition_moves(setup):
             return setup.condition
         access = self.access(statement)
         return f"{access}.is_enabled()" if access is not None else False
