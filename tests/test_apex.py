@@ -11964,3 +11964,36 @@ def test_regions_ask_the_scaler_where_the_switch_is_rebound_after_initialize():
             opt = torch.optim.SGD(net.parameters(), lr=0.1)
             data = [(torch.randn(8, 4), torch.randn(8, 1))]
             assert namespace["train"](net, opt, data, mode) == [dtype, dtype], mode
+
+
+def test_a_native_autocast_region_inside_apexs_region_is_refused():
+    """The 45th review (n01): apex beside native AMP, both behind `backend`, the forward in
+    native's `autocast(enabled=backend == "native")`. The rewrite wrapped it in a region for
+    apex's path, whose inner native region then switched autocast off: float32 where apex O1
+    cast. Refused, saying so."""
+    message = _message(
+        """\
+        import torch
+        import torch.nn.functional as F
+        from apex import amp
+
+
+        def train(model, optimizer, data, backend):
+            if backend == "apex":
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            grad_scaler = torch.amp.GradScaler("cuda", enabled=backend == "native")
+            for x, y in data:
+                optimizer.zero_grad()
+                with torch.amp.autocast("cuda", dtype=torch.float16, enabled=backend == "native"):
+                    loss = F.mse_loss(model(x).float(), y)
+                if backend == "apex":
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                    optimizer.step()
+                else:
+                    grad_scaler.scale(loss).backward()
+                    grad_scaler.step(optimizer)
+                    grad_scaler.update()
+        """
+    )
+    assert 'native AMP\'s autocast region here (`enabled=backend == "native"`)' in message

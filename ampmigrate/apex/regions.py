@@ -1591,6 +1591,23 @@ class Regions:
             )
         return False
 
+    def _switched_autocast(self, run: list[cst.BaseStatement]) -> cst.Arg | None:
+        """The ``enabled=`` argument of a torch autocast region in ``run`` that can be off
+        (native AMP's own, beside apex's path), if any."""
+        for statement in run:
+            for node in self._subtree(statement):
+                if not (isinstance(node, cst.Call) and any(
+                    q.startswith("torch.") and q.endswith(".autocast")
+                    for q in self.qualified(node.func)
+                )):  # fmt: skip
+                    continue
+                for arg in node.args:
+                    if arg.keyword is not None and arg.keyword.value == "enabled" and not (
+                        isinstance(arg.value, cst.Name) and arg.value.value == "True"
+                    ):
+                        return arg
+        return None
+
     def _wrap(self, block: cst.CSTNode, runs: list[list[cst.BaseStatement]], enabled) -> None:
         """One ``with autocast`` per run; the block regroups its updated statements. A run in
         ``uncached`` (by its first statement) hands the model to code that may step an
@@ -1599,6 +1616,19 @@ class Regions:
         it), where a cached copy would not see the steps."""
         if not runs:
             return
+        for run in runs:
+            inner = self._switched_autocast(run)
+            if inner is not None:
+                switch = _code(self.module, inner.value)
+                self.problem(
+                    inner,
+                    f"native AMP's autocast region here (`enabled={switch}`) would sit inside "
+                    "the region placed for apex's path, and where its switch is false it turns "
+                    "autocast off there, so apex's path would run in float32 (apex O1 cast "
+                    "it): apex beside native AMP; let apex's setting turn the native path on "
+                    "and delete the apex branches, by hand",
+                )
+                return
         flag = f", enabled={self._as_bool(enabled)}" if enabled else ""
         templates = {
             cached: cst.ensure_type(

@@ -943,7 +943,7 @@ class Step:
                     unscaled = any(  # (an unscale_ placed for a gradient read before it)
                         start < self.order[id(r)] < self.order[id(node)]
                         and not self._parting_if(r, node)
-                        for r in self.unscale_gates
+                        for r in self.unscales
                     )
                     if not (cleared or unscaled):
                         self._note_accumulation()  # (the step sees the gradients it kept)
