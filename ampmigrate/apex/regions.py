@@ -1602,8 +1602,10 @@ class Regions:
                 )):  # fmt: skip
                     continue
                 for arg in node.args:
-                    if arg.keyword is not None and arg.keyword.value == "enabled" and not (
-                        isinstance(arg.value, cst.Name) and arg.value.value == "True"
+                    if (
+                        arg.keyword is not None
+                        and arg.keyword.value == "enabled"
+                        and not (isinstance(arg.value, cst.Name) and arg.value.value == "True")
                     ):
                         return arg
         return None
