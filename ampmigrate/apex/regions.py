@@ -1402,18 +1402,13 @@ class Regions:
         self, setup: _Setup, scaling: set[int], defined: dict, linked: set[str]
     ) -> int:
         """Where training starts in the initializing function: the outermost loop that holds
-        a scaled backward or a call on the way to one, else the first call of another file's
-        training function (``linked``), else right after ``initialize``."""
+        a scaled backward or a call on the way to one, else right after ``initialize`` (where
+        it initializes for another file's training functions, ``linked``, what it runs before
+        calling them is an evaluation apex cast too, such as a baseline score)."""
         home = setup.home
         after = self.order[id(setup.statement)]
-        first = next(
-            (self.order[id(self.statement(n))] for n in self._subtree(home)
-             if isinstance(n, cst.Call) and self.order[id(n)] > after
-             and _code(self.module, n.func) in linked),
-            after,
-        )  # fmt: skip
-        if not isinstance(home, cst.FunctionDef):
-            return first
+        if not isinstance(home, cst.FunctionDef) or linked:
+            return after
         for node in self._subtree(home.body):
             if not isinstance(node, Loop) or self.order[id(node)] < after:
                 continue
@@ -1421,16 +1416,14 @@ class Regions:
                 scales = isinstance(inner, cst.With) and any(
                     inner is w for w, _, _, _ in self.requests
                 )
-                calls = isinstance(inner, cst.Call) and (
-                    (
-                        isinstance(inner.func, cst.Name)
-                        and id(defined.get(inner.func.value)) in scaling
-                    )
-                    or _code(self.module, inner.func) in linked
+                calls = (
+                    isinstance(inner, cst.Call)
+                    and isinstance(inner.func, cst.Name)
+                    and id(defined.get(inner.func.value)) in scaling
                 )
                 if scales or calls:
                     return self.order[id(node)]
-        return first
+        return after
 
     def _condition_moves(self, setup: _Setup) -> bool:
         """Code after ``initialize`` in its function may rebind what the condition reads (a
