@@ -1300,15 +1300,18 @@ def test_a_call_of_a_carrier_the_run_cannot_give_the_scaler_keeps_both_files(tmp
 def test_the_script_s_own_evaluation_after_the_linked_training_gets_a_region(tmp_path, stub):
     """The script calls `fit` (which hands the scaler on), then `test_epoch` itself (the 44th
     review, p70): that last forward ran in float32 with no note, where apex O1 cast it; it
-    gets a region (the linked training call itself gets none)."""
+    gets a region, as does a score before the training (the 45th review; the linked
+    training call itself gets none)."""
     files = dict(CARRIED)
     files["main.py"] = (
-        files["main.py"].replace("from trainer import fit", "from trainer import fit, test_epoch")
+        files["main.py"]
+        .replace("from trainer import fit", "from trainer import fit, test_epoch")
+        .replace("    fit(", '    print(f"first {test_epoch(batches, model):.4f}")\n    fit(')
         + '    print(f"final {test_epoch(batches, model):.4f}")\n'
     )
     root, original = _fixed_beside_original(tmp_path, files, ["main.py", "trainer.py"])
     main = (root / "main.py").read_text()
-    assert main.count("torch.amp.autocast(") == 1
+    assert main.count("torch.amp.autocast(") == 2  # (a score before the training, as after)
     assert (
         '    with torch.amp.autocast("cuda", dtype=torch.float16, cache_enabled=False):\n' in main
     )
