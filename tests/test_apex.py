@@ -11997,3 +11997,34 @@ def test_a_native_autocast_region_inside_apexs_region_is_refused():
         """
     )
     assert 'native AMP\'s autocast region here (`enabled=backend == "native"`)' in message
+
+
+CONSTANT_LEVEL = """\
+import torch.nn.functional as F
+from apex import amp
+
+LEVEL = "O1"
+
+
+def train(net, opt, data):
+    net, opt = amp.initialize(net, opt, opt_level=LEVEL)
+    for x, y in data:
+        opt.zero_grad()
+        loss = F.mse_loss(net(x).float(), y)
+        with amp.scale_loss(loss, opt) as sl:
+            sl.backward()
+        opt.step()
+"""
+
+
+def test_a_module_constant_level_bound_once_to_o1_is_o1():
+    """The 45th review (e17): `LEVEL = "O1"` at module level, bound nowhere else, was "a
+    value the rewrite cannot trace"; it is O1. Bound again (a `global` in a function), or
+    another literal, it is not."""
+    out, _ = _migrated(CONSTANT_LEVEL)
+    assert "GradScaler" in out and "LEVEL" in out
+    for changed in (
+        CONSTANT_LEVEL.replace('LEVEL = "O1"', 'LEVEL = "O2"'),
+        CONSTANT_LEVEL + '\n\ndef faster():\n    global LEVEL\n    LEVEL = "O2"\n',
+    ):
+        assert "opt_level `LEVEL` is not provably O1" in _message(changed)

@@ -1128,6 +1128,40 @@ class Initialize:
                     flag = (long or attr, node)
         return flag
 
+    def _module_constant(self, level: cst.Name) -> bool:
+        """``LEVEL = "O1"`` at module level, the only binding of the name in the file (no
+        parameter, local, loop variable, import or ``global`` of it): the level is O1."""
+        name = level.value
+        bindings = []
+        for node in self.nodes:
+            if isinstance(node, cst.Name) and node.value == name:
+                parent = self.parent(node)
+                if isinstance(
+                    parent,
+                    cst.AssignTarget
+                    | cst.AugAssign
+                    | cst.Param
+                    | cst.For
+                    | cst.AsName
+                    | cst.NamedExpr
+                    | cst.CompFor
+                    | cst.NameItem,
+                ):
+                    bindings.append(parent)  # fmt: skip
+                elif isinstance(parent, cst.Tuple | cst.List | cst.Element | cst.StarredElement):
+                    return False  # (unpacked into: not followed)
+            elif isinstance(node, cst.FunctionDef | cst.ClassDef) and node.name.value == name:
+                return False
+        if len(bindings) != 1 or not isinstance(bindings[0], cst.AssignTarget):
+            return False
+        assign = self.parent(bindings[0])
+        return (
+            isinstance(assign, cst.Assign)
+            and self.parent(self.parent(assign)) is self.module
+            and isinstance(assign.value, cst.SimpleString)
+            and assign.value.evaluated_value == "O1"
+        )
+
     def _level_choices(
         self, level: cst.CSTNode, init: cst.Call
     ) -> cst.BaseExpression | bool | None:
@@ -1168,6 +1202,8 @@ class Initialize:
             if elements and len(values) == len(elements) and values <= {"O0", "O1"}:
                 levels = values
         if levels is None and flag is None and self._default_everywhere(level, init):
+            levels = {"O1"}
+        if levels is None and isinstance(level, cst.Name) and self._module_constant(level):
             levels = {"O1"}
         if levels is None:
             if counted is not None:  # `f"O{args.level}"` of an int flag
