@@ -11971,8 +11971,7 @@ def test_a_native_autocast_region_inside_apexs_region_is_refused():
     native's `autocast(enabled=backend == "native")`. The rewrite wrapped it in a region for
     apex's path, whose inner native region then switched autocast off: float32 where apex O1
     cast. Refused, saying so."""
-    message = _message(
-        """\
+    source = """\
         import torch
         import torch.nn.functional as F
         from apex import amp
@@ -11995,8 +11994,20 @@ def test_a_native_autocast_region_inside_apexs_region_is_refused():
                     grad_scaler.step(optimizer)
                     grad_scaler.update()
         """
-    )
+    message = _message(source)
     assert 'native AMP\'s autocast region here (`enabled=backend == "native"`)' in message
+    # odtk: native's region in an arm of its own beside apex's forward is not around it
+    armed = source.replace(
+        '                with torch.amp.autocast("cuda", dtype=torch.float16, enabled=backend == '
+        '"native"):\n                    loss = F.mse_loss(model(x).float(), y)\n',
+        '                if backend == "apex":\n'
+        "                    loss = F.mse_loss(model(x).float(), y)\n"
+        "                else:\n"
+        '                    with torch.amp.autocast("cuda", enabled=backend == "native"):\n'
+        "                        loss = F.mse_loss(model(x).float(), y)\n",
+    )
+    assert armed != source
+    assert "native AMP's autocast region here" not in _message(armed)
 
 
 CONSTANT_LEVEL = """\

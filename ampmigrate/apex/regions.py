@@ -1585,10 +1585,15 @@ class Regions:
         return False
 
     def _switched_autocast(self, run: list[cst.BaseStatement]) -> cst.Arg | None:
-        """The ``enabled=`` argument of a torch autocast region in ``run`` that can be off
-        (native AMP's own, beside apex's path), if any."""
+        """The ``enabled=`` argument of a torch autocast region among ``run``'s statements that
+        can be off (native AMP's own, beside apex's path), if any; one in an arm of an ``if``
+        there is native AMP's arm beside apex's (odtk's `if with_apex: ... else: with
+        autocast(...)`), not around apex's forward."""
         for statement in run:
-            for node in self._subtree(statement):
+            if not isinstance(statement, cst.With):
+                continue
+            for item in statement.items:
+                node = item.item
                 if not (isinstance(node, cst.Call) and any(
                     q.startswith("torch.") and q.endswith(".autocast")
                     for q in self.qualified(node.func)
@@ -1613,7 +1618,13 @@ class Regions:
             return
         for run in runs:
             inner = self._switched_autocast(run)
-            if inner is not None:
+            same = (  # (the same switch as the region's: never off on apex's path)
+                inner is not None
+                and enabled
+                and "".join(_code(self.module, inner.value).split())
+                in {"".join(str(enabled).split()), "".join(self._as_bool(enabled).split())}
+            )
+            if inner is not None and not same:
                 switch = _code(self.module, inner.value)
                 self.problem(
                     inner,
