@@ -47,8 +47,8 @@ class Checkpoints:
             f'and store the result under "{self.name}"'
         )
         filed = call in self.file_loads or call in self.file_saves
-        if keyed and not filed and note not in self.plan.notes:
-            self.plan.notes.append(note)
+        if keyed and not filed:
+            self.note_once(note)
         if keyed and switched and call in self.file_loads:
             arg = call.args[0]
             own = cst.parse_expression(f"{access}.state_dict()")
@@ -59,8 +59,7 @@ class Checkpoints:
                 "an empty GradScaler state (a run with mixed precision off saves a disabled "
                 "one's `{}`, which an enabled one refuses) loads the scaler's own instead"
             )
-            if note not in self.plan.notes:
-                self.plan.notes.append(note)
+            self.note_once(note)
         elif keyed and switched and member == "load_state_dict":
             self._skip_empty(call)
 
@@ -114,8 +113,7 @@ class Checkpoints:
             "mixed precision off saves a disabled GradScaler's `{}`, which an enabled one "
             "refuses (the scale then starts afresh; apex loaded its O0 state)"
         )
-        if note not in self.plan.notes:
-            self.plan.notes.append(note)
+        self.note_once(note)
 
     def _resume_state(self, setup: _Setup, init: cst.Call) -> None:
         """apex's loss scale was never checkpointed here; the optimizer's is. Put the
@@ -379,8 +377,7 @@ class Checkpoints:
             f"checkpoint keeps apex's state in `{value}`; convert it with `ampmigrate "
             f"convert-checkpoint {name} {renamed.rpartition('/')[2]}` to resume from it"
         )
-        if note not in self.plan.notes:
-            self.plan.notes.append(note)
+        self.note_once(note)
         return True
 
     def _keys_left_behind(self) -> None:

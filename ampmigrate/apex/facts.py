@@ -278,6 +278,11 @@ class Facts:
     def problem(self, node: cst.CSTNode, text: str) -> None:
         self.plan.problems.append(f"line {self.line(node)}: {text}")
 
+    def note_once(self, text: str) -> None:
+        """A note that several places may state (the same shape met twice) is said once."""
+        if text not in self.plan.notes:
+            self.plan.notes.append(text)
+
     def free_name(self, preferred: str) -> str | None:
         """A name the file does not use anywhere, so the new binding shadows nothing."""
         taken = {n.value for n in self.nodes if isinstance(n, cst.Name)}

@@ -245,8 +245,7 @@ class Regions:
                         "the statements right after that compute from their outputs (a "
                         "validation loss)"
                     )
-                    if note not in self.plan.notes:
-                        self.plan.notes.append(note)
+                    self.note_once(note)
                 else:
                     self.problem(
                         call,
@@ -503,8 +502,7 @@ class Regions:
                     "feeds the loss from before the autocast region (a forward apex O1 cast, "
                     f"such as an EMA or teacher model's) and runs in float32 now: {_KEEP}"
                 )
-                if note not in self.plan.notes:
-                    self.plan.notes.append(note)
+                self.note_once(note)
                 continue
             if not isinstance(statement, cst.SimpleStatementLine):
                 self._called_inside(statement, models)
@@ -517,8 +515,7 @@ class Regions:
                     "their forwards, which apex O1 cast through its global patching: they run "
                     f"in float32 now: {_KEEP}"
                 )
-                if note not in self.plan.notes:
-                    self.plan.notes.append(note)
+                self.note_once(note)
             for called in self._objects_called(statement):
                 note = (
                     f"behaviour change: `{called}(...)` at line {self.line(statement)} feeds the "
@@ -528,8 +525,7 @@ class Regions:
                     f"runs those in float32 now: {_KEEP} (an object that runs none, such as an "
                     "elementwise data transform, is unchanged)"
                 )
-                if note not in self.plan.notes:
-                    self.plan.notes.append(note)
+                self.note_once(note)
 
     def _called_inside(self, statement: cst.CSTNode, models: set[str]) -> None:
         """The objects called in a compound statement that feeds the loss from before the
@@ -549,8 +545,7 @@ class Regions:
             f"({listed}), which apex O1 cast through its global patching: they run in float32 "
             f"now: {_KEEP}"
         )
-        if note not in self.plan.notes:
-            self.plan.notes.append(note)
+        self.note_once(note)
 
     def _objects_called(self, statement: cst.CSTNode) -> list[str]:
         """The names in a simple ``statement`` that are called as objects: a parameter or a

@@ -631,8 +631,7 @@ class Scaler:
                 f"`{function.name.value}` gets a `{self.name}` parameter, passed at every call "
                 "in this file (callers in other files must pass it too)"
             )
-            if note not in self.plan.notes:
-                self.plan.notes.append(note)
+            self.note_once(note)
 
     def _references(self, name: str) -> Iterator[cst.Name]:
         for node in self.nodes:

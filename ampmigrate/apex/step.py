@@ -1183,8 +1183,7 @@ class Step:
             "halves once per overflowing step rather than per overflowing micro-batch, so the "
             "steps skipped after an overflow can differ"
         )
-        if note not in self.plan.notes:
-            self.plan.notes.append(note)
+        self.note_once(note)
 
     def _tested(self, node: cst.CSTNode, loop: cst.CSTNode) -> bool:
         """``node`` runs under a test of ``loop``'s iteration (an accumulation window's)."""
