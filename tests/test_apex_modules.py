@@ -2843,3 +2843,52 @@ def test_a_script_that_initializes_twice_is_told_so_beside_its_training_module(t
     message = _amp303(results)["main.py"].message
     assert "this file calls `amp.initialize` 2 times, and the rewrite links a file" in message
     assert "only where this one calls" not in message
+
+
+TRAINER_CLASS_FILES = {
+    "trainer.py": """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, optimizer, data, fp16):
+        self.model, self.optimizer, self.data, self.fp16 = model, optimizer, data, fp16
+
+    def train(self):
+        for x, y in self.data:
+            loss = torch.nn.functional.mse_loss(self.model(x).float(), y)
+            if self.fp16:
+                with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                    scaled_loss.backward()
+            else:
+                loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+
+    def save(self, path):
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        torch.save(state, path)
+""",
+    "main.py": """\
+import torch
+from apex import amp
+from trainer import Trainer
+
+
+def main(model, optimizer, data, fp16):
+    if fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    Trainer(model, optimizer, data, fp16).train()
+""",
+}
+
+
+def test_a_trainer_class_whose_checkpoint_never_held_apexs_scale_is_rewritten(tmp_path):
+    """SMART (the 45th review): a Trainer class in another file scales and checkpoints the
+    model and optimizer, never apex's scale; it was refused as "the rewrite would get AMP208",
+    a gap apex had too (its resume restarted the scale). Rewritten, the gap stated."""
+    root, _ = _fixed_beside_original(tmp_path, TRAINER_CLASS_FILES, ["main.py", "trainer.py"])
+    assert "self.scaler.scale(loss).backward()" in (root / "trainer.py").read_text()
+    results = run(_files(tmp_path / "original"), _settings())
+    assert "apex never checkpointed its loss scale here" in _amp303(results)["trainer.py"].message

@@ -702,6 +702,11 @@ class _Planner(
         resumed = initialize[0] if initialize else self._initializer_resumed()
         if resumed and not calls.get("state_dict") and not calls.get("load_state_dict"):
             self._resume_state(setup, resumed)
+        elif not initialize and not calls.get("state_dict") and not calls.get("load_state_dict"):
+            # the other side of a link (a Trainer class, a hook, a training module) that never
+            # checkpointed apex's scale: a checkpoint of its own without the GradScaler's state
+            # is apex's own gap (the 45th review's SMART), reported by AMP208 on its own
+            self.scale_gap = True
         elif initialize and not calls.get("state_dict"):  # restored, never saved (GANTTS)
             self.scale_gap = True
             line = self.line(calls["load_state_dict"][0])
