@@ -7122,7 +7122,10 @@ def test_a_caller_through_a_package_s_star_re_export_counts(tmp_path):
     path = package / "ppo_util.py"
     path.write_text(SCALES_IN_A_LOOP.format(name="step"))
     (package / "__init__.py").write_text('from .ppo_util import step\n\n__all__ = ["step"]\n')
-    (tmp_path / "trainer.py").write_text("from util import *\n\nstep(None, None, [])\n")
+    (tmp_path / "trainer.py").write_text(
+        "from util import *\nfrom apex import amp\n\n"
+        "model, opt = amp.initialize(model, opt)\nstep(None, None, [])\n"
+    )
     _, remaining, _ = fix_source(path.read_text(), unsafe=True, path=path)
     [message] = [d.message for d in remaining if d.code == "AMP303"]
     assert "no file of the project calls" not in message

@@ -923,8 +923,9 @@ def test_a_helper_in_a_folder_without_init_is_called_by_the_scripts_beside_it(tm
         "    torch.save({'net': net.state_dict(), 'amp': amp.state_dict()}, path)\n"
     )
     (tmp_path / "main.py").write_text(
-        "import torch\nfrom utils.common import save_checkpoint\n\n\n"
-        "def run(net):\n    save_checkpoint(net, 'ckpt.pt')\n"
+        "import torch\nfrom apex import amp\nfrom utils.common import save_checkpoint\n\n\n"
+        "def run(net, opt):\n    net, opt = amp.initialize(net, opt, opt_level='O1')\n"
+        "    save_checkpoint(net, 'ckpt.pt')\n"
     )
     results = run([tmp_path / "utils" / "common.py"], _settings())
     [finding] = [d for r in results for d in r.diagnostics if d.code == "AMP303"]
@@ -2892,3 +2893,23 @@ def test_a_trainer_class_whose_checkpoint_never_held_apexs_scale_is_rewritten(tm
     assert "self.scaler.scale(loss).backward()" in (root / "trainer.py").read_text()
     results = run(_files(tmp_path / "original"), _settings())
     assert "apex never checkpointed its loss scale here" in _amp303(results)["trainer.py"].message
+
+
+def test_apex_code_in_a_project_that_never_initializes_is_said_to_be_dead(tmp_path):
+    """UnitedANT (the 45th review): a model's `update` scales with apex under a bare
+    `except: pass`, and no file of the project initializes amp: apex raised there, so the
+    fp16 path never ran. The finding says so, instead of advising a GradScaler passed in."""
+    (tmp_path / "model.py").write_text(
+        "from apex import amp\n\n\nclass Model:\n    def update(self, loss, opt):\n"
+        "        try:\n            with amp.scale_loss(loss, opt) as scaled:\n"
+        "                scaled.backward()\n        except Exception:\n            pass\n"
+    )
+    (tmp_path / "main.py").write_text("from model import Model\n\nModel().update(None, None)\n")
+    results = run(_files(tmp_path), _settings())
+    message = _amp303(results)["model.py"].message
+    assert "no file of the project initializes apex amp: apex raised there" in message
+    (tmp_path / "main.py").write_text(
+        "from apex import amp\nfrom model import Model\n\nm, o = amp.initialize(m, o)\n"
+    )
+    message = _amp303(run(_files(tmp_path), _settings()))["model.py"].message
+    assert "no file of the project initializes" not in message

@@ -45,6 +45,7 @@ from ampmigrate.apex.verdict import (
     initialized_through_parameter,
     library_trainer,
     never_called,
+    never_initialized_here,
     no_rewrite,
     unreached,
     without_initialize,
@@ -1394,6 +1395,10 @@ class Handles:
                     and unreached(tree, function.name.value, self.path)
                 ):
                     self.problem(call, never_called(where, member, function.name.value))
+                    continue
+                dead = never_initialized_here(where, member, self.path)
+                if dead is not None:
+                    self.problem(call, dead)
                     continue
                 owner = self.parent(self.parent(function)) if method else None
                 library = (

@@ -1144,6 +1144,36 @@ def project_folder(path: str) -> str:
     return folder
 
 
+def initializes_anywhere(path: str) -> bool:
+    """Some file of ``path``'s project on disk may initialize apex amp (``initialize(`` or the
+    old ``init(`` in a file that names apex); True where too many files to look at."""
+    packaged = os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(path)), "__init__.py"))
+    return _initializing(project_folder(path), packaged)
+
+
+def _initializing(folder: str, packaged: bool) -> bool:
+    """``initializes_anywhere`` of a project folder (read each time: files change between
+    runs of one process, as in a test session or an editor)."""
+    walked = os.walk(folder)
+    if not packaged:  # a folder of modules without `__init__`: the scripts beside it import it
+        parent = os.path.dirname(folder)
+        beside = sorted(n for n in os.listdir(parent) if os.path.isfile(os.path.join(parent, n)))
+        walked = itertools.chain([(parent, [], beside)], walked)
+    count = 0
+    for where, folders, names in walked:
+        folders[:] = sorted(d for d in folders if not d.startswith(".") and d != "__pycache__")
+        for name in names:
+            if not name.endswith(".py"):
+                continue
+            count += 1
+            if count > _SCAN_LIMIT:
+                return True
+            data = _read(os.path.join(where, name))
+            if b"apex" in data and (b".initialize(" in data or b".init(" in data):
+                return True
+    return False
+
+
 def users_on_disk(
     path: str, functions: list[str], imports: bool = False
 ) -> list[tuple[str, int, str]] | None:

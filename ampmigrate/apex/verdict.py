@@ -136,6 +136,22 @@ def never_called(where: str, member: str, name: str) -> str:
     )
 
 
+def never_initialized_here(where: str, member: str, path: str | None) -> str | None:
+    """The blocker for apex amp code in a project where no file initializes amp (UnitedANT,
+    the 45th review: a bare `except: pass` around it): apex raised there, so the path never
+    ran as written; None where some file may initialize it."""
+    from ampmigrate.apex.links import initializes_anywhere  # (links reads these verdicts)
+
+    if not path or not os.path.isfile(path) or initializes_anywhere(path):
+        return None
+    return (
+        f"{where} uses `amp.{member}`, and no file of the project initializes apex amp: apex "
+        "raised there (its amp state never set up), so this path never ran as written "
+        "(where an exception around it was swallowed, it did nothing); migrating would make "
+        "it run: delete it, or give it a plain backward, by hand"
+    )
+
+
 def unreached(tree: ast.Module, name: str, path: str | None) -> bool:
     """The module-level function ``name`` of the file ``path`` (parsed: ``tree``) is read
     nowhere in it, nor used by any file of its project on disk (see ``never_called``)."""
@@ -430,6 +446,10 @@ class _Judge:
                 tree, path = self.names.tree, self.source.path
                 if function in tree.body and unreached(tree, function.name, path):
                     self.problem(call, never_called(where, member, function.name))
+                    continue
+                dead = never_initialized_here(where, member, path)
+                if dead is not None:
+                    self.problem(call, dead)
                     continue
                 owner = self.names.parent(function) if method else None
                 library = (
