@@ -2913,3 +2913,44 @@ def test_apex_code_in_a_project_that_never_initializes_is_said_to_be_dead(tmp_pa
     )
     message = _amp303(run(_files(tmp_path), _settings()))["model.py"].message
     assert "no file of the project initializes" not in message
+
+
+RELAYED = {
+    "trainer.py": CARRIED["trainer.py"],
+    "main.py": """\
+import torch
+from apex import amp
+from trainer import fit
+
+
+def run_training(model, optimizer, batches):
+    fit(batches, model, optimizer, 3, print)
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    batches = [(torch.randn(8, 4, device="cuda") / 4, torch.randn(8, 1, device="cuda") / 4)
+               for _ in range(3)]
+    run_training(model, optimizer, batches)
+
+
+if __name__ == "__main__":
+    main()
+""",
+}
+
+
+def test_the_initializing_function_relays_the_scaler_through_its_own_functions(tmp_path, stub):
+    """IsotonicDataAugmentation (the 45th review): `main` initializes and calls its own
+    `train_and_evaluate`, which calls the training module's function. Refused ("add a
+    `scaler` argument there"), though the script's side is the same threading the training
+    module's side does: the function of the script takes the scaler and passes it on."""
+    root, original = _fixed_beside_original(tmp_path, RELAYED, ["main.py", "trainer.py"])
+    main = (root / "main.py").read_text()
+    assert "def run_training(model, optimizer, batches, scaler):" in main
+    assert "    fit(batches, model, optimizer, 3, print, scaler=scaler)" in main
+    assert "    run_training(model, optimizer, batches, scaler=scaler)" in main
+    _on_cpu_beside_original(tmp_path, root, original, stub)

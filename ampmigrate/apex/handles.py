@@ -1302,6 +1302,20 @@ class Handles:
     def _pass_to_linked(self, setup: _Setup, init: cst.Call) -> None:
         """The initializing side of a link: pass the GradScaler at each call of the linked
         functions (the pre-pass counted them; a different count here blocks)."""
+        if isinstance(setup.home, cst.FunctionDef):
+            # the module-level functions of this file that call the linked ones, reached from
+            # the initializing function (IsotonicDataAugmentation's `main` -> its own
+            # `train_and_evaluate` -> `distill.kd`, the 45th review): they take the scaler too
+            spelled = set(self.link.spellings[0])
+            relays = [
+                f for f in self.module.body
+                if isinstance(f, cst.FunctionDef) and f is not setup.home
+                and f not in self.threaded
+                and any(isinstance(n, cst.Call) and _code(self.module, n.func) in spelled
+                        for n in self._subtree(f))
+            ]  # fmt: skip
+            if relays:
+                self._thread(relays, setup.home)
         threaded = [f for f in self.threaded if not self.within(f, setup.home)]
         if setup.home is self.module:  # a script's code: the functions it runs afterwards
             threaded += [f for f in self._run_after(setup.statement) if f not in threaded]
