@@ -2954,3 +2954,23 @@ def test_the_initializing_function_relays_the_scaler_through_its_own_functions(t
     assert "    fit(batches, model, optimizer, 3, print, scaler=scaler)" in main
     assert "    run_training(model, optimizer, batches, scaler=scaler)" in main
     _on_cpu_beside_original(tmp_path, root, original, stub)
+
+
+def test_a_teachers_inference_initialize_beside_the_students_keeps_the_link(tmp_path, stub):
+    """Knowledge distillation (IsotonicDataAugmentation's `kd_main.py`, the 45th review): the
+    script initializes the teacher for inference and the student with its optimizer, then
+    calls the training module. The link took only a script that calls `initialize` once;
+    the teacher's call (no optimizer) only turned on O1's casts, which the student's does
+    too: both files are rewritten and run."""
+    files = dict(CARRIED)
+    files["main.py"] = files["main.py"].replace(
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+        '    teacher = torch.nn.Linear(4, 1).to("cuda")\n'
+        '    teacher = amp.initialize(teacher, opt_level="O1")\n'
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n',
+    )
+    root, original = _fixed_beside_original(tmp_path, files, ["main.py", "trainer.py"])
+    assert (
+        "fit(batches, model, optimizer, 3, print, scaler=scaler)" in (root / "main.py").read_text()
+    )
+    _on_cpu_beside_original(tmp_path, root, original, stub)

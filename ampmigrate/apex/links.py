@@ -1394,12 +1394,15 @@ def link(
     files = [f for f in (_parsed(p, d) for p, d in apex_files) if f is not None and f.members]
     callees = {f.path: (f, *found) for f in files if (found := _linked_functions(f))[0]}
     carriers = {path: _carriers(f, functions) for path, (f, functions, _) in callees.items()}
-    callers = [f for f in files if len(f.members.get("initialize", [])) == 1]
+    # one `initialize` with an optimizer (others only cast models: a teacher's, for inference)
+    trained = {f.path: [c for c in f.members.get("initialize", []) if _argument(c, "optimizers")]
+               for f in files}  # fmt: skip
+    callers = [f for f in files if f.members.get("initialize") and len(trained[f.path]) == 1]
     found_by: dict[str, list[tuple[str, str, str, int, tuple[str, ...]]]] = {}  # by callee
     reaches: dict[str, tuple[str, ...]] = {}  # by caller: the callees it passes the scaler to
     called: dict[str, set[str]] = {}  # by callee: the functions of it that callers call
     for caller in callers:
-        init = caller.members["initialize"][0]
+        init = trained[caller.path][0]
         home = _function(caller, init)
         spelled = _spellings(caller, init)
         found: dict[str, list[tuple[ast.Call, ast.FunctionDef]]] = {}
