@@ -2898,7 +2898,8 @@ def test_a_trainer_class_whose_checkpoint_never_held_apexs_scale_is_rewritten(tm
 def test_apex_code_in_a_project_that_never_initializes_is_said_to_be_dead(tmp_path):
     """UnitedANT (the 45th review): a model's `update` scales with apex under a bare
     `except: pass`, and no file of the project initializes amp: apex raised there, so the
-    fp16 path never ran. The finding says so, instead of advising a GradScaler passed in."""
+    fp16 path never ran. The finding says so, before the advice for a library whose users
+    initialize outside the project (ignite's `supervised_training_step_apex`)."""
     (tmp_path / "model.py").write_text(
         "from apex import amp\n\n\nclass Model:\n    def update(self, loss, opt):\n"
         "        try:\n            with amp.scale_loss(loss, opt) as scaled:\n"
@@ -2907,7 +2908,8 @@ def test_apex_code_in_a_project_that_never_initializes_is_said_to_be_dead(tmp_pa
     (tmp_path / "main.py").write_text("from model import Model\n\nModel().update(None, None)\n")
     results = run(_files(tmp_path), _settings())
     message = _amp303(results)["model.py"].message
-    assert "no file of the project initializes apex amp: apex raised there" in message
+    assert "no file of the project initializes apex amp: unless code outside it does" in message
+    assert "where outside code does: `update` uses `amp.scale_loss`" in message  # (ignite)
     (tmp_path / "main.py").write_text(
         "from apex import amp\nfrom model import Model\n\nm, o = amp.initialize(m, o)\n"
     )

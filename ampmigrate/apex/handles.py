@@ -1410,10 +1410,6 @@ class Handles:
                 ):
                     self.problem(call, never_called(where, member, function.name.value))
                     continue
-                dead = never_initialized_here(where, member, self.path)
-                if dead is not None:
-                    self.problem(call, dead)
-                    continue
                 owner = self.parent(self.parent(function)) if method else None
                 library = (
                     library_trainer(self.qualified(b.value) for b in owner.bases)
@@ -1428,8 +1424,11 @@ class Handles:
                 closure_of = outer.name.value if isinstance(outer, cst.FunctionDef) else None
                 self.problem(
                     call,
-                    without_initialize(
-                        where, member, method, through, wrapped, library, closure_of
+                    never_initialized_here(
+                        without_initialize(
+                            where, member, method, through, wrapped, library, closure_of
+                        ),
+                        self.path,
                     ),
                 )
 

@@ -136,19 +136,19 @@ def never_called(where: str, member: str, name: str) -> str:
     )
 
 
-def never_initialized_here(where: str, member: str, path: str | None) -> str | None:
-    """The blocker for apex amp code in a project where no file initializes amp (UnitedANT,
-    the 45th review: a bare `except: pass` around it): apex raised there, so the path never
-    ran as written; None where some file may initialize it."""
+def never_initialized_here(blocker: str, path: str | None) -> str:
+    """``blocker`` (apex amp code in a file without ``initialize``), said of a project where
+    no file initializes amp (UnitedANT, the 45th review: a bare `except: pass` around it):
+    unless code outside the project does (a library's users: ignite), apex raised there."""
     from ampmigrate.apex.links import initializes_anywhere  # (links reads these verdicts)
 
     if not path or not os.path.isfile(path) or initializes_anywhere(path):
-        return None
+        return blocker
     return (
-        f"{where} uses `amp.{member}`, and no file of the project initializes apex amp: apex "
-        "raised there (its amp state never set up), so this path never ran as written "
-        "(where an exception around it was swallowed, it did nothing); migrating would make "
-        "it run: delete it, or give it a plain backward, by hand"
+        "no file of the project initializes apex amp: unless code outside it does before "
+        "this runs (a library's users), apex raised here (its amp state never set up) and "
+        "this path never ran as written (a swallowed exception around it did nothing), so "
+        "delete it or give it a plain backward; where outside code does: " + blocker
     )
 
 
@@ -447,10 +447,6 @@ class _Judge:
                 if function in tree.body and unreached(tree, function.name, path):
                     self.problem(call, never_called(where, member, function.name))
                     continue
-                dead = never_initialized_here(where, member, path)
-                if dead is not None:
-                    self.problem(call, dead)
-                    continue
                 owner = self.names.parent(function) if method else None
                 library = (
                     library_trainer(self.names.qualified(b) for b in owner.bases)
@@ -464,8 +460,11 @@ class _Judge:
                 closure_of = outer.name if outer is not None and not method else None
                 self.problem(
                     call,
-                    without_initialize(
-                        where, member, method, through, wrapped, library, closure_of
+                    never_initialized_here(
+                        without_initialize(
+                            where, member, method, through, wrapped, library, closure_of
+                        ),
+                        path,
                     ),
                 )
         return refusal(self.problems), anchor
