@@ -194,6 +194,27 @@ def _targets(node: cst.BaseExpression) -> set[str]:
     return set()
 
 
+def _bare(code: str) -> str:
+    """``code`` without its layout (spaces, line breaks), to compare spellings."""
+    return "".join(code.split())
+
+
+def read_names(expression: cst.BaseExpression) -> set[str]:
+    """The names ``expression`` reads: ``args`` of ``args.amp``, not the attribute ``amp``."""
+    attrs: set[int] = set()
+    names: list[cst.Name] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            attrs.add(id(node.attr))
+
+        def visit_Name(self, node: cst.Name) -> None:
+            names.append(node)
+
+    expression.visit(Collect())
+    return {n.value for n in names if id(n) not in attrs}
+
+
 def defined_method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
     """The method ``name`` that the body of ``cls`` itself defines (the first), if any."""
     return next(

@@ -17,7 +17,14 @@ import functools
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code, _Setup, _statements, defined_method, is_path
+from ampmigrate.apex.common import (
+    _code,
+    _Setup,
+    _statements,
+    defined_method,
+    is_path,
+    read_names,
+)
 from ampmigrate.apex.links import _listed
 
 # methods that only read what they are called on (`options.get("training").get("fp16")`)
@@ -190,11 +197,7 @@ class RunnerHooks:
         """One of ``statements`` may change what ``condition`` reads: it assigns to a name it
         reads (or to an item or attribute of one), or calls a method of one."""
         expression = cst.parse_expression(condition)
-        attrs = {id(n.attr) for n in self._subtree(expression) if isinstance(n, cst.Attribute)}
-        read = {  # (the names it reads: `args` of `args.amp`, not the attribute `amp`)
-            n.value for n in self._subtree(expression)
-            if isinstance(n, cst.Name) and id(n) not in attrs
-        }  # fmt: skip
+        read = read_names(expression)
         # the attribute paths it reads (`args.use_apex`); a store to another attribute of the
         # same object (`args.batch_size = ...`) leaves them as they were
         paths = {

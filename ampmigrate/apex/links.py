@@ -1096,14 +1096,7 @@ def level_elsewhere(path: str, name: str) -> tuple[str, int, str] | None:
     path = os.path.abspath(path)
     graph = _Graph()
     related = {target for target, _, _ in _walk(path, graph)}
-    folder = os.path.dirname(path)
-    top = os.path.isfile(os.path.join(folder, "__init__.py"))
-    while os.path.isfile(os.path.join(folder, "__init__.py")) and os.path.isfile(
-        os.path.join(os.path.dirname(folder), "__init__.py")
-    ):  # (not above the top package: a checkout beside it is another program)
-        folder = os.path.dirname(folder)
-    if top:
-        folder = os.path.dirname(folder)
+    folder = project_folder(path)  # (not above it: a checkout beside it is another program)
     files = []
     for where, folders, names in os.walk(folder):
         folders[:] = sorted(d for d in folders if not d.startswith(".") and d != "__pycache__")
@@ -1144,34 +1137,41 @@ def project_folder(path: str) -> str:
     return folder
 
 
-def initializes_anywhere(path: str) -> bool:
-    """Some file of ``path``'s project on disk may initialize apex amp (``initialize(`` or the
-    old ``init(`` in a file that names apex); True where too many files to look at."""
+def _project_files(path: str, every_folder: bool = False) -> list[str] | None:
+    """The ``.py`` files of ``path``'s project on disk (see ``users_on_disk``), in walking
+    order; for a file in no package, the files beside its folder too (they import it as a
+    namespace package: `from utils.common import ...`) and, unless ``every_folder``, only the
+    packages below. None: more than ``_SCAN_LIMIT`` files."""
     packaged = os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(path)), "__init__.py"))
-    return _initializing(project_folder(path), packaged)
-
-
-def _initializing(folder: str, packaged: bool) -> bool:
-    """``initializes_anywhere`` of a project folder (read each time: files change between
-    runs of one process, as in a test session or an editor)."""
+    folder = project_folder(path)
     walked = os.walk(folder)
-    if not packaged:  # a folder of modules without `__init__`: the scripts beside it import it
+    if not packaged:
         parent = os.path.dirname(folder)
         beside = sorted(n for n in os.listdir(parent) if os.path.isfile(os.path.join(parent, n)))
         walked = itertools.chain([(parent, [], beside)], walked)
-    count = 0
+    found: list[str] = []
     for where, folders, names in walked:
-        folders[:] = sorted(d for d in folders if not d.startswith(".") and d != "__pycache__")
-        for name in names:
-            if not name.endswith(".py"):
-                continue
-            count += 1
-            if count > _SCAN_LIMIT:
-                return True
-            data = _read(os.path.join(where, name))
-            if b"apex" in data and (b".initialize(" in data or b".init(" in data):
-                return True
-    return False
+        folders[:] = sorted(
+            d for d in folders
+            if not d.startswith(".") and d != "__pycache__"
+            and (packaged or every_folder or os.path.isfile(os.path.join(where, d, "__init__.py")))
+        )  # fmt: skip
+        for name in sorted(names):
+            if name.endswith(".py"):
+                found.append(os.path.abspath(os.path.join(where, name)))
+                if len(found) > _SCAN_LIMIT:
+                    return None
+    return found
+
+
+def initializes_anywhere(path: str) -> bool:
+    """Some file of ``path``'s project on disk may initialize apex amp (``initialize(`` or the
+    old ``init(`` in a file that names apex); True where too many files to look at."""
+    files = _project_files(path, every_folder=True)
+    return files is None or any(
+        b"apex" in data and (b".initialize(" in data or b".init(" in data)
+        for data in map(_read, files)
+    )
 
 
 def users_on_disk(
@@ -1182,48 +1182,30 @@ def users_on_disk(
     import may go). The project: below the folder holding its top package; for a script in
     no package, its folder's files and the packages in it. None: too many files to look at."""
     path = os.path.abspath(path)
-    packaged = os.path.isfile(os.path.join(os.path.dirname(path), "__init__.py"))
-    folder = project_folder(path)
     callee = _parsed(path, _read(path))
     if callee is None or not functions:
         return []
     words = [f.encode() for f in functions]
     stem = _stem(path).encode()  # a package's names are imported by the package's name
     found: list[tuple[str, int, str]] = []
-    count = 0
-    walked = os.walk(folder)
-    if not packaged:  # a folder of modules without `__init__` (`utils/common.py`): the
-        # scripts beside that folder import it as a namespace package (`from utils.common`)
-        parent = os.path.dirname(folder)
-        beside = sorted(n for n in os.listdir(parent) if os.path.isfile(os.path.join(parent, n)))
-        walked = itertools.chain([(parent, [], beside)], walked)
-    for where, folders, names in walked:
-        folders[:] = sorted(
-            d for d in folders
-            if not d.startswith(".") and d != "__pycache__"
-            and (packaged or os.path.isfile(os.path.join(where, d, "__init__.py")))
-        )  # fmt: skip
-        for name in sorted(names):
-            if not name.endswith(".py"):
-                continue
-            count += 1
-            if count > _SCAN_LIMIT:
-                return None
-            other = os.path.abspath(os.path.join(where, name))
-            if other == path:
-                continue
-            data = _read(other)
-            if not any(w in data for w in words) or (
-                stem not in data and b"import *" not in data  # (a package may re-export it)
-            ):
-                continue
-            file = _parsed(other, data)
-            if file is None:
-                continue
-            for function in functions:
-                found += [(other, u.lineno, function) for u in _uses(file, callee, function)]
-                if imports:
-                    found += [(other, n, function) for n in _imports_of(file, callee, function)]
+    files = _project_files(path)
+    if files is None:
+        return None
+    for other in files:
+        if other == path:
+            continue
+        data = _read(other)
+        if not any(w in data for w in words) or (
+            stem not in data and b"import *" not in data  # (a package may re-export it)
+        ):
+            continue
+        file = _parsed(other, data)
+        if file is None:
+            continue
+        for function in functions:
+            found += [(other, u.lineno, function) for u in _uses(file, callee, function)]
+            if imports:
+                found += [(other, n, function) for n in _imports_of(file, callee, function)]
     return found
 
 
@@ -1545,6 +1527,19 @@ def _reached(caller: _File, home: ast.AST, init: ast.Call) -> list[ast.FunctionD
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
+def reaching(calls: dict[str, set[str]], names: set[str]) -> set[str]:
+    """``names`` and the functions that call one of them, directly or through each other:
+    ``calls`` gives each function's callees by name (``fit`` -> ``train_epoch``)."""
+    reached, grew = set(names), True
+    while grew:
+        grew = False
+        for name, called in calls.items():
+            if name not in reached and called & reached:
+                reached.add(name)
+                grew = True
+    return reached
+
+
 def _carriers(file: _File, functions: list[ast.FunctionDef]) -> dict[str, ast.FunctionDef]:
     """The module-level functions of a linked file that hold no apex call but call its linked
     functions by name, directly or through each other (loc2vec's ``fit`` -> ``train_epoch``):
@@ -1554,19 +1549,9 @@ def _carriers(file: _File, functions: list[ast.FunctionDef]) -> dict[str, ast.Fu
         for f in file.tree.body
         if isinstance(f, ast.FunctionDef) and len(_defs(file.tree, f.name)) == 1
     }
-    reaching = {f.name for f in functions}
-    out: dict[str, ast.FunctionDef] = {}
-    grew = True
-    while grew:
-        grew = False
-        for name, function in defs.items():
-            if name in reaching:
-                continue
-            if any(c.func.id in reaching for c in _own_calls(file, function)):
-                reaching.add(name)
-                out[name] = function
-                grew = True
-    return out
+    linked = {f.name for f in functions}
+    calls = {name: {c.func.id for c in _own_calls(file, f)} for name, f in defs.items()}
+    return {n: defs[n] for n in defs if n in reaching(calls, linked) - linked}
 
 
 def _own_calls(file: _File, function: ast.FunctionDef) -> Iterator[ast.Call]:

@@ -16,12 +16,14 @@ import libcst as cst
 from ampmigrate.apex.common import (
     Loop,
     _argument,
+    _bare,
     _code,
     _is_call_of,
     _Setup,
     _statements,
     calls_up,
     is_path,
+    read_names,
 )
 from ampmigrate.apex.links import derived_on_disk, module_definition, module_function
 from ampmigrate.apex.verdict import APEX
@@ -1432,13 +1434,7 @@ class Regions:
             after = [  # (what follows the statement that makes it; inside it, other checks)
                 n for n in self._subtree(home) if self.order.get(id(n), -1) >= end - 1
             ]  # fmt: skip
-            condition = cst.parse_expression(setup.condition)
-            attrs = {id(n.attr) for n in self._subtree(condition) if isinstance(n, cst.Attribute)}
-            read = {
-                n.value
-                for n in self._subtree(condition)
-                if isinstance(n, cst.Name) and id(n) not in attrs
-            }
+            read = read_names(cst.parse_expression(setup.condition))
             bound: set[str] = set()
             for n in after:
                 if isinstance(n, cst.For | cst.CompFor):
@@ -1616,8 +1612,8 @@ class Regions:
             same = (  # (the same switch as the region's: never off on apex's path)
                 inner is not None
                 and enabled
-                and "".join(_code(self.module, inner.value).split())
-                in {"".join(str(enabled).split()), "".join(self._as_bool(enabled).split())}
+                and _bare(_code(self.module, inner.value))
+                in {_bare(str(enabled)), _bare(self._as_bool(enabled))}
             )
             if inner is not None and not same:
                 switch = _code(self.module, inner.value)

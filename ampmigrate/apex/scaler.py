@@ -13,6 +13,7 @@ from ampmigrate.apex.common import (
     _NO_SPACE,
     Loop,
     _appended,
+    _bare,
     _code,
     _is_call_of,
     _Setup,
@@ -21,7 +22,7 @@ from ampmigrate.apex.common import (
     calls_up,
     defined_method,
 )
-from ampmigrate.apex.links import _parsed, _read, users_on_disk
+from ampmigrate.apex.links import _parsed, _read, reaching, users_on_disk
 
 
 class Scaler:
@@ -317,14 +318,7 @@ class Scaler:
             }
             for f in defs
         }  # fmt: skip
-        reached, grew = set(names), True
-        while grew:
-            grew = False
-            for name, called in calls.items():
-                if name not in reached and called & reached:
-                    reached.add(name)
-                    grew = True
-        return sorted(reached)
+        return sorted(reaching(calls, names))
 
     def _module_scaler_shared(self, setup: _Setup, uses: list[cst.Call]) -> None:
         """The script's code makes the GradScaler as a module name its functions read: another
@@ -700,11 +694,6 @@ def _inverted(node: cst.If) -> cst.If:
         body = cst.IndentedBlock(body=[node.orelse.with_changes(leading_lines=())])
         return node.with_changes(test=negated, body=body, orelse=None)
     return node.with_changes(test=negated, body=node.orelse.body, orelse=None)
-
-
-def _bare(code: str) -> str:
-    """``code`` without its layout (spaces, line breaks), to compare spellings."""
-    return "".join(code.split())
 
 
 def _unbracketed(code: str) -> str:
