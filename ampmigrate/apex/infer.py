@@ -96,13 +96,13 @@ class InferenceOnly:
             kept = []
         elif args.get("optimizers") is not None:
             kept = self._rebind(small, args.get("models"), args.get("optimizers"))
+            if not kept:
+                return False  # (what it binds is not the names it was given: not followed)
         elif len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
             model = self.module.code_for_node(args["models"])
             kept = [cst.parse_statement(f"{small.targets[0].target.value} = {model}\n")]
         else:
-            kept = []
-        if isinstance(small, cst.Assign) and not kept and not _same_names(self.module, small, args):
-            return False  # (what it binds is not the names it was given: not followed)
+            return False
         if kept:
             self.plan.edits[statement] = lambda _u: cst.FlattenSentinel(kept)
         else:

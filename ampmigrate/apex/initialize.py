@@ -722,16 +722,9 @@ class Initialize:
         `elif` after its accelerator branch, the 42nd review; AdaVAE's `if args.do_train:
         initialize elif args.do_gen: ...`, the 44th); None otherwise (an ``if`` with at most an
         ``else:`` is not a chain)."""
-        parent = self.parent(holder)
-        if not (isinstance(parent, cst.If) and parent.orelse is holder) and not isinstance(
-            holder.orelse, cst.If
-        ):
+        if not self._is_elif(holder) and not isinstance(holder.orelse, cst.If):
             return None
-        earlier: list[cst.BaseExpression] = []
-        top = holder
-        while isinstance(self.parent(top), cst.If) and self.parent(top).orelse is top:
-            top = self.parent(top)
-            earlier.insert(0, top.test)
+        top, earlier = self._chain_above(holder)
         if (
             self.block_of(top) is None
             or self._if_chain(top) != [top]
@@ -740,13 +733,21 @@ class Initialize:
             return None
         return top, earlier
 
+    def _chain_above(self, holder: cst.If) -> tuple[cst.If, list[cst.BaseExpression]]:
+        """The first ``if`` of the chain ``holder`` is an ``elif`` of (``holder`` itself where
+        it is none) and the tests of the arms before ``holder``, in order."""
+        earlier: list[cst.BaseExpression] = []
+        top = holder
+        while self._is_elif(top):
+            top = self.parent(top)
+            earlier.insert(0, top.test)
+        return top, earlier
+
     def _chain_refused(self, holder: cst.If) -> str:
         """Why ``initialize`` in an arm of an ``if``/``elif`` chain stays (``_elif_tests``
         took it otherwise): the test that calls something, or the ``if`` around the chain."""
-        tests, top = [holder.test], holder
-        while isinstance(self.parent(top), cst.If) and self.parent(top).orelse is top:
-            top = self.parent(top)
-            tests.insert(0, top.test)
+        top, earlier = self._chain_above(holder)
+        tests = [*earlier, holder.test]
         where = "before the `if`, enabled where its arm runs, by hand"
         calling = next((t for t in tests if self.facts(t).calls), None)
         if calling is not None:
