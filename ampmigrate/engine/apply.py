@@ -67,21 +67,23 @@ def apply(text: str, fixes: Sequence[Fix], keep_imports: bool = False) -> str:
     additions = {name for fix in fixes for name in fix.add_imports}
     if not builds and not removals and not additions:
         return text
-    if not builds:
-        fast = imports.remove_unused(text, sorted(removals, key=repr))
-        fast = imports.add_needed(fast, additions) if fast is not None else None
-        if fast is not None:
-            return fast
+    module = None
+    if builds:
+        # (libcst is imported already: the apex planner's tree is one)
+        from ampmigrate.replace import ReplaceNodes
+
+        tree = next(fix.cst_module for fix in fixes if fix.cst_target is not None)
+        module = tree.visit(ReplaceNodes(builds))
+        text = module.code
+        additions -= imports.imported_below_the_top(text)
+    fast = imports.remove_unused(text, sorted(removals, key=repr))
+    fast = imports.add_needed(fast, additions) if fast is not None else None
+    if fast is not None:
+        return fast
     # libcst (and its codemod package, ~0.5 s to import) only for runs that need it.
     import libcst as cst
 
-    from ampmigrate.replace import ReplaceNodes
-
-    if builds:
-        tree = next(fix.cst_module for fix in fixes if fix.cst_target is not None)
-        module = tree.visit(ReplaceNodes(builds))
-        additions -= imports.imported_below_the_top(module.code)
-    else:
+    if module is None:
         try:
             module = cst.parse_module(text)
         except cst.ParserSyntaxError as exc:
