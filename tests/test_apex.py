@@ -120,9 +120,9 @@ BLOCKED = {
     "(`args.amp.scale_loss` at line 15): the GradScaler cannot take its place there, as "
     "`train_step` is called at line 29 before the store; put it there by hand "
     "(`args.scaler = scaler`",
-    "blocked_native_beside_switches": "line 52: `self.scaler.scale(loss).backward()` is native "
+    "blocked_native_beside_switches": "line 47: `self.scaler.scale(loss).backward()` is native "
     "AMP's scaled backward (through `self.scaler`; the file makes a GradScaler of its own), in "
-    "the other branch of the `if self.use_amp:` around apex's at line 54: apex beside native "
+    "the other branch of the `if self.use_amp:` around apex's at line 49: apex beside native "
     "AMP under a switch of its own",
     "blocked_unbound_optimizer": "line 16: `amp.scale_loss` is given `optimizer`, but "
     "`optimizer` is bound nowhere `train` can read it (no parameter, local, module name or "
@@ -3631,6 +3631,91 @@ def test_apex_beside_native_keeps_the_native_branch(tmp_path):
     code, output, error = results[-1]
     assert code == 0, error
     assert "Using native Torch AMP" in output and "forward dtypes: ['torch.float16']" in output
+
+
+@pytest.mark.torch
+def test_apex_chosen_beside_native_through_flags_runs_the_native_arm(tmp_path, stub):
+    """The Hugging Face 4.x Trainer's `fp16_backend` (own shape): `__init__` sets `self.use_amp`
+    and makes a GradScaler, or sets `self.use_apex`. The choice of apex runs the native arm;
+    every test of `self.use_apex` folds (the `initialize`, the `elif` that scales, the
+    `master_params` of a conditional expression). Exact and idempotent; without fp16 the
+    migration prints what the original prints, and the apex backend, which ran apex (the O0
+    stand-in), now trains on the native path (float16 on CPU, "cuda" -> "cpu")."""
+    pytest.importorskip("torch")
+    before = (APEX / "backend_flags.py").read_text()
+    out, finding = _migrated(before)
+    assert out == (APEX / "backend_flags.fixed.py").read_text()
+    assert "chosen at run time by `self.use_apex`" in finding.message
+    assert "3 test(s) of it were folded" in finding.message
+    assert "from apex" not in out and " amp." not in out and "if args.fp16_backend" not in out
+    cpu = tmp_path / "flags_cpu.py"
+    cpu.write_text(out.replace('"cuda"', '"cpu"'))
+    apex = ["--fp16", "--fp16-backend", "apex"]
+    specs = [
+        (APEX / "backend_flags.py", [], stub, False),
+        (APEX / "backend_flags.fixed.py", [], None, False),
+        (APEX / "backend_flags.py", apex, stub, False),
+        (cpu, apex, None, True),
+    ]
+    results = _runs(specs, tmp_path)
+    for code, _, error in results:
+        assert code == 0, error
+    assert results[0][1] == results[1][1] == results[2][1]  # (O0: apex off)
+    assert results[3][1].count(": loss ") == 4
+    assert "forward dtypes: ['torch.float16']" in results[3][1]
+
+
+@pytest.mark.torch
+def test_apex_chosen_in_the_last_arm_of_a_longer_chain_does_what_the_native_arm_does(tmp_path):
+    """Later Trainers choose among three (`cuda_amp`, `cpu_amp`, else apex): the apex arm takes
+    the native arm's statements and the chain stays; the apex backend then trains in float16
+    on CPU ("cuda" -> "cpu")."""
+    pytest.importorskip("torch")
+    apex_arm = "            else:\n                if amp is None:"
+    cpu_arm = (
+        '            elif args.fp16_backend == "cpu_amp":\n'
+        "                self.use_cpu_amp = True\n"
+    )
+    source = (APEX / "backend_flags.py").read_text().replace(apex_arm, cpu_arm + apex_arm)
+    out, finding = _migrated(source)
+    assert "the arm that chose apex does what the native arm does" in finding.message
+    chain = out[
+        out.index('            if args.fp16_backend == "amp":') : out.index("    def train")
+    ]
+    assert chain.count('self.scaler = torch.amp.GradScaler("cuda")') == 2
+    assert 'elif args.fp16_backend == "cpu_amp":' in chain and "use_apex = True" not in chain
+    cpu = tmp_path / "chain_cpu.py"
+    cpu.write_text(out.replace('"cuda"', '"cpu"'))
+    [(code, output, error)] = _runs([(cpu, ["--fp16", "--fp16-backend", "apex"], None, True)],
+                                    tmp_path)  # fmt: skip
+    assert code == 0, error
+    assert "forward dtypes: ['torch.float16']" in output
+
+
+@pytest.mark.parametrize(
+    ("level", "said"),
+    [
+        ('opt_level="O2"', "opt_level O2: only O1"),
+        ("opt_level=self.args.level", "opt_level `self.args.level` is not provably O1"),
+    ],
+)
+def test_apex_chosen_through_flags_at_an_unknown_level_refuses_for_the_level_alone(level, said):
+    """The same shape at a level that is not O1: the level is the one blocker, said with what
+    the rest would become (the native arm's own GradScaler calls are no hazard to apex's)."""
+    source = (APEX / "backend_flags.py").read_text().replace('opt_level="O1"', level)
+    message = _message(source)
+    assert "(1 blocker)" in message and said in message
+    assert "the choice of apex can run the native arm" in message
+    assert "native AMP's scaled backward" not in message
+
+
+def test_apex_chosen_through_flags_with_the_level_declared():
+    """A level from the object's arguments, with the setting: the native arm takes the choice,
+    and the note says that any other level now trains on the native path too."""
+    source = (APEX / "backend_flags.py").read_text().replace('"O1"', "self.args.level")
+    out, message = _declared(source)
+    assert "amp.initialize" not in out and "if args.fp16_backend" not in out
+    assert "is taken as O1, as the setting `apex-opt-level` (pyproject.toml)" in message
 
 
 @pytest.mark.torch

@@ -2976,3 +2976,62 @@ def test_a_teachers_inference_initialize_beside_the_students_keeps_the_link(tmp_
         "fit(batches, model, optimizer, 3, print, scaler=scaler)" in (root / "main.py").read_text()
     )
     _on_cpu_beside_original(tmp_path, root, original, stub)
+
+
+def test_apex_chosen_through_flags_and_set_by_another_file_refuses_naming_it(tmp_path):
+    """The Trainer whose `__init__` chooses apex or native through `self.use_apex` is folded
+    only where nothing else turns that flag on: a subclass in another file of the project
+    that sets it to true is named, and nothing is written."""
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy(FIXTURES / "apex" / "backend_flags.py", root / "trainer.py")
+    (root / "apex_trainer.py").write_text(
+        "from trainer import Trainer\n\n\n"
+        "class ApexTrainer(Trainer):\n"
+        "    def __init__(self, *args):\n"
+        "        super().__init__(*args)\n"
+        "        self.use_apex = self.args.fp16\n"
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["trainer.py"].message
+    assert "(1 blocker)" in message
+    assert "apex_trainer.py sets `.use_apex` too" in message
+    (root / "apex_trainer.py").write_text(
+        (root / "apex_trainer.py").read_text().replace("self.args.fp16", "False")
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert [Path(r.path).name for r in results if r.changed] == ["trainer.py"]
+
+
+def test_a_subclass_of_an_installed_trainer_is_told_its_base_chooses_apex(tmp_path):
+    """`class CLTrainer(transformers.Trainer)` copies the base's `train()` with its `if
+    self.use_apex: amp.initialize(...)`; the base, installed, sets `use_apex` and scales the
+    loss under it. "apex only casts here: delete `amp.initialize`" was false advice: the
+    base class is named, and the way out is its native backend."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "trainers.py").write_text(
+        textwrap.dedent("""\
+            from apex import amp
+            from transformers import Trainer
+
+
+            class CLTrainer(Trainer):
+                def train(self):
+                    model = self.model
+                    if self.use_apex:
+                        model, self.optimizer = amp.initialize(model, self.optimizer)
+                    for inputs in self.get_train_dataloader():
+                        self.training_step(model, inputs)
+                        self.optimizer.step()
+            """)
+    )
+    results = run(_files(root), _settings(fix=True))
+    message = _amp303(results)["trainers.py"].message
+    assert "`CLTrainer` subclasses `transformers.Trainer`, which is not in the run" in message
+    assert "`self.use_apex`, the test around `amp.initialize`, is never set" in message
+    assert 'fp16_backend="amp"' in message and "apex only casts here" not in message
+    (root / "transformers.py").write_text("class Trainer:\n    use_apex = False\n")
+    results = run(_files(root), _settings(fix=True))
+    assert "is not in the run" not in _amp303(results)["trainers.py"].message

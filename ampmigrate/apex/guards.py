@@ -5,6 +5,7 @@ the rewrite removes or folds.
 from __future__ import annotations
 
 import os
+import re
 
 import libcst as cst
 
@@ -294,7 +295,11 @@ class Guards:
                     isinstance(owner, cst.If)
                     and owner.orelse is None
                     and owner.body is block
-                    and not self.facts(owner.test).calls
+                    and all(
+                        _probe(n)
+                        for n in self._subtree(owner.test)
+                        if isinstance(n, cst.Call | cst.Await | cst.NamedExpr | cst.Yield)
+                    )
                     and self.block_of(owner) is not None
                 ):
                     self.plan.edits[statement] = lambda _u: cst.RemoveFromParent()
@@ -656,6 +661,11 @@ class Guards:
                 )
             else:
                 self._remove_statement(parent)
+        elif isinstance(parent, cst.IfExp) and parent.test is expr:
+            # `a if True else b` is `a` (its parentheses kept)
+            self.plan.edits[parent] = lambda u, v=value: (u.body if v else u.orelse).with_changes(
+                lpar=u.lpar, rpar=u.rpar
+            )
         elif isinstance(parent, cst.Assert) and parent.test is expr and value:
             self._remove_statement(self.statement(parent))
         elif isinstance(parent, cst.Assert):
@@ -700,6 +710,17 @@ class Guards:
 
     def _in_import(self, node: cst.CSTNode) -> bool:
         return any(isinstance(a, cst.Import | cst.ImportFrom) for a in self.ancestors(node))
+
+
+def _probe(call: cst.Call) -> bool:
+    """``is_apex_available()``: an availability probe (transformers' and its copies'), which
+    only reads whether a package is installed: dropping its call drops no effect."""
+    func = call.func.attr if isinstance(call.func, cst.Attribute) else call.func
+    return (
+        not call.args
+        and isinstance(func, cst.Name)
+        and re.fullmatch(r"is_\w+_available", func.value) is not None
+    )
 
 
 def _branch(u: cst.If, kept: cst.BaseSuite | None) -> cst.FlattenSentinel | cst.RemovalSentinel:

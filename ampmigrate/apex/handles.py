@@ -34,6 +34,7 @@ from ampmigrate.apex.links import (
     apex_siblings,
     apex_subclasses,
     initializing_imports,
+    project_folder,
     star_may_bind,
     user_texts,
     users_on_disk,
@@ -697,6 +698,54 @@ class Handles:
             f"`{scaler}.update()`, `{scaler}.state_dict()`)"
         )
 
+    def _outside_base(self, init: cst.Call) -> str | None:
+        """The blocker where ``initialize`` sits under a test of a ``self`` attribute that
+        this file never sets, in a class whose base comes from an installed package (a
+        subclass of transformers' ``Trainer``, whose ``use_apex`` the base sets and under
+        which it scales the loss): None where that is not so."""
+        klass = next((a for a in self.ancestors(init) if isinstance(a, cst.ClassDef)), None)
+        if klass is None or self.path is None:
+            return None
+        tested = {
+            n.attr.value
+            for a in self.ancestors(init)
+            if isinstance(a, cst.If) and self.within(init, a.body)
+            for n in self._subtree(a.test)
+            if isinstance(n, cst.Attribute)
+            and isinstance(n.value, cst.Name)
+            and n.value.value == "self"
+        }
+        stored = {
+            t.target.attr.value
+            for t in self.nodes
+            if isinstance(t, cst.AssignTarget) and isinstance(t.target, cst.Attribute)
+        }
+        unset = sorted(tested - stored)
+        folder = project_folder(self.path)
+        for base in klass.bases:
+            names = [q for q in self.qualified(base.value) if "." in q]
+            top = names[0].partition(".")[0] if names else None
+            if (
+                not unset
+                or top is None
+                or any(os.path.exists(os.path.join(folder, top + end)) for end in ("", ".py"))
+            ):
+                continue
+            hint = (
+                " (transformers' `Trainer` does, in `training_step`: choose its native backend, "
+                '`fp16_backend="amp"`)'
+                if top == "transformers"
+                else ""
+            )
+            return (
+                f"no `amp.scale_loss` in this file: `{klass.name.value}` subclasses "
+                f"`{names[0]}`, which is not in the run, and `self.{unset[0]}`, the test around "
+                "`amp.initialize`, is never set in this file: the base class sets it, and may "
+                f"scale the loss under it itself{hint}, which the rewrite cannot change; choose "
+                "the base class's native path, then delete the apex branches here, by hand"
+            )
+        return None
+
     def _scaled_elsewhere(self, init: cst.Call) -> str:
         """The blocker for a file that initializes but scales the loss in another file: name
         the calls that receive the optimizer, where the GradScaler has to be passed."""
@@ -770,6 +819,9 @@ class Handles:
                 '`torch.amp.autocast("cuda", dtype=torch.float16)` and delete '
                 "`amp.initialize`, by hand"
             )
+        outside = self._outside_base(init)
+        if outside is not None:
+            return outside
         if self.siblings == [] and self.path is not None and os.path.isfile(self.path):
             scaling = self._importers_that_scale(init)
             if scaling:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 import libcst as cst
 from libcst.metadata import ParentNodeProvider, ScopeProvider
 
+from ampmigrate.apex.backends import BackendSwitch
 from ampmigrate.apex.casts import Casts
 from ampmigrate.apex.checkpoints import Checkpoints
 from ampmigrate.apex.clip import Clip
@@ -112,6 +113,7 @@ class _Planner(
     Checkpoints,
     Regions,
     VersionGates,
+    BackendSwitch,
     SwitchFlow,
     InferenceOnly,
     HandleInit,
@@ -524,6 +526,8 @@ class _Planner(
         self.handing = one or self.initializer is not None
         self._imports()
         gated = self._version_gated()
+        if gated is None and len(initialize) == 1 and not self.link:
+            gated = self._backend_switched(initialize[0])
         if gated is not None:
             self.verify(gated)
             return self.plan
