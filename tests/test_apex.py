@@ -12127,3 +12127,34 @@ def test_a_module_constant_level_bound_once_to_o1_is_o1():
         CONSTANT_LEVEL + '\n\ndef faster():\n    global LEVEL\n    LEVEL = "O2"\n',
     ):
         assert "opt_level `LEVEL` is not provably O1" in _message(changed)
+
+
+@pytest.mark.parametrize("stored", ["amp", "amp if fp16 else None"])
+def test_apex_calls_through_a_module_kept_on_self_are_reported(stored):
+    """`self.amp = amp` (or `amp if fp16 else None`, RetinaNet-style) with `initialize`,
+    `scale_loss` and `state_dict` called through it: each call is named as a blocker. The
+    conditional store got no finding at all."""
+    message = _message(f"""
+        import torch
+        from apex import amp
+
+
+        class Trainer:
+            def __init__(self, model, optimizer, fp16):
+                self.amp = {stored}
+                self.model, self.optimizer = model, optimizer
+                if self.amp:
+                    self.model, self.optimizer = self.amp.initialize(model, optimizer)
+
+            def step(self, x, y):
+                loss = torch.nn.functional.mse_loss(self.model(x), y)
+                with self.amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                self.optimizer.step()
+
+            def state(self):
+                return {{"model": self.model.state_dict(), "amp": self.amp.state_dict()}}
+        """)
+    assert "(3 blockers)" in message
+    for member in ("initialize", "scale_loss", "state_dict"):
+        assert f"`self.amp.{member}` calls apex amp through `self.amp`, which holds " in message

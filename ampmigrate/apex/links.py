@@ -627,14 +627,16 @@ def _star_imports(tree: ast.Module) -> bool:
 
 
 def _stored_handles(names: Names, roots: dict[str, ast.stmt]) -> dict[str, int]:
-    """Where apex's module is stored on an object (``self.amp = amp``): the target as written,
-    and the line of its first store."""
+    """Where apex's module is stored on an object (``self.amp = amp``, or ``amp if fp16 else
+    None``): the target as written, and the line of its first store."""
     stored: dict[str, int] = {}
     for root in roots:
         for node in names.spelled(root):
             assign = names.parent(node)
+            if isinstance(assign, ast.IfExp) and node in (assign.body, assign.orelse):
+                node, assign = assign, names.parent(assign)
             if (
-                isinstance(node, ast.Name)
+                isinstance(node, ast.Name | ast.IfExp)
                 and isinstance(assign, ast.Assign)
                 and (assign.value is node)
             ):
