@@ -12158,3 +12158,35 @@ def test_apex_calls_through_a_module_kept_on_self_are_reported(stored):
     assert "(3 blockers)" in message
     for member in ("initialize", "scale_loss", "state_dict"):
         assert f"`self.amp.{member}` calls apex amp through `self.amp`, which holds " in message
+
+
+def test_a_model_kept_on_an_object_the_class_does_not_make_states_its_owners_forwards():
+    """A callback the trainer drives (vega's timm callback) initializes `self.trainer.model`
+    and scales in its `train_step`; the trainer, in another file, validates that model. apex
+    O1 cast those forwards; after the rewrite they run in float32, which was not said."""
+    source = """
+        import torch
+        from apex import amp
+
+
+        class Callback:
+            def before_train(self):
+                self.trainer.model, self.trainer.optimizer = amp.initialize(
+                    self.trainer.model, self.trainer.optimizer, opt_level="O1"
+                )
+
+            def train_step(self, x, y):
+                self.trainer.optimizer.zero_grad()
+                loss = torch.nn.functional.mse_loss(self.trainer.model(x), y)
+                with amp.scale_loss(loss, self.trainer.optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                self.trainer.optimizer.step()
+        """
+    out, finding = _migrated(source)
+    assert "with torch.amp.autocast(" in out
+    assert (
+        "the model is kept on `self.trainer` (`self.trainer.model`), an object this class does "
+        "not make: code outside this file that holds it" in finding.message
+    )
+    own = source.replace("self.trainer.", "self.")
+    assert "an object this class does not make" not in _migrated(own)[1].message

@@ -732,6 +732,37 @@ class Regions:
         self._direct_forwards(setup, requested, set(named))
         self._returned_model(setup, models, _KEEP)
         self._handed_by_methods(setup, requested)
+        self._kept_on_an_outside_object(setup)
+
+    def _kept_on_an_outside_object(self, setup: _Setup) -> None:
+        """The initialized model kept on an object the class holds but does not make
+        (``self.trainer.model`` in a callback the trainer drives, vega): the object's owner
+        runs the model's forward elsewhere (its validation), which apex O1 cast and which
+        runs in float32 now; the rewrite wraps the forwards of this file only: stated (the
+        45th review: "validation loses its float16 casts with no note")."""
+        holder = self._holder(setup.home) if isinstance(setup.home, cst.FunctionDef) else None
+        if not isinstance(holder, cst.ClassDef):
+            return
+        made = {
+            _code(self.module, t.target)
+            for n in self._subtree(holder.body)
+            if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call)
+            and isinstance(n.value.func, cst.Name)
+            and any(isinstance(c, cst.ClassDef) and c.name.value == n.value.func.value
+                    for c in self.module.body)
+            for t in n.targets
+        }  # fmt: skip
+        for model in sorted(setup.models):
+            parts = model.split(".")
+            owner = ".".join(parts[:2])
+            if len(parts) < 3 or parts[0] != "self" or owner in made:
+                continue
+            self.note_once(
+                f"behaviour change: the model is kept on `{owner}` (`{model}`), an object this "
+                "class does not make: code outside this file that holds it (its owner's "
+                "validation, say) ran the model's forward under apex's casts, and runs it in "
+                f"float32 now; the rewrite wraps the forwards of this file only: {_KEEP}"
+            )
 
     def _handed_by_methods(self, setup: _Setup, scaling: set[int]) -> None:
         """A method of the class that initializes hands the model it trains to other code
