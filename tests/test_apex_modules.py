@@ -2842,7 +2842,10 @@ def test_a_script_that_initializes_twice_is_told_so_beside_its_training_module(t
     results = run(_files(root), _settings(fix=True))
     assert not any(r.changed for r in results)
     message = _amp303(results)["main.py"].message
-    assert "this file calls `amp.initialize` 2 times, and the rewrite links a file" in message
+    assert (
+        "this file calls `amp.initialize` with an optimizer 2 times, and the rewrite links"
+        in message
+    )
     assert "only where this one calls" not in message
 
 
@@ -2958,6 +2961,28 @@ def test_the_initializing_function_relays_the_scaler_through_its_own_functions(t
     _on_cpu_beside_original(tmp_path, root, original, stub)
 
 
+def test_a_relay_that_names_the_model_otherwise_keeps_the_link(tmp_path, stub):
+    """The relay receives the model under a name of its own (IsotonicDataAugmentation's
+    `train_and_evaluate(student_model, ...)`, whose parameter is `model`): the link read the
+    relay's call with the initializing function's names and found no model there. Both files
+    are rewritten and run beside the O0 original."""
+    files = dict(RELAYED)
+    files["main.py"] = (
+        files["main.py"]
+        .replace(
+            "def run_training(model, optimizer, batches):\n    fit(batches, model, optimizer,",
+            "def run_training(net, opt, batches):\n    fit(batches, net, opt,",
+        )
+        .replace("model", "student")
+    )
+    assert "def run_training(net, opt, batches):" in files["main.py"]
+    root, original = _fixed_beside_original(tmp_path, files, ["main.py", "trainer.py"])
+    main = (root / "main.py").read_text()
+    assert "def run_training(net, opt, batches, scaler):" in main
+    assert "    fit(batches, net, opt, 3, print, scaler=scaler)" in main
+    _on_cpu_beside_original(tmp_path, root, original, stub)
+
+
 def test_a_teachers_inference_initialize_beside_the_students_keeps_the_link(tmp_path, stub):
     """Knowledge distillation (IsotonicDataAugmentation's `kd_main.py`, the 45th review): the
     script initializes the teacher for inference and the student with its optimizer, then
@@ -3035,3 +3060,44 @@ def test_a_subclass_of_an_installed_trainer_is_told_its_base_chooses_apex(tmp_pa
     (root / "transformers.py").write_text("class Trainer:\n    use_apex = False\n")
     results = run(_files(root), _settings(fix=True))
     assert "is not in the run" not in _amp303(results)["trainers.py"].message
+
+
+def test_a_parameter_added_to_a_laid_out_signature_keeps_its_layout_and_comments(tmp_path):
+    """One parameter per line, each with a comment (Faster-ILOD's `do_train`, the 46th
+    review): the comments shifted one parameter down when `scaler` was added. A last
+    parameter with a default and the closing parenthesis on a line of its own gave
+    `val_sets_dict=None, \\n*, scaler):` (OSHOT)."""
+    body = (
+        "    for x, y in data_loader:\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "            scaled_loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    head = "import torch\nfrom apex import amp\n\n\n"
+    signatures = {
+        "ta.py": "def do_train(\n    model,  # the model\n    optimizer,  # the optimizer\n"
+        "    data_loader,  # the data\n    arguments,  # extra parameters\n):\n",
+        "tb.py": "def do_meta(model, optimizer, data_loader,\n            val_sets_dict=None\n):\n",
+        "tc.py": "def do_kw(\n    model,  # the model\n    optimizer,  # the optimizer\n"
+        "    data_loader=None,  # the data\n):\n",
+    }
+    files = {name: head + signature + body for name, signature in signatures.items()}
+    files["train.py"] = (
+        "import torch\nfrom apex import amp\nfrom ta import do_train\nfrom tb import do_meta\n"
+        "from tc import do_kw\n\n\ndef main():\n    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    do_train(model, optimizer, [], {})\n    do_meta(model, optimizer, [])\n"
+        "    do_kw(model, optimizer, [])\n"
+    )
+    root, _ = _fixed_beside_original(tmp_path, files, ["ta.py", "tb.py", "tc.py", "train.py"])
+    assert (
+        "    data_loader,  # the data\n    arguments,  # extra parameters\n    scaler,\n):\n"
+        in (root / "ta.py").read_text()
+    )
+    assert "            val_sets_dict=None, *, scaler\n):\n" in (root / "tb.py").read_text()
+    assert (
+        "    data_loader=None,  # the data\n    *,\n    scaler,\n):\n"
+        in (root / "tc.py").read_text()
+    )

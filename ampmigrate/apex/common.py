@@ -76,12 +76,40 @@ def _appended(items: Sequence[cst.Arg | cst.Param], new: cst.Arg | cst.Param) ->
         )
         return [*items, new.with_changes(**{after: tail})]
     if items and isinstance(items[-1].comma, cst.Comma):
-        new = new.with_changes(comma=items[-1].comma)
-        previous = items[-2].comma if len(items) > 1 else cst.Comma(
-            whitespace_after=cst.SimpleWhitespace(" ")
-        )  # fmt: skip
-        items[-1] = items[-1].with_changes(comma=previous)
+        own = items[-1].comma
+        new = new.with_changes(comma=uncommented(own))
+        previous = items[-2].comma if len(items) > 1 else None
+        items[-1] = items[-1].with_changes(comma=inner_comma(own, previous))
     return [*items, new]
+
+
+def uncommented(comma: cst.Comma) -> cst.Comma:
+    """``comma`` without the comment that ends its line (the last element's, which stays with
+    that element when a new one is appended after it)."""
+    after = comma.whitespace_after
+    if isinstance(after, cst.ParenthesizedWhitespace) and after.first_line.comment is not None:
+        return comma.with_changes(
+            whitespace_after=after.with_changes(first_line=cst.TrailingWhitespace())
+        )
+    return comma
+
+
+def inner_comma(own: cst.Comma, inner: cst.BaseComma | None) -> cst.Comma:
+    """The last element's comma ``own`` laid out as an inner element's (``inner``: one of them,
+    None: there is none): its line keeps its own comment, the next line is indented as an
+    element's rather than as the closing parenthesis (Faster-ILOD's one parameter per line,
+    each with a comment: the comments shifted by one)."""
+    own_after = own.whitespace_after
+    inner_after = inner.whitespace_after if isinstance(inner, cst.Comma) else None
+    if isinstance(own_after, cst.ParenthesizedWhitespace) and isinstance(
+        inner_after, cst.ParenthesizedWhitespace
+    ):
+        return own.with_changes(
+            whitespace_after=inner_after.with_changes(first_line=own_after.first_line)
+        )
+    if isinstance(inner, cst.Comma):
+        return uncommented(inner)
+    return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
 
 
 def _correctness(code: str) -> list:

@@ -1172,14 +1172,16 @@ class Handles:
                     "closure that function returns, an object it builds or a base class it "
                     "derives from, so in such a shape by hand"
                 )
-                count = sum(
+                count = sum(  # (one for inference only beside it, a teacher's, is allowed)
                     1 for n in self.nodes
                     if isinstance(n, cst.Call) and APEX + ".initialize" in self.qualified(n.func)
+                    and _argument(n, "optimizers", 1) is not None
                 )  # fmt: skip
                 if count > 1:  # (a link's caller initializes once: HPA's k-fold and single run)
                     how = (
-                        f"this file calls `amp.initialize` {count} times, and the rewrite links "
-                        "a file that calls it once: make one GradScaler that each of them "
+                        f"this file calls `amp.initialize` with an optimizer {count} times, and "
+                        "the rewrite links a file that calls it once: make one GradScaler that "
+                        "each of them "
                         "reaches (apex kept one loss scaler for all), pass it at each call "
                         "there, and migrate the two together by hand"
                     )

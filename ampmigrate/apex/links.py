@@ -1390,7 +1390,9 @@ def link(
         home = _function(caller, init)
         spelled = _spellings(caller, init)
         found: dict[str, list[tuple[ast.Call, ast.FunctionDef]]] = {}
+        at: dict[int, dict[str, set[str]]] = {}  # by call: how its function spells the models
         scanned = (home, *_reached(caller, home, init))
+        views = _relayed(home, scanned, spelled)
         seen: set[int] = set()  # (a module home's walk holds its functions' nodes too)
         for node in (n for f in scanned for n in ast.walk(f)):
             if not isinstance(node, ast.Call) or id(node) in seen:
@@ -1406,13 +1408,13 @@ def link(
                 for function in (*functions, *carriers[path].values()):
                     if any(_resolves(caller, q, callee, function.name) for q in qualified):
                         found.setdefault(path, []).append((node, function))
+                        at[id(node)] = views.get(id(around), spelled)
         trainers = [p for p in found if callees[p][2] is not None]
         # a caller that scales its own loss only hands the scaler to checkpoint helpers
         if not found or ("scale_loss" in caller.members) == bool(trainers):
             continue
         entries = [
-            _entry(caller.path, callees[p][2], calls, spelled, carriers[p])
-            for p, calls in found.items()
+            _entry(caller.path, callees[p][2], calls, at, carriers[p]) for p, calls in found.items()
         ]
         if None in entries:
             continue
@@ -1529,6 +1531,35 @@ def _reached(caller: _File, home: ast.AST, init: ast.Call) -> list[ast.FunctionD
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
+def _relayed(
+    home: ast.AST, scanned: tuple[ast.AST, ...], spelled: dict[str, set[str]]
+) -> dict[int, dict[str, set[str]]]:
+    """How each function of the caller's file that the initializing one reaches spells the
+    initialized models and optimizers: ``home`` as ``initialize`` binds them, a reached
+    function by its parameters that receive them unchanged from a call in a function already
+    known (``main`` -> ``train_and_evaluate(student_model, ...)``, whose ``model`` it is;
+    IsotonicDataAugmentation). By id; a function reached with none of them is absent."""
+    views: dict[int, dict[str, set[str]]] = {id(home): spelled}
+    defs = {f.name: f for f in scanned if isinstance(f, ast.FunctionDef)}
+    grew = True
+    while grew:
+        grew = False
+        for outer in [f for f in scanned if id(f) in views]:
+            for call in ast.walk(outer):
+                inner = (
+                    defs.get(call.func.id)
+                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                    else None
+                )
+                if inner is None or id(inner) in views:
+                    continue
+                view = {k: _parameters(inner, call, v) for k, v in views[id(outer)].items()}
+                if view["models"] and view["optimizers"]:
+                    views[id(inner)] = view
+                    grew = True
+    return views
+
+
 def reaching(calls: dict[str, set[str]], names: set[str]) -> set[str]:
     """``names`` and the functions that call one of them, directly or through each other:
     ``calls`` gives each function's callees by name (``fit`` -> ``train_epoch``)."""
@@ -1611,19 +1642,19 @@ def _entry(
     caller: str,
     trains: ast.FunctionDef | None,
     calls: list[tuple[ast.Call, ast.FunctionDef]],
-    spelled: dict[str, set[str]],
+    spelled: dict[int, dict[str, set[str]]],
     carriers: dict[str, ast.FunctionDef],
 ) -> tuple[str, str, str, int, tuple[str, ...]] | None:
     """What one caller gives one callee's functions: the parameters of its training function
     that receive the model and the optimizer (through the carriers it calls), how many calls,
     how each function is spelled (None: not one parameter each, or one function spelled two
-    ways)."""
+    ways). ``spelled``: by call, how the caller's function around it spells them."""
     training = [(c, f) for c, f in calls if f is trains or f.name in carriers]
     models, optimizers = set(), set()
     if trains is not None:
         for c, f in training:
-            models |= _received(f, c, spelled["models"], trains, carriers)
-            optimizers |= _received(f, c, spelled["optimizers"], trains, carriers)
+            models |= _received(f, c, spelled[id(c)]["models"], trains, carriers)
+            optimizers |= _received(f, c, spelled[id(c)]["optimizers"], trains, carriers)
     if trains is not None and (len(models) != 1 or len(optimizers) != 1):
         return None
     spellings: dict[str, set[str]] = {}

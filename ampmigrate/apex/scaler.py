@@ -21,6 +21,8 @@ from ampmigrate.apex.common import (
     _targets,
     calls_up,
     defined_method,
+    inner_comma,
+    uncommented,
 )
 from ampmigrate.apex.links import _parsed, _read, reaching, users_on_disk
 
@@ -667,13 +669,28 @@ class Scaler:
             and last is not None
             and isinstance(last.comma, cst.Comma)
         ):  # one parameter per line, trailing comma: `*,` and the new one on lines of their own
-            inner = params.params[-2].comma if len(params.params) > 1 else cst.Comma(
-                whitespace_after=cst.SimpleWhitespace(" ")
-            )  # fmt: skip
+            inner = params.params[-2].comma if len(params.params) > 1 else None
+            laid = inner_comma(last.comma, inner)
             return params.with_changes(
-                params=[*params.params[:-1], last.with_changes(comma=inner)],
-                star_arg=cst.ParamStar(comma=inner),
-                kwonly_params=[new.with_changes(comma=last.comma)],
+                params=[*params.params[:-1], last.with_changes(comma=laid)],
+                star_arg=cst.ParamStar(comma=uncommented(laid)),
+                kwonly_params=[new.with_changes(comma=uncommented(last.comma))],
+            )
+        tail = last.whitespace_after_param if last is not None else None
+        if (
+            isinstance(star, cst.ParamStar)
+            and not params.kwonly_params
+            and params.star_kwarg is None
+            and isinstance(tail, cst.ParenthesizedWhitespace)
+        ):  # `last=None\n):`: the line break stays before the closing parenthesis
+            space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            return params.with_changes(
+                params=[
+                    *params.params[:-1],
+                    last.with_changes(comma=space, whitespace_after_param=cst.SimpleWhitespace("")),
+                ],
+                star_arg=cst.ParamStar(comma=space),
+                kwonly_params=[new.with_changes(whitespace_after_param=tail)],
             )
         return params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, new])
 
