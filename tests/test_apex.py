@@ -12132,8 +12132,9 @@ def test_a_module_constant_level_bound_once_to_o1_is_o1():
 @pytest.mark.parametrize("stored", ["amp", "amp if fp16 else None"])
 def test_apex_calls_through_a_module_kept_on_self_are_reported(stored):
     """`self.amp = amp` (or `amp if fp16 else None`, RetinaNet-style) with `initialize`,
-    `scale_loss` and `state_dict` called through it: each call is named as a blocker. The
-    conditional store got no finding at all."""
+    `scale_loss` and `state_dict` called through it, `initialize` under `if self.amp:`: the
+    conditional store's calls are each named (they got no finding at all); the plain store is
+    planned and refused for the one true reason."""
     message = _message(f"""
         import torch
         from apex import amp
@@ -12155,6 +12156,10 @@ def test_apex_calls_through_a_module_kept_on_self_are_reported(stored):
             def state(self):
                 return {{"model": self.model.state_dict(), "amp": self.amp.state_dict()}}
         """)
+    if stored == "amp":  # planned, and refused for where the module is kept
+        assert "(1 blocker)" in message
+        assert "as it is not kept in the block of `amp.initialize`" in message
+        return
     assert "(3 blockers)" in message
     for member in ("initialize", "scale_loss", "state_dict"):
         assert f"`self.amp.{member}` calls apex amp through `self.amp`, which holds " in message
@@ -12190,3 +12195,68 @@ def test_a_model_kept_on_an_object_the_class_does_not_make_states_its_owners_for
     )
     own = source.replace("self.trainer.", "self.")
     assert "an object this class does not make" not in _migrated(own)[1].message
+
+
+KEPT_BEFORE = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model, self.optimizer, self.amp = [None, None, None]
+        self.model = model
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.amp = amp
+        self.model, self.optimizer = self.amp.initialize(self.model, self.optimizer)
+
+    def resume(self, checkpoint):
+        self.model.load_state_dict(checkpoint["model"])
+        self.amp.load_state_dict(checkpoint["amp"])
+
+    def save(self):
+        return {"model": self.model.state_dict(), "amp": self.amp.state_dict()}
+
+    def step(self, x, y):
+        self.optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(self.model(x), y)
+        with self.amp.scale_loss(loss, self.optimizer) as scaled_loss:
+            scaled_loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.amp.master_params(self.optimizer), 0.1)
+        self.optimizer.step()
+        return loss.item()
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    trainer = Trainer(torch.nn.Linear(4, 1).to("cuda"))
+    for _ in range(3):
+        x, y = torch.randn(8, 4, device="cuda") / 4, torch.randn(8, 1, device="cuda") / 4
+        print(f"loss {trainer.step(x, y):.4f}")
+    trainer.resume(trainer.save())
+"""
+
+
+@pytest.mark.torch
+def test_apex_kept_on_self_before_initialize_is_called_through_becomes_the_scaler(tmp_path, stub):
+    """RetinaNet (the 45th review): `self.amp = amp`, then `self.amp.initialize(...)`, and
+    `scale_loss`, `master_params`, `state_dict` through `self.amp` in other methods; a reset
+    `self.model, self.optimizer, self.amp = [None, None, None]` first. apex raised on any
+    use but `initialize` before it, so the GradScaler takes the kept module's place
+    (`self.scaler`). Run on CPU beside the O0 original: the same losses, and a resume."""
+    pytest.importorskip("torch")
+    out, finding = _migrated(KEPT_BEFORE)
+    assert "`self.amp = amp` becomes `self.scaler = scaler`" in finding.message
+    assert "handed to `self.amp.initialize" not in finding.message
+    assert "self.amp." not in out and "from apex" not in out
+    assert "        self.scaler.unscale_(self.optimizer)\n" in out
+    original = tmp_path / "original.py"
+    original.write_text(KEPT_BEFORE.replace('"cuda"', '"cpu"'))
+    migrated = tmp_path / "migrated.py"
+    migrated.write_text(out.replace('"cuda"', '"cpu"'))
+    results = _runs([(original, [], stub, False), (migrated, [], None, True)], tmp_path)
+    for code, _, error in results:
+        assert code == 0, error
+    want, got = ([float(w) for w in r[1].split() if w[0].isdigit()] for r in results)
+    assert len(got) == 3 and got == pytest.approx(want, rel=2e-2, abs=2e-3)
+    assert "forward dtypes: ['torch.float16']" in results[1][1]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ampmigrate.apex.casts import Casts, casting, components, key, layer_edits, layer_findings
-from ampmigrate.apex.links import _apex_uses, apex_calls, stray_calls
+from ampmigrate.apex.links import _apex_uses, apex_calls, stored_calls, stray_calls
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.settings import FileResult, Settings
@@ -39,7 +39,7 @@ def check(
     casts = linked.get(key(source.path))
     if casts is not None and os.path.abspath(source.path) in casts.layers:
         return layer_findings(tree, source, names, rules, casts)
-    calls = apex_calls(names)
+    calls = apex_calls(names) or stored_calls(tree, names)
     if casts is None and layer_edits(tree, names, source) is not None:
         from ampmigrate.apex.verdict import refusal
 

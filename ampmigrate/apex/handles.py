@@ -479,7 +479,7 @@ class Handles:
             self.plan.edits[statement] = lambda _u: cst.RemoveFromParent()
             self.after_scaler.append(f"{root}.{self.name} = {self.name}")
             through = self._stores.get(where, [])
-            for call in through:
+            for call in (c for c in through if c not in self.initialize_calls):
                 member = call.func.attr.value
                 calls.setdefault(member, []).append(call)
                 planned.add(call)
@@ -496,7 +496,27 @@ class Handles:
                 f"GradScaler is (both paths have it); the calls through `{where}` become its "
                 f"({callers})"
             )
+        self.followed |= planned
         return planned
+
+    def _cleared(self, target: cst.Attribute) -> bool:
+        """``target`` is stored None (``self.amp = None``, or a place of ``self.model,
+        self.amp = [None, None]``, RetinaNet's reset in ``__init__``): no apex call could go
+        through that value, so it is no read of the module kept there."""
+        holder = self.parent(target)
+        value = None
+        if isinstance(holder, cst.AssignTarget):
+            value = self.parent(holder).value
+        elif isinstance(holder, cst.Element):
+            sequence = self.parent(holder)
+            outer = self.parent(sequence)
+            assign = self.parent(outer) if isinstance(outer, cst.AssignTarget) else None
+            given = assign.value if isinstance(assign, cst.Assign) else None
+            if isinstance(given, cst.List | cst.Tuple) and len(given.elements) == len(
+                sequence.elements
+            ):
+                value = given.elements[list(sequence.elements).index(holder)].value
+        return isinstance(value, cst.Name) and value.value == "None"
 
     def _kept_why(self, setup: _Setup, where: str, node: cst.CSTNode) -> str | None:
         """Why the scaler cannot take the place of apex's module kept at ``where`` (None: it
@@ -508,16 +528,15 @@ class Handles:
             return f"only `name.attribute` is followed, not `{where}`"
         if self.early is not None:
             return "the GradScaler is made before the optimizer's restore, where it may not exist"
-        if (
-            self.parent(statement) is not self.parent(init)
-            or self.order[id(statement)] < self.order[id(init)]
-        ):
-            return "it is not kept in the block of `amp.initialize`, after it"
+        if self.parent(statement) is not self.parent(init):
+            return "it is not kept in the block of `amp.initialize`"
+        # kept before `initialize` too: apex raised on any use but `initialize` before it
+        # (its amp state was not set up), so the GradScaler made there takes its place
         block = _statements(self.parent(statement)) or []
-        between = block[block.index(init) : block.index(statement)]
-        if any(root in self.facts(s).assigned for s in between):
+        first, last = sorted((block.index(init), block.index(statement)))
+        if any(root in self.facts(s).assigned for s in block[first + 1 : last]):
             return f"`{root}` is bound again between `amp.initialize` and it"
-        through = self._stores.get(where, [])
+        through = [c for c in self._stores.get(where, []) if c not in self.initialize_calls]
         linked = self.link is not None and self.link.kept == attribute and not self.link.broken
         if not through and not linked:
             other = next(
@@ -540,7 +559,7 @@ class Handles:
         if members - (SUPPORTED - {"initialize"}):
             listed = ", ".join(f"`{m}`" for m in sorted(members - SUPPORTED))
             return f"it is used for {listed or '`initialize`'}, which has no GradScaler form here"
-        funcs = {id(c.func.value) for c in through}
+        funcs = {id(c.func.value) for c in self._stores.get(where, [])}
         for other in self.nodes:
             if (
                 isinstance(other, cst.Attribute)
@@ -557,6 +576,7 @@ class Handles:
                     isinstance(self.parent(other), cst.AssignTarget)
                     and self.statement(other) is statement
                 )
+                and not self._cleared(other)
             ):
                 return f"`{where}` is read at line {self.line(other)} other than to call apex"
             if (

@@ -156,6 +156,23 @@ def apex_calls(names: Names) -> list[ast.Call]:
     return [node for node in _apex_uses(names) if isinstance(node, ast.Call)]
 
 
+def stored_calls(tree: ast.Module, names: Names) -> list[ast.Call]:
+    """The apex calls made through apex's module kept on an object in this file (``self.amp =
+    amp``), where one of them is ``initialize`` (RetinaNet: ``self.amp.initialize(...)``): the
+    planner takes them as apex's own. Empty: not so."""
+    stored = _stored_handles(names, _apex_roots(names), plain=True)
+    through = [
+        n for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        and ast.unparse(n.func.value) in stored and n.func.attr in _STORED_MEMBERS
+    ]  # fmt: skip
+    return through if any(c.func.attr == "initialize" for c in through) else []
+
+
+_STORED_MEMBERS = frozenset({"initialize", "scale_loss", "master_params", "state_dict",
+                             "load_state_dict"})  # fmt: skip
+
+
 def apex_references(names: Names) -> list[ast.Attribute]:
     """The members of ``apex.amp`` read but not called here: a bare decorator
     (``@amp.float_function``) or an alias (``float_function = amp.float_function``), whose
@@ -626,14 +643,16 @@ def _star_imports(tree: ast.Module) -> bool:
     )
 
 
-def _stored_handles(names: Names, roots: dict[str, ast.stmt]) -> dict[str, int]:
-    """Where apex's module is stored on an object (``self.amp = amp``, or ``amp if fp16 else
-    None``): the target as written, and the line of its first store."""
+def _stored_handles(
+    names: Names, roots: dict[str, ast.stmt], plain: bool = False
+) -> dict[str, int]:
+    """Where apex's module is stored on an object (``self.amp = amp``, or, unless ``plain``,
+    ``amp if fp16 else None``): the target as written, and the line of its first store."""
     stored: dict[str, int] = {}
     for root in roots:
         for node in names.spelled(root):
             assign = names.parent(node)
-            if isinstance(assign, ast.IfExp) and node in (assign.body, assign.orelse):
+            if not plain and isinstance(assign, ast.IfExp) and node in (assign.body, assign.orelse):
                 node, assign = assign, names.parent(assign)
             if (
                 isinstance(node, ast.Name | ast.IfExp)

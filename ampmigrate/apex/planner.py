@@ -201,6 +201,8 @@ class _Planner(
         self.footers: list[cst.CSTNode] = []  # statements that go: their footer comments stay
         # `args.amp = amp`: apex's module kept on an object, by where (`args.amp`)
         self.kept: dict[str, cst.CSTNode] = {}
+        # the calls made through a kept module that the GradScaler takes over (_through_stores)
+        self.followed: set[cst.Call] = set()
         self._only_amp: bool | None = None  # (guards._amp_only_apex, asked once)
         # how functions that called apex through a kept handle reach the GradScaler
         self.stored_access: dict[int, str] = {}
@@ -494,6 +496,11 @@ class _Planner(
                     # (else `amp.GradScaler()` where `amp` is torch.cuda.amp, apex only the
                     # `except ImportError:` fallback of old torch: native AMP's own, the 43rd
                     # review's kuma_utils; "has no O1 rewrite" was false)
+        if "initialize" not in calls:  # `self.amp = amp; self.amp.initialize(...)` (RetinaNet)
+            through = [c for kept in self._stores.values() for c in kept
+                       if c.func.attr.value == "initialize"]  # fmt: skip
+            if through:
+                calls["initialize"] = through
         if not calls and not any(isinstance(node, cst.Call) for node, _ in others):
             return None  # (a bare `@amp.float_function` alone is AMP301's)
         initialize = calls.get("initialize", [])

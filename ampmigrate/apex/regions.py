@@ -797,6 +797,8 @@ class Regions:
                 continue
             if self.function(node) is home and self.order[id(node)] < after:
                 continue
+            if node in self.initialize_calls:
+                continue  # (`self.amp.initialize(...)`: apex's own, through a kept module)
             if any(id(a) in self.wrapped for a in self.ancestors(node)):
                 continue
             if id(self._own_method(node)) in scaling:

@@ -202,8 +202,8 @@ class Unscale:
             ):
                 continue
             given = [a for a in node.args if _code(self.module, a.value) in names]
-            if any(n.startswith(APEX) for n in self.qualified(node.func)):
-                continue  # (`amp.master_params(opt)`: the rewrite's own)
+            if node in self.followed or any(n.startswith(APEX) for n in self.qualified(node.func)):
+                continue  # (`amp.master_params(opt)`, also through `self.amp`: the rewrite's own)
             through = self._steps_through(node, opt, names, steppers)
             if through is not None:
                 self.problem(
