@@ -1985,8 +1985,11 @@ def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
     tree = graph.tree(path)
     if tree is None:
         return False
+    # an imported module's `if __name__ == "__main__":` block does not run (DILBERT's
+    # `run_lm_finetuning.py`, whose own `main` scales, imported for its dataset class)
+    body = [s for s in tree.body if not _main_block(s)]
     holders = {}
-    for statement in tree.body:
+    for statement in body:
         if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             continue
         holders[statement.name] = statement
@@ -1997,9 +2000,9 @@ def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
         for a in statement.names
         if isinstance(statement, ast.ImportFrom) or a.name.partition(".")[0] == "apex"
     }
-    if any(_reads(s, bound) for s in _module_level(tree.body) if s not in holders.values()):
+    if any(_reads(s, bound) for s in _module_level(body) if s not in holders.values()):
         return False  # apex code that runs at import
-    apex = [s for s in holders.values() if _uses_apex(s) or _reads(s, bound)]
+    apex = [s for s in holders.values() if _uses_apex(s) or _reads(s, bound) or _stray(s)]
     if not apex or any(s.decorator_list or _at_import(s, bound) for s in apex):
         return False
     dynamic = any(
@@ -2012,7 +2015,7 @@ def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
     pending = [n for n in taken if n in holders]
     pending += [  # what module-level code (and decorators, defaults) refers to runs or escapes
         n.id
-        for s in tree.body
+        for s in body
         for part in ([s] if s not in holders.values() else [*s.decorator_list, *_defaults(s)])
         for n in ast.walk(part)
         if isinstance(n, ast.Name) and n.id in holders
@@ -2026,6 +2029,29 @@ def _dormant(path: str, walked: list[str], graph: _Graph) -> bool:
             n.id for n in ast.walk(holders[name]) if isinstance(n, ast.Name) and n.id in holders
         ]
     return not any(s.name in reached for s in apex)
+
+
+def _stray(statement: ast.stmt) -> bool:
+    """An apex amp call on a name no import binds (``amp.scale_loss`` after the import was
+    deleted, DILBERT): apex code all the same, where it would run."""
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name) and n.func.value.id == "amp"
+        and n.func.attr in _STORED_MEMBERS
+        for n in ast.walk(statement)
+    )  # fmt: skip
+
+
+def _main_block(statement: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either side), with no ``else``."""
+    test = statement.test if isinstance(statement, ast.If) and not statement.orelse else None
+    return (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and {ast.unparse(test.left), ast.unparse(test.comparators[0])}
+        in ({"__name__", "'__main__'"}, {"__name__", '"__main__"'})
+    )
 
 
 # lookups by a computed name: what a module takes may be reached through them
