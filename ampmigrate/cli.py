@@ -25,7 +25,7 @@ from ampmigrate.engine import FileResult, Settings, run
 from ampmigrate.engine.discover import EXCLUDED_DIRS, discover
 from ampmigrate.engine.write import write_atomic
 from ampmigrate.families import reads_dependency_files
-from ampmigrate.findings import Diagnostic
+from ampmigrate.findings import DECLARE_LEVEL, Diagnostic
 from ampmigrate.floor import find as torch_floor
 from ampmigrate.floor import keras_target
 from ampmigrate.report import FORMATS, RENDERERS, text
@@ -369,6 +369,24 @@ def _exit(diagnostics, had_errors: bool, exit_zero: bool, changes: bool = False)
     sys.exit(EXIT_OK)
 
 
+def _level_hint(diagnostics: list[Diagnostic]) -> None:
+    """As Ruff names the fixes ``--unsafe-fixes`` would add: the apex files refused for their
+    opt level alone, which the setting would let through (on Hugging Face-style scripts, whose
+    `--fp16_opt_level` takes any string, that is nearly every refusal: the 46th review)."""
+    only = sum(
+        d.code == "AMP303" and "(1 blocker)" in d.message and DECLARE_LEVEL in d.message
+        for d in diagnostics
+    )
+    if only:
+        click.echo(
+            f"{_plural(only, 'apex file')} {'is' if only == 1 else 'are'} refused only because "
+            "the opt level is not known to be O1: if every run of the project uses O1 (or "
+            'O0), declare it with `--apex-opt-level O1` (or `apex-opt-level = "O1"` in '
+            "[tool.ampmigrate])",
+            err=True,
+        )
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -394,6 +412,7 @@ def check(paths: tuple[Path, ...], **options) -> None:
         if unsafe:
             hint += f", {unsafe} more with `--unsafe-fixes`"
         click.echo(f"Found {_plural(len(diagnostics), 'finding')} ({hint}).", err=True)
+        _level_hint(diagnostics)
     elif not had_errors:
         click.echo(f"All checks passed ({_plural(len(files), 'file')}).", err=True)
     _exit(diagnostics, had_errors, exit_zero)
@@ -469,6 +488,7 @@ def fix(paths: tuple[Path, ...], diff: bool, report_file: Path | None, **options
     if unsafe:
         summary += f" ({unsafe} fixable with `--unsafe-fixes`)"
     click.echo(summary + ".", err=True)
+    _level_hint(remaining)
     if report_file:
         from ampmigrate.summary import markdown as markdown_report
 

@@ -24,6 +24,7 @@ from ampmigrate.apex.common import (
 )
 from ampmigrate.apex.links import calls_keep_default, level_elsewhere
 from ampmigrate.apex.verdict import APEX
+from ampmigrate.findings import DECLARE_LEVEL
 from ampmigrate.replace import ReplaceNodes
 
 # values of apex's options that O1 accepts and that change nothing there (its `Properties`
@@ -1410,10 +1411,7 @@ class Initialize:
             )
         if also or uncovered:
             return f"{text}; fix the level ({fix}) to allow the rewrite"
-        return (
-            f"{text}; fix the level ({fix}), or declare that every run of the project uses O1 "
-            '(or O0) with `apex-opt-level = "O1"` in [tool.ampmigrate], to allow the rewrite'
-        )
+        return f"{text}; fix the level ({fix}), or {DECLARE_LEVEL}"
 
     def _parameter_read(self, level: cst.CSTNode, init: cst.Call) -> cst.Param | None:
         """The parameter of the function around ``init`` that a computed ``level`` reads
