@@ -12260,3 +12260,111 @@ def test_apex_kept_on_self_before_initialize_is_called_through_becomes_the_scale
     want, got = ([float(w) for w in r[1].split() if w[0].isdigit()] for r in results)
     assert len(got) == 3 and got == pytest.approx(want, rel=2e-2, abs=2e-3)
     assert "forward dtypes: ['torch.float16']" in results[1][1]
+
+
+_FLAGS = (APEX / "backend_flags.py").read_text()
+_INIT = (
+    '            model, self.optimizer = amp.initialize(model, self.optimizer, opt_level="O1")\n'
+)
+_EVALUATE = (
+    "\n    def evaluate(self, x):\n        with torch.no_grad():\n"
+    "            return self.model(x)\n\n    def training_step"
+)
+_SAVE = (
+    "\n    def save(self):\n        state = {'model': self.model.state_dict()}\n"
+    "        if self.use_apex:\n            state['amp'] = amp.state_dict()\n"
+    "        return state\n\n    def training_step"
+)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (  # the forward's autocast asks another test than the native flag
+            "        if self.use_amp:\n            with torch.amp.autocast(",
+            "        if self.args.fp16_backend == 'amp':\n            with torch.amp.autocast(",
+            "the forward's autocast at this line runs under another test than `self.use_amp`",
+        ),
+        (  # apex was on only where a further test held
+            "        if self.use_apex:\n" + _INIT,
+            "        if self.use_apex and self.args.fp16:\n" + _INIT,
+            "apex ran only where `self.use_apex and self.args.fp16` held",
+        ),
+        (  # an option the native arm's GradScaler does not keep
+            'opt_level="O1")',
+            'opt_level="O1", loss_scale=128.0)',
+            "`amp.initialize` also sets `loss_scale`, which the native arm's GradScaler",
+        ),
+        (  # apex's scale saved under the apex choice; the native path saves none
+            "\n    def training_step",
+            _SAVE,
+            "apex saved its loss scale here, under the apex choice, and the native path saves",
+        ),
+        (  # the flag set again in another form
+            "        self.use_amp = False\n",
+            "        self.use_amp, self.use_apex = False, args.fp16\n",
+            "`self.use_amp, self.use_apex = False, args.fp16` sets it too",
+        ),
+        (
+            "        self.use_amp = False\n",
+            '        self.use_amp = False\n        setattr(self, "use_apex", False)\n',
+            '`setattr(self, "use_apex", False)` sets it too',
+        ),
+        (  # the apex arm does more than choose
+            "                self.use_apex = True\n",
+            "                self.use_apex = True\n                self.use_amp = False\n",
+            "that arm also runs `self.use_amp = False`, which the native arm does not",
+        ),
+    ],
+)
+def test_apex_chosen_through_flags_refuses_where_the_native_arm_would_not_be_apex(old, new, said):
+    """The 46th review's probes: where letting the apex choice run the native arm would not be
+    apex O1 (a float32 forward under a GradScaler, mixed precision where apex was off, a loss
+    scale no longer saved or no longer static, the flag set where the fold does not see it),
+    the rewrite was made all the same. Each is refused with its reason now."""
+    assert old in _FLAGS
+    message = _message(_FLAGS.replace(old, new, 1))
+    assert "cannot be rewritten" in message
+    assert said in message
+
+
+def test_apex_chosen_through_flags_takes_the_cuda_arm_and_states_float32_forwards():
+    """The native arm is the one that makes CUDA's GradScaler, not the first that sets a flag
+    (a bf16 `cpu_amp` arm whose comment names GradScaler, a torch_xla arm); a forward of the
+    model outside the native autocast (an evaluation) is stated as float32 now."""
+    source = (
+        _FLAGS.replace(
+            '            if args.fp16_backend == "amp":\n',
+            '            if args.fp16_backend == "cpu_amp":\n'
+            "                self.use_cpu_amp = True  # bf16: no GradScaler needed\n"
+            '            elif args.fp16_backend == "xla":\n'
+            "                from torch_xla.amp import GradScaler\n\n"
+            "                self.use_amp = True\n                self.scaler = GradScaler()\n"
+            '            elif args.fp16_backend == "amp":\n',
+        )
+        .replace("\n    def training_step", _EVALUATE)
+        .replace(_INIT, _INIT + "            self.model = model\n")
+    )
+    out, finding = _migrated(source)
+    apex_arm = out[out.index("            else:\n") : out.index("    def train")]
+    assert 'self.scaler = torch.amp.GradScaler("cuda")' in apex_arm
+    assert "the model's forward in `self.model(...)` (line" in finding.message
+
+
+def test_an_amp_import_sharing_its_line_goes_alone():
+    """`import os; from apex import amp; import torch` lost the whole line, `os` and `torch`
+    with it (NameError), and `from apex import amp; print(...)` its print (the 46th review)."""
+    out, _ = _migrated("""
+        import os; from apex import amp; import torch
+        from apex import amp as again; print("loaded")
+
+
+        def train(model, optimizer, x):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            loss = model(x).sum()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+            print(os.sep)
+        """)
+    assert out.startswith('\nimport os; import torch\nprint("loaded")\n')

@@ -3022,7 +3022,7 @@ def test_apex_chosen_through_flags_and_set_by_another_file_refuses_naming_it(tmp
     assert not any(r.changed for r in results)
     message = _amp303(results)["trainer.py"].message
     assert "(1 blocker)" in message
-    assert "apex_trainer.py sets `.use_apex` too" in message
+    assert "apex_trainer.py sets `.use_apex` at its line 7" in message
     (root / "apex_trainer.py").write_text(
         (root / "apex_trainer.py").read_text().replace("self.args.fp16", "False")
     )
@@ -3059,6 +3059,13 @@ def test_a_subclass_of_an_installed_trainer_is_told_its_base_chooses_apex(tmp_pa
     assert "`self.use_apex`, the test around `amp.initialize`, is never set" in message
     assert 'fp16_backend="amp"' in message and "apex only casts here" not in message
     (root / "transformers.py").write_text("class Trainer:\n    use_apex = False\n")
+    results = run(_files(root), _settings(fix=True))
+    assert "is not in the run" not in _amp303(results)["trainers.py"].message
+    # `self.training` is nn.Module's mode, no backend a base class chooses (the 46th review)
+    (root / "transformers.py").unlink()
+    (root / "trainers.py").write_text(
+        (root / "trainers.py").read_text().replace("self.use_apex", "self.training")
+    )
     results = run(_files(root), _settings(fix=True))
     assert "is not in the run" not in _amp303(results)["trainers.py"].message
 
@@ -3133,3 +3140,19 @@ def test_a_script_imported_for_a_class_does_not_join_its_apex_to_the_importer(tm
         ),
     }
     _fixed_beside_original(tmp_path, files, ["run.py"])
+
+
+def test_apex_chosen_through_flags_and_read_by_another_file_refuses_naming_it(tmp_path):
+    """A callback in another file saves apex's state under `trainer.use_apex` (the 46th
+    review's probe): the trainer was rewritten and the callback refused, so the project, half
+    migrated, still needed apex. The other file's read is named and nothing is written."""
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy(FIXTURES / "apex" / "backend_flags.py", root / "trainer.py")
+    (root / "callbacks.py").write_text(
+        "from apex import amp\n\n\ndef save(trainer, state):\n"
+        "    if trainer.use_apex:\n        state['amp'] = amp.state_dict()\n"
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    assert "callbacks.py reads `.use_apex` at its line 5" in _amp303(results)["trainer.py"].message

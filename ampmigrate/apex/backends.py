@@ -6,22 +6,30 @@ self.use_apex = True``, and every later branch asks a flag (``if self.use_apex:
 amp.initialize(...)``, ``elif self.use_apex: with amp.scale_loss(...)``, ``amp.master_params(...)
 if self.use_apex else model.parameters()``). The native branches already are apex O1's
 equivalent, written by the same authors: the migration is to let apex's choice run them. This
-mode makes the choice run the native arm, folds every test of the apex flag (now always
-false), and is taken only when no apex call is left afterwards; otherwise the O1 planner runs
-as usual and says why it refuses.
+mode makes the choice run the native arm and folds every test of the apex flag (now always
+false). Once the shape is recognized, everything that would make that inexact is refused with
+its reason (the 46th review's probes: a native arm that is not the CUDA one, a forward whose
+autocast asks another switch, apex on only under a further condition, `initialize` options
+the native path does not keep, a loss scale apex saved and the native path does not, the flag
+stored or read elsewhere); where an apex call is left after folding, the O1 planner runs as
+usual.
 """
 
 from __future__ import annotations
 
+import ast
 import os
-import re
 
 import libcst as cst
 
 from ampmigrate.apex.common import _code, initialize_arguments
 from ampmigrate.apex.guards import _branch
 from ampmigrate.apex.links import _project_files, _read
+from ampmigrate.apex.regions import _KEEP
 from ampmigrate.replace import ReplaceNodes
+
+# what `initialize` may say besides its models and optimizers for the native arm to stand in
+_PLAIN_OPTIONS = frozenset({"models", "optimizers", "opt_level", "verbosity"})
 
 
 def _self_attribute(node: cst.CSTNode) -> str | None:
@@ -45,15 +53,12 @@ class BackendSwitch:
     """The planner's mode for apex chosen beside native AMP by a flag on ``self``."""
 
     def _backend_switched(self, init: cst.Call) -> str | None:
-        """The rewritten module's code, or None (not this mode: nothing planned)."""
+        """The rewritten module's code (its plan refused where a check fails), or None (not
+        this mode: nothing planned)."""
         for flag in self._apex_flags(init):
             chosen = self._choice(flag)
-            if chosen is None:
-                continue
-            switch, native, apex = chosen
-            code = self._run_native(init, flag, switch, native, apex)
-            if code is not None:
-                return code
+            if chosen is not None:
+                return self._run_native(init, flag, *chosen)
         return None
 
     def _apex_flags(self, init: cst.Call) -> list[str]:
@@ -68,87 +73,68 @@ class BackendSwitch:
                 ]
         return flags
 
-    def _assignments(self, flag: str) -> list[tuple[cst.CSTNode, bool | None]] | None:
-        """Every store into ``self.<flag>`` in the file with its value (None: not a literal
-        True/False); None where one is not a plain assignment."""
-        found: list[tuple[cst.CSTNode, bool | None]] = []
-        for node in self.nodes:
-            if isinstance(node, cst.AugAssign | cst.AnnAssign) and (
-                _self_attribute(node.target) == flag
-            ):
-                return None
-            if isinstance(node, cst.Assign) and any(
-                _self_attribute(t.target) == flag for t in node.targets
-            ):
-                if len(node.targets) != 1:
-                    return None
-                found.append((node, _truth(node.value)))
-        return found
+    def _cuda_scaler(self, node: cst.CSTNode) -> bool:
+        """``torch.amp.GradScaler(...)`` / ``torch.cuda.amp.GradScaler(...)``: CUDA's own
+        (not torch_xla's, nor a text that only names it)."""
+        return isinstance(node, cst.Call) and any(
+            q.startswith("torch.") and q.endswith(".GradScaler") for q in self.qualified(node.func)
+        )
 
-    def _choice(self, flag: str) -> tuple[cst.If, cst.IndentedBlock, cst.CSTNode] | None:
-        """The ``if``/``elif``/``else`` chain that sets the apex flag in one arm and turns
-        native AMP on in another (another flag set true, a GradScaler made): (its first
-        ``if``, the native arm's block, the apex arm: its ``If`` or ``Else``). None: not that
-        shape."""
-        stores = self._assignments(flag)
-        if not stores or any(value is None for _, value in stores):
+    def _guarded_by(self, node: cst.CSTNode, flag: str) -> bool:
+        """``node`` sits in the body of an ``if`` (or the true side of a conditional
+        expression) whose test reads ``self.<flag>``."""
+        for outer in self.ancestors(node):
+            body = outer.body if isinstance(outer, cst.If | cst.IfExp) else None
+            if (
+                body is not None
+                and self.within(node, body)
+                and any(_self_attribute(n) == flag for n in self._subtree(outer.test))
+            ):
+                return True
+        return False
+
+    def _choice(
+        self, flag: str
+    ) -> tuple[cst.If, cst.IndentedBlock, cst.If | cst.Else, str, cst.CSTNode] | None:
+        """The ``if``/``elif``/``else`` chain that sets the apex flag true in one arm and
+        turns native AMP on in another: another flag set true there, and CUDA's GradScaler
+        made in that arm or under a test of that flag. (Its first ``if``, the native arm's
+        block, the apex arm, the native flag, the apex flag's store.) None: not that shape."""
+        stores = [
+            n for n in self.nodes
+            if isinstance(n, cst.Assign) and len(n.targets) == 1
+            and _self_attribute(n.targets[0].target) == flag and _truth(n.value) is True
+        ]  # fmt: skip
+        if len(stores) != 1:
             return None
-        on = [node for node, value in stores if value]
-        if len(on) != 1:
-            return None
-        statement = self.statement(on[0])
+        statement = self.statement(stores[0])
         if self.block_of(statement) is None:
             return None
-        block = self.parent(statement)
-        arm = self.parent(block)
-        if not isinstance(arm, cst.If | cst.Else) or arm.body is not block:
+        arm = self.parent(self.parent(statement))
+        if not isinstance(arm, cst.If | cst.Else) or arm.body is not self.parent(statement):
             return None
-        # the apex arm only sets the flag (and raises where apex is missing)
-        for other in block.body:
-            if other is statement:
-                continue
-            last = other.body.body[-1] if isinstance(other, cst.If) else None
-            if not (
-                isinstance(other, cst.If)
-                and other.orelse is None
-                and isinstance(last, cst.SimpleStatementLine)
-                and isinstance(last.body[-1], cst.Raise)
-            ):  # (a guard that raises where apex is missing, its message built first)
-                return None
         root = self.parent(arm) if isinstance(arm, cst.Else) else arm
         while self._is_elif(root):
             root = self.parent(root)
         arms: list[cst.CSTNode] = [root]
         while isinstance(arms[-1], cst.If) and arms[-1].orelse is not None:
             arms.append(arms[-1].orelse)
+        scalers = [n for n in self.nodes if self._cuda_scaler(n)]
         for other in arms:
             native = other.body
             if other is arm or not isinstance(native, cst.IndentedBlock):
                 continue
-            sets_native = any(
-                isinstance(n, cst.Assign)
-                and len(n.targets) == 1
-                and _self_attribute(n.targets[0].target) not in (None, flag)
-                and _truth(n.value) is True
-                for n in self._subtree(native)
-            )
-            if sets_native and "GradScaler" in _code(self.module, native):
-                return root, native, arm
-        return None
-
-    def _set_elsewhere(self, flag: str) -> str | None:
-        """Another file of the project that stores anything but False into ``.<flag>`` (a
-        subclass turning apex on): the fold would not hold there."""
-        if self.path is None:
-            return None
-        files = _project_files(self.path) or []
-        pattern = re.compile(rf"\.{re.escape(flag)}\s*=\s*(?!False\b)[^=\s]".encode())
-        here = os.path.abspath(self.path)
-        for file in files:
-            if os.path.abspath(file) == here:
-                continue
-            if pattern.search(_read(file)):
-                return file
+            for node in self._subtree(native):
+                name = (
+                    _self_attribute(node.targets[0].target)
+                    if isinstance(node, cst.Assign) and len(node.targets) == 1
+                    and _truth(node.value) is True
+                    else None
+                )  # fmt: skip
+                if name is None or name == flag:
+                    continue
+                if any(self.within(s, native) or self._guarded_by(s, name) for s in scalers):
+                    return root, native, arm, name, stores[0]
         return None
 
     def _run_native(
@@ -158,6 +144,8 @@ class BackendSwitch:
         switch: cst.If,
         native: cst.IndentedBlock,
         apex: cst.If | cst.Else,
+        on: str,
+        store: cst.Assign,
     ) -> str | None:
         saved = (dict(self.plan.edits), set(self.removed), list(self.plan.notes))
         problems = list(self.plan.problems)
@@ -184,7 +172,7 @@ class BackendSwitch:
             self.plan.problems = problems
             return None
         # what was reported so far (apex imports and members) is all in the path that goes;
-        # the level is what is left to decide
+        # what is left to decide: the level, and that the native path stands in exactly
         level, refusals = self._level_of(init)
         chooser = _code(self.module, switch.test)
         if refusals:
@@ -194,15 +182,14 @@ class BackendSwitch:
                 "the level is O1, the choice of apex can run the native arm, whose autocast and "
                 "GradScaler are apex O1's equivalent)"
             )
-        elsewhere = self._set_elsewhere(flag)
-        if elsewhere is not None:
-            shown = os.path.relpath(elsewhere, os.path.dirname(os.path.abspath(self.path)))
-            refusals.append(
-                f"line {self.line(switch)}: apex is chosen beside native AMP at run time, by "
-                f"`self.{flag}`, and {shown} sets `.{flag}` too (a subclass or another "
-                "object choosing apex): letting the choice of apex run the native arm here "
-                f"would not reach it; migrate {shown}'s choice with this file's, by hand"
-            )
+        where = (
+            f"apex is chosen beside native AMP at run time, by `self.{flag}` (the `if {chooser}:` "
+            f"at line {self.line(switch)}), and the arm that chooses it could do what the native "
+            f"arm does (`self.{on}`), but "
+        )
+        refusals += [f"line {line}: {where}{why}" for line, why in self._inexact(
+            init, flag, on, native, apex, store, reads
+        )]  # fmt: skip
         self.plan.problems = refusals
         self.plan.min_torch = None  # nothing new is written: the native path stays
         if self.plan.problems:
@@ -220,18 +207,219 @@ class BackendSwitch:
             + (
                 "; checkpoints saved under apex hold its loss-scale format: convert them with "
                 "`ampmigrate convert-checkpoint`)"
-                if any(
-                    isinstance(n, cst.Call)
-                    and {"apex.amp.state_dict", "apex.amp.load_state_dict"}
-                    & set(self.qualified(n.func))
-                    for n in self.nodes
-                )
+                if self._apex_state_calls()
                 else ")"
             )
         )
+        self._float32_forwards(init, on)
         if level != "O1":
             self.plan.notes.append(level)
         return code
+
+    def _inexact(
+        self,
+        init: cst.Call,
+        flag: str,
+        on: str,
+        native: cst.IndentedBlock,
+        apex: cst.If | cst.Else,
+        store: cst.Assign,
+        reads: list[cst.CSTNode],
+    ) -> list[tuple[int, str]]:
+        """Why the apex choice running the native arm would not be apex O1: (line, reason)
+        each, none where it would."""
+        found: list[tuple[int, str]] = []
+        statement = self.statement(store)
+        for other in apex.body.body:  # the apex arm only sets the flag, or raises
+            last = other.body.body[-1] if isinstance(other, cst.If) else None
+            if other is statement or (
+                isinstance(other, cst.If)
+                and other.orelse is None
+                and isinstance(last, cst.SimpleStatementLine)
+                and isinstance(last.body[-1], cst.Raise)
+            ):
+                continue
+            found.append((
+                self.line(other),
+                f"that arm also runs `{_code(self.module, other).strip()[:60]}`, which the "
+                "native arm does not: make the apex arm only set the flag, then migrate",
+            ))  # fmt: skip
+        for node in self.nodes:  # the flag set anywhere else, in any form
+            target = node.target if isinstance(node, cst.AnnAssign | cst.AugAssign) else None
+            stored = target is not None and _self_attribute(target) == flag
+            if isinstance(node, cst.Element) and _self_attribute(node.value) == flag:
+                stored = isinstance(self.parent(self.parent(node)), cst.AssignTarget)
+            if (
+                isinstance(node, cst.Assign)
+                and node is not store
+                and any(_self_attribute(t.target) == flag for t in node.targets)
+            ):
+                stored = _truth(node.value) is not False or len(node.targets) != 1
+            if isinstance(node, cst.SimpleString) and node.evaluated_value == flag:
+                stored = True  # (`setattr(self, "use_apex", ...)`)
+            if stored:
+                found.append((
+                    self.line(node),
+                    f"`{_code(self.module, self.statement(node)).strip()[:60]}` sets it too, "
+                    "which may choose apex where the fold says it is never chosen: migrate by "
+                    "hand",
+                ))  # fmt: skip
+        elsewhere = self._flag_elsewhere(flag)
+        if elsewhere is not None:
+            shown, line, how = elsewhere
+            found.append((
+                self.line(store),
+                f"{shown} {how} `.{flag}` at its line {line} (a subclass or another object "
+                "choosing apex, or code that runs apex's path where it is chosen): migrate "
+                f"{shown}'s use with this file's, by hand",
+            ))  # fmt: skip
+        options = sorted(set(initialize_arguments(init)[0]) - _PLAIN_OPTIONS - {"enabled"})
+        if options:
+            found.append((
+                self.line(init),
+                f"`amp.initialize` also sets {', '.join(f'`{o}`' for o in options)}, which the "
+                "native arm's GradScaler does not: migrate by hand",
+            ))  # fmt: skip
+        for node in reads:  # apex ran only where the test held: the native arm has no such test
+            test = self._test_holding(node)
+            if test is not None and not (
+                test is node or (isinstance(test, cst.UnaryOperation) and test.expression is node)
+            ):
+                found.append((
+                    self.line(node),
+                    f"apex ran only where `{_code(self.module, test)}` held, and the native "
+                    f"arm turns mixed precision on wherever apex is chosen: migrate by hand",
+                ))  # fmt: skip
+        autocasts = [
+            n for n in self.nodes
+            if isinstance(n, cst.Call)
+            and any(q in ("torch.amp.autocast", "torch.cuda.amp.autocast",
+                          "torch.autocast", "torch.cuda.amp.autocast_mode.autocast")
+                    for q in self.qualified(n.func))
+            and isinstance(self.parent(self.parent(n)), cst.With)
+        ]  # fmt: skip
+        apart = [a for a in autocasts if not self._guarded_by(a, on)]
+        if not autocasts or apart:
+            line = self.line(apart[0]) if apart else self.line(native)
+            found.append((
+                line,
+                f"the forward's autocast {'at this line runs under another test than' if apart else 'is nowhere under a test of'} "  # noqa: E501
+                f"`self.{on}`, which the apex choice turns on: that choice would train with a "
+                "GradScaler and no float16 forward; migrate by hand",
+            ))  # fmt: skip
+        if self._apex_state_calls() and not any(
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value == "state_dict"
+            and self._scaler_attribute(n.func.value)
+            for n in self.nodes
+        ):
+            first = self._apex_state_calls()[0]
+            found.append((
+                self.line(first),
+                "apex saved its loss scale here, under the apex choice, and the native path "
+                "saves no GradScaler state: a resumed run would restart the scale; save the "
+                "GradScaler's state on the native path first, then migrate",
+            ))  # fmt: skip
+        return found
+
+    def _scaler_attribute(self, node: cst.CSTNode) -> bool:
+        """``self.scaler`` where the file stores a CUDA GradScaler into it."""
+        spelled = _code(self.module, node)
+        return any(
+            isinstance(n, cst.Assign)
+            and any(_code(self.module, t.target) == spelled for t in n.targets)
+            and any(self._cuda_scaler(c) for c in self._subtree(n.value))
+            for n in self.nodes
+        )
+
+    def _apex_state_calls(self) -> list[cst.Call]:
+        return [
+            n for n in self.nodes
+            if isinstance(n, cst.Call)
+            and {"apex.amp.state_dict", "apex.amp.load_state_dict"} & set(self.qualified(n.func))
+        ]  # fmt: skip
+
+    def _flag_elsewhere(self, flag: str) -> tuple[str, int, str] | None:
+        """Another file of the project that stores into ``.<flag>`` anything but False, in any
+        form (a tuple, an annotation, ``setattr``), or reads it (its apex branch would be dead,
+        and it would still need apex): (the file as shown, the line, "sets" or "reads")."""
+        if self.path is None:
+            return None
+        here = os.path.abspath(self.path)
+        word = flag.encode()
+        for file in _project_files(self.path) or []:
+            data = _read(file)
+            if os.path.abspath(file) == here or word not in data:
+                continue
+            try:
+                tree = ast.parse(data)
+            except (SyntaxError, ValueError):
+                continue
+            shown = os.path.relpath(file, os.path.dirname(here))
+            cleared = {  # `x.use_apex = False`: the fold holds there
+                id(node.targets[0])
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.value, ast.Constant) and node.value.value is False
+            }  # fmt: skip
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and node.value == flag:
+                    return shown, node.lineno, "names"
+                if not (isinstance(node, ast.Attribute) and node.attr == flag):
+                    continue
+                if isinstance(node.ctx, ast.Load):
+                    return shown, node.lineno, "reads"
+                if id(node) not in cleared:
+                    return shown, node.lineno, "sets"
+        return None
+
+    def _float32_forwards(self, init: cst.Call, on: str) -> None:
+        """The initialized model's forwards that no autocast of the native path holds
+        (``self.model(x)`` in an evaluation): apex O1 cast them once the apex choice had
+        initialized; the native path runs them in float32. Stated."""
+        statement = self.statement(init)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+            return
+        target = small.targets[0].target
+        first = target.elements[0].value if isinstance(target, cst.Tuple) else target
+        home = self.function(init)
+        spelled = {_code(self.module, first)}
+        spelled |= {  # `self.model = model`
+            _code(self.module, t.target)
+            for n in self._subtree(home)
+            if isinstance(n, cst.Assign) and _code(self.module, n.value) in spelled
+            for t in n.targets
+        }
+        outside = [  # (a plain name only where `initialize` binds it; `self.model` anywhere)
+            n for n in self.nodes
+            if isinstance(n, cst.Call) and _code(self.module, n.func) in spelled
+            and ("." in _code(self.module, n.func) or self.function(n) is home)
+            and not any(isinstance(a, cst.With) and self._autocast_on(a, on)
+                        for a in self.ancestors(n))
+            and not any(  # (`if self.use_amp: <autocast> else: <this>`: not on that path)
+                isinstance(a, cst.If) and isinstance(a.orelse, cst.Else)
+                and self.within(n, a.orelse) and _self_attribute(a.test) == on
+                for a in self.ancestors(n)
+            )
+        ]  # fmt: skip
+        if outside:
+            listed = ", ".join(
+                f"`{_code(self.module, n.func)}(...)` (line {self.line(n)})" for n in outside[:4]
+            )
+            self.plan.notes.append(
+                f"behaviour change: the model's forward in {listed} is outside the native "
+                "path's autocast regions: under the apex choice apex O1 cast it (every forward "
+                f"from `initialize` on), and it runs in float32 now: {_KEEP}"
+            )
+
+    def _autocast_on(self, block: cst.With, on: str) -> bool:
+        """``with autocast(...):`` under a test of ``self.<on>``."""
+        return self._guarded_by(block, on) and any(
+            isinstance(i.item, cst.Call) and "autocast" in _code(self.module, i.item.func)
+            for i in block.items
+        )
 
     def _level_of(self, init: cst.Call) -> tuple[str, list[str]]:
         """("O1", []) where ``initialize``'s level is O1 for sure; the setting's note where the

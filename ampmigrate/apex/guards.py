@@ -106,6 +106,15 @@ class Guards:
                 statement = self.statement(node)
                 if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
                     lines.append(statement)
+        shared = [  # `import os; from apex import amp; import torch`: only amp's import goes
+            line for line in lines
+            if isinstance(line, cst.SimpleStatementLine) and len(line.body) > 1
+        ]  # fmt: skip
+        for line in shared:
+            lines.remove(line)
+            for small in line.body:
+                if self._amp_only_import(small):
+                    self.plan.edits[small] = lambda _u: cst.RemoveFromParent()
         guarded: dict[cst.Try, list[cst.BaseStatement]] = {}
         for line in lines:
             try_node = self.parent(self.parent(line))
@@ -143,6 +152,19 @@ class Guards:
                     self._remove_statement(holder)
                 if holder.orelse is None and previous not in self.removed:
                     self._remove_statement(previous)  # (`amp = None` right before it)
+
+    def _amp_only_import(self, small: cst.BaseSmallStatement) -> bool:
+        """``from apex import amp``, ``from apex.amp import ...``, ``import apex.amp``: an
+        import of amp alone, which goes with the rewrite."""
+        if isinstance(small, cst.ImportFrom) and small.module is not None:
+            module = _code(self.module, small.module)
+            names = [] if isinstance(small.names, cst.ImportStar) else small.names
+            return module.startswith("apex.amp") or (
+                module == "apex" and [a.evaluated_name for a in names] == ["amp"]
+            )
+        return isinstance(small, cst.Import) and all(
+            _code(self.module, a.name) in ("apex", "apex.amp") for a in small.names
+        )
 
     def _unexported(self, node: cst.ImportFrom) -> bool:
         """An import of its own line that no other module can take from this one: not in a

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
 
 import libcst as cst
 
@@ -740,7 +741,8 @@ class Handles:
             for t in self.nodes
             if isinstance(t, cst.AssignTarget) and isinstance(t.target, cst.Attribute)
         }
-        unset = sorted(tested - stored)
+        # (a mixed-precision switch: `self.training` is nn.Module's mode, no backend choice)
+        unset = sorted(n for n in tested - stored if re.search(r"apex|amp|fp16|half", n))
         folder = project_folder(self.path)
         for base in klass.bases:
             names = [q for q in self.qualified(base.value) if "." in q]
@@ -760,8 +762,9 @@ class Handles:
             return (
                 f"no `amp.scale_loss` in this file: `{klass.name.value}` subclasses "
                 f"`{names[0]}`, which is not in the run, and `self.{unset[0]}`, the test around "
-                "`amp.initialize`, is never set in this file: the base class sets it, and may "
-                f"scale the loss under it itself{hint}, which the rewrite cannot change; choose "
+                "`amp.initialize`, is never set in this file (the base class sets it, or code "
+                "that holds the object): the base class may choose apex and scale the loss "
+                f"under it itself{hint}, which the rewrite cannot change; choose "
                 "the base class's native path, then delete the apex branches here, by hand"
             )
         return None
