@@ -379,10 +379,10 @@ def _level_hint(diagnostics: list[Diagnostic]) -> None:
     )
     if only:
         click.echo(
-            f"{_plural(only, 'apex file')} {'is' if only == 1 else 'are'} refused only because "
-            "the opt level is not known to be O1: if every run of the project uses O1 (or "
-            'O0), declare it with `--apex-opt-level O1` (or `apex-opt-level = "O1"` in '
-            "[tool.ampmigrate])",
+            f"{_plural(only, 'apex file')} {'stops' if only == 1 else 'stop'} at an opt level "
+            "not known to be O1: if every run of the project uses O1 (or O0), declare it with "
+            '`--apex-opt-level O1` (or `apex-opt-level = "O1"` in [tool.ampmigrate]); the '
+            "rewrite then goes on, and says what else blocks it, if anything",
             err=True,
         )
 

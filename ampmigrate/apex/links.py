@@ -166,7 +166,25 @@ def stored_calls(tree: ast.Module, names: Names) -> list[ast.Call]:
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
         and ast.unparse(n.func.value) in stored and n.func.attr in _STORED_MEMBERS
     ]  # fmt: skip
-    return through if any(c.func.attr == "initialize" for c in through) else []
+    blocks = {  # where each is kept: the planner follows a store in the block of `initialize`
+        id(holder)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)
+        and any(ast.unparse(t) in stored for t in n.targets)
+        and (holder := names.parent(n)) is not None
+    }  # fmt: skip
+    initializes = [
+        c for c in through
+        if c.func.attr == "initialize" and id(names.parent(_statement_of(c, names))) in blocks
+    ]  # fmt: skip
+    scaled = any(c.func.attr != "initialize" for c in through)  # (else apex only casts)
+    return through if initializes and scaled else []
+
+
+def _statement_of(node: ast.AST, names: Names) -> ast.AST:
+    while not isinstance(node, ast.stmt):
+        node = names.parent(node)
+    return node
 
 
 _STORED_MEMBERS = frozenset({"initialize", "scale_loss", "master_params", "state_dict",
