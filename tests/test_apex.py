@@ -12364,3 +12364,33 @@ def test_an_amp_import_sharing_its_line_goes_alone():
             print(os.sep)
         """)
     assert out.startswith('\nimport os; import torch\nprint("loaded")\n')
+
+
+@pytest.mark.parametrize(
+    ("imported", "stored", "through"),
+    [
+        ("from apex import amp", "self._amp = fp16 and amp", "self._amp"),
+        ("from apex import amp", "self.amp, self.fp16 = (amp if fp16 else None), fp16", "self.amp"),
+        ("import apex", "self.amp = apex.amp if fp16 else None", "self.amp"),
+        ("import apex", "self.amp = apex.amp", "self.amp"),
+    ],
+)
+def test_apex_kept_on_self_in_other_forms_is_reported(imported, stored, through):
+    """The 46th review's probes: apex's module kept through `and`, a place of a tuple, or
+    spelled `apex.amp`, and the loss scaled through it: "All checks passed"."""
+    message = _message(f"""
+        import torch
+        {imported}
+
+
+        class Trainer:
+            def __init__(self, model, optimizer, fp16):
+                {stored}
+                self.model, self.optimizer = model, optimizer
+
+            def step(self, loss):
+                with {through}.scale_loss(loss, self.optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                self.optimizer.step()
+        """)
+    assert f"`{through}.scale_loss` calls apex amp through `{through}`" in message

@@ -664,22 +664,34 @@ def _star_imports(tree: ast.Module) -> bool:
 def _stored_handles(
     names: Names, roots: dict[str, ast.stmt], plain: bool = False
 ) -> dict[str, int]:
-    """Where apex's module is stored on an object (``self.amp = amp``, or, unless ``plain``,
-    ``amp if fp16 else None``): the target as written, and the line of its first store."""
+    """Where apex's module is stored on an object (``self.amp = amp``; unless ``plain``, also
+    ``amp if fp16 else None``, ``fp16 and amp``, ``apex.amp``, a place of a tuple): the target
+    as written, and the line of its first store."""
     stored: dict[str, int] = {}
     for root in roots:
         for node in names.spelled(root):
-            assign = names.parent(node)
-            if not plain and isinstance(assign, ast.IfExp) and node in (assign.body, assign.orelse):
-                node, assign = assign, names.parent(assign)
-            if (
-                isinstance(node, ast.Name | ast.IfExp)
-                and isinstance(assign, ast.Assign)
-                and (assign.value is node)
-            ):
-                for target in assign.targets:
-                    if isinstance(target, ast.Attribute):
-                        stored.setdefault(ast.unparse(target), assign.lineno)
+            if not isinstance(node, ast.Name):
+                continue
+            value, assign = node, names.parent(node)
+            position = None
+            if not plain:
+                if isinstance(assign, ast.Attribute) and assign.attr == "amp":  # `apex.amp`
+                    value, assign = assign, names.parent(assign)
+                while (
+                    isinstance(assign, ast.IfExp) and value in (assign.body, assign.orelse)
+                ) or isinstance(assign, ast.BoolOp):
+                    value, assign = assign, names.parent(assign)
+                if isinstance(assign, ast.Tuple) and isinstance(names.parent(assign), ast.Assign):
+                    position = assign.elts.index(value)
+                    value, assign = assign, names.parent(assign)
+            if not (isinstance(assign, ast.Assign) and assign.value is value):
+                continue
+            for target in assign.targets:
+                if position is not None:
+                    elements = target.elts if isinstance(target, ast.Tuple | ast.List) else []
+                    target = elements[position] if len(elements) == len(value.elts) else None
+                if isinstance(target, ast.Attribute):
+                    stored.setdefault(ast.unparse(target), assign.lineno)
     return stored
 
 
