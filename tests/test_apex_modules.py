@@ -3156,3 +3156,34 @@ def test_apex_chosen_through_flags_and_read_by_another_file_refuses_naming_it(tm
     results = run(_files(root), _settings(fix=True))
     assert not any(r.changed for r in results)
     assert "callbacks.py reads `.use_apex` at its line 5" in _amp303(results)["trainer.py"].message
+
+
+@pytest.mark.parametrize(
+    ("signature", "expected"),
+    [
+        ("    model,\n    optimizer,\n    *data,\n", "    *data,\n    scaler,\n):\n"),
+        ("    model,\n    optimizer,\n    data,\n    **kwargs,\n",
+         "    data,\n    *,\n    scaler,\n    **kwargs,\n):\n"),
+        ("    model,\n    optimizer,\n    data,\n    *,\n    verbose=False,\n",
+         "    *,\n    verbose=False,\n    scaler,\n):\n"),
+        ("    model,\n    optimizer,\n    /,\n    data,\n", "    /,\n    data,\n    scaler,\n):\n"),
+    ],
+)  # fmt: skip
+def test_a_parameter_added_after_star_slash_or_keywords_keeps_one_per_line(
+    tmp_path, signature, expected
+):
+    """The 46th review's layout probes: after `*data,`, before `**kwargs,`, after keyword-only
+    parameters, after `/,`: `scaler` went to column 0 or several parameters onto one line."""
+    files = {
+        "trainer.py": "import torch\nfrom apex import amp\n\n\ndef train(\n" + signature + "):\n"
+        "    for x, y in data:\n        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "            scaled_loss.backward()\n        optimizer.step()\n",
+        "main.py": "import torch\nfrom apex import amp\nfrom trainer import train\n\n\n"
+        "def main():\n    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    train(model, optimizer, [])\n",
+    }
+    root, _ = _fixed_beside_original(tmp_path, files, ["main.py", "trainer.py"])
+    assert expected in (root / "trainer.py").read_text()

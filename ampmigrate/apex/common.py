@@ -63,9 +63,15 @@ def _statements(block: cst.CSTNode) -> list[cst.BaseStatement] | None:
     return list(block.body) if isinstance(block, cst.Module | cst.IndentedBlock) else None
 
 
-def _appended(items: Sequence[cst.Arg | cst.Param], new: cst.Arg | cst.Param) -> list:
+def _appended(
+    items: Sequence[cst.Arg | cst.Param],
+    new: cst.Arg | cst.Param,
+    before: cst.BaseComma | None = None,
+) -> list:
     """``items`` with ``new`` last; a trailing comma stays trailing, and a line break before
-    the closing parenthesis stays there (the layout is kept)."""
+    the closing parenthesis stays there (the layout is kept). ``before``: the comma of what
+    precedes ``items`` (a ``/`` or ``*``), the layout of an inner element where ``items`` has
+    only one."""
     items = list(items)
     after = "whitespace_after_arg" if isinstance(new, cst.Arg) else "whitespace_after_param"
     tail = getattr(items[-1], after, None) if items else None
@@ -78,7 +84,7 @@ def _appended(items: Sequence[cst.Arg | cst.Param], new: cst.Arg | cst.Param) ->
     if items and isinstance(items[-1].comma, cst.Comma):
         own = items[-1].comma
         new = new.with_changes(comma=uncommented(own))
-        previous = items[-2].comma if len(items) > 1 else None
+        previous = items[-2].comma if len(items) > 1 else before
         items[-1] = items[-1].with_changes(comma=inner_comma(own, previous))
     return [*items, new]
 

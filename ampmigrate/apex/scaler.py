@@ -653,34 +653,42 @@ class Scaler:
         return call.with_changes(args=_appended(call.args, arg))
 
     def _add_parameter(self, params: cst.Parameters) -> cst.Parameters:
-        """A plain last parameter; keyword-only after defaults or ``*args``."""
+        """A plain last parameter; keyword-only after defaults or ``*args``. The layout is kept:
+        one parameter per line stays so, each line's comment stays on its line, a closing
+        parenthesis on a line of its own stays there."""
         new = cst.Param(cst.Name(self.name))
         plain = not any(p.default for p in params.params) and not isinstance(
             params.star_arg, cst.Param | cst.ParamStar
         )
+        slash = params.posonly_ind if isinstance(params.posonly_ind, cst.ParamSlash) else None
         if plain and params.star_kwarg is None and not params.kwonly_params:
-            return params.with_changes(params=_appended(params.params, new))
-        star = params.star_arg if isinstance(params.star_arg, cst.Param) else cst.ParamStar()
-        last = params.params[-1] if params.params else None
+            inner = slash.comma if slash is not None and not params.params[:-1] else None
+            return params.with_changes(params=_appended(params.params, new, inner))
+        star = params.star_arg if isinstance(params.star_arg, cst.Param | cst.ParamStar) else None
+        if params.kwonly_params:  # after the ones there, laid out as they are
+            inner = star.comma if star is not None and len(params.kwonly_params) == 1 else None
+            return params.with_changes(kwonly_params=_appended(params.kwonly_params, new, inner))
+        # what the new ones follow: the last parameter, or the `*args` there is
+        before = [*params.posonly_params, *([slash] if slash else []), *params.params]
+        before += [star] if star is not None else []
+        last = before[-1] if before else None
+        own = last.comma if last is not None else None
+        inner = before[-2].comma if len(before) > 1 else None
+        if isinstance(own, cst.Comma) and isinstance(
+            own.whitespace_after, cst.ParenthesizedWhitespace
+        ):
+            if params.star_kwarg is not None:  # `..., **kwargs`: the new ones are inner too
+                laid, end = own, uncommented(own)
+            else:  # a trailing comma: the last one's line keeps its comment
+                laid = inner_comma(own, inner)
+                end = uncommented(own)
+            marker = star if star is not None else cst.ParamStar(comma=uncommented(laid))
+            return _placed(params, last, laid, marker, new.with_changes(comma=end))
+        tail = getattr(last, "whitespace_after_param", None)
         if (
-            isinstance(star, cst.ParamStar)
-            and not params.kwonly_params
+            star is None
             and params.star_kwarg is None
-            and last is not None
-            and isinstance(last.comma, cst.Comma)
-        ):  # one parameter per line, trailing comma: `*,` and the new one on lines of their own
-            inner = params.params[-2].comma if len(params.params) > 1 else None
-            laid = inner_comma(last.comma, inner)
-            return params.with_changes(
-                params=[*params.params[:-1], last.with_changes(comma=laid)],
-                star_arg=cst.ParamStar(comma=uncommented(laid)),
-                kwonly_params=[new.with_changes(comma=uncommented(last.comma))],
-            )
-        tail = last.whitespace_after_param if last is not None else None
-        if (
-            isinstance(star, cst.ParamStar)
-            and not params.kwonly_params
-            and params.star_kwarg is None
+            and isinstance(last, cst.Param)
             and isinstance(tail, cst.ParenthesizedWhitespace)
         ):  # `last=None\n):`: the line break stays before the closing parenthesis
             space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
@@ -692,7 +700,28 @@ class Scaler:
                 star_arg=cst.ParamStar(comma=space),
                 kwonly_params=[new.with_changes(whitespace_after_param=tail)],
             )
-        return params.with_changes(star_arg=star, kwonly_params=[*params.kwonly_params, new])
+        return params.with_changes(star_arg=star or cst.ParamStar(), kwonly_params=[new])
+
+
+def _placed(
+    params: cst.Parameters,
+    last: cst.CSTNode,
+    laid: cst.Comma,
+    marker: cst.Param | cst.ParamStar,
+    new: cst.Param,
+) -> cst.Parameters:
+    """``params`` with ``last`` (the last parameter or ``*args``) given the comma ``laid``,
+    ``marker`` as its ``*`` (or ``*args``, which is ``last`` itself) and ``new`` keyword-only."""
+    if last is params.star_arg:
+        return params.with_changes(star_arg=last.with_changes(comma=laid), kwonly_params=[new])
+    if isinstance(last, cst.ParamSlash):
+        return params.with_changes(
+            posonly_ind=last.with_changes(comma=laid), star_arg=marker, kwonly_params=[new]
+        )
+    listed = "params" if params.params else "posonly_params"
+    items = list(getattr(params, listed))
+    items[-1] = last.with_changes(comma=laid)
+    return params.with_changes(**{listed: items}, star_arg=marker, kwonly_params=[new])
 
 
 def _inverted(node: cst.If) -> cst.If:
