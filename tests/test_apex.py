@@ -12394,3 +12394,21 @@ def test_apex_kept_on_self_in_other_forms_is_reported(imported, stored, through)
                 self.optimizer.step()
         """)
     assert f"`{through}.scale_loss` calls apex amp through `{through}`" in message
+
+
+def test_apex_amp_imported_among_other_modules_goes_alone():
+    """`import os, apex.amp as amp, torch` was refused as "`import os, torch` needs apex",
+    which quoted a statement that needs nothing of apex (the 46th review): amp's name goes."""
+    out, _ = _migrated("""
+        import os, apex.amp as amp, torch
+
+
+        def train(model, optimizer, x):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            loss = model(x).sum()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+            print(os.sep)
+        """)
+    assert out.startswith("\nimport os, torch\n")

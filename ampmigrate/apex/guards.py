@@ -99,6 +99,19 @@ class Guards:
                         }
                     elif all(map(not_precision, names)):
                         self._stays(f"import {', '.join(names)}")  # `import apex.optimizers`
+                    elif all(
+                        n == "apex.amp" or not (n == "apex" or n.startswith("apex.")) for n in names
+                    ):  # `import os, apex.amp as amp, torch`: amp's goes, the others stay
+                        going = [a for a in node.names if _code(self.module, a.name) == "apex.amp"]
+                        kept = [a for a in node.names if a not in going]
+                        self.bound |= {
+                            a.evaluated_alias or _code(self.module, a.name).split(".")[0]
+                            for a in going
+                        }
+                        last = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                        self.plan.edits[node] = lambda u, k=[*kept[:-1], last]: u.with_changes(
+                            names=k
+                        )
                     else:
                         self.problem(node, besides_amp(names))
         for node in self.nodes:  # `global amp` beside the import it made module-wide
