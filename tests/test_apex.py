@@ -12306,6 +12306,13 @@ _SAVE = (
             '        self.use_amp = False\n        setattr(self, "use_apex", False)\n',
             '`setattr(self, "use_apex", False)` sets it too',
         ),
+        (  # a subclass in the same file choosing apex
+            'if __name__ == "__main__":',
+            "class ApexTrainer(Trainer):\n    def __init__(self, model, optimizer, args):\n"
+            "        super().__init__(model, optimizer, args)\n        self.use_apex = True\n\n\n"
+            'if __name__ == "__main__":',
+            "`self.use_apex = True` sets it too",
+        ),
         (  # the apex arm does more than choose
             "                self.use_apex = True\n",
             "                self.use_apex = True\n                self.use_amp = False\n",

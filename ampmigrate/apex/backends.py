@@ -105,9 +105,17 @@ class BackendSwitch:
             if isinstance(n, cst.Assign) and len(n.targets) == 1
             and _self_attribute(n.targets[0].target) == flag and _truth(n.value) is True
         ]  # fmt: skip
-        if len(stores) != 1:
-            return None
-        statement = self.statement(stores[0])
+        for store in stores:  # (another store of True is the refusal's: _inexact)
+            chosen = self._chosen_by(store, flag)
+            if chosen is not None:
+                return chosen
+        return None
+
+    def _chosen_by(
+        self, store: cst.Assign, flag: str
+    ) -> tuple[cst.If, cst.IndentedBlock, cst.If | cst.Else, str, cst.CSTNode] | None:
+        """``_choice`` for the one store ``self.<flag> = True``."""
+        statement = self.statement(store)
         if self.block_of(statement) is None:
             return None
         arm = self.parent(self.parent(statement))
@@ -134,7 +142,7 @@ class BackendSwitch:
                 if name is None or name == flag:
                     continue
                 if any(self.within(s, native) or self._guarded_by(s, name) for s in scalers):
-                    return root, native, arm, name, stores[0]
+                    return root, native, arm, name, store
         return None
 
     def _run_native(
