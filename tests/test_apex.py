@@ -12354,25 +12354,6 @@ def test_apex_chosen_through_flags_takes_the_cuda_arm_and_states_float32_forward
     assert "the model's forward in `self.model(...)` (line" in finding.message
 
 
-def test_an_amp_import_sharing_its_line_goes_alone():
-    """`import os; from apex import amp; import torch` lost the whole line, `os` and `torch`
-    with it (NameError), and `from apex import amp; print(...)` its print (the 46th review)."""
-    out, _ = _migrated("""
-        import os; from apex import amp; import torch
-        from apex import amp as again; print("loaded")
-
-
-        def train(model, optimizer, x):
-            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
-            loss = model(x).sum()
-            with amp.scale_loss(loss, optimizer) as scaled_loss:
-                scaled_loss.backward()
-            optimizer.step()
-            print(os.sep)
-        """)
-    assert out.startswith('\nimport os; import torch\nprint("loaded")\n')
-
-
 @pytest.mark.parametrize(
     ("imported", "stored", "through"),
     [
@@ -12403,19 +12384,34 @@ def test_apex_kept_on_self_in_other_forms_is_reported(imported, stored, through)
     assert f"`{through}.scale_loss` calls apex amp through `{through}`" in message
 
 
-def test_apex_amp_imported_among_other_modules_goes_alone():
-    """`import os, apex.amp as amp, torch` was refused as "`import os, torch` needs apex",
-    which quoted a statement that needs nothing of apex (the 46th review): amp's name goes."""
-    out, _ = _migrated("""
-        import os, apex.amp as amp, torch
+@pytest.mark.parametrize(
+    ("imports", "kept"),
+    [
+        (
+            "import os; from apex import amp; import torch\n"
+            'from apex import amp as again; print("x")',
+            'import os; import torch\nprint("x")\n',
+        ),
+        ("import os, apex.amp as amp, torch", "import os, torch\n"),
+    ],
+)
+def test_an_amp_import_beside_other_statements_or_modules_goes_alone(imports, kept):
+    """`import os; from apex import amp; import torch` lost the whole line, `os` and `torch`
+    with it (NameError), and `from apex import amp; print(...)` its print; `import os,
+    apex.amp as amp, torch` was refused as "`import os, torch` needs apex", quoting a
+    statement that needs nothing of apex (the 46th review). amp's import goes alone."""
+    out, _ = _migrated(
+        imports
+        + """
 
 
-        def train(model, optimizer, x):
-            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
-            loss = model(x).sum()
-            with amp.scale_loss(loss, optimizer) as scaled_loss:
-                scaled_loss.backward()
-            optimizer.step()
-            print(os.sep)
-        """)
-    assert out.startswith("\nimport os, torch\n")
+def train(model, optimizer, x):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    loss = model(x).sum()
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+    print(os.sep)
+"""
+    )
+    assert out.startswith(kept)

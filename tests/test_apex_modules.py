@@ -3004,28 +3004,40 @@ def test_a_teachers_inference_initialize_beside_the_students_keeps_the_link(tmp_
     _on_cpu_beside_original(tmp_path, root, original, stub)
 
 
-def test_apex_chosen_through_flags_and_set_by_another_file_refuses_naming_it(tmp_path):
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        (  # a subclass choosing apex
+            "apex_trainer.py",
+            "from trainer import Trainer\n\n\nclass ApexTrainer(Trainer):\n"
+            "    def __init__(self, *args):\n        super().__init__(*args)\n"
+            "        self.use_apex = self.args.fp16\n",
+            "apex_trainer.py sets `.use_apex` at its line 7",
+        ),
+        (  # a callback saving apex's state where apex is chosen
+            "callbacks.py",
+            "from apex import amp\n\n\ndef save(trainer, state):\n"
+            "    if trainer.use_apex:\n        state['amp'] = amp.state_dict()\n",
+            "callbacks.py reads `.use_apex` at its line 5",
+        ),
+    ],
+)
+def test_apex_chosen_through_flags_and_used_by_another_file_refuses_naming_it(
+    tmp_path, name, text, said
+):
     """The Trainer whose `__init__` chooses apex or native through `self.use_apex` is folded
-    only where nothing else turns that flag on: a subclass in another file of the project
-    that sets it to true is named, and nothing is written."""
+    only where no other file of the project turns that flag on or reads it (the 46th
+    review's probes: a callback's apex branch left dead and the project still needing apex):
+    the other file is named, and nothing is written. A store of False there is no use."""
     root = tmp_path / "project"
     root.mkdir()
     shutil.copy(FIXTURES / "apex" / "backend_flags.py", root / "trainer.py")
-    (root / "apex_trainer.py").write_text(
-        "from trainer import Trainer\n\n\n"
-        "class ApexTrainer(Trainer):\n"
-        "    def __init__(self, *args):\n"
-        "        super().__init__(*args)\n"
-        "        self.use_apex = self.args.fp16\n"
-    )
+    (root / name).write_text(text)
     results = run(_files(root), _settings(fix=True))
     assert not any(r.changed for r in results)
     message = _amp303(results)["trainer.py"].message
-    assert "(1 blocker)" in message
-    assert "apex_trainer.py sets `.use_apex` at its line 7" in message
-    (root / "apex_trainer.py").write_text(
-        (root / "apex_trainer.py").read_text().replace("self.args.fp16", "False")
-    )
+    assert "(1 blocker)" in message and said in message
+    (root / name).write_text("def reset(trainer):\n    trainer.use_apex = False\n")
     results = run(_files(root), _settings(fix=True))
     assert [Path(r.path).name for r in results if r.changed] == ["trainer.py"]
 
@@ -3140,22 +3152,6 @@ def test_a_script_imported_for_a_class_does_not_join_its_apex_to_the_importer(tm
         ),
     }
     _fixed_beside_original(tmp_path, files, ["run.py"])
-
-
-def test_apex_chosen_through_flags_and_read_by_another_file_refuses_naming_it(tmp_path):
-    """A callback in another file saves apex's state under `trainer.use_apex` (the 46th
-    review's probe): the trainer was rewritten and the callback refused, so the project, half
-    migrated, still needed apex. The other file's read is named and nothing is written."""
-    root = tmp_path / "project"
-    root.mkdir()
-    shutil.copy(FIXTURES / "apex" / "backend_flags.py", root / "trainer.py")
-    (root / "callbacks.py").write_text(
-        "from apex import amp\n\n\ndef save(trainer, state):\n"
-        "    if trainer.use_apex:\n        state['amp'] = amp.state_dict()\n"
-    )
-    results = run(_files(root), _settings(fix=True))
-    assert not any(r.changed for r in results)
-    assert "callbacks.py reads `.use_apex` at its line 5" in _amp303(results)["trainer.py"].message
 
 
 @pytest.mark.parametrize(
