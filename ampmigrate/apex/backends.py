@@ -465,17 +465,3 @@ class BackendSwitch:
             "now trains on the native path too (mixed precision; O0 was float32, O2/O3 cast "
             "the model)"
         ), []
-
-    def _test_holding(self, node: cst.CSTNode) -> cst.BaseExpression | None:
-        """The whole test of the ``if``, ``elif`` or conditional expression that ``node`` is
-        (part of, through ``and``/``or``/``not``); None where it is read otherwise."""
-        expr: cst.CSTNode = node
-        while isinstance(self.parent(expr), cst.BooleanOperation) or (
-            isinstance(self.parent(expr), cst.UnaryOperation)
-            and isinstance(self.parent(expr).operator, cst.Not)
-        ):
-            expr = self.parent(expr)
-        parent = self.parent(expr)
-        if isinstance(parent, cst.If | cst.IfExp) and parent.test is expr:
-            return expr
-        return None

@@ -219,14 +219,26 @@ class VersionGates:
 
     def _pure_test(self, name: cst.Name) -> bool:
         """``name`` is (part of) an ``if`` test without calls: folding it drops no effect."""
-        expr: cst.CSTNode = name
+        test = self._test_holding(name)
+        return (
+            test is not None
+            and isinstance(self.parent(test), cst.If)
+            and not self.facts(test).calls
+        )
+
+    def _test_holding(self, node: cst.CSTNode) -> cst.BaseExpression | None:
+        """The whole test of the ``if``, ``elif`` or conditional expression that ``node`` is
+        (part of, through ``and``/``or``/``not``); None where it is read otherwise."""
+        expr: cst.CSTNode = node
         while isinstance(self.parent(expr), cst.BooleanOperation) or (
             isinstance(self.parent(expr), cst.UnaryOperation)
             and isinstance(self.parent(expr).operator, cst.Not)
         ):
             expr = self.parent(expr)
         parent = self.parent(expr)
-        return isinstance(parent, cst.If) and parent.test is expr and not self.facts(expr).calls
+        if isinstance(parent, cst.If | cst.IfExp) and parent.test is expr:
+            return expr
+        return None
 
     def _folded(self, expr: cst.BaseExpression, constants: dict[str, bool]) -> str | bool:
         """``expr`` with the constant flags folded: True, False or the code that is left."""
