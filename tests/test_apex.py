@@ -12415,3 +12415,35 @@ def train(model, optimizer, x):
 """
     )
     assert out.startswith(kept)
+
+
+def test_a_scaled_backward_outside_the_switch_of_initialize_states_the_crash_it_was():
+    """`if fp16_run: amp.initialize(...)` and an unconditional `amp.scale_loss`
+    (GenerativeSourceSeparation, the 46th review): with the switch off, apex raised (its amp
+    state never set up); the disabled GradScaler passes the loss through. Stated; a backward
+    under the same switch says nothing."""
+    source = """
+        import torch
+        from apex import amp
+
+
+        def train(model, optimizer, batches, fp16_run):
+            if fp16_run:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in batches:
+                loss = model(x).sum()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+        """
+    said = "`amp.scale_loss` at line 11 is under no test of `fp16_run`"
+    assert said in _migrated(source)[1].message
+    guarded = source.replace(
+        "                with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "                    scaled_loss.backward()\n",
+        "                if fp16_run:\n"
+        "                    with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "                        scaled_loss.backward()\n"
+        "                else:\n                    loss.backward()\n",
+    )
+    assert guarded != source and "under no test of" not in _migrated(guarded)[1].message

@@ -51,6 +51,7 @@ from ampmigrate.apex.common import (
     _code,
     _correctness,
     _optimizers,
+    _Setup,
     initialize_arguments,
     without_optimizer,
 )
@@ -472,6 +473,41 @@ class _Planner(
                 return True
         return False
 
+    def _scaled_where_apex_was_off(
+        self, init: cst.Call, setup: _Setup, scaled: list[cst.Call]
+    ) -> None:
+        """``if fp16: amp.initialize(...)`` and an ``amp.scale_loss`` under no test of
+        ``fp16``: where the switch is off and it runs, apex raised ("internal Amp state has not
+        been initialized"), and the disabled GradScaler passes the loss through: a crash that
+        became a float32 run, stated (the 46th review: GenerativeSourceSeparation's
+        `fp16_run=False`)."""
+        switch = setup.condition
+        if not switch or not any(
+            isinstance(a, cst.If)
+            and self.within(init, a.body)
+            and _code(self.module, a.test) == switch
+            for a in self.ancestors(init)
+        ):
+            return  # (not under an `if`: `enabled=False` set apex's state up, and it passed)
+        paths = {p for p in re.findall(r"[A-Za-z_][\w.]*", switch) if p not in ("and", "or", "not")}
+        loose = [
+            c for c in scaled
+            if not any(
+                isinstance(a, cst.If | cst.IfExp) and self.within(c, a.body)
+                and any(p in _code(self.module, a.test) for p in paths)
+                for a in self.ancestors(c)
+            )
+        ]  # fmt: skip
+        if loose:
+            lines = ", ".join(str(self.line(c)) for c in loose)
+            self.plan.notes.append(
+                f"behaviour change: `amp.scale_loss` at line {lines} is under no test of "
+                f"`{switch}`, the switch `amp.initialize` runs under: where it is false and that "
+                'runs, apex raised (its amp state was never set up: "internal Amp state has '
+                'not been initialized"), and the disabled GradScaler passes the loss through '
+                "(a plain backward in float32)"
+            )
+
     def build(self) -> Plan | None:
         calls: dict[str, list[cst.Call]] = {}
         others: list[tuple[cst.Call, str]] = []
@@ -651,6 +687,8 @@ class _Planner(
         self._hand_scaler()
         for call in calls.get("scale_loss", []):
             self._scale_loss(call, setup)
+        if initialize:
+            self._scaled_where_apex_was_off(initialize[0], setup, calls.get("scale_loss", []))
         several = [_argument(c, "optimizers", 1) for c in initialize[: 1 + len(self.merged)]]
         # every `initialize` at literal O0 (no loss_scale: refused where given) is apex off: the
         # GradScaler is made disabled, which steps plainly and scales nothing, so the order of
