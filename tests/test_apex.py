@@ -12284,7 +12284,7 @@ _SAVE = (
         (  # apex was on only where a further test held
             "        if self.use_apex:\n" + _INIT,
             "        if self.use_apex and self.args.fp16:\n" + _INIT,
-            "apex ran only where `self.use_apex and self.args.fp16` held",
+            "`self.use_apex` is read here in a form whose native counterpart this rewrite does",
         ),
         (  # an option the native arm's GradScaler does not keep
             'opt_level="O1")',
@@ -12294,7 +12294,7 @@ _SAVE = (
         (  # apex's scale saved under the apex choice; the native path saves none
             "\n    def training_step",
             _SAVE,
-            "apex saved its loss scale here, under the apex choice, and the native path saves",
+            "apex's state is saved or loaded here under the apex choice, and the native path's",
         ),
         (  # the flag set again in another form
             "        self.use_amp = False\n",
@@ -12305,6 +12305,44 @@ _SAVE = (
             "        self.use_amp = False\n",
             '        self.use_amp = False\n        setattr(self, "use_apex", False)\n',
             '`setattr(self, "use_apex", False)` sets it too',
+        ),
+        (  # the 46th review's second round: the native autocast switched by its argument
+            'with torch.amp.autocast("cuda", dtype=torch.float16):',
+            'with torch.amp.autocast("cuda", dtype=torch.float16, enabled=self.args.fp16):',
+            "the native autocast here is switched or typed by its arguments",
+        ),
+        (  # ... or in bfloat16
+            'with torch.amp.autocast("cuda", dtype=torch.float16):',
+            'with torch.amp.autocast("cuda", dtype=torch.bfloat16):',
+            "the native autocast here is switched or typed by its arguments",
+        ),
+        (  # the native GradScaler configured otherwise
+            '                self.scaler = torch.amp.GradScaler("cuda")\n',
+            '                self.scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)\n',
+            "the native arm also runs `self.scaler = torch.amp.GradScaler(",
+        ),
+        (  # the native arm does more
+            "                self.use_amp = True\n",
+            "                self.use_amp = True\n                self.args.clip = 0.0\n",
+            "the native arm also runs `self.args.clip = 0.0`",
+        ),
+        (  # the native scaled backward under another test
+            "        if self.use_amp:\n"
+            "            self.scaler.scale(loss).backward()\n        elif",
+            "        if self.args.fp16_backend == 'amp':\n"
+            "            self.scaler.scale(loss).backward()\n        elif",
+            "`self.use_apex` is read here in a form whose native counterpart",
+        ),
+        (  # the apex branch also steps (accumulation, a step of its own)
+            "                scaled_loss.backward()\n",
+            "                scaled_loss.backward()\n            self.optimizer.step()\n",
+            "`self.use_apex` is read here in a form whose native counterpart",
+        ),
+        (  # the native path steps without the scaler
+            "                self.scaler.step(self.optimizer)\n"
+            "                self.scaler.update()\n",
+            "                self.optimizer.step()\n                self.scaler.update()\n",
+            "the native path steps through no `self.scaler.step(...)` under `if self.use_amp:`",
         ),
         (  # a subclass in the same file choosing apex
             'if __name__ == "__main__":',
@@ -12346,7 +12384,7 @@ def test_apex_chosen_through_flags_takes_the_cuda_arm_and_states_float32_forward
             '            elif args.fp16_backend == "amp":\n',
         )
         .replace("\n    def training_step", _EVALUATE)
-        .replace(_INIT, _INIT + "            self.model = model\n")
+        .replace(_INIT, _INIT + "        self.model = model\n")
     )
     out, finding = _migrated(source)
     apex_arm = out[out.index("            else:\n") : out.index("    def train")]

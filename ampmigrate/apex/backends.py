@@ -43,6 +43,10 @@ def _self_attribute(node: cst.CSTNode) -> str | None:
     return None
 
 
+def _statements_of(block: cst.CSTNode) -> list[cst.BaseStatement] | None:
+    return list(block.body) if isinstance(block, cst.Module | cst.IndentedBlock) else None
+
+
 def _truth(node: cst.BaseExpression) -> bool | None:
     if isinstance(node, cst.Name) and node.value in ("True", "False"):
         return node.value == "True"
@@ -76,8 +80,14 @@ class BackendSwitch:
     def _cuda_scaler(self, node: cst.CSTNode) -> bool:
         """``torch.amp.GradScaler(...)`` / ``torch.cuda.amp.GradScaler(...)``: CUDA's own
         (not torch_xla's, nor a text that only names it)."""
-        return isinstance(node, cst.Call) and any(
+        if not isinstance(node, cst.Call) or not any(
             q.startswith("torch.") and q.endswith(".GradScaler") for q in self.qualified(node.func)
+        ):
+            return False
+        device = next((a.value for a in node.args if a.keyword is None or a.keyword.value
+                       == "device"), None)  # fmt: skip
+        return device is None or (
+            isinstance(device, cst.SimpleString) and device.evaluated_value == "cuda"
         )
 
     def _guarded_by(self, node: cst.CSTNode, flag: str) -> bool:
@@ -288,15 +298,62 @@ class BackendSwitch:
                 f"`amp.initialize` also sets {', '.join(f'`{o}`' for o in options)}, which the "
                 "native arm's GradScaler does not: migrate by hand",
             ))  # fmt: skip
-        for node in reads:  # apex ran only where the test held: the native arm has no such test
-            test = self._test_holding(node)
-            if test is not None and not (
-                test is node or (isinstance(test, cst.UnaryOperation) and test.expression is node)
-            ):
+        found += self._native_differs(init, flag, on, native, reads)
+        return found
+
+    def _native_differs(
+        self,
+        init: cst.Call,
+        flag: str,
+        on: str,
+        native: cst.IndentedBlock,
+        reads: list[cst.CSTNode],
+    ) -> list[tuple[int, str]]:
+        """Where the native path would not do what apex's did (the 46th review's second round
+        of probes: a native scaler or autocast switched or configured otherwise, a bfloat16
+        arm, an apex branch that also clips, accumulates or steps, a native path without
+        `scaler.step`): the native path is taken only in the exact form the Hugging Face 4.x
+        Trainer and its copies have; every other read of the apex flag is refused."""
+        found: list[tuple[int, str]] = []
+        scaler = None
+        for statement in native.body:  # `self.use_amp = True`, `self.scaler = GradScaler()`
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+            target = (
+                small.targets[0].target
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
+            )  # fmt: skip
+            if _self_attribute(target) == on and _truth(small.value) is True:
+                continue
+            if _self_attribute(target) is not None and self._plain_scalers(small.value):
+                scaler = _code(self.module, target)
+                continue
+            found.append((
+                self.line(statement),
+                f"the native arm also runs `{_code(self.module, statement).strip()[:60]}`, "
+                "which the apex choice would run too: migrate by hand",
+            ))  # fmt: skip
+        for made in (n for n in self.nodes if self._cuda_scaler(n)):
+            if len(made.args) > 1 or any(a.keyword is not None for a in made.args):
                 found.append((
-                    self.line(node),
-                    f"apex ran only where `{_code(self.module, test)}` held, and the native "
-                    f"arm turns mixed precision on wherever apex is chosen: migrate by hand",
+                    self.line(made),
+                    f"the native GradScaler is made with `{_code(self.module, made)}`, where "
+                    "apex's loss scale was dynamic from 2**16: migrate by hand",
+                ))  # fmt: skip
+        for block in (n for n in self.nodes if isinstance(n, cst.With)):
+            calls = [i.item for i in block.items if isinstance(i.item, cst.Call)]
+            if not any("autocast" in _code(self.module, c.func) for c in calls):
+                continue
+            if any(
+                a.keyword is not None
+                and (a.keyword.value != "dtype"
+                     or _code(self.module, a.value) not in ("torch.float16", "torch.half"))
+                for c in calls for a in c.args
+            ):  # fmt: skip
+                found.append((
+                    self.line(block),
+                    "the native autocast here is switched or typed by its arguments "
+                    f"(`{_code(self.module, calls[0])}`), not by `self.{on}` alone: migrate "
+                    "by hand",
                 ))  # fmt: skip
         autocasts = [
             n for n in self.nodes
@@ -308,28 +365,107 @@ class BackendSwitch:
         ]  # fmt: skip
         apart = [a for a in autocasts if not self._guarded_by(a, on)]
         if not autocasts or apart:
-            line = self.line(apart[0]) if apart else self.line(native)
             found.append((
-                line,
-                f"the forward's autocast {'at this line runs under another test than' if apart else 'is nowhere under a test of'} "  # noqa: E501
-                f"`self.{on}`, which the apex choice turns on: that choice would train with a "
-                "GradScaler and no float16 forward; migrate by hand",
+                self.line(apart[0]) if apart else self.line(native),
+                f"the forward's autocast at this line runs under another test than `self.{on}`"
+                if apart
+                else f"no `with autocast(...)` is under a test of `self.{on}` here (an autocast "
+                "made in a helper or kept in a variable is not followed)",
             ))  # fmt: skip
-        if self._apex_state_calls() and not any(
-            isinstance(n, cst.Call)
-            and isinstance(n.func, cst.Attribute)
-            and n.func.attr.value == "state_dict"
-            and self._scaler_attribute(n.func.value)
-            for n in self.nodes
-        ):
+        steps = [
+            n for n in self.nodes
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value == "step" and scaler is not None
+            and _code(self.module, n.func.value) == scaler and self._exactly_under(n, on)
+        ]  # fmt: skip
+        if scaler is None or not steps:
+            found.append((
+                self.line(native),
+                f"the native path steps through no `{scaler or 'scaler'}.step(...)` under "
+                f"`if self.{on}:`: migrate by hand",
+            ))  # fmt: skip
+        for node in reads:
+            if not self._read_checked(node, init, flag, on, scaler):
+                found.append((
+                    self.line(node),
+                    f"`self.{flag}` is read here in a form whose native counterpart this rewrite "
+                    "does not check (it takes an `if` holding `initialize` alone, an `elif` "
+                    "holding `amp.scale_loss(...)` after the native scaled backward, and the "
+                    "`amp.master_params(...) if ... else ...` of a clip after the native "
+                    "`unscale_`): migrate by hand",
+                ))  # fmt: skip
+        if self._apex_state_calls():
             first = self._apex_state_calls()[0]
             found.append((
                 self.line(first),
-                "apex saved its loss scale here, under the apex choice, and the native path "
-                "saves no GradScaler state: a resumed run would restart the scale; save the "
-                "GradScaler's state on the native path first, then migrate",
+                "apex's state is saved or loaded here under the apex choice, and the native "
+                "path's checkpoint is not checked against it: migrate by hand",
             ))  # fmt: skip
         return found
+
+    def _plain_scalers(self, value: cst.BaseExpression) -> bool:
+        """A GradScaler made with no options (CUDA's, or fairscale's ``ShardedGradScaler()``),
+        or a conditional expression between two such."""
+        if isinstance(value, cst.IfExp):
+            return self._plain_scalers(value.body) and self._plain_scalers(value.orelse)
+        if not isinstance(value, cst.Call):
+            return False
+        sharded = _code(self.module, value.func).endswith("ShardedGradScaler")
+        return (self._cuda_scaler(value) or sharded) and all(
+            a.keyword is None and isinstance(a.value, cst.SimpleString) for a in value.args
+        )
+
+    def _exactly_under(self, node: cst.CSTNode, on: str) -> bool:
+        """``node`` in the body of an ``if``/``elif`` whose test is ``self.<on>`` alone."""
+        return any(
+            isinstance(a, cst.If) and self.within(node, a.body) and _self_attribute(a.test) == on
+            for a in self.ancestors(node)
+        )
+
+    def _read_checked(
+        self, node: cst.CSTNode, init: cst.Call, flag: str, on: str, scaler: str | None
+    ) -> bool:
+        """``node`` (a read of ``self.<flag>``) is one of the three forms whose native
+        counterpart is checked: ``if self.use_apex: <initialize alone>``; ``if self.use_amp:
+        <scaler>.scale(loss).backward() elif self.use_apex: with amp.scale_loss(loss, ...) as s:
+        s.backward()``; ``amp.master_params(opt) if self.use_apex else ...`` in a statement
+        after ``if self.use_amp: <scaler>.unscale_(opt)``."""
+        parent = self.parent(node)
+        if isinstance(parent, cst.If) and parent.test is node:
+            body = list(parent.body.body) if isinstance(parent.body, cst.IndentedBlock) else []
+            if len(body) == 1 and self.within(init, body[0]) and not self._is_elif(parent):
+                return True
+            before = self.parent(parent) if self._is_elif(parent) else None
+            with_ = body[0] if len(body) == 1 else None
+            return (
+                isinstance(before, cst.If)
+                and _self_attribute(before.test) == on
+                and isinstance(with_, cst.With)
+                and "amp.scale_loss" in _code(self.module, with_.items[0].item)
+                and len(with_.body.body) == 1
+                and _code(self.module, with_.body.body[0]).strip().endswith(".backward()")
+                and len(before.body.body) == 1
+                and scaler is not None
+                and _code(self.module, before.body.body[0]).strip().startswith(f"{scaler}.scale(")
+            )
+        if isinstance(parent, cst.IfExp) and parent.test is node:
+            if "master_params" not in _code(self.module, parent.body) or scaler is None:
+                return False
+            statement: cst.CSTNode = self.statement(parent)
+            for outer in (statement, *self.ancestors(statement)):
+                located = self.block_of(outer) if isinstance(outer, cst.BaseStatement) else None
+                if located is None:
+                    continue
+                block, index = located
+                for earlier in (_statements_of(block) or [])[:index]:
+                    if (
+                        isinstance(earlier, cst.If)
+                        and _self_attribute(earlier.test) == on
+                        and f"{scaler}.unscale_(" in _code(self.module, earlier.body)
+                    ):
+                        return True
+            return False
+        return False
 
     def _scaler_attribute(self, node: cst.CSTNode) -> bool:
         """``self.scaler`` where the file stores a CUDA GradScaler into it."""
