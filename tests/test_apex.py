@@ -12431,6 +12431,11 @@ def test_apex_kept_on_self_in_other_forms_is_reported(imported, stored, through)
             'import os; import torch\nprint("x")\n',
         ),
         ("import os, apex.amp as amp, torch", "import os, torch\n"),
+        (  # (the second round: a suite after `if`, a `;` left at the end)
+            "import torch\nif True: from apex import amp; import os\n"
+            "import math; from apex import amp",
+            "import torch\nif True: import os\nimport math\n",
+        ),
     ],
 )
 def test_an_amp_import_beside_other_statements_or_modules_goes_alone(imports, kept):

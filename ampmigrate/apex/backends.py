@@ -221,7 +221,10 @@ class BackendSwitch:
             f"what the native arm does, and `self.{flag}` is never true now: {folded} test(s) "
             "of it were folded and the apex branches went (behaviour change: a run that chose "
             "apex trains with the native path, autocast + GradScaler; one without apex "
-            "installed no longer raises; a log line may still name apex"
+            "installed no longer raises; a log line may still name apex; a forward the "
+            f"native path runs outside its autocast (not under `if self.{on}:`, an "
+            "evaluation say) ran under apex's casts after `initialize` and runs in float32 "
+            "now"
             + (
                 "; checkpoints saved under apex hold its loss-scale format: convert them with "
                 "`ampmigrate convert-checkpoint`)"

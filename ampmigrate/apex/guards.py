@@ -119,15 +119,24 @@ class Guards:
                 statement = self.statement(node)
                 if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
                     lines.append(statement)
-        shared = [  # `import os; from apex import amp; import torch`: only amp's import goes
-            line for line in lines
-            if isinstance(line, cst.SimpleStatementLine) and len(line.body) > 1
-        ]  # fmt: skip
-        for line in shared:
-            lines.remove(line)
-            for small in line.body:
-                if self._amp_only_import(small):
-                    self.plan.edits[small] = lambda _u: cst.RemoveFromParent()
+        # `import os; from apex import amp; import torch` (or after `if x:` on one line): only
+        # amp's import goes, and the last one left ends without a `;`
+        for node in [
+            n
+            for n in self.nodes
+            if isinstance(n, cst.SimpleStatementLine | cst.SimpleStatementSuite)
+        ]:
+            going = [s for s in node.body if self._amp_only_import(s)]
+            if not going or len(going) == len(node.body):
+                continue
+            lines[:] = [
+                line
+                for line in lines
+                if not (line is node or (isinstance(line, cst.If) and line.body is node))
+            ]
+            kept = [s for s in node.body if s not in going]
+            kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            self.plan.edits[node] = lambda u, k=kept: u.with_changes(body=k)
         guarded: dict[cst.Try, list[cst.BaseStatement]] = {}
         for line in lines:
             try_node = self.parent(self.parent(line))
