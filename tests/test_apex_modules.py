@@ -3183,3 +3183,34 @@ def test_a_parameter_added_after_star_slash_or_keywords_keeps_one_per_line(
     }
     root, _ = _fixed_beside_original(tmp_path, files, ["main.py", "trainer.py"])
     assert expected in (root / "trainer.py").read_text()
+
+
+def test_a_module_kept_on_self_and_called_through_by_another_file_refuses_naming_it(tmp_path):
+    """The trainer keeps apex's module as `self.amp` and initializes through it; an engine in
+    another file scales through `t.amp` on the trainer it receives (the 46th review's second
+    round): the trainer was rewritten and the engine refused, and the run raised
+    AttributeError. The other file is named and nothing is written."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "trainer.py").write_text(
+        "import torch\nfrom apex import amp\nfrom engine import train_step\n\n\n"
+        "class Trainer:\n    def __init__(self, model, opt):\n"
+        "        self.model, self.opt = model, opt\n\n"
+        "    def setup(self):\n        self.amp = amp\n"
+        "        self.model, self.opt = self.amp.initialize(\n"
+        '            self.model, self.opt, opt_level="O1"\n        )\n\n'
+        "    def save(self):\n        return {'amp': self.amp.state_dict()}\n\n"
+        "    def fit(self, data):\n        for x, y in data:\n            train_step(self, x, y)\n"
+    )
+    (root / "engine.py").write_text(
+        "import torch\n\n\ndef train_step(t, x, y):\n"
+        "    loss = torch.nn.functional.mse_loss(t.model(x), y)\n"
+        "    with t.amp.scale_loss(loss, t.opt) as scaled_loss:\n        scaled_loss.backward()\n"
+        "    t.opt.step()\n"
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    assert (
+        "engine.py calls apex through `.amp` at its line 6"
+        in _amp303(results)["trainer.py"].message
+    )

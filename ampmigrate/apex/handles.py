@@ -32,6 +32,7 @@ from ampmigrate.apex.common import (
 from ampmigrate.apex.links import (
     _Graph,
     _listed,
+    _project_files,
     apex_siblings,
     apex_subclasses,
     initializing_imports,
@@ -500,6 +501,27 @@ class Handles:
         self.followed |= planned
         return planned
 
+    def _kept_read_elsewhere(self, attribute: str) -> tuple[str, int] | None:
+        """Another file of the project that calls apex through ``<object>.<attribute>``
+        (``t.amp.scale_loss(...)`` in an engine that receives the trainer): (it as shown, the
+        line); None where none does."""
+        if self.path is None:
+            return None
+        here = os.path.abspath(self.path)
+        pattern = re.compile(
+            rf"\.{re.escape(attribute)}\.(?:scale_loss|master_params|state_dict|"
+            rf"load_state_dict|initialize)\(".encode()
+        )
+        for file in _project_files(self.path) or []:
+            if os.path.abspath(file) == here:
+                continue
+            data = _read(file)
+            found = pattern.search(data)
+            if found is not None:
+                shown = os.path.relpath(file, os.path.dirname(here))
+                return shown, data.count(b"\n", 0, found.start()) + 1
+        return None
+
     def _cleared(self, target: cst.Attribute) -> bool:
         """``target`` is stored None (``self.amp = None``, or a place of ``self.model,
         self.amp = [None, None]``, RetinaNet's reset in ``__init__``): no apex call could go
@@ -586,6 +608,12 @@ class Handles:
                 and isinstance(self.parent(other), cst.Arg)
             ):
                 return f"`{where}` may be read by name at line {self.line(other)}"
+        other = self._kept_read_elsewhere(attribute)
+        if other is not None:  # (the 46th review: a partial migration there raised)
+            return (
+                f"{other[0]} calls apex through `.{attribute}` at its line {other[1]}, on the "
+                "object it is kept on, and would not find it there once it holds the GradScaler"
+            )
         users = {id(self.function(c)) for c in through}
         if not linked and self.path is not None:
             names = [f.name.value for f in self.module.body if isinstance(f, cst.FunctionDef)
