@@ -12490,3 +12490,31 @@ def test_a_scaled_backward_outside_the_switch_of_initialize_states_the_crash_it_
         "                else:\n                    loss.backward()\n",
     )
     assert guarded != source and "under no test of" not in _migrated(guarded)[1].message
+
+
+@pytest.mark.parametrize(
+    ("imported", "bound"),
+    [
+        ("import apex", "apex.amp"),
+        ("import apex.amp", "apex.amp"),
+        ("from apex import amp as a", "a"),
+    ],
+)
+def test_apex_amp_bound_to_a_name_by_assignment_is_reported(imported, bound):
+    """`import apex; amp = apex.amp` at module level, then `amp.initialize(...)`: "All checks
+    passed" (the 46th review's second round). Each call through the name is reported."""
+    message = _message(f"""
+        import torch
+        {imported}
+
+        amp = {bound}
+
+
+        def train(model, optimizer, x):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            loss = model(x).sum()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+        """)
+    assert f"`amp.initialize` calls apex amp through `amp`, bound to `{bound}`" in message

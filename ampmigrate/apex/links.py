@@ -290,6 +290,15 @@ def stray_calls(
     found: list[tuple[ast.AST, str]] = []
     roots = _apex_roots(names)  # (an import binding always has its alias)
     stored = _stored_handles(names, roots)
+    # `amp = apex.amp` (after `import apex`), `mod = amp`: a name bound to apex's module by
+    # an assignment, which no import resolution reaches (the 46th review: no finding at all)
+    aliases = {
+        n.targets[0].id: (n.lineno, ast.unparse(n.value))
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and len(n.targets) == 1
+        and isinstance(n.targets[0], ast.Name) and n.targets[0].id not in roots
+        and any(q == APEX.rstrip(".") for q in names.qualified(n.value))
+    } if roots else {}  # fmt: skip
     for node in ast.walk(tree):
         if isinstance(node, ast.Return) and roots:
             if _hands_out(node, names):
@@ -316,6 +325,13 @@ def stray_calls(
             (a.name for a in names.ancestors(node) if isinstance(a, ast.FunctionDef)), None
         )
         inside = f"`{function}`" if function else "module-level code"
+        if isinstance(holder, ast.Name) and holder.id in aliases:
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` calls apex amp through `{holder.id}`, bound to "
+                f"`{aliases[holder.id][1]}` at line {aliases[holder.id][0]}, which the rewrite "
+                f"does not follow: write `from apex import amp` (or migrate it by hand) first"
+            )))  # fmt: skip
+            continue
         if (
             isinstance(holder, ast.Name)
             and holder.id in roots
