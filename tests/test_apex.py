@@ -12399,6 +12399,8 @@ def test_apex_chosen_through_flags_takes_the_cuda_arm_and_states_float32_forward
         ("from apex import amp", "self.amp, self.fp16 = (amp if fp16 else None), fp16", "self.amp"),
         ("import apex", "self.amp = apex.amp if fp16 else None", "self.amp"),
         ("import apex", "self.amp = apex.amp", "self.amp"),
+        ("from apex import amp", "self.amp: object = amp", "self.amp"),
+        ("from apex import amp", "[self.amp] = [amp]", "self.amp"),
     ],
 )
 def test_apex_kept_on_self_in_other_forms_is_reported(imported, stored, through):

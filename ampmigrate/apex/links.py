@@ -697,12 +697,18 @@ def _stored_handles(
                     isinstance(assign, ast.IfExp) and value in (assign.body, assign.orelse)
                 ) or isinstance(assign, ast.BoolOp):
                     value, assign = assign, names.parent(assign)
-                if isinstance(assign, ast.Tuple) and isinstance(names.parent(assign), ast.Assign):
+                if isinstance(assign, ast.Tuple | ast.List) and isinstance(
+                    names.parent(assign), ast.Assign
+                ):
                     position = assign.elts.index(value)
                     value, assign = assign, names.parent(assign)
-            if not (isinstance(assign, ast.Assign) and assign.value is value):
+            if isinstance(assign, ast.AnnAssign) and assign.value is value:
+                targets = [assign.target]  # (`self.amp: object = amp`)
+            elif isinstance(assign, ast.Assign) and assign.value is value:
+                targets = assign.targets
+            else:
                 continue
-            for target in assign.targets:
+            for target in targets:
                 if position is not None:
                     elements = target.elts if isinstance(target, ast.Tuple | ast.List) else []
                     target = elements[position] if len(elements) == len(value.elts) else None
