@@ -503,8 +503,9 @@ class Handles:
 
     def _kept_read_elsewhere(self, attribute: str) -> tuple[str, int] | None:
         """Another file of the project that calls apex through ``<object>.<attribute>``
-        (``t.amp.scale_loss(...)`` in an engine that receives the trainer): (it as shown, the
-        line); None where none does."""
+        (``t.amp.scale_loss(...)`` in an engine that receives the trainer) and imports no apex
+        itself (a sibling script keeping apex's module on its own `args` is its own process's):
+        (it as shown, the line); None where none does."""
         if self.path is None:
             return None
         here = os.path.abspath(self.path)
@@ -517,7 +518,7 @@ class Handles:
                 continue
             data = _read(file)
             found = pattern.search(data)
-            if found is not None:
+            if found is not None and not re.search(rb"^\s*(from apex\b|import apex\b)", data, re.M):
                 shown = os.path.relpath(file, os.path.dirname(here))
                 return shown, data.count(b"\n", 0, found.start()) + 1
         return None
@@ -608,7 +609,7 @@ class Handles:
                 and isinstance(self.parent(other), cst.Arg)
             ):
                 return f"`{where}` may be read by name at line {self.line(other)}"
-        other = self._kept_read_elsewhere(attribute)
+        other = None if linked else self._kept_read_elsewhere(attribute)
         if other is not None:  # (the 46th review: a partial migration there raised)
             return (
                 f"{other[0]} calls apex through `.{attribute}` at its line {other[1]}, on the "
