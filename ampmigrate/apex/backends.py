@@ -18,14 +18,13 @@ usual.
 from __future__ import annotations
 
 import ast
-import os
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code, initialize_arguments
+from ampmigrate.apex.common import _code, _statements, initialize_arguments, literal_bool
 from ampmigrate.apex.guards import _branch
-from ampmigrate.apex.links import _project_files, _read
 from ampmigrate.apex.regions import _KEEP
+from ampmigrate.apex.verdict import not_o1
 from ampmigrate.replace import ReplaceNodes
 
 # what `initialize` may say besides its models and optimizers for the native arm to stand in
@@ -40,16 +39,6 @@ def _self_attribute(node: cst.CSTNode) -> str | None:
         and node.value.value == "self"
     ):
         return node.attr.value
-    return None
-
-
-def _statements_of(block: cst.CSTNode) -> list[cst.BaseStatement] | None:
-    return list(block.body) if isinstance(block, cst.Module | cst.IndentedBlock) else None
-
-
-def _truth(node: cst.BaseExpression) -> bool | None:
-    if isinstance(node, cst.Name) and node.value in ("True", "False"):
-        return node.value == "True"
     return None
 
 
@@ -113,7 +102,7 @@ class BackendSwitch:
         stores = [
             n for n in self.nodes
             if isinstance(n, cst.Assign) and len(n.targets) == 1
-            and _self_attribute(n.targets[0].target) == flag and _truth(n.value) is True
+            and _self_attribute(n.targets[0].target) == flag and literal_bool(n.value) is True
         ]  # fmt: skip
         for store in stores:  # (another store of True is the refusal's: _inexact)
             chosen = self._chosen_by(store, flag)
@@ -146,7 +135,7 @@ class BackendSwitch:
                 name = (
                     _self_attribute(node.targets[0].target)
                     if isinstance(node, cst.Assign) and len(node.targets) == 1
-                    and _truth(node.value) is True
+                    and literal_bool(node.value) is True
                     else None
                 )  # fmt: skip
                 if name is None or name == flag:
@@ -275,7 +264,7 @@ class BackendSwitch:
                 and node is not store
                 and any(_self_attribute(t.target) == flag for t in node.targets)
             ):
-                stored = _truth(node.value) is not False or len(node.targets) != 1
+                stored = literal_bool(node.value) is not False or len(node.targets) != 1
             if isinstance(node, cst.SimpleString) and node.evaluated_value == flag:
                 stored = True  # (`setattr(self, "use_apex", ...)`)
             if stored:
@@ -325,7 +314,7 @@ class BackendSwitch:
                 small.targets[0].target
                 if isinstance(small, cst.Assign) and len(small.targets) == 1 else None
             )  # fmt: skip
-            if _self_attribute(target) == on and _truth(small.value) is True:
+            if _self_attribute(target) == on and literal_bool(small.value) is True:
                 continue
             if _self_attribute(target) is not None and self._plain_scalers(small.value):
                 scaler = _code(self.module, target)
@@ -397,10 +386,10 @@ class BackendSwitch:
                     "`amp.master_params(...) if ... else ...` of a clip after the native "
                     "`unscale_`): migrate by hand",
                 ))  # fmt: skip
-        if self._apex_state_calls():
-            first = self._apex_state_calls()[0]
+        state = self._apex_state_calls()
+        if state:
             found.append((
-                self.line(first),
+                self.line(state[0]),
                 "apex's state is saved or loaded here under the apex choice, and the native "
                 "path's checkpoint is not checked against it: migrate by hand",
             ))  # fmt: skip
@@ -460,7 +449,7 @@ class BackendSwitch:
                 if located is None:
                     continue
                 block, index = located
-                for earlier in (_statements_of(block) or [])[:index]:
+                for earlier in (_statements(block) or [])[:index]:
                     if (
                         isinstance(earlier, cst.If)
                         and _self_attribute(earlier.test) == on
@@ -469,16 +458,6 @@ class BackendSwitch:
                         return True
             return False
         return False
-
-    def _scaler_attribute(self, node: cst.CSTNode) -> bool:
-        """``self.scaler`` where the file stores a CUDA GradScaler into it."""
-        spelled = _code(self.module, node)
-        return any(
-            isinstance(n, cst.Assign)
-            and any(_code(self.module, t.target) == spelled for t in n.targets)
-            and any(self._cuda_scaler(c) for c in self._subtree(n.value))
-            for n in self.nodes
-        )
 
     def _apex_state_calls(self) -> list[cst.Call]:
         return [
@@ -491,19 +470,14 @@ class BackendSwitch:
         """Another file of the project that stores into ``.<flag>`` anything but False, in any
         form (a tuple, an annotation, ``setattr``), or reads it (its apex branch would be dead,
         and it would still need apex): (the file as shown, the line, "sets" or "reads")."""
-        if self.path is None:
-            return None
-        here = os.path.abspath(self.path)
         word = flag.encode()
-        for file in _project_files(self.path) or []:
-            data = _read(file)
-            if os.path.abspath(file) == here or word not in data:
+        for shown, data in self._other_files():
+            if word not in data:
                 continue
             try:
                 tree = ast.parse(data)
             except (SyntaxError, ValueError):
                 continue
-            shown = os.path.relpath(file, os.path.dirname(here))
             cleared = {  # `x.use_apex = False`: the fold holds there
                 id(node.targets[0])
                 for node in ast.walk(tree)
@@ -578,12 +552,7 @@ class BackendSwitch:
         notes = len(self.plan.notes)
         if isinstance(level, cst.SimpleString):
             switch = None
-            self.problem(
-                init,
-                f"opt_level {level.evaluated_value}: only O1 (autocast + GradScaler) exists in "
-                "torch.amp; O2/O3 cast the model, which native AMP does not do (switch to O1 "
-                "first if that is acceptable)",
-            )
+            self.problem(init, not_o1(level.evaluated_value))
         else:
             switch = self._level_switch(level, init)
             if switch is None and len(self.plan.problems) == blockers:

@@ -42,16 +42,22 @@ class _Setup:
     by_scaler: bool = False  # autocast asks the scaler (`enabled=scaler.is_enabled()`)
 
 
+def literal_bool(node: cst.BaseExpression) -> bool | None:
+    """``True`` / ``False`` as written; None for anything else."""
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    return None
+
+
 def flag_assignment(small: cst.BaseSmallStatement) -> tuple[str, bool] | None:
     """``name = True`` / ``name = False``: (name, value)."""
     if (
         isinstance(small, cst.Assign)
         and len(small.targets) == 1
         and isinstance(small.targets[0].target, cst.Name)
-        and isinstance(small.value, cst.Name)
-        and small.value.value in ("True", "False")
+        and (value := literal_bool(small.value)) is not None
     ):
-        return small.targets[0].target.value, small.value.value == "True"
+        return small.targets[0].target.value, value
     return None
 
 

@@ -36,8 +36,7 @@ class Guards:
             if isinstance(node, cst.ImportFrom) and node.module is not None:
                 module = _code(self.module, node.module)
                 names = [] if isinstance(node.names, cst.ImportStar) else node.names
-                only_amp = module == "apex" and [a.evaluated_name for a in names] == ["amp"]
-                if only_amp or module.startswith("apex.amp"):
+                if self._amp_only_import(node):
                     lines.append(self.statement(node))
                     self.bound |= {a.evaluated_alias or a.evaluated_name for a in names}
                 elif (
@@ -91,7 +90,7 @@ class Guards:
                 if any(n == "apex" or n.startswith("apex.") for n in names):
                     if names == ["apex"] and node.names[0].asname is None and self._beyond_amp():
                         self._stays("import apex")  # for `apex.parallel...`; amp's uses go
-                    elif all(n in ("apex", "apex.amp") for n in names):
+                    elif self._amp_only_import(node):
                         lines.append(self.statement(node))
                         self.bound |= {
                             a.evaluated_alias or _code(self.module, a.name).split(".")[0]

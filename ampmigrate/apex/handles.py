@@ -9,6 +9,7 @@ import ast
 import functools
 import os
 import re
+from collections.abc import Iterator
 
 import libcst as cst
 
@@ -506,8 +507,13 @@ class Handles:
         (``t.amp.scale_loss(...)`` in an engine that receives the trainer) and imports no apex
         itself (a sibling script keeping apex's module on its own `args` is its own process's):
         (it as shown, the line); None where none does."""
-        if self.path is None:
-            return None
+        members = "|".join(sorted(SUPPORTED))
+        pattern = re.compile(rf"\.{re.escape(attribute)}\.(?:{members})\(".encode())
+        for shown, data in self._other_files():
+            found = pattern.search(data)
+            if found is not None and not re.search(rb"^\s*(from apex\b|import apex\b)", data, re.M):
+                return shown, data.count(b"\n", 0, found.start()) + 1
+        return None
         here = os.path.abspath(self.path)
         pattern = re.compile(
             rf"\.{re.escape(attribute)}\.(?:scale_loss|master_params|state_dict|"
@@ -522,6 +528,15 @@ class Handles:
                 shown = os.path.relpath(file, os.path.dirname(here))
                 return shown, data.count(b"\n", 0, found.start()) + 1
         return None
+
+    def _other_files(self) -> Iterator[tuple[str, bytes]]:
+        """The project's other files on disk, as shown from this one, with their bytes."""
+        if self.path is None:
+            return
+        here = os.path.abspath(self.path)
+        for file in _project_files(self.path) or []:
+            if os.path.abspath(file) != here:
+                yield os.path.relpath(file, os.path.dirname(here)), _read(file)
 
     def _cleared(self, target: cst.Attribute) -> bool:
         """``target`` is stored None (``self.amp = None``, or a place of ``self.model,
@@ -756,15 +771,7 @@ class Handles:
         klass = next((a for a in self.ancestors(init) if isinstance(a, cst.ClassDef)), None)
         if klass is None or self.path is None:
             return None
-        tested = {
-            n.attr.value
-            for a in self.ancestors(init)
-            if isinstance(a, cst.If) and self.within(init, a.body)
-            for n in self._subtree(a.test)
-            if isinstance(n, cst.Attribute)
-            and isinstance(n.value, cst.Name)
-            and n.value.value == "self"
-        }
+        tested = set(self._apex_flags(init))
         stored = {
             t.target.attr.value
             for t in self.nodes

@@ -23,7 +23,7 @@ from ampmigrate.apex.common import (
     without_optimizer,
 )
 from ampmigrate.apex.links import calls_keep_default, level_elsewhere
-from ampmigrate.apex.verdict import APEX
+from ampmigrate.apex.verdict import APEX, not_o1
 from ampmigrate.findings import DECLARE_LEVEL
 from ampmigrate.replace import ReplaceNodes
 
@@ -194,12 +194,7 @@ class Initialize:
                     "regions are off, which is the same; set both on to train in mixed precision"
                 )
             elif level.evaluated_value != "O1":
-                self.problem(
-                    init,
-                    f"opt_level {level.evaluated_value}: only O1 (autocast + GradScaler) exists "
-                    "in torch.amp; O2/O3 cast the model, which native AMP does not do (switch "
-                    "to O1 first if that is acceptable)",
-                )
+                self.problem(init, not_o1(level.evaluated_value))
         elif level is None:  # O1 is apex's default (before June 2019 apex raised without one)
             if positional_note is None:
                 self.plan.notes.append("`amp.initialize` has no opt_level: apex's default, O1")

@@ -164,7 +164,7 @@ def stored_calls(tree: ast.Module, names: Names) -> list[ast.Call]:
     through = [
         n for n in ast.walk(tree)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-        and ast.unparse(n.func.value) in stored and n.func.attr in _STORED_MEMBERS
+        and ast.unparse(n.func.value) in stored and n.func.attr in _MEMBERS
     ]  # fmt: skip
     blocks = {  # where each is kept: the planner follows a store in the block of `initialize`
         id(holder)
@@ -185,10 +185,6 @@ def _statement_of(node: ast.AST, names: Names) -> ast.AST:
     while not isinstance(node, ast.stmt):
         node = names.parent(node)
     return node
-
-
-_STORED_MEMBERS = frozenset({"initialize", "scale_loss", "master_params", "state_dict",
-                             "load_state_dict"})  # fmt: skip
 
 
 def apex_references(names: Names) -> list[ast.Attribute]:
@@ -2089,7 +2085,7 @@ def _stray(statement: ast.stmt) -> bool:
     return any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
         and isinstance(n.func.value, ast.Name) and n.func.value.id == "amp"
-        and n.func.attr in _STORED_MEMBERS
+        and n.func.attr in _MEMBERS
         for n in ast.walk(statement)
     )  # fmt: skip
 

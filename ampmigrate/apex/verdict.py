@@ -63,6 +63,14 @@ def not_precision(name: str) -> bool:
     return parts[0] == "apex" and len(parts) > 1 and parts[1] in NOT_PRECISION
 
 
+def not_o1(level: str) -> str:
+    """Why a literal opt level other than O0/O1 blocks."""
+    return (
+        f"opt_level {level}: only O1 (autocast + GradScaler) exists in torch.amp; O2/O3 cast "
+        "the model, which native AMP does not do (switch to O1 first if that is acceptable)"
+    )
+
+
 def besides_amp(names: list[str]) -> str:
     """Why ``import apex.<module>`` of a module that is neither amp nor one the rest of
     apex's rules speak for blocks: the rewrite would leave the file needing apex for it."""
