@@ -12462,6 +12462,89 @@ def train(model, optimizer, x):
     assert out.startswith(kept)
 
 
+@pytest.mark.parametrize(
+    ("imports", "after", "kept", "stays"),
+    [
+        ("import torch, apex, os", "", "import torch, os\n", None),
+        ("import os, apex\nfrom apex import amp", "", "import os\n", None),
+        (  # apex's own `apex.parallel` stays, and `apex` with it
+            "import torch, apex, os",
+            "net = apex.parallel.convert_syncbn_model(model)",
+            "import torch, apex, os\n",
+            "`import apex` is not this rewrite's",
+        ),
+        (  # a kept `import apex.optimizers` still binds `apex`: its read is no blocker
+            "import torch\nimport apex.optimizers\nimport apex.amp",
+            "opt = apex.optimizers.FusedAdam(model.parameters())",
+            "import torch\nimport apex.optimizers\n",
+            "`import apex.optimizers` is not this rewrite's",
+        ),
+        (
+            "import torch, apex.optimizers, apex.amp",
+            "opt = apex.optimizers.FusedAdam(model.parameters())",
+            "import torch, apex.optimizers\n",
+            "`import apex.optimizers` is not this rewrite's",
+        ),
+    ],
+)
+def test_a_bare_apex_beside_other_modules_goes_and_apex_kept_for_the_rest_is_no_blocker(
+    imports, after, kept, stays
+):
+    """`import torch, apex, os` was refused as "`import torch, os` needs apex", quoting the
+    two modules that need nothing of apex (the 46th review, 3.4); a kept `import
+    apex.optimizers` (which binds `apex`) made its own `apex.optimizers.FusedAdam` "still read
+    `apex`". A bare `apex` read only for amp goes; one read for apex's other modules stays."""
+    source = (
+        imports
+        + """
+
+
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = apex.amp.initialize(model, optimizer, opt_level="O1")
+loss = model(torch.ones(2)).sum()
+with apex.amp.scale_loss(loss, optimizer) as scaled_loss:
+    scaled_loss.backward()
+optimizer.step()
+"""
+        + after
+    )
+    out, remaining, [fixed] = fix_source(source, unsafe=True, select=("AMP303",))
+    assert out.startswith(kept) and not remaining
+    assert "apex.amp" not in out and "scaler.scale(loss).backward()" in out
+    assert (stays in fixed.message) if stays else "not this rewrite's" not in fixed.message
+    assert fix_source(out, unsafe=True, select=("AMP303",))[0] == out
+    everything, left, _ = fix_source(source, unsafe=True)  # with the rest of apex's rules
+    assert "apex" not in everything and not left, everything
+
+
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        ("import torch, apex.fp16_utils, apex.amp", "`import apex.fp16_utils` needs apex"),
+        ("import os, apex.contrib.xentropy, apex", "`import apex.contrib.xentropy` needs apex"),
+    ],
+)
+def test_an_import_refusal_names_only_the_apex_modules_that_block(line, named):
+    """The refusal quotes the apex modules that keep the file on apex, never `torch` or
+    `os` (they were quoted as "needing apex" before)."""
+    message = _message(
+        line
+        + """
+
+
+def train(model, optimizer, x):
+    model, optimizer = apex.amp.initialize(model, optimizer, opt_level="O1")
+    loss = model(x).sum()
+    with apex.amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+"""
+    )
+    assert f"{named}: replace it first" in message
+    assert "`import torch" not in message and "`import os" not in message
+
+
 def test_a_scaled_backward_outside_the_switch_of_initialize_states_the_crash_it_was():
     """`if fp16_run: amp.initialize(...)` and an unconditional `amp.scale_loss`
     (GenerativeSourceSeparation, the 46th review): with the switch off, apex raised (its amp

@@ -19,6 +19,7 @@ from ampmigrate.apex.verdict import (
     NOT_PRECISION,
     SUPPORTED,
     besides_amp,
+    beyond_amp,
     needs_apex,
     not_precision,
     used_as_value,
@@ -98,11 +99,21 @@ class Guards:
                         }
                     elif all(map(not_precision, names)):
                         self._stays(f"import {', '.join(names)}")  # `import apex.optimizers`
-                    elif all(
-                        n == "apex.amp" or not (n == "apex" or n.startswith("apex.")) for n in names
-                    ):  # `import os, apex.amp as amp, torch`: amp's goes, the others stay
-                        going = [a for a in node.names if _code(self.module, a.name) == "apex.amp"]
+                    elif beyond_amp(names):
+                        self.problem(node, besides_amp(names))
+                    else:  # `import os, apex.amp as amp, apex, torch`: amp's go, the others stay
+                        beyond = self._beyond_amp()  # (then a bare `apex` stays for those)
+                        going = [
+                            a
+                            for a in node.names
+                            if _code(self.module, a.name) == "apex.amp"
+                            or (_code(self.module, a.name) == "apex" and not beyond)
+                        ]
                         kept = [a for a in node.names if a not in going]
+                        staying = [_code(self.module, a.name) for a in kept]
+                        staying = [n for n in staying if n == "apex" or n.startswith("apex.")]
+                        if staying:
+                            self._stays(f"import {', '.join(staying)}")
                         self.bound |= {
                             a.evaluated_alias or _code(self.module, a.name).split(".")[0]
                             for a in going
@@ -111,8 +122,6 @@ class Guards:
                         self.plan.edits[node] = lambda u, k=[*kept[:-1], last]: u.with_changes(
                             names=k
                         )
-                    else:
-                        self.problem(node, besides_amp(names))
         for node in self.nodes:  # `global amp` beside the import it made module-wide
             if isinstance(node, cst.Global) and {g.name.value for g in node.names} <= self.bound:
                 statement = self.statement(node)

@@ -265,8 +265,9 @@ class _Planner(
                 '`torch.amp.autocast("cuda", enabled=False)` on `.float()` inputs, by hand'
             )
             return
+        kept = _module_imports(tree)  # (`import apex.optimizers` stays, and binds `apex`)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and node.id in self.bound:
+            if isinstance(node, ast.Name) and node.id in self.bound - kept:
                 if isinstance(node.ctx, ast.Store):
                     continue  # (binds the name, reads nothing)
                 rebound = names.bound_before(node)
@@ -880,6 +881,24 @@ def _banned_in_regions(tree: ast.Module, names: Names) -> tuple[int, str] | None
         ):
             return node.lineno, ast.unparse(func)
     return None
+
+
+def _module_imports(tree: ast.Module) -> set[str]:
+    """The names apex imports the rewrite keeps bind module-wide (not a function's or a
+    class's): `import apex.optimizers` still binds `apex`."""
+    bound: set[str] = set()
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            bound |= {
+                a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("apex")
+            }
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("apex"):
+            bound |= {a.asname or a.name for a in node.names}
+        elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            todo += [c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)]
+    return bound
 
 
 def _probed_switch(tree: ast.Module) -> tuple[str, int] | None:

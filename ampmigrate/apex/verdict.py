@@ -71,11 +71,15 @@ def not_o1(level: str) -> str:
     )
 
 
+def beyond_amp(names: list[str]) -> list[str]:
+    """The modules of an ``import`` that block the rewrite: apex's, neither amp nor one the
+    rest of apex's rules speak for (``apex.fp16_utils``; not ``os``, ``apex.optimizers``)."""
+    return [n for n in names if n.startswith("apex.") and n != "apex.amp" and not not_precision(n)]
+
+
 def besides_amp(names: list[str]) -> str:
-    """Why ``import apex.<module>`` of a module that is neither amp nor one the rest of
-    apex's rules speak for blocks: the rewrite would leave the file needing apex for it."""
-    others = [n for n in names if n not in ("apex", "apex.amp")]
-    return f"`import {', '.join(others)}` needs apex: replace it first"
+    """Why those modules block: the rewrite would leave the file needing apex for them."""
+    return f"`import {', '.join(beyond_amp(names))}` needs apex: replace it first"
 
 
 GUARD_DOES_MORE = "the `try` around the apex import does more than guard it"
@@ -589,7 +593,7 @@ class _Judge:
                     self._plain(node)
                     if all(n in ("apex", "apex.amp") for n in spelled):
                         lines.append(node)
-                    elif not all(map(not_precision, spelled)):
+                    elif beyond_amp(spelled):
                         # (`import apex.optimizers` stays, as its from-import does)
                         self.problem(node, besides_amp(spelled))
         guarded: dict[int, tuple[ast.Try, list[ast.stmt]]] = {}
