@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 
 import libcst as cst
 
@@ -22,7 +21,7 @@ from ampmigrate.apex.common import (
     is_path,
     without_optimizer,
 )
-from ampmigrate.apex.links import calls_keep_default, level_elsewhere
+from ampmigrate.apex.links import calls_keep_default, level_elsewhere, main_test
 from ampmigrate.apex.verdict import APEX, not_o1
 from ampmigrate.findings import DECLARE_LEVEL
 from ampmigrate.replace import ReplaceNodes
@@ -38,7 +37,7 @@ _O1_OWN = {
 
 def _main_guard(module: cst.Module, node: cst.If) -> bool:
     """``if __name__ == "__main__":``"""
-    return re.fullmatch(r"__name__ *== *['\"]__main__['\"]", _code(module, node.test)) is not None
+    return main_test(_code(module, node.test))
 
 
 # what apex's `check_models` refuses before `amp.initialize`: torch's parallel wrappers (its

@@ -2090,16 +2090,18 @@ def _stray(statement: ast.stmt) -> bool:
     )  # fmt: skip
 
 
+_MAIN_TEST = re.compile(r"""__name__ *== *(['"])__main__\1|(['"])__main__\2 *== *__name__""")
+
+
+def main_test(text: str) -> bool:
+    """``__name__ == "__main__"`` (either side), as spelled in the source."""
+    return _MAIN_TEST.fullmatch(text) is not None
+
+
 def _main_block(statement: ast.stmt) -> bool:
-    """``if __name__ == "__main__":`` (either side), with no ``else``."""
+    """``if __name__ == "__main__":``, with no ``else``."""
     test = statement.test if isinstance(statement, ast.If) and not statement.orelse else None
-    return (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.Eq)
-        and {ast.unparse(test.left), ast.unparse(test.comparators[0])}
-        in ({"__name__", "'__main__'"}, {"__name__", '"__main__"'})
-    )
+    return test is not None and main_test(ast.unparse(test))
 
 
 # lookups by a computed name: what a module takes may be reached through them
