@@ -2178,6 +2178,36 @@ def test_apex_beside_native_leaves_a_helper_only_its_apex_branch_used(tmp_path):
     assert "helpers.py (imported by train.py at line 2) calls `amp.scale_loss`" in message
 
 
+@pytest.mark.parametrize(
+    ("probe", "tied"),
+    [
+        ("vars(ARGS)", False),  # a lookup on an object reaches no module's names
+        ('getattr(ARGS, "x" + "y", None)', False),
+        ("vars(torch)", True),  # on a module: may reach what it took (conservative)
+        ("vars()", True),
+        ("getattr(torch, NAME, None)", True),
+    ],
+)
+def test_a_lookup_on_an_object_does_not_tie_the_helper(tmp_path, probe, tied):
+    """metaformer's timm-style `train.py` (the 47th review) calls
+    `resolve_data_config(vars(args), ...)`: `vars` was taken for a lookup that may reach the
+    helper's `ApexScaler`, and the script was refused as relying on the helper's amp state.
+    `vars`/`getattr` of an object no import binds reaches no module's names."""
+    root = tmp_path / "project"
+    root.mkdir()
+    script = _TIMM_SCRIPT.replace(
+        'PROBE = getattr(torch, "autocast", None)',
+        f'ARGS = type("Args", (), {{}})()\nNAME = "autocast"\nPROBE = {probe}',
+    )
+    (root / "train.py").write_text(script)
+    (root / "helpers.py").write_text(_TIMM_HELPERS)
+    results = run(_files(root), _settings(fix=True))
+    changed = sorted(Path(r.path).name for r in results if r.changed)
+    assert changed == ([] if tied else ["train.py"])
+    message = _amp303(results)["train.py"].message
+    assert ("helpers.py (imported by train.py at line 2) calls" in message) == tied
+
+
 _BONITO_TRAINING = """\
 import torch
 

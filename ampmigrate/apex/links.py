@@ -2152,10 +2152,28 @@ def _looks_up(tree: ast.Module, name: str) -> bool:
             and isinstance(node.args[1].value, str)
         ):
             literal[id(node.func)] = node.args[1].value
+    objects = set()  # `vars(args)`, `getattr(self, key)`: a lookup on an object, whose name no
+    modules = {  # import binds, reaches no module's names (a module's: `vars(utils)`)
+        a.asname or a.name.partition(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in n.names
+    }
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "vars")
+            and node.args
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id not in modules
+        ):
+            objects.add(id(node.func))
     return any(
         isinstance(node, ast.Name)
         and node.id in _DYNAMIC | {"__getattr__"}
         and literal.get(id(node), name) == name
+        and id(node) not in objects
         for node in ast.walk(tree)
     )
 
