@@ -34,6 +34,19 @@ def test_walk_skips_venvs_caches_and_non_python(tmp_path):
 
 
 @pytest.mark.parametrize("git", [False, True])
+def test_jupyter_checkpoint_copies_are_skipped_even_when_committed(tmp_path, git):
+    """plant-pathology-2020 (the 47th review) commits `.ipynb_checkpoints/`: every finding of
+    its notebook came twice, once for Jupyter's autosaved copy (Ruff excludes it too)."""
+    touch(tmp_path / "src" / "pipeline.ipynb")
+    touch(tmp_path / "src" / ".ipynb_checkpoints" / "pipeline-checkpoint.ipynb")
+    touch(tmp_path / "src" / ".ipynb_checkpoints" / "train-checkpoint.py")
+    if git:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+        subprocess.run(["git", "-C", str(tmp_path), "add", "-A"], check=True)
+    assert names(discover([tmp_path]), tmp_path) == ["src/pipeline.ipynb"]
+
+
+@pytest.mark.parametrize("git", [False, True])
 def test_a_copy_of_apex_kept_in_the_project_is_skipped(tmp_path, git):
     """wavebender-gan keeps NVIDIA apex's source under `apex/` (to build it): `fix` rewrote
     14 of apex's own files. A package `apex` with its `amp/` is apex itself, not a user of

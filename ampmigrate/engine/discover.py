@@ -21,11 +21,36 @@ from pathlib import Path
 SUFFIXES = (".py", ".ipynb")
 EXCLUDED_DIRS = frozenset(
     {
-        ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", ".eggs", ".direnv",
-        ".mypy_cache", ".pytest_cache", ".ruff_cache", "__pycache__", "__pypackages__",
-        "node_modules", "site-packages", "build", "dist", "_build", "buck-out",
+        ".git",
+        ".hg",
+        ".svn",
+        ".bzr",
+        ".venv",
+        "venv",
+        ".tox",
+        ".nox",
+        ".eggs",
+        ".direnv",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        "__pycache__",
+        "__pypackages__",
+        "node_modules",
+        "site-packages",
+        "build",
+        "dist",
+        "_build",
+        "buck-out",
+        # Jupyter's autosaved copies of notebooks (often committed): each finding twice
+        ".ipynb_checkpoints",
+        ".git-rewrite",
+        ".pants.d",
+        ".pytype",
+        ".pyenv",
+        ".vscode",
     }
-)  # fmt: skip
+)  # fmt: skip  (Ruff's default `exclude`, and `build`)
 
 
 DEPENDENCY_NAMES = frozenset({"pyproject.toml", "setup.cfg", "setup.py"})
