@@ -218,6 +218,30 @@ def test_a_call_only_the_torch_fallback_accepts_is_left_alone():
     assert not [d for d in remaining if d.code == "AMP313"]
 
 
+def test_a_name_bound_to_the_torch_class_too_keeps_torch_s_defaults_for_its_calls():
+    """The 47th review: `if fused: from apex.optimizers import FusedAdam as Opt` / `else: from
+    torch.optim import AdamW as Opt`, then `Opt(params, lr=...)`: the fix wrote one
+    `torch.optim.AdamW(..., weight_decay=0.0)`, so the runs that took torch's arm lost its
+    default weight decay (0.01). Refused where the fix would write out a default; a call that
+    gives the argument, or one only apex's class takes (`delay_allreduce`), is rewritten."""
+    template = """
+    def build(args, params):
+        if args.fused:
+            from apex.optimizers import FusedAdam as Opt
+        else:
+            from torch.optim import AdamW as Opt
+        return Opt(params, {arguments})
+    """
+    out, remaining, _ = _fix(template.format(arguments="lr=args.lr"))
+    assert "from apex.optimizers import FusedAdam as Opt" in out
+    [refusal] = [d for d in remaining if d.code == "AMP311"]
+    assert "the name is also bound to `torch.optim.AdamW` itself" in refusal.message
+    assert "`weight_decay=0.0`" in refusal.message
+    out, remaining, _ = _fix(template.format(arguments="lr=args.lr, weight_decay=0.05"))
+    assert "torch.optim.AdamW(params, lr=args.lr, weight_decay=0.05)" in out
+    assert "apex" not in out and not remaining
+
+
 def test_an_unused_apex_module_import_goes():
     source = """
     import torch

@@ -1390,6 +1390,19 @@ class _Planner:
             if key not in values and not (key == "weight_decay" and new == "torch.optim.Adam"):
                 pieces.append(f"{key}={default}")
                 written_out.append(f"`{key}={default}`")
+        torch_takes = table.TORCH_TAKES.get(target.new)
+        apex_only = torch_takes is not None and not set(values) <= torch_takes
+        if written_out and not apex_only and target.new in self.names.qualified(callee):
+            # `if fused: from apex.optimizers import FusedAdam as Opt` / `else: from
+            # torch.optim import AdamW as Opt` (the 47th review): that arm's calls ran with
+            # torch's defaults, and the call written once takes apex's for both (a call with
+            # an argument only apex takes, `delay_allreduce=True`, raised there: apex's alone)
+            raise NoFix(
+                f"the name is also bound to `{target.new}` itself, whose calls run with "
+                f"torch's defaults: one call with apex's {', '.join(written_out)} written out "
+                "would change that binding's runs, one without them apex's; pass the "
+                "argument in the call (or keep one binding), by hand"
+            )
         torch_name, add_torch = self._torch(call)
         callee_text = torch_name + new[len("torch") :]
         start, end = self.source.span(callee)

@@ -83,7 +83,15 @@ TORCH_TAKES: dict[str, frozenset[str]] = {
     "torch.optim.Adam": frozenset((*_ADAM, "decoupled_weight_decay")),
     "torch.optim.SGD": frozenset((*_OPTIM, "momentum", "dampening", "nesterov")),
     "torch.optim.Adagrad": frozenset((*_OPTIM, "lr_decay", "initial_accumulator_value", "eps")),
-}
+    "torch.nn.parallel.DistributedDataParallel": frozenset((
+        "module", "device_ids", "output_device", "dim", "broadcast_buffers", "init_sync",
+        "process_group", "bucket_cap_mb", "find_unused_parameters", "check_reduction",
+        "gradient_as_bucket_view", "static_graph", "delay_all_reduce_named_params",
+        "param_to_hook_all_reduce", "mixed_precision", "device_mesh",
+        "skip_all_reduce_unused_params", "forward_sync_buffers", "bucket_cap_mb_list",
+        "batched_grad_copy",
+    )),
+}  # fmt: skip
 
 
 def _add(names: tuple[str, ...], target: Target) -> None:
