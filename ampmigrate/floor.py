@@ -5,8 +5,9 @@ versions it promises to support, so such a fix is graded unsafe. The floor comes
 nearest project above the checked files: ``[project] dependencies`` and optional dependencies
 in pyproject.toml, ``install_requires`` / ``extras_require`` in setup.cfg or setup.py (literal
 lists only, or a module-level requirement table such as Hugging Face's ``_deps`` that they are
-built from; setup.py is parsed, never run), and ``requirements*.txt``. Where several declare
-torch, the lowest lower bound wins (the project runs on all of them).
+built from; setup.py is parsed, never run), ``requirements*.txt`` and the files of a
+``requirements/`` folder. Where several declare torch, the lowest lower bound wins (the
+project runs on all of them).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def _declared(directory: Path) -> Iterable[tuple[str, str]]:
     setup_py = directory / "setup.py"
     if setup_py.is_file():
         yield from (("setup.py", r) for r in _setup_py_requirements(setup_py))
-    for requirements in sorted(directory.glob("requirements*.txt")):
+    for requirements in _requirement_files(directory):
         try:
             lines = requirements.read_text("utf-8", errors="replace").splitlines()
         except OSError:
@@ -135,7 +136,17 @@ def _declared(directory: Path) -> Iterable[tuple[str, str]]:
         for line in lines:
             line = line.split(" #", 1)[0].strip()
             if line and not line.startswith(("#", "-")):
-                yield requirements.name, line
+                yield requirements.relative_to(directory).as_posix(), line
+
+
+def _requirement_files(directory: Path) -> list[Path]:
+    """``requirements*.txt``/``.in`` and every ``.txt``/``.in`` of a ``requirements/`` folder
+    (InternLM pins torch in ``requirements/torch.txt``), as ``discover`` reads them."""
+    found = [*directory.glob("requirements*.txt"), *directory.glob("requirements*.in")]
+    folder = directory / "requirements"
+    if folder.is_dir():
+        found += [*folder.glob("*.txt"), *folder.glob("*.in")]
+    return sorted(f for f in found if f.is_file())
 
 
 def module_values(tree: ast.Module) -> dict[str, ast.expr]:
@@ -207,9 +218,7 @@ def project_dir(paths: Sequence[Path]) -> Path | None:
     pyproject.toml, setup.cfg, setup.py or requirements*.txt."""
     directory = search_start(paths)
     for candidate in [directory, *directory.parents]:
-        if any((candidate / m).is_file() for m in MARKERS) or any(
-            candidate.glob("requirements*.txt")
-        ):
+        if any((candidate / m).is_file() for m in MARKERS) or _requirement_files(candidate):
             return candidate
     return None
 

@@ -119,6 +119,7 @@ def test_target_keras_from_config_and_command_line(cli, tmp_path):
 
 def _declared_project(tmp_path: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text)
     (tmp_path / "src").mkdir()
     (tmp_path / "src/train.py").write_text(DEPRECATED)
@@ -140,6 +141,9 @@ def _declared_project(tmp_path: Path, files: dict[str, str]) -> None:
         },
         # several declarations: the project runs on the lowest
         {"requirements.txt": "torch==2.1.2\n", "requirements-dev.txt": "torch>=2.5\n"},
+        # a requirements/ folder alone (InternLM's `requirements/torch.txt`, the 47th review:
+        # the floor was not read, and a fix needing torch 2.4 was written for torch 1.13)
+        {"requirements/torch.txt": "torch==2.1.0\n", "requirements/runtime.txt": "numpy\n"},
     ],
 )
 def test_declared_torch_floor_makes_newer_fixes_unsafe(cli, tmp_path, files):
