@@ -1333,6 +1333,53 @@ def test_a_forward_only_subclass_of_fused_layer_norm_is_rebased_on_torch_s():
         assert refused.fix is None and why in refused.message, refused.message
 
 
+_FALLS_BACK = """\
+import torch
+from torch import nn
+
+try:
+    from apex.normalization import FusedLayerNorm as _FusedLayerNorm
+
+    class FastLN(_FusedLayerNorm):
+        def forward(self, x):
+            if not x.is_cuda:
+                return super().forward(x)
+            with torch.cuda.device(x.device):
+                return super().forward(x)
+
+except ImportError:
+    {fallback}
+
+
+def build(d, fast=True):
+    norm = FastLN if fast else nn.LayerNorm
+    return norm(d)
+"""
+
+
+def test_a_subclass_whose_fallback_is_torch_s_class_is_rebased_whatever_its_uses():
+    """ESM (the 47th review): the subclass is read as a value (`FastLN if fast else ...`) and
+    imported by other modules, so what is built with it was "not visible here". Its `except
+    ImportError` binds the same name to `torch.nn.LayerNorm`: where apex was missing, every
+    use built torch's class, so the rebase keeps every use working. A fallback that is another
+    class keeps the refusal."""
+    torch = __import__("torch")
+    for fallback in ("from torch.nn import LayerNorm as FastLN", "FastLN = nn.LayerNorm"):
+        out, remaining, fixed = _fix(_FALLS_BACK.format(fallback=fallback))
+        [finding] = [d for d in fixed if d.code == "AMP312"]
+        assert not remaining and "apex" not in out, out
+        assert "    class FastLN(torch.nn.LayerNorm):\n" in out
+        assert "the `except` at line 14 binds `FastLN` to `torch.nn.LayerNorm`" in (finding.message)
+        namespace: dict = {}
+        exec(compile(out, "migrated", "exec"), namespace)
+        x = torch.randn(3, 8)
+        assert torch.equal(namespace["build"](8)(x), torch.nn.LayerNorm(8)(x))
+        assert _fix(out)[0] == out
+    other = _FALLS_BACK.format(fallback="FastLN = nn.GroupNorm")
+    [refused] = [d for d in check_source(other) if d.code == "AMP312"]
+    assert refused.fix is None and "other than by a call" in refused.message
+
+
 def test_a_fallback_s_log_line_goes_with_its_try():
     """LLaMA2-Accessory's fallback warns that apex is missing before importing torch's AdamW:
     the kept fallback moved the warning out of the `except`, so it ran on every import (and

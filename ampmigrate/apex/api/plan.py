@@ -963,6 +963,15 @@ class _Planner:
         self._subclass_reads(cls, accepted, _SHARED[target.new])
         if any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in cls.body):
             raise NoFix(f"the subclass `{cls.name}` has a constructor of its own")
+        guard = next(
+            (a for a in self.names.ancestors(cls) if isinstance(a, ast.Try)
+             and any(_catches_import_error(h) for h in a.handlers)),
+            None,
+        )  # fmt: skip
+        if guard is not None and self._falls_back_to(guard, cls.name, target.new):
+            # (ESM, the 47th review: where apex was missing the name was torch's class, so
+            # every use of it, here or in another module, already builds torch's alike)
+            return self._rebase_fix(node, cls, target, head, guard)
         for use in ast.walk(self.tree):
             if not (isinstance(use, ast.Name) and use.id == cls.name):
                 continue
@@ -979,17 +988,47 @@ class _Planner:
             if users is None or users:
                 where = self._shown(users) if users else "the project is too large to look"
                 raise NoFix(f"other modules take the subclass `{cls.name}` ({where})")
+        return self._rebase_fix(node, cls, target, head, guard)
+
+    def _falls_back_to(self, guard: ast.Try, name: str, new: str) -> bool:
+        """An ``except ImportError`` of ``guard`` binds ``name`` to ``new`` itself (``from
+        torch.nn import LayerNorm as FastLN``, ``FastLN = nn.LayerNorm``)."""
+        for handler in guard.handlers:
+            if not _catches_import_error(handler):
+                continue
+            for stmt in handler.body:
+                if isinstance(stmt, ast.ImportFrom) and not stmt.level:
+                    if any(
+                        (a.asname or a.name) == name and f"{stmt.module}.{a.name}" == new
+                        for a in stmt.names
+                    ):
+                        return True
+                elif (
+                    isinstance(stmt, ast.Assign)
+                    and [t.id for t in stmt.targets if isinstance(t, ast.Name)] == [name]
+                    and len(stmt.targets) == 1
+                    and new in self.names.qualified(stmt.value)
+                ):
+                    return True
+        return False
+
+    def _rebase_fix(
+        self, node: ast.expr, cls: ast.ClassDef, target: Target, head: str, guard: ast.Try | None
+    ) -> tuple[Fix, str]:
         fix = self._rename_fix(node, target.new, "unsafe", target.min_torch)
+        if guard is not None and self._falls_back_to(guard, cls.name, target.new):
+            built = (
+                "and wherever it is built (here or in another module) torch's class was built "
+                f"in its place where apex was missing (the `except` at line "
+                f"{guard.handlers[0].lineno} binds `{cls.name}` to `{target.new}`)"
+            )
+        else:
+            built = "built here only with arguments torch's class takes alike"
         message = (
             f"{head}: as the base of `{cls.name}` (line {cls.lineno}), whose methods read only "
-            "what both classes share and call `super().forward`, built here only with arguments "
-            f"torch's class takes alike: it is rebased on `{target.new}`; {target.accepts}"
+            f"what both classes share and call `super().forward`, {built}: it is rebased on "
+            f"`{target.new}`; {target.accepts}"
         )
-        guard = next(
-            (a for a in self.names.ancestors(cls) if isinstance(a, ast.Try)
-             and any(_catches_import_error(h) for h in a.handlers)),
-            None,
-        )  # fmt: skip
         if guard is not None:
             flags = sorted(_handler_flags(guard))
             message += (
