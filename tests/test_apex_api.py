@@ -1380,6 +1380,71 @@ def test_a_subclass_whose_fallback_is_torch_s_class_is_rebased_whatever_its_uses
     assert refused.fix is None and "other than by a call" in refused.message
 
 
+_OWN_FALLBACK = """\
+import logging
+
+import torch
+import torch.nn.functional as F
+
+logger = logging.getLogger(__name__)
+
+
+def _cross_entropy_pytorch(logits, target, ignore_index=-100):
+    return F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), target,
+                      ignore_index=ignore_index)
+
+
+try:
+    import xentropy_cuda
+    from apex.contrib import xentropy
+
+    def cross_entropy(logits, target, ignore_index=-100):
+        if logits.device == torch.device("cpu"):
+            return _cross_entropy_pytorch(logits, target, ignore_index)
+        losses = xentropy.SoftmaxCrossEntropyLoss.apply(logits, target, 0.0, ignore_index, True)
+        return losses.mean()
+
+except ImportError:
+    logger.info("apex's fused cross entropy is not installed")
+
+    def cross_entropy(logits, target, ignore_index=-100):
+        return _cross_entropy_pytorch(logits, target, ignore_index)
+"""
+
+
+def test_apex_code_the_project_defines_again_in_its_except_keeps_the_fallback():
+    """fairseq's `modules/cross_entropy.py` (OFA's copy, the 47th review): apex.contrib's
+    xentropy, which has no torch counterpart, is used only by `cross_entropy` inside the
+    `try`, and the `except ImportError` defines `cross_entropy` again in torch. That fallback
+    is what the project runs without apex: kept, the `try` dropped (its log line with it).
+    The migrated module runs. A fallback that raises, one that does not define every name, or
+    an apex name read outside the `try` keeps the refusal."""
+    torch = __import__("torch")
+    out, remaining, fixed = _fix(_OWN_FALLBACK)
+    [finding] = [d for d in fixed if d.code == "AMP315"]
+    assert not remaining and "apex" not in out and "xentropy" not in out, out
+    assert "\ndef cross_entropy(logits, target, ignore_index=-100):\n    return _cross" in out
+    assert "the `except` at line 24 defines `cross_entropy` again without apex" in (finding.message)
+    assert finding.fix == "unsafe" and _fix(out)[0] == out
+    namespace: dict = {}
+    exec(compile(out, "migrated", "exec"), namespace)
+    logits, target = torch.randn(4, 5), torch.tensor([0, 1, 2, 3])
+    expected = torch.nn.functional.cross_entropy(logits, target)
+    assert torch.allclose(namespace["cross_entropy"](logits, target), expected)
+    for old, new in (
+        ("    def cross_entropy(logits, target, ignore_index=-100):\n        return _cross",
+         '    raise ImportError("apex")\n\n    def unused():\n        return _cross'),
+        ("    def cross_entropy(logits, target, ignore_index=-100):\n        return _cross",
+         "    def other(logits, target, ignore_index=-100):\n        return _cross"),
+        ('logger.info("apex', 'print(xentropy)\n    logger.info("apex'),
+    ):  # fmt: skip
+        changed = _OWN_FALLBACK.replace(old, new)
+        assert changed != _OWN_FALLBACK
+        out, remaining, _ = _fix(changed)
+        assert "from apex.contrib import xentropy" in out
+        assert any(d.code == "AMP315" and d.fix is None for d in remaining)
+
+
 def test_a_fallback_s_log_line_goes_with_its_try():
     """LLaMA2-Accessory's fallback warns that apex is missing before importing torch's AdamW:
     the kept fallback moved the warning out of the `except`, so it ran on every import (and

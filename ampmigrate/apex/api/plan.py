@@ -1701,6 +1701,8 @@ class _Planner:
         """``try: from apex.x import Y [as Z] ... except ImportError: <fallback>``."""
         if node.orelse or node.finalbody or not node.handlers:
             return
+        if self._own_fallback(node):
+            return
         if not all(_catches_import_error(h) for h in node.handlers):
             return
         imported: dict[str, str] = {}  # bound name -> apex name
@@ -1800,6 +1802,68 @@ class _Planner:
         fix = Fix("unsafe", edits=(Edit(start, end, replacement),))
         self.findings.append(Finding(code, message, first, fix))
         self._consumed.add(node)
+
+    def _own_fallback(self, node: ast.Try) -> bool:
+        """``try: import xentropy_cuda; from apex.contrib import xentropy; def cross_entropy(...):
+        <apex's kernel> except ImportError: def cross_entropy(...): <torch>`` (fairseq's
+        ``modules/cross_entropy.py``, copied in OFA and other forks; the 47th review): apex
+        code the tool has no torch form of, defined again by the project's ``except`` for a
+        machine without apex. That fallback is the migration: kept, and the ``try`` dropped.
+        False where the shape differs (the other rules then speak for the names)."""
+        if len(node.handlers) != 1 or not _catches_import_error(node.handlers[0]):
+            return False
+        handler = node.handlers[0].body
+        imports = [s for s in node.body if isinstance(s, ast.Import | ast.ImportFrom)]
+        others = [s for s in node.body if s not in imports]
+        names = []
+        for stmt in imports:
+            if isinstance(stmt, ast.ImportFrom):
+                if stmt.level or not (stmt.module or "").startswith("apex."):
+                    return False
+                names += [f"{stmt.module}.{a.name}" for a in stmt.names]
+            else:
+                names += [a.name for a in stmt.names]
+        if not imports or not all(
+            n.startswith("apex.") or n.partition(".")[0] in table.COMPILED for n in names
+        ):
+            return False
+        if any(n in TARGETS or n in table.SAME or n in table.TO_PYTHON_FLOAT for n in names):
+            return False  # (a name with a torch form of its own: the rules for it decide)
+        kinds = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Assign | ast.Expr
+        if not any(isinstance(s, ast.FunctionDef | ast.ClassDef) for s in others) or not all(
+            isinstance(s, kinds) for s in others
+        ):
+            return False
+        apex = _bound_names(imports)
+        if not _bound_names(others) <= _bound_names(handler) or self._used_outside(node, apex):
+            return False
+        if any(
+            isinstance(n, ast.Raise) or (isinstance(n, ast.Name) and n.id in apex)
+            for stmt in handler
+            for n in ast.walk(stmt)
+        ):
+            return False
+        kept = list(handler)  # (the log lines that announced a missing apex go, as in _try)
+        while len(kept) > 1 and _logs(kept[0]):
+            kept.pop(0)
+        while len(kept) > 1 and _logs(kept[-1]):
+            kept.pop()
+        if all(isinstance(s, ast.Pass) for s in kept):
+            return False
+        defined = ", ".join(f"`{n}`" for n in sorted(_bound_names(others)))
+        target = next((TARGETS[n] for n in names if n in TARGETS), None)
+        message = (
+            f"`{names[-1]}` has no torch counterpart here, and the `except` at line "
+            f"{node.handlers[0].lineno} defines {defined} again without apex, as the project "
+            "runs where apex is missing: the fix keeps that fallback and drops the `try`, so "
+            "the project's own code now runs where apex was installed (its speed and rounding "
+            "in place of apex's kernel, which the fix does not compare)"
+        )
+        edit = Edit(*self._statement_lines(node), self._dedented(kept, node))
+        code = target.code if target else table.NO_NATIVE
+        self.findings.append(Finding(code, message, imports[-1], Fix("unsafe", edits=(edit,))))
+        self._consumed.add(node)
+        return True
 
     def _class_fallback(
         self,
