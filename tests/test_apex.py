@@ -4187,6 +4187,31 @@ def test_the_version_gated_rewrite_states_what_it_drops():
     assert "where apex was not installed" not in finding.message
 
 
+def test_a_flag_only_the_old_torch_set_folds_to_false_and_the_crash_is_stated():
+    """hyperformer's copy of the transformers 3.5 Trainer (the 47th review) has no
+    `_use_apex = False` before the gate: on a newer torch `_use_apex` is unbound, and
+    `fp16 and _use_apex` raised NameError with fp16 on. It was told "apex only casts here".
+    False is what every run that got past the test saw: folded, and the crash stated. A flag
+    that a function can rebind still keeps the refusal."""
+    source = GATED.read_text().replace("_use_native_amp = False\n_use_apex = False\n", "")
+    assert "_use_apex = False" not in source
+    out, remaining, fixed = fix_source(source, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "from apex" not in out and "amp.initialize" not in out, out
+    assert not [d for d in remaining if d.code == "AMP303"]
+    assert "if self.args.fp16:\n            self.scaler.scale(loss).backward()" in out
+    assert (
+        "`_use_apex`, set only on the old torch, was unbound on a later one: a test that "
+        "reached it raised NameError there; folded to False"
+    ) in finding.message
+    rebound = source.replace(
+        "class Trainer:",
+        "def force_apex():\n    global _use_apex\n    _use_apex = True\n\n\nclass Trainer:",
+    )
+    [refused] = [d for d in check_source(rebound) if d.code == "AMP303"]
+    assert refused.fix is None and "only on a torch older" not in refused.message
+
+
 @pytest.mark.parametrize("other", ["from apex_utils import banner", "from .apex import banner"])
 def test_a_module_named_like_apex_does_not_keep_the_dead_apex_path(other):
     """Only NVIDIA apex's own imports count as apex left after the fold: a project module

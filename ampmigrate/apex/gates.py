@@ -141,6 +141,13 @@ class VersionGates:
             + (f"; {folded} test(s) of the flags it set were folded" if folded else "")
             + (f"; {repeated} `elif` that repeated an earlier test went" if repeated else "")
         )
+        if self.unbound_flags:
+            listed = ", ".join(f"`{f}`" for f in self.unbound_flags)
+            self.plan.notes.append(
+                f"{listed}, set only on the old torch, was unbound on a later one: a test that "
+                "reached it raised NameError there; folded to False, it now takes the native "
+                "path"
+            )
         return code
 
     def _holds_apex(self, gate: cst.If) -> bool:
@@ -179,11 +186,19 @@ class VersionGates:
             if flag is not None:
                 values[flag[0]] = flag[1]
                 simple.add(id(statement))
-        for gate, _ in gates:
+        dropped: set[str] = set()  # flags only the path for the old torch sets
+        for gate, value in gates:
             for branch in (gate.body, gate.orelse):
                 for statement in _branch(branch):
-                    if self._flag(statement) is not None:
+                    if (flag := self._flag(statement)) is not None:
                         simple.add(id(statement))
+                        if branch is not (gate.body if value else gate.orelse):
+                            dropped.add(flag[0])
+        # (hyperformer, the 47th review: `_use_apex = True` in the old torch's arm and no
+        # `_use_apex = False` before it: on a newer torch the name is unbound, and a test that
+        # reached it raised NameError; False is what every run that got past it saw)
+        self.unbound_flags = sorted(dropped - set(values))
+        values.update(dict.fromkeys(self.unbound_flags, False))
         for node in self.nodes:
             if isinstance(node, cst.Global):
                 for name in node.names:
@@ -193,6 +208,7 @@ class VersionGates:
                 continue
             for name in self.facts(statement).assigned & set(values):
                 values.pop(name, None)
+        self.unbound_flags = [f for f in self.unbound_flags if f in values]
         return values
 
     def _flag(self, statement: cst.CSTNode) -> tuple[str, bool] | None:

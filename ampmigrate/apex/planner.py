@@ -224,6 +224,7 @@ class _Planner(
         self.after_scaler: list[str] = []  # statements right after the GradScaler is made
         self.scale_guard: cst.BaseExpression | None = None  # `loss_scale=` from a flag
         self.timm_noted = False  # the note on timm's CheckpointSaver is given
+        self.unbound_flags: list[str] = []  # flags only a dropped version gate set (gates)
         self.wrapped: set[int] = set()  # the statements the autocast regions hold
         # regions (by their first statement) whose code may step an optimizer (_wrap)
         self.uncached: set[int] = set()
