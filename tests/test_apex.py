@@ -12298,6 +12298,32 @@ _SAVE = (
 )
 
 
+@pytest.mark.parametrize("also", ["training", "self.args.fp16"])
+def test_apex_chosen_where_a_further_test_held_runs_the_native_arm_and_says_where(also):
+    """UniPELT's vendored transformers 4.5 (the 47th review): `if self.use_apex and training:`
+    in `_wrap_model` was refused as a form "whose native counterpart is not checked". False
+    stops `and` before it reads the rest, so the `if` goes like `if self.use_apex:`; what
+    differs is stated: a run that chose apex had no casts where the further test was false
+    (an evaluation before training), and runs the native arm there now."""
+    source = _FLAGS.replace(
+        "        if self.use_apex:\n" + _INIT, f"        if self.use_apex and {also}:\n" + _INIT
+    )
+    if also == "training":
+        source = source.replace(
+            "def train(self, batches):", "def train(self, batches, training=True):"
+        )
+    assert f"if self.use_apex and {also}:" in source
+    out, finding = _migrated(source)
+    assert out == (APEX / "backend_flags.fixed.py").read_text().replace(
+        "def train(self, batches):",
+        "def train(self, batches, training=True):"
+        if also == "training"
+        else "def train(self, batches):",
+    )
+    assert f"`amp.initialize` ran only where `{also}` held too (line 32)" in finding.message
+    assert "3 test(s) of it were folded" in finding.message
+
+
 @pytest.mark.parametrize(
     ("old", "new", "said"),
     [
@@ -12305,11 +12331,6 @@ _SAVE = (
             "        if self.use_amp:\n            with torch.amp.autocast(",
             "        if self.args.fp16_backend == 'amp':\n            with torch.amp.autocast(",
             "the forward's autocast at this line runs under another test than `self.use_amp`",
-        ),
-        (  # apex was on only where a further test held
-            "        if self.use_apex:\n" + _INIT,
-            "        if self.use_apex and self.args.fp16:\n" + _INIT,
-            "`self.use_apex` is read here in a form whose native counterpart this rewrite does",
         ),
         (  # an option the native arm's GradScaler does not keep
             'opt_level="O1")',

@@ -222,6 +222,16 @@ class BackendSwitch:
             )
         )
         self._float32_forwards(init, on)
+        for node in reads:  # `if self.use_apex and training:` (_read_checked)
+            parent = self.parent(node)
+            if isinstance(parent, cst.BooleanOperation) and parent.left is node:
+                also = _code(self.module, parent.right)
+                self.plan.notes.append(
+                    f"behaviour change: `amp.initialize` ran only where `{also}` held too (line "
+                    f"{self.line(node)}): a run that chose apex ran without apex's casts and "
+                    f"loss scale where `{also}` was false until then (an evaluation before any "
+                    "training, say), and runs the native path there now"
+                )
         if level != "O1":
             self.plan.notes.append(level)
         return code
@@ -423,6 +433,18 @@ class BackendSwitch:
         s.backward()``; ``amp.master_params(opt) if self.use_apex else ...`` in a statement
         after ``if self.use_amp: <scaler>.unscale_(opt)``."""
         parent = self.parent(node)
+        if (  # `if self.use_apex and training:` (HF 4.5's `_wrap_model`, UniPELT, the 47th
+            # review): False stops `and` before it reads the rest, a name or attribute
+            isinstance(parent, cst.BooleanOperation)
+            and isinstance(parent.operator, cst.And)
+            and parent.left is node
+            and isinstance(parent.right, cst.Name | cst.Attribute)
+        ):
+            node, parent = parent, self.parent(parent)
+            if not (isinstance(parent, cst.If) and parent.test is node):
+                return False
+            body = list(parent.body.body) if isinstance(parent.body, cst.IndentedBlock) else []
+            return len(body) == 1 and self.within(init, body[0]) and not self._is_elif(parent)
         if isinstance(parent, cst.If) and parent.test is node:
             body = list(parent.body.body) if isinstance(parent.body, cst.IndentedBlock) else []
             if len(body) == 1 and self.within(init, body[0]) and not self._is_elif(parent):
