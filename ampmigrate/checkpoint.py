@@ -116,9 +116,13 @@ def load(path: Path, trust: bool):
         raise CheckpointError(f"{path}: cannot load: {str(exc).splitlines()[0]}") from exc
 
 
-def convert(checkpoint, key: str | None, choice: str) -> tuple[object, list[Conversion]]:
+def convert(
+    checkpoint, key: str | None, choice: str, store_as: str | None = None
+) -> tuple[object, list[Conversion]]:
     """Replace every apex state in ``checkpoint`` (or the one under ``key``); returns the new
-    checkpoint (the same object, unless the whole file was an apex state) and what changed."""
+    checkpoint (the same object, unless the whole file was an apex state) and what changed.
+    ``store_as``: the key the GradScaler state moves to in its mapping (the migrated code
+    reads ``checkpoint["scaler"]`` where apex's was ``checkpoint["amp"]``)."""
     from ampmigrate.apex.api import optimstate
 
     optimizers: list[tuple] = []
@@ -154,15 +158,33 @@ def convert(checkpoint, key: str | None, choice: str) -> tuple[object, list[Conv
         else:
             checkpoint = state
         conversions.append(Conversion(path, apex, state, warnings, kind="optimizer"))
+    if store_as is not None and len(paths) != 1:
+        raise CheckpointError(
+            f"--store-as needs exactly one apex loss-scaler state, found {len(paths)}"
+            + (": choose it with --key" if paths else "")
+        )
     for path in paths:
         apex = _get(checkpoint, path)
         state, warnings = convert_state(apex, choice)
+        if store_as is not None:
+            path = _moved(checkpoint, path, store_as)
         if path:
             _set(checkpoint, path, state)
         else:
             checkpoint = state
         conversions.append(Conversion(path, apex, state, warnings))
     return checkpoint, conversions
+
+
+def _moved(checkpoint, path: tuple, store_as: str) -> tuple:
+    """``path`` with its last key replaced by ``store_as``, the old entry removed."""
+    parent = _get(checkpoint, path[:-1]) if path else None
+    if not isinstance(parent, dict):
+        raise CheckpointError("--store-as needs the apex state under a key of a mapping")
+    if store_as in parent and store_as != path[-1]:
+        raise CheckpointError(f"--store-as {store_as!r}: the checkpoint already has that key")
+    del parent[path[-1]]
+    return (*path[:-1], store_as)
 
 
 def save_atomic(obj, path: Path) -> None:

@@ -727,9 +727,14 @@ def _print_outcome(outcome, report: Path | None, require_amp: bool) -> int:
     show_default=True,
     help="With num_losses > 1: take the smallest scale, or loss_scaler0's.",
 )
+@click.option(
+    "--store-as",
+    metavar="NAME",
+    help='Move the GradScaler state to this key of its mapping (the migrated code reads "scaler").',
+)
 @click.option("--in-place", is_flag=True, help="Overwrite SOURCE (TARGET must be omitted).")
 @click.option("--trust", is_flag=True, help="Load with weights_only=False (arbitrary pickles).")
-def convert_checkpoint(source, target, key, loss_scaler, in_place, trust) -> None:
+def convert_checkpoint(source, target, key, loss_scaler, store_as, in_place, trust) -> None:
     """Convert apex amp loss-scaler state in checkpoint SOURCE into GradScaler state, and apex
     optimizer state (FusedAdam's group step) into torch optimizer state, in TARGET."""
     from ampmigrate import checkpoint as ckpt
@@ -744,7 +749,7 @@ def convert_checkpoint(source, target, key, loss_scaler, in_place, trust) -> Non
         sys.exit(EXIT_ERROR)
     try:
         data = ckpt.load(source, trust)
-        data, conversions = ckpt.convert(data, key, loss_scaler)
+        data, conversions = ckpt.convert(data, key, loss_scaler, store_as)
         ckpt.save_atomic(data, target)
     except ckpt.CheckpointError as exc:
         click.echo(f"{source}: error: {exc}", err=True)

@@ -88,6 +88,33 @@ def test_convert_keeps_everything_else_and_continues_the_same_scale_sequence(cli
     assert expected[4] == 65536.0 and min(expected) < 32768.0  # growth and backoff both happened
 
 
+def test_store_as_moves_the_state_to_the_key_the_migrated_code_reads(cli, tmp_path):
+    """DFU (the 47th review): the rewrite reads `checkpoint["scaler"]`, the note said to store
+    the converted state there, and `convert-checkpoint` kept it under apex's `amp`: the
+    resume, inside the project's `except KeyError`, silently skipped. `--store-as scaler`
+    moves it; a key already there, or no single apex state, is an error that writes nothing."""
+    source, target = tmp_path / "apex.pt", tmp_path / "native.pt"
+    apex_checkpoint(source, apex_state((1024.0, 7)))
+    result = cli("convert-checkpoint", "--store-as", "scaler", str(source), str(target))
+    assert result.returncode == 0, result.stderr
+    assert "scaler: apex {'loss_scaler0'" in result.stdout
+    converted = torch.load(target, weights_only=True)
+    assert "amp" not in converted and converted["scaler"]["scale"] == 1024.0
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.load_state_dict(converted["scaler"])
+    assert scaler.get_scale() == 1024.0
+    clash = cli("convert-checkpoint", "--store-as", "epoch", str(source), str(tmp_path / "x.pt"))
+    assert clash.returncode == 2 and "already has that key" in clash.stderr
+    assert not (tmp_path / "x.pt").exists()
+    torch.save({"a": apex_state((8.0, 1)), "b": apex_state((4.0, 1))}, source)
+    two = cli("convert-checkpoint", "--store-as", "scaler", str(source), str(tmp_path / "y.pt"))
+    assert two.returncode == 2 and "found 2: choose it with --key" in two.stderr
+    one = cli("convert-checkpoint", "--key", "b", "--store-as", "scaler", str(source),
+              str(tmp_path / "y.pt"))  # fmt: skip
+    assert one.returncode == 0
+    assert set(torch.load(tmp_path / "y.pt", weights_only=True)) == {"a", "scaler"}
+
+
 def test_several_loss_scalers_take_the_smallest_and_warn(cli, tmp_path):
     source = tmp_path / "apex.pt"
     torch.save({"amp_state": apex_state((65536.0, 3), (8192.0, 10))}, source)

@@ -43,8 +43,8 @@ class Checkpoints:
         )
         note = (
             f'the GradScaler state is saved under "{self.name}"; checkpoints saved by apex keep '
-            "apex's state under their old key: convert them with `ampmigrate convert-checkpoint` "
-            f'and store the result under "{self.name}"'
+            "apex's state under their old key: convert them with `ampmigrate convert-checkpoint "
+            f"OLD NEW --store-as {self.name}`, which moves the result there"
         )
         filed = call in self.file_loads or call in self.file_saves
         if keyed and not filed:
