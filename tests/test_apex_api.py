@@ -1140,6 +1140,16 @@ def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     assert (
         "its `except`, which set `has_apex` where apex was not installed, no longer runs"
     ) in finding.message
+    # unmasked_teacher (the 47th review): an import of the `try` that has no fix (FusedLAMB)
+    # keeps it, and its `except`, whatever the others' fixes do: nothing to state
+    kept = source.replace(
+        "    from apex import parallel\n",
+        "    from apex import parallel\n    from apex.optimizers import FusedLAMB\n",
+    )
+    out, _, fixed = _fix(kept + "\nLAMB = FusedLAMB\n")
+    [finding] = [d for d in fixed if d.code == "AMP313"]
+    assert "from apex.optimizers import FusedLAMB\nexcept ImportError:" in out, out
+    assert "behaviour change once the `try`" not in finding.message
 
 
 def test_an_emptied_guard_last_in_its_block_keeps_the_comments_above_it():

@@ -640,19 +640,28 @@ class _Planner:
             if self._consumed and any(a in self._consumed for a in self.names.ancestors(node)):
                 continue
             self._reference(node, parent)
-        self.findings = [self._flag_stated(f) for f in self.findings]
+        going = {  # the imports some fix of this file removes
+            (e.module, e.obj, e.asname)
+            for f in self.findings
+            if f.fix is not None
+            for e in f.fix.remove_imports
+        }
+        self.findings = [self._flag_stated(f, going) for f in self.findings]
 
-    def _flag_stated(self, found: Finding) -> Finding:
+    def _flag_stated(self, found: Finding, going: set) -> Finding:
         """A fix that drops an import of a ``try`` of apex imports only, whose ``except``
         sets a flag the file tests (``has_apex = False``): once its last import goes, the
         engine drops the ``try`` with that ``except``, and the flag keeps the value it had
         where apex was installed. Stated (BiSeNet: the fallback DDP and the float32 path
-        for a run without apex went unsaid)."""
+        for a run without apex went unsaid); not where an import of it has no fix (``going``:
+        those some fix removes), so the ``try`` never empties (unmasked_teacher's FusedLAMB)."""
         fix = found.fix
         if fix is None or not fix.remove_imports:
             return found
         removed = {(e.module, e.obj, e.asname) for e in fix.remove_imports}
-        said = next((text for keys, text in self._flag_guards if keys & removed), None)
+        said = next(
+            (text for keys, text in self._flag_guards if keys & removed and keys <= going), None
+        )
         return found if said is None else replace(found, message=found.message + said)
 
     @functools.cached_property
