@@ -1152,6 +1152,36 @@ def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     assert "behaviour change once the `try`" not in finding.message
 
 
+def test_a_flag_that_picks_apex_by_name_keeps_its_guard():
+    """physicsnemo's flow_reconstruction (the 48th review): `have_apex` from the guard picks
+    `"apex.optimizers.FusedAdam"`, loaded by `importlib`. Dropping the unused import emptied
+    the `try`, `have_apex` stayed True, and a run without apex raised ModuleNotFoundError.
+    No fix while a string names apex; the message says which line."""
+    source = textwrap.dedent("""\
+        import importlib
+
+        try:
+            from apex.optimizers import FusedAdam
+            have_apex = True
+        except ImportError:
+            have_apex = False
+
+
+        def build(params):
+            name = "apex.optimizers.FusedAdam" if have_apex else "torch.optim.Adam"
+            module, cls = name.rsplit(".", 1)
+            return getattr(importlib.import_module(module), cls)(params, lr=1e-3)
+    """)
+    out, remaining, fixed = _fix(source)
+    assert out == source and not fixed
+    [finding] = [d for d in remaining if d.code == "AMP311"]
+    assert finding.fix is None
+    assert "line 11 names `apex.optimizers.FusedAdam` in a string" in finding.message
+    torch_only = source.replace('"apex.optimizers.FusedAdam"', '"torch.optim.AdamW"')
+    out, _, fixed = _fix(torch_only)
+    assert "from apex" not in out and [d.code for d in fixed] == ["AMP311"]
+
+
 def test_an_emptied_guard_last_in_its_block_keeps_the_comments_above_it():
     """A `try:` of apex imports only, emptied by the fix, goes; the comment lines above it
     moved to the next statement, and were lost where none followed (the 32nd review: a

@@ -662,7 +662,31 @@ class _Planner:
         said = next(
             (text for keys, text in self._flag_guards if keys & removed and keys <= going), None
         )
+        if said is not None and self._apex_strings:
+            # physicsnemo (the 48th review): `"apex.optimizers.FusedAdam" if have_apex else
+            # "torch.optim.Adam"`, loaded by `importlib`: the flag, True for good once the `try`
+            # goes, then loads apex by name where it is missing (ModuleNotFoundError)
+            line, text = self._apex_strings[0]
+            head = found.message.partition(":")[0]
+            return replace(found, fix=None, message=(
+                f"{head}: no automatic fix: dropping it empties the `try` whose `except` set a "
+                "flag for a run without apex, and every test of the flag would take the path "
+                f"that ran where apex was installed, while line {line} names `{text}` in a "
+                "string (apex loaded by name at run time, which that path may do): replace "
+                "that string by the torch name, by hand, first"
+            ))  # fmt: skip
         return found if said is None else replace(found, message=found.message + said)
+
+    @functools.cached_property
+    def _apex_strings(self) -> list[tuple[int, str]]:
+        """The string literals that spell an apex module or name (``"apex.optimizers"``)."""
+        return [
+            (n.lineno, n.value)
+            for n in ast.walk(self.tree)
+            if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and re.fullmatch(r"apex(\.[A-Za-z_]\w*)*", n.value)
+        ]
 
     @functools.cached_property
     def _flag_guards(self) -> list[tuple[set[tuple[str, str | None, str | None]], str]]:
