@@ -1094,6 +1094,28 @@ def test_an_apex_extension_loaded_by_name_gets_a_finding():
     assert "use instead: `torch.nn.functional.cross_entropy" in found[1].message
 
 
+def test_an_apex_class_looked_up_by_name_names_its_torch_counterpart():
+    """physicsnemo's diffusion_fwi (the 48th review): `getattr(importlib.import_module(
+    "apex.optimizers"), "FusedAdam")` was told "this apex optimizer has no torch counterpart",
+    from the module's name alone. The class named by the literal decides: FusedAdam's is
+    `torch.optim.AdamW` (apex's `weight_decay=0.0` to pass), FusedLAMB has none."""
+    source = textwrap.dedent("""\
+        import importlib
+
+        adam = getattr(importlib.import_module("apex.optimizers"), "FusedAdam")
+        lamb = getattr(importlib.import_module("apex.optimizers"), "FusedLAMB")
+        """)
+    found = {d.line: d for d in check_source(source) if d.code.startswith("AMP31")}
+    assert (found[3].code, found[4].code) == ("AMP311", "AMP315")
+    assert found[3].message.startswith(
+        "`apex.optimizers.FusedAdam` is loaded by name at run time: its torch counterpart is "
+        "`torch.optim.AdamW`"
+    )
+    assert "passing `weight_decay=0.0` where a call gives none" in found[3].message
+    assert found[4].message.startswith("`apex.optimizers.FusedLAMB` is loaded by name")
+    assert "timm.optim.Lamb" in found[4].message and found[3].fix is None
+
+
 def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     """BiSeNet: `has_apex = True; try: from apex import parallel except ImportError:
     has_apex = False`; the DDP rewrite drops the import, the emptied `try` goes with its

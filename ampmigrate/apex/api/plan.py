@@ -752,6 +752,30 @@ class _Planner:
         ):
             return
         name = call.args[0].value
+        lookup = self.names.parent(call)  # `getattr(import_module("apex.optimizers"), "X")`
+        if (
+            isinstance(lookup, ast.Call)
+            and isinstance(lookup.func, ast.Name)
+            and lookup.func.id == "getattr"
+            and len(lookup.args) >= 2
+            and lookup.args[0] is call
+            and isinstance(lookup.args[1], ast.Constant)
+            and isinstance(lookup.args[1].value, str)
+        ):
+            full = f"{name}.{lookup.args[1].value}"
+            target = TARGETS.get(full)
+            if target is not None:  # (physicsnemo's diffusion_fwi, the 48th review)
+                defaults = ", ".join(f"`{k}={v}`" for k, v in target.write)
+                message = (
+                    f"`{full}` is loaded by name at run time: its torch counterpart is "
+                    f"`{target.new}` ({target.accepts}), but no fix edits a lookup by name: "
+                    f"write `{target.new}` there by hand"
+                    + (f", passing {defaults} where a call gives none (apex's defaults)"
+                       if defaults else "")
+                )  # fmt: skip
+                self.findings.append(Finding(target.code, message, lookup, None))
+                return
+            name = full if table.no_native(full) is not None else name
         text = table.no_native(name)
         if text is None or name.startswith(table.ELSEWHERE):
             return
