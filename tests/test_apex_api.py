@@ -1116,6 +1116,36 @@ def test_an_apex_class_looked_up_by_name_names_its_torch_counterpart():
     assert "timm.optim.Lamb" in found[4].message and found[3].fix is None
 
 
+def test_a_fallback_of_several_names_pairs_each_with_its_own_counterpart():
+    """atorch's `normalization/__init__.py` (the 48th review): FusedLayerNorm and apex's
+    SyncBatchNorm in one `try`, torch's LayerNorm and SyncBatchNorm in the `except`: it was
+    refused as "binds `SyncBatchNorm` to `torch.nn.SyncBatchNorm` (apex's maps to
+    `torch.nn.LayerNorm`)", each name held against the first's counterpart. Each is its own
+    migration: the fallback stays, and the message states both differences."""
+    source = textwrap.dedent("""\
+        try:
+            from apex.normalization import FusedLayerNorm as LayerNorm
+            from apex.parallel import SyncBatchNorm
+        except ImportError:
+            from torch.nn import LayerNorm
+            from torch.nn import SyncBatchNorm
+        ln = LayerNorm(8)
+        bn = SyncBatchNorm(8)
+        """)
+    out, remaining, fixed = _fix(source)
+    assert out.startswith("from torch.nn import LayerNorm\nfrom torch.nn import SyncBatchNorm\n")
+    assert not remaining
+    [finding] = fixed
+    assert "the fallback is the migration" in finding.message
+    assert "`apex.parallel.SyncBatchNorm` -> `torch.nn.SyncBatchNorm`" in finding.message
+    swapped = source.replace(
+        "from torch.nn import SyncBatchNorm", "from torch.nn import GroupNorm as SyncBatchNorm"
+    )
+    [refused] = [d for d in check_source(swapped) if d.code.startswith("AMP31")]
+    assert "it binds `SyncBatchNorm` to `torch.nn.GroupNorm` (apex's maps to " in refused.message
+    assert "`torch.nn.SyncBatchNorm`)" in refused.message
+
+
 def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     """BiSeNet: `has_apex = True; try: from apex import parallel except ImportError:
     has_apex = False`; the DDP rewrite drops the import, the emptied `try` goes with its

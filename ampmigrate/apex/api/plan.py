@@ -1798,7 +1798,8 @@ class _Planner:
             handler = node.handlers[0]
             binds = next((st for st in handler.body if not _logs(st)), handler.body[0])
             fallback = self.source.segment(binds).splitlines()[0]
-            differs, exact = self._fallback_differs(node, bound, target, apex_name)
+            apex_of = {**imported, **{w.targets[0].id: imported[w.value.id] for w in swaps}}
+            differs, exact = self._fallback_differs(node, apex_of)
             if differs is not None:  # (keeping it would run other code where apex ran)
                 found = self._class_fallback(node, imported, swaps, first, code)
                 if found is not None:
@@ -1819,6 +1820,9 @@ class _Planner:
                 "fallback where apex was installed"
             )
             message += f": {target.accepts})" if target else ")"
+            for other in sorted(set(imported.values()) - {apex_name}):
+                if (also := TARGETS.get(other)) is not None and also is not target:
+                    message += f"; `{other}` -> `{also.new}`: {also.accepts}"
             if exact:
                 message += f"; {exact}"
             kept = list(handler.body)  # the log lines that announced a missing apex go
@@ -2103,11 +2107,10 @@ class _Planner:
                     "torch's class may lack"
                 )
 
-    def _fallback_differs(
-        self, node: ast.Try, bound: set[str], target: Target | None, apex_name: str
-    ) -> tuple[str | None, str]:
-        """Why the fallback that binds ``bound`` is not apex's name's migration (None: each
-        name is bound to the torch counterpart itself, whose defaults are apex's): a project
+    def _fallback_differs(self, node: ast.Try, apex_of: dict[str, str]) -> tuple[str | None, str]:
+        """Why the fallback that binds the names of ``apex_of`` (name -> the apex name it
+        stands for) is not their migration (None: each name is bound to its apex name's
+        torch counterpart itself, whose defaults are apex's): a project
         class or function (its parameters, defaults and numerics are its own, not checked),
         another torch object (``FusedAdam = torch.optim.Adam``: L2 decay where apex's is
         decoupled), or the counterpart with a default that differs. A torch fallback that
@@ -2115,7 +2118,9 @@ class _Planner:
         GLM passes every argument whose default differs); the second item says so."""
         exact = ""
         for stmt in node.handlers[0].body:
-            for name in sorted(bound):
+            for name in sorted(apex_of):  # (each name against its own apex name's counterpart)
+                apex_name = apex_of[name]
+                target = TARGETS.get(apex_name)
                 value = None
                 if isinstance(stmt, ast.ImportFrom):  # (relative: a module of the project)
                     base = "." * stmt.level + (stmt.module or "")
