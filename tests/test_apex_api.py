@@ -1146,6 +1146,25 @@ def test_a_fallback_of_several_names_pairs_each_with_its_own_counterpart():
     assert "`torch.nn.SyncBatchNorm`)" in refused.message
 
 
+def test_an_apex_module_read_as_a_value_gets_a_finding():
+    """physicsnemo's unified_recipe (the 48th review): `from apex import optimizers as
+    apex_optimizers`, then `getattr(optimizers, cfg.name)(...)`: "All checks passed" on a file
+    that cannot import without apex. The module read as a value is reported, with the torch
+    counterparts of its names; the class is chosen at run time, so no fix."""
+    source = textwrap.dedent("""\
+        from apex import optimizers as apex_optimizers
+
+
+        def build(cfg, params):
+            optimizers = apex_optimizers
+            return getattr(optimizers, cfg.name)(params, lr=1e-3)
+        """)
+    [finding] = [d for d in check_source(source) if d.code.startswith("AMP31")]
+    assert finding.code == "AMP311" and finding.fix is None and finding.line == 5
+    assert finding.message.startswith("`apex.optimizers` is read as a module value (line 5)")
+    assert "`FusedAdam` -> `torch.optim.AdamW`" in finding.message
+
+
 def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     """BiSeNet: `has_apex = True; try: from apex import parallel except ImportError:
     has_apex = False`; the DDP rewrite drops the import, the emptied `try` goes with its

@@ -881,6 +881,21 @@ class _Planner:
         if name.startswith(table.ELSEWHERE) or name in _SKIP:
             return
         target = TARGETS.get(name)
+        members = {  # `apex.optimizers` read as a module value (`getattr(optimizers, name)`)
+            k.rpartition(".")[2]: t
+            for k, t in TARGETS.items()
+            if k.rpartition(".")[0] == name and k.rpartition(".")[2][:1].isupper()
+        }
+        if target is None and members:  # (physicsnemo's unified_recipe, the 48th review)
+            mapped = ", ".join(f"`{k}` -> `{t.new}`" for k, t in sorted(members.items()))
+            message = (
+                f"`{name}` is read as a module value (line {node.lineno}): which of its names "
+                "runs is chosen there at run time, so no fix can pick one; its torch "
+                f"counterparts: {mapped} (each with apex's defaults its rule writes out); the "
+                "others keep apex (AMP315)"
+            )
+            self.findings.append(Finding(next(iter(members.values())).code, message, node, None))
+            return
         if target is None:
             text = table.no_native(name)
             if text is not None:
