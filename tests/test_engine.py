@@ -113,6 +113,23 @@ CASES = {
         [],
     ),
 }
+
+
+def test_a_star_import_after_a_removed_one_keeps_the_comments_where_they_were():
+    """physicsnemo's domino train.py (the 48th review): removing `from torch.cuda.amp import
+    ...` before `from m import *` copied the comment blocks of the later imports above the
+    star import (a star import names nothing, so it was taken for a removed statement and
+    every later one was matched against the wrong statement): each block came out twice."""
+    text = (
+        "import os\nfrom torch.cuda.amp import autocast, GradScaler\nfrom m import *\n\n"
+        "# tracking\nfrom p import q\n\n# profiler\n\n\nfrom r import s\n\nx = 1\n"
+    )
+    kept = libcst_imports(cst.parse_module(text), [AMP, SCALER], [])
+    assert kept == text.replace("from torch.cuda.amp import autocast, GradScaler\n", "")
+    fast = remove_unused(text, [AMP, SCALER])
+    assert fast is None or fast == kept
+
+
 FAST = {"whole statement, comment above", "one of two names", "still used", "add after the block"}
 FAST |= {"add before a comment", "add before a blank line", "already there", "remove, then add"}
 FAST |= {"crlf", "import guard"}

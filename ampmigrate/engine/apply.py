@@ -134,8 +134,9 @@ def keep_comments(before: Any, after: Any) -> Any:
             isinstance(s, cst.Import | cst.ImportFrom) for s in statement.body
         ):
             names = cst.Module([]).code_for_node
-            return {names(a) for s in statement.body
-                    if isinstance(s.names, Sequence) for a in s.names}  # fmt: skip
+            return {names(a) if isinstance(s.names, Sequence) else "*"  # (`from m import *`)
+                    for s in statement.body
+                    for a in (s.names if isinstance(s.names, Sequence) else [None])}  # fmt: skip
         return None
 
     old, new = blocks(before), blocks(after)
