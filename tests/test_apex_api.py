@@ -1165,6 +1165,51 @@ def test_an_apex_module_read_as_a_value_gets_a_finding():
     assert "`FusedAdam` -> `torch.optim.AdamW`" in finding.message
 
 
+_LOCAL_CLASS = """\
+import torch
+from apex.optimizers import FusedAdam as Adam
+
+
+def build(params, args):
+    if args.cpu_optimizer:
+        opt_cls = torch.optim.Adam
+    else:
+        opt_cls = Adam
+    return opt_cls(params, lr=args.lr, weight_decay=args.wd, betas=(0.9, 0.95), eps=1e-8)
+"""
+
+
+def test_an_apex_class_bound_to_a_local_whose_calls_give_every_default_is_rewritten():
+    """Megatron's `optimizer/__init__.py`, vendored in many projects (md_ppo, the 49th
+    review): `adam_optimizer = Adam` in one arm (CPUAdam or bitsandbytes in the others), called
+    below with `weight_decay` given. It was refused as "used as a value: the calls that
+    construct it are not visible". Every call of the local is visible and gives the default
+    that differs: `torch.optim.AdamW` builds there what apex built. A call that leaves
+    `weight_decay` out, a local that escapes, or one read otherwise keeps the refusal."""
+    torch = __import__("torch")
+    out, remaining, fixed = _fix(_LOCAL_CLASS)
+    [finding] = fixed
+    assert "        opt_cls = torch.optim.AdamW\n" in out and "apex" not in out
+    assert not remaining and finding.fix == "unsafe"
+    assert "bound to `opt_cls` (line 9), whose every call in `build` (line 10) passes" in (
+        finding.message
+    )
+    namespace: dict = {}
+    exec(compile(out, "migrated", "exec"), namespace)
+    args = type("Args", (), {"cpu_optimizer": False, "lr": 0.1, "wd": 0.0})()
+    built = namespace["build"]([torch.nn.Parameter(torch.ones(2))], args)
+    assert isinstance(built, torch.optim.AdamW) and built.defaults["weight_decay"] == 0.0
+    for old, new in (
+        ("weight_decay=args.wd, ", ""),  # apex's default 0.0, torch's 0.01: not given
+        ("    return opt_cls(", "    keep(opt_cls)\n    return opt_cls("),  # it escapes
+        ("    return opt_cls(", "    print(opt_cls)\n    return opt_cls("),
+    ):
+        changed = _LOCAL_CLASS.replace(old, new)
+        assert changed != _LOCAL_CLASS
+        [refused] = [d for d in check_source(changed) if d.code == "AMP311"]
+        assert refused.fix is None and "used as a value" in refused.message, refused.message
+
+
 def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     """BiSeNet: `has_apex = True; try: from apex import parallel except ImportError:
     has_apex = False`; the DDP rewrite drops the import, the emptied `try` goes with its

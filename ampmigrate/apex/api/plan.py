@@ -993,6 +993,16 @@ class _Planner:
             message = f"{head}: in an annotation, which constructs nothing (its value changes)"
             self._report(target, node, message, fix)
             return
+        local = None if conditional else self._local_calls(node, parent, target)
+        if local is not None:
+            try:
+                fix = self._rename_fix(node, target.new, "unsafe", target.min_torch)
+            except NoFix as reason:
+                self._report(target, node, f"{head}: no automatic fix: {reason}", None)
+                return
+            message = f"{head}: {local}; {target.accepts}"
+            self._report(target, node, message, fix)
+            return
         typed = self._typed(node)
         if conditional and not typed:
             reason = (
@@ -1061,6 +1071,61 @@ class _Planner:
                 where = self._shown(users) if users else "the project is too large to look"
                 raise NoFix(f"other modules take the subclass `{cls.name}` ({where})")
         return self._rebase_fix(node, cls, target, head, guard)
+
+    def _local_calls(self, node: ast.expr, parent: ast.AST | None, target: Target) -> str | None:
+        """``opt_cls = Adam`` in a function (Megatron's ``adam_optimizer = Adam`` beside
+        CPUAdam or bitsandbytes in the other arms; the 49th review) whose every read there is
+        a call giving each argument whose default differs, and only arguments torch's class
+        takes with apex's meaning: ``torch.optim.AdamW`` builds at those calls what apex
+        built. Why (the message's part), or None."""
+        function = next((a for a in self.names.ancestors(node) if isinstance(a, _SCOPES)), None)
+        if not (
+            isinstance(parent, ast.Assign)
+            and parent.value is node
+            and len(parent.targets) == 1
+            and isinstance(parent.targets[0], ast.Name)
+            and isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+            and target.new in table.TORCH_TAKES
+        ):
+            return None
+        local = parent.targets[0].id
+        takes = table.TORCH_TAKES[target.new]
+        calls = []
+        for use in ast.walk(function):
+            if not (isinstance(use, ast.Name) and use.id == local) or use is parent.targets[0]:
+                continue
+            if isinstance(use.ctx, ast.Store):
+                continue  # (another arm's class: `opt_cls = torch.optim.Adam`)
+            call = self.names.parent(use)
+            if not (isinstance(call, ast.Call) and call.func is use) or any(
+                isinstance(a, ast.Starred) for a in call.args
+            ):
+                return None
+            given = dict(zip(target.params, call.args, strict=False))
+            if len(call.args) > len(target.new_positional) or any(
+                target.params[i] != p for i, p in enumerate(target.new_positional[: len(call.args)])
+            ):
+                return None
+            given.update((k.arg, k.value) for k in call.keywords if k.arg is not None)
+            if any(k.arg is None for k in call.keywords) or any(
+                k not in takes or k not in target.params or k in target.rename
+                or k in target.refuse or k in target.drop or k in target.drop_any
+                for k in given
+            ) or any(k not in given for k, _ in target.write):  # fmt: skip
+                return None
+            calls.append(call)
+        if not calls or any(
+            isinstance(n, ast.Global | ast.Nonlocal) and local in n.names
+            for n in ast.walk(function)
+        ):
+            return None
+        lines = ", ".join(str(c.lineno) for c in calls)
+        written = ", ".join(f"`{k}`" for k, _ in target.write)
+        return (
+            f"bound to `{local}` (line {parent.lineno}), whose every call in `{function.name}` "
+            f"(line{'s' if len(calls) > 1 else ''} {lines}) passes {written} itself and only "
+            f"arguments `{target.new}` takes alike, so it builds there what apex built"
+        )
 
     def _falls_back_to(self, guard: ast.Try, name: str, new: str) -> bool:
         """An ``except ImportError`` of ``guard`` binds ``name`` to ``new`` itself (``from
