@@ -411,7 +411,11 @@ def settle(
         if usage is None:
             usage = usages[root] = _usage(root, results)
         if usage.importing:
-            continue
+            # a PyPI `apex` pin is wrong either way: it never installed NVIDIA apex, which the
+            # importing files need (unmasked_teacher's `apex==0.9.10dev`, the 47th review)
+            found = [r for r in found if r.origin == "pypi"]
+            if not found:
+                continue
         text = data[name].decode("utf-8", "replace")
         suppressions = Suppressions(text)
         added = [
@@ -442,6 +446,18 @@ def message(requirement: Requirement, usage: Usage) -> str:
     }[requirement.origin]
     where = _shown(usage.root)
     files = f"{usage.files} Python file{'' if usage.files == 1 else 's'}"
+    if usage.importing:
+        count = len(usage.importing)
+        shown = ", ".join(
+            f"`{os.path.relpath(f, usage.root).replace(os.sep, '/')}`" for f in usage.importing[:3]
+        )
+        return (
+            f"`{requirement.text}` installs {what}, while {count} Python "
+            f"file{'' if count == 1 else 's'} under {where} still import{'s' if count == 1 else ''}"
+            f" NVIDIA apex ({shown}{', ...' if count > 3 else ''}): this line never installed "
+            "it; build NVIDIA apex from source where they run (its README), or remove the line "
+            "once they no longer import apex"
+        )
     return (
         f"`{requirement.text}` installs {what}; none of the {files} under {where} imports apex "
         "or its compiled extensions: remove the requirement"

@@ -77,7 +77,7 @@ def test_reported_only_once_no_python_file_of_the_project_imports_apex(tmp_path)
     paths = _project(
         tmp_path,
         {
-            "requirements.txt": b"torch\napex\n",
+            "requirements.txt": b"torch\napex @ git+https://github.com/NVIDIA/apex\n",
             "train.py": b"from apex.optimizers import FusedAdam\nopt = FusedAdam(params)\n",
         },
     )
@@ -85,14 +85,37 @@ def test_reported_only_once_no_python_file_of_the_project_imports_apex(tmp_path)
     fixed = _run(paths, fix=True)  # the fix removes the import: the line is dead now
     [finding] = fixed["requirements.txt"].diagnostics
     assert finding.code == "AMP316" and (finding.line, finding.col) == (2, 1)
-    assert "unrelated" in finding.message and "none of the 1 Python file" in finding.message
+    assert "NVIDIA apex, built from its repository" in finding.message
+    assert "none of the 1 Python file" in finding.message
     assert not fixed["requirements.txt"].changed
+
+
+def test_a_pypi_pin_is_reported_while_apex_is_still_imported(tmp_path):
+    """unmasked_teacher's `apex==0.9.10dev` (the 47th review): while a file still imports
+    NVIDIA apex (FusedLAMB has no torch counterpart), the pin got no finding, yet it installs
+    PyPI's unrelated package and never installed the apex those files need. Reported, naming
+    them; once they no longer import apex, the finding says to remove the line."""
+    paths = _project(
+        tmp_path,
+        {
+            "requirements.txt": b"torch\napex==0.9.10dev\n",
+            "train.py": b"from apex.optimizers import FusedLAMB\nopt = FusedLAMB(params)\n",
+        },
+    )
+    [finding] = _run(paths)["requirements.txt"].diagnostics
+    assert finding.code == "AMP316" and finding.line == 2
+    assert "an unrelated 2013 Pyramid toolkit" in finding.message
+    assert "while 1 Python file under" in finding.message and "(`train.py`)" in finding.message
+    assert "build NVIDIA apex from source where they run" in finding.message
 
 
 def test_a_file_the_run_did_not_check_still_counts(tmp_path):
     req, _ = _project(
         tmp_path,
-        {"requirements.txt": b"apex\n", "other/model.py": b"import amp_C\n"},
+        {
+            "requirements.txt": b"apex @ git+https://github.com/NVIDIA/apex\n",
+            "other/model.py": b"import amp_C\n",
+        },
     )
     assert not _run([req])["requirements.txt"].diagnostics  # a pre-commit run on one file
 
