@@ -240,6 +240,16 @@ def test_a_name_bound_to_the_torch_class_too_keeps_torch_s_defaults_for_its_call
     out, remaining, _ = _fix(template.format(arguments="lr=args.lr, weight_decay=0.05"))
     assert "torch.optim.AdamW(params, lr=args.lr, weight_decay=0.05)" in out
     assert "apex" not in out and not remaining
+    # torch's Adam in the other arm (the 49th review): a weight decay there is L2, which the
+    # AdamW the fix writes would make decoupled; without one the two classes agree
+    adam = template.replace("import AdamW as Opt", "import Adam as Opt")
+    out, remaining, _ = _fix(adam.format(arguments="lr=args.lr, weight_decay=0.1"))
+    [refusal] = [d for d in remaining if d.code == "AMP311"]
+    assert "the name is also bound to `torch.optim.Adam`, whose calls would build" in (
+        refusal.message
+    )
+    out, remaining, _ = _fix(adam.format(arguments="lr=args.lr"))
+    assert "torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)" in out and not remaining
 
 
 def test_an_unused_apex_module_import_goes():

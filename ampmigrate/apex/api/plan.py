@@ -1568,6 +1568,21 @@ class _Planner:
                 written_out.append(f"`{key}={default}`")
         torch_takes = table.TORCH_TAKES.get(target.new)
         apex_only = torch_takes is not None and not set(values) <= torch_takes
+        torch_too = sorted(q for q in self.names.qualified(callee) if q.startswith("torch."))
+        decay = values.get("weight_decay")
+        undecayed = (  # Adam and AdamW agree without weight decay (apex's default, 0.0)
+            torch_too == ["torch.optim.Adam"]
+            and new == "torch.optim.AdamW"
+            and (decay is None or _literal_in(decay, (0,)))
+        )
+        if torch_too and not apex_only and torch_too != [new] and not undecayed:
+            # `else: from torch.optim import Adam as Opt` (the 49th review): that arm's calls
+            # would build `torch.optim.AdamW` (decoupled decay where Adam's is L2)
+            raise NoFix(
+                f"the name is also bound to `{torch_too[0]}`, whose calls would build `{new}` "
+                "after the fix, another class; keep one binding (or give each its own call), "
+                "by hand"
+            )
         if written_out and not apex_only and target.new in self.names.qualified(callee):
             # `if fused: from apex.optimizers import FusedAdam as Opt` / `else: from
             # torch.optim import AdamW as Opt` (the 47th review): that arm's calls ran with
