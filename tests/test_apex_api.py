@@ -1603,12 +1603,32 @@ def test_apex_code_the_project_defines_again_in_its_except_keeps_the_fallback():
         ("    def cross_entropy(logits, target, ignore_index=-100):\n        return _cross",
          "    def other(logits, target, ignore_index=-100):\n        return _cross"),
         ('logger.info("apex', 'print(xentropy)\n    logger.info("apex'),
+        # the 49th review: a fallback that takes other parameters (a caller's `reduction=`
+        # would raise TypeError), or one the `try`'s code never returns (apex's label smoothing)
+        ("    def cross_entropy(logits, target, ignore_index=-100):\n        return _cross",
+         "    def cross_entropy(logits, target, ignore_index=-1):\n        return _cross"),
+        ("            return _cross_entropy_pytorch(logits, target, ignore_index)\n",
+         "            return _cross_entropy_pytorch(logits, target, ignore_index) * 0.9\n"),
     ):  # fmt: skip
         changed = _OWN_FALLBACK.replace(old, new)
         assert changed != _OWN_FALLBACK
         out, remaining, _ = _fix(changed)
         assert "from apex.contrib import xentropy" in out
         assert any(d.code == "AMP315" and d.fix is None for d in remaining)
+
+
+def test_apex_code_another_module_takes_keeps_its_try(tmp_path):
+    """The 49th review: `train.py` does `from losses import cross_entropy, xentropy`; keeping
+    the fallback dropped `xentropy` from `losses.py` (ImportError)."""
+    from ampmigrate.engine import run
+
+    (tmp_path / "losses.py").write_text(_OWN_FALLBACK)
+    (tmp_path / "train.py").write_text("from losses import cross_entropy, xentropy\n")
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    results = {Path(r.path).name: r for r in run([tmp_path / "losses.py"], settings, jobs=1)}
+    assert not results["losses.py"].changed
+    [kept] = [d for d in results["losses.py"].diagnostics if d.code == "AMP315"]
+    assert kept.fix is None
 
 
 def test_a_fallback_s_log_line_goes_with_its_try():

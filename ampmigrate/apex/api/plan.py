@@ -559,6 +559,25 @@ class _FallbackCall(Exception):
     """A call that can only be of the torch fallback a name is also bound to."""
 
 
+def _same_computation(apex: ast.FunctionDef, fallback: ast.FunctionDef | None) -> bool:
+    """``fallback`` takes ``apex``'s parameters alike and returns what ``apex`` itself returns
+    for some inputs (fairseq's ``cross_entropy`` returns ``_cross_entropy_pytorch(...)`` for a
+    CPU tensor, its fallback for every tensor): the project defines the two as one
+    computation, apex's kernel a faster path of it."""
+    if fallback is None or ast.dump(apex.args) != ast.dump(fallback.args):
+        return False
+    if [ast.dump(d) for d in apex.decorator_list] != [ast.dump(d) for d in fallback.decorator_list]:
+        return False
+    body = fallback.body[1:] if ast.get_docstring(fallback) is not None else fallback.body
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return False
+    returned = ast.dump(body[0].value)
+    return any(
+        isinstance(n, ast.Return) and n.value is not None and ast.dump(n.value) == returned
+        for n in ast.walk(apex)
+    )
+
+
 def _replaces(stmt: ast.stmt) -> bool:
     """A statement of a fallback that provides a replacement: an import, a definition, an
     assignment of something other than a literal (``X = None`` is an availability flag), a
@@ -1985,14 +2004,24 @@ class _Planner:
             return False
         if any(n in TARGETS or n in table.SAME or n in table.TO_PYTHON_FLOAT for n in names):
             return False  # (a name with a torch form of its own: the rules for it decide)
-        kinds = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Assign | ast.Expr
-        if not any(isinstance(s, ast.FunctionDef | ast.ClassDef) for s in others) or not all(
-            isinstance(s, kinds) for s in others
+        if not any(isinstance(s, ast.FunctionDef) for s in others) or not all(
+            isinstance(s, ast.FunctionDef | ast.Assign | ast.Expr) for s in others
         ):
             return False
         apex = _bound_names(imports)
         if not _bound_names(others) <= _bound_names(handler) or self._used_outside(node, apex):
             return False
+        fallbacks = {s.name: s for s in handler if isinstance(s, ast.FunctionDef)}
+        if not all(
+            _same_computation(s, fallbacks.get(s.name))
+            for s in others
+            if isinstance(s, ast.FunctionDef)
+        ):
+            return False  # (49a: a fallback without `reduction=`, one without label smoothing)
+        if not any(isinstance(a, _SCOPES) for a in self.names.ancestors(node)) and any(
+            self._importers(name) != [] for name in apex
+        ):
+            return False  # another module takes apex's name from this one (49a: `xentropy`)
         if any(
             isinstance(n, ast.Raise) or (isinstance(n, ast.Name) and n.id in apex)
             for stmt in handler
@@ -2010,10 +2039,11 @@ class _Planner:
         target = next((TARGETS[n] for n in names if n in TARGETS), None)
         message = (
             f"`{names[-1]}` has no torch counterpart here, and the `except` at line "
-            f"{node.handlers[0].lineno} defines {defined} again without apex, as the project "
-            "runs where apex is missing: the fix keeps that fallback and drops the `try`, so "
-            "the project's own code now runs where apex was installed (its speed and rounding "
-            "in place of apex's kernel, which the fix does not compare)"
+            f"{node.handlers[0].lineno} defines {defined} again without apex, with the same "
+            "parameters and returning what the `try`'s own code returns for some inputs (a CPU "
+            "tensor, say): the fix keeps that fallback and drops the `try`, so the project's "
+            "own code now runs where apex's kernel ran (its speed and rounding; what apex's "
+            "kernel computed otherwise is not compared)"
         )
         edit = Edit(*self._statement_lines(node), self._dedented(kept, node))
         code = target.code if target else table.NO_NATIVE
