@@ -2186,8 +2186,11 @@ def test_apex_beside_native_leaves_a_helper_only_its_apex_branch_used(tmp_path):
         ("vars(torch)", True),  # on a module: may reach what it took (conservative)
         ("vars()", True),
         ("getattr(torch, NAME, None)", True),
+        # a module kept in a name (the 49th review): a lookup on it reaches the helper's names
+        ('MOD = importlib.import_module("helpers")\nX = getattr(MOD, NAME, None)', True),
+        ('MOD = sys.modules["helpers"]\nX = vars(MOD)', True),
     ],
-)
+)  # fmt: skip
 def test_a_lookup_on_an_object_does_not_tie_the_helper(tmp_path, probe, tied):
     """metaformer's timm-style `train.py` (the 47th review) calls
     `resolve_data_config(vars(args), ...)`: `vars` was taken for a lookup that may reach the

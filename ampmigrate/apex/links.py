@@ -2159,6 +2159,16 @@ def _looks_up(tree: ast.Module, name: str) -> bool:
         if isinstance(n, ast.Import | ast.ImportFrom)
         for a in n.names
     }
+    modules |= {  # nor one a module is stored in (49a: `MOD = importlib.import_module(...)`,
+        # `sys.modules[...]`, `__import__(...)`)
+        t.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None
+        and re.search(r"import_module|__import__|modules\b|importlib|globals|vars|locals",
+                      ast.unparse(n.value))
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        if isinstance(t, ast.Name)
+    }  # fmt: skip
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Call)
