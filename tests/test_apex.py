@@ -4204,12 +4204,14 @@ def test_a_flag_only_the_old_torch_set_folds_to_false_and_the_crash_is_stated():
         "`_use_apex`, set only on the old torch, was unbound on a later one: a test that "
         "reached it raised NameError there; folded to False"
     ) in finding.message
-    rebound = source.replace(
-        "class Trainer:",
-        "def force_apex():\n    global _use_apex\n    _use_apex = True\n\n\nclass Trainer:",
-    )
-    [refused] = [d for d in check_source(rebound) if d.code == "AMP303"]
-    assert refused.fix is None and "only on a torch older" not in refused.message
+    for force in (
+        "def force_apex():\n    global _use_apex\n    _use_apex = True\n\n\n",
+        # set by name (the 49th review): no flag of the module is sure to stay
+        'def force_apex():\n    setattr(sys.modules[__name__], "_use_apex", True)\n\n\n',
+    ):
+        rebound = source.replace("class Trainer:", force + "class Trainer:")
+        [refused] = [d for d in check_source(rebound) if d.code == "AMP303"]
+        assert refused.fix is None and "only on a torch older" not in refused.message
 
 
 @pytest.mark.parametrize("other", ["from apex_utils import banner", "from .apex import banner"])

@@ -170,6 +170,9 @@ class VersionGates:
         """Module flags whose value after import is fixed once the gates are folded: bound
         only by ``name = True``/``False`` at the top of the module or of a gate's branch,
         and never declared ``global`` in a function."""
+        if re.search(r"setattr\(\s*sys\.modules|globals\(\)\s*(\[|\.update)|__dict__\s*\[",
+                     self.text):  # fmt: skip
+            return {}  # a module attribute set by name (49a): no flag is sure to stay
         kept: dict[int, list[cst.BaseStatement]] = {}
         for gate, value in gates:
             branch = gate.body if value else gate.orelse
