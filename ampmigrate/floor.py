@@ -145,7 +145,7 @@ def _requirement_files(directory: Path) -> list[Path]:
     found = [*directory.glob("requirements*.txt"), *directory.glob("requirements*.in")]
     folder = directory / "requirements"
     if folder.is_dir():
-        found += [*folder.glob("*.txt"), *folder.glob("*.in")]
+        found += [*folder.rglob("*.txt"), *folder.rglob("*.in")]
     return sorted(f for f in found if f.is_file())
 
 
@@ -215,12 +215,17 @@ def _is_table(name: str) -> bool:
 
 def project_dir(paths: Sequence[Path]) -> Path | None:
     """The nearest directory above the paths (or cwd) that is a project: it has a
-    pyproject.toml, setup.cfg, setup.py or requirements*.txt."""
+    pyproject.toml, setup.cfg, setup.py or requirements*.txt (else, a requirements/ folder)."""
     directory = search_start(paths)
-    for candidate in [directory, *directory.parents]:
-        if any((candidate / m).is_file() for m in MARKERS) or _requirement_files(candidate):
+    candidates = [directory, *directory.parents]
+    for candidate in candidates:
+        if any((candidate / m).is_file() for m in MARKERS) or any(
+            candidate.glob("requirements*.txt")
+        ):
             return candidate
-    return None
+    # a `requirements/` folder alone marks a project only where nothing above does (49a: a
+    # `tools/requirements/` hid the root's pyproject.toml and its torch floor)
+    return next((c for c in candidates if _requirement_files(c)), None)
 
 
 def find(paths: Sequence[Path]) -> Floor | None:

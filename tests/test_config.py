@@ -159,6 +159,28 @@ def test_declared_torch_floor_makes_newer_fixes_unsafe(cli, tmp_path, files):
     assert "torch.get_autocast_dtype(" in (tmp_path / "src/train.py").read_text()
 
 
+def test_a_requirements_folder_below_the_project_does_not_hide_its_floor(cli, tmp_path):
+    """The 49th review: checking `tools/`, whose `tools/requirements/extra.txt` names no torch,
+    made `tools/` the project, and the root's `torch>=2.1` was not read (a fix needing 2.4 was
+    offered as safe). A `requirements/` folder marks a project only where nothing above does;
+    a nested one (`requirements/cuda/torch.txt`) is read too."""
+    (tmp_path / "pyproject.toml").write_text(
+        "[project]\nname = 'x'\ndependencies = ['torch>=2.1']\n"
+    )
+    (tmp_path / "tools" / "requirements").mkdir(parents=True)
+    (tmp_path / "tools" / "requirements" / "extra.txt").write_text("numpy\n")
+    (tmp_path / "tools" / "train.py").write_text(DEPRECATED)
+    result = cli("check", "--show-settings", "tools", cwd=tmp_path)
+    assert "target-torch: 2.1 (pyproject.toml: torch>=2.1)" in result.stdout.splitlines()
+    nested = tmp_path / "other"
+    (nested / "requirements" / "cuda").mkdir(parents=True)
+    (nested / "requirements" / "cuda" / "torch.txt").write_text("torch==2.1.0\n")
+    (nested / "train.py").write_text(DEPRECATED)
+    (tmp_path / "pyproject.toml").unlink()
+    result = cli("check", "--show-settings", ".", cwd=nested)
+    assert "target-torch: 2.1 (requirements/cuda/torch.txt: torch==2.1.0)" in result.stdout
+
+
 def test_config_target_torch_wins_over_declared_floor(cli, tmp_path):
     pyproject = "[project]\nname = 'x'\ndependencies = ['torch>=2.1']\n"
     _declared_project(
