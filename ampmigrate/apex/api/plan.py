@@ -1148,24 +1148,24 @@ class _Planner:
 
     def _falls_back_to(self, guard: ast.Try, name: str, new: str) -> bool:
         """An ``except ImportError`` of ``guard`` binds ``name`` to ``new`` itself (``from
-        torch.nn import LayerNorm as FastLN``, ``FastLN = nn.LayerNorm``)."""
+        torch.nn import LayerNorm as FastLN``, ``FastLN = nn.LayerNorm``), last."""
         for handler in guard.handlers:
             if not _catches_import_error(handler):
                 continue
+            last = None  # (49a: `FastLN = torch.nn.GroupNorm` after the LayerNorm import)
             for stmt in handler.body:
+                if name not in _bound_names([stmt]):
+                    continue
+                last = False
                 if isinstance(stmt, ast.ImportFrom) and not stmt.level:
-                    if any(
+                    last = any(
                         (a.asname or a.name) == name and f"{stmt.module}.{a.name}" == new
                         for a in stmt.names
-                    ):
-                        return True
-                elif (
-                    isinstance(stmt, ast.Assign)
-                    and [t.id for t in stmt.targets if isinstance(t, ast.Name)] == [name]
-                    and len(stmt.targets) == 1
-                    and new in self.names.qualified(stmt.value)
-                ):
-                    return True
+                    )
+                elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                    last = new in self.names.qualified(stmt.value)
+            if last:
+                return True
         return False
 
     def _rebase_fix(
