@@ -1124,6 +1124,15 @@ def test_an_apex_class_looked_up_by_name_names_its_torch_counterpart():
     assert "passing `weight_decay=0.0` where a call gives none" in found[3].message
     assert found[4].message.startswith("`apex.optimizers.FusedLAMB` is loaded by name")
     assert "timm.optim.Lamb" in found[4].message and found[3].fix is None
+    # the 49th review: a class read off the loaded module, and `__import__`, alike
+    for line in (
+        'LN = importlib.import_module("apex.normalization").FusedLayerNorm\n',
+        'Adam = __import__("apex.optimizers", fromlist=["FusedAdam"]).FusedAdam\n',
+    ):
+        [named] = [
+            d for d in check_source("import importlib\n" + line) if d.code.startswith("AMP31")
+        ]
+        assert "is loaded by name at run time: its torch counterpart is `torch." in named.message
 
 
 def test_a_fallback_of_several_names_pairs_each_with_its_own_counterpart():
@@ -1173,6 +1182,9 @@ def test_an_apex_module_read_as_a_value_gets_a_finding():
     assert finding.code == "AMP311" and finding.fix is None and finding.line == 5
     assert finding.message.startswith("`apex.optimizers` is read as a module value (line 5)")
     assert "`FusedAdam` -> `torch.optim.AdamW`" in finding.message
+    dunder = source.replace("getattr(optimizers, cfg.name)", "optimizers.__dict__[cfg.name]")
+    [finding] = [d for d in check_source(dunder) if d.code.startswith("AMP31")]
+    assert "`apex.optimizers` is read as a module value" in finding.message  # (49a)
 
 
 _LOCAL_CLASS = """\

@@ -772,6 +772,7 @@ class _Planner:
             return
         name = call.args[0].value
         lookup = self.names.parent(call)  # `getattr(import_module("apex.optimizers"), "X")`
+        member = None
         if (
             isinstance(lookup, ast.Call)
             and isinstance(lookup.func, ast.Name)
@@ -781,7 +782,11 @@ class _Planner:
             and isinstance(lookup.args[1], ast.Constant)
             and isinstance(lookup.args[1].value, str)
         ):
-            full = f"{name}.{lookup.args[1].value}"
+            member = lookup.args[1].value
+        elif isinstance(lookup, ast.Attribute) and lookup.value is call:
+            member = lookup.attr  # `import_module("apex.normalization").FusedLayerNorm` (49a)
+        if member is not None:
+            full = f"{name}.{member}"
             target = TARGETS.get(full)
             if target is not None:  # (physicsnemo's diffusion_fwi, the 48th review)
                 defaults = ", ".join(f"`{k}={v}`" for k, v in target.write)
@@ -899,6 +904,8 @@ class _Planner:
             return
         if name.startswith(table.ELSEWHERE) or name in _SKIP:
             return
+        if name.endswith(".__dict__"):  # `apex_optimizers.__dict__[name]` (49a): the module
+            name = name.removesuffix(".__dict__")
         target = TARGETS.get(name)
         members = {  # `apex.optimizers` read as a module value (`getattr(optimizers, name)`)
             k.rpartition(".")[2]: t
