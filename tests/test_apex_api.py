@@ -1182,9 +1182,12 @@ def test_an_apex_module_read_as_a_value_gets_a_finding():
     assert finding.code == "AMP311" and finding.fix is None and finding.line == 5
     assert finding.message.startswith("`apex.optimizers` is read as a module value (line 5)")
     assert "`FusedAdam` -> `torch.optim.AdamW`" in finding.message
-    dunder = source.replace("getattr(optimizers, cfg.name)", "optimizers.__dict__[cfg.name]")
+    dunder = (  # (49a)
+        "from apex import optimizers\n\n\ndef build(name, params):\n"
+        "    return optimizers.__dict__[name](params, lr=1e-3)\n"
+    )
     [finding] = [d for d in check_source(dunder) if d.code.startswith("AMP31")]
-    assert "`apex.optimizers` is read as a module value" in finding.message  # (49a)
+    assert "`apex.optimizers` is read as a module value (line 5)" in finding.message
 
 
 _LOCAL_CLASS = """\
