@@ -12533,6 +12533,12 @@ def train(model, optimizer, x):
             "import torch, apex.optimizers\n",
             "`import apex.optimizers` is not this rewrite's",
         ),
+        (  # a function's own `apex` (a parameter) reads nothing of the import (49a)
+            "import torch, apex, os",
+            "def helper(apex):\n    return apex.upper()\n",
+            "import torch, os\n",
+            None,
+        ),
     ],
 )
 def test_a_bare_apex_beside_other_modules_goes_and_apex_kept_for_the_rest_is_no_blocker(

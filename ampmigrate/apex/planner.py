@@ -271,6 +271,9 @@ class _Planner(
             if isinstance(node, ast.Name) and node.id in self.bound - kept:
                 if isinstance(node.ctx, ast.Store):
                     continue  # (binds the name, reads nothing)
+                local = names.bindings(node)
+                if local and all(b.scope is not names.module_scope for b in local):
+                    continue  # a function's own `apex` (a parameter, 49a), not the import's
                 rebound = names.bound_before(node)
                 if isinstance(rebound, ast.Assign) and not (
                     isinstance(rebound.value, ast.Constant) and rebound.value.value is None
