@@ -741,6 +741,8 @@ def convert_checkpoint(source, target, key, loss_scaler, store_as, in_place, tru
 
     if in_place == (target is not None):
         raise click.UsageError("give TARGET, or --in-place to overwrite SOURCE")
+    if store_as is not None and not store_as.strip():
+        raise click.UsageError("--store-as needs a key name")
     target = source if in_place else target
     if not in_place and target.resolve() == source.resolve():
         raise click.UsageError("TARGET is SOURCE; use --in-place to overwrite it")

@@ -113,6 +113,8 @@ def test_store_as_moves_the_state_to_the_key_the_migrated_code_reads(cli, tmp_pa
               str(tmp_path / "y.pt"))  # fmt: skip
     assert one.returncode == 0
     assert set(torch.load(tmp_path / "y.pt", weights_only=True)) == {"a", "scaler"}
+    empty = cli("convert-checkpoint", "--store-as", "", str(source), str(tmp_path / "z.pt"))
+    assert empty.returncode == 2 and "--store-as needs a key name" in empty.stderr  # (49a)
 
 
 def test_several_loss_scalers_take_the_smallest_and_warn(cli, tmp_path):
