@@ -2177,6 +2177,7 @@ def _looks_up(tree: ast.Module, name: str) -> bool:
             and node.args
             and isinstance(node.args[0], ast.Name)
             and node.args[0].id not in modules
+            and id(node.func) not in literal  # (`getattr(obj, "name")` still names it)
         ):
             objects.add(id(node.func))
     return any(
