@@ -250,6 +250,23 @@ def test_a_name_bound_to_the_torch_class_too_keeps_torch_s_defaults_for_its_call
     )
     out, remaining, _ = _fix(adam.format(arguments="lr=args.lr"))
     assert "torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)" in out and not remaining
+    # the other arm's class by assignment, a project class, another package's (the 50th
+    # review: each became AdamW); `None` there is an availability flag (calling it raises)
+    for arm, named in (
+        ("Opt = torch.optim.Adam", "the name is also bound to `torch.optim.Adam`"),
+        ("Opt = CPUAdam", "the name is also bound at line 8 (`Opt = CPUAdam`)"),
+        ("from deepspeed.ops.adam import DeepSpeedCPUAdam as Opt",
+         "(`from deepspeed.ops.adam import DeepSpeedCPUAdam as Opt`), which this call may run"),
+    ):  # fmt: skip
+        other = "\n    import torch\n" + template.replace(
+            "from torch.optim import AdamW as Opt", arm
+        )
+        _, remaining, _ = _fix(other.format(arguments="lr=args.lr, weight_decay=0.1"))
+        [refusal] = [d for d in remaining if d.code == "AMP311"]
+        assert named in refusal.message, refusal.message
+    flag = template.replace("from torch.optim import AdamW as Opt", "Opt = None")
+    out, remaining, _ = _fix(flag.format(arguments="lr=args.lr"))
+    assert "torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)" in out and not remaining
 
 
 def test_an_unused_apex_module_import_goes():

@@ -478,6 +478,11 @@ class Names:
             name = node.id
         return self.scope_of(node).resolve(name)
 
+    def reaching(self, node: ast.Name) -> list[Binding]:
+        """The bindings a read of ``node`` may see (:meth:`qualified`'s): in its own scope only
+        those made before it."""
+        return self._referents(node, node.id, self.scope_of(node))
+
     def is_bound(self, node: ast.AST, name: str) -> bool:
         """``name`` is bound where ``node`` is (here or in an enclosing scope, builtins too)."""
         return name in self.scope_of(node)

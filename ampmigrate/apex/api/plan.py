@@ -1594,7 +1594,17 @@ class _Planner:
                 written_out.append(f"`{key}={default}`")
         torch_takes = table.TORCH_TAKES.get(target.new)
         apex_only = torch_takes is not None and not set(values) <= torch_takes
-        torch_too = sorted(q for q in self.names.qualified(callee) if q.startswith("torch."))
+        other, torch_too = self._other_classes(callee)
+        other = None if apex_only else other
+        if other is not None:
+            # 50a: `else: Opt = torch.optim.Adam`, `Opt = CPUAdam`, DeepSpeed's CPU Adam in
+            # another arm: the call, written once, would build `new` for that binding too
+            line, text = other
+            raise NoFix(
+                f"the name is also bound at line {line} (`{text}`), which this call may run: "
+                f"written once it would build `{new}` there too; give each binding its own "
+                "call (or keep one binding), by hand"
+            )
         decay = values.get("weight_decay")
         undecayed = (  # Adam and AdamW agree without weight decay (apex's default, 0.0)
             torch_too == ["torch.optim.Adam"]
@@ -1609,7 +1619,7 @@ class _Planner:
                 "after the fix, another class; keep one binding (or give each its own call), "
                 "by hand"
             )
-        if written_out and not apex_only and target.new in self.names.qualified(callee):
+        if written_out and not apex_only and target.new in torch_too:
             # `if fused: from apex.optimizers import FusedAdam as Opt` / `else: from
             # torch.optim import AdamW as Opt` (the 47th review): that arm's calls ran with
             # torch's defaults, and the call written once takes apex's for both (a call with
@@ -1646,6 +1656,38 @@ class _Planner:
             listed = ", ".join(f"`{k}`" for k in sorted(keys.possible))
             notes.append(f"`**{keys.name}` carries only {listed}, as built in this function")
         return new, fix, notes
+
+    def _other_classes(self, callee: ast.expr) -> tuple[tuple[int, str] | None, list[str]]:
+        """The other bindings of the call's name: the first that is neither apex's import, nor
+        a torch class (imported or assigned: ``Opt = torch.optim.Adam``), nor ``None`` (a call
+        of it raises), as its line and text (a project class, an alias, another package's:
+        None where there is none); and the torch classes, which the rules below judge."""
+        if not isinstance(callee, ast.Name):
+            return None, sorted(q for q in self.names.qualified(callee) if q.startswith("torch."))
+        other, torch_classes = None, set()
+        for binding in self.names.reaching(callee):
+            if binding.builtin or binding.node is None:
+                continue
+            qualified = binding.qualified(binding.name)
+            if any(q.startswith("apex.") or q.partition(".")[0] in table.COMPILED
+                   for q in qualified):  # fmt: skip
+                continue
+            statement = self.names.parent(binding.node)
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                value = statement.value
+                if isinstance(value, ast.Constant) and value.value in (None, False):
+                    continue  # an availability flag: calling it raises
+                qualified = self.names.qualified(value) if isinstance(
+                    value, ast.Name | ast.Attribute) else set()  # fmt: skip
+            elif not binding.is_import:
+                qualified = set()
+            if qualified and all(q.startswith("torch.") for q in qualified):
+                torch_classes |= qualified
+                continue
+            if other is None:
+                line = getattr(binding.node, "lineno", None) or getattr(statement, "lineno", 0)
+                other = (line, self.source.line(line).strip() if line else binding.name)
+        return other, sorted(torch_classes)
 
     def _to_python_float(
         self, node: ast.expr, parent: ast.AST | None, name: str, conditional: bool
