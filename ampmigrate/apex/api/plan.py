@@ -572,10 +572,17 @@ def _same_computation(apex: ast.FunctionDef, fallback: ast.FunctionDef | None) -
     if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
         return False
     returned = ast.dump(body[0].value)
-    return any(
-        isinstance(n, ast.Return) and n.value is not None and ast.dump(n.value) == returned
-        for n in ast.walk(apex)
-    )
+    # the return runs first thing, behind `if` tests only (50a: a parameter changed before
+    # it, or a return in a nested function, is no evidence)
+    block = apex.body[1:] if ast.get_docstring(apex) is not None else apex.body
+    while block:
+        first = block[0]
+        if isinstance(first, ast.Return):
+            return first.value is not None and ast.dump(first.value) == returned
+        if not isinstance(first, ast.If):
+            return False
+        block = first.body
+    return False
 
 
 def _replaces(stmt: ast.stmt) -> bool:
