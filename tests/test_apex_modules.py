@@ -2189,6 +2189,12 @@ def test_apex_beside_native_leaves_a_helper_only_its_apex_branch_used(tmp_path):
         # a module kept in a name (the 49th review): a lookup on it reaches the helper's names
         ('MOD = importlib.import_module("helpers")\nX = getattr(MOD, NAME, None)', True),
         ('MOD = sys.modules["helpers"]\nX = vars(MOD)', True),
+        # through an alias of import_module, or a dict (the 50th review)
+        ('None\nfrom importlib import import_module as im\nMOD = im("helpers")\nX = vars(MOD)',
+         True),
+        ('MODS = {"h": importlib.import_module("helpers")}\nMOD = MODS["h"]\nX = vars(MOD)', True),
+        # `sys.argv` is no module: a Namespace built from it is an object
+        ("ARGS2 = type('A', (), {})() if sys.argv else None\nX = vars(ARGS2)", False),
     ],
 )  # fmt: skip
 def test_a_lookup_on_an_object_does_not_tie_the_helper(tmp_path, probe, tied):

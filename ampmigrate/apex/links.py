@@ -2159,16 +2159,36 @@ def _looks_up(tree: ast.Module, name: str) -> bool:
         if isinstance(n, ast.Import | ast.ImportFrom)
         for a in n.names
     }
-    modules |= {  # nor one a module is stored in (49a: `MOD = importlib.import_module(...)`,
-        # `sys.modules[...]`, `__import__(...)`)
-        t.id
+    # nor one a module is stored in (49a, 50a: `MOD = importlib.import_module(...)`, through
+    # `import_module as im`, `sys.modules[...]`, a dict of them): what import machinery gives,
+    # followed through assignments
+    machinery = {
+        a.asname or a.name.partition(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in n.names
+        if (n.module if isinstance(n, ast.ImportFrom) else a.name) == "importlib"
+        or a.name.partition(".")[0] == "importlib"
+    }  # (`sys` itself is no module store: `sys.argv`; `sys.modules[...]` is, by its text)
+    stores = [
+        (n.value, [t for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                   if isinstance(t, ast.Name)])
         for n in ast.walk(tree)
         if isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None
-        and re.search(r"import_module|__import__|modules\b|importlib|globals|vars|locals",
-                      ast.unparse(n.value))
-        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-        if isinstance(t, ast.Name)
-    }  # fmt: skip
+    ]  # fmt: skip
+    while True:
+        held = {
+            t.id
+            for value, targets in stores
+            if re.search(r"import_module|__import__|\bmodules\b|globals|vars|locals",
+                         ast.unparse(value))
+            or any(isinstance(r, ast.Name) and r.id in machinery for r in ast.walk(value))
+            for t in targets
+        } - machinery  # fmt: skip
+        if not held:
+            break
+        machinery |= held
+    modules |= machinery
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Call)
