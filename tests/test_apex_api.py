@@ -1252,6 +1252,31 @@ def test_an_apex_class_bound_to_a_local_whose_calls_give_every_default_is_rewrit
         assert refused.fix is None and "used as a value" in refused.message, refused.message
 
 
+def test_a_project_star_import_that_defines_the_name_keeps_it(tmp_path):
+    """The 50th review: `from apex.normalization import FusedLayerNorm`, then `from mylib
+    import *` where mylib defines its own `FusedLayerNorm`: the call, mylib's class at run
+    time, became `torch.nn.LayerNorm`. A later star import of a project module that defines
+    the name refuses; one that does not changes nothing."""
+    from ampmigrate.engine import run
+
+    source = (
+        "import torch\nfrom apex.normalization import FusedLayerNorm\nfrom mylib import *\n\n"
+        "m = FusedLayerNorm(4)\n"
+    )
+    (tmp_path / "train.py").write_text(source)
+    (tmp_path / "mylib.py").write_text(
+        "import torch\n\n\nclass FusedLayerNorm(torch.nn.GroupNorm):\n    pass\n"
+    )
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    [result] = run([tmp_path / "train.py"], settings, jobs=1)
+    assert not result.changed
+    [kept] = [d for d in result.diagnostics if d.code == "AMP312"]
+    assert "`from mylib import *` at line 3 comes after apex's import" in kept.message
+    (tmp_path / "mylib.py").write_text("def helper():\n    pass\n")
+    [result] = run([tmp_path / "train.py"], settings, jobs=1)
+    assert result.changed and b"torch.nn.LayerNorm(4)" in result.new_source
+
+
 def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     """BiSeNet: `has_apex = True; try: from apex import parallel except ImportError:
     has_apex = False`; the DDP rewrite drops the import, the emptied `try` goes with its

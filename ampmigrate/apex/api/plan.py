@@ -887,6 +887,14 @@ class _Planner:
         if not found or self._bound_by_consumed(node):
             return
         name = found[0]
+        star = self._star_rebinds(node)
+        if star is not None:  # (50a: `from mylib import *` defines its own FusedLayerNorm)
+            code = TARGETS[name].code if name in TARGETS else table.NO_NATIVE
+            self.findings.append(Finding(code, (
+                f"`{name}`: no automatic fix: `{star[1]}` at line {star[0]} comes after apex's "
+                "import and its module defines the name too: a read here may be that module's"
+            ), node, None))  # fmt: skip
+            return
         rival = self._rival(node) if conditional else None
         if rival is not None and (name in table.TO_PYTHON_FLOAT or name in TARGETS):
             code = table.SAME_OBJECT if name in table.TO_PYTHON_FLOAT else TARGETS[name].code
@@ -1663,6 +1671,38 @@ class _Planner:
             listed = ", ".join(f"`{k}`" for k in sorted(keys.possible))
             notes.append(f"`**{keys.name}` carries only {listed}, as built in this function")
         return new, fix, notes
+
+    def _star_rebinds(self, node: ast.AST) -> tuple[int, str] | None:
+        """A module-level ``from m import *`` after every apex import of ``node``'s root name,
+        from a module of the project that defines that name (on disk, by its text). Its line
+        and text."""
+        from ampmigrate.scalerflow import _module_paths
+
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        if not isinstance(node, ast.Name) or self.source.path is None:
+            return None
+        imports = [b.node for b in self.names.bindings(node) if b.is_import]
+        last = max((getattr(i, "lineno", 0) for i in imports), default=0)
+        for stmt in self.tree.body:
+            if not (
+                isinstance(stmt, ast.ImportFrom)
+                and stmt.lineno > last
+                and [a.name for a in stmt.names] == ["*"]
+                and not (stmt.module or "").startswith(("apex", "torch"))
+            ):
+                continue
+            for path in _module_paths(self.source.path, stmt.level, stmt.module or ""):
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as file:
+                        text = file.read()
+                except OSError:
+                    continue
+                if re.search(rf"^\s*(class|def)\s+{re.escape(node.id)}\b|^{re.escape(node.id)}\s*=",
+                             text, re.M):  # fmt: skip
+                    return stmt.lineno, self.source.segment(stmt)
+                break
+        return None
 
     def _other_classes(self, callee: ast.expr) -> tuple[tuple[int, str] | None, list[str]]:
         """The other bindings of the call's name: the first that is neither apex's import, nor
