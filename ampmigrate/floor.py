@@ -146,7 +146,12 @@ def _requirement_files(directory: Path) -> list[Path]:
     folder = directory / "requirements"
     if folder.is_dir():
         found += [*folder.rglob("*.txt"), *folder.rglob("*.in")]
-    return sorted(f for f in found if f.is_file())
+    from ampmigrate.engine.discover import EXCLUDED_DIRS
+
+    return sorted(  # (not a Jupyter copy under `.ipynb_checkpoints`, 50a)
+        f for f in found
+        if f.is_file() and not EXCLUDED_DIRS & set(f.relative_to(directory).parts[:-1])
+    )  # fmt: skip
 
 
 def module_values(tree: ast.Module) -> dict[str, ast.expr]:

@@ -1245,6 +1245,8 @@ def test_an_apex_class_bound_to_a_local_whose_calls_give_every_default_is_rewrit
         ("weight_decay=args.wd, ", ""),  # apex's default 0.0, torch's 0.01: not given
         ("    return opt_cls(", "    keep(opt_cls)\n    return opt_cls("),  # it escapes
         ("    return opt_cls(", "    print(opt_cls)\n    return opt_cls("),
+        # read where no call shows it (the 50th review)
+        ("    return opt_cls(", '    locals()["opt_cls"](params, lr=1.0)\n    return opt_cls('),
     ):
         changed = _LOCAL_CLASS.replace(old, new)
         assert changed != _LOCAL_CLASS

@@ -179,6 +179,11 @@ def test_a_requirements_folder_below_the_project_does_not_hide_its_floor(cli, tm
     (tmp_path / "pyproject.toml").unlink()
     result = cli("check", "--show-settings", ".", cwd=nested)
     assert "target-torch: 2.1 (requirements/cuda/torch.txt: torch==2.1.0)" in result.stdout
+    copy = nested / "requirements" / ".ipynb_checkpoints"  # Jupyter's copy is no declaration
+    copy.mkdir()
+    (copy / "torch-checkpoint.txt").write_text("torch==1.13\n")
+    result = cli("check", "--show-settings", ".", cwd=nested)
+    assert "target-torch: 2.1 (requirements/cuda/torch.txt: torch==2.1.0)" in result.stdout
 
 
 def test_config_target_torch_wins_over_declared_floor(cli, tmp_path):

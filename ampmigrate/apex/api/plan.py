@@ -1156,16 +1156,18 @@ class _Planner:
                 return None
             calls.append(call)
         if not calls or any(
-            isinstance(n, ast.Global | ast.Nonlocal) and local in n.names
+            (isinstance(n, ast.Global | ast.Nonlocal) and local in n.names)
+            or (isinstance(n, ast.Name) and n.id in ("locals", "vars", "eval", "exec"))
             for n in ast.walk(function)
-        ):
+        ):  # (50a: `locals()["opt_cls"](...)` reads it where no call shows)
             return None
         lines = ", ".join(str(c.lineno) for c in calls)
         written = ", ".join(f"`{k}`" for k, _ in target.write)
+        gives = f"passes {written} itself and only" if written else "passes only"
         return (
             f"bound to `{local}` (line {parent.lineno}), whose every call in `{function.name}` "
-            f"(line{'s' if len(calls) > 1 else ''} {lines}) passes {written} itself and only "
-            f"arguments `{target.new}` takes alike, so it builds there what apex built"
+            f"(line{'s' if len(calls) > 1 else ''} {lines}) {gives} arguments `{target.new}` "
+            "takes alike, so it builds there what apex built"
         )
 
     def _falls_back_to(self, guard: ast.Try, name: str, new: str) -> bool:
