@@ -1145,6 +1145,9 @@ def test_an_apex_class_looked_up_by_name_names_its_torch_counterpart():
     for line in (
         'LN = importlib.import_module("apex.normalization").FusedLayerNorm\n',
         'Adam = __import__("apex.optimizers", fromlist=["FusedAdam"]).FusedAdam\n',
+        # down a chain (the 50th review); `__import__` without `fromlist` gives the package
+        'Adam = importlib.import_module("apex").optimizers.FusedAdam\n',
+        'Adam = __import__("apex.optimizers").optimizers.FusedAdam\n',
     ):
         [named] = [
             d for d in check_source("import importlib\n" + line) if d.code.startswith("AMP31")
@@ -1204,6 +1207,9 @@ def test_an_apex_module_read_as_a_value_gets_a_finding():
         "    return optimizers.__dict__[name](params, lr=1e-3)\n"
     )
     [finding] = [d for d in check_source(dunder) if d.code.startswith("AMP31")]
+    assert "`apex.optimizers` is read as a module value (line 5)" in finding.message
+    got = dunder.replace("__dict__[name]", "__dict__.get(name)")  # (50a)
+    [finding] = [d for d in check_source(got) if d.code.startswith("AMP31")]
     assert "`apex.optimizers` is read as a module value (line 5)" in finding.message
 
 

@@ -791,7 +791,20 @@ class _Planner:
         ):
             member = lookup.args[1].value
         elif isinstance(lookup, ast.Attribute) and lookup.value is call:
-            member = lookup.attr  # `import_module("apex.normalization").FusedLayerNorm` (49a)
+            # `import_module("apex.normalization").FusedLayerNorm` (49a), and down a chain:
+            # `import_module("apex").optimizers.FusedAdam`, `__import__("apex.optimizers")
+            # .optimizers.FusedAdam` (`__import__` without `fromlist` gives the package, 50a)
+            chain, above = [], lookup
+            while isinstance(above, ast.Attribute) and not above.attr.startswith("__"):
+                chain.append(above.attr)
+                above = self.names.parent(above)
+            if "builtins.__import__" in self.names.qualified(call.func) and not any(
+                k.arg == "fromlist" for k in call.keywords
+            ) and len(call.args) < 4:  # fmt: skip
+                name = name.partition(".")[0]
+            dotted_names = [f"{name}." + ".".join(chain[: i + 1]) for i in range(len(chain))]
+            known = [d for d in dotted_names if d in TARGETS or table.no_native(d) is not None]
+            member = known[-1][len(name) + 1 :] if known else (chain[0] if chain else None)
         if member is not None:
             full = f"{name}.{member}"
             target = TARGETS.get(full)
@@ -919,8 +932,8 @@ class _Planner:
             return
         if name.startswith(table.ELSEWHERE) or name in _SKIP:
             return
-        if name.endswith(".__dict__"):  # `apex_optimizers.__dict__[name]` (49a): the module
-            name = name.removesuffix(".__dict__")
+        if ".__dict__" in f"{name}.":  # `optimizers.__dict__[name]`, `.__dict__.get(...)`
+            name = name.partition(".__dict__")[0]  # (49a, 50a): the module read as a value
         target = TARGETS.get(name)
         members = {  # `apex.optimizers` read as a module value (`getattr(optimizers, name)`)
             k.rpartition(".")[2]: t
