@@ -1038,24 +1038,18 @@ class _Planner:
             return
         if self._exported(node, target, head, node):
             return
+        renamed = None
         if self._annotation(node):  # (constructs nothing: torch's defaults cannot matter)
+            renamed = "in an annotation, which constructs nothing (its value changes)"
+        elif not conditional and (local := self._local_calls(node, parent, target)):
+            renamed = f"{local}; {target.accepts}"
+        if renamed is not None:
             try:
                 fix = self._rename_fix(node, target.new, "unsafe", target.min_torch)
             except NoFix as reason:
                 self._report(target, node, f"{head}: no automatic fix: {reason}", None)
                 return
-            message = f"{head}: in an annotation, which constructs nothing (its value changes)"
-            self._report(target, node, message, fix)
-            return
-        local = None if conditional else self._local_calls(node, parent, target)
-        if local is not None:
-            try:
-                fix = self._rename_fix(node, target.new, "unsafe", target.min_torch)
-            except NoFix as reason:
-                self._report(target, node, f"{head}: no automatic fix: {reason}", None)
-                return
-            message = f"{head}: {local}; {target.accepts}"
-            self._report(target, node, message, fix)
+            self._report(target, node, f"{head}: {renamed}", fix)
             return
         typed = self._typed(node)
         if conditional and not typed:
