@@ -146,11 +146,9 @@ def _requirement_files(directory: Path) -> list[Path]:
     folder = directory / "requirements"
     if folder.is_dir():
         found += [*folder.rglob("*.txt"), *folder.rglob("*.in")]
-    from ampmigrate.engine.discover import EXCLUDED_DIRS
-
-    return sorted(  # (not a Jupyter copy under `.ipynb_checkpoints`, 50a)
+    return sorted(  # (not a Jupyter copy under `.ipynb_checkpoints`, 50a; `build/` is a name)
         f for f in found
-        if f.is_file() and not EXCLUDED_DIRS & set(f.relative_to(directory).parts[:-1])
+        if f.is_file() and ".ipynb_checkpoints" not in f.relative_to(directory).parts[:-1]
     )  # fmt: skip
 
 

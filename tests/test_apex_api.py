@@ -1247,6 +1247,8 @@ def test_an_apex_class_bound_to_a_local_whose_calls_give_every_default_is_rewrit
     args = type("Args", (), {"cpu_optimizer": False, "lr": 0.1, "wd": 0.0})()
     built = namespace["build"]([torch.nn.Parameter(torch.ones(2))], args)
     assert isinstance(built, torch.optim.AdamW) and built.defaults["weight_decay"] == 0.0
+    printed = _LOCAL_CLASS.replace("    if args.cpu", "    print(vars(args))\n    if args.cpu")
+    assert "torch.optim.AdamW" in _fix(printed)[0]  # `vars(x)` reads no local (51a)
     for old, new in (
         ("weight_decay=args.wd, ", ""),  # apex's default 0.0, torch's 0.01: not given
         ("    return opt_cls(", "    keep(opt_cls)\n    return opt_cls("),  # it escapes

@@ -2193,6 +2193,9 @@ def test_apex_beside_native_leaves_a_helper_only_its_apex_branch_used(tmp_path):
         ('None\nfrom importlib import import_module as im\nMOD = im("helpers")\nX = vars(MOD)',
          True),
         ('MODS = {"h": importlib.import_module("helpers")}\nMOD = MODS["h"]\nX = vars(MOD)', True),
+        # an object a module builds is no module (the 51st review)
+        ('None\ncfgmod = importlib.import_module("json")\nconf = cfgmod.JSONDecoder()\n'
+         "X = vars(conf)", False),
         # `sys.argv` is no module: a Namespace built from it is an object
         ("ARGS2 = type('A', (), {})() if sys.argv else None\nX = vars(ARGS2)", False),
     ],

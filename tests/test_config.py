@@ -175,15 +175,17 @@ def test_a_requirements_folder_below_the_project_does_not_hide_its_floor(cli, tm
     nested = tmp_path / "other"
     (nested / "requirements" / "cuda").mkdir(parents=True)
     (nested / "requirements" / "cuda" / "torch.txt").write_text("torch==2.1.0\n")
+    (nested / "requirements" / "build").mkdir()  # a folder named `build` is read (51a)
+    (nested / "requirements" / "build" / "torch.txt").write_text("torch>=2.0\n")
     (nested / "train.py").write_text(DEPRECATED)
     (tmp_path / "pyproject.toml").unlink()
     result = cli("check", "--show-settings", ".", cwd=nested)
-    assert "target-torch: 2.1 (requirements/cuda/torch.txt: torch==2.1.0)" in result.stdout
+    assert "target-torch: 2.0 (requirements/build/torch.txt: torch>=2.0)" in result.stdout
     copy = nested / "requirements" / ".ipynb_checkpoints"  # Jupyter's copy is no declaration
     copy.mkdir()
     (copy / "torch-checkpoint.txt").write_text("torch==1.13\n")
     result = cli("check", "--show-settings", ".", cwd=nested)
-    assert "target-torch: 2.1 (requirements/cuda/torch.txt: torch==2.1.0)" in result.stdout
+    assert "target-torch: 2.0 (requirements/build/torch.txt: torch>=2.0)" in result.stdout
 
 
 def test_config_target_torch_wins_over_declared_floor(cli, tmp_path):

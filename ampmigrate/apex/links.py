@@ -2161,7 +2161,7 @@ def _looks_up(tree: ast.Module, name: str) -> bool:
     }
     # nor one a module is stored in (49a, 50a: `MOD = importlib.import_module(...)`, through
     # `import_module as im`, `sys.modules[...]`, a dict of them): what import machinery gives,
-    # followed through assignments
+    # followed through assignments (not an object a module builds: 51a's `JSONDecoder()`)
     machinery = {
         a.asname or a.name.partition(".")[0]
         for n in ast.walk(tree)
@@ -2170,21 +2170,48 @@ def _looks_up(tree: ast.Module, name: str) -> bool:
         if (n.module if isinstance(n, ast.ImportFrom) else a.name) == "importlib"
         or a.name.partition(".")[0] == "importlib"
     }  # (`sys` itself is no module store: `sys.argv`; `sys.modules[...]` is, by its text)
+    loaders = {  # `from importlib import import_module as im`, `load = importlib.import_module`
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module == "importlib"
+        for a in n.names
+    } | {
+        t.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
+        and n.value.attr in ("import_module", "__import__", "reload")
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }  # fmt: skip
     stores = [
-        (n.value, [t for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        (n.value, [t.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
                    if isinstance(t, ast.Name)])
         for n in ast.walk(tree)
         if isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None
     ]  # fmt: skip
+
+    def holds(value: ast.expr) -> bool:
+        """``value`` is a module, or import machinery, or a container of either."""
+        text = ast.unparse(value)
+        if isinstance(value, ast.Name):
+            return value.id in machinery
+        if isinstance(value, ast.Call):  # (a loader's call; another call builds an object)
+            return bool(re.search(r"(^|\.)(import_module|__import__|reload)$",
+                                  ast.unparse(value.func))) or (
+                isinstance(value.func, ast.Name) and value.func.id in loaders
+            )  # fmt: skip
+        if isinstance(value, ast.Attribute | ast.Subscript):
+            return bool(re.search(r"\bmodules\b|import_module|__import__", text)) or holds(
+                value.value
+            )
+        if isinstance(value, ast.Dict):
+            return any(holds(v) for v in value.values)
+        if isinstance(value, ast.List | ast.Tuple | ast.Set):
+            return any(holds(v) for v in value.elts)
+        return bool(re.search(r"\b(globals|locals|vars)\(", text))
+
     while True:
-        held = {
-            t.id
-            for value, targets in stores
-            if re.search(r"import_module|__import__|\bmodules\b|globals|vars|locals",
-                         ast.unparse(value))
-            or any(isinstance(r, ast.Name) and r.id in machinery for r in ast.walk(value))
-            for t in targets
-        } - machinery  # fmt: skip
+        held = {t for value, targets in stores if holds(value) for t in targets} - machinery
         if not held:
             break
         machinery |= held

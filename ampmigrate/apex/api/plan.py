@@ -1164,9 +1164,17 @@ class _Planner:
             calls.append(call)
         if not calls or any(
             (isinstance(n, ast.Global | ast.Nonlocal) and local in n.names)
-            or (isinstance(n, ast.Name) and n.id in ("locals", "vars", "eval", "exec"))
+            or (  # (50a: `locals()["opt_cls"](...)` reads it where no call shows; `vars(x)`
+                # reads an object's, not the function's)
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Name)
+                and (
+                    n.func.id in ("locals", "eval", "exec") or (n.func.id == "vars" and not n.args)
+                )
+            )
+            or (isinstance(n, ast.Attribute) and n.attr == "_getframe")
             for n in ast.walk(function)
-        ):  # (50a: `locals()["opt_cls"](...)` reads it where no call shows)
+        ):
             return None
         lines = ", ".join(str(c.lineno) for c in calls)
         written = ", ".join(f"`{k}`" for k, _ in target.write)
