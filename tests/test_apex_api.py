@@ -264,6 +264,28 @@ def test_a_name_bound_to_the_torch_class_too_keeps_torch_s_defaults_for_its_call
         _, remaining, _ = _fix(other.format(arguments="lr=args.lr, weight_decay=0.1"))
         [refusal] = [d for d in remaining if d.code == "AMP311"]
         assert named in refusal.message, refusal.message
+    # an argument only apex takes does not prove the call apex's where a project class or
+    # another package's may take it too (the 51st review)
+    other = template.replace("from torch.optim import AdamW as Opt", "Opt = MyAdam")
+    _, remaining, _ = _fix(
+        other.format(arguments="lr=args.lr, weight_decay=0.1, set_grad_none=True")
+    )
+    assert any("(`Opt = MyAdam`), which this call may run" in d.message for d in remaining)
+    # a binding later in a loop reaches the call on the next pass (the 51st review)
+    looped = """
+    import torch
+    from apex.optimizers import FusedAdam as Opt
+
+
+    def build(params):
+        for _ in range(2):
+            try:
+                return Opt(params, lr=1e-2, weight_decay=0.1)
+            except RuntimeError:
+                Opt = torch.optim.Adam
+    """
+    _, remaining, fixed = _fix(looped)
+    assert not fixed and any("`torch.optim.Adam`" in d.message for d in remaining)
     flag = template.replace("from torch.optim import AdamW as Opt", "Opt = None")
     out, remaining, _ = _fix(flag.format(arguments="lr=args.lr"))
     assert "torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)" in out and not remaining

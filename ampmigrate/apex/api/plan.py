@@ -1627,8 +1627,8 @@ class _Planner:
         torch_takes = table.TORCH_TAKES.get(target.new)
         apex_only = torch_takes is not None and not set(values) <= torch_takes
         other, torch_too = self._other_classes(callee)
-        other = None if apex_only else other
-        if other is not None:
+        if other is not None:  # (an argument only apex takes proves only that torch's class
+            # would raise: DeepSpeed's CPU Adam or a project class takes it too, 51a)
             # 50a: `else: Opt = torch.optim.Adam`, `Opt = CPUAdam`, DeepSpeed's CPU Adam in
             # another arm: the call, written once, would build `new` for that binding too
             line, text = other
@@ -1729,7 +1729,13 @@ class _Planner:
         if not isinstance(callee, ast.Name):
             return None, sorted(q for q in self.names.qualified(callee) if q.startswith("torch."))
         other, torch_classes = None, set()
-        for binding in self.names.reaching(callee):
+        # every binding of the scope but those in another arm of an `if`/`try` than the call
+        # (a later one reaches it through a loop, 51a), and the enclosing scopes' it may see
+        bindings = [
+            b for b in self.names.bindings(callee)
+            if b.node is None or not self.names.exclusive(b.node, callee)
+        ] or self.names.reaching(callee)  # fmt: skip
+        for binding in bindings:
             if binding.builtin or binding.node is None:
                 continue
             qualified = binding.qualified(binding.name)
