@@ -1307,6 +1307,25 @@ def test_a_project_star_import_that_defines_the_name_keeps_it(tmp_path):
     (tmp_path / "mylib.py").write_text("def helper():\n    pass\n")
     [result] = run([tmp_path / "train.py"], settings, jobs=1)
     assert result.changed and b"torch.nn.LayerNorm(4)" in result.new_source
+    # bound otherwise (the 51st review): an import, an annotation, under `except`, a
+    # package's own star import; a literal `__all__` without it binds nothing
+    for library, rebinds in (
+        ("from torch.nn import GroupNorm as FusedLayerNorm\n", True),
+        ("import torch\nFusedLayerNorm: type = torch.nn.GroupNorm\n", True),
+        ("try:\n    import apex\nexcept ImportError:\n    FusedLayerNorm = None\n", True),
+        ("from .sub import *\n", True),
+        ("__all__ = ['helper']\nFusedLayerNorm = None\n\n\ndef helper():\n    pass\n", False),
+    ):
+        (tmp_path / "mylib.py").write_text(library)
+        [result] = run([tmp_path / "train.py"], settings, jobs=1)
+        assert result.changed != rebinds, library
+    (tmp_path / "mylib.py").write_text("FusedLayerNorm = None\n")
+    guarded = source.replace(
+        "from mylib import *\n", "try:\n    from mylib import *\nexcept ImportError:\n    pass\n"
+    )
+    (tmp_path / "train.py").write_text(guarded)
+    [result] = run([tmp_path / "train.py"], settings, jobs=1)
+    assert not result.changed  # the star import inside a `try` counts too
 
 
 def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():

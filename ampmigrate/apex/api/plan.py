@@ -559,6 +559,42 @@ class _FallbackCall(Exception):
     """A call that can only be of the torch fallback a name is also bound to."""
 
 
+def _star_exports(tree: ast.Module, name: str) -> bool:
+    """``from <tree's module> import *`` may bind ``name``: its module-level code binds it
+    (a def, a class, an import, an assignment, also under `if`/`try`), or star-imports another
+    module (not followed: it may); unless a literal ``__all__`` leaves it out (51a)."""
+    binds, pending = False, list(tree.body)
+    while pending:
+        stmt = pending.pop()
+        if (
+            isinstance(stmt, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets)
+            and isinstance(stmt.value, ast.List | ast.Tuple)
+            and all(isinstance(e, ast.Constant) for e in stmt.value.elts)
+        ):
+            return name in {e.value for e in stmt.value.elts}
+        starred = isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names)
+        annotated = isinstance(stmt, ast.AnnAssign | ast.AugAssign) and (
+            isinstance(stmt.target, ast.Name) and stmt.target.id == name
+        )
+        if starred or annotated or name in _bound_names([stmt]):
+            binds = True
+        elif not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            pending += _inner(stmt)
+    return binds
+
+
+def _inner(stmt: ast.stmt) -> list[ast.stmt]:
+    """The statements ``stmt`` holds at its own level (`except` and `case` bodies too)."""
+    out: list[ast.stmt] = []
+    for child in ast.iter_child_nodes(stmt):
+        if isinstance(child, ast.stmt):
+            out.append(child)
+        elif isinstance(child, ast.ExceptHandler | ast.match_case):
+            out += child.body
+    return out
+
+
 def _same_computation(apex: ast.FunctionDef, fallback: ast.FunctionDef | None) -> bool:
     """``fallback`` takes ``apex``'s parameters alike and returns what ``apex`` itself returns
     for some inputs (fairseq's ``cross_entropy`` returns ``_cross_entropy_pytorch(...)`` for a
@@ -1701,7 +1737,13 @@ class _Planner:
             return None
         imports = [b.node for b in self.names.bindings(node) if b.is_import]
         last = max((getattr(i, "lineno", 0) for i in imports), default=0)
-        for stmt in self.tree.body:
+        module_level, pending = [], list(self.tree.body)
+        while pending:  # (in a `try` too, 51a)
+            stmt = pending.pop(0)
+            module_level.append(stmt)
+            if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                pending += _inner(stmt)
+        for stmt in module_level:
             if not (
                 isinstance(stmt, ast.ImportFrom)
                 and stmt.lineno > last
@@ -1711,12 +1753,11 @@ class _Planner:
                 continue
             for path in _module_paths(self.source.path, stmt.level, stmt.module or ""):
                 try:
-                    with open(path, encoding="utf-8", errors="replace") as file:
-                        text = file.read()
-                except OSError:
+                    with open(path, "rb") as file:
+                        tree = ast.parse(file.read())
+                except (OSError, SyntaxError, ValueError):
                     continue
-                if re.search(rf"^\s*(class|def)\s+{re.escape(node.id)}\b|^{re.escape(node.id)}\s*=",
-                             text, re.M):  # fmt: skip
+                if _star_exports(tree, node.id):
                     return stmt.lineno, self.source.segment(stmt)
                 break
         return None
