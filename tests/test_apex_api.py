@@ -1722,9 +1722,11 @@ def test_apex_code_the_project_defines_again_in_its_except_keeps_the_fallback():
          "    def cross_entropy(logits, target, ignore_index=-1):\n        return _cross"),
         ("            return _cross_entropy_pytorch(logits, target, ignore_index)\n",
          "            return _cross_entropy_pytorch(logits, target, ignore_index) * 0.9\n"),
-        # the 50th review: a parameter changed before the matching return
+        # the 50th review: a parameter changed before the matching return, or in the test
         ("        if logits.device == torch.device(\"cpu\"):\n",
          "        logits = logits / 2.0\n        if logits.device == torch.device(\"cpu\"):\n"),
+        ("        if logits.device == torch.device(\"cpu\"):\n",
+         "        if target.fill_(0).device == torch.device(\"cpu\"):\n"),
     ):  # fmt: skip
         changed = _OWN_FALLBACK.replace(old, new)
         assert changed != _OWN_FALLBACK

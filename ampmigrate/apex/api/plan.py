@@ -615,7 +615,12 @@ def _same_computation(apex: ast.FunctionDef, fallback: ast.FunctionDef | None) -
         first = block[0]
         if isinstance(first, ast.Return):
             return first.value is not None and ast.dump(first.value) == returned
-        if not isinstance(first, ast.If):
+        if not isinstance(first, ast.If) or any(  # (a test that changes an argument, 51a)
+            isinstance(n, ast.NamedExpr)
+            or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and n.func.attr.endswith("_") and not n.func.attr.startswith("_"))
+            for n in ast.walk(first.test)
+        ):  # fmt: skip
             return False
         block = first.body
     return False
