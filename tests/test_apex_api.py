@@ -1328,6 +1328,23 @@ def test_a_project_star_import_that_defines_the_name_keeps_it(tmp_path):
     assert not result.changed  # the star import inside a `try` counts too
 
 
+def test_the_ddp_rewrite_states_that_torch_refuses_a_module_without_parameters():
+    """CSI (the 51st review) wraps a buffers-only augmentation pipeline in apex's DDP, which
+    passed it through; torch's raises RuntimeError at construction for a module without a
+    parameter that requires a gradient. The finding says so, and what to do."""
+    source = """
+    from apex.parallel import DistributedDataParallel
+
+    aug = DistributedDataParallel(make_augmentation(), delay_allreduce=True)
+    """
+    [finding] = [d for d in check_source(textwrap.dedent(source)) if d.code == "AMP313"]
+    assert finding.fix == "unsafe"
+    assert "torch raises RuntimeError at construction for a module without a parameter" in (
+        finding.message
+    )
+    assert "drop the wrapper there" in finding.message
+
+
 def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     """BiSeNet: `has_apex = True; try: from apex import parallel except ImportError:
     has_apex = False`; the DDP rewrite drops the import, the emptied `try` goes with its

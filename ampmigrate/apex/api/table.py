@@ -345,7 +345,10 @@ _add(
             "size before the all-reduce; apex's bucket, stream and profiling options go; "
             "`device_ids` stays None (the module's one device, as apex assumed); torch >= 2.13 "
             "warns that `broadcast_buffers` is deprecated, and its warning says to keep "
-            "`broadcast_buffers=False` where buffers must not be synced at construction"
+            "`broadcast_buffers=False` where buffers must not be synced at construction; "
+            "torch raises RuntimeError at construction for a module without a parameter "
+            "that requires a gradient (a buffers-only augmentation pipeline), which apex "
+            "wrapped and passed through: drop the wrapper there"
         ),
         as_value="used as a value: torch DDP re-broadcasts buffers by default "
         "(`broadcast_buffers=True`) where apex never did, and the calls are not visible here",
