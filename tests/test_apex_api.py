@@ -1345,6 +1345,21 @@ def test_the_ddp_rewrite_states_that_torch_refuses_a_module_without_parameters()
     assert "drop the wrapper there" in finding.message
 
 
+def test_betas_given_where_apex_takes_bias_correction_is_named_as_such():
+    """StudioGAN (the 51st review): `FusedAdam(params, lr, [beta1, beta2], eps=1e-6)`: apex's
+    third positional parameter is `bias_correction`, so apex ran with its default betas; the
+    refusal said "`bias_correction=False` has no torch counterpart". It names the mix-up."""
+    source = (
+        "from apex.optimizers import FusedAdam\n\nopt = FusedAdam(ps, lr, [b1, b2], eps=1e-6)\n"
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP311"]
+    assert finding.fix is None
+    assert (
+        "positional argument 3 is apex's `bias_correction`, where `torch.optim.AdamW` takes "
+        "`betas`: `[b1, b2]` there left apex on its own `betas` default"
+    ) in finding.message
+
+
 def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     """BiSeNet: `has_apex = True; try: from apex import parallel except ImportError:
     has_apex = False`; the DDP rewrite drops the import, the emptied `try` goes with its

@@ -1634,6 +1634,20 @@ class _Planner:
             if key in target.drop and _literal_in(value, target.drop[key]):
                 keep_positional = keep_positional and bool(arg.keyword)
                 continue
+            torch_order = table.TORCH_POSITIONAL.get(new, target.new_positional)
+            if (
+                not arg.keyword
+                and isinstance(value, ast.List | ast.Tuple)
+                and index < len(torch_order)
+                and torch_order[index] != key
+            ):  # (StudioGAN, 51b: `FusedAdam(params, lr, [beta1, beta2], eps=...)`)
+                segment = self.source.segment(value)
+                raise NoFix(
+                    f"positional argument {index + 1} is apex's `{key}`, where `{new}` takes "
+                    f"`{torch_order[index]}`: `{segment}` there left apex on its own "
+                    f"`{torch_order[index]}` default, and torch's class would take this value "
+                    "as them; pass it by keyword with the meaning you intend, by hand"
+                )
             if key in target.refuse:
                 reason = target.refuse[key]
                 literal = isinstance(value, ast.Constant) or "is not a literal" in reason

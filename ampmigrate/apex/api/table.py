@@ -78,6 +78,16 @@ TARGETS: dict[str, Target] = {}
 # both where torch lacks it too (a `**` splat may carry one on a path that raised under apex).
 _OPTIM = ("params", "lr", "weight_decay", "maximize", "foreach", "differentiable", "fused")
 _ADAM = (*_OPTIM, "betas", "eps", "amsgrad", "capturable")
+# torch's positional parameters, in order (torch 2.13): where apex's differ at an index, a
+# value given there means another thing to each
+TORCH_POSITIONAL: dict[str, tuple[str, ...]] = {
+    "torch.optim.AdamW": ("params", "lr", "betas", "eps", "weight_decay", "amsgrad"),
+    "torch.optim.Adam": ("params", "lr", "betas", "eps", "weight_decay", "amsgrad"),
+    "torch.optim.SGD": ("params", "lr", "momentum", "dampening", "weight_decay", "nesterov"),
+    "torch.optim.Adagrad": (
+        "params", "lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps",
+    ),
+}  # fmt: skip
 TORCH_TAKES: dict[str, frozenset[str]] = {
     "torch.optim.AdamW": frozenset(_ADAM),
     "torch.optim.Adam": frozenset((*_ADAM, "decoupled_weight_decay")),
