@@ -286,6 +286,19 @@ def test_a_name_bound_to_the_torch_class_too_keeps_torch_s_defaults_for_its_call
     """
     _, remaining, fixed = _fix(looped)
     assert not fixed and any("`torch.optim.Adam`" in d.message for d in remaining)
+    arms = """
+    import torch
+    from apex.optimizers import FusedAdam as Opt
+
+    opts = []
+    for i in range(2):
+        if i == 0:
+            Opt = torch.optim.Adam
+        else:
+            opts.append(Opt(params, lr=1e-2, weight_decay=0.1))
+    """
+    _, remaining, fixed = _fix(arms)  # another arm, but the loop joins them (the 52nd review)
+    assert not fixed and any("`torch.optim.Adam`" in d.message for d in remaining)
     flag = template.replace("from torch.optim import AdamW as Opt", "Opt = None")
     out, remaining, _ = _fix(flag.format(arguments="lr=args.lr"))
     assert "torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)" in out and not remaining
@@ -1277,6 +1290,7 @@ def test_an_apex_class_bound_to_a_local_whose_calls_give_every_default_is_rewrit
         ("    return opt_cls(", "    print(opt_cls)\n    return opt_cls("),
         # read where no call shows it (the 50th review)
         ("    return opt_cls(", '    locals()["opt_cls"](params, lr=1.0)\n    return opt_cls('),
+        ("    return opt_cls(", '    get = locals\n    get()["opt_cls"](ps)\n    return opt_cls('),
     ):
         changed = _LOCAL_CLASS.replace(old, new)
         assert changed != _LOCAL_CLASS
@@ -1315,6 +1329,10 @@ def test_a_project_star_import_that_defines_the_name_keeps_it(tmp_path):
         ("try:\n    import apex\nexcept ImportError:\n    FusedLayerNorm = None\n", True),
         ("from .sub import *\n", True),
         ("__all__ = ['helper']\nFusedLayerNorm = None\n\n\ndef helper():\n    pass\n", False),
+        # the 52nd review: `__all__` extended later, a tuple target, syntax this Python lacks
+        ("__all__ = ['helper']\n__all__ += ['FusedLayerNorm']\nFusedLayerNorm = None\n", True),
+        ("FusedLayerNorm, helper = None, None\n", True),
+        ("type Alias = int\n", True),
     ):
         (tmp_path / "mylib.py").write_text(library)
         [result] = run([tmp_path / "train.py"], settings, jobs=1)
@@ -1358,6 +1376,9 @@ def test_betas_given_where_apex_takes_bias_correction_is_named_as_such():
         "positional argument 3 is apex's `bias_correction`, where `torch.optim.AdamW` takes "
         "`betas`: `[b1, b2]` there left apex on its own `betas` default"
     ) in finding.message
+    own = "from apex.optimizers import FusedAdam\n\nopt = FusedAdam(ps, 1e-3, True, [0.9, 0.98])\n"
+    out, _, _ = _fix(own)  # apex's own order: the list is its betas (the 52nd review)
+    assert "torch.optim.AdamW(ps, 1e-3, betas=[0.9, 0.98]" in out, out
 
 
 def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():

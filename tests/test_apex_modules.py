@@ -2193,6 +2193,11 @@ def test_apex_beside_native_leaves_a_helper_only_its_apex_branch_used(tmp_path):
         ('None\nfrom importlib import import_module as im\nMOD = im("helpers")\nX = vars(MOD)',
          True),
         ('MODS = {"h": importlib.import_module("helpers")}\nMOD = MODS["h"]\nX = vars(MOD)', True),
+        # what else loads or holds a module (the 52nd review)
+        ('None\nMOD = sys.modules.get("helpers")\nX = vars(MOD)', True),
+        ('None\nMOD = importlib.util.module_from_spec(SPEC)\nX = vars(MOD)', True),
+        ('None\nMOD = importlib.import_module("helpers") if sys.argv else None\nX = vars(MOD)',
+         True),
         # an object a module builds is no module (the 51st review)
         ('None\ncfgmod = importlib.import_module("json")\nconf = cfgmod.JSONDecoder()\n'
          "X = vars(conf)", False),

@@ -2090,6 +2090,11 @@ def _stray(statement: ast.stmt) -> bool:
     )  # fmt: skip
 
 
+# what loads a module (a call of it gives one)
+_LOADING = (
+    r"import_module|__import__|reload|module_from_spec|exec_module|load_module|get|"
+    r"resolve_name|run_path|run_module"
+)
 _MAIN_TEST = re.compile(r"""__name__ *== *(['"])__main__\1|(['"])__main__\2 *== *__name__""")
 
 
@@ -2191,24 +2196,20 @@ def _looks_up(tree: ast.Module, name: str) -> bool:
     ]  # fmt: skip
 
     def holds(value: ast.expr) -> bool:
-        """``value`` is a module, or import machinery, or a container of either."""
-        text = ast.unparse(value)
-        if isinstance(value, ast.Name):
-            return value.id in machinery
-        if isinstance(value, ast.Call):  # (a loader's call; another call builds an object)
-            return bool(re.search(r"(^|\.)(import_module|__import__|reload)$",
-                                  ast.unparse(value.func))) or (
-                isinstance(value.func, ast.Name) and value.func.id in loaders
-            )  # fmt: skip
-        if isinstance(value, ast.Attribute | ast.Subscript):
-            return bool(re.search(r"\bmodules\b|import_module|__import__", text)) or holds(
-                value.value
-            )
-        if isinstance(value, ast.Dict):
-            return any(holds(v) for v in value.values)
-        if isinstance(value, ast.List | ast.Tuple | ast.Set):
-            return any(holds(v) for v in value.elts)
-        return bool(re.search(r"\b(globals|locals|vars)\(", text))
+        """``value`` may be a module, or import machinery, or hold one: anything that names
+        import machinery or a name that holds one (52a: `module_from_spec`, `sys.modules.get`,
+        a conditional, a list); but a class or method a module gives, called, builds an object
+        (51a: `cfgmod.JSONDecoder()`, `load("json").JSONDecoder()`)."""
+        if (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and not re.fullmatch(_LOADING, value.func.attr)
+        ):
+            return False
+        if re.search(rf"{_LOADING}|\bmodules\b|importlib|\b(globals|locals|vars)\(",
+                     ast.unparse(value)):  # fmt: skip
+            return True
+        return any(isinstance(n, ast.Name) and n.id in machinery | loaders for n in ast.walk(value))
 
     while True:
         held = {t for value, targets in stores if holds(value) for t in targets} - machinery

@@ -563,7 +563,11 @@ def _star_exports(tree: ast.Module, name: str) -> bool:
     """``from <tree's module> import *`` may bind ``name``: its module-level code binds it
     (a def, a class, an import, an assignment, also under `if`/`try`), or star-imports another
     module (not followed: it may); unless a literal ``__all__`` leaves it out (51a)."""
-    binds, pending = False, list(tree.body)
+    binds, pending, listed = False, list(tree.body), []
+    mentions = [  # every binding or mutation of `__all__` (`+=`, `.append`, a comprehension)
+        n for n in ast.walk(tree)
+        if (isinstance(n, ast.Name) and n.id == "__all__")
+    ]  # fmt: skip
     while pending:
         stmt = pending.pop()
         if (
@@ -572,7 +576,14 @@ def _star_exports(tree: ast.Module, name: str) -> bool:
             and isinstance(stmt.value, ast.List | ast.Tuple)
             and all(isinstance(e, ast.Constant) for e in stmt.value.elts)
         ):
-            return name in {e.value for e in stmt.value.elts}
+            listed.append(stmt)
+        if isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.For) and any(
+            isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+            for n in ast.walk(stmt.target if not isinstance(stmt, ast.Assign) else stmt)
+        ):  # (a tuple, a `for` target, 52a)
+            binds = True
+        if any(isinstance(n, ast.NamedExpr) and n.target.id == name for n in ast.walk(stmt)):
+            binds = True
         starred = isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names)
         annotated = isinstance(stmt, ast.AnnAssign | ast.AugAssign) and (
             isinstance(stmt.target, ast.Name) and stmt.target.id == name
@@ -581,6 +592,10 @@ def _star_exports(tree: ast.Module, name: str) -> bool:
             binds = True
         elif not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             pending += _inner(stmt)
+    if re.search(r"globals\(\)|setattr\(|sys\.modules", ast.unparse(tree)):
+        return True  # (bound by name: it may be)
+    if len(listed) == 1 and len(mentions) == 1:  # a literal `__all__`, never changed, decides
+        return name in {e.value for e in listed[0].value.elts}
     return binds
 
 
@@ -644,6 +659,7 @@ _SHARED = {
     "torch.nn.RMSNorm": frozenset({"weight", "eps", "normalized_shape", "elementwise_affine"}),
 }  # fmt: skip
 _PARAMETERS = {"torch.nn.LayerNorm": ("weight", "bias"), "torch.nn.RMSNorm": ("weight",)}
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _LOGS = frozenset({"print", "info", "warning", "warn", "debug", "error", "exception", "critical"})
 
 
@@ -946,7 +962,9 @@ class _Planner:
             code = TARGETS[name].code if name in TARGETS else table.NO_NATIVE
             self.findings.append(Finding(code, (
                 f"`{name}`: no automatic fix: `{star[1]}` at line {star[0]} comes after apex's "
-                "import and its module defines the name too: a read here may be that module's"
+                "import, and its module may bind the name too (it defines it, star-imports "
+                "another module, binds names by `globals()`/`setattr`, or cannot be read): a "
+                "read here may be that module's"
             ), node, None))  # fmt: skip
             return
         rival = self._rival(node) if conditional else None
@@ -1206,14 +1224,18 @@ class _Planner:
         if not calls or any(
             (isinstance(n, ast.Global | ast.Nonlocal) and local in n.names)
             or (  # (50a: `locals()["opt_cls"](...)` reads it where no call shows; `vars(x)`
-                # reads an object's, not the function's)
-                isinstance(n, ast.Call)
-                and isinstance(n.func, ast.Name)
-                and (
-                    n.func.id in ("locals", "eval", "exec") or (n.func.id == "vars" and not n.args)
+                # reads an object's, not the function's; 52a: `get = locals`, `vars(*[])`)
+                isinstance(n, ast.Name)
+                and n.id in ("locals", "eval", "exec", "vars")
+                and not (
+                    n.id == "vars"
+                    and isinstance(call := self.names.parent(n), ast.Call)
+                    and call.func is n
+                    and call.args
+                    and not isinstance(call.args[0], ast.Starred)
                 )
             )
-            or (isinstance(n, ast.Attribute) and n.attr == "_getframe")
+            or (isinstance(n, ast.Attribute) and n.attr in ("_getframe", "f_locals"))
             for n in ast.walk(function)
         ):
             return None
@@ -1640,6 +1662,7 @@ class _Planner:
                 and isinstance(value, ast.List | ast.Tuple)
                 and index < len(torch_order)
                 and torch_order[index] != key
+                and key not in ("params", "betas")  # (apex's own order takes a sequence, 52a)
             ):  # (StudioGAN, 51b: `FusedAdam(params, lr, [beta1, beta2], eps=...)`)
                 segment = self.source.segment(value)
                 raise NoFix(
@@ -1773,9 +1796,13 @@ class _Planner:
             for path in _module_paths(self.source.path, stmt.level, stmt.module or ""):
                 try:
                     with open(path, "rb") as file:
-                        tree = ast.parse(file.read())
-                except (OSError, SyntaxError, ValueError):
+                        data = file.read()
+                except OSError:
                     continue
+                try:
+                    tree = ast.parse(data)
+                except (SyntaxError, ValueError):  # (newer syntax: it may bind it, 52a)
+                    return stmt.lineno, self.source.segment(stmt)
                 if _star_exports(tree, node.id):
                     return stmt.lineno, self.source.segment(stmt)
                 break
@@ -1791,9 +1818,12 @@ class _Planner:
         other, torch_classes = None, set()
         # every binding of the scope but those in another arm of an `if`/`try` than the call
         # (a later one reaches it through a loop, 51a), and the enclosing scopes' it may see
+        loops = {id(a) for a in self.names.ancestors(callee) if isinstance(a, _LOOPS)}
         bindings = [
             b for b in self.names.bindings(callee)
             if b.node is None or not self.names.exclusive(b.node, callee)
+            or any(id(a) in loops for a in self.names.ancestors(b.node))  # (a loop joins the
+            # arms: one pass binds, the next calls, 52a)
         ] or self.names.reaching(callee)  # fmt: skip
         for binding in bindings:
             if binding.builtin or binding.node is None:
