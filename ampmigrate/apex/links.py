@@ -20,6 +20,7 @@ import functools
 import itertools
 import os
 import re
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -2146,6 +2147,21 @@ def _looks_up(tree: ast.Module, name: str) -> bool:
     """Whether ``tree`` may reach ``name`` by a lookup: ``getattr(m, "name")``, or one by a
     computed name (``getattr(m, key)``, ``globals()``, ``eval``...). A ``getattr`` of another
     literal name (timm's ``getattr(torch.cuda.amp, "autocast")`` probe) reaches only that."""
+    found = _LOOKUPS.get(tree)
+    if found is None:
+        found = _LOOKUPS[tree] = _lookups(tree)
+    return any(literal in (None, name) for literal in found)
+
+
+# made once per tree, for every name asked about; weak, so a file's tree goes once it is done
+_LOOKUPS: weakref.WeakKeyDictionary[ast.Module, tuple[str | None, ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _lookups(tree: ast.Module) -> tuple[str | None, ...]:
+    """The lookups ``tree`` makes that may reach a module's names, each as the literal name it
+    reads (None: a computed one)."""
     literal = {}
     for node in ast.walk(tree):
         if (
@@ -2228,12 +2244,12 @@ def _looks_up(tree: ast.Module, name: str) -> bool:
             and id(node.func) not in literal  # (`getattr(obj, "name")` still names it)
         ):
             objects.add(id(node.func))
-    return any(
-        isinstance(node, ast.Name)
-        and node.id in _DYNAMIC | {"__getattr__"}
-        and literal.get(id(node), name) == name
-        and id(node) not in objects
+    return tuple(
+        literal.get(id(node))
         for node in ast.walk(tree)
+        if isinstance(node, ast.Name)
+        and node.id in _DYNAMIC | {"__getattr__"}
+        and id(node) not in objects
     )
 
 

@@ -134,9 +134,10 @@ def keep_comments(before: Any, after: Any) -> Any:
             isinstance(s, cst.Import | cst.ImportFrom) for s in statement.body
         ):
             names = cst.Module([]).code_for_node
-            return {names(a) if isinstance(s.names, Sequence) else "*"  # (`from m import *`)
-                    for s in statement.body
-                    for a in (s.names if isinstance(s.names, Sequence) else [None])}  # fmt: skip
+            out: set[str] = set()
+            for s in statement.body:  # (`from m import *` names "*": it is no removed import)
+                out |= {names(a) for a in s.names} if isinstance(s.names, Sequence) else {"*"}
+            return out
         return None
 
     old, new = blocks(before), blocks(after)

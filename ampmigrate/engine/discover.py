@@ -19,38 +19,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 SUFFIXES = (".py", ".ipynb")
+# Ruff's default `exclude`, and `build`; `.ipynb_checkpoints` holds Jupyter's autosaved copies
+# of notebooks (often committed), whose findings came twice
 EXCLUDED_DIRS = frozenset(
     {
-        ".git",
-        ".hg",
-        ".svn",
-        ".bzr",
-        ".venv",
-        "venv",
-        ".tox",
-        ".nox",
-        ".eggs",
-        ".direnv",
-        ".mypy_cache",
-        ".pytest_cache",
-        ".ruff_cache",
-        "__pycache__",
-        "__pypackages__",
-        "node_modules",
-        "site-packages",
-        "build",
-        "dist",
-        "_build",
-        "buck-out",
-        # Jupyter's autosaved copies of notebooks (often committed): each finding twice
-        ".ipynb_checkpoints",
-        ".git-rewrite",
-        ".pants.d",
-        ".pytype",
-        ".pyenv",
-        ".vscode",
+        ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", ".eggs", ".direnv",
+        ".mypy_cache", ".pytest_cache", ".ruff_cache", "__pycache__", "__pypackages__",
+        "node_modules", "site-packages", "build", "dist", "_build", "buck-out",
+        ".ipynb_checkpoints", ".git-rewrite", ".pants.d", ".pytype", ".pyenv", ".vscode",
     }
-)  # fmt: skip  (Ruff's default `exclude`, and `build`)
+)  # fmt: skip
 
 
 DEPENDENCY_NAMES = frozenset({"pyproject.toml", "setup.cfg", "setup.py"})

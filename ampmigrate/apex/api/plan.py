@@ -561,15 +561,13 @@ class _FallbackCall(Exception):
 
 def _star_exports(tree: ast.Module, name: str) -> bool:
     """``from <tree's module> import *`` may bind ``name``: its module-level code binds it
-    (a def, a class, an import, an assignment, also under `if`/`try`), or star-imports another
-    module (not followed: it may); unless a literal ``__all__`` leaves it out (51a)."""
-    binds, pending, listed = False, list(tree.body), []
-    mentions = [  # every binding or mutation of `__all__` (`+=`, `.append`, a comprehension)
-        n for n in ast.walk(tree)
-        if (isinstance(n, ast.Name) and n.id == "__all__")
-    ]  # fmt: skip
-    while pending:
-        stmt = pending.pop()
+    (a def, a class, an import, an assignment, a `for` or walrus target, also under `if`/`try`),
+    star-imports another module (not followed: it may), or binds names by `globals()`,
+    `setattr` or `sys.modules`; unless a literal ``__all__``, never changed, leaves it out."""
+    if re.search(r"globals\(\)|setattr\(|sys\.modules", ast.unparse(tree)):
+        return True  # (bound by name: it may be)
+    binds, listed = False, []
+    for stmt in _module_statements(tree.body):
         if (
             isinstance(stmt, ast.Assign)
             and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets)
@@ -577,36 +575,35 @@ def _star_exports(tree: ast.Module, name: str) -> bool:
             and all(isinstance(e, ast.Constant) for e in stmt.value.elts)
         ):
             listed.append(stmt)
-        if isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.For) and any(
+        targets = stmt if isinstance(stmt, ast.Assign) else getattr(stmt, "target", None)
+        stored = targets is not None and any(  # (a tuple, a `for` target, an annotation, 52a)
             isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
-            for n in ast.walk(stmt.target if not isinstance(stmt, ast.Assign) else stmt)
-        ):  # (a tuple, a `for` target, 52a)
-            binds = True
-        if any(isinstance(n, ast.NamedExpr) and n.target.id == name for n in ast.walk(stmt)):
-            binds = True
-        starred = isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names)
-        annotated = isinstance(stmt, ast.AnnAssign | ast.AugAssign) and (
-            isinstance(stmt.target, ast.Name) and stmt.target.id == name
+            for n in ast.walk(targets)
         )
-        if starred or annotated or name in _bound_names([stmt]):
-            binds = True
-        elif not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            pending += _inner(stmt)
-    if re.search(r"globals\(\)|setattr\(|sys\.modules", ast.unparse(tree)):
-        return True  # (bound by name: it may be)
-    if len(listed) == 1 and len(mentions) == 1:  # a literal `__all__`, never changed, decides
+        starred = isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names)
+        walrus = any(isinstance(n, ast.NamedExpr) and n.target.id == name for n in ast.walk(stmt))
+        binds = binds or stored or starred or walrus or name in _bound_names([stmt])
+    # `__all__ +=`, `.append(...)` or a comprehension change it (52a): then it does not decide
+    mentions = sum(isinstance(n, ast.Name) and n.id == "__all__" for n in ast.walk(tree))
+    if len(listed) == 1 and mentions == 1:
         return name in {e.value for e in listed[0].value.elts}
     return binds
 
 
-def _inner(stmt: ast.stmt) -> list[ast.stmt]:
-    """The statements ``stmt`` holds at its own level (`except` and `case` bodies too)."""
-    out: list[ast.stmt] = []
-    for child in ast.iter_child_nodes(stmt):
-        if isinstance(child, ast.stmt):
-            out.append(child)
-        elif isinstance(child, ast.ExceptHandler | ast.match_case):
-            out += child.body
+def _module_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Every statement that runs at module level, compound ones and those they hold (`except`
+    and `case` bodies too), but none of a function's or a class's body."""
+    out, pending = [], list(body)
+    while pending:
+        stmt = pending.pop(0)
+        out.append(stmt)
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for child in ast.iter_child_nodes(stmt):
+            if isinstance(child, ast.stmt):
+                pending.append(child)
+            elif isinstance(child, ast.ExceptHandler | ast.match_case):
+                pending += child.body
     return out
 
 
@@ -1160,7 +1157,7 @@ class _Planner:
         if guard is not None and self._falls_back_to(guard, cls.name, target.new):
             # (ESM, the 47th review: where apex was missing the name was torch's class, so
             # every use of it, here or in another module, already builds torch's alike)
-            return self._rebase_fix(node, cls, target, head, guard)
+            return self._rebase_fix(node, cls, target, head, guard, fell_back=True)
         for use in ast.walk(self.tree):
             if not (isinstance(use, ast.Name) and use.id == cls.name):
                 continue
@@ -1177,7 +1174,7 @@ class _Planner:
             if users is None or users:
                 where = self._shown(users) if users else "the project is too large to look"
                 raise NoFix(f"other modules take the subclass `{cls.name}` ({where})")
-        return self._rebase_fix(node, cls, target, head, guard)
+        return self._rebase_fix(node, cls, target, head, guard, fell_back=False)
 
     def _local_calls(self, node: ast.expr, parent: ast.AST | None, target: Target) -> str | None:
         """``opt_cls = Adam`` in a function (Megatron's ``adam_optimizer = Adam`` beside
@@ -1271,10 +1268,18 @@ class _Planner:
         return False
 
     def _rebase_fix(
-        self, node: ast.expr, cls: ast.ClassDef, target: Target, head: str, guard: ast.Try | None
+        self,
+        node: ast.expr,
+        cls: ast.ClassDef,
+        target: Target,
+        head: str,
+        guard: ast.Try | None,
+        fell_back: bool,
     ) -> tuple[Fix, str]:
+        """The rebase on torch's class; ``fell_back``: the guard's ``except`` binds the name
+        to it (``_falls_back_to``), which is why every use builds torch's class alike."""
         fix = self._rename_fix(node, target.new, "unsafe", target.min_torch)
-        if guard is not None and self._falls_back_to(guard, cls.name, target.new):
+        if fell_back:
             built = (
                 "and wherever it is built (here or in another module) torch's class was built "
                 f"in its place where apex was missing (the `except` at line "
@@ -1779,13 +1784,7 @@ class _Planner:
             return None
         imports = [b.node for b in self.names.bindings(node) if b.is_import]
         last = max((getattr(i, "lineno", 0) for i in imports), default=0)
-        module_level, pending = [], list(self.tree.body)
-        while pending:  # (in a `try` too, 51a)
-            stmt = pending.pop(0)
-            module_level.append(stmt)
-            if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                pending += _inner(stmt)
-        for stmt in module_level:
+        for stmt in _module_statements(self.tree.body):  # (in a `try` too, 51a)
             if not (
                 isinstance(stmt, ast.ImportFrom)
                 and stmt.lineno > last
