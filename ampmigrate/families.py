@@ -83,6 +83,13 @@ PROJECT_PASSES: tuple[ProjectPass, ...] = (
         prepare="link_pairs",
         settle="settle_pairs",
     ),
+    ProjectPass(  # after apex_links: its settle decides which files are rewritten
+        name="apex_reexports",
+        codes=frozenset({"AMP303"}),
+        module="ampmigrate.apex.reexport",
+        prepare="prepare",
+        settle="settle",
+    ),
     ProjectPass(
         name="apex_requirements",
         codes=frozenset({"AMP316"}),

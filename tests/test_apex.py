@@ -51,6 +51,8 @@ REWRITTEN = [
     "clip_result_used",
     "version_gated",
     "inference_only",
+    "inference_elif",
+    "initialize_per_fold",
     "global_scaler",
     "plain_backward",
     "resume_key_reads",
@@ -2287,6 +2289,8 @@ CASES = {
     "clip_result_used": [[]],
     "version_gated": [[], ["--fp16"]],
     "inference_only": [[], ["--apex-amp"]],
+    "inference_elif": [[], ["--amp"]],
+    "initialize_per_fold": [[], ["--fp16"]],
     "global_scaler": [[], ["--fp16"], ["--fp16", "--clip", "0"]],
     "plain_backward": [[], ["--amp"]],
     "resume_key_reads": [["ckpt.pt"], ["ckpt.pt", "--fp16"]],
@@ -2488,7 +2492,7 @@ def _own_nodes(function: ast.AST):
 
 # version_gated keeps the project's own native path (its fp32 branch calls the model outside
 # autocast, as it always did): the rewrite places no region there; inference_only scales no
-# loss (its region is tested on its own), and neither does casts_only_evaluation;
+# loss (its region is tested on its own), and neither do inference_elif and casts_only_evaluation;
 # loss_from_caller's forward is in the caller of the function that scales (its CPU run shows
 # the forward in float16)
 @pytest.mark.parametrize(
@@ -2496,7 +2500,14 @@ def _own_nodes(function: ast.AST):
     [
         n
         for n in REWRITTEN
-        if n not in ("version_gated", "inference_only", "casts_only_evaluation", "loss_from_caller")
+        if n
+        not in (
+            "version_gated",
+            "inference_only",
+            "inference_elif",
+            "casts_only_evaluation",
+            "loss_from_caller",
+        )
     ],
 )
 def test_region_invariant(name):
@@ -12660,3 +12671,98 @@ def test_apex_amp_bound_to_a_name_by_assignment_is_reported(imported, bound):
             optimizer.step()
         """)
     assert f"`amp.initialize` calls apex amp through `amp`, bound to `{bound}`" in message
+
+
+_BEFORE_INITIALIZE = """\
+import torch
+from apex import amp
+
+
+def main(batches):
+    model = torch.nn.Linear(4, 1)
+    print(model(batches[0][0]))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for x, y in batches:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+        optimizer.step()
+"""
+
+
+def test_a_forward_before_initialize_gets_no_region():
+    """apex cast nothing before `initialize`: a forward there stays in float32 (it was wrapped
+    in float16)."""
+    out, _, fixed = fix_source(_BEFORE_INITIALIZE, unsafe=True)
+    assert [d.code for d in fixed if d.code == "AMP303"] == ["AMP303"]
+    assert "    print(model(batches[0][0]))\n    optimizer = torch.optim.SGD" in out
+    assert out.count("torch.amp.autocast(") == 1
+
+
+_LOOPED = """\
+import torch
+from apex import amp
+
+
+def main(batches):
+    for fold in range(2):
+        model = torch.nn.Linear(4, 1)
+        print(model(batches[0][0]))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        for x, y in batches:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+            optimizer.step()
+"""
+
+
+def test_a_forward_before_initialize_in_the_same_loop_is_stated():
+    """In a loop that holds both, apex cast it from the second pass on: the region stays and
+    the finding says that the first pass changes."""
+    out, _, fixed = fix_source(_LOOPED, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "`model(...)` at line 8 runs before `amp.initialize` in the loop that holds both" in (
+        finding.message
+    )
+    assert out.count("torch.amp.autocast(") == 2
+
+
+_UNRESOLVED_HANDLE = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, optimizer, mixed_precision=False):
+        self.model, self.optimizer = model, optimizer
+        self.mixed_precision = mixed_precision
+        if mixed_precision:
+            self.model, self.optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+    def step(self, x):
+        loss = self.model(x).sum()
+        self.optimizer.zero_grad()
+        if self.mixed_precision:
+            with self.amp_handle.scale_loss(loss, self.optimizer) as scaled:
+                scaled.backward()
+        else:
+            loss.backward()
+        self.optimizer.step()
+"""
+
+
+def test_a_loss_scaled_through_a_handle_never_set_is_named():
+    """The 53rd review (elektronn3's 3-D trainers): the loss is scaled through
+    `self.amp_handle`, which nothing assigns (apex's first API). The refusal said "no
+    `amp.scale_loss` in this file ... apex only casts here", and its advice left the call."""
+    [finding] = [d for d in check_source(_UNRESOLVED_HANDLE) if d.code == "AMP303"]
+    assert "the loss is scaled at line 16 through `self.amp_handle.scale_loss(...)`, which " in (
+        finding.message
+    )
+    assert "nothing in this file assigns" in finding.message
+    assert "no `amp.scale_loss` in this file" not in finding.message

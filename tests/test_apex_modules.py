@@ -1615,9 +1615,7 @@ _TRAINER = (
     ("imports", "utils", "exporter"),
     [
         ("from pkg.utils import amp", "import torch\nfrom apex import amp\n", "utils.py"),
-        ("from .utils import *", "import torch\nfrom apex import amp\n", "utils.py"),
         ("from .utils import amp as mp\namp = mp", "from apex import amp\n", None),
-        ("from .common import *", "from apex import amp\n", "utils.py"),  # common stars utils
         ("from .utils import *", "has_apex = True\nif has_apex:\n    from apex import amp\n",
          "utils.py"),
         ("from .utils import *", "amp = None\n", None),  # binds something else
@@ -1629,7 +1627,8 @@ def test_apex_amp_taken_from_another_module_is_reported_where_it_is_called(
     """TextBrewer's distillers call `amp.initialize`/`amp.scale_loss` on the `amp` that
     `from .distiller_utils import *` gives (distiller_utils imports it from apex): they had no
     finding at all. Each call is now reported in its own file, naming the module it comes
-    from and what to do; nothing is rewritten."""
+    from and what to do; nothing is rewritten. (A star export that surely gives apex's module
+    is rewritten: tests/test_apex_reexport.py.)"""
     root = tmp_path / "project"
     files = {
         "pkg/__init__.py": "",
@@ -3261,3 +3260,139 @@ def test_a_module_kept_on_self_and_called_through_by_another_file_refuses_naming
         "engine.py calls apex through `.amp` at its line 6"
         in _amp303(results)["trainer.py"].message
     )
+
+
+def test_a_broken_link_is_not_also_reported_as_an_unlinked_sibling(tmp_path):
+    """The 53rd review (TinyML): a script calls the training function of another module
+    directly, and a third file calls it too, without a GradScaler. The link's own blocker says
+    so; the script was also told that the rewrite links such files "only where this one calls
+    the one function of that file that scales, directly ...", which it does."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "t.py").write_text(
+        "import torch\nfrom apex import amp\n\n\ndef trainer(net, opt, batches):\n"
+        "    for x in batches:\n        loss = net(x).sum()\n        opt.zero_grad()\n"
+        "        with amp.scale_loss(loss, opt) as scaled:\n            scaled.backward()\n"
+        "        opt.step()\n"
+    )
+    (root / "a.py").write_text(
+        "import torch\nfrom apex import amp\nfrom t import trainer\n\n"
+        "net = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        'net, opt = amp.initialize(net, opt, opt_level="O1")\n'
+        "trainer(net, opt, [torch.randn(2, 4)])\n"
+    )
+    (root / "c.py").write_text(
+        "import torch\nfrom t import trainer\n\nnet = torch.nn.Linear(4, 1)\n"
+        "trainer(net, torch.optim.SGD(net.parameters(), lr=0.1), [torch.randn(2, 4)])\n"
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["a.py"].message
+    assert "`trainer` is also used at c.py:5, which would not pass the GradScaler" in message
+    assert "relies on the amp state this file sets up" not in message
+    assert "(2 blockers)" in message
+
+
+_DERIVED = {
+    "lib/__init__.py": "",
+    "lib/training/__init__.py": "from .trainer import Trainer\n",
+    "lib/training/trainer.py": (
+        "import torch\n\n\nclass Trainer:\n"
+        "    def __init__(self, model, optimizer, mixed_precision=False):\n"
+        "        self.model, self.optimizer = model, optimizer\n"
+        "        self.mixed_precision = mixed_precision\n"
+        "        if self.mixed_precision:\n            from apex import amp\n\n"
+        "            self.model, self.optimizer = amp.initialize(\n"
+        '                self.model, self.optimizer, opt_level="O1"\n            )\n\n'
+        "    def run(self, batches):\n        for x, y in batches:\n"
+        "            self._train_step(x, y)\n\n"
+        "    def _train_step(self, x, y):\n"
+        "        loss = torch.nn.functional.mse_loss(self.model(x), y)\n"
+        "        self.optimizer.zero_grad()\n        loss.backward()\n"
+        "        self.optimizer.step()\n"
+    ),
+    "lib/training/multi.py": (
+        "import torch\n\nfrom lib.training.trainer import Trainer\n\n\n"
+        "class MultiTrainer(Trainer):\n    def step(self, x, y):\n"
+        "        loss = torch.nn.functional.mse_loss(self.model(x), y)\n"
+        "        if self.mixed_precision:\n            from apex import amp\n\n"
+        "            with amp.scale_loss(loss, self.optimizer) as scaled:\n"
+        "                scaled.backward()\n        else:\n            loss.backward()\n"
+        "        self.optimizer.step()\n"
+    ),
+    # through the package's re-export: its own entry point runs the model
+    "lib/training/viapkg.py": (
+        "from lib.training import Trainer\n\n\nclass PkgTrainer(Trainer):\n"
+        "    def evaluate(self, x):\n        return self.model(x)\n"
+    ),
+    # an override of a method the base calls outside any region
+    "lib/training/n2v.py": (
+        "import torch\n\nfrom lib.training.trainer import Trainer\n\n\n"
+        "class N2VTrainer(Trainer):\n    def _train_step(self, x, y):\n"
+        "        loss = torch.nn.functional.l1_loss(self.model(x), y)\n"
+        "        loss.backward()\n        self.optimizer.step()\n"
+    ),
+}
+
+
+def test_derived_classes_whose_forwards_leave_float16_are_named(tmp_path):
+    """The 53rd review (elektronn3): the base class initializes, a subclass in another module
+    scales (rewritten together); subclasses that only run the model kept no note where they
+    took the base through its package's `__init__`, or overrode a method that the base calls
+    outside any autocast region (`Noise2VoidTrainer._train_step`): their forwards run in
+    float32 now, as the base's own `_train_step` does, and the finding says so."""
+    root = tmp_path / "project"
+    for name, text in _DERIVED.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    results = run(_files(root), _settings(fix=True))
+    assert sorted(Path(r.path).name for r in results if r.changed) == ["multi.py", "trainer.py"]
+    message = _amp303(results)["trainer.py"].message
+    assert "`N2VTrainer._train_step` (n2v.py:8)" in message
+    assert "`PkgTrainer.evaluate` (viapkg.py:6)" in message
+    assert "a method of a class derived from `Trainer` in another module" in message
+
+
+_BOTH_BRANCHES = {
+    "runners/__init__.py": "",
+    "runners/base.py": (
+        "from apex import amp\n\n\nclass BaseRunner:\n"
+        "    def __init__(self, model, history, optimizer, mode):\n"
+        "        self.model, self.history, self.optimizer = model, history, optimizer\n"
+        '        if self.history is None and mode == "TRAIN":\n'
+        "            self.model, self.optimizer = amp.initialize(\n"
+        '                self.model, self.optimizer, opt_level="O1"\n            )\n'
+        '        elif mode == "TRAIN":\n'
+        "            [self.model, self.history], self.optimizer = amp.initialize(\n"
+        '                [self.model, self.history], self.optimizer, opt_level="O1"\n'
+        "            )\n"
+    ),
+    "runners/mib.py": (
+        "from apex import amp\n\nfrom runners.base import BaseRunner\n\n\n"
+        "class MIBRunner(BaseRunner):\n    def train(self, x):\n"
+        "        loss = self.model(x).sum()\n"
+        "        with amp.scale_loss(loss, self.optimizer) as scaled:\n"
+        "            scaled.backward()\n        self.optimizer.step()\n"
+    ),
+}
+
+
+def test_a_refused_class_family_base_does_not_also_say_nothing_scales(tmp_path):
+    """The 53rd review (cssegmentation's runners): the base class initializes (in both arms
+    of an `if`, which keeps it refused) and a subclass in another module scales. Beside that
+    true blocker the base was told that none of its imports calls apex amp, "apex only casts
+    here", and to add a `scaler` argument to its second `amp.initialize`; and that nothing
+    set the optimizer it hands over, which a tuple assignment does."""
+    root = tmp_path / "project"
+    for name, text in _BOTH_BRANCHES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["base.py"].message
+    assert "classes derived from `BaseRunner` in other modules that call apex amp" in message
+    assert "`amp.initialize` is called in both branches of the `if`" in message
+    assert "apex only casts here" not in message
+    assert "through `amp.initialize`" not in message
+    # `self.model, self.history, self.optimizer = ...` sets it (a tuple of targets)
+    assert "which nothing in this file sets" not in message

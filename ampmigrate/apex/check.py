@@ -21,6 +21,8 @@ from typing import Any
 
 from ampmigrate.apex.casts import Casts, casting, components, key, layer_edits, layer_findings
 from ampmigrate.apex.links import _apex_uses, apex_calls, stored_calls, stray_calls
+from ampmigrate.apex.reexport import PASS as REEXPORTS
+from ampmigrate.apex.reexport import localized, rewrite_state
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.settings import FileResult, Settings
@@ -58,6 +60,10 @@ def check(
         return [Finding(rule.code, message, anchor) for rule in rules]
     if not calls:
         stray = stray_calls(tree, names, source.path)
+        local = localized(tree, source, names, [n for n, _ in stray]) if stray else None
+        if local is not None:  # (apex's amp from a project module's star export)
+            local_tree = ast.parse(local.text)
+            return check(local_tree, local, Names(local_tree), rules, settings)
         if stray:
             from ampmigrate.apex.verdict import refusal
 
@@ -74,7 +80,7 @@ def check(
             )
             where = Span(*source.position(handed[0][0]))
             return [Finding(rule.code, message, where) for rule in rules]
-        return _unused(names, rules, source)
+        return _unused(names, rules, source, settings.project.get(REEXPORTS))
     link = linked.get(os.path.abspath(source.path))
     if casts is None and link is not None:  # a pair's other side reaches the same layers
         casts = next((c for f in link.files if (c := linked.get(key(f))) is not None), None)
@@ -125,7 +131,7 @@ def _handed(names: Names) -> list[tuple[ast.Name, ast.Call]]:
     return found
 
 
-def _unused(names: Names, rules: list[Rule], source: Source) -> list[Finding]:
+def _unused(names: Names, rules: list[Rule], source: Source, reexports: Any) -> list[Finding]:
     """``from apex import amp`` or ``import apex`` that nothing reads (a file whose apex calls
     went, or never were): it only ties the file to apex."""
     from ampmigrate.apex.api.plan import unused_import
@@ -146,7 +152,13 @@ def _unused(names: Names, rules: list[Rule], source: Source) -> list[Finding]:
         else:
             continue
         for rule in rules:
-            finding = unused_import(names, stmt, alias, full, rule.code, source.path, source)
+            rewritten = (
+                reexports.get(os.path.abspath(source.path))
+                if isinstance(reexports, dict) else None
+            )  # fmt: skip
+            finding = unused_import(
+                names, stmt, alias, full, rule.code, source.path, source, rewritten=rewritten
+            )
             found += [finding] if finding is not None else []
     return found
 
@@ -253,15 +265,6 @@ def link_pairs(settings: Settings, candidates: list[Item], paths: Sequence[Path]
     return {**links.link(apex, everything), **layers} or None
 
 
-def _pair_state(result: FileResult) -> str:
-    """Where a file's AMP303 stands: "applied", "offered" (fixable, not applied) or "no"."""
-    if any(d.code == "AMP303" for d in result.fixed):
-        return "applied"
-    if any(d.code == "AMP303" and d.fix is not None for d in result.diagnostics):
-        return "offered"
-    return "no"
-
-
 def settle_pairs(
     settings: Settings,
     candidates: list[Item],
@@ -278,7 +281,7 @@ def settle_pairs(
         for link in {id(v): v for v in links.values()}.values():
             if link.broken or any(f not in items for f in link.files):
                 continue
-            state = {items[f][0]: _pair_state(results[items[f][0]]) for f in link.files}
+            state = {items[f][0]: rewrite_state(results[items[f][0]]) for f in link.files}
             if len(set(state.values())) == 1 and "no" not in state.values():
                 continue
             # the file that is not rewritten (the first, should they differ otherwise)

@@ -744,6 +744,8 @@ class Guards:
     def dead(self, node: cst.CSTNode) -> bool:
         """``node`` is in a branch that the folded availability tests drop: code that runs
         only where apex is missing, which never happens once native AMP replaces it."""
+        if not self.folded_else and not self.dissolved:
+            return False
         for above in self.ancestors(node):
             if isinstance(above, cst.If) and (
                 (above in self.folded_else and self.within(node, above.body))

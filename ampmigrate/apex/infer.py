@@ -234,9 +234,16 @@ class InferenceOnly:
                 return
         elif isinstance(holder, cst.If) and not _main_guard(self.module, holder):
             test = code(holder.test)
-            plain_else = isinstance(holder.orelse, cst.Else) and not (
-                self.facts(holder.test).calls
-                or self._changes(test, [*holder.body.body, *holder.orelse.body.body])
+            # the other arms: `elif` tests and every body (`elif use_amp and not HAVE:
+            # print(...)`, the 53rd review's frame-field evaluation)
+            tests, bodies, arm = [holder.test], [*holder.body.body], holder.orelse
+            while isinstance(arm, cst.If):
+                tests.append(arm.test)
+                bodies += arm.body.body
+                arm = arm.orelse
+            bodies += arm.body.body if isinstance(arm, cst.Else) else []
+            plain_else = holder.orelse is not None and not (
+                any(self.facts(t).calls for t in tests) or self._changes(test, bodies)
             )  # (`if has_amp: initialize else: print(...)`, the 43rd review's efficientdet:
             if (holder.orelse is not None and not plain_else) or self._is_elif(holder):
                 self.problem(  # the region after it is enabled by the same test)
@@ -435,8 +442,7 @@ class InferenceOnly:
             return None
         attribute = given.attr.value
         if any(
-            (isinstance(n, cst.Attribute) and n.attr.value == attribute
-             and isinstance(self.parent(n), cst.AssignTarget))
+            (isinstance(n, cst.Attribute) and n.attr.value == attribute and self._assigned_to(n))
             or (isinstance(n, cst.Name)
              and n.value in ("setattr", "vars", "__getattr__", "__dict__"))
             for n in self.nodes
@@ -448,6 +454,19 @@ class InferenceOnly:
             "AttributeError, so the original's mixed-precision path cannot run as written; "
             "fix the original before migrating"
         )
+
+    def _assigned_to(self, node: cst.CSTNode) -> bool:
+        """``node`` is assigned to: a target, alone or in a tuple or list of targets
+        (``self.model, self.optimizer = model, optimizer``: the 53rd review's false "nothing
+        in this file sets" it), of ``=``, ``+=``, an annotation, ``for`` or ``with ... as``."""
+        parent = self.parent(node)
+        while isinstance(parent, cst.Element | cst.StarredElement | cst.Tuple | cst.List):
+            node, parent = parent, self.parent(parent)
+        if isinstance(parent, cst.AssignTarget):
+            return True
+        if isinstance(parent, cst.AugAssign | cst.AnnAssign | cst.For):
+            return parent.target is node
+        return isinstance(parent, cst.AsName)
 
     def _holders(self, after: list[cst.BaseStatement], names: list[str]) -> list[str]:
         """``names`` and the names ``after`` binds to what holds the model: a wrapper or an

@@ -375,6 +375,7 @@ class Initialize:
                 holder is None
                 or isinstance(holder, cst.FunctionDef)
                 or self.parent(statement) is self.module
+                or isinstance(holder, cst.For)
             ):
                 self.problem(init, "`amp.initialize` is nested in a block other than an `if`")
                 return None
@@ -1470,7 +1471,11 @@ class Initialize:
         ):
             family = [cls, *self.derived({cls.name.value})]
         stores, others = [], []
+        kinds = (cst.Param, cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For,
+                 cst.NamedExpr, cst.Del, cst.AsName)  # fmt: skip
         for node in self.nodes:
+            if not isinstance(node, kinds):
+                continue
             if (scoped and self.function(node) not in (function, self.module)) or self.dead(node):
                 continue
             if family is not None and not any(self.within(node, c) for c in family):

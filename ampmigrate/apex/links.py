@@ -1257,6 +1257,14 @@ def users_on_disk(
         return []
     words = [f.encode() for f in functions]
     stem = _stem(path).encode()  # a package's names are imported by the package's name
+    # ... and a module's, through its package's `__init__` (`from lib.training import Trainer`
+    # for lib/training/trainer.py: the 53rd review's elektronn3 subclasses)
+    folder = os.path.dirname(path)
+    package = (
+        os.path.basename(folder).encode()
+        if os.path.isfile(os.path.join(folder, "__init__.py"))
+        else None
+    )
     found: list[tuple[str, int, str]] = []
     files = _project_files(path)
     if files is None:
@@ -1266,7 +1274,10 @@ def users_on_disk(
             continue
         data = _read(other)
         if not any(w in data for w in words) or (
-            stem not in data and b"import *" not in data  # (a package may re-export it)
+            stem not in data
+            and b"import *" not in data  # (a package may re-export it)
+            and (package is None or package not in data)
+            and b"from . import" not in data
         ):
             continue
         file = _parsed(other, data)

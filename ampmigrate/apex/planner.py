@@ -198,6 +198,7 @@ class _Planner(
         self.scale_gap = False  # apex never checkpointed its scale, nor does the rewrite
         self.global_home: cst.FunctionDef | None = None  # creates the module-level scaler
         self.siblings: list | None = None  # apex_siblings of the file (None: not looked up)
+        self.scaling_subclasses: list[str] = []  # derived classes elsewhere that call apex amp
         self.refused_here = False  # this file broke its link (see build)
         self.footers: list[cst.CSTNode] = []  # statements that go: their footer comments stay
         # `args.amp = amp`: apex's module kept on an object, by where (`args.amp`)

@@ -238,9 +238,19 @@ class Regions:
                     continue
                 if self._before_handed_initialize(call):
                     continue
+                before = self._before_initialize(call)
+                if before == "first":
+                    continue  # (apex cast nothing there yet)
                 # Another forward of the model in the training function (in-loop validation):
                 # apex O1 ran it in float16 too, so its simple statement gets a region.
                 if self._own_region(call, enabled, planned, wrapped, blocked, setup):
+                    if before == "looped":
+                        self.note_once(
+                            f"`{_code(self.module, call.func)}(...)` at line {self.line(call)} "
+                            "runs before `amp.initialize` in the loop that holds both: apex ran "
+                            "it in float32 on the first pass and in float16 on the later ones; "
+                            "it runs in float16 on every pass now"
+                        )
                     note = (
                         "other calls of the model in the training function (e.g. validation) "
                         "get their own autocast region, as apex O1 ran them in float16, with "
@@ -271,6 +281,21 @@ class Regions:
             and self.function(node) is found.function
             and self.order[id(node)] < self.order[id(found.init)]
         )
+
+    def _before_initialize(self, node: cst.CSTNode) -> str | None:
+        """Where ``node`` runs before this file's ``amp.initialize``, in the same function:
+        "first" where nothing runs it again after (apex cast nothing there yet), "looped"
+        where a loop holds both (apex cast it from its second pass on); None otherwise."""
+        init = self.plan.anchor
+        if (
+            init not in self.initialize_calls
+            or self.function(node) is not self.function(init)
+            or self.order[id(node)] > self.order[id(init)]
+        ):
+            return None
+        loops = (cst.For, cst.While)
+        shared = {id(a) for a in self.ancestors(init) if isinstance(a, loops)}
+        return "looped" if any(id(a) in shared for a in self.ancestors(node)) else "first"
 
     def _own_region(self, call, enabled, planned, wrapped, blocked, setup) -> bool:
         """The simple statement of ``call`` (a forward outside the regions) gets a region of its
@@ -1051,19 +1076,24 @@ class Regions:
 
     def _derived_forwards(self, holder: cst.ClassDef, models: set[str]) -> None:
         """Classes of other modules on disk derived from ``holder`` whose own methods run the
-        model it initializes, where ``holder`` never calls them (elektronn3's
-        ``TripletNetTrainer.run``, an entry point of its own): apex O1 cast those forwards too,
-        they run in float32 now; stated with where they are. A module that calls apex amp
-        itself is planned on its own (a class family); a method the base calls may run inside
-        its regions, so it is not named."""
+        model it initializes, where ``holder`` never calls them inside its regions
+        (elektronn3's ``TripletNetTrainer.run``, an entry point of its own; an override of a
+        method the base calls outside them): apex O1 cast those forwards too, they run in
+        float32 now; stated with where they are. A module that calls apex amp itself is
+        planned on its own (a class family); a method the base calls only inside its regions
+        runs in them, so it is not named."""
         attributes = {m for m in models if m.startswith("self.")}
         if self.path is None or not attributes:
             return
-        called = {
-            n.attr.value
-            for n in self._subtree(holder)
-            if isinstance(n, cst.Attribute) and isinstance(self.parent(n), cst.Call)
-        }
+        # the methods the base calls only inside its regions (an override the base calls
+        # outside them, elektronn3's `Noise2VoidTrainer._train_step`, runs in float32 too)
+        wrapped = getattr(self, "wrapped", set())
+        inside: dict[str, bool] = {}
+        for n in self._subtree(holder):
+            if isinstance(n, cst.Attribute) and isinstance(self.parent(n), cst.Call):
+                held = any(id(a) in wrapped for a in self.ancestors(n))
+                inside[n.attr.value] = inside.get(n.attr.value, True) and held
+        called = {name for name, held in inside.items() if held}
         found: list[str] = []
         for other, file, data, derived in derived_on_disk(self.path, holder.name.value):
             if file.members or b"apex" in data:

@@ -5,6 +5,7 @@ ran every micro-batch moves there).
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Sequence
 
 import libcst as cst
@@ -410,21 +411,33 @@ class Unscale:
         if any(isinstance(n, cst.Call | cst.Subscript | cst.NamedExpr) for n in tested):
             return False
         names = {n.value for n in tested if isinstance(n, cst.Name)}
-        for node in self._subtree(function):
-            targets = (
-                [node.target] if isinstance(node, cst.AssignTarget | cst.AugAssign | cst.AnnAssign
-                                            | cst.For | cst.NamedExpr)
-                else [n.asname.name for n in node.items if n.asname] if isinstance(node, cst.With)
-                else []
-            )  # fmt: skip
-            written = {_code(self.module, t) for t in targets}
-            if written & ({_code(self.module, common.test)} | names) or any(
-                isinstance(n, cst.Name) and n.value in names
-                for t in targets
-                for n in self._subtree(t)
-            ):
-                return False
-        return True
+        written, named = self._written(function)
+        return not (written & ({_code(self.module, common.test)} | names) or named & names)
+
+    @functools.cached_property
+    def _written_by(self) -> dict[int, tuple[cst.CSTNode, set[str], set[str]]]:
+        return {}
+
+    def _written(self, function: cst.CSTNode) -> tuple[set[str], set[str]]:
+        """What ``function`` assigns (each target as spelled) and every name in those targets;
+        made once per function (a file's reads of gradients ask it again and again)."""
+        cache = self._written_by
+        if id(function) not in cache:
+            written: set[str] = set()
+            named: set[str] = set()
+            for node in self._subtree(function):
+                targets = (
+                    [node.target] if isinstance(node, cst.AssignTarget | cst.AugAssign
+                                                | cst.AnnAssign | cst.For | cst.NamedExpr)
+                    else [n.asname.name for n in node.items if n.asname]
+                    if isinstance(node, cst.With)
+                    else []
+                )  # fmt: skip
+                for target in targets:
+                    written.add(_code(self.module, target))
+                    named |= {n.value for n in self._subtree(target) if isinstance(n, cst.Name)}
+            cache[id(function)] = (function, written, named)
+        return cache[id(function)][1:]
 
     def _runs_optimizer(self, statement: cst.CSTNode, opt: str) -> bool:
         """``opt.first_step()`` (SAM's two-step optimizers): a method of the scaled optimizer

@@ -43,6 +43,7 @@ from ampmigrate.findings import Edit, Finding, Fix, ImportEdit
 from ampmigrate.renames import CallText, NoFix, _Plan, _pure
 
 if TYPE_CHECKING:
+    from ampmigrate.apex.reexport import Users
     from ampmigrate.engine import Settings
 
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception"})
@@ -212,6 +213,7 @@ def unused_import(
     path: str,
     source: Source | None = None,
     rebound: int | None = None,
+    rewritten: Users | None = None,
 ) -> Finding | None:
     """The finding for ``from <module> import <alias>`` or ``import <alias>`` (the apex name
     ``full``) when nothing reads it (None otherwise): deleting it is safe, as Ruff's F401 fix;
@@ -221,7 +223,9 @@ def unused_import(
     manager, which judges a name by scope, would keep it: the statement itself is deleted
     (given ``source``; it must hold that one name and share its block). ``rebound``: the
     line of a module-level statement that binds the name again before anything reads it
-    (``_dead_imports``): its reads are not of the import."""
+    (``_dead_imports``): its reads are not of the import. ``rewritten``: the modules that took
+    the name through this one's star export and that this run rewrites to import apex's amp
+    themselves (:class:`ampmigrate.apex.reexport.Users`)."""
     bound = alias.asname or alias.name.partition(".")[0]
     loads = (
         []
@@ -266,8 +270,13 @@ def unused_import(
     package = os.path.basename(path) == "__init__.py" and not scoped  # (a local re-exports none)
     if not scoped and rebound is None:  # (importers of a rebound name get the new value)
         users = users_on_disk(path, [bound], imports=True)
+        if users and rewritten is not None:  # (they take it from apex now)
+            users = [u for u in users if os.path.abspath(u[0]) not in rewritten.applied]
         if users is None or users:
-            return Finding(code, _reexported(full, bound, path, users), stmt)
+            offered = rewritten is not None and {os.path.abspath(u[0]) for u in users} <= (
+                rewritten.offered
+            )
+            return Finding(code, _reexported(full, bound, path, users, offered), stmt)
     if package and not edits:  # no importer takes it: the statement itself goes (the import
         edits = _deletion(names, stmt, source)  # manager keeps a package's imports)
     tries = _probing_tries(names, stmt)
@@ -461,10 +470,17 @@ def unused_star(
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
-def _reexported(full: str, bound: str, path: str, users: list[tuple[str, int, str]] | None) -> str:
+def _reexported(
+    full: str,
+    bound: str,
+    path: str,
+    users: list[tuple[str, int, str]] | None,
+    offered: bool = False,
+) -> str:
     """Why a module-level apex import that this file never reads stays: other modules of the
     project take ``bound`` from this one (``from .utils import *``, ``from utils import amp``),
-    and deleting it would break them at import or at their first apex call."""
+    and deleting it would break them at import or at their first apex call. ``offered``: every
+    one of them has a rewrite that takes it from apex itself, not applied in this run."""
     if users is None:
         return (
             f"`{full}` is not read in this file, but the project is too large to tell whether "
@@ -474,6 +490,12 @@ def _reexported(full: str, bound: str, path: str, users: list[tuple[str, int, st
     folder = os.path.dirname(os.path.abspath(path))
     shown = [f"{os.path.relpath(f, folder)}:{line}" for f, line, _ in users[:3]]
     more = f" and {len(users) - 3} more" if len(users) > 3 else ""
+    if offered:
+        return (
+            f"`{full}` is not read in this file, but other modules use `{bound}` through it "
+            f"({', '.join(shown)}{more}); their AMP303 rewrite, offered in this run, takes "
+            "apex's amp from apex itself: the run that applies it deletes this import too"
+        )
     return (
         f"`{full}` is not read in this file, but other modules use `{bound}` through it "
         f"({', '.join(shown)}{more}): that is apex code the rewrite does not follow through a "

@@ -1,0 +1,234 @@
+"""apex's amp taken through a project module's star export, made local before planning.
+
+``library.py`` runs ``from apex import amp`` and ``train.py`` takes it with ``from library import
+*`` (plant-pathology's notebooks and scripts; TextBrewer's distillers): ``amp`` in ``train.py`` is
+apex's module object itself, so planning the file as if it said ``from library import *; from
+apex import amp`` plans exactly what runs. The statement goes on the star import's own line, so
+every other position is unchanged; the planner drops it with the other apex uses, and once no
+module reads ``amp`` through ``library.py``, that module's import is reported unused (and goes).
+
+Only where the binding is certain: the star import sits at the top level of the module, the
+module it reads (on disk) binds the name once, by an unconditional top-level apex import (or
+through a star import of a module that does, likewise), exports it (no ``__all__`` that leaves
+it out), and neither module binds the name anywhere else; no later star import of ``train.py``
+may bind it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ampmigrate.apex.links import _from_module, _reexported, star_may_bind, users_on_disk
+from ampmigrate.engine.names import Names
+from ampmigrate.engine.settings import FileResult, Settings
+from ampmigrate.engine.source import Source
+
+Item = tuple[str, bytes, frozenset[str]]
+
+
+def localized(
+    tree: ast.Module, source: Source, names: Names, strays: list[ast.AST]
+) -> Source | None:
+    """``source`` with apex's amp imported beside the star import that gives it, when every
+    one of ``strays`` (the apex calls no import resolves) is a call through that name; None
+    where that is not certain."""
+    held = {_held(node, names, tree, source.path) for node in strays}
+    if len(held) != 1 or None in held:
+        return None
+    (name,) = held
+    if _bound_here(tree, name):
+        return None
+    stars = [
+        s for s in tree.body
+        if isinstance(s, ast.ImportFrom) and any(a.name == "*" for a in s.names)
+    ]  # fmt: skip
+    giving = [s for s in stars if _surely_amp(source.path, s, name)]
+    if not giving:
+        return None
+    last = giving[-1]
+    if any(star_may_bind(source.path, s, name) for s in stars[stars.index(last) + 1 :]):
+        return None
+    line = last.end_lineno or last.lineno
+    at = source.offset(line, last.end_col_offset or 0)
+    alias = "" if name == "amp" else f" as {name}"
+    return Source(
+        f"{source.text[:at]}; from apex import amp{alias}{source.text[at:]}",
+        source.encoding,
+        source.path,
+    )
+
+
+def _held(node: ast.AST, names: Names, tree: ast.Module, path: str) -> str | None:
+    """The name an apex call is made through, when that name comes from a star export."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and not names.bindings(node.func.value)
+        and path
+        and _reexported(node.func.value, names, tree, path) is not None
+    ):
+        return None
+    return node.func.value.id
+
+
+def _bound_here(tree: ast.Module, name: str) -> bool:
+    """Anything in the module binds ``name`` (or may: ``global``, ``globals()``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+            return True
+        if isinstance(node, ast.alias) and (node.asname or node.name.partition(".")[0]) == name:
+            return True
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and (
+            node.name == name
+        ):
+            return True
+        if isinstance(node, ast.arg) and node.arg == name:
+            return True
+        if isinstance(node, ast.Global | ast.Nonlocal) and name in node.names:
+            return True
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and (node.func.id in ("globals", "vars", "exec", "eval"))
+        ):
+            return True
+    return False
+
+
+def _surely_amp(path: str, star: ast.ImportFrom, name: str, depth: int = 0) -> bool:
+    """``from m import *`` in ``path`` binds ``name`` to apex's amp module at every run."""
+    found = _from_module(path, star) if depth <= 8 else None
+    if found is None:
+        return False
+    target, tree = found
+    if target.endswith("__init__.py"):
+        return False  # (a submodule of that name may be what the package holds)
+    exported = _exported(tree)
+    if exported is not None and name not in exported:
+        return False
+    direct = [s for s in tree.body if _imports_amp(s, name)]
+    stars = [
+        s for s in tree.body
+        if isinstance(s, ast.ImportFrom) and any(a.name == "*" for a in s.names)
+    ]  # fmt: skip
+    # once bound, nothing in the module binds it again (a star import after may not either)
+    others = [s for s in tree.body if s not in direct and s not in stars]
+    if any(_bound_here(ast.Module(body=[s], type_ignores=[]), name) for s in others):
+        return False
+    if len(direct) == 1:
+        later = [s for s in stars if s.lineno > direct[0].lineno]
+        return not any(star_may_bind(target, s, name) for s in later)
+    if direct:
+        return False
+    giving = [s for s in stars if _surely_amp(target, s, name, depth + 1)]
+    if not giving:
+        return False
+    rest = stars[stars.index(giving[-1]) + 1 :]
+    return not any(star_may_bind(target, s, name) for s in rest)
+
+
+def _imports_amp(statement: ast.stmt, name: str) -> bool:
+    """``from apex import amp [as name]`` or ``import apex.amp as name``, binding ``name``."""
+    if isinstance(statement, ast.ImportFrom) and statement.module == "apex" and not statement.level:
+        return any(a.name == "amp" and (a.asname or a.name) == name for a in statement.names)
+    if isinstance(statement, ast.Import):
+        return any(a.name == "apex.amp" and a.asname == name for a in statement.names)
+    return False
+
+
+def _exported(tree: ast.Module) -> set[str] | None:
+    """The module's ``__all__`` (None: it has none; an empty set where it is not a literal,
+    so no name counts as exported)."""
+    exported: set[str] | None = None
+    for node in ast.walk(tree):
+        targets = (
+            node.targets if isinstance(node, ast.Assign)
+            else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign)
+            else []
+        )  # fmt: skip
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            if not isinstance(node, ast.Assign):
+                return set()
+            try:
+                exported = {str(n) for n in ast.literal_eval(node.value)}
+            except (ValueError, TypeError, SyntaxError):
+                return set()
+    return exported
+
+
+# The project pass: an exporter's import goes in the run that rewrites its users
+PASS = "apex_reexports"
+_EXPORTED = "but other modules use"
+
+
+@dataclass(frozen=True)
+class Users:
+    """The files of the run that took an exporter's apex amp through its star export and whose
+    rewrite takes it from apex itself now: applied in this run, or only offered."""
+
+    applied: frozenset[str]
+    offered: frozenset[str]
+
+
+def prepare(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -> Any:
+    """True where the run may hold a star export of apex's amp (a star import and an apex amp
+    import); the settle step replaces it with what it found."""
+    stars = any(b"import *" in s for _, s, _ in candidates)
+    return (stars and any(b"apex" in s and b"amp" in s for _, s, _ in candidates)) or None
+
+
+def settle(
+    settings: Settings,
+    candidates: list[Item],
+    results: dict[str, FileResult],
+    rerun: Callable[[list[Item], Settings], list[FileResult]],
+) -> None:
+    """Analyse again the modules whose apex amp import stayed only for users that this run
+    rewrote (or offered to): the import goes with them (or says it will)."""
+    items = {os.path.abspath(item[0]): item for item in candidates}
+    found: dict[str, Users] = {}
+    for path, item in items.items():
+        result = results[item[0]]
+        if not any(d.code == "AMP303" and _EXPORTED in d.message for d in result.diagnostics):
+            continue
+        users = _users(path, item[1])
+        if not users or any(u not in items for u in users):
+            continue
+        state = {u: rewrite_state(results[items[u][0]]) for u in users}
+        if "no" not in state.values():
+            found[path] = Users(
+                frozenset(u for u, s in state.items() if s == "applied"),
+                frozenset(u for u, s in state.items() if s == "offered"),
+            )
+    if found:
+        again = replace(settings, project={**settings.project, PASS: found})
+        results.update((r.path, r) for r in rerun([items[p] for p in found], again))
+
+
+def _users(path: str, data: bytes) -> set[str] | None:
+    """The files that use the names the module's apex amp imports bind (None: unknown)."""
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    bound = [
+        a.asname or a.name for s in tree.body if isinstance(s, ast.Import | ast.ImportFrom)
+        for a in s.names if _imports_amp(s, a.asname or a.name)
+    ]  # fmt: skip
+    users = users_on_disk(path, bound, imports=True) if bound else None
+    return None if users is None else {os.path.abspath(u[0]) for u in users}
+
+
+def rewrite_state(result: FileResult) -> str:
+    """Where a file's AMP303 stands: "applied", "offered" (fixable, not applied) or "no"."""
+    if any(d.code == "AMP303" for d in result.fixed):
+        return "applied"
+    if any(d.code == "AMP303" and d.fix is not None for d in result.diagnostics):
+        return "offered"
+    return "no"
