@@ -12766,3 +12766,47 @@ def test_a_loss_scaled_through_a_handle_never_set_is_named():
     )
     assert "nothing in this file assigns" in finding.message
     assert "no `amp.scale_loss` in this file" not in finding.message
+
+
+_FOLDS = """\
+import torch
+from apex import amp
+
+
+def main(data, models):
+    for fold in range(3):
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        {initialize}
+        for x, y in data:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+            optimizer.step()
+        {after}
+"""
+
+
+@pytest.mark.parametrize(
+    ("initialize", "after", "why"),
+    [
+        # apex's state from the first pass stayed: a GradScaler made again would be off
+        ("if fold == 0:\n            model, optimizer = amp.initialize(model, optimizer)",
+         "pass", "switched by `fold == 0`, which reads `fold`, which the loop changes"),
+        ('model, optimizer = amp.initialize(model, optimizer, enabled=fold < 1)',
+         "pass", "which reads `fold`, which the loop changes"),
+        # the model outlives its pass: its later forwards are not followed
+        ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+         "models.append(model)", "keeps the model past its pass (`models.append(model)`)"),
+    ],
+)  # fmt: skip
+def test_an_initialize_per_pass_that_apex_kept_across_passes_is_refused(initialize, after, why):
+    """The 56th review: `if epoch == 0: amp.initialize(...)` in the epoch loop was rewritten
+    to a GradScaler made on every pass and switched off after the first (every later epoch
+    trained in float32, unscaled); a k-fold loop that keeps each model in a list had a
+    region around `models.append(model)` and none where the list's models ran."""
+    source = _FOLDS.format(initialize=initialize, after=after)
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert why in finding.message, finding.message

@@ -69,7 +69,7 @@ def test_a_script_left_on_apex_keeps_the_export(tmp_path):
     assert changed == ["train.py"]
     message = _amp303(results)["library.py"].message
     assert "other modules use `amp` through it (finetune.py:14" in message
-    assert "migrate those uses by hand" in message
+    assert "which this run leaves on apex" in message
 
 
 def test_a_script_outside_the_run_keeps_the_export(tmp_path):
@@ -150,3 +150,34 @@ def test_a_package_star_export_is_followed_through_modules(tmp_path, imports):
     assert changed["utils.py"] == "import torch\n"
     assert changed["trainer.py"].startswith(f"{imports}\nimport torch\n\n\ndef train(")
     assert 'scaler = torch.amp.GradScaler("cuda", enabled=fp16)' in changed["trainer.py"]
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "from library import *\n\n\ndef save():\n    return amp.state_dict()\n",
+        "from library import amp\n\n\ndef save():\n    return amp.state_dict()\n",
+        "import library\n\n\ndef save():\n    return library.amp.state_dict()\n",
+    ],
+)
+def test_a_module_reading_the_same_amp_state_keeps_the_script_refused(tmp_path, other):
+    """The 56th review: another module reads apex's amp through the same export without
+    initializing it (`other.save()` saves `amp.state_dict()` after the script trained). It
+    relied on the script's `initialize`: the script alone rewritten, it raised there."""
+    root = _project(tmp_path)
+    (root / "other.py").write_text(other)
+    results = run(_files(root), _settings(fix=True))
+    assert sorted(Path(r.path).name for r in results if r.changed) == []
+    message = _amp303(results)["train.py"].message
+    assert "`amp` is apex's amp taken through library.py's star export, and other.py " in message
+    assert "without initializing apex amp itself" in message
+
+
+def test_a_module_taking_amp_from_the_script_keeps_it_refused(tmp_path):
+    """The script is itself star-exported, and its importer reads `amp` through it."""
+    root = _project(tmp_path)
+    (root / "report.py").write_text("from finetune import *\n\nprint(amp.state_dict())\n")
+    results = run(_files(root), _settings(fix=True))
+    assert "finetune.py" not in {Path(r.path).name for r in results if r.changed}
+    message = _amp303(results)["finetune.py"].message
+    assert "and report.py (line 3) takes it from this file without initializing" in message

@@ -61,9 +61,11 @@ def check(
     if not calls:
         stray = stray_calls(tree, names, source.path)
         local = localized(tree, source, names, [n for n, _ in stray]) if stray else None
-        if local is not None:  # (apex's amp from a project module's star export)
+        if isinstance(local, Source):  # (apex's amp from a project module's star export)
             local_tree = ast.parse(local.text)
             return check(local_tree, local, Names(local_tree), rules, settings)
+        if isinstance(local, str):
+            stray = [(stray[0][0], f"line {stray[0][0].lineno}: {local}")]
         if stray:
             from ampmigrate.apex.verdict import refusal
 

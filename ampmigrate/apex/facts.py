@@ -255,6 +255,19 @@ class Facts:
         return found
 
     @functools.cached_property
+    def spelled(self) -> tuple[dict[str, list[cst.Name]], dict[str, list[cst.Attribute]]]:
+        """The module's ``Name`` nodes by their value and its ``Attribute`` nodes by their
+        attribute's, in source order: the stages ask for a name's uses again and again."""
+        names: dict[str, list[cst.Name]] = {}
+        attributes: dict[str, list[cst.Attribute]] = {}
+        for node in self.nodes:
+            if isinstance(node, cst.Name):
+                names.setdefault(node.value, []).append(node)
+            elif isinstance(node, cst.Attribute):
+                attributes.setdefault(node.attr.value, []).append(node)
+        return names, attributes
+
+    @functools.cached_property
     def text(self) -> str:
         """The module's code: one code generation pass (the module is fixed while planned)."""
         return self.module.code

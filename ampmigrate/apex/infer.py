@@ -441,8 +441,12 @@ class InferenceOnly:
         ):
             return None
         attribute = given.attr.value
+        own = self.statement(
+            given
+        )  # (`self.m, self.optimizer = amp.initialize(...)` binds it after)
         if any(
-            (isinstance(n, cst.Attribute) and n.attr.value == attribute and self._assigned_to(n))
+            (isinstance(n, cst.Attribute) and n.attr.value == attribute and self._assigned_to(n)
+             and self.statement(n) is not own)
             or (isinstance(n, cst.Name)
              and n.value in ("setattr", "vars", "__getattr__", "__dict__"))
             for n in self.nodes

@@ -4,6 +4,7 @@ rest of the plan.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import os
 
@@ -54,6 +55,10 @@ def _loose(test: cst.BaseExpression) -> bool:
     if isinstance(test, cst.BooleanOperation):
         return not isinstance(test.operator, cst.And)
     return isinstance(test, cst.IfExp | cst.Lambda | cst.NamedExpr)
+
+
+# methods that store what they are given in a container
+_STORING = frozenset({"append", "extend", "insert", "add", "setdefault", "update"})
 
 
 class Initialize:
@@ -379,6 +384,9 @@ class Initialize:
             ):
                 self.problem(init, "`amp.initialize` is nested in a block other than an `if`")
                 return None
+            elif isinstance(holder, cst.For) and (kept := self._kept_past_pass(holder, small)):
+                self.problem(init, kept)
+                return None
         enabled = args.get("enabled")
         if enabled is not None:
             text = _code(self.module, enabled)
@@ -394,6 +402,10 @@ class Initialize:
                 # `if args.fp16:` where args.fp16 is the opt level ("" or "O1"): autocast
                 # takes only a bool
                 condition = f"bool({condition})"
+        varying = self._varies_in_loop(condition, chain[0] if chain else statement, init)
+        if varying is not None:
+            self.problem(init, varying)
+            return None
         name = self.free_name("scaler")
         if name is None:
             self.problem(init, "no free name for the GradScaler")
@@ -653,6 +665,83 @@ class Initialize:
             and any(q == APEX + "._amp_state" for q in self.qualified(state))
         ):
             return assign
+        return None
+
+    def _kept_past_pass(self, loop: cst.For, small: cst.BaseSmallStatement) -> str | None:
+        """Why the models a pass of ``loop`` initializes may run after it, outside what the
+        rewrite follows (None: they do not): stored in a container or on an object
+        (`models.append(model)`, `best[fold] = model`), the 56th review's k-fold ensemble
+        whose later `models[0](x)` ran in float32 with no word."""
+        target = small.targets[0].target if isinstance(small, cst.Assign) else None
+        first = target.elements[0].value if isinstance(target, cst.Tuple | cst.List) else target
+        names = {
+            n.value for n in self._subtree(first) if isinstance(n, cst.Name)
+        } if first is not None else set()  # fmt: skip
+        for node in self._subtree(loop.body):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                handed = node.func.attr.value in _STORING and any(
+                    isinstance(a.value, cst.Name) and a.value.value in names for a in node.args
+                )
+            elif isinstance(node, cst.Assign):
+                handed = (
+                    isinstance(node.value, cst.Name)
+                    and node.value.value in names
+                    and any(
+                        isinstance(t.target, cst.Subscript | cst.Attribute) for t in node.targets
+                    )
+                )
+            else:
+                continue
+            if handed:
+                return (
+                    f"`amp.initialize` runs on every pass of the loop at line {self.line(loop)}, "
+                    f"and line {self.line(node)} keeps the model past its pass "
+                    f"(`{_code(self.module, node).strip()}`): apex O1 cast its later forwards, "
+                    "which the rewrite does not follow there; migrate by hand"
+                )
+        return None
+
+    def _varies_in_loop(
+        self, condition: str | None, place: cst.CSTNode, init: cst.Call
+    ) -> str | None:
+        """Why a GradScaler made at ``place`` on every pass of a loop, enabled by
+        ``condition``, would not follow apex (None: it would): the condition reads what the
+        loop changes (`if epoch == 0: amp.initialize(...)`, `enabled=fold == 0`). apex's amp
+        state, once set up, stayed for the later passes; the GradScaler made again there
+        would be switched off (the 56th review: every later epoch trained in float32)."""
+        if not condition:
+            return None
+        try:
+            read = {
+                ast.unparse(n) for n in ast.walk(ast.parse(condition, mode="eval"))
+                if isinstance(n, ast.Name | ast.Attribute)
+            }  # fmt: skip
+        except SyntaxError:
+            return None
+        home = self.function(init)
+        for loop in self.ancestors(place):
+            if not isinstance(loop, cst.For | cst.While) or self.function(loop) is not home:
+                continue
+            targets = [loop.target] if isinstance(loop, cst.For) else []
+            for node in self._subtree(loop.body):
+                if isinstance(node, cst.AssignTarget | cst.AugAssign | cst.AnnAssign
+                              | cst.For | cst.NamedExpr):  # fmt: skip
+                    targets.append(node.target)
+                elif isinstance(node, cst.AsName):
+                    targets.append(node.name)
+            changed = {
+                _code(self.module, n) for t in targets for n in self._subtree(t)
+                if isinstance(n, cst.Name | cst.Attribute)
+            }  # fmt: skip
+            both = sorted(read & changed)
+            if both:
+                return (
+                    f"`amp.initialize` runs on every pass of the loop at line "
+                    f"{self.line(loop)}, switched by `{condition}`, which reads `{both[0]}`, "
+                    "which the loop changes: apex's amp state, once set up, stayed for the "
+                    "later passes, where a GradScaler made there again would be switched off; "
+                    "make one GradScaler before the loop, enabled as the runs need, by hand"
+                )
         return None
 
     def _pairs_loop(self, statement, small, models, optimizer) -> cst.For | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ampmigrate.apex.links import _from_module, _reexported, star_may_bind, users_on_disk
+from ampmigrate.apex.links import _from_module, _read, _reexported, star_may_bind, users_on_disk
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.settings import FileResult, Settings
 from ampmigrate.engine.source import Source
@@ -33,10 +33,11 @@ Item = tuple[str, bytes, frozenset[str]]
 
 def localized(
     tree: ast.Module, source: Source, names: Names, strays: list[ast.AST]
-) -> Source | None:
+) -> Source | str | None:
     """``source`` with apex's amp imported beside the star import that gives it, when every
-    one of ``strays`` (the apex calls no import resolves) is a call through that name; None
-    where that is not certain."""
+    one of ``strays`` (the apex calls no import resolves) is a call through that name; a
+    reason to refuse where another module reads that amp state without initializing it
+    itself; None where the binding is not certain."""
     held = {_held(node, names, tree, source.path) for node in strays}
     if len(held) != 1 or None in held:
         return None
@@ -47,12 +48,15 @@ def localized(
         s for s in tree.body
         if isinstance(s, ast.ImportFrom) and any(a.name == "*" for a in s.names)
     ]  # fmt: skip
-    giving = [s for s in stars if _surely_amp(source.path, s, name)]
-    if not giving:
+    chains = [(s, chain) for s in stars if (chain := _surely_amp(source.path, s, name))]
+    if not chains:
         return None
-    last = giving[-1]
+    last, chain = chains[-1]
     if any(star_may_bind(source.path, s, name) for s in stars[stars.index(last) + 1 :]):
         return None
+    shared = _shared(source.path, chain, name)
+    if shared is not None:
+        return shared
     line = last.end_lineno or last.lineno
     at = source.offset(line, last.end_col_offset or 0)
     alias = "" if name == "amp" else f" as {name}"
@@ -61,6 +65,41 @@ def localized(
         source.encoding,
         source.path,
     )
+
+
+def _shared(path: str, chain: list[str], name: str) -> str | None:
+    """Why the amp state this file sets up is read elsewhere through the same export (None:
+    it is not): a module that takes ``name`` from one of ``chain`` (or from this file) and
+    does not initialize apex amp itself relies on this file's ``initialize``, as a sibling
+    module does; a file that initializes on its own is another program (a second script).
+    The 56th review: such a module raised once this file alone was rewritten."""
+    mine = os.path.abspath(path)
+    folder = os.path.dirname(mine)
+    for module in [mine, *chain]:
+        users = users_on_disk(module, [name], imports=True)
+        if users is None:
+            return (
+                f"the project is too large to tell which modules read `{name}` through "
+                f"{os.path.relpath(module, folder)}'s star export (they would share this "
+                "file's amp state): migrate by hand"
+            )
+        for user, line, _ in users:
+            user = os.path.abspath(user)
+            if user == mine or user in chain or f"{name}.initialize(".encode() in _read(user):
+                continue
+            shown = os.path.relpath(user, folder)
+            via = os.path.relpath(chain[0], folder)
+            where = (
+                "takes it from this file" if module == mine
+                else f"reads it through {os.path.relpath(module, folder)} too"
+            )  # fmt: skip
+            return (
+                f"`{name}` is apex's amp taken through {via}'s star export, and {shown} "
+                f"(line {line}) {where} without initializing apex amp itself: it relies on "
+                "the amp state this file sets up and would still call apex after this file "
+                "alone were migrated; migrate the two together by hand"
+            )
+    return None
 
 
 def _held(node: ast.AST, names: Names, tree: ast.Module, path: str) -> str | None:
@@ -101,17 +140,19 @@ def _bound_here(tree: ast.Module, name: str) -> bool:
     return False
 
 
-def _surely_amp(path: str, star: ast.ImportFrom, name: str, depth: int = 0) -> bool:
-    """``from m import *`` in ``path`` binds ``name`` to apex's amp module at every run."""
+def _surely_amp(path: str, star: ast.ImportFrom, name: str, depth: int = 0) -> list[str]:
+    """The modules through which ``from m import *`` in ``path`` binds ``name`` to apex's amp
+    module at every run, from ``m`` to the one that imports it (empty: not so)."""
     found = _from_module(path, star) if depth <= 8 else None
     if found is None:
-        return False
+        return []
     target, tree = found
+    target = os.path.abspath(target)
     if target.endswith("__init__.py"):
-        return False  # (a submodule of that name may be what the package holds)
+        return []  # (a submodule of that name may be what the package holds)
     exported = _exported(tree)
     if exported is not None and name not in exported:
-        return False
+        return []
     direct = [s for s in tree.body if _imports_amp(s, name)]
     stars = [
         s for s in tree.body
@@ -120,17 +161,18 @@ def _surely_amp(path: str, star: ast.ImportFrom, name: str, depth: int = 0) -> b
     # once bound, nothing in the module binds it again (a star import after may not either)
     others = [s for s in tree.body if s not in direct and s not in stars]
     if any(_bound_here(ast.Module(body=[s], type_ignores=[]), name) for s in others):
-        return False
+        return []
     if len(direct) == 1:
         later = [s for s in stars if s.lineno > direct[0].lineno]
-        return not any(star_may_bind(target, s, name) for s in later)
+        return [] if any(star_may_bind(target, s, name) for s in later) else [target]
     if direct:
-        return False
-    giving = [s for s in stars if _surely_amp(target, s, name, depth + 1)]
-    if not giving:
-        return False
-    rest = stars[stars.index(giving[-1]) + 1 :]
-    return not any(star_may_bind(target, s, name) for s in rest)
+        return []
+    chains = [(s, chain) for s in stars if (chain := _surely_amp(target, s, name, depth + 1))]
+    if not chains:
+        return []
+    last, chain = chains[-1]
+    rest = stars[stars.index(last) + 1 :]
+    return [] if any(star_may_bind(target, s, name) for s in rest) else [target, *chain]
 
 
 def _imports_amp(statement: ast.stmt, name: str) -> bool:

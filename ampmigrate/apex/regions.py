@@ -828,6 +828,8 @@ class Regions:
                 continue
             if id(self._own_method(node)) in scaling:
                 continue  # (`self._training_step(model, ...)`: its forward has its region)
+            if not node.args:
+                continue  # (it is handed nothing)
             owner = self._method_self(node)
             spelled = {f"{owner[0]}.{a}" for a in attrs} if owner is not None else set()
             if owner is None and self.function(node) is not home:  # a nested function
@@ -1212,6 +1214,16 @@ class Regions:
         or a model it is handed (``model_eval = model.module if distributed else model``)."""
         if not isinstance(function, cst.FunctionDef):
             return set()
+        key = (id(function), frozenset(models))
+        if key not in self._aliases_of:
+            self._aliases_of[key] = (function, self._find_aliases(function, models))
+        return set(self._aliases_of[key][1])
+
+    @functools.cached_property
+    def _aliases_of(self) -> dict[tuple[int, frozenset[str]], tuple[cst.CSTNode, set[str]]]:
+        return {}
+
+    def _find_aliases(self, function: cst.FunctionDef, models: set[str]) -> set[str]:
         stored = {
             node.targets[0].target.value
             for node in self._subtree(function.body)
@@ -1266,7 +1278,7 @@ class Regions:
         ):  # (also one defined in `if __name__ == "__main__":`, mup's `evaluate`)
             return list(self._references(name))
         if isinstance(self.parent(self.parent(function)), cst.ClassDef):
-            return [n for n in self.nodes if isinstance(n, cst.Attribute) and n.attr.value == name]
+            return list(self.spelled[1].get(name, ()))
         outer = self.function(self.parent(function))
         if not isinstance(outer, cst.FunctionDef) or name in self._assigned_here(outer):
             return None

@@ -630,9 +630,7 @@ class Scaler:
             self.note_once(note)
 
     def _references(self, name: str) -> Iterator[cst.Name]:
-        for node in self.nodes:
-            if not isinstance(node, cst.Name) or node.value != name:
-                continue
+        for node in self.spelled[0].get(name, ()):
             parent = self.parent(node)
             if (
                 (isinstance(parent, cst.Attribute) and parent.attr is node)

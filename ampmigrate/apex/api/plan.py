@@ -498,9 +498,10 @@ def _reexported(
         )
     return (
         f"`{full}` is not read in this file, but other modules use `{bound}` through it "
-        f"({', '.join(shown)}{more}): that is apex code the rewrite does not follow through a "
-        "re-export; migrate those uses by hand (or import apex there directly), then this "
-        "import goes"
+        f"({', '.join(shown)}{more}), which this run leaves on apex (outside the run, or "
+        "refused, suppressed or not applied: their own findings say why); the import goes "
+        "in the run that migrates every one of them (a star import's user is rewritten where "
+        "it is certain to get apex's amp from here), or by hand once none uses it"
     )
 
 
