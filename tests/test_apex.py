@@ -12810,3 +12810,19 @@ def test_an_initialize_per_pass_that_apex_kept_across_passes_is_refused(initiali
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix is None
     assert why in finding.message, finding.message
+
+
+def test_a_switch_whose_object_the_loop_changes_elsewhere_still_holds():
+    """A grid search sets `args.lr` on each pass and initializes under `if args.fp16:` (the
+    same test on every pass): that is no switch the loop changes (it was said to be, since
+    `args` is in both; UER-py's `run_classifier_grid.py`)."""
+    source = _FOLDS.replace("def main(data, models):", "def main(data, models, args):").replace(
+        "    for fold in range(3):\n", "    for fold in range(3):\n        args.lr = 0.1 * fold\n"
+    )
+    source = source.format(
+        initialize="if args.fp16:\n            model, optimizer = amp.initialize(model, optimizer)",
+        after="pass",
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "which the loop changes" not in finding.message
+    assert finding.fix == "unsafe", finding.message

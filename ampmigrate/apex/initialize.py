@@ -712,12 +712,14 @@ class Initialize:
         if not condition:
             return None
         try:
-            read = {
-                ast.unparse(n) for n in ast.walk(ast.parse(condition, mode="eval"))
-                if isinstance(n, ast.Name | ast.Attribute)
-            }  # fmt: skip
+            tree = ast.parse(condition, mode="eval")
         except SyntaxError:
             return None
+        inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        read = {  # whole chains: `args.fp16`, not its `args`
+            ast.unparse(n) for n in ast.walk(tree)
+            if isinstance(n, ast.Name | ast.Attribute) and id(n) not in inner
+        }  # fmt: skip
         home = self.function(init)
         for loop in self.ancestors(place):
             if not isinstance(loop, cst.For | cst.While) or self.function(loop) is not home:
@@ -729,11 +731,17 @@ class Initialize:
                     targets.append(node.target)
                 elif isinstance(node, cst.AsName):
                     targets.append(node.name)
-            changed = {
-                _code(self.module, n) for t in targets for n in self._subtree(t)
-                if isinstance(n, cst.Name | cst.Attribute)
-            }  # fmt: skip
-            both = sorted(read & changed)
+            changed: set[str] = set()  # each target whole (`args.lr`: not `args`)
+            while targets:
+                target = targets.pop()
+                if isinstance(target, cst.Tuple | cst.List):
+                    targets += [e.value for e in target.elements]
+                else:
+                    changed.add(_code(self.module, target))
+            both = sorted(
+                r for r in read
+                if any(r == c or r.startswith((c + ".", c + "[")) for c in changed)
+            )  # fmt: skip
             if both:
                 return (
                     f"`amp.initialize` runs on every pass of the loop at line "
