@@ -12798,7 +12798,21 @@ def main(data, models):
          "pass", "which reads `fold`, which the loop changes"),
         # the model outlives its pass: its later forwards are not followed
         ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
-         "models.append(model)", "keeps the model past its pass (`models.append(model)`)"),
+         "models.append(model)", "hands its model on (`models.append(model)`)"),
+        # changed by a call, not an assignment (56b)
+        ("if not models:\n            model, optimizer = amp.initialize(model, optimizer)",
+         "models.append(fold)", "which reads `models`, which the loop changes"),
+        ("if data.first:\n            model, optimizer = amp.initialize(model, optimizer)",
+         'setattr(data, "first", False)', "which reads `data.first`, which the loop changes"),
+        ("model, optimizer = amp.initialize(model, optimizer, enabled=next(data))",
+         "pass", "which the loop changes"),
+        # kept in other ways (56b)
+        ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+         "models += [model]", "hands its model on (`models += [model]`)"),
+        ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+         "models = {**models, fold: model}", "hands its model on"),
+        ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+         "heapq.heappush(models, (fold, model))", "hands its model on"),
     ],
 )  # fmt: skip
 def test_an_initialize_per_pass_that_apex_kept_across_passes_is_refused(initialize, after, why):
@@ -12826,3 +12840,37 @@ def test_a_switch_whose_object_the_loop_changes_elsewhere_still_holds():
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert "which the loop changes" not in finding.message
     assert finding.fix == "unsafe", finding.message
+
+
+def test_an_inference_initialize_in_an_elif_arm_says_so():
+    """The 56th review: `if cfg["verbose"]: ... elif cfg["amp"]: model = amp.initialize(model)`
+    was refused because a test "calls something or changes what it reads", which none did."""
+    source = (
+        "import torch\nfrom apex import amp\n\n\ndef evaluate(cfg, model, x):\n"
+        '    if cfg["verbose"]:\n        print("evaluating")\n'
+        '    elif cfg["amp"]:\n        model = amp.initialize(model, opt_level="O1")\n'
+        "    return model(x)\n"
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "for inference sits in an `elif` arm" in finding.message
+    assert "calls something" not in finding.message
+
+
+def test_a_method_running_a_model_bound_from_a_returned_initialize_is_named():
+    """The 56th review: `build()` returns `amp.initialize(model, opt, ...)` itself and the
+    trainer keeps `self.model, self.optimizer = build()`; its `predict` ran the model in
+    float32 after the rewrite with no word (a `return model, opt` after `initialize` was
+    followed already)."""
+    source = (
+        "import torch\nfrom apex import amp\n\n\ndef build():\n"
+        "    model = torch.nn.Linear(8, 1)\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.05)\n"
+        '    return amp.initialize(model, opt, opt_level="O1")\n\n\n'
+        "class Trainer:\n    def __init__(self):\n        self.model, self.optimizer = build()\n\n"
+        "    def step(self, x):\n        loss = self.model(x).sum()\n"
+        "        with amp.scale_loss(loss, self.optimizer) as scaled:\n"
+        "            scaled.backward()\n        self.optimizer.step()\n\n"
+        "    def predict(self, x):\n        return self.model(x)\n"
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "forward in `predict` (line 22)" in finding.message

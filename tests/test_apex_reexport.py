@@ -158,6 +158,9 @@ def test_a_package_star_export_is_followed_through_modules(tmp_path, imports):
         "from library import *\n\n\ndef save():\n    return amp.state_dict()\n",
         "from library import amp\n\n\ndef save():\n    return amp.state_dict()\n",
         "import library\n\n\ndef save():\n    return library.amp.state_dict()\n",
+        # text that mentions `amp.initialize(` is no call of it (56b)
+        "from library import *\n\n# train.py calls amp.initialize(model, opt) first\n"
+        "NOTE = 'amp.initialize('\n\n\ndef save():\n    return amp.state_dict()\n",
     ],
 )
 def test_a_module_reading_the_same_amp_state_keeps_the_script_refused(tmp_path, other):

@@ -245,7 +245,15 @@ class InferenceOnly:
             plain_else = holder.orelse is not None and not (
                 any(self.facts(t).calls for t in tests) or self._changes(test, bodies)
             )  # (`if has_amp: initialize else: print(...)`, the 43rd review's efficientdet:
-            if (holder.orelse is not None and not plain_else) or self._is_elif(holder):
+            if self._is_elif(holder):  # (the 56th review: it was said to call something)
+                self.problem(
+                    init,
+                    "`amp.initialize` for inference sits in an `elif` arm: the region after "
+                    "it would have to repeat every earlier test of the chain; wrap the "
+                    "forwards by hand",
+                )
+                return
+            if holder.orelse is not None and not plain_else:
                 self.problem(  # the region after it is enabled by the same test)
                     init,
                     "`amp.initialize` for inference sits in an if/else or elif whose test "

@@ -57,8 +57,20 @@ def _loose(test: cst.BaseExpression) -> bool:
     return isinstance(test, cst.IfExp | cst.Lambda | cst.NamedExpr)
 
 
-# methods that store what they are given in a container
-_STORING = frozenset({"append", "extend", "insert", "add", "setdefault", "update"})
+# builtins that only show what they are given; wrappers of a model whose result is the model
+_SHOWING = frozenset({"print", "len", "str", "repr", "isinstance", "type", "id", "hasattr"})
+_MODEL_WRAPPERS = frozenset({
+    "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel", "apex.parallel.DistributedDataParallel",
+})  # fmt: skip
+
+
+def _normal(code: str) -> str:
+    """``code`` as ``ast.unparse`` spells it (quotes, spaces), to compare it with the reads."""
+    try:
+        return ast.unparse(ast.parse(code.strip(), mode="eval"))
+    except SyntaxError:
+        return code
 
 
 class Initialize:
@@ -384,9 +396,6 @@ class Initialize:
             ):
                 self.problem(init, "`amp.initialize` is nested in a block other than an `if`")
                 return None
-            elif isinstance(holder, cst.For) and (kept := self._kept_past_pass(holder, small)):
-                self.problem(init, kept)
-                return None
         enabled = args.get("enabled")
         if enabled is not None:
             text = _code(self.module, enabled)
@@ -402,7 +411,10 @@ class Initialize:
                 # `if args.fp16:` where args.fp16 is the opt level ("" or "O1"): autocast
                 # takes only a bool
                 condition = f"bool({condition})"
-        varying = self._varies_in_loop(condition, chain[0] if chain else statement, init)
+        place = chain[0] if chain else statement
+        varying = self._varies_in_loop(condition, place, init) or self._kept_past_pass(
+            place, small, init
+        )
         if varying is not None:
             self.problem(init, varying)
             return None
@@ -667,39 +679,62 @@ class Initialize:
             return assign
         return None
 
-    def _kept_past_pass(self, loop: cst.For, small: cst.BaseSmallStatement) -> str | None:
-        """Why the models a pass of ``loop`` initializes may run after it, outside what the
-        rewrite follows (None: they do not): stored in a container or on an object
-        (`models.append(model)`, `best[fold] = model`), the 56th review's k-fold ensemble
-        whose later `models[0](x)` ran in float32 with no word."""
+    def _kept_past_pass(
+        self, place: cst.CSTNode, small: cst.BaseSmallStatement, init: cst.Call
+    ) -> str | None:
+        """Why the models that ``initialize`` gives on a pass of a loop may run after that pass
+        where the rewrite does not follow them (None: they cannot): any use in the loop but a
+        call of the model, its attributes, a plain name bound to it, a `return`, a wrapper
+        bound to a plain name, or an argument of a function of this file or of `print`-like
+        builtins (the 56th review's k-fold ensembles: `models.append(model)`, `ens = {**ens,
+        fold: model}`, `heappush(h, model)`, whose later `ens[0](x)` ran in float32 with no
+        word)."""
+        loop = self._loop_around(place, init)
         target = small.targets[0].target if isinstance(small, cst.Assign) else None
+        if loop is None or target is None:
+            return None
         first = target.elements[0].value if isinstance(target, cst.Tuple | cst.List) else target
-        names = {
-            n.value for n in self._subtree(first) if isinstance(n, cst.Name)
-        } if first is not None else set()  # fmt: skip
+        names = {n.value for n in self._subtree(first) if isinstance(n, cst.Name)}
+        local = {s.name.value for s in self.module.body if isinstance(s, cst.FunctionDef)}
+        own = set(map(id, self._subtree(self.statement(init))))
         for node in self._subtree(loop.body):
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-                handed = node.func.attr.value in _STORING and any(
-                    isinstance(a.value, cst.Name) and a.value.value in names for a in node.args
-                )
-            elif isinstance(node, cst.Assign):
-                handed = (
-                    isinstance(node.value, cst.Name)
-                    and node.value.value in names
-                    and any(
-                        isinstance(t.target, cst.Subscript | cst.Attribute) for t in node.targets
-                    )
-                )
-            else:
+            if not isinstance(node, cst.Name) or node.value not in names or id(node) in own:
                 continue
-            if handed:
-                return (
-                    f"`amp.initialize` runs on every pass of the loop at line {self.line(loop)}, "
-                    f"and line {self.line(node)} keeps the model past its pass "
-                    f"(`{_code(self.module, node).strip()}`): apex O1 cast its later forwards, "
-                    "which the rewrite does not follow there; migrate by hand"
-                )
+            parent = self.parent(node)
+            if (
+                (isinstance(parent, cst.Call) and parent.func is node)
+                or (isinstance(parent, cst.Attribute) and parent.value is node)
+                or isinstance(parent, cst.AssignTarget | cst.Return)
+                or (isinstance(parent, cst.Assign) and parent.value is node
+                    and all(isinstance(t.target, cst.Name) for t in parent.targets))
+            ):  # fmt: skip
+                continue
+            call = self.parent(parent) if isinstance(parent, cst.Arg) else None
+            if isinstance(call, cst.Call) and (
+                (isinstance(call.func, cst.Name)
+                 and (call.func.value in local or call.func.value in _SHOWING))
+                or (any(q in _MODEL_WRAPPERS for q in self.qualified(call.func))
+                    and isinstance(self.parent(call), cst.Assign)
+                    and all(isinstance(t.target, cst.Name) for t in self.parent(call).targets))
+            ):  # fmt: skip
+                continue
+            shown = _code(self.module, self.statement(node)).strip().splitlines()[0]
+            return (
+                f"`amp.initialize` runs on every pass of the loop at line {self.line(loop)}, "
+                f"and line {self.line(node)} hands its model on (`{shown}`) where the rewrite "
+                "does not follow it: it may run after its pass (apex O1 cast those forwards "
+                "too, in float16); migrate by hand"
+            )
         return None
+
+    def _loop_around(self, place: cst.CSTNode, init: cst.Call) -> cst.For | cst.While | None:
+        """The innermost loop of ``init``'s function around ``place``."""
+        home = self.function(init)
+        return next(
+            (a for a in self.ancestors(place)
+             if isinstance(a, cst.For | cst.While) and self.function(a) is home),
+            None,
+        )  # fmt: skip
 
     def _varies_in_loop(
         self, condition: str | None, place: cst.CSTNode, init: cst.Call
@@ -715,10 +750,11 @@ class Initialize:
             tree = ast.parse(condition, mode="eval")
         except SyntaxError:
             return None
-        inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-        read = {  # whole chains: `args.fp16`, not its `args`
+        chains = (ast.Name, ast.Attribute, ast.Subscript)
+        inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, chains[1:])}
+        read = {  # whole chains: `args.fp16`, `state["first"]`, not their `args`, `state`
             ast.unparse(n) for n in ast.walk(tree)
-            if isinstance(n, ast.Name | ast.Attribute) and id(n) not in inner
+            if isinstance(n, chains) and id(n) not in inner
         }  # fmt: skip
         home = self.function(init)
         for loop in self.ancestors(place):
@@ -738,9 +774,29 @@ class Initialize:
                     targets += [e.value for e in target.elements]
                 else:
                     changed.add(_code(self.module, target))
-            both = sorted(
+            # what may change it otherwise: a call of a method of it (`history.append(x)`,
+            # `cfg.advance()`), `setattr`/`delattr` of it, a call in the condition itself, a
+            # `global` or `nonlocal` declaration of its name anywhere (the 56th review's probes)
+            for node in self._subtree(loop.body):
+                if not isinstance(node, cst.Call):
+                    continue
+                if isinstance(node.func, cst.Attribute):
+                    changed.add(_code(self.module, node.func.value))
+                elif isinstance(node.func, cst.Name) and node.func.value in ("setattr", "delattr"):
+                    changed |= {_code(self.module, a.value) for a in node.args[:1]}
+            declared = {
+                name.name.value for n in self.nodes if isinstance(n, cst.Global | cst.Nonlocal)
+                for name in n.names
+            }  # fmt: skip
+            changed |= {r for r in read if r.partition(".")[0] in declared}
+            changed |= read if any(isinstance(n, ast.Call) for n in ast.walk(tree)) else set()
+            changed = {_normal(c) for c in changed}  # (spelled as ast spells the reads)
+            both = sorted(  # a chain rebound, its base rebound, or a part of it changed
                 r for r in read
-                if any(r == c or r.startswith((c + ".", c + "[")) for c in changed)
+                if any(
+                    r == c or r.startswith((c + ".", c + "[")) or c.startswith((r + ".", r + "["))
+                    for c in changed
+                )
             )  # fmt: skip
             if both:
                 return (

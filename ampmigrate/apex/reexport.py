@@ -23,7 +23,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ampmigrate.apex.links import _from_module, _read, _reexported, star_may_bind, users_on_disk
+from ampmigrate.apex.links import (
+    _from_module,
+    _Graph,
+    _read,
+    _reexported,
+    _walk,
+    star_may_bind,
+    users_on_disk,
+)
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.settings import FileResult, Settings
 from ampmigrate.engine.source import Source
@@ -71,10 +79,12 @@ def _shared(path: str, chain: list[str], name: str) -> str | None:
     """Why the amp state this file sets up is read elsewhere through the same export (None:
     it is not): a module that takes ``name`` from one of ``chain`` (or from this file) and
     does not initialize apex amp itself relies on this file's ``initialize``, as a sibling
-    module does; a file that initializes on its own is another program (a second script).
+    module does; a file that initializes on its own and that this file does not import is
+    another program (a second script).
     The 56th review: such a module raised once this file alone was rewritten."""
     mine = os.path.abspath(path)
     folder = os.path.dirname(mine)
+    imported = {target for target, _, _ in _walk(mine, _Graph())}
     for module in [mine, *chain]:
         users = users_on_disk(module, [name], imports=True)
         if users is None:
@@ -85,8 +95,10 @@ def _shared(path: str, chain: list[str], name: str) -> str | None:
             )
         for user, line, _ in users:
             user = os.path.abspath(user)
-            if user == mine or user in chain or f"{name}.initialize(".encode() in _read(user):
+            if user == mine or user in chain:
                 continue
+            if user not in imported and _initializes(user, name):
+                continue  # (a second script, run on its own)
             shown = os.path.relpath(user, folder)
             via = os.path.relpath(chain[0], folder)
             where = (
@@ -100,6 +112,20 @@ def _shared(path: str, chain: list[str], name: str) -> str | None:
                 "alone were migrated; migrate the two together by hand"
             )
     return None
+
+
+def _initializes(path: str, name: str) -> bool:
+    """The module calls ``name.initialize(...)`` (a call, not text in a comment or string)."""
+    try:
+        tree = ast.parse(_read(path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "initialize"
+        and isinstance(n.func.value, ast.Name) and n.func.value.id == name
+        for n in ast.walk(tree)
+    )  # fmt: skip
 
 
 def _held(node: ast.AST, names: Names, tree: ast.Module, path: str) -> str | None:

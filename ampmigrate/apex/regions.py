@@ -1179,6 +1179,12 @@ class Regions:
             for i, e in enumerate(n.value.elements)
             if _code(self.module, e.value) in models
         }  # fmt: skip
+        if any(  # `return amp.initialize(model, opt, ...)`: (model, opt) (the 56th review)
+            isinstance(n, cst.Return) and n.value in self.initialize_calls
+            and _argument(n.value, "optimizers", 1) is not None
+            for n in self._subtree(home.body)
+        ):  # fmt: skip
+            places.add(0)
         calls = [self.parent(r) for r in self._references(home.name.value)]
         return self.bound_at([c for c in calls if isinstance(c, cst.Call)], places)
 
