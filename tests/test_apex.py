@@ -12673,23 +12673,22 @@ def test_apex_amp_bound_to_a_name_by_assignment_is_reported(imported, bound):
     assert f"`amp.initialize` calls apex amp through `amp`, bound to `{bound}`" in message
 
 
-_BEFORE_INITIALIZE = """\
-import torch
-from apex import amp
-
-
-def main(batches):
-    model = torch.nn.Linear(4, 1)
-    print(model(batches[0][0]))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
-    for x, y in batches:
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        with amp.scale_loss(loss, optimizer) as scaled:
-            scaled.backward()
-        optimizer.step()
+# a sanity-check forward before `initialize`, then training (in `main`, or in a loop there)
+_BEFORE_STEPS = """\
+model = torch.nn.Linear(4, 1)
+print(model(batches[0][0]))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+for x, y in batches:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    with amp.scale_loss(loss, optimizer) as scaled:
+        scaled.backward()
+    optimizer.step()
 """
+_MAIN = "import torch\nfrom apex import amp\n\n\ndef main(batches):\n"
+_BEFORE_INITIALIZE = _MAIN + textwrap.indent(_BEFORE_STEPS, "    ")
+_LOOPED = _MAIN + "    for fold in range(2):\n" + textwrap.indent(_BEFORE_STEPS, "        ")
 
 
 def test_a_forward_before_initialize_gets_no_region():
@@ -12699,26 +12698,6 @@ def test_a_forward_before_initialize_gets_no_region():
     assert [d.code for d in fixed if d.code == "AMP303"] == ["AMP303"]
     assert "    print(model(batches[0][0]))\n    optimizer = torch.optim.SGD" in out
     assert out.count("torch.amp.autocast(") == 1
-
-
-_LOOPED = """\
-import torch
-from apex import amp
-
-
-def main(batches):
-    for fold in range(2):
-        model = torch.nn.Linear(4, 1)
-        print(model(batches[0][0]))
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
-        for x, y in batches:
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            optimizer.zero_grad()
-            with amp.scale_loss(loss, optimizer) as scaled:
-                scaled.backward()
-            optimizer.step()
-"""
 
 
 def test_a_forward_before_initialize_in_the_same_loop_is_stated():
@@ -12874,3 +12853,34 @@ def test_a_method_running_a_model_bound_from_a_returned_initialize_is_named():
     )
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert "forward in `predict` (line 22)" in finding.message
+
+
+@pytest.mark.parametrize(
+    ("after", "loop_after", "rewritten"),
+    [
+        # kept on an object for the pass (UER-py's cross-validation: `args.model = model`,
+        # `args.adv = FGM(model)`), wrapped into a plain name, handed to the file's function
+        ("args.model = model\n        args.adv = FGM(model)\n"
+         "        model = torch.nn.DataParallel(model)\n        evaluate(model, data)",
+         'args.log("done")', True),
+        # read after the loop through the object: not followed
+        ("args.model = model", "print(args.model(data[0][0]))", False),
+        # handed to a library function that may keep it
+        ("registry.register(model)", "pass", False),
+    ],
+)  # fmt: skip
+def test_a_pass_model_kept_for_the_pass_is_followed_and_beyond_it_refused(
+    after, loop_after, rewritten
+):
+    source = _FOLDS.replace("def main(data, models):", "def main(data, models, args):").replace(
+        "        {after}\n", "        {after}\n    " + loop_after + "\n"
+    )
+    source = "def evaluate(model, data):\n    return model(data[0][0])\n\n\n" + source.format(
+        initialize='model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+        after=after,
+    )
+    compile(source, "folds", "exec")
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert (finding.fix == "unsafe") is rewritten, finding.message
+    if not rewritten:
+        assert "hands its model on" in finding.message

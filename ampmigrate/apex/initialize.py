@@ -22,7 +22,7 @@ from ampmigrate.apex.common import (
     is_path,
     without_optimizer,
 )
-from ampmigrate.apex.links import calls_keep_default, level_elsewhere, main_test
+from ampmigrate.apex.links import calls_keep_default, level_elsewhere, main_test, module_function
 from ampmigrate.apex.verdict import APEX, not_o1
 from ampmigrate.findings import DECLARE_LEVEL
 from ampmigrate.replace import ReplaceNodes
@@ -63,6 +63,7 @@ _MODEL_WRAPPERS = frozenset({
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
     "torch.nn.parallel.DistributedDataParallel", "apex.parallel.DistributedDataParallel",
 })  # fmt: skip
+_WRAPPER_NAMES = frozenset({"DataParallel", "DistributedDataParallel"})  # (however imported)
 
 
 def _normal(code: str) -> str:
@@ -697,23 +698,40 @@ class Initialize:
         names = {n.value for n in self._subtree(first) if isinstance(n, cst.Name)}
         local = {s.name.value for s in self.module.body if isinstance(s, cst.FunctionDef)}
         own = set(map(id, self._subtree(self.statement(init))))
+        at = self.order[id(init)]
+        # before `initialize`, a use sees the previous pass's model only up to the pass's own
+        # binding of the name (`model = build()` at the loop's top: a fresh model after it)
+        fresh = {
+            n.value: self.order[id(n)] for n in self._subtree(loop.body)
+            if isinstance(n, cst.Name) and n.value in names and id(n) not in own
+            and isinstance(self.parent(n), cst.AssignTarget) and self.order[id(n)] < at
+        }  # fmt: skip
         for node in self._subtree(loop.body):
             if not isinstance(node, cst.Name) or node.value not in names or id(node) in own:
                 continue
+            if fresh.get(node.value, at) < self.order[id(node)] < at:
+                continue  # (the pass's own model, before its `initialize`)
             parent = self.parent(node)
+            if (isinstance(parent, cst.Attribute) and parent.attr is node) or (
+                isinstance(parent, cst.Arg) and parent.keyword is node
+            ):
+                continue  # (`args.model`, `f(model=...)`: a name, not the model)
             if (
                 (isinstance(parent, cst.Call) and parent.func is node)
                 or (isinstance(parent, cst.Attribute) and parent.value is node)
                 or isinstance(parent, cst.AssignTarget | cst.Return)
                 or (isinstance(parent, cst.Assign) and parent.value is node
                     and all(isinstance(t.target, cst.Name) for t in parent.targets))
+                or self._stored_for_the_pass(parent, node, loop)
             ):  # fmt: skip
                 continue
             call = self.parent(parent) if isinstance(parent, cst.Arg) else None
             if isinstance(call, cst.Call) and (
                 (isinstance(call.func, cst.Name)
                  and (call.func.value in local or call.func.value in _SHOWING))
-                or (any(q in _MODEL_WRAPPERS for q in self.qualified(call.func))
+                or (isinstance(call.func, cst.Name) and self._project_function(call.func))
+                or ((any(q in _MODEL_WRAPPERS for q in self.qualified(call.func))
+                     or _code(self.module, call.func).rpartition(".")[2] in _WRAPPER_NAMES)
                     and isinstance(self.parent(call), cst.Assign)
                     and all(isinstance(t.target, cst.Name) for t in self.parent(call).targets))
             ):  # fmt: skip
@@ -726,6 +744,47 @@ class Initialize:
                 "too, in float16); migrate by hand"
             )
         return None
+
+    def _project_function(self, name: cst.Name) -> bool:
+        """``name`` is a function of a module of the project on disk, imported by name or
+        through a star import (UER-py's `train_model`, from `finetune.run_classifier import *`)."""
+        if self.path is None:
+            return False
+        spelled = set(self.qualified(name))
+        for statement in self.module.body:
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+            if isinstance(small, cst.ImportFrom) and isinstance(small.names, cst.ImportStar):
+                dots = "." * len(small.relative)
+                module = _code(self.module, small.module) if small.module else ""
+                spelled.add(f"{dots}{module}.{name.value}" if module else f"{dots}{name.value}")
+        return any(module_function(self.path, q) is not None for q in spelled)
+
+    def _stored_for_the_pass(self, parent: cst.CSTNode, node: cst.Name, loop: cst.CSTNode) -> bool:
+        """``args.model = model`` (or ``args.adv = FGM(model)``): the pass's model, or what it
+        builds on it, kept on an object that nothing after the loop, in the function, reads
+        (UER-py's cross-validation folds; not the 56b review's `store.model = model` whose
+        `store.model(x)` after the loop ran in float32)."""
+        if isinstance(parent, cst.Arg) and isinstance(self.parent(parent), cst.Call):
+            parent, node = self.parent(self.parent(parent)), self.parent(parent)
+        if not (  # (or an object built on it: `args.adv = FGM(model)`, UER-py's)
+            isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1
+            and isinstance(parent.targets[0].target, cst.Attribute)
+            and isinstance(parent.targets[0].target.value, cst.Name)
+        ):  # fmt: skip
+            return False
+        target = parent.targets[0].target
+        base, stored = target.value.value, _code(self.module, target)
+        end = max(self.order[id(n)] for n in self._subtree(loop))
+        home = self.function(loop)
+        return not any(  # after the loop: the attribute read, or its object handed on
+            self.order[id(n)] > end
+            and (
+                (isinstance(n, cst.Attribute) and _code(self.module, n) == stored)
+                or (isinstance(n, cst.Name) and n.value == base
+                    and isinstance(self.parent(n), cst.Arg))
+            )
+            for n in self._subtree(home)
+        )  # fmt: skip
 
     def _loop_around(self, place: cst.CSTNode, init: cst.Call) -> cst.For | cst.While | None:
         """The innermost loop of ``init``'s function around ``place``."""

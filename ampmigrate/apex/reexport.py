@@ -1,7 +1,7 @@
 """apex's amp taken through a project module's star export, made local before planning.
 
 ``library.py`` runs ``from apex import amp`` and ``train.py`` takes it with ``from library import
-*`` (plant-pathology's notebooks and scripts; TextBrewer's distillers): ``amp`` in ``train.py`` is
+*`` (plant-pathology's notebooks and scripts): ``amp`` in ``train.py`` is
 apex's module object itself, so planning the file as if it said ``from library import *; from
 apex import amp`` plans exactly what runs. The statement goes on the star import's own line, so
 every other position is unchanged; the planner drops it with the other apex uses, and once no
@@ -97,7 +97,8 @@ def _shared(path: str, chain: list[str], name: str) -> str | None:
             user = os.path.abspath(user)
             if user == mine or user in chain:
                 continue
-            if user not in imported and _initializes(user, name):
+            initializes = _initializes(user, name)
+            if user not in imported and initializes:
                 continue  # (a second script, run on its own)
             shown = os.path.relpath(user, folder)
             via = os.path.relpath(chain[0], folder)
@@ -105,10 +106,16 @@ def _shared(path: str, chain: list[str], name: str) -> str | None:
                 "takes it from this file" if module == mine
                 else f"reads it through {os.path.relpath(module, folder)} too"
             )  # fmt: skip
+            how = (
+                "which this file imports and which initializes apex amp too: apex kept one amp "
+                "state for the process, which both set up and use"
+                if initializes
+                else "without initializing apex amp itself: it relies on the amp state this "
+                "file sets up"
+            )
             return (
                 f"`{name}` is apex's amp taken through {via}'s star export, and {shown} "
-                f"(line {line}) {where} without initializing apex amp itself: it relies on "
-                "the amp state this file sets up and would still call apex after this file "
+                f"(line {line}) {where} {how}, and would still call apex after this file "
                 "alone were migrated; migrate the two together by hand"
             )
     return None
