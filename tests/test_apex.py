@@ -12867,6 +12867,9 @@ def test_a_method_running_a_model_bound_from_a_returned_initialize_is_named():
         ("args.model = model", "print(args.model(data[0][0]))", False),
         # handed to a library function that may keep it
         ("registry.register(model)", "pass", False),
+        # the object aliased or read through `__dict__` after the loop (56c)
+        ("args.model = model", "holder = args\n    print(holder.model(data[0][0]))", False),
+        ("args.model = model", 'print(args.__dict__["model"](data[0][0]))', False),
     ],
 )  # fmt: skip
 def test_a_pass_model_kept_for_the_pass_is_followed_and_beyond_it_refused(

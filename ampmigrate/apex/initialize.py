@@ -763,7 +763,9 @@ class Initialize:
         """``args.model = model`` (or ``args.adv = FGM(model)``): the pass's model, or what it
         builds on it, kept on an object that nothing after the loop, in the function, reads
         (UER-py's cross-validation folds; not the 56b review's `store.model = model` whose
-        `store.model(x)` after the loop ran in float32)."""
+        `store.model(x)` after the loop ran in float32). The object is used nowhere in the
+        function but through its attributes, or as an argument of a call in the pass: an
+        alias, a container or `__dict__` may read the model after the loop (56c)."""
         if isinstance(parent, cst.Arg) and isinstance(self.parent(parent), cst.Call):
             parent, node = self.parent(self.parent(parent)), self.parent(parent)
         if not (  # (or an object built on it: `args.adv = FGM(model)`, UER-py's)
@@ -774,17 +776,28 @@ class Initialize:
             return False
         target = parent.targets[0].target
         base, stored = target.value.value, _code(self.module, target)
+        start = self.order[id(loop)]
         end = max(self.order[id(n)] for n in self._subtree(loop))
-        home = self.function(loop)
-        return not any(  # after the loop: the attribute read, or its object handed on
-            self.order[id(n)] > end
-            and (
-                (isinstance(n, cst.Attribute) and _code(self.module, n) == stored)
-                or (isinstance(n, cst.Name) and n.value == base
-                    and isinstance(self.parent(n), cst.Arg))
-            )
-            for n in self._subtree(home)
-        )  # fmt: skip
+        for n in self._subtree(self.function(loop)):
+            after = self.order[id(n)] > end
+            if after and isinstance(n, cst.Attribute) and _code(self.module, n) == stored:
+                return False  # (the attribute read after the loop)
+            if not (isinstance(n, cst.Name) and n.value == base):
+                continue
+            up = self.parent(n)
+            if isinstance(up, cst.Attribute) and up.value is n:
+                if up.attr.value.startswith("__"):
+                    return False  # (`args.__dict__[...]`)
+                continue  # (`args.lr`, `args.log(...)`)
+            if isinstance(up, cst.Param) or (isinstance(up, cst.Attribute) and up.attr is n):
+                continue
+            if isinstance(up, cst.Arg) and up.value is n and not after:
+                continue  # (handed to a function before the loop ends: UER-py's
+                # `args = load_hyperparam(args)`, `train_model(args, ...)` in the pass)
+            if isinstance(up, cst.AssignTarget) and self.order[id(n)] < start:
+                continue  # (bound before the loop: `args = parser.parse_args()`)
+            return False  # (aliased, put in a container, handed on after the loop, ...)
+        return True
 
     def _loop_around(self, place: cst.CSTNode, init: cst.Call) -> cst.For | cst.While | None:
         """The innermost loop of ``init``'s function around ``place``."""
