@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import itertools
 import os
+from collections.abc import Iterator
 
 import libcst as cst
 
@@ -728,8 +729,8 @@ class Initialize:
             call = self.parent(parent) if isinstance(parent, cst.Arg) else None
             if isinstance(call, cst.Call) and (
                 (isinstance(call.func, cst.Name)
-                 and (call.func.value in local or call.func.value in _SHOWING))
-                or (isinstance(call.func, cst.Name) and self._project_function(call.func))
+                 and (call.func.value in local or call.func.value in _SHOWING
+                      or self._project_function(call.func)))
                 or ((any(q in _MODEL_WRAPPERS for q in self.qualified(call.func))
                      or _code(self.module, call.func).rpartition(".")[2] in _WRAPPER_NAMES)
                     and isinstance(self.parent(call), cst.Assign)
@@ -776,10 +777,9 @@ class Initialize:
             return False
         target = parent.targets[0].target
         base, stored = target.value.value, _code(self.module, target)
-        start = self.order[id(loop)]
-        end = max(self.order[id(n)] for n in self._subtree(loop))
+        start, end = self.order[id(loop)], self.ends[id(loop)] - 1  # (end: past the loop)
         for n in self._subtree(self.function(loop)):
-            after = self.order[id(n)] > end
+            after = self.order[id(n)] >= end
             if after and isinstance(n, cst.Attribute) and _code(self.module, n) == stored:
                 return False  # (the attribute read after the loop)
             if not (isinstance(n, cst.Name) and n.value == base):
@@ -799,14 +799,16 @@ class Initialize:
             return False  # (aliased, put in a container, handed on after the loop, ...)
         return True
 
+    def _loops_around(self, place: cst.CSTNode, init: cst.Call) -> Iterator[cst.For | cst.While]:
+        """The loops of ``init``'s function around ``place``, innermost first."""
+        home = self.function(init)
+        for above in self.ancestors(place):
+            if isinstance(above, cst.For | cst.While) and self.function(above) is home:
+                yield above
+
     def _loop_around(self, place: cst.CSTNode, init: cst.Call) -> cst.For | cst.While | None:
         """The innermost loop of ``init``'s function around ``place``."""
-        home = self.function(init)
-        return next(
-            (a for a in self.ancestors(place)
-             if isinstance(a, cst.For | cst.While) and self.function(a) is home),
-            None,
-        )  # fmt: skip
+        return next(self._loops_around(place, init), None)
 
     def _varies_in_loop(
         self, condition: str | None, place: cst.CSTNode, init: cst.Call
@@ -816,7 +818,8 @@ class Initialize:
         loop changes (`if epoch == 0: amp.initialize(...)`, `enabled=fold == 0`). apex's amp
         state, once set up, stayed for the later passes; the GradScaler made again there
         would be switched off (the 56th review: every later epoch trained in float32)."""
-        if not condition:
+        loops = list(self._loops_around(place, init))
+        if not condition or not loops:
             return None
         try:
             tree = ast.parse(condition, mode="eval")
@@ -828,10 +831,15 @@ class Initialize:
             ast.unparse(n) for n in ast.walk(tree)
             if isinstance(n, chains) and id(n) not in inner
         }  # fmt: skip
-        home = self.function(init)
-        for loop in self.ancestors(place):
-            if not isinstance(loop, cst.For | cst.While) or self.function(loop) is not home:
-                continue
+        # what may change it beyond the loop's own writes: a `global` or `nonlocal`
+        # declaration of its name anywhere, a call in the condition itself
+        declared = {
+            name.name.value for n in self.nodes if isinstance(n, cst.Global | cst.Nonlocal)
+            for name in n.names
+        }  # fmt: skip
+        anyway = {r for r in read if r.partition(".")[0] in declared}
+        anyway |= read if any(isinstance(n, ast.Call) for n in ast.walk(tree)) else set()
+        for loop in loops:
             targets = [loop.target] if isinstance(loop, cst.For) else []
             for node in self._subtree(loop.body):
                 if isinstance(node, cst.AssignTarget | cst.AugAssign | cst.AnnAssign
@@ -846,9 +854,8 @@ class Initialize:
                     targets += [e.value for e in target.elements]
                 else:
                     changed.add(_code(self.module, target))
-            # what may change it otherwise: a call of a method of it (`history.append(x)`,
-            # `cfg.advance()`), `setattr`/`delattr` of it, a call in the condition itself, a
-            # `global` or `nonlocal` declaration of its name anywhere (the 56th review's probes)
+            # and a call of a method of it (`history.append(x)`, `cfg.advance()`), `setattr`
+            # or `delattr` of it (the 56th review's probes)
             for node in self._subtree(loop.body):
                 if not isinstance(node, cst.Call):
                     continue
@@ -856,13 +863,7 @@ class Initialize:
                     changed.add(_code(self.module, node.func.value))
                 elif isinstance(node.func, cst.Name) and node.func.value in ("setattr", "delattr"):
                     changed |= {_code(self.module, a.value) for a in node.args[:1]}
-            declared = {
-                name.name.value for n in self.nodes if isinstance(n, cst.Global | cst.Nonlocal)
-                for name in n.names
-            }  # fmt: skip
-            changed |= {r for r in read if r.partition(".")[0] in declared}
-            changed |= read if any(isinstance(n, ast.Call) for n in ast.walk(tree)) else set()
-            changed = {_normal(c) for c in changed}  # (spelled as ast spells the reads)
+            changed = {_normal(c) for c in changed} | anyway  # (spelled as ast spells reads)
             both = sorted(  # a chain rebound, its base rebound, or a part of it changed
                 r for r in read
                 if any(
