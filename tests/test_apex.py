@@ -12887,3 +12887,121 @@ def test_a_pass_model_kept_for_the_pass_is_followed_and_beyond_it_refused(
     assert (finding.fix == "unsafe") is rewritten, finding.message
     if not rewritten:
         assert "hands its model on" in finding.message
+
+
+_KEPT_BY_A_FUNCTION = """\
+import torch
+from apex import amp
+
+REG = []
+
+
+{function}
+
+
+def main(data):
+    for fold in range(2):
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        for x, y in data:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+            optimizer.step()
+        {call}
+    print(REG)
+"""
+
+
+@pytest.mark.parametrize(
+    ("function", "call", "kept"),
+    [
+        # a same-file function that keeps the pass's model (56c P02): its later forward ran in
+        # float16 under apex O1, in float32 after the rewrite
+        ("def register(m):\n    REG.append(m)", "register(model)", "`REG.append(m)` in `register`"),
+        ("def register(m):\n    global BEST\n    BEST = m", "register(model)",
+         "`BEST`, a global of `register`"),
+        ("def register(m, tag):\n    REG.append((tag, m))", "register(tag=fold, m=model)",
+         "`REG.append((tag, m))` in `register`"),
+        # through an alias and a second function
+        ("def keep(m):\n    REG.append(m)\n\n\ndef register(m):\n    net = m\n    keep(net)",
+         "register(model)", "`REG.append(m)` in `keep`"),
+        ("def register(m):\n    return lambda x: m(x)", "register(model)", "in `register`"),
+        # functions that only run or read the model keep nothing
+        ("def register(m):\n    print(m(torch.zeros(1, 4)).sum(), m.training)", "register(model)",
+         None),
+        ("def save(m):\n    torch.save(m.state_dict(), 'm.pt')\n\n\ndef register(m):\n"
+         "    if m is not None:\n        save(m)", "register(model)", None),
+    ],
+)  # fmt: skip
+def test_a_function_handed_the_pass_model_is_read_for_what_it_keeps(function, call, kept):
+    """The 56c review: any function of the file or of the project that a pass handed its model
+    to was taken to keep nothing; one that appends it to a global list left the list's models
+    in float32 after the loop with no word. The function's uses of its parameter are read now
+    (a few calls deep); one that may keep it refuses, naming the statement."""
+    source = _KEPT_BY_A_FUNCTION.format(function=function, call=call)
+    compile(source, "kept", "exec")
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    if kept is None:
+        assert finding.fix == "unsafe", finding.message
+    else:
+        assert finding.fix is None
+        assert f"hands its model on (`{call}`), which keeps it: " in finding.message
+        assert kept in finding.message, finding.message
+
+
+def test_a_pass_model_kept_before_initialize_is_refused():
+    """`models.append(model)` right after `model = build()`, before `initialize`: O1 returns
+    the models it is given, so the list holds the initialized model (a fresh binding excused
+    it)."""
+    source = _FOLDS.replace(
+        "        optimizer = torch.optim.SGD(",
+        "        models.append(model)\n        optimizer = torch.optim.SGD(",
+    ).format(
+        initialize='model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+        after="pass",
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "hands its model on (`models.append(model)`)" in finding.message
+
+
+@pytest.mark.parametrize("fresh", ["model = build()", "if fold == 0:\n            model = build()"])
+def test_a_forward_before_initialize_in_a_loop_of_the_initializing_function_is_stated(fresh):
+    """The 56c review (P14): a forward before `initialize` in the k-fold loop of `main` ran
+    under apex O1's casts from the second pass on (they stay on in the process once an
+    `initialize` switched them on; a fresh model too) and in float32 after the rewrite, with
+    no word."""
+    source = (
+        "import torch\nfrom apex import amp\n\n\n"
+        "def build():\n    return torch.nn.Linear(4, 1)\n\n\n"
+        "def train(model, optimizer, x):\n    loss = model(x).sum()\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled:\n        scaled.backward()\n"
+        "    optimizer.step()\n\n\n"
+        f"def main(x):\n    for fold in range(2):\n        {fresh}\n        print(model(x))\n"
+        "        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "        train(model, optimizer, x)\n"
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    line = source[: source.index("print(model(x))")].count("\n") + 1
+    assert (
+        f"behaviour change: `model(...)` at line {line} runs before `amp.initialize` in the loop "
+        "at line 17: apex O1 cast it from the second pass on"
+    ) in finding.message
+
+
+def test_a_handle_assigned_in_a_tuple_target_is_named_as_assigned():
+    """`self.model, self.amp_handle = ...` assigns the handle: the refusal said "nothing in
+    this file assigns" it (only single targets were read)."""
+    source = _UNRESOLVED_HANDLE.replace(
+        "        self.model, self.optimizer = model, optimizer\n",
+        "        self.model, self.optimizer = model, optimizer\n"
+        "        self.model, self.amp_handle = model, None\n",
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "through `self.amp_handle.scale_loss(...)`, which line 8 assigns" in finding.message
+    assert "nothing in this file assigns" not in finding.message

@@ -308,3 +308,21 @@ def test_a_package_installed_for_development_is_read_for_apex_casts(tmp_path, mo
         assert "its `mydetector/layers.py` casts through apex" in message
     else:
         assert "apex" not in result.new_source.decode()
+
+
+def test_a_script_at_a_literal_o2_does_not_hold_the_layers_it_reaches(tmp_path):
+    """The 57th review (a detectron2 fork): an O2 script that imports the layers kept the O1
+    trainer and the layers on apex, "not rewritten in this run". apex's cast decorators acted
+    only once O1 patched torch's functions; under O2 they were plain calls, as `custom_fwd`
+    is where autocast is off: the O2 script stays on apex (its level), the others move."""
+    root = _copy(tmp_path)
+    (root / "train_o2.py").write_text(
+        (root / "train.py").read_text().replace('opt_level="O1"', 'opt_level="O2"')
+    )
+    assert 'opt_level="O2"' in (root / "train_o2.py").read_text()
+    found = _amp303(run(_files(root), _settings()))
+    assert found["layers.py"].fix == "unsafe", found["layers.py"].message
+    assert found["train.py"].fix == "unsafe"
+    o2 = found["train_o2.py"].message
+    assert "(1 blocker)" in o2 and "opt_level O2" in o2, o2
+    assert "layers.py" not in o2

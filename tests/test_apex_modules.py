@@ -3396,3 +3396,88 @@ def test_a_refused_class_family_base_does_not_also_say_nothing_scales(tmp_path):
     assert "through `amp.initialize`" not in message
     # `self.model, self.history, self.optimizer = ...` sets it (a tuple of targets)
     assert "which nothing in this file sets" not in message
+
+
+@pytest.mark.parametrize(
+    ("library", "rewritten"),
+    [
+        ("BEST = None\n\n\ndef keep(m):\n    global BEST\n    BEST = m\n", False),
+        ("def keep(m):\n    print(m.weight.dtype)\n", True),
+    ],
+)
+def test_a_library_function_handed_the_pass_model_is_read(tmp_path, library, rewritten):
+    """The 56c review (P11): a function of a project module (here through a star import) that
+    a k-fold pass handed its model to was taken to keep nothing; one that kept it in a module
+    global left it in float32 after the loop with no word. Its body is read now."""
+    (tmp_path / "lib.py").write_text(library)
+    (tmp_path / "main.py").write_text(
+        "import torch\nfrom apex import amp\nfrom lib import *\n\n\ndef main(data):\n"
+        "    for fold in range(2):\n        model = torch.nn.Linear(4, 1)\n"
+        "        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "        for x, y in data:\n            loss = (model(x) - y).pow(2).mean()\n"
+        "            with amp.scale_loss(loss, optimizer) as scaled:\n"
+        "                scaled.backward()\n            optimizer.step()\n"
+        "        keep(model)\n"
+    )
+    finding = _amp303(run(_files(tmp_path), _settings()))["main.py"]
+    assert (finding.fix == "unsafe") is rewritten, finding.message
+    if not rewritten:
+        assert "which keeps it: `BEST`, a global of `keep` (lib.py, line 4)" in finding.message
+
+
+@pytest.mark.parametrize(
+    ("probe", "tied"),
+    [
+        ("CONFIG = vars(ARGS)", False),  # a lookup on an object: no name of this module
+        ("CONFIG = vars()", True),  # this module's names: may reach `ApexScaler`
+    ],
+)
+def test_a_star_import_of_the_helpers_package_leaves_them_to_the_apex_branch(tmp_path, probe, tied):
+    """The 57th review (an older timm train script): `from utils import *` beside
+    `from utils import ApexScaler, NativeScaler`, and `vars(args)` for the data config. Any
+    `vars` made the star import "use every name", so the helper that only the apex branch
+    used was said to "rely on the amp state this file sets up" (false)."""
+    root = tmp_path / "project"
+    (root / "utils").mkdir(parents=True)
+    (root / "utils" / "__init__.py").write_text("from .cuda import ApexScaler, NativeScaler\n")
+    (root / "utils" / "cuda.py").write_text(_TIMM_HELPERS)
+    script = _TIMM_SCRIPT.replace(
+        "from helpers import ApexScaler, NativeScaler\n",
+        "from utils import *\nfrom utils import ApexScaler, NativeScaler\n",
+    ).replace("PROBE = ", f"ARGS = object()\n{probe}\nPROBE = ")
+    (root / "train.py").write_text(script)
+    found = _amp303(run(_files(root), _settings()))
+    message = found["train.py"].message
+    if tied:
+        assert "utils/cuda.py (imported by utils/__init__.py at line 1) calls" in message
+    else:
+        assert found["train.py"].fix == "unsafe", message
+        assert "calls `amp.scale_loss` at its line 11 in code that only the apex branch" in (
+            message
+        )
+
+
+def test_a_helper_folder_imported_through_the_repository_top_is_not_said_unused(tmp_path):
+    """The 57th review (an NER project): `utils/adversarial.py` (no `__init__.py`) scales
+    with apex; `examples/run.py` puts the repository's top on `sys.path`, imports it and
+    initializes amp. The helper was told "no file of the project initializes apex amp ... so
+    delete it", which would have broken its fp16 training."""
+    (tmp_path / "README.md").write_text("a project\n")
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "adversarial.py").write_text(
+        "from apex import amp\n\n\ndef loss_backward(loss, optimizer):\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled:\n        scaled.backward()\n"
+    )
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "run.py").write_text(
+        'import sys\n\nsys.path.append("..")\nfrom apex import amp\n'
+        "from utils.adversarial import loss_backward\n\n\ndef main(model, optimizer):\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    loss_backward(model(1).sum(), optimizer)\n    optimizer.step()\n"
+    )
+    message = _amp303(run(_files(tmp_path), _settings()))["adversarial.py"].message
+    assert "no file of the project initializes" not in message
+    assert "`loss_backward` uses `amp.scale_loss` but `amp.initialize` is not in this file" in (
+        message
+    )

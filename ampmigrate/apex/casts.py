@@ -207,7 +207,9 @@ def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Cast
     of the run that initializes amp and reaches it."""
     files = list(files)
     initializing = [
-        os.path.abspath(p) for p, s in files if b".initialize(" in s or b"amp.init(" in s
+        os.path.abspath(p)
+        for p, s in files
+        if (b".initialize(" in s or b"amp.init(" in s) and not never_casts(s)
     ]
     candidates = {os.path.abspath(p): s for p, s in files if casting(s)}
     if not initializing or not candidates:
@@ -258,6 +260,37 @@ def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Cast
             item = replace(item, broken=unfit)
         out.update((key(f), item) for f in item.files)
     return out
+
+
+def never_casts(data: bytes) -> bool:
+    """Every ``initialize`` of the file is at a literal O2 or O3: apex's cast decorators act
+    only once O1 patched torch's functions (its decorator handle; O2/O3 leave it unset), so in
+    that program they were plain calls, as ``custom_fwd`` is without autocast: the file does
+    not bind the layers it reaches (the 57th review: an O2 script held a detectron2 fork's O1
+    trainer and its `float_function` layers on apex)."""
+    if b"amp.init(" in data:
+        return False
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    calls = [
+        n for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "initialize"
+    ]  # fmt: skip
+    return bool(calls) and all(_literal_o2(c) for c in calls)
+
+
+def _literal_o2(call: ast.Call) -> bool:
+    keywords = {k.arg: k.value for k in call.keywords}
+    level = keywords.get("opt_level")
+    return (
+        "patch_torch_functions" not in keywords
+        and None not in keywords  # (no `**kwargs`)
+        and isinstance(level, ast.Constant)
+        and level.value in ("O2", "O3")
+    )
 
 
 def _plain_casts(file) -> list[ast.FunctionDef]:
@@ -358,7 +391,7 @@ def loads_by_name(path: str, graph: _Graph | None = None) -> str | None:
     return next((p for p in (start, *walked) if _loads_by_name(p)), None)
 
 
-_CAST_MEMBERS = ("float_function", "half_function", "promote_function", "disable_casts")
+CAST_MEMBERS = ("float_function", "half_function", "promote_function", "disable_casts")
 _SCAN_LIMIT = 3000  # .py files read under a loader's folder
 
 
@@ -389,7 +422,7 @@ def _casts_in(path: str) -> bool:
         return False
     file = _parsed(path, data)
     return file is not None and any(
-        _member(file.names, use) in _CAST_MEMBERS for use in _apex_uses(file.names)
+        _member(file.names, use) in CAST_MEMBERS for use in _apex_uses(file.names)
     )
 
 

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 import libcst as cst
 
 from ampmigrate.apex.casts import (
+    CAST_MEMBERS,
     _convertible,
     _read,
     cast_modules_under,
     loads_by_name,
+    never_casts,
     outside_casts,
 )
 from ampmigrate.apex.common import (
@@ -977,8 +979,8 @@ class Handles:
         assigned = next(
             (
                 t for t in self.nodes
-                if isinstance(t, cst.AssignTarget | cst.AnnAssign)
-                and _code(self.module, t.target) == holder
+                if isinstance(t, cst.Name | cst.Attribute) and _code(self.module, t) == holder
+                and self._assigned_to(t)
             ),
             None,
         )  # fmt: skip
@@ -1235,9 +1237,13 @@ class Handles:
                 f"may run the apex casts of {listed}, which no import of it reaches: they get "
                 "their torch.amp forms in this run too (see their AMP303 findings)"
             )
+        plain = never_casts(self.text.encode())
         for sibling in self.siblings:
             if sibling.path in linked:
                 continue
+            if plain and sibling.member in CAST_MEMBERS:
+                continue  # (apex's casts acted only under O1; at this file's O2/O3 they were
+                # plain calls, and its finding says why it stays on apex)
             if casts is not None and sibling.path in casts.layers:
                 self.plan.notes.append(
                     f"{os.path.relpath(sibling.path, folder)}'s `amp.{sibling.member}` at its line "

@@ -23,7 +23,8 @@ from ampmigrate.apex.common import (
     is_path,
     without_optimizer,
 )
-from ampmigrate.apex.links import calls_keep_default, level_elsewhere, main_test, module_function
+from ampmigrate.apex.keeps import SHOWING, keeps, module_lookup
+from ampmigrate.apex.links import calls_keep_default, level_elsewhere, main_test
 from ampmigrate.apex.verdict import APEX, not_o1
 from ampmigrate.findings import DECLARE_LEVEL
 from ampmigrate.replace import ReplaceNodes
@@ -59,7 +60,6 @@ def _loose(test: cst.BaseExpression) -> bool:
 
 
 # builtins that only show what they are given; wrappers of a model whose result is the model
-_SHOWING = frozenset({"print", "len", "str", "repr", "isinstance", "type", "id", "hasattr"})
 _MODEL_WRAPPERS = frozenset({
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
     "torch.nn.parallel.DistributedDataParallel", "apex.parallel.DistributedDataParallel",
@@ -697,21 +697,12 @@ class Initialize:
             return None
         first = target.elements[0].value if isinstance(target, cst.Tuple | cst.List) else target
         names = {n.value for n in self._subtree(first) if isinstance(n, cst.Name)}
-        local = {s.name.value for s in self.module.body if isinstance(s, cst.FunctionDef)}
         own = set(map(id, self._subtree(self.statement(init))))
-        at = self.order[id(init)]
-        # before `initialize`, a use sees the previous pass's model only up to the pass's own
-        # binding of the name (`model = build()` at the loop's top: a fresh model after it)
-        fresh = {
-            n.value: self.order[id(n)] for n in self._subtree(loop.body)
-            if isinstance(n, cst.Name) and n.value in names and id(n) not in own
-            and isinstance(self.parent(n), cst.AssignTarget) and self.order[id(n)] < at
-        }  # fmt: skip
+        # (a use before `initialize` counts too: O1 returns the models it is given, so a
+        # pass's fresh `model = build()` kept before it is the model initialized)
         for node in self._subtree(loop.body):
             if not isinstance(node, cst.Name) or node.value not in names or id(node) in own:
                 continue
-            if fresh.get(node.value, at) < self.order[id(node)] < at:
-                continue  # (the pass's own model, before its `initialize`)
             parent = self.parent(node)
             if (isinstance(parent, cst.Attribute) and parent.attr is node) or (
                 isinstance(parent, cst.Arg) and parent.keyword is node
@@ -727,38 +718,44 @@ class Initialize:
             ):  # fmt: skip
                 continue
             call = self.parent(parent) if isinstance(parent, cst.Arg) else None
+            kept = ""  # (where a function of the project keeps it: "" where none is read)
+            if isinstance(call, cst.Call) and isinstance(call.func, cst.Name):
+                if call.func.value in SHOWING:
+                    continue
+                kept = self._callee_keeps(call, parent)
+                if kept is None:
+                    continue
             if isinstance(call, cst.Call) and (
-                (isinstance(call.func, cst.Name)
-                 and (call.func.value in local or call.func.value in _SHOWING
-                      or self._project_function(call.func)))
-                or ((any(q in _MODEL_WRAPPERS for q in self.qualified(call.func))
-                     or _code(self.module, call.func).rpartition(".")[2] in _WRAPPER_NAMES)
-                    and isinstance(self.parent(call), cst.Assign)
-                    and all(isinstance(t.target, cst.Name) for t in self.parent(call).targets))
+                (any(q in _MODEL_WRAPPERS for q in self.qualified(call.func))
+                 or _code(self.module, call.func).rpartition(".")[2] in _WRAPPER_NAMES)
+                and isinstance(self.parent(call), cst.Assign)
+                and all(isinstance(t.target, cst.Name) for t in self.parent(call).targets)
             ):  # fmt: skip
                 continue
             shown = _code(self.module, self.statement(node)).strip().splitlines()[0]
+            where = (
+                f", which keeps it: {kept}:" if kept else " where the rewrite does not follow it:"
+            )
             return (
                 f"`amp.initialize` runs on every pass of the loop at line {self.line(loop)}, "
-                f"and line {self.line(node)} hands its model on (`{shown}`) where the rewrite "
-                "does not follow it: it may run after its pass (apex O1 cast those forwards "
-                "too, in float16); migrate by hand"
+                f"and line {self.line(node)} hands its model on (`{shown}`){where} it may run "
+                "after its pass (apex O1 cast those forwards too, in float16); migrate by hand"
             )
         return None
 
-    def _project_function(self, name: cst.Name) -> bool:
-        """``name`` is a function of a module of the project on disk, imported by name or
-        through a star import (UER-py's `train_model`, from `finetune.run_classifier import *`)."""
-        if self.path is None:
-            return False
-        spelled = set(self.qualified(name))
-        for statement in self.module.body:
-            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-            if isinstance(small, cst.ImportFrom) and isinstance(small.names, cst.ImportStar):
-                dots = "." * len(small.relative)
-                module = _code(self.module, small.module) if small.module else ""
-                spelled.add(f"{dots}{module}.{name.value}" if module else f"{dots}{name.value}")
-        return any(module_function(self.path, q) is not None for q in spelled)
+    def _callee_keeps(self, call: cst.Call, arg: cst.Arg) -> str | None:
+        """Where the function of this file or of a project module that ``call`` hands the
+        model to (as ``arg``) may keep it past the pass (:mod:`ampmigrate.apex.keeps`; the 56c
+        review's `register(m)` that appends it to a global list); "" where that function is
+        not found; None where it keeps nothing."""
+        found = module_lookup(self.path, self.syntax)(ast.Name(id=call.func.value))
+        if found is None or arg.star:
+            return ""
+        function, lookup, file = found
+        if arg.keyword is not None:
+            return keeps(function, None, arg.keyword.value, lookup, file)
+        index = [a for a in call.args if a.keyword is None and not a.star].index(arg)
+        return keeps(function, index, None, lookup, file)
 
     def _stored_for_the_pass(self, parent: cst.CSTNode, node: cst.Name, loop: cst.CSTNode) -> bool:
         """``args.model = model`` (or ``args.adv = FGM(model)``): the pass's model, or what it

@@ -1211,12 +1211,17 @@ def _project_files(path: str, every_folder: bool = False) -> list[str] | None:
     """The ``.py`` files of ``path``'s project on disk (see ``users_on_disk``), in walking
     order; for a file in no package, the files beside its folder too (they import it as a
     namespace package: `from utils.common import ...`) and, unless ``every_folder``, only the
-    packages below. None: more than ``_SCAN_LIMIT`` files."""
+    packages below; where that parent is a repository's top, every folder of it. None: more
+    than ``_SCAN_LIMIT`` files."""
     packaged = os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(path)), "__init__.py"))
     folder = project_folder(path)
     walked = os.walk(folder)
-    if not packaged:
-        parent = os.path.dirname(folder)
+    parent = os.path.dirname(folder)
+    if not packaged and not _top(folder) and _top(parent):
+        # (a script in a folder beside it that puts the repository's top on `sys.path` imports
+        # it: 57a's `examples/run_ner.py` and `utils/adversarial.py`)
+        walked, every_folder = os.walk(parent), True
+    elif not packaged:
         beside = sorted(n for n in os.listdir(parent) if os.path.isfile(os.path.join(parent, n)))
         walked = itertools.chain([(parent, [], beside)], walked)
     found: list[str] = []
@@ -1232,6 +1237,13 @@ def _project_files(path: str, every_folder: bool = False) -> list[str] | None:
                 if len(found) > _SCAN_LIMIT:
                     return None
     return found
+
+
+def _top(folder: str) -> bool:
+    """``folder`` looks like where a repository starts (its files say so)."""
+    markers = (".git", ".gitignore", "setup.py", "pyproject.toml", "setup.cfg", "README.md",
+               "README.rst", "README", "requirements.txt", "LICENSE")  # fmt: skip
+    return any(os.path.exists(os.path.join(folder, m)) for m in markers)
 
 
 def initializes_anywhere(path: str) -> bool:
@@ -2144,12 +2156,25 @@ def _used_by(module: str, name: str, walked: list[str], graph: _Graph, seen: set
     for other in walked:
         names = _taken_from(other, module, graph)
         if names is None:  # the module object: what it spells (or may compute) counts
-            text = _read(other) or b""
-            if re.search(rb"\b%s\b" % re.escape(name.encode()), text) or re.search(
-                rb"\b(getattr|vars|eval|exec|__dict__)\b", text
-            ):
+            if _spells_or_computes(graph.tree(other), name):
                 return True
         elif name in names and _used_by(other, name, walked, graph, seen | {module}):
+            return True
+    return False
+
+
+def _spells_or_computes(tree: ast.Module | None, name: str) -> bool:
+    """``tree`` (as the run reads it: the plan's rewrite of the file planned) names ``name``
+    (a name, an attribute, a string), or may compute a name (``getattr``, ``vars``, ``eval``,
+    ``exec``, ``globals``, ``__dict__``). True where it cannot be read."""
+    if tree is None:
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in (name, *_DYNAMIC):
+            return True
+        if isinstance(node, ast.Attribute) and node.attr in (name, "__dict__"):
+            return True
+        if isinstance(node, ast.Constant) and node.value == name:
             return True
     return False
 
@@ -2359,28 +2384,19 @@ def _taken(module: str, path: str, graph: _Graph) -> set[str] | None:
 
 def _star_loads(tree: ast.Module, module: str) -> set[str] | None:
     """What a star import can give ``module`` that it uses: the bare names it reads (a star
-    import binds nothing else). None where that is not certain: a package's ``__init__``
-    (it may hand the names on), a lookup by a computed name."""
+    import binds nothing else) and the literal names it looks up. None where that is not
+    certain: a package's ``__init__`` (it may hand the names on), a lookup by a computed name
+    (not one on an object: dvit's `vars(args)` beside `from timm.utils import *`, the 57th
+    review)."""
     if os.path.basename(module) == "__init__.py":
         return None
-    literal = {  # `getattr(m, "name")` reaches that name only (timm's `torch.cuda.amp` probe)
-        id(n.func): n.args[1].value
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Name)
-        and n.func.id == "getattr"
-        and len(n.args) >= 2
-        and isinstance(n.args[1], ast.Constant)
-        and isinstance(n.args[1].value, str)
-    }
-    loaded = set(literal.values())
+    found = _LOOKUPS.get(tree)
+    if found is None:
+        found = _LOOKUPS[tree] = _lookups(tree)
+    if None in found:
+        return None
+    loaded = set(found)
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Name)
-            and node.id in _DYNAMIC | {"__getattr__"}
-            and id(node) not in literal
-        ):
-            return None
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             loaded.add(node.id)
     return loaded

@@ -959,6 +959,7 @@ class Regions:
             if id(function) in scaling:
                 continue  # a function that scales a loss: _regions checks its forwards
             if function is home and self.order[id(node)] < after:
+                self._previous_pass(node, func)
                 continue
             if any(id(a) in wrapped for a in self.ancestors(node)):
                 continue
@@ -1030,6 +1031,23 @@ class Regions:
                 f"process; a caller that never initialized amp ran it in float32 and still "
                 f"does): {_KEEP} there"
             )
+
+    def _previous_pass(self, call: cst.Call, func: str) -> None:
+        """A forward before ``initialize`` in a loop that holds both: from the second pass on
+        it runs after an ``initialize``, whose casts apex O1 had switched on for the whole
+        process (the 56c review's k-fold loops, a fresh `model = build()` or not); it runs
+        in float32 now: stated."""
+        init = self.plan.anchor
+        around = {id(a) for a in self.ancestors(call)}
+        loop = next((lp for lp in self._loops_around(init, init) if id(lp) in around), None)
+        if loop is None:
+            return
+        self.note_once(
+            f"behaviour change: `{func}(...)` at line {self.line(call)} runs before "
+            f"`amp.initialize` in the loop at line {self.line(loop)}: apex O1 cast it from the "
+            "second pass on (its casts, once switched on, stay on in the process), it runs "
+            f"in float32 now: {_KEEP}"
+        )
 
     def _outside_calls(self, function: cst.CSTNode) -> str:
         """Where a function some of whose calls run in the regions is called outside them (DPR's
