@@ -3481,3 +3481,64 @@ def test_a_helper_folder_imported_through_the_repository_top_is_not_said_unused(
     assert "`loss_backward` uses `amp.scale_loss` but `amp.initialize` is not in this file" in (
         message
     )
+
+
+_OBJECT_TRAINER = {
+    "trainer.py": """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+
+    def step(self, x):
+        loss = torch.sigmoid(self.model(x)).sum()
+        self.optimizer.zero_grad()
+        with amp.scale_loss(loss, self.optimizer) as scaled:
+            scaled.backward()
+        self.optimizer.step()
+        return loss.item()
+""",
+    "train.py": """\
+import torch
+from apex import amp
+
+from trainer import Trainer
+
+
+def main(data):
+    model = torch.nn.Linear(4, 1).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    amp.register_float_function(torch, "sigmoid")
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    trainer = Trainer(model, optimizer)
+    for x in data:
+        print(" loss", round(trainer.step(x), 4))
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    main([torch.randn(2, 4, device="cuda") for _ in range(3)])
+""",
+}
+
+
+def test_a_trainer_object_built_by_a_script_that_registers_a_cast_is_linked(tmp_path):
+    """Lydorn's frame-field training (the 53rd review): the script registers
+    `amp.register_float_function(torch, "sigmoid")` before `initialize` and hands the model
+    and optimizer to a `Trainer` of another module, whose method scales. Any apex call in the
+    script besides `initialize` kept the two unlinked ("not through ... an object it
+    builds"); the script's plan rewrites the registration, so they are linked as a hook: the
+    class keeps a GradScaler, the script casts from `initialize` on. Run on CPU."""
+    root, _ = _fixed_beside_original(tmp_path, _OBJECT_TRAINER, ["train.py", "trainer.py"])
+    train = (root / "train.py").read_text()
+    assert 'torch.sigmoid = torch.amp.custom_fwd(torch.sigmoid, device_type="cuda"' in train
+    assert "self.scaler = torch.amp.GradScaler(" in (root / "trainer.py").read_text()
+    for path in _files(root):
+        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    [(code, out, error)] = _runs([(root / "train.py", [], root, True)], tmp_path)
+    assert code == 0, error
+    assert out.count(" loss") == 3

@@ -908,6 +908,11 @@ def _state_helpers(file: _File) -> tuple[str, ...]:
     return tuple(f.name for f in _linked_functions(file)[0])
 
 
+# apex's cast registry, which the script's own plan rewrites (Lydorn's frame-field `train.py`:
+# `amp.register_float_function(torch, "sigmoid")` before `initialize`, the 53rd review)
+_REGISTERS = frozenset({"register_float_function", "register_half_function"})
+
+
 def _hook_links(
     callers: list[_File],
     files: list[_File],
@@ -928,7 +933,7 @@ def _hook_links(
     found: dict[tuple[str, frozenset[str]], list[str]] = {}
     graph = _Graph()
     for caller in callers:
-        if caller.path in taken or set(caller.members) != {"initialize"}:
+        if caller.path in taken or set(caller.members) - _REGISTERS != {"initialize"}:
             continue
         siblings = {s.path for s in apex_siblings(caller.path, graph)}
         if not siblings & hooks.keys():  # wired by a registry, through the entry point
