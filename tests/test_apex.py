@@ -12792,6 +12792,13 @@ def main(data, models):
          "models = {**models, fold: model}", "hands its model on"),
         ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
          "heapq.heappush(models, (fold, model))", "hands its model on"),
+        # through a method that returns it, or an alias of it (58a)
+        ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+         "models.append(model.eval())", "hands its model on (`models.append(model.eval())`)"),
+        ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+         "net = model.to('cpu')\n        models.append(net)", "hands its model on"),
+        ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+         "models.extend(model.children())", "hands its model on"),
     ],
 )  # fmt: skip
 def test_an_initialize_per_pass_that_apex_kept_across_passes_is_refused(initialize, after, why):
@@ -12929,9 +12936,29 @@ def main(data):
         ("def keep(m):\n    REG.append(m)\n\n\ndef register(m):\n    net = m\n    keep(net)",
          "register(model)", "`REG.append(m)` in `keep`"),
         ("def register(m):\n    return lambda x: m(x)", "register(model)", "in `register`"),
+        # a method that returns the model, or hands it (or its layers) on (58a)
+        ("def register(m):\n    REG.append(m.eval())", "register(model)",
+         "`REG.append(m.eval())` in `register`"),
+        ("def register(m):\n    REG.extend(m.modules())", "register(model)",
+         "`REG.extend(m.modules())` in `register`"),
+        ("def register(m):\n    net = m.to('cpu')\n    REG.append(net)", "register(model)",
+         "`REG.append(net)` in `register`"),
+        # as Python binds the names (58a): a parameter shadows the module's function, a
+        # builtin's name may be the project's
+        ("def noop(x):\n    pass\n\n\ndef register(m, noop=REG.append):\n    noop(m)",
+         "register(model)", "`noop(m)` in `register`"),
+        ("def str(m):\n    REG.append(m)", "s = str(model)", "`REG.append(m)` in `str`"),
+        # what the rewrite does not read: a name bound twice, a decorated function, an
+        # argument whose parameter is not known
+        ("def register(m):\n    pass\n\n\ndef register(m):\n    REG.append(m)",
+         "register(model)", ""),
+        ("def deco(f):\n    return f\n\n\n@deco\ndef register(m):\n    pass", "register(model)",
+         ""),
+        ("def register(a, m):\n    pass", "register(*[None], model)", ""),
         # functions that only run or read the model keep nothing
         ("def register(m):\n    print(m(torch.zeros(1, 4)).sum(), m.training)", "register(model)",
          None),
+        ("def register(m):\n    m.eval()\n    m.train().zero_grad()", "register(model)", None),
         ("def save(m):\n    torch.save(m.state_dict(), 'm.pt')\n\n\ndef register(m):\n"
          "    if m is not None:\n        save(m)", "register(model)", None),
     ],
@@ -12946,6 +12973,11 @@ def test_a_function_handed_the_pass_model_is_read_for_what_it_keeps(function, ca
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     if kept is None:
         assert finding.fix == "unsafe", finding.message
+    elif not kept:
+        assert finding.fix is None
+        assert f"hands its model on (`{call}`) where the rewrite does not follow it" in (
+            finding.message
+        )
     else:
         assert finding.fix is None
         assert f"hands its model on (`{call}`), which keeps it: " in finding.message
@@ -12968,7 +13000,15 @@ def test_a_pass_model_kept_before_initialize_is_refused():
     assert "hands its model on (`models.append(model)`)" in finding.message
 
 
-@pytest.mark.parametrize("fresh", ["model = build()", "if fold == 0:\n            model = build()"])
+@pytest.mark.parametrize(
+    "fresh",
+    [
+        "model = build()",
+        "if fold == 0:\n            model = build()",
+        # handed to a function that runs it (58a's F02)
+        "model = build()\n        warm(model)",
+    ],
+)
 def test_a_forward_before_initialize_in_a_loop_of_the_initializing_function_is_stated(fresh):
     """The 56c review (P14): a forward before `initialize` in the k-fold loop of `main` ran
     under apex O1's casts from the second pass on (they stay on in the process once an
@@ -12977,6 +13017,7 @@ def test_a_forward_before_initialize_in_a_loop_of_the_initializing_function_is_s
     source = (
         "import torch\nfrom apex import amp\n\n\n"
         "def build():\n    return torch.nn.Linear(4, 1)\n\n\n"
+        "def warm(m):\n    return m(torch.zeros(1, 4))\n\n\n"
         "def train(model, optimizer, x):\n    loss = model(x).sum()\n"
         "    with amp.scale_loss(loss, optimizer) as scaled:\n        scaled.backward()\n"
         "    optimizer.step()\n\n\n"
@@ -12988,10 +13029,13 @@ def test_a_forward_before_initialize_in_a_loop_of_the_initializing_function_is_s
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix == "unsafe", finding.message
     line = source[: source.index("print(model(x))")].count("\n") + 1
-    assert (
-        f"behaviour change: `model(...)` at line {line} runs before `amp.initialize` in the loop "
-        "at line 17: apex O1 cast it from the second pass on"
-    ) in finding.message
+    assert "behaviour change: before `amp.initialize` in the loop at line 21, " in (finding.message)
+    assert f"`model(...)` at line {line} runs the model" in finding.message
+    assert "on every pass after the first, apex O1 cast those forwards" in finding.message
+    if "warm" in fresh:
+        assert f"`warm(...)` at line {line - 1} is handed the model and may run it" in (
+            finding.message
+        )
 
 
 def test_a_handle_assigned_in_a_tuple_target_is_named_as_assigned():

@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 from ampmigrate.catalog import all_rules
+from ampmigrate.engine import run
 from ampmigrate.engine.migrate import migrate_source
 from ampmigrate.engine.settings import Settings
 
@@ -2110,3 +2111,26 @@ def test_a_probe_whose_outcome_nothing_reads_goes_though_an_import_still_needs_a
     [result] = run([tmp_path / "main.py"], settings)
     assert not result.changed
     assert any("still imports apex" in d.message for d in result.diagnostics)
+
+
+def test_a_fallback_class_other_modules_use_is_refused_with_what_is_not_read(tmp_path):
+    """The 57th review (CPM-1): "what they do with the project's class is not visible here"
+    named the very line that uses it (a type test); the rewrite reads the uses in the
+    fallback's own file only, and says so."""
+    (tmp_path / "norm.py").write_text(
+        "import torch\n\ntry:\n"
+        "    from apex.normalization.fused_layer_norm import FusedLayerNorm as LayerNorm\n"
+        "except ImportError:\n    class LayerNorm(torch.nn.Module):\n"
+        "        def forward(self, x):\n            return x\n"
+    )
+    (tmp_path / "model.py").write_text(
+        "from norm import LayerNorm\n\n\ndef init(module):\n"
+        "    return isinstance(module, LayerNorm)\n"
+    )
+    settings = Settings(rules=tuple(all_rules().values()))
+    [result] = [r for r in run(sorted(tmp_path.glob("*.py")), settings) if "norm" in r.path]
+    [finding] = [d for d in result.diagnostics if d.code == "AMP312"]
+    assert "other modules use the name (model.py:5, model.py:1), and the rewrite reads" in (
+        finding.message
+    )
+    assert "not visible" not in finding.message

@@ -326,3 +326,75 @@ def test_a_script_at_a_literal_o2_does_not_hold_the_layers_it_reaches(tmp_path):
     o2 = found["train_o2.py"].message
     assert "(1 blocker)" in o2 and "opt_level O2" in o2, o2
     assert "layers.py" not in o2
+
+
+@pytest.mark.parametrize(
+    "o1",
+    [
+        "from apex.amp import initialize as init_amp\n\ninit_amp(None, None, opt_level='O1')\n",
+        "from apex import amp as AMP\n\nAMP.init()\n",
+        "from apex import amp\n\nSTART = amp.initialize\n",
+    ],
+)
+def test_a_script_that_may_also_initialize_at_o1_still_holds_the_layers(tmp_path, o1):
+    """58a: an O2 script with a second path that initializes at O1 under another name (an
+    alias of `initialize`, `init` on an aliased module) let the layers go to custom_fwd while
+    it stayed on apex, whose O1 path then fed them float16 (`TypeError` in the kernel)."""
+    root = _copy(tmp_path)
+    (root / "train_o2.py").write_text(
+        (root / "train.py").read_text().replace('opt_level="O1"', 'opt_level="O2"') + o1
+    )
+    found = _amp303(run(_files(root), _settings()))
+    assert found["layers.py"].fix is None
+    assert "train_o2.py is not rewritten in this run" in found["layers.py"].message
+
+
+_NEVER_STEPPED = {
+    "layer.py": (
+        "import torch\nfrom apex import amp\n\n\nclass Head(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(4, 1)\n\n    @amp.float_function\n"
+        "    def forward(self, x):\n        return self.fc(x)\n"
+    ),
+    "train.py": (
+        "import torch\nfrom apex import amp\nfrom layer import Head\n\n\ndef main(fp16):\n"
+        '    model = Head().to("cuda")\n'
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        '    model, opt = amp.initialize(model, opt, opt_level="O1" if fp16 else "O0")\n'
+        "    for _ in range(3):\n"
+        '        loss = model(torch.randn(2, 4, device="cuda")).sum()\n'
+        "        opt.zero_grad()\n        with amp.scale_loss(loss, opt) as scaled:\n"
+        "            scaled.backward()\n        opt.step()\n"
+    ),
+    "test.py": (
+        "import torch\nfrom apex import amp\nfrom layer import Head\n\n\ndef main(fp16):\n"
+        '    model = Head().to("cuda")\n'
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # never stepped\n"
+        '    model, opt = amp.initialize(model, opt, opt_level="O1" if fp16 else "O0")\n'
+        "    with torch.no_grad():\n"
+        '        print(model(torch.randn(2, 4, device="cuda")).dtype)\n\n\n'
+        'if __name__ == "__main__":\n    main(True)\n'
+    ),
+}
+
+
+def test_a_script_whose_optimizer_is_never_stepped_moves_with_the_layers(tmp_path):
+    """58b (a scene-graph project's retrieval test): the script gives `initialize` an
+    optimizer it never steps nor scales with; with a cast layer beside it, the refusal said
+    "the loss is scaled in another file" (false), and held the whole component on apex. It
+    only casts: autocast around its forwards, no GradScaler, and the layers move with it."""
+    for name, text in _NEVER_STEPPED.items():
+        (tmp_path / name).write_text(text)
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert sorted(Path(r.path).name for r in results if r.changed) == [
+        "layer.py", "test.py", "train.py",
+    ]  # fmt: skip
+    for result in results:
+        Path(result.path).write_bytes(result.new_source)
+    test = (tmp_path / "test.py").read_text()
+    assert "GradScaler" not in test and "amp.initialize" not in test
+    for path in _files(tmp_path):
+        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    [(code, out, error)] = _runs([(tmp_path / "test.py", [], tmp_path, True)], tmp_path)
+    assert code == 0, error
+    assert "torch.float32" in out  # (the layer's forward runs with its inputs cast to float32)

@@ -3431,8 +3431,11 @@ def test_a_library_function_handed_the_pass_model_is_read(tmp_path, library, rew
     [
         ("CONFIG = vars(ARGS)", False),  # a lookup on an object: no name of this module
         ("CONFIG = vars()", True),  # this module's names: may reach `ApexScaler`
+        # a computed lookup through a parameter may be of this module (58a's V6)
+        ("import sys\n\n\ndef pick(ns, k):\n    return getattr(ns, k)\n\n\n"
+         "CONFIG = pick(sys.modules[__name__], 'Apex' + 'Scaler')", True),
     ],
-)
+)  # fmt: skip
 def test_a_star_import_of_the_helpers_package_leaves_them_to_the_apex_branch(tmp_path, probe, tied):
     """The 57th review (an older timm train script): `from utils import *` beside
     `from utils import ApexScaler, NativeScaler`, and `vars(args)` for the data config. Any
@@ -3542,3 +3545,28 @@ def test_a_trainer_object_built_by_a_script_that_registers_a_cast_is_linked(tmp_
     [(code, out, error)] = _runs([(root / "train.py", [], root, True)], tmp_path)
     assert code == 0, error
     assert out.count(" loss") == 3
+
+
+def test_an_initialize_without_optimizer_is_not_counted_as_one_with(tmp_path):
+    """58b (ClassyVision): `initialize(model, optimizers=None, ...)` in one branch and
+    `initialize(model, optimizer, ...)` in the other; the sibling's refusal said "this file
+    calls `amp.initialize` with an optimizer 2 times"."""
+    (tmp_path / "util.py").write_text(
+        "from apex import amp\n\n\ndef master_params(optimizer):\n"
+        "    return amp.master_params(optimizer)\n"
+    )
+    (tmp_path / "task.py").write_text(
+        "import torch\nfrom apex import amp\nfrom util import master_params\n\n\n"
+        "def build(model, optimizer, kw):\n    if optimizer is None:\n"
+        "        model = amp.initialize(model, optimizers=None, **kw)\n"
+        "    else:\n"
+        "        model, optimizer = amp.initialize(model, optimizer, **kw)\n"
+        "    return model, optimizer\n\n\n"
+        "def step(model, optimizer, x):\n    loss = model(x).sum()\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled:\n        scaled.backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(master_params(optimizer), 1.0)\n"
+        "    optimizer.step()\n"
+    )
+    message = _amp303(run(_files(tmp_path), _settings()))["task.py"].message
+    assert "util.py (imported by task.py at line 3) calls `amp.master_params`" in message
+    assert "with an optimizer 2 times" not in message

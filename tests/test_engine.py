@@ -297,6 +297,20 @@ def test_a_module_imported_below_the_top_block_is_not_imported_again():
     assert add_needed(read_first, ["torch"]).startswith("import sys\nimport torch\n")
 
 
+@pytest.mark.parametrize(
+    ("top", "added"),
+    [
+        ("import torch.nn\n", False),  # binds `torch` (the 57th review: it was imported again)
+        ("import torch.nn as nn\n", True),  # binds `nn` only
+        ("import torch.cuda.amp\nfrom apex import amp\n", False),
+    ],
+)
+def test_a_package_a_submodule_import_binds_is_not_imported_again(top, added):
+    text = top + "\nx = torch.amp.GradScaler('cuda')\n"
+    fix = Fix("unsafe", add_imports=frozenset({"torch"}))
+    assert apply(text, [fix]).startswith(top + "import torch\n") is added
+
+
 def test_a_migrated_file_leaves_no_syntax_tree_to_the_cycle_collector():
     """Once a file is done its trees are freed by reference counting: name resolution's scope
     <-> binding cycles, left for the collector, kept every tree of a run alive until a

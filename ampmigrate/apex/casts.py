@@ -267,19 +267,29 @@ def never_casts(data: bytes) -> bool:
     only once O1 patched torch's functions (its decorator handle; O2/O3 leave it unset), so in
     that program they were plain calls, as ``custom_fwd`` is without autocast: the file does
     not bind the layers it reaches (the 57th review: an O2 script held a detectron2 fork's O1
-    trainer and its `float_function` layers on apex)."""
-    if b"amp.init(" in data:
-        return False
+    trainer and its `float_function` layers on apex). False wherever another call or name may
+    initialize at O1 (`init`, an alias, `initialize` not called at O2/O3)."""
     try:
         tree = ast.parse(data)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
-    calls = [
-        n for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-        and n.func.attr == "initialize"
-    ]  # fmt: skip
-    return bool(calls) and all(_literal_o2(c) for c in calls)
+    parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    found = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("apex"):
+            if any(a.name in ("initialize", "init", "*") for a in node.names):
+                return False  # (an initializer under another name: 58a's `init_amp`)
+        elif isinstance(node, ast.Name) and node.id in ("initialize", "init"):
+            return False
+        elif isinstance(node, ast.Attribute) and node.attr in ("initialize", "init"):
+            call = parents.get(id(node))  # (any `x.init(...)`, `AMP.init()`: maybe O1)
+            if not (
+                node.attr == "initialize"
+                and isinstance(call, ast.Call) and call.func is node and _literal_o2(call)
+            ):  # fmt: skip
+                return False
+            found = True
+    return found
 
 
 def _literal_o2(call: ast.Call) -> bool:

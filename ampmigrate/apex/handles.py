@@ -1283,10 +1283,10 @@ class Handles:
                     "closure that function returns, an object it builds or a base class it "
                     "derives from, so in such a shape by hand"
                 )
-                count = sum(  # (one for inference only beside it, a teacher's, is allowed)
-                    1 for n in self.nodes
+                count = sum(  # (one for inference only beside it, a teacher's, is allowed;
+                    1 for n in self.nodes  # `optimizers=None` is one: 58b's ClassyVision)
                     if isinstance(n, cst.Call) and APEX + ".initialize" in self.qualified(n.func)
-                    and _argument(n, "optimizers", 1) is not None
+                    and not without_optimizer(initialize_arguments(n)[0])
                 )  # fmt: skip
                 if count > 1:  # (a link's caller initializes once: HPA's k-fold and single run)
                     how = (

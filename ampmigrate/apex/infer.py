@@ -33,14 +33,17 @@ class InferenceOnly:
 
     def _casts_alone(self, init: cst.Call) -> bool:
         """``model, opt = amp.initialize(model, opt, ...)`` where no code can scale a loss with
-        ``opt``: nothing this file imports on disk calls apex, and every later use of ``opt``
+        ``opt``: nothing this file imports on disk calls apex (but the layers whose casts move
+        with it: 58b's scene-graph test script), and every later use of ``opt``
         asks it for an attribute (``opt.step()``, ``opt.zero_grad()``); at module level, no
         other file of the project imports it either."""
         optimizer = _argument(init, "optimizers", 1)
         statement = self.statement(init)
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        layers = self.casts.layers if self.casts is not None and not self.casts.broken else ()
         if not (
-            self.siblings == []
+            self.siblings is not None  # (read: a file on disk)
+            and all(s.path in layers for s in self.siblings)  # (58b: casts that move with it)
             and self.link is None
             and isinstance(optimizer, cst.Name)
             and isinstance(small, cst.Assign)

@@ -23,7 +23,7 @@ from ampmigrate.apex.common import (
     is_path,
     without_optimizer,
 )
-from ampmigrate.apex.keeps import SHOWING, keeps, module_lookup
+from ampmigrate.apex.keeps import HANDS_ON, RETURNS_SELF, SHOWING, keeps, module_lookup
 from ampmigrate.apex.links import calls_keep_default, level_elsewhere, main_test
 from ampmigrate.apex.verdict import APEX, not_o1
 from ampmigrate.findings import DECLARE_LEVEL
@@ -708,20 +708,28 @@ class Initialize:
                 isinstance(parent, cst.Arg) and parent.keyword is node
             ):
                 continue  # (`args.model`, `f(model=...)`: a name, not the model)
-            if (
+            node, method = self._model_value(node)
+            parent = self.parent(node)
+            if method is not None:
+                if method not in HANDS_ON:
+                    continue  # (`model.zero_grad()`, `model.fc.weight`: reads, not the model)
+                parent = None  # (`model.modules()`, `model.apply(f)`: hands it on)
+            elif (
+                isinstance(parent, cst.Assign)
+                and parent.value is node
+                and all(isinstance(t.target, cst.Name) for t in parent.targets)
+            ):  # an alias (`net = model.eval()`): its uses are the model's (58a)
+                names |= {t.target.value for t in parent.targets}
+                continue
+            if parent is not None and (
                 (isinstance(parent, cst.Call) and parent.func is node)
-                or (isinstance(parent, cst.Attribute) and parent.value is node)
-                or isinstance(parent, cst.AssignTarget | cst.Return)
-                or (isinstance(parent, cst.Assign) and parent.value is node
-                    and all(isinstance(t.target, cst.Name) for t in parent.targets))
+                or isinstance(parent, cst.AssignTarget | cst.Return | cst.Expr)
                 or self._stored_for_the_pass(parent, node, loop)
-            ):  # fmt: skip
+            ):
                 continue
             call = self.parent(parent) if isinstance(parent, cst.Arg) else None
             kept = ""  # (where a function of the project keeps it: "" where none is read)
             if isinstance(call, cst.Call) and isinstance(call.func, cst.Name):
-                if call.func.value in SHOWING:
-                    continue
                 kept = self._callee_keeps(call, parent)
                 if kept is None:
                     continue
@@ -731,6 +739,7 @@ class Initialize:
                 and isinstance(self.parent(call), cst.Assign)
                 and all(isinstance(t.target, cst.Name) for t in self.parent(call).targets)
             ):  # fmt: skip
+                names |= {t.target.value for t in self.parent(call).targets}  # (`dp = DP(m)`)
                 continue
             shown = _code(self.module, self.statement(node)).strip().splitlines()[0]
             where = (
@@ -743,14 +752,50 @@ class Initialize:
             )
         return None
 
+    def _model_value(self, node: cst.CSTNode) -> tuple[cst.CSTNode, str | None]:
+        """The expression that carries the model on from ``node``: through method calls that
+        return it (`model.eval()`, `model.to(device)`), to the first method that does not
+        (its name; None where the model itself is used)."""
+        while True:
+            top = node
+            while isinstance(up := self.parent(top), cst.Attribute | cst.Subscript) and (
+                up.value is top
+            ):
+                top = up
+            if top is node:
+                return node, None
+            above = self.parent(top)
+            if not (isinstance(above, cst.Call) and above.func is top):
+                return node, ""  # (an attribute read or store)
+            method = top.attr.value if isinstance(top, cst.Attribute) else ""
+            if method not in RETURNS_SELF:
+                return node, method
+            node = above
+
     def _callee_keeps(self, call: cst.Call, arg: cst.Arg) -> str | None:
         """Where the function of this file or of a project module that ``call`` hands the
         model to (as ``arg``) may keep it past the pass (:mod:`ampmigrate.apex.keeps`; the 56c
         review's `register(m)` that appends it to a global list); "" where that function is
         not found; None where it keeps nothing."""
-        found = module_lookup(self.path, self.syntax)(ast.Name(id=call.func.value))
-        if found is None or arg.star:
-            return ""
+        lookup = module_lookup(self.path, self.syntax)
+        name = call.func.value
+        found = lookup(ast.Name(id=name))
+        before = call.args[: call.args.index(arg)]
+        if arg.star or any(a.star for a in before):
+            return ""  # (its place among the parameters is not known: 58a's K09)
+        home = self.function(call)
+        if isinstance(home, cst.FunctionDef) and (
+            any(
+                p.name.value == name for p in self._subtree(home.params) if isinstance(p, cst.Param)
+            )
+            or any(
+                isinstance(n, cst.Name) and n.value == name and self._assigned_to(n)
+                for n in self._subtree(home.body)
+            )
+        ):
+            return ""  # (a local of that name, not the module's function)
+        if found is None:
+            return None if name in SHOWING and not lookup.bound(name) else ""
         function, lookup, file = found
         if arg.keyword is not None:
             return keeps(function, None, arg.keyword.value, lookup, file)

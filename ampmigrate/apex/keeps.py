@@ -12,16 +12,27 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from ampmigrate.apex.links import _tree_of, module_definition
+from ampmigrate.apex.links import _module_file, _tree_of, module_definition
 
 # builtins that read an object and keep nothing of it
 SHOWING = frozenset({"print", "len", "str", "repr", "isinstance", "type", "id", "hasattr"})
+# a module's methods that return the module itself (`models.append(model.eval())` keeps it:
+# the 58th review), and those that hand it (or its layers) to other code
+RETURNS_SELF = frozenset({
+    "train", "eval", "to", "cuda", "cpu", "float", "half", "double", "bfloat16",
+    "requires_grad_", "type", "share_memory", "to_empty",
+})  # fmt: skip
+HANDS_ON = frozenset({
+    "modules", "children", "named_modules", "named_children", "apply", "register_module",
+    "add_module", "register_forward_hook", "register_forward_pre_hook",
+    "register_backward_hook", "register_full_backward_hook",
+    "register_full_backward_pre_hook",
+})  # fmt: skip
 
 _DEPTH = 3
 Callee = tuple[ast.FunctionDef, "Lookup", str]  # (the function, what it calls, its file)
-Lookup = Callable[[ast.expr], Callee | None]
 
 
 def keeps(
@@ -50,6 +61,7 @@ def keeps(
         for n in node.names
     }  # fmt: skip
     parents = {child: node for node in ast.walk(function) for child in ast.iter_child_nodes(node)}
+    lookup = lookup.within(function)
     tracked, done = set(named), set()
     while tracked - done:
         name = next(iter(tracked - done))
@@ -86,7 +98,7 @@ def _in_closure(node: ast.AST, function: ast.FunctionDef, parents: dict) -> bool
     return False
 
 
-def _use_keeps(node: ast.Name, parents: dict, lookup: Lookup, depth: int) -> bool | str | None:
+def _use_keeps(node: ast.expr, parents: dict, lookup: Lookup, depth: int) -> bool | str | None:
     """True where this use may keep the object; where a function it is handed to keeps it
     (a text in backquotes); the name it binds it to (an alias, to follow); None where it keeps
     nothing."""
@@ -101,6 +113,11 @@ def _use_keeps(node: ast.Name, parents: dict, lookup: Lookup, depth: int) -> boo
         if isinstance(getattr(top, "ctx", None), ast.Store | ast.Del):
             return None
         if isinstance(above, ast.Call) and above.func is top:
+            method = top.attr if isinstance(top, ast.Attribute) else ""
+            if method in HANDS_ON:
+                return True
+            if method in RETURNS_SELF:  # (the call is the object again)
+                return _use_keeps(above, parents, lookup, depth)
             return None
         return None if _read_only(top, parents) else True
     if isinstance(parent, ast.Call) and node in parent.args:
@@ -129,44 +146,135 @@ def _read_only(node: ast.AST, parents: dict) -> bool:
 
 
 def _handed(call: ast.Call, index: int | None, keyword: str | None, lookup: Lookup, depth: int):
-    if isinstance(call.func, ast.Name) and call.func.id in SHOWING:
-        return None
+    if index is not None and any(isinstance(a, ast.Starred) for a in call.args[:index]):
+        return True  # (its place among the parameters is not known: 58a's K09)
     found = lookup(call.func)
     if found is None:
-        return True
+        shown = isinstance(call.func, ast.Name) and call.func.id in SHOWING
+        return None if shown and not lookup.bound(call.func.id) else True
     function, further, file = found
     return keeps(function, index, keyword, further, file, depth + 1)
 
 
-def module_lookup(path: str | None, tree: ast.Module, own: bool = True) -> Lookup:
-    """The functions a module's code calls by a plain name: its own, and those it imports
-    from project modules on disk (by name or through a star import). ``own``: the module
-    whose findings these are (its functions' texts name no file)."""
+@dataclass(frozen=True)
+class Lookup:
+    """The functions a module's code calls by a plain name, as Python binds it: its own
+    (one undecorated `def`, bound once), and those it imports from project modules on disk
+    (by name, or through its one star import); None for anything else (58a: a name bound
+    twice, rebound, decorated, or a parameter shadowing a module function). ``shown``: the
+    file's name in the texts (empty for the module whose findings these are)."""
 
-    shown = os.path.basename(path) if path is not None and not own else ""
+    path: str | None
+    tree: ast.Module
+    shown: str = ""
+    local: frozenset[str] = field(default=frozenset())
 
-    def lookup(func: ast.expr) -> Callee | None:
-        if not isinstance(func, ast.Name):
+    def within(self, function: ast.FunctionDef) -> Lookup:
+        """The lookup from inside ``function``: its parameters and locals shadow the module."""
+        arguments = function.args
+        params = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+        params += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+        local = {a.arg for a in params} | {
+            n.id
+            for n in ast.walk(function)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
+        return Lookup(self.path, self.tree, self.shown, frozenset(local))
+
+    def bound(self, name: str) -> bool:
+        """``name`` is bound here (not the builtin of that name)."""
+        return name in self.local or any(
+            name in (binds := _binds(s)) or "*" in binds for s in self.tree.body
+        )
+
+    def __call__(self, func: ast.expr) -> Callee | None:
+        if not isinstance(func, ast.Name) or func.id in self.local:
             return None
-        for statement in tree.body:
-            if isinstance(statement, ast.FunctionDef) and statement.name == func.id:
-                return statement, lookup, shown
-        if path is None:
-            return None
-        for statement in tree.body:
-            if not isinstance(statement, ast.ImportFrom):
-                continue
-            dots = "." * statement.level
-            prefix = f"{dots}{statement.module}." if statement.module else dots
-            for alias in statement.names:
-                if alias.name == "*" or (alias.asname or alias.name) == func.id:
-                    original = func.id if alias.name == "*" else alias.name
-                    found = _defined(path, prefix + original)
-                    if found is not None:
-                        return found
+        found = _bound_in(self.path, self.tree, func.id, self)
+        return None if found is _UNBOUND else found
+
+
+# what a module's star import gives where it binds no such name
+_UNBOUND = object()
+
+
+def _bound_in(path: str | None, tree: ast.Module, name: str, lookup: Lookup | None, depth=0):
+    """The function ``name`` is bound to at the end of the module ``tree`` (at ``path``), as
+    Python binds it: its one binding there, unless a star import after it binds the name
+    again (the last that does wins: UER-py's five star imports); None where that is not a
+    function read here (bound twice, decorated, an assignment); ``_UNBOUND``: not bound."""
+    direct = [s for s in tree.body if name in _binds(s)]
+    if len(direct) > 1:
         return None
+    start = tree.body.index(direct[0]) + 1 if direct else 0
+    for star in reversed([s for s in tree.body[start:] if "*" in _binds(s)]):
+        found = _star_binding(path, star, name, depth) if path is not None else None
+        if found is not _UNBOUND:
+            return found
+    if not direct:
+        return _UNBOUND
+    [statement] = direct
+    if isinstance(statement, ast.FunctionDef):
+        if statement.decorator_list:
+            return None
+        shown = os.path.basename(path) if lookup is None and path else ""
+        return statement, lookup or Lookup(path, tree, shown), shown
+    if not isinstance(statement, ast.ImportFrom) or path is None:
+        return None
+    dots = "." * statement.level
+    prefix = f"{dots}{statement.module}." if statement.module else dots
+    original = next((a.name for a in statement.names if (a.asname or a.name) == name), name)
+    return _defined(path, prefix + original)
 
-    return lookup
+
+def _star_binding(path: str, star: ast.ImportFrom, name: str, depth: int):
+    """What ``from m import *`` in ``path`` binds ``name`` to (``_UNBOUND``: nothing; a
+    module not on disk, a library, is taken to bind no name of the project)."""
+    if depth > _DEPTH or not star.module:
+        return None
+    file = _module_file(path, star.level, star.module)
+    if file is None:
+        return _UNBOUND
+    try:
+        stat = os.stat(file)
+    except OSError:
+        return None
+    tree = _tree_of(file, stat.st_mtime_ns, stat.st_size)
+    if tree is None:
+        return None
+    public = _all(tree)
+    if (name not in public) if public is not None else name.startswith("_"):
+        return _UNBOUND
+    return _bound_in(file, tree, name, None, depth + 1)
+
+
+def _all(tree: ast.Module) -> set[str] | None:
+    """The names a literal ``__all__`` lists (None: no such list)."""
+    for statement in tree.body:
+        if (
+            isinstance(statement, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in statement.targets)
+            and isinstance(statement.value, ast.List | ast.Tuple)
+        ):
+            return {e.value for e in statement.value.elts if isinstance(e, ast.Constant)}
+    return None
+
+
+def module_lookup(path: str | None, tree: ast.Module) -> Lookup:
+    """The lookup of the module whose findings these are."""
+    return Lookup(path, tree)
+
+
+def _binds(statement: ast.stmt) -> set[str]:
+    """The module-level names ``statement`` binds ("*": any, through a star import)."""
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {statement.name}
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        return {(a.asname or a.name).partition(".")[0] for a in statement.names}
+    return {
+        n.id for n in ast.walk(statement)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }  # fmt: skip
 
 
 def _defined(path: str, qualified: str) -> Callee | None:
@@ -181,4 +289,4 @@ def _defined(path: str, qualified: str) -> Callee | None:
     tree = _tree_of(file, stat.st_mtime_ns, stat.st_size)
     if tree is None:
         return None
-    return function, module_lookup(file, tree, own=False), os.path.basename(file)
+    return function, Lookup(file, tree, os.path.basename(file)), os.path.basename(file)

@@ -2389,19 +2389,37 @@ def _taken(module: str, path: str, graph: _Graph) -> set[str] | None:
 
 def _star_loads(tree: ast.Module, module: str) -> set[str] | None:
     """What a star import can give ``module`` that it uses: the bare names it reads (a star
-    import binds nothing else) and the literal names it looks up. None where that is not
-    certain: a package's ``__init__`` (it may hand the names on), a lookup by a computed name
-    (not one on an object: dvit's `vars(args)` beside `from timm.utils import *`, the 57th
+    import binds nothing else). None where that is not certain: a package's ``__init__``
+    (it may hand the names on), a lookup by a computed name (not ``vars(args)``, an object's
+    attributes, which dvit's timm script passes beside `from timm.utils import *`: the 57th
     review)."""
     if os.path.basename(module) == "__init__.py":
         return None
-    found = _LOOKUPS.get(tree)
-    if found is None:
-        found = _LOOKUPS[tree] = _lookups(tree)
-    if None in found:
-        return None
-    loaded = set(found)
+    literal = {  # `getattr(m, "name")` reaches that name only (timm's `torch.cuda.amp` probe)
+        id(n.func): n.args[1].value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Name)
+        and n.func.id == "getattr"
+        and len(n.args) >= 2
+        and isinstance(n.args[1], ast.Constant)
+        and isinstance(n.args[1].value, str)
+    }
+    of_objects = {  # (`vars()` alone reads this module's names; a getattr by a computed name
+        id(n.func)  # may read them from the module object, whatever holds it: 58a's V6)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "vars"
+        and len(n.args) == 1 and isinstance(n.args[0], ast.Name) and not n.keywords
+    }  # fmt: skip
+    loaded = set(literal.values())
     for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Name)
+            and node.id in _DYNAMIC | {"__getattr__"}
+            and id(node) not in literal
+            and id(node) not in of_objects
+        ):
+            return None
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             loaded.add(node.id)
     return loaded

@@ -679,6 +679,7 @@ class Regions:
         home = setup.home
         if self.hooked("caller"):
             return
+        self._before_in_loop(setup)
         defined = {f.name.value: f for f in self.module.body if isinstance(f, cst.FunctionDef)}
         if not isinstance(home, cst.FunctionDef):  # a script's main block initializes
             requested = {id(f) for _, _, f, _ in self.requests}
@@ -959,8 +960,7 @@ class Regions:
             if id(function) in scaling:
                 continue  # a function that scales a loss: _regions checks its forwards
             if function is home and self.order[id(node)] < after:
-                self._previous_pass(node, func)
-                continue
+                continue  # (in a loop that holds `initialize`: _before_in_loop)
             if any(id(a) in wrapped for a in self.ancestors(node)):
                 continue
             if (
@@ -1032,22 +1032,36 @@ class Regions:
                 f"does): {_KEEP} there"
             )
 
-    def _previous_pass(self, call: cst.Call, func: str) -> None:
-        """A forward before ``initialize`` in a loop that holds both: from the second pass on
-        it runs after an ``initialize``, whose casts apex O1 had switched on for the whole
-        process (the 56c review's k-fold loops, a fresh `model = build()` or not); it runs
-        in float32 now: stated."""
+    def _before_in_loop(self, setup: _Setup) -> None:
+        """Forwards of the model before ``initialize`` in a loop that holds it, and calls
+        handed the model there: on every pass after the first they ran after an
+        ``initialize``, whose casts apex O1 had switched on for the whole process (the 56c and
+        58th reviews' k-fold loops: `model(x)`, `warm(model)`, a fresh model or not); they
+        run in float32 now: stated."""
         init = self.plan.anchor
-        around = {id(a) for a in self.ancestors(call)}
-        loop = next((lp for lp in self._loops_around(init, init) if id(lp) in around), None)
+        loop = self._loop_around(init, init) if init in self.initialize_calls else None
         if loop is None:
             return
-        self.note_once(
-            f"behaviour change: `{func}(...)` at line {self.line(call)} runs before "
-            f"`amp.initialize` in the loop at line {self.line(loop)}: apex O1 cast it from the "
-            "second pass on (its casts, once switched on, stay on in the process), it runs "
-            f"in float32 now: {_KEEP}"
-        )
+        models = set(setup.models)
+        start, at = self.order[id(loop)], self.order[id(setup.statement)]
+        found = []
+        for node in self.nodes:
+            if not (isinstance(node, cst.Call) and start < self.order[id(node)] < at):
+                continue
+            func = _code(self.module, node.func)
+            if func in models:
+                found.append(f"`{func}(...)` at line {self.line(node)} runs the model")
+            elif any(_code(self.module, a.value) in models for a in node.args):
+                found.append(
+                    f"`{func}(...)` at line {self.line(node)} is handed the model and may run it"
+                )
+        if found:
+            self.note_once(
+                f"behaviour change: before `amp.initialize` in the loop at line "
+                f"{self.line(loop)}, {', '.join(found)}: on every pass after the first, apex O1 "
+                "cast those forwards (its casts, once switched on, stay on in the process); "
+                f"they run in float32 now: {_KEEP}"
+            )
 
     def _outside_calls(self, function: cst.CSTNode) -> str:
         """Where a function some of whose calls run in the regions is called outside them (DPR's

@@ -77,6 +77,8 @@ def apply(text: str, fixes: Sequence[Fix], keep_imports: bool = False) -> str:
         text = module.code
         additions -= imports.imported_below_the_top(text)
     fast = imports.remove_unused(text, sorted(removals, key=repr))
+    if fast is not None and additions:  # (what is left bound once the removals are made)
+        additions -= imports.bound_by_submodule_imports(fast)
     fast = imports.add_needed(fast, additions) if fast is not None else None
     if fast is not None:
         return fast

@@ -375,6 +375,24 @@ def imported_below_the_top(text: str, tree: ast.Module | None = None) -> set[str
     return found
 
 
+def bound_by_submodule_imports(text: str) -> set[str]:
+    """Packages that a module-level ``import torch.nn`` (no ``as``) of the top import block
+    binds: ``torch`` is bound, and an added ``import torch`` would only repeat it (the 57th
+    review; libcst's import manager adds it)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()
+    _, block = _top_block(tree)
+    return {
+        a.name.partition(".")[0]
+        for s in block
+        if isinstance(s, ast.Import)
+        for a in s.names
+        if not a.asname and "." in a.name
+    }
+
+
 def _first_line(stmt: ast.stmt) -> int:
     decorators = getattr(stmt, "decorator_list", None)
     return min([stmt.lineno] + [d.lineno for d in decorators or ()])

@@ -2334,8 +2334,9 @@ class _Planner:
                         else "the project is too large to look"
                     )
                     raise NoFix(
-                        f"other modules use the name ({where}): what they do with the "
-                        "project's class is not visible here"
+                        f"other modules use the name ({where}), and the rewrite reads the uses "
+                        "of the project's class in this file only (a type test there may be "
+                        "unchanged by it, but it is not read)"
                     )
         except NoFix as reason:
             return Finding(code, (
