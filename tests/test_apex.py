@@ -12799,6 +12799,15 @@ def main(data, models):
          "net = model.to('cpu')\n        models.append(net)", "hands its model on"),
         ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
          "models.extend(model.children())", "hands its model on"),
+        # an alias used before its binding (on the next pass), a layer, a wrapped module (59a)
+        ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+         "if fold:\n            models.append(prev)\n        prev = model",
+         "hands its model on (`models.append(prev)`)"),
+        ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+         "models.append(model[0])", "hands its model on (`models.append(model[0])`)"),
+        ('model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+         "dp = torch.nn.DataParallel(model)\n        models.append(dp.module)",
+         "hands its model on (`models.append(dp.module)`)"),
     ],
 )  # fmt: skip
 def test_an_initialize_per_pass_that_apex_kept_across_passes_is_refused(initialize, after, why):
@@ -12955,6 +12964,11 @@ def main(data):
         ("def deco(f):\n    return f\n\n\n@deco\ndef register(m):\n    pass", "register(model)",
          ""),
         ("def register(a, m):\n    pass", "register(*[None], model)", ""),
+        # bound again in a block, or a nested function of the callee (59a's A05, A06, A10)
+        ("def register(m):\n    pass\n\n\ntry:\n    register = REG.append\nexcept Exception:\n"
+         "    pass", "register(model)", ""),
+        ("def keep(m):\n    pass\n\n\ndef register(m):\n    def keep(x):\n        REG.append(x)\n\n"
+         "    keep(m)", "register(model)", "`keep(m)` in `register`"),
         # functions that only run or read the model keep nothing
         ("def register(m):\n    print(m(torch.zeros(1, 4)).sum(), m.training)", "register(model)",
          None),
@@ -13049,3 +13063,61 @@ def test_a_handle_assigned_in_a_tuple_target_is_named_as_assigned():
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert "through `self.amp_handle.scale_loss(...)`, which line 8 assigns" in finding.message
     assert "nothing in this file assigns" not in finding.message
+
+
+def test_a_forward_before_a_call_that_initializes_in_a_loop_is_stated():
+    """58a's F10: `model, opt = setup(model, opt)` in the k-fold loop, `setup` returning
+    `amp.initialize(...)`; the forward before it on the second pass ran under apex O1's
+    casts and runs in float32 after the rewrite: said, as where the loop holds
+    `initialize` itself."""
+    source = (
+        "import torch\nfrom apex import amp\n\n\n"
+        "def train(model, opt, x):\n    loss = model(x).sum()\n"
+        "    with amp.scale_loss(loss, opt) as scaled:\n        scaled.backward()\n"
+        "    opt.step()\n\n\n"
+        'def setup(model, opt):\n    return amp.initialize(model, opt, opt_level="O1")\n\n\n'
+        "def main(x):\n    for fold in range(2):\n        model = torch.nn.Linear(4, 1)\n"
+        "        opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "        print(model(x))\n        model, opt = setup(model, opt)\n"
+        "        train(model, opt, x)\n"
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    assert (
+        "behaviour change: before `amp.initialize` in the loop at line 17, `model(...)` at "
+        "line 20 runs the model"
+    ) in finding.message
+    # `train` scales: its forward runs in its region (a note said it "runs in float32 now")
+    assert "returns the initialized model" not in finding.message
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("model.eval()(x)", "model.eval()"),
+        ("model.forward(x)", "model.forward"),
+        ("net = model\n        net(x)", "net"),
+        ("model[0](x)", "model[0]"),
+        ("dp = torch.nn.DataParallel(model)\n        dp(x)", "dp"),
+    ],
+)
+def test_each_way_of_running_the_model_before_initialize_in_the_loop_is_stated(line, shown):
+    """59a's B02-B09: the note named only `model(x)` and calls handed `model` itself; a
+    forward through `eval()`, `.forward`, an alias, a layer or a wrapper ran under apex O1's
+    casts from the second pass on too (and a wrapper was said to "may run" it)."""
+    source = (
+        "import torch\nfrom apex import amp\n\n\n"
+        "def train(model, opt, x):\n    loss = model(x).sum()\n"
+        "    with amp.scale_loss(loss, opt) as scaled:\n        scaled.backward()\n"
+        "    opt.step()\n\n\n"
+        "def main(x):\n    for fold in range(2):\n"
+        "        model = torch.nn.Sequential(torch.nn.Linear(4, 1))\n"
+        "        opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        f"        {line}\n"
+        '        model, opt = amp.initialize(model, opt, opt_level="O1")\n'
+        "        train(model, opt, x)\n"
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix == "unsafe", finding.message
+    assert f"`{shown}(...)` at line" in finding.message and "runs the model" in finding.message
+    assert "is handed the model" not in finding.message

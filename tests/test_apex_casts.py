@@ -318,6 +318,8 @@ def test_a_script_at_a_literal_o2_does_not_hold_the_layers_it_reaches(tmp_path):
     root = _copy(tmp_path)
     (root / "train_o2.py").write_text(
         (root / "train.py").read_text().replace('opt_level="O1"', 'opt_level="O2"')
+        # another library's `init` is no apex initializer (rnnt's `dllogger.init(...)`)
+        + "\n\ndef log(dllogger):\n    dllogger.init(backends=[])\n"
     )
     assert 'opt_level="O2"' in (root / "train_o2.py").read_text()
     found = _amp303(run(_files(root), _settings()))
@@ -398,3 +400,21 @@ def test_a_script_whose_optimizer_is_never_stepped_moves_with_the_layers(tmp_pat
     [(code, out, error)] = _runs([(tmp_path / "test.py", [], tmp_path, True)], tmp_path)
     assert code == 0, error
     assert "torch.float32" in out  # (the layer's forward runs with its inputs cast to float32)
+
+
+def test_a_script_at_o2_that_calls_an_o1_helper_still_holds_the_layers(tmp_path):
+    """59a's C2: the O2 script's other path initializes at O1 through a helper of another
+    file (`setup_o1`), which does not import the layers: the script reaches them and runs
+    them under apex O1, so they stay with it."""
+    root = _copy(tmp_path)
+    (root / "amp_utils.py").write_text(
+        "from apex import amp\n\n\ndef setup_o1(model, optimizer):\n"
+        '    return amp.initialize(model, optimizer, opt_level="O1")\n'
+    )
+    (root / "train_o2.py").write_text(
+        "from amp_utils import setup_o1\n"
+        + (root / "train.py").read_text().replace('opt_level="O1"', 'opt_level="O2"')
+    )
+    found = _amp303(run(_files(root), _settings()))
+    assert found["layers.py"].fix is None
+    assert "train_o2.py is not rewritten in this run" in found["layers.py"].message

@@ -3461,21 +3461,23 @@ def test_a_star_import_of_the_helpers_package_leaves_them_to_the_apex_branch(tmp
         )
 
 
-def test_a_helper_folder_imported_through_the_repository_top_is_not_said_unused(tmp_path):
+@pytest.mark.parametrize("folder", ["utils", "tools/helpers"])  # (58a: two levels down)
+def test_a_helper_folder_imported_through_the_repository_top_is_not_said_unused(tmp_path, folder):
     """The 57th review (an NER project): `utils/adversarial.py` (no `__init__.py`) scales
     with apex; `examples/run.py` puts the repository's top on `sys.path`, imports it and
     initializes amp. The helper was told "no file of the project initializes apex amp ... so
     delete it", which would have broken its fp16 training."""
     (tmp_path / "README.md").write_text("a project\n")
-    (tmp_path / "utils").mkdir()
-    (tmp_path / "utils" / "adversarial.py").write_text(
+    (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / folder / "adversarial.py").write_text(
         "from apex import amp\n\n\ndef loss_backward(loss, optimizer):\n"
         "    with amp.scale_loss(loss, optimizer) as scaled:\n        scaled.backward()\n"
     )
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "run.py").write_text(
         'import sys\n\nsys.path.append("..")\nfrom apex import amp\n'
-        "from utils.adversarial import loss_backward\n\n\ndef main(model, optimizer):\n"
+        f"from {folder.replace('/', '.')}.adversarial import loss_backward\n\n\n"
+        "def main(model, optimizer):\n"
         '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
         "    loss_backward(model(1).sum(), optimizer)\n    optimizer.step()\n"
     )

@@ -206,16 +206,17 @@ def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Cast
     """The components of the run: each layer module that only casts, joined with every file
     of the run that initializes amp and reaches it."""
     files = list(files)
+    candidates = {os.path.abspath(p): s for p, s in files if casting(s)}
+    graph = _Graph()
     initializing = [
         os.path.abspath(p)
         for p, s in files
-        if (b".initialize(" in s or b"amp.init(" in s) and not never_casts(s)
-    ]
-    candidates = {os.path.abspath(p): s for p, s in files if casting(s)}
+        if (b".initialize(" in s or b"amp.init(" in s)
+        and not (never_casts(s) and not _initializer_below(os.path.abspath(p), graph))
+    ] if candidates else []  # fmt: skip
     if not initializing or not candidates:
         return {}
     convertible: dict[str, bool] = {}
-    graph = _Graph()
     edges: dict[str, set[str]] = {}
     for start in initializing:
         for sibling in apex_siblings(start, graph):
@@ -274,15 +275,30 @@ def never_casts(data: bytes) -> bool:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
-    found = False
+    amp: set[str] = set()  # the names apex's amp module is read through
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("apex"):
             if any(a.name in ("initialize", "init", "*") for a in node.names):
                 return False  # (an initializer under another name: 58a's `init_amp`)
-        elif isinstance(node, ast.Name) and node.id in ("initialize", "init"):
-            return False
+            amp |= {a.asname or a.name for a in node.names if a.name == "amp"}
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "apex.amp" and a.asname:
+                    amp.add(a.asname)
+                elif a.name.partition(".")[0] == "apex" and not a.asname:
+                    amp.add("apex.amp")
+    found = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in amp | {"initialize", "init"}:
+            above = parents.get(id(node))
+            if node.id not in amp or not (
+                isinstance(above, ast.Attribute) and above.value is node
+            ):  # (the module handed on, or a name that may initialize)
+                return False
         elif isinstance(node, ast.Attribute) and node.attr in ("initialize", "init"):
-            call = parents.get(id(node))  # (any `x.init(...)`, `AMP.init()`: maybe O1)
+            if ast.unparse(node.value) not in amp:
+                continue  # (`dllogger.init(...)`, `torch.nn.init`: not apex's)
+            call = parents.get(id(node))  # (`amp.init()`, `AMP.init()`: maybe O1)
             if not (
                 node.attr == "initialize"
                 and isinstance(call, ast.Call) and call.func is node and _literal_o2(call)
@@ -290,6 +306,16 @@ def never_casts(data: bytes) -> bool:
                 return False
             found = True
     return found
+
+
+def _initializer_below(path: str, graph: _Graph) -> bool:
+    """A module ``path`` imports (directly or through others) may initialize amp at O1: an O2
+    script that calls such a helper (59a's `setup_o1` in `amp_utils.py`) holds its layers."""
+    for target, _, _ in _walk(path, graph):
+        data = _read(target)
+        if (b".initialize(" in data or b"amp.init(" in data) and not never_casts(data):
+            return True
+    return False
 
 
 def _literal_o2(call: ast.Call) -> bool:

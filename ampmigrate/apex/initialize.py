@@ -698,6 +698,8 @@ class Initialize:
         first = target.elements[0].value if isinstance(target, cst.Tuple | cst.List) else target
         names = {n.value for n in self._subtree(first) if isinstance(n, cst.Name)}
         own = set(map(id, self._subtree(self.statement(init))))
+        names |= self._aliases_in(loop, names, own)  # (one used before its binding, on the
+        # next pass: 59a's A13)
         # (a use before `initialize` counts too: O1 returns the models it is given, so a
         # pass's fresh `model = build()` kept before it is the model initialized)
         for node in self._subtree(loop.body):
@@ -752,6 +754,32 @@ class Initialize:
             )
         return None
 
+    def _aliases_in(self, loop: cst.CSTNode, names: set[str], own: set[int]) -> set[str]:
+        """The plain names the loop binds to the model (`prev = model`, `net = model.eval()`,
+        `dp = DataParallel(model)`), to a fixed point."""
+        found = set(names)
+        while True:
+            more = set()
+            for node in self._subtree(loop.body):
+                if not (isinstance(node, cst.Name) and node.value in found and id(node) not in own):
+                    continue
+                value, method = self._model_value(node)
+                holder = self.parent(value)
+                if method is None and isinstance(holder, cst.Arg):  # (a wrapper's argument)
+                    call = self.parent(holder)
+                    wrapped = isinstance(call, cst.Call) and (
+                        any(q in _MODEL_WRAPPERS for q in self.qualified(call.func))
+                        or _code(self.module, call.func).rpartition(".")[2] in _WRAPPER_NAMES
+                    )
+                    value, holder = (call, self.parent(call)) if wrapped else (value, None)
+                if method is None and isinstance(holder, cst.Assign) and holder.value is value:
+                    more |= {
+                        t.target.value for t in holder.targets if isinstance(t.target, cst.Name)
+                    }
+            if more <= found:
+                return found - names
+            found |= more
+
     def _model_value(self, node: cst.CSTNode) -> tuple[cst.CSTNode, str | None]:
         """The expression that carries the model on from ``node``: through method calls that
         return it (`model.eval()`, `model.to(device)`), to the first method that does not
@@ -766,7 +794,13 @@ class Initialize:
                 return node, None
             above = self.parent(top)
             if not (isinstance(above, cst.Call) and above.func is top):
-                return node, ""  # (an attribute read or store)
+                first = self.parent(node)  # (`model[0]`, `dp.module`: a module of it, 59a's
+                if isinstance(first, cst.Subscript) or (  # A15, A16; other reads and stores
+                    isinstance(first, cst.Attribute) and first.attr.value == "module"
+                ):  # are not the model)
+                    node = first
+                    continue
+                return node, ""
             method = top.attr.value if isinstance(top, cst.Attribute) else ""
             if method not in RETURNS_SELF:
                 return node, method
@@ -784,14 +818,10 @@ class Initialize:
         if arg.star or any(a.star for a in before):
             return ""  # (its place among the parameters is not known: 58a's K09)
         home = self.function(call)
-        if isinstance(home, cst.FunctionDef) and (
-            any(
-                p.name.value == name for p in self._subtree(home.params) if isinstance(p, cst.Param)
-            )
-            or any(
-                isinstance(n, cst.Name) and n.value == name and self._assigned_to(n)
-                for n in self._subtree(home.body)
-            )
+        if isinstance(home, cst.FunctionDef) and any(
+            name in lookup.within(f).local  # (a parameter, a local, a nested `def`, a local
+            for f in ast.walk(self.syntax)  # import of that name: 59a's A08, A09, A28)
+            if isinstance(f, ast.FunctionDef) and f.name == home.name.value
         ):
             return ""  # (a local of that name, not the module's function)
         if found is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 from dataclasses import dataclass, field
 
 from ampmigrate.apex.links import _module_file, _tree_of, module_definition
@@ -32,6 +33,12 @@ HANDS_ON = frozenset({
 })  # fmt: skip
 
 _DEPTH = 3
+# the libraries a training script takes names from with a star import: none binds a name of
+# the project (a function it hands its model to)
+_LIBRARIES = frozenset({
+    "torch", "torchvision", "torchaudio", "numpy", "scipy", "pandas", "sklearn", "tqdm",
+    "transformers", "timm", "apex", "tensorflow", "keras", "matplotlib", "PIL", "cv2",
+})  # fmt: skip
 Callee = tuple[ast.FunctionDef, "Lookup", str]  # (the function, what it calls, its file)
 
 
@@ -179,6 +186,13 @@ class Lookup:
             for n in ast.walk(function)
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
         }
+        nested = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Import | ast.ImportFrom
+        local |= {  # (a nested `def keep`, a local `from keeper import keep`: 59a)
+            name
+            for n in ast.walk(function)
+            if n is not function and isinstance(n, nested)
+            for name in _binds(n)
+        }
         return Lookup(self.path, self.tree, self.shown, frozenset(local))
 
     def bound(self, name: str) -> bool:
@@ -204,7 +218,10 @@ def _bound_in(path: str | None, tree: ast.Module, name: str, lookup: Lookup | No
     again (the last that does wins: UER-py's five star imports); None where that is not a
     function read here (bound twice, decorated, an assignment); ``_UNBOUND``: not bound."""
     direct = [s for s in tree.body if name in _binds(s)]
-    if len(direct) > 1:
+    rebound = any(  # (`global keep; keep = ...` in a function: 59a's A24)
+        isinstance(n, ast.Global) and name in n.names for n in ast.walk(tree)
+    )
+    if len(direct) > 1 or rebound:
         return None
     start = tree.body.index(direct[0]) + 1 if direct else 0
     for star in reversed([s for s in tree.body[start:] if "*" in _binds(s)]):
@@ -233,8 +250,10 @@ def _star_binding(path: str, star: ast.ImportFrom, name: str, depth: int):
     if depth > _DEPTH or not star.module:
         return None
     file = _module_file(path, star.level, star.module)
-    if file is None:
-        return _UNBOUND
+    if file is None:  # (a library binds no name of the project; a module of the project not
+        root = star.module.partition(".")[0]  # found on disk may: 59a's A07, on `sys.path`)
+        known = not star.level and (root in sys.stdlib_module_names or root in _LIBRARIES)
+        return _UNBOUND if known else None
     try:
         stat = os.stat(file)
     except OSError:
@@ -243,21 +262,35 @@ def _star_binding(path: str, star: ast.ImportFrom, name: str, depth: int):
     if tree is None:
         return None
     public = _all(tree)
+    if public is False:
+        return None
     if (name not in public) if public is not None else name.startswith("_"):
         return _UNBOUND
     return _bound_in(file, tree, name, None, depth + 1)
 
 
-def _all(tree: ast.Module) -> set[str] | None:
-    """The names a literal ``__all__`` lists (None: no such list)."""
-    for statement in tree.body:
-        if (
-            isinstance(statement, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in statement.targets)
-            and isinstance(statement.value, ast.List | ast.Tuple)
-        ):
-            return {e.value for e in statement.value.elts if isinstance(e, ast.Constant)}
-    return None
+def _all(tree: ast.Module) -> set[str] | bool | None:
+    """The names a literal ``__all__`` lists (None: no such list; False: one the module
+    changes or builds otherwise, which is not read: 59a's `__all__.append(...)`)."""
+    found: set[str] | None = None
+    for node in ast.walk(tree):
+        targets = (
+            node.targets if isinstance(node, ast.Assign)
+            else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+        )  # fmt: skip
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            if found is not None or not (
+                isinstance(node, ast.Assign) and node in tree.body
+                and isinstance(node.value, ast.List | ast.Tuple)
+            ):  # fmt: skip
+                return False
+            found = {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
+        elif (
+            isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "__all__"
+        ):  # fmt: skip
+            return False  # (`__all__.append(...)`, `.extend(...)`)
+    return found
 
 
 def module_lookup(path: str | None, tree: ast.Module) -> Lookup:
@@ -266,15 +299,23 @@ def module_lookup(path: str | None, tree: ast.Module) -> Lookup:
 
 
 def _binds(statement: ast.stmt) -> set[str]:
-    """The module-level names ``statement`` binds ("*": any, through a star import)."""
+    """The module-level names ``statement`` binds ("*": any, through a star import), also in
+    the blocks of an `if`, `try`, `with` or loop (59a: `try: from keeper import keep`)."""
     if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         return {statement.name}
     if isinstance(statement, ast.Import | ast.ImportFrom):
         return {(a.asname or a.name).partition(".")[0] for a in statement.names}
-    return {
+    found = {
         n.id for n in ast.walk(statement)
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
     }  # fmt: skip
+    for block in ("body", "orelse", "finalbody"):
+        for inner in getattr(statement, block, None) or ():
+            found |= _binds(inner)
+    for handler in getattr(statement, "handlers", None) or ():
+        for inner in handler.body:
+            found |= _binds(inner)
+    return found
 
 
 def _defined(path: str, qualified: str) -> Callee | None:

@@ -1212,29 +1212,44 @@ def project_folder(path: str) -> str:
     return folder
 
 
-def _project_files(path: str, every_folder: bool = False) -> list[str] | None:
+def _project_files(
+    path: str, every_folder: bool = False, through_top: bool = False
+) -> list[str] | None:
     """The ``.py`` files of ``path``'s project on disk (see ``users_on_disk``), in walking
     order; for a file in no package, the files beside its folder too (they import it as a
     namespace package: `from utils.common import ...`) and, unless ``every_folder``, only the
-    packages below; where that parent is a repository's top, every folder of it. None: more
-    than ``_SCAN_LIMIT`` files."""
+    packages below. ``through_top``: for a file in no package, also the files elsewhere under
+    the repository's top (a folder up to two levels above with a README, a setup.py, ...) that
+    put a folder on ``sys.path``, through which they may import it (57a's
+    `examples/run_ner.py` and `utils/adversarial.py`; 58a's two levels down). None: more than
+    ``_SCAN_LIMIT`` files."""
     packaged = os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(path)), "__init__.py"))
     folder = project_folder(path)
     walked = os.walk(folder)
     parent = os.path.dirname(folder)
-    if not packaged and not _top(folder) and _top(parent):
-        # (a script in a folder beside it that puts the repository's top on `sys.path` imports
-        # it: 57a's `examples/run_ner.py` and `utils/adversarial.py`)
-        walked, every_folder = os.walk(parent), True
-    elif not packaged:
+    if not packaged:
         beside = sorted(n for n in os.listdir(parent) if os.path.isfile(os.path.join(parent, n)))
         walked = itertools.chain([(parent, [], beside)], walked)
+    found = _walked_files(walked, packaged or every_folder)
+    top = next((t for t in _above(folder) if _top(t)), None) if not _top(folder) else None
+    if found is None or packaged or not through_top or top is None:
+        return found
+    known = set(found)
+    more = _walked_files(os.walk(top), True)
+    if more is None:
+        return None
+    found += [f for f in more if f not in known and b"sys.path" in _read(f)]
+    return found
+
+
+def _walked_files(walked: Iterable, every_folder: bool) -> list[str] | None:
+    """The ``.py`` files of an ``os.walk`` (into packages only, unless ``every_folder``)."""
     found: list[str] = []
     for where, folders, names in walked:
         folders[:] = sorted(
             d for d in folders
             if not d.startswith(".") and d != "__pycache__"
-            and (packaged or every_folder or os.path.isfile(os.path.join(where, d, "__init__.py")))
+            and (every_folder or os.path.isfile(os.path.join(where, d, "__init__.py")))
         )  # fmt: skip
         for name in sorted(names):
             if name.endswith(".py"):
@@ -1242,6 +1257,15 @@ def _project_files(path: str, every_folder: bool = False) -> list[str] | None:
                 if len(found) > _SCAN_LIMIT:
                     return None
     return found
+
+
+def _above(folder: str, levels: int = 2) -> Iterator[str]:
+    """The folders above ``folder``, nearest first, ``levels`` of them at most."""
+    for _ in range(levels):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return
+        yield (folder := parent)
 
 
 def _top(folder: str) -> bool:
@@ -1254,7 +1278,7 @@ def _top(folder: str) -> bool:
 def initializes_anywhere(path: str) -> bool:
     """Some file of ``path``'s project on disk may initialize apex amp (``initialize(`` or the
     old ``init(`` in a file that names apex); True where too many files to look at."""
-    files = _project_files(path, every_folder=True)
+    files = _project_files(path, every_folder=True, through_top=True)
     return files is None or any(
         b"apex" in data and (b".initialize(" in data or b".init(" in data)
         for data in map(_read, files)
@@ -1283,7 +1307,7 @@ def users_on_disk(
         else None
     )
     found: list[tuple[str, int, str]] = []
-    files = _project_files(path)
+    files = _project_files(path, through_top=True)
     if files is None:
         return None
     for other in files:

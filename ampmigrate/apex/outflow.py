@@ -28,6 +28,9 @@ class Outflow:
         ]
         if not returned:
             return
+        # (a function that scales runs its forwards in its regions: 58a's `train(model, ...)`
+        # after `model, opt = setup(model, opt)` ran in float16 and still does)
+        scaling = {f.name.value for _, _, f, _ in self.requests if isinstance(f, cst.FunctionDef)}
         uses = []
         for ref in self._references(home.name.value):
             call = self.parent(ref)
@@ -47,6 +50,7 @@ class Outflow:
                 if isinstance(use, cst.Call)
                 and self.order.get(id(use), -1) > self.order[id(call)]
                 and not any(id(a) in self.wrapped for a in self.ancestors(use))
+                and not (isinstance(use.func, cst.Name) and use.func.value in scaling)
                 and any(
                     isinstance(v, cst.Name) and v.value in bound
                     for v in [use.func, *(a.value for a in use.args)]

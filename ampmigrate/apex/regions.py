@@ -25,6 +25,7 @@ from ampmigrate.apex.common import (
     is_path,
     read_names,
 )
+from ampmigrate.apex.keeps import RETURNS_SELF
 from ampmigrate.apex.links import derived_on_disk, module_definition, module_function
 from ampmigrate.apex.verdict import APEX
 
@@ -1039,19 +1040,58 @@ class Regions:
         58th reviews' k-fold loops: `model(x)`, `warm(model)`, a fresh model or not); they
         run in float32 now: stated."""
         init = self.plan.anchor
-        loop = self._loop_around(init, init) if init in self.initialize_calls else None
-        if loop is None:
+        if init not in self.initialize_calls:
             return
-        models = set(setup.models)
-        start, at = self.order[id(loop)], self.order[id(setup.statement)]
+        places = []  # (the loop, where `initialize` runs in it, the names of the model there)
+        loop = self._loop_around(init, init)
+        if loop is not None:
+            places.append((loop, self.order[id(setup.statement)], set(setup.models)))
+        home = self.function(init)
+        for node in self.nodes if isinstance(home, cst.FunctionDef) else ():
+            if not (  # (`setup(model, opt)` in a k-fold loop: 58a's F10)
+                isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
+                and node.func.value == home.name.value and self.function(node) is not home
+            ):  # fmt: skip
+                continue
+            outer = next(
+                (a for a in self.ancestors(node) if isinstance(a, cst.For | cst.While)), None
+            )
+            if outer is not None and self.function(outer) is self.function(node):
+                names = {a.value.value for a in node.args if isinstance(a.value, cst.Name)}
+                places.append((outer, self.order[id(self.statement(node))], names))
+        for loop, at, models in places:
+            self._before_in(loop, at, models)
+
+    def _before_in(self, loop: cst.CSTNode, at: int, models: set[str]) -> None:
+        start = self.order[id(loop)]
+        models = models | self._aliases_in(loop, models, set())  # (`net = model`, `dp = DP(m)`)
+
+        def root(node: cst.CSTNode) -> cst.CSTNode:  # `model.eval()`, `model[0]`, `.forward`
+            while True:
+                if isinstance(node, cst.Subscript) or (
+                    isinstance(node, cst.Attribute) and node.attr.value in ("forward", "module")
+                ):
+                    node = node.value
+                elif (
+                    isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+                    and node.func.attr.value in RETURNS_SELF
+                ):  # fmt: skip
+                    node = node.func.value
+                else:
+                    return node
+
         found = []
         for node in self.nodes:
             if not (isinstance(node, cst.Call) and start < self.order[id(node)] < at):
                 continue
             func = _code(self.module, node.func)
-            if func in models:
+            if _code(self.module, root(node.func)) in models and not (
+                isinstance(node.func, cst.Attribute) and node.func.attr.value in RETURNS_SELF
+            ):
                 found.append(f"`{func}(...)` at line {self.line(node)} runs the model")
-            elif any(_code(self.module, a.value) in models for a in node.args):
+            elif any(_code(self.module, root(a.value)) in models for a in node.args) and not (
+                any(q in _WRAPS for q in self.qualified(node.func))
+            ):  # (a wrapper bound to a name: its calls are the model's, said above)
                 found.append(
                     f"`{func}(...)` at line {self.line(node)} is handed the model and may run it"
                 )
