@@ -12905,32 +12905,6 @@ def test_a_pass_model_kept_for_the_pass_is_followed_and_beyond_it_refused(
         assert "hands its model on" in finding.message
 
 
-_KEPT_BY_A_FUNCTION = """\
-import torch
-from apex import amp
-
-REG = []
-
-
-{function}
-
-
-def main(data):
-    for fold in range(2):
-        model = torch.nn.Linear(4, 1)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
-        for x, y in data:
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            optimizer.zero_grad()
-            with amp.scale_loss(loss, optimizer) as scaled:
-                scaled.backward()
-            optimizer.step()
-        {call}
-    print(REG)
-"""
-
-
 @pytest.mark.parametrize(
     ("function", "call", "kept"),
     [
@@ -12982,7 +12956,10 @@ def test_a_function_handed_the_pass_model_is_read_for_what_it_keeps(function, ca
     to was taken to keep nothing; one that appends it to a global list left the list's models
     in float32 after the loop with no word. The function's uses of its parameter are read now
     (a few calls deep); one that may keep it refuses, naming the statement."""
-    source = _KEPT_BY_A_FUNCTION.format(function=function, call=call)
+    source = _FOLDS.format(
+        initialize='model, optimizer = amp.initialize(model, optimizer, opt_level="O1")',
+        after=call,
+    ).replace("\n\n\ndef main", f"\nREG = []\n\n\n{function}\n\n\ndef main")
     compile(source, "kept", "exec")
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     if kept is None:
