@@ -12941,6 +12941,9 @@ def test_a_pass_model_kept_for_the_pass_is_followed_and_beyond_it_refused(
         # bound again in a block, or a nested function of the callee (59a's A05, A06, A10)
         ("def register(m):\n    pass\n\n\ntry:\n    register = REG.append\nexcept Exception:\n"
          "    pass", "register(model)", ""),
+        ("def register(m):\n    pass\n\n\nmatch 1:\n    case _:\n"
+         "        from heapq import heappush as register",
+         "register(model)", ""),  # (a `match` block: 60a's W15)
         ("def keep(m):\n    pass\n\n\ndef register(m):\n    def keep(x):\n        REG.append(x)\n\n"
          "    keep(m)", "register(model)", "`keep(m)` in `register`"),
         # functions that only run or read the model keep nothing

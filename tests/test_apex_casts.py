@@ -418,3 +418,28 @@ def test_a_script_at_o2_that_calls_an_o1_helper_still_holds_the_layers(tmp_path)
     found = _amp303(run(_files(root), _settings()))
     assert found["layers.py"].fix is None
     assert "train_o2.py is not rewritten in this run" in found["layers.py"].message
+
+
+@pytest.mark.parametrize(
+    ("o2", "beside"),
+    [
+        # the optional-apex import: `amp = None` and `amp is not None` initialize nothing
+        ('try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n\n'
+         'if amp is not None:\n    amp.initialize(None, None, opt_level="O2")\n', None),
+        # a module with no apex whose class has an `initialize` method
+        ('import meters\nfrom apex import amp\n\nmeters.make()\n'
+         'amp.initialize(None, None, opt_level="O2")\n',
+         "class Meter:\n    def initialize(self):\n        self.n = 0\n\n\n"
+         "def make():\n    Meter().initialize()\n"),
+    ],
+)  # fmt: skip
+def test_an_o2_script_with_a_guarded_import_or_a_meter_still_frees_the_layers(tmp_path, o2, beside):
+    """60a's R1 and R2: the stricter reading of an O2 script held the layers for the
+    ordinary `try: from apex import amp except ImportError: amp = None`, and for any
+    `.initialize(` in a module it imports (a meter's)."""
+    root = _copy(tmp_path)
+    (root / "train_o2.py").write_text("from detector.layers import *\n" + o2)
+    if beside is not None:
+        (root / "meters.py").write_text(beside)
+    found = _amp303(run(_files(root), _settings()))
+    assert found["layers.py"].fix == "unsafe", found["layers.py"].message

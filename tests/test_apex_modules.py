@@ -3461,8 +3461,17 @@ def test_a_star_import_of_the_helpers_package_leaves_them_to_the_apex_branch(tmp
         )
 
 
-@pytest.mark.parametrize("folder", ["utils", "tools/helpers"])  # (58a: two levels down)
-def test_a_helper_folder_imported_through_the_repository_top_is_not_said_unused(tmp_path, folder):
+@pytest.mark.parametrize(
+    ("folder", "path"),
+    [
+        ("utils", 'sys.path.append("..")'),
+        ("tools/helpers", 'sys.path.append("..")'),  # (58a: two levels down)
+        ("utils", "print()"),  # (60a: run as `python -m examples.run`, no `sys.path`)
+    ],
+)
+def test_a_helper_folder_imported_through_the_repository_top_is_not_said_unused(
+    tmp_path, folder, path
+):
     """The 57th review (an NER project): `utils/adversarial.py` (no `__init__.py`) scales
     with apex; `examples/run.py` puts the repository's top on `sys.path`, imports it and
     initializes amp. The helper was told "no file of the project initializes apex amp ... so
@@ -3475,7 +3484,7 @@ def test_a_helper_folder_imported_through_the_repository_top_is_not_said_unused(
     )
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "run.py").write_text(
-        'import sys\n\nsys.path.append("..")\nfrom apex import amp\n'
+        f"import sys\n\n{path}\nfrom apex import amp\n"
         f"from {folder.replace('/', '.')}.adversarial import loss_backward\n\n\n"
         "def main(model, optimizer):\n"
         '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'

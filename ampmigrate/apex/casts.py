@@ -290,11 +290,8 @@ def never_casts(data: bytes) -> bool:
     found = False
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in amp | {"initialize", "init"}:
-            above = parents.get(id(node))
-            if node.id not in amp or not (
-                isinstance(above, ast.Attribute) and above.value is node
-            ):  # (the module handed on, or a name that may initialize)
-                return False
+            if node.id not in amp or not _only_tested(node, parents):
+                return False  # (the module handed on, or a name that may initialize)
         elif isinstance(node, ast.Attribute) and node.attr in ("initialize", "init"):
             if ast.unparse(node.value) not in amp:
                 continue  # (`dllogger.init(...)`, `torch.nn.init`: not apex's)
@@ -308,12 +305,35 @@ def never_casts(data: bytes) -> bool:
     return found
 
 
+def _only_tested(node: ast.Name, parents: dict) -> bool:
+    """A read of apex's amp that cannot initialize: an attribute of it (its calls are read
+    apart), the guard `amp = None`, `amp is None`, `if amp:` (60a's R2: the optional-apex
+    import), `getattr(amp, "__version__")`."""
+    above = parents.get(id(node))
+    if isinstance(node.ctx, ast.Store) or isinstance(above, ast.Attribute | ast.Compare):
+        return True
+    if isinstance(above, ast.If | ast.While | ast.IfExp | ast.Assert) and above.test is node:
+        return True
+    if isinstance(above, ast.BoolOp | ast.UnaryOp):
+        return True
+    return (
+        isinstance(above, ast.Call) and isinstance(above.func, ast.Name)
+        and above.func.id in ("getattr", "hasattr") and len(above.args) >= 2
+        and above.args[0] is node and isinstance(above.args[1], ast.Constant)
+        and above.args[1].value not in ("initialize", "init")
+    )  # fmt: skip
+
+
 def _initializer_below(path: str, graph: _Graph) -> bool:
     """A module ``path`` imports (directly or through others) may initialize amp at O1: an O2
     script that calls such a helper (59a's `setup_o1` in `amp_utils.py`) holds its layers."""
     for target, _, _ in _walk(path, graph):
         data = _read(target)
-        if (b".initialize(" in data or b"amp.init(" in data) and not never_casts(data):
+        if (
+            b"apex" in data
+            and (b".initialize(" in data or b"amp.init(" in data)
+            and not (never_casts(data))
+        ):  # (a module with no apex: `meter.initialize()` is no initializer, 60a's R1)
             return True
     return False
 

@@ -308,7 +308,10 @@ def _binds(statement: ast.stmt) -> set[str]:
     for block in ("body", "orelse", "finalbody"):
         for inner in getattr(statement, block, None) or ():
             found |= _binds(inner)
-    for handler in getattr(statement, "handlers", None) or ():
+    for handler in [
+        *(getattr(statement, "handlers", None) or ()),
+        *(getattr(statement, "cases", None) or ()),
+    ]:  # (`match`: 60a's W15)
         for inner in handler.body:
             found |= _binds(inner)
     return found

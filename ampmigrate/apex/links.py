@@ -1220,7 +1220,8 @@ def _project_files(
     namespace package: `from utils.common import ...`) and, unless ``every_folder``, only the
     packages below. ``through_top``: for a file in no package, also the files elsewhere under
     the repository's top (a folder up to two levels above with a README, a setup.py, ...) that
-    put a folder on ``sys.path``, through which they may import it (57a's
+    put a folder on ``sys.path`` or import the top folder of its path, through which they may
+    import it (57a's
     `examples/run_ner.py` and `utils/adversarial.py`; 58a's two levels down). None: more than
     ``_SCAN_LIMIT`` files."""
     packaged = os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(path)), "__init__.py"))
@@ -1238,7 +1239,17 @@ def _project_files(
     more = _walked_files(os.walk(top), True)
     if more is None:
         return None
-    found += [f for f in more if f not in known and b"sys.path" in _read(f)]
+    dotted = os.path.relpath(os.path.splitext(path)[0], top).replace(os.sep, ".")
+    first = dotted.partition(".")[0].encode()
+    found += [
+        f
+        for f in more
+        if f not in known
+        and any(
+            w in _read(f)
+            for w in (b"sys.path", b"addsitedir", b"from " + first, b"import " + first)
+        )
+    ]  # fmt: skip (60a's R3: run as `python -m`, or with PYTHONPATH, beside no `sys.path`)
     return found
 
 
