@@ -720,8 +720,7 @@ class Initialize:
                 isinstance(parent, cst.Assign)
                 and parent.value is node
                 and all(isinstance(t.target, cst.Name) for t in parent.targets)
-            ):  # an alias (`net = model.eval()`): its uses are the model's (58a)
-                names |= {t.target.value for t in parent.targets}
+            ):  # an alias (`net = model.eval()`, in ``names`` already): its uses are read
                 continue
             if parent is not None and (
                 (isinstance(parent, cst.Call) and parent.func is node)
@@ -735,13 +734,11 @@ class Initialize:
                 kept = self._callee_keeps(call, parent)
                 if kept is None:
                     continue
-            if isinstance(call, cst.Call) and (
-                (any(q in _MODEL_WRAPPERS for q in self.qualified(call.func))
-                 or _code(self.module, call.func).rpartition(".")[2] in _WRAPPER_NAMES)
+            if (
+                self._wrapper_of_model(call)
                 and isinstance(self.parent(call), cst.Assign)
                 and all(isinstance(t.target, cst.Name) for t in self.parent(call).targets)
-            ):  # fmt: skip
-                names |= {t.target.value for t in self.parent(call).targets}  # (`dp = DP(m)`)
+            ):  # (`dp = DataParallel(model)`: `dp` is in ``names`` already)
                 continue
             shown = _code(self.module, self.statement(node)).strip().splitlines()[0]
             where = (
@@ -767,10 +764,7 @@ class Initialize:
                 holder = self.parent(value)
                 if method is None and isinstance(holder, cst.Arg):  # (a wrapper's argument)
                     call = self.parent(holder)
-                    wrapped = isinstance(call, cst.Call) and (
-                        any(q in _MODEL_WRAPPERS for q in self.qualified(call.func))
-                        or _code(self.module, call.func).rpartition(".")[2] in _WRAPPER_NAMES
-                    )
+                    wrapped = self._wrapper_of_model(call)
                     value, holder = (call, self.parent(call)) if wrapped else (value, None)
                 if method is None and isinstance(holder, cst.Assign) and holder.value is value:
                     more |= {
@@ -779,6 +773,15 @@ class Initialize:
             if more <= found:
                 return found - names
             found |= more
+
+    def _wrapper_of_model(self, call: cst.CSTNode | None) -> bool:
+        """``call`` wraps a model into one that runs it (`torch.nn.DataParallel(model)`, also
+        under a name the imports do not resolve; narrower than regions' ``_wraps_model``,
+        whose copies and compiles the loop check refuses as handing the model on)."""
+        return isinstance(call, cst.Call) and (
+            any(q in _MODEL_WRAPPERS for q in self.qualified(call.func))
+            or _code(self.module, call.func).rpartition(".")[2] in _WRAPPER_NAMES
+        )
 
     def _model_value(self, node: cst.CSTNode) -> tuple[cst.CSTNode, str | None]:
         """The expression that carries the model on from ``node``: through method calls that

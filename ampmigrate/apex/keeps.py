@@ -15,7 +15,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from ampmigrate.apex.links import _module_file, _tree_of, module_definition
+from ampmigrate.apex.links import _module_file, module_definition, module_tree
 
 # builtins that read an object and keep nothing of it
 SHOWING = frozenset({"print", "len", "str", "repr", "isinstance", "type", "id", "hasattr"})
@@ -254,7 +254,7 @@ def _star_binding(path: str, star: ast.ImportFrom, name: str, depth: int):
         root = star.module.partition(".")[0]  # found on disk may: 59a's A07, on `sys.path`)
         known = not star.level and (root in sys.stdlib_module_names or root in _LIBRARIES)
         return _UNBOUND if known else None
-    tree = _module_tree(file)
+    tree = module_tree(file)
     if tree is None:
         return None
     public = _all(tree)
@@ -322,16 +322,7 @@ def _defined(path: str, qualified: str) -> Callee | None:
     if found is None or not isinstance(found[1], ast.FunctionDef):
         return None
     file, function = found
-    tree = _module_tree(file)
+    tree = module_tree(file)
     if tree is None:
         return None
     return function, Lookup(file, tree, os.path.basename(file)), os.path.basename(file)
-
-
-def _module_tree(file: str) -> ast.Module | None:
-    """The module at ``file`` parsed (once per version of it)."""
-    try:
-        stat = os.stat(file)
-    except OSError:
-        return None
-    return _tree_of(file, stat.st_mtime_ns, stat.st_size)

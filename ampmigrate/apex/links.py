@@ -769,11 +769,7 @@ def module_definition(
         found = _module_file(path, dots, ".".join(parts[:i]))
         if found is None:
             continue
-        try:
-            stat = os.stat(found)
-        except OSError:
-            return None
-        tree = _tree_of(found, stat.st_mtime_ns, stat.st_size)
+        tree = module_tree(found)
         body: list[ast.stmt] = tree.body if tree is not None else []
         node: ast.AST | None = None
         for part in parts[i:]:
@@ -797,6 +793,15 @@ def _tree_of(path: str, mtime: int, size: int) -> ast.Module | None:
             return ast.parse(handle.read(), path)
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+
+
+def module_tree(path: str) -> ast.Module | None:
+    """The module at ``path`` parsed, once per version of it (None: gone or unparsable)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return _tree_of(path, stat.st_mtime_ns, stat.st_size)
 
 
 def _defs(tree: ast.Module, name: str) -> list[ast.FunctionDef]:
@@ -1448,11 +1453,7 @@ def _resolves(caller: _File, qualified: str, callee: _File, function: str) -> bo
 def _reexports(path: str, callee: str, function: str) -> bool:
     """The module at ``path`` binds ``function`` by importing it from the file ``callee``
     (by name or with ``*``)."""
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return False
-    tree = _tree_of(path, stat.st_mtime_ns, stat.st_size)
+    tree = module_tree(path)
     for node in _import_statements(tree.body) if tree is not None else ():
         if not isinstance(node, ast.ImportFrom) or not any(
             a.name == "*" or (a.name == function and a.asname in (None, function))

@@ -26,9 +26,9 @@ from typing import Any
 from ampmigrate.apex.links import (
     _from_module,
     _Graph,
-    _read,
     _reexported,
     _walk,
+    module_tree,
     star_may_bind,
     users_on_disk,
 )
@@ -123,11 +123,8 @@ def _shared(path: str, chain: list[str], name: str) -> str | None:
 
 def _initializes(path: str, name: str) -> bool:
     """The module calls ``name.initialize(...)`` (a call, not text in a comment or string)."""
-    try:
-        tree = ast.parse(_read(path))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return any(
+    tree = module_tree(path)
+    return tree is not None and any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
         and n.func.attr == "initialize"
         and isinstance(n.func.value, ast.Name) and n.func.value.id == name
