@@ -3581,3 +3581,170 @@ def test_an_initialize_without_optimizer_is_not_counted_as_one_with(tmp_path):
     message = _amp303(run(_files(tmp_path), _settings()))["task.py"].message
     assert "util.py (imported by task.py at line 3) calls `amp.master_params`" in message
     assert "with an optimizer 2 times" not in message
+
+
+# a utilities module's helper that scales the loss it is given and leaves the step to its
+# callers (57a's NER scripts: `loss_backward(loss, optimizer)`), the script casts and steps
+BACKWARD_HELPER = {
+    "utils.py": """\
+from apex import amp
+
+
+def loss_backward(loss, optimizer, fp16=False):
+    if fp16:
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+    else:
+        loss.backward()
+""",
+    "main.py": """\
+import torch
+import torch.nn.functional as F
+from apex import amp
+from utils import loss_backward
+
+
+def main(fp16=True):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+    ).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    data, target = torch.randn(32, 8) / 4, torch.randn(32, 2) / 4
+    for _ in range(4):
+        x, y = data.to("cuda"), target.to("cuda")
+        loss = F.mse_loss(model(x).float(), y)
+        loss_backward(loss, optimizer, fp16)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        print(f"loss {loss.item():.4f}")
+
+
+if __name__ == "__main__":
+    main()
+""",
+}
+
+
+def test_a_helper_of_another_module_that_scales_leaves_the_step_to_the_script(tmp_path, stub):
+    """The script initializes, runs the forward, clips and steps; the helper it imports only
+    scales the backward (57a: refused, "links two files only where this one calls the one
+    function of that file that scales ... handing it the model and the optimizer"). Both are
+    rewritten: the helper takes the GradScaler, the script's forward gets its region, its
+    clip an `unscale_` (apex unscaled at the block's exit), its step the scaler's; the
+    helper's `fp16` is the script's switch. Run on CPU beside the O0 original."""
+    root, original = _fixed_beside_original(tmp_path, BACKWARD_HELPER, ["main.py", "utils.py"])
+    utils, main = (root / "utils.py").read_text(), (root / "main.py").read_text()
+    assert utils.startswith("def loss_backward(loss, optimizer, fp16=False, *, scaler):\n")
+    assert "        scaler.scale(loss).backward()\n    else:\n        loss.backward()\n" in utils
+    assert "import torch" not in utils  # (nothing in it reads torch)
+    assert "loss_backward(loss, optimizer, fp16, scaler=scaler)\n" in main
+    lines = [line.strip() for line in main.splitlines()]
+    at = lines.index("loss_backward(loss, optimizer, fp16, scaler=scaler)")
+    assert lines[at - 2 : at] == [
+        'with torch.amp.autocast("cuda", dtype=torch.float16, enabled=fp16):',
+        "loss = F.mse_loss(model(x).float(), y)",
+    ]
+    assert lines[at + 1 : at + 5] == [
+        "scaler.unscale_(optimizer)",
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+        "scaler.step(optimizer)",
+        "scaler.update()",
+    ]
+    assert "apex" not in utils + main
+    _on_cpu_beside_original(tmp_path, root, original, stub)
+
+
+def test_a_helper_that_always_scales_may_be_called_twice_before_the_step(tmp_path, stub):
+    """Adversarial training (FGM): the helper scales the clean and the perturbed loss, one
+    step follows both; the helper has no switch, so nothing is asked of its callers."""
+    files = {
+        "utils.py": BACKWARD_HELPER["utils.py"]
+        .replace("optimizer, fp16=False):\n    if fp16:\n", "optimizer):\n    if True:\n")
+        .replace("    if True:\n        with", "    with")
+        .replace("\n            scaled_loss", "\n        scaled_loss")
+        .replace("    else:\n        loss.backward()\n", ""),
+        "main.py": BACKWARD_HELPER["main.py"]
+        .replace("loss_backward(loss, optimizer, fp16)\n", "loss_backward(loss, optimizer)\n")
+        .replace(
+            "        torch.nn.utils.clip_grad_norm_",
+            "        noisy = F.mse_loss(model(x + 0.01).float(), y)\n"
+            "        loss_backward(noisy, optimizer)\n"
+            "        torch.nn.utils.clip_grad_norm_",
+        ),
+    }
+    assert files["utils.py"].endswith(
+        "optimizer) as scaled_loss:\n        scaled_loss.backward()\n"
+    )
+    root, original = _fixed_beside_original(tmp_path, files, ["main.py", "utils.py"])
+    main = (root / "main.py").read_text()
+    assert main.count("scaler=scaler)") == 2 and main.count("scaler.step(optimizer)") == 1
+    assert main.count('with torch.amp.autocast("cuda"') == 2
+    _on_cpu_beside_original(tmp_path, root, original, stub)
+
+
+@pytest.mark.parametrize(
+    ("change", "blocker"),
+    [
+        (  # the helper's switch given something else than the scaler's
+            ("loss_backward(loss, optimizer, fp16)", "loss_backward(loss, optimizer, True)"),
+            "tests `fp16`, here `True`, which is not known to hold wherever the GradScaler is on",
+        ),
+        (  # left to its default (False): the helper's plain backward under apex's scaler
+            ("loss_backward(loss, optimizer, fp16)", "loss_backward(loss, optimizer)"),
+            "tests `fp16`, left to its default here",
+        ),
+        (  # no step after it in the script: nothing to make the scaler's
+            ("        optimizer.step()\n", ""),
+            "no `optimizer.step()` after `loss_backward(...)`",
+        ),
+        (  # the call's value is used: not a statement of its own
+            (
+                "        loss_backward(loss, optimizer, fp16)",
+                "        done = loss_backward(loss, optimizer, fp16)",
+            ),
+            "this call is not a statement of its own",
+        ),
+    ],
+)
+def test_a_script_that_cannot_step_after_the_helper_keeps_both_on_apex(change, blocker, tmp_path):
+    files = dict(BACKWARD_HELPER)
+    files["main.py"] = files["main.py"].replace(*change)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    found = _amp303(run(_files(tmp_path), _settings()))
+    assert found["main.py"].fix is None and found["utils.py"].fix is None
+    assert blocker in found["main.py"].message
+    assert "can only be rewritten together" in found["utils.py"].message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # reads the gradients before its caller's step: apex's were unscaled there
+        "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n        scaled_loss.backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]['params'], 1.0)\n",
+        # steps itself: not a helper that leaves the step to its caller
+        "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n        scaled_loss.backward()\n"
+        "    optimizer.step()\n",
+        # rebinds the optimizer it scales for
+        "    optimizer = optimizer.inner\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "        scaled_loss.backward()\n",
+    ],
+)
+def test_a_helper_that_does_more_than_scale_the_backward_is_not_delegated(body, tmp_path):
+    (tmp_path / "utils.py").write_text(
+        "import torch\nfrom apex import amp\n\n\ndef loss_backward(loss, optimizer):\n" + body
+    )
+    (tmp_path / "main.py").write_text(
+        BACKWARD_HELPER["main.py"].replace(
+            "loss_backward(loss, optimizer, fp16)", "loss_backward(loss, optimizer)"
+        )
+    )
+    found = _amp303(run(_files(tmp_path), _settings()))
+    assert found["main.py"].fix is None and found["utils.py"].fix is None
+    assert "scales the loss and leaves the step" not in found["main.py"].message

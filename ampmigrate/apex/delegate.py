@@ -2,13 +2,21 @@
 ``_training_step``, whose ``train`` loop clips ``amp.master_params`` and steps): apex's scaled
 backward ends inside the helper, the step is its caller's, so the caller's ``opt.step()``
 becomes ``scaler.step`` + ``update()`` and the helper's call is the caller's scaled backward.
+The helper may sit in another module of the run (``Link.delegated``: a utilities module's
+``loss_backward(loss, optimizer)``): each side plans its half, the helper its
+``scaler.scale(loss).backward()``, the callers their steps and their forwards' regions.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code, is_path
+from ampmigrate.apex.common import _code, _Setup, is_path
+
+
+def _named(helper: cst.FunctionDef | str) -> str:
+    """The name a call of the helper spells (a helper in another module is known by it)."""
+    return helper if isinstance(helper, str) else helper.name.value
 
 
 class Delegate:
@@ -38,10 +46,90 @@ class Delegate:
             self.delegates[statement] = (helper, opt)
         return True
 
-    def _backs_every_path(self, helper: cst.FunctionDef, opt: str) -> bool:
+    def _stepped_elsewhere(self, function: cst.CSTNode) -> bool:
+        """``function`` is the linked helper whose callers, in other files, step."""
+        return (
+            self.delegating("callee")
+            and isinstance(function, cst.FunctionDef)
+            and function.name.value == self.link.trains
+            and self.parent(function) is self.module
+        )
+
+    def _linked_backwards(self, setup: _Setup, calls: list[cst.Call]) -> None:
+        """The calls of the linked helper (another file's, ``Link.delegated``) that this file
+        passes the GradScaler: each is a scaled backward of the optimizer it is given, stepped
+        here; its loss argument's forward gets its region here; each term of the helper's
+        tests is given what holds wherever the scaler is on (the helper takes them as on)."""
+        found = self.link.delegated
+        helper = self.link.trains
+        for call in calls:
+            function = self.function(call)
+            statement = self.statement(call)
+            access = self.access(function)
+            if not (
+                isinstance(statement, cst.SimpleStatementLine)
+                and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr)
+                and statement.body[0].value is call
+            ) or any(a.star for a in call.args):
+                self.problem(
+                    call,
+                    f"`{helper}(...)` ({self.link.other(self.role)}) scales a backward, and this "
+                    "call is not a statement of its own with plain arguments: the rewrite "
+                    "steps after it through `scaler.step`; migrate by hand",
+                )
+                continue
+            loss, optimizer = (_given(call, *found.loss), _given(call, *found.optimizer))
+            if loss is None or not is_path(optimizer) or access is None:
+                self.problem(
+                    call,
+                    f"`{helper}(...)` ({self.link.other(self.role)}) scales the loss it is given "
+                    "for the optimizer it is given, and this call gives "
+                    + ("no loss" if loss is None else "an optimizer that is not a name or "
+                       "attribute the rewrite can follow to its step")
+                    + ": migrate by hand",
+                )  # fmt: skip
+                continue
+            opt = _code(self.module, optimizer)
+            on = self._switch_terms(setup, access)
+            for term, param, at in found.switch:
+                given = _given(call, param, at)
+                spelled = _code(self.module, given) + term[len(param) :] if given else None
+                if spelled not in on:
+                    self.problem(
+                        call,
+                        f"`{helper}(...)` ({self.link.other(self.role)}) tests `{term}`, "
+                        + (f"here `{spelled}`" if spelled else "left to its default here")
+                        + ", which is not known to hold wherever the GradScaler is on (its "
+                        f"switch: {', '.join(f'`{t}`' for t in sorted(on)) or 'none'}): where "
+                        "it does not, the helper's unscaled backward would be stepped through "
+                        "the scaler; pass the switch, or migrate by hand",
+                    )
+            self.scaled.setdefault((id(function), opt), []).append(statement)
+            self.delegates[statement] = (helper, opt)
+            if not self._find_steps(opt, access, function, 1):
+                self.problem(
+                    call,
+                    f"no `{opt}.step()` after `{helper}(...)` ({self.link.other(self.role)}), "
+                    "which scales the loss and leaves the step to its caller, in this function "
+                    "nor in every function of this file that calls it: scaled gradients must "
+                    "be stepped through `scaler.step`",
+                )
+            self.requests.append(
+                (statement, loss, function, self._enabled_at(setup, function, statement))
+            )
+        self.plan.notes.append(
+            f"`{helper}` ({self.link.other(self.role)}) scales the loss and leaves the step to "
+            "its callers: each call here is a scaled backward, its step `scaler.step` + "
+            "`scaler.update()`, its forward under autocast"
+        )
+
+    def _backs_every_path(self, helper: cst.FunctionDef | str, opt: str) -> bool:
         """A call of ``helper`` surely backpropagates: a statement of its body does on every
         path (a ``raise`` leaves it for the caller's step too, a ``return`` before it does
         not)."""
+        if isinstance(helper, str):  # (another module's, read by the pre-pass)
+            return self.link.delegated.surely
         withs = self.scaled.get((id(helper), opt), [])
         if not isinstance(helper.body, cst.IndentedBlock):
             return False
@@ -177,3 +265,13 @@ class Delegate:
         block's owner)."""
         container = self.parent(helper)
         return self.parent(container) if isinstance(container, cst.IndentedBlock) else container
+
+
+def _given(call: cst.Call, name: str, at: int) -> cst.BaseExpression | None:
+    """What ``call`` gives the parameter ``name`` at position ``at`` (-1: keyword only)."""
+    for index, arg in enumerate(call.args):
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+        if arg.keyword is None and index == at:
+            return arg.value
+    return None

@@ -407,6 +407,11 @@ class Facts:
             and bool(link.trains)
         )
 
+    def delegating(self, role: str) -> bool:
+        """This file is the ``role`` side of a helper that scales and leaves the step to its
+        callers in other files (``Link.delegated``)."""
+        return self._linked_as(role) and self.link.delegated is not None
+
     def family_linked(self, role: str) -> bool:
         """This file is the ``role`` side of a class family's link (``Link.family``)."""
         return self._linked_as(role) and self.link.family is not None

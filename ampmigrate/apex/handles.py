@@ -1465,9 +1465,9 @@ class Handles:
         models = {self.link.model} if self.link.model else set()
         return _Setup(home, home, models, None, by_scaler=True)
 
-    def _pass_to_linked(self, setup: _Setup, init: cst.Call) -> None:
+    def _pass_to_linked(self, setup: _Setup, init: cst.Call) -> list[cst.Call]:
         """The initializing side of a link: pass the GradScaler at each call of the linked
-        functions (the pre-pass counted them; a different count here blocks)."""
+        functions (the pre-pass counted them; a different count here blocks); those calls."""
         if isinstance(setup.home, cst.FunctionDef):
             # the module-level functions of this file that call the linked ones, reached from
             # the initializing function (IsotonicDataAugmentation's `main` -> its own
@@ -1509,12 +1509,12 @@ class Handles:
                 "GradScaler where the scaler exists, after `amp.initialize` in this function: "
                 "pass it by hand",
             )
-            return
+            return []
         for call in calls:  # the linked functions' parameter is `scaler` (_linked_setup)
             value = self.access(self.function(call))
             if value is None:
                 self.problem(call, "this call cannot reach the GradScaler to pass it")
-                return
+                return []
             self.plan.edits[call] = functools.partial(
                 self._pass_scaler, keyword="scaler", value=value
             )
@@ -1524,6 +1524,7 @@ class Handles:
             f"the GradScaler is passed to {' and '.join(spelled)} ({self.link.other(self.role)}), "
             f"which {verb} rewritten in the same run"
         )
+        return calls
 
     def _run_after(self, statement: cst.CSTNode) -> list[cst.FunctionDef]:
         """The module-level functions that module-level code after ``statement`` calls by

@@ -31,6 +31,19 @@ APEX = "apex.amp."
 
 
 @dataclass(frozen=True)
+class Delegated:
+    """What a caller needs of a helper that scales and leaves the step to it: the helper's
+    loss and optimizer parameters (name, position; -1 keyword only), whether every path
+    through it backpropagates, and the terms of its tests that read a parameter (the text,
+    the parameter, its position): the callers show each on where their GradScaler is."""
+
+    loss: tuple[str, int]
+    optimizer: tuple[str, int]
+    surely: bool
+    switch: tuple[tuple[str, str, int], ...]
+
+
+@dataclass(frozen=True)
 class Link:
     """A training function and every file of the run that initializes amp and calls it: a
     family of scripts may share one ``train``. All are rewritten together, or none."""
@@ -79,6 +92,10 @@ class Link:
     # as the object holds them (``self.network``)
     family: str | None = None
     models: tuple[str, ...] = ()
+    # a helper that scales a loss it is given and leaves the step to its callers (57a's
+    # `loss_backward(loss, optimizer)` in a utilities module): each caller's call is its
+    # scaled backward, the caller steps and casts
+    delegated: Delegated | None = None
 
     @property
     def named(self) -> str:
@@ -863,6 +880,108 @@ def _linked_functions(file: _File) -> tuple[list[ast.FunctionDef], ast.FunctionD
     return sorted(homes, key=lambda f: f.lineno), trains
 
 
+def delegated(file: _File, trains: ast.FunctionDef | None) -> Delegated | None:
+    """``trains`` only backpropagates a loss it is given, scaled for an optimizer it is given,
+    and leaves the step to its caller: its calls are scaled backwards (``Link.delegated``).
+    Strict, since the caller plans around a body it cannot see: no call in it but apex's
+    ``scale_loss`` and ``.backward()``, the optimizer never rebound or stepped, no
+    ``master_params`` in the file, and the loss and optimizer plain parameters."""
+    if trains is None or "master_params" in file.members:
+        return None
+    params = [a.arg for a in (*trains.args.posonlyargs, *trains.args.args)]
+    where = {p: i for i, p in enumerate(params)} | {a.arg: -1 for a in trains.args.kwonlyargs}
+    scaled = file.members.get("scale_loss", [])
+    given = {
+        (ast.unparse(a), ast.unparse(o))
+        for c in scaled
+        if (a := _argument_of(c, "loss", 0)) is not None
+        and (o := _argument_of(c, "optimizers", 1)) is not None
+    }
+    if len(given) != 1:
+        return None
+    loss, optimizer = given.pop()
+    if loss not in where or optimizer not in where:
+        return None
+    for node in ast.walk(trains):
+        if isinstance(node, ast.Call):
+            if node in scaled or (
+                isinstance(node.func, ast.Attribute) and node.func.attr == "backward"
+            ):
+                continue
+            return None
+        if (
+            isinstance(node, ast.Name)
+            and node.id == optimizer
+            and not isinstance(node.ctx, ast.Load)
+        ):
+            return None
+        nested = isinstance(
+            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef
+        )
+        if (nested and node is not trains) or isinstance(
+            node, ast.Yield | ast.YieldFrom | ast.Global | ast.Nonlocal
+        ):
+            return None
+    switch = []
+    for node in ast.walk(trains):
+        for term in _leaves(node.test) if isinstance(node, ast.If | ast.IfExp) else ():
+            root = term
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in where:
+                switch.append((ast.unparse(term), root.id, where[root.id]))
+    return Delegated(
+        (loss, where[loss]),
+        (optimizer, where[optimizer]),
+        _backs_always(trains.body),
+        tuple(dict.fromkeys(switch)),
+    )
+
+
+def _leaves(test: ast.expr) -> Iterator[ast.expr]:
+    """The operands of a test's ``and``, ``or`` and ``not``."""
+    if isinstance(test, ast.BoolOp):
+        for value in test.values:
+            yield from _leaves(value)
+    elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        yield from _leaves(test.operand)
+    else:
+        yield test
+
+
+def _argument_of(call: ast.Call, keyword: str, index: int) -> ast.expr | None:
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    keywords = {k.arg: k.value for k in call.keywords}
+    return keywords.get(keyword, call.args[index] if len(call.args) > index else None)
+
+
+def _backs_always(body: list[ast.stmt]) -> bool:
+    """A statement of ``body`` backpropagates on every path through it, none leaving before
+    (a ``raise`` leaves for the caller's step too)."""
+    for statement in body:
+        if _backs(statement):
+            return True
+        if any(isinstance(n, ast.Return | ast.Break | ast.Continue) for n in ast.walk(statement)):
+            return False
+    return False
+
+
+def _backs(statement: ast.stmt) -> bool:
+    if isinstance(statement, ast.Expr):
+        call = statement.value
+        return (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "backward"
+        )
+    if isinstance(statement, ast.With):
+        return _backs_always(statement.body)
+    if isinstance(statement, ast.If):
+        return _backs_always(statement.body) and _backs_always(statement.orelse)
+    return isinstance(statement, ast.Raise)
+
+
 def _one_class(file: _File, members: set[str]) -> ast.ClassDef | None:
     """The module-level class whose methods hold every apex call of the file, all of them
     calls of ``members``."""
@@ -1509,6 +1628,7 @@ def link(
     under the same ``Link``."""
     files = [f for f in (_parsed(p, d) for p, d in apex_files) if f is not None and f.members]
     callees = {f.path: (f, *found) for f in files if (found := _linked_functions(f))[0]}
+    delegating = {path: delegated(f, trains) for path, (f, _, trains) in callees.items()}
     carriers = {path: _carriers(f, functions) for path, (f, functions, _) in callees.items()}
     # one `initialize` with an optimizer (others only cast models: a teacher's, for inference)
     trained = {f.path: [c for c in f.members.get("initialize", []) if _argument(c, "optimizers")]
@@ -1546,7 +1666,8 @@ def link(
         if not found or ("scale_loss" in caller.members) == bool(trainers):
             continue
         entries = [
-            _entry(caller.path, callees[p][2], calls, at, carriers[p]) for p, calls in found.items()
+            _entry(caller.path, callees[p][2], calls, at, carriers[p], bool(delegating[p]))
+            for p, calls in found.items()
         ]
         if None in entries:
             continue
@@ -1574,7 +1695,10 @@ def link(
                 optimizer=opt,
                 calls=tuple(n for *_, n, _ in found),
                 spellings=tuple(s for *_, s in found),
+                delegated=delegating[path] if not model else None,
             )
+            if item.delegated and len(group) > 1:
+                break  # (one helper that scales, beside other training modules: by hand)
             parts.append(_checked(item, by_path, everything))
         else:
             item = parts[0] if len(parts) == 1 else _joined(parts)
@@ -1776,18 +1900,20 @@ def _entry(
     calls: list[tuple[ast.Call, ast.FunctionDef]],
     spelled: dict[int, dict[str, set[str]]],
     carriers: dict[str, ast.FunctionDef],
+    delegating: bool = False,
 ) -> tuple[str, str, str, int, tuple[str, ...]] | None:
     """What one caller gives one callee's functions: the parameters of its training function
     that receive the model and the optimizer (through the carriers it calls), how many calls,
     how each function is spelled (None: not one parameter each, or one function spelled two
-    ways). ``spelled``: by call, how the caller's function around it spells them."""
+    ways). ``spelled``: by call, how the caller's function around it spells them. A helper
+    that scales and leaves the step to its callers (``delegating``) receives no model."""
     training = [(c, f) for c, f in calls if f is trains or f.name in carriers]
     models, optimizers = set(), set()
     if trains is not None:
         for c, f in training:
             models |= _received(f, c, spelled[id(c)]["models"], trains, carriers)
             optimizers |= _received(f, c, spelled[id(c)]["optimizers"], trains, carriers)
-    if trains is not None and (len(models) != 1 or len(optimizers) != 1):
+    if trains is not None and (len(models) != (0 if delegating else 1) or len(optimizers) != 1):
         return None
     spellings: dict[str, set[str]] = {}
     for call, function in calls:

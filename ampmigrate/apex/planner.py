@@ -693,6 +693,8 @@ class _Planner(
         self._hand_scaler()
         for call in calls.get("scale_loss", []):
             self._scale_loss(call, setup)
+        if initialize and self.delegating("caller"):  # its calls of the helper scale
+            self._linked_backwards(setup, self._pass_to_linked(setup, initialize[0]))
         if initialize:
             self._scaled_where_apex_was_off(initialize[0], setup, calls.get("scale_loss", []))
         several = [_argument(c, "optimizers", 1) for c in initialize[: 1 + len(self.merged)]]
@@ -780,7 +782,8 @@ class _Planner(
         ):  # the hook makes its own GradScaler, the family reads the object's; a kept handle
             pass  # is judged by its store
         elif initialize and role == "caller":
-            self._pass_to_linked(setup, initialize[0])
+            if not self.delegating("caller"):  # (a helper that scales: passed above)
+                self._pass_to_linked(setup, initialize[0])
         elif initialize and role == "callee" and self._sharing():
             pass  # the importers scale, reading the module's GradScaler (_shared_owner)
         elif initialize and not calls.get("scale_loss") and not self._stores and not self.passed:

@@ -237,7 +237,7 @@ class Step:
             self._steps(opt, access, function, call)
         if group is not None:
             self._one_update(group, function, call)
-        if not hooked:
+        if not hooked and not self._stepped_elsewhere(function):  # (there: the callers' regions)
             enabled = self._enabled_at(setup, function, statement)
             self.requests.append((statement, loss, function, enabled))
 
@@ -674,7 +674,9 @@ class Step:
             self._replace_step(node, access, opt)
         if not found:
             found += self._wrapper_steps(opt, access, function)
-        if not found and self._caller_steps(opt, function, depth):
+        if not found and (
+            self._stepped_elsewhere(function) or self._caller_steps(opt, function, depth)
+        ):
             self.stepped_by_callers.add(key)
         return bool(found) or key in self.stepped_by_callers
 
@@ -1479,7 +1481,11 @@ class Step:
             if isinstance(target, cst.Attribute) and _code(self.module, value) in on
         }
         enabled = {f"{access}.is_enabled()"} if access else set()
-        return on | stored | enabled | self._called_under(setup) | self._passed(setup, on)
+        # a helper whose callers step: they show each term of its tests on with their scaler
+        shown = (
+            {t for t, _, _ in self.link.delegated.switch} if self.delegating("callee") else set()
+        )
+        return on | stored | enabled | shown | self._called_under(setup) | self._passed(setup, on)
 
     def _passed(self, setup: _Setup, on: set[str]) -> set[str]:
         """A term of the switch that is a parameter of the function that initializes, given

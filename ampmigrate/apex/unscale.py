@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _statements, is_path
+from ampmigrate.apex.delegate import _named
 from ampmigrate.apex.links import module_function
 from ampmigrate.apex.verdict import APEX
 
@@ -195,7 +196,7 @@ class Unscale:
             if isinstance(node.func, cst.Attribute) and self._native_scaler(node.func.value):
                 continue  # (native AMP's GradScaler: `self.scaler.unscale_(opt)` in its arm)
             helper = self.delegates.get(self.statement(node))
-            if helper is not None and _code(self.module, node.func) == helper[0].name.value:
+            if helper is not None and _code(self.module, node.func) == _named(helper[0]):
                 continue  # (the helper that scales, called again: a scaled backward of its own)
             if any(  # after a step on its own path (a checkpoint saved after the step)
                 start < self.order[id(s)] < self.order[id(node)] and not self._parting_if(s, node)

@@ -52,6 +52,13 @@ def apply(text: str, fixes: Sequence[Fix], keep_imports: bool = False) -> str:
     ``keep_imports`` is for a package's ``__init__.py``, whose imports are its public API: other
     modules may import the name from it, so it stays even when unused here.
     """
+    done = _applied(text, fixes, keep_imports)
+    if not text.startswith(("\n", "\r")):  # (the file's first import gone, nothing added)
+        done = done.lstrip("\r\n")
+    return done
+
+
+def _applied(text: str, fixes: Sequence[Fix], keep_imports: bool) -> str:
     edits = sorted((e for fix in fixes for e in fix.edits), key=lambda e: (e.start, e.end))
     parts = []
     end = len(text)
@@ -76,6 +83,9 @@ def apply(text: str, fixes: Sequence[Fix], keep_imports: bool = False) -> str:
         module = tree.visit(ReplaceNodes(builds))
         text = module.code
         additions -= imports.imported_below_the_top(text)
+        # (a module the rewritten file never reads is not needed: the apex helper whose
+        # callers cast keeps only `scaler.scale(loss)`)
+        additions = {a for a in additions if ":" in a or imports.reads(text, a.split(".")[0])}
     fast = imports.remove_unused(text, sorted(removals, key=repr))
     if fast is not None and additions:  # (what is left bound once the removals are made)
         additions -= imports.bound_by_submodule_imports(fast)

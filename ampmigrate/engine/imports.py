@@ -262,6 +262,15 @@ def _top_block(tree: ast.Module) -> tuple[int, list[ast.stmt]]:
     return skip, block
 
 
+def reads(text: str, name: str) -> bool:
+    """``text`` loads the name ``name`` somewhere (an import it needs)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return True
+    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(tree))
+
+
 def add_needed(text: str, names: Iterable[str]) -> str | None:
     """``text`` with the imports ``names`` ("module" or "module:obj") the top import block lacks;
     None: libcst must do it."""
