@@ -6627,6 +6627,72 @@ def test_a_helper_that_scales_is_stepped_by_its_callers():
     assert "p.grad is not None" not in out
 
 
+SWITCHED_HELPER = """\
+import torch
+import torch.nn.functional as F
+from apex import amp
+
+
+def loss_backward(loss, optimizer, fp16=False):
+    if fp16:
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+    else:
+        loss.backward()
+
+
+def main(half=True):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+    ).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if half:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    data, target = torch.randn(32, 8) / 4, torch.randn(32, 2) / 4
+    losses = []
+    for _ in range(4):
+        x, y = data.to("cuda"), target.to("cuda")
+        loss = F.mse_loss(model(x).float(), y)
+        loss_backward(loss, optimizer, fp16=half)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+"""
+
+
+@pytest.mark.torch
+def test_a_helper_switched_by_its_parameter_is_stepped_by_its_callers():
+    """The helper scales under its own `fp16` parameter and backpropagates plainly otherwise;
+    every call gives it the scaler's switch, so its plain backward runs only with the scaler
+    off (refused before: "that test is not known to keep mixed precision off there"). Run on
+    CPU, with mixed precision on and off, beside the O0 original."""
+    out, _, fixed = fix_source(SWITCHED_HELPER, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert "    if fp16:\n        scaler.scale(loss).backward()\n    else:\n        loss." in out
+    assert "loss_backward(loss, optimizer, fp16=half, scaler=scaler)" in out
+    stub = {"initialize": lambda m, o, **kw: (m, o), "scale_loss": contextlib.contextmanager(
+        lambda loss, opt: (yield loss))}  # fmt: skip
+    original = SWITCHED_HELPER.replace("from apex import amp\n", "")
+    for half in (True, False):
+        with _on_cpu(out) as migrated, _on_cpu(original) as before:
+            before["amp"] = SimpleNamespace(**stub)
+            assert migrated["main"](half) == pytest.approx(before["main"](half), rel=2e-2)
+
+
+@pytest.mark.parametrize("given", ["False", "not fp16"])
+def test_a_helper_switched_by_something_else_keeps_its_plain_backward_refused(given):
+    """`fp16` in the helper is its own parameter, not the `fp16` of the function that
+    switches the scaler: given `False` there, its plain backward ran under apex's scaler and
+    was stepped plainly; `scaler.step` would divide those gradients by the scale (rewritten
+    before, where the switch was spelled `fp16` too)."""
+    source = SWITCHED_HELPER.replace("half", "fp16").replace("fp16=fp16)", f"fp16={given})")
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "that test is not known to keep mixed precision off there" in finding.message
+
+
 @pytest.mark.parametrize(
     ("old", "new", "guarded"),
     [
@@ -13101,3 +13167,29 @@ def test_each_way_of_running_the_model_before_initialize_in_the_loop_is_stated(l
     assert finding.fix == "unsafe", finding.message
     assert f"`{shown}(...)` at line" in finding.message and "runs the model" in finding.message
     assert "is handed the model" not in finding.message
+
+
+def test_a_gradient_read_before_a_step_that_precedes_the_backward_is_refused():
+    """The loop steps at the top of its next pass, after a clip (the 61st review's p51):
+    apex's gradients were unscaled when `scale_loss` exited, GradScaler's are scaled until
+    `scaler.step`; the rewrite placed no `unscale_` there and the clip stopped clipping (the
+    model did not train). Refused, naming the read."""
+    source = SWITCHED_HELPER.replace(
+        "        loss = F.mse_loss(model(x).float(), y)\n"
+        "        loss_backward(loss, optimizer, fp16=half)\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad()\n",
+        "        if losses:\n"
+        "            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)\n"
+        "            optimizer.step()\n"
+        "            optimizer.zero_grad()\n"
+        "        loss = F.mse_loss(model(x).float(), y)\n"
+        "        with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "            scaled_loss.backward()\n",
+    )
+    assert "if losses:" in source
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "this reads the gradients before `optimizer.step()` (line 28), which comes before" in (
+        finding.message
+    )

@@ -3690,12 +3690,12 @@ def test_a_helper_that_always_scales_may_be_called_twice_before_the_step(tmp_pat
     ("change", "blocker"),
     [
         (  # the helper's switch given something else than the scaler's
-            ("loss_backward(loss, optimizer, fp16)", "loss_backward(loss, optimizer, True)"),
-            "tests `fp16`, here `True`, which is not known to hold wherever the GradScaler is on",
+            ("loss_backward(loss, optimizer, fp16)", "loss_backward(loss, optimizer, not fp16)"),
+            "tests `fp16`, here `not fp16`, which is not known to hold wherever the GradScaler",
         ),
         (  # left to its default (False): the helper's plain backward under apex's scaler
             ("loss_backward(loss, optimizer, fp16)", "loss_backward(loss, optimizer)"),
-            "tests `fp16`, left to its default here",
+            "tests `fp16`, here `False`, which is not known to hold wherever",
         ),
         (  # no step after it in the script: nothing to make the scaler's
             ("        optimizer.step()\n", ""),
@@ -3748,3 +3748,92 @@ def test_a_helper_that_does_more_than_scale_the_backward_is_not_delegated(body, 
     found = _amp303(run(_files(tmp_path), _settings()))
     assert found["main.py"].fix is None and found["utils.py"].fix is None
     assert "scales the loss and leaves the step" not in found["main.py"].message
+
+
+def test_a_checkpoint_helper_beside_the_backward_helper_is_no_backward(tmp_path, stub):
+    """The helper's module also saves apex's state (the review's p29c): only the calls of
+    the helper that scales are the script's scaled backwards. The save was taken for one
+    too: a region around the top of `main` (`UnboundLocalError`) and its "loss" was the
+    model. Run and resumed on CPU beside the O0 original."""
+    files = dict(BACKWARD_HELPER)
+    files["utils.py"] = (
+        "import torch\n"
+        + files["utils.py"]
+        + "\n\ndef save_checkpoint(model, optimizer, fp16, path):\n"
+        '    state = {"model": model.state_dict(), "amp": amp.state_dict() if fp16 else None}\n'
+        "    torch.save(state, path)\n"
+    )
+    files["main.py"] = (
+        files["main.py"]
+        .replace(
+            "from utils import loss_backward", "from utils import loss_backward, save_checkpoint"
+        )
+        .replace(
+            '        print(f"loss {loss.item():.4f}")\n',
+            '        print(f"loss {loss.item():.4f}")\n'
+            '        save_checkpoint(model, optimizer, fp16, "last.pt")\n',
+        )
+    )
+    root, original = _fixed_beside_original(tmp_path, files, ["main.py", "utils.py"])
+    main = (root / "main.py").read_text()
+    assert 'save_checkpoint(model, optimizer, fp16, "last.pt", scaler=scaler)' in main
+    assert main.count("with torch.amp.autocast(") == 1
+    _on_cpu_beside_original(tmp_path, root, original, stub)
+
+
+def test_the_helper_imported_under_another_name_is_known_at_each_call(tmp_path, stub):
+    """`from utils import loss_backward as lb`, called for the clean and the perturbed loss
+    before one step: the second call was "given `optimizer` between its scaled backward and
+    the step" (the review's p02), though it is the helper itself."""
+    files = {
+        "utils.py": BACKWARD_HELPER["utils.py"],
+        "main.py": BACKWARD_HELPER["main.py"]
+        .replace("from utils import loss_backward", "from utils import loss_backward as lb")
+        .replace(
+            "        loss_backward(loss, optimizer, fp16)\n",
+            "        lb(loss, optimizer, fp16)\n"
+            "        noisy = F.mse_loss(model(x + 0.01).float(), y)\n"
+            "        lb(noisy, optimizer, fp16)\n",
+        ),
+    }
+    root, original = _fixed_beside_original(tmp_path, files, ["main.py", "utils.py"])
+    assert (root / "main.py").read_text().count("fp16, scaler=scaler)") == 2
+    _on_cpu_beside_original(tmp_path, root, original, stub)
+
+
+def test_a_switch_that_differs_in_the_function_between_is_not_the_scalers(tmp_path):
+    """`main` switches the GradScaler with `fp16` and hands `fp16 and epoch > 0` to the
+    function that calls the helper, as its own `fp16` (the review's p07): the same spelling
+    is another value there. Rewritten before, `scaler.step` then met the first epoch's
+    unscaled backward (`Attempted unscale_ but _scale is None`); refused now."""
+    (tmp_path / "utils.py").write_text(BACKWARD_HELPER["utils.py"])
+    main = BACKWARD_HELPER["main.py"].replace(
+        "    for _ in range(4):\n",
+        "    for epoch in range(2):\n        train_epoch(model, optimizer, data, target, "
+        "fp16 and epoch > 0)\n\n\ndef train_epoch(model, optimizer, data, target, fp16):\n"
+        "    for _ in range(4):\n",
+    )
+    assert "def train_epoch(" in main
+    (tmp_path / "main.py").write_text(main)
+    found = _amp303(run(_files(tmp_path), _settings()))
+    assert found["main.py"].fix is None
+    assert "tests `fp16`, here `fp16`, which is not known to hold wherever" in (
+        found["main.py"].message
+    )
+
+
+@pytest.mark.parametrize(
+    ("helper", "call"),
+    [
+        ("fp16=False", "loss_backward(loss, optimizer, True)"),  # a literal True
+        ("fp16=True", "loss_backward(loss, optimizer)"),  # a default True
+    ],
+)
+def test_a_helper_switch_that_always_holds_asks_nothing_of_the_scaler(helper, call, tmp_path):
+    """The helper always scales there (the review's p13, p14: "not known to hold")."""
+    (tmp_path / "utils.py").write_text(BACKWARD_HELPER["utils.py"].replace("fp16=False", helper))
+    (tmp_path / "main.py").write_text(
+        BACKWARD_HELPER["main.py"].replace("loss_backward(loss, optimizer, fp16)", call)
+    )
+    found = _amp303(run(_files(tmp_path), _settings()))
+    assert found["main.py"].fix is not None and found["utils.py"].fix is not None

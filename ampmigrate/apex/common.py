@@ -291,3 +291,13 @@ def _is_call_of(node: cst.CSTNode, attr: str) -> bool:
 _NO_SPACE = cst.AssignEqual(
     whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
 )
+
+
+def given_at(call: cst.Call, name: str, at: int) -> cst.BaseExpression | None:
+    """What ``call`` gives the parameter ``name`` at position ``at`` (-1: keyword only)."""
+    for index, arg in enumerate(call.args):
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+        if arg.keyword is None and index == at:
+            return arg.value
+    return None

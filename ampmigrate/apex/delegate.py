@@ -11,12 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code, _Setup, is_path
-
-
-def _named(helper: cst.FunctionDef | str) -> str:
-    """The name a call of the helper spells (a helper in another module is known by it)."""
-    return helper if isinstance(helper, str) else helper.name.value
+from ampmigrate.apex.common import _code, _Setup, given_at, is_path
 
 
 class Delegate:
@@ -62,7 +57,8 @@ class Delegate:
         tests is given what holds wherever the scaler is on (the helper takes them as on)."""
         found = self.link.delegated
         helper = self.link.trains
-        for call in calls:
+        defaults = dict(found.defaults)
+        for call in (c for c in calls if _code(self.module, c.func) in self.link.backs[0]):
             function = self.function(call)
             statement = self.statement(call)
             access = self.access(function)
@@ -79,7 +75,7 @@ class Delegate:
                     "steps after it through `scaler.step`; migrate by hand",
                 )
                 continue
-            loss, optimizer = (_given(call, *found.loss), _given(call, *found.optimizer))
+            loss, optimizer = (given_at(call, *found.loss), given_at(call, *found.optimizer))
             if loss is None or not is_path(optimizer) or access is None:
                 self.problem(
                     call,
@@ -91,19 +87,26 @@ class Delegate:
                 )  # fmt: skip
                 continue
             opt = _code(self.module, optimizer)
-            on = self._switch_terms(setup, access)
+            on = self._in_scope(function, self._switch_terms(setup, access), setup)
+            enabled = f"{access}.is_enabled()"
             for term, param, at in found.switch:
-                given = _given(call, param, at)
-                spelled = _code(self.module, given) + term[len(param) :] if given else None
-                if spelled not in on:
+                given = given_at(call, param, at)
+                shown = _code(self.module, given) if given else defaults.get(param)
+                spelled = shown + term[len(param) :] if shown else None
+                if spelled not in on and spelled != "True":  # (a literal True always holds)
+                    shown_on = sorted(t for t in on if "__name__" not in t and t != enabled)
                     self.problem(
                         call,
                         f"`{helper}(...)` ({self.link.other(self.role)}) tests `{term}`, "
-                        + (f"here `{spelled}`" if spelled else "left to its default here")
-                        + ", which is not known to hold wherever the GradScaler is on (its "
-                        f"switch: {', '.join(f'`{t}`' for t in sorted(on)) or 'none'}): where "
-                        "it does not, the helper's unscaled backward would be stepped through "
-                        "the scaler; pass the switch, or migrate by hand",
+                        + (f"here `{spelled}`" if spelled else "left to a default it lacks here")
+                        + ", which is not known to hold wherever the GradScaler is on ("
+                        + (
+                            f"its switch here: {' and '.join(f'`{t}`' for t in shown_on)}"
+                            if shown_on
+                            else "nothing here is known to be its switch"
+                        )
+                        + "): where it does not, the helper's unscaled backward would be "
+                        "stepped through the scaler; give it that switch, or migrate by hand",
                     )
             self.scaled.setdefault((id(function), opt), []).append(statement)
             self.delegates[statement] = (helper, opt)
@@ -123,6 +126,13 @@ class Delegate:
             "its callers: each call here is a scaled backward, its step `scaler.step` + "
             "`scaler.update()`, its forward under autocast"
         )
+
+    def _calls_helper(self, call: cst.Call, helper: cst.FunctionDef | str) -> bool:
+        """``call`` calls ``helper`` (another module's, by a spelling the pre-pass found)."""
+        spelled = _code(self.module, call.func)
+        if isinstance(helper, str):
+            return spelled in self.link.backs[0]
+        return spelled == helper.name.value
 
     def _backs_every_path(self, helper: cst.FunctionDef | str, opt: str) -> bool:
         """A call of ``helper`` surely backpropagates: a statement of its body does on every
@@ -265,13 +275,3 @@ class Delegate:
         block's owner)."""
         container = self.parent(helper)
         return self.parent(container) if isinstance(container, cst.IndentedBlock) else container
-
-
-def _given(call: cst.Call, name: str, at: int) -> cst.BaseExpression | None:
-    """What ``call`` gives the parameter ``name`` at position ``at`` (-1: keyword only)."""
-    for index, arg in enumerate(call.args):
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg.value
-        if arg.keyword is None and index == at:
-            return arg.value
-    return None

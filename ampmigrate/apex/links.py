@@ -41,6 +41,7 @@ class Delegated:
     optimizer: tuple[str, int]
     surely: bool
     switch: tuple[tuple[str, str, int], ...]
+    defaults: tuple[tuple[str, str], ...]  # those parameters' defaults, as written
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class Link:
     # `loss_backward(loss, optimizer)` in a utilities module): each caller's call is its
     # scaled backward, the caller steps and casts
     delegated: Delegated | None = None
+    backs: tuple[tuple[str, ...], ...] = ()  # per caller: how it spells that helper
 
     @property
     def named(self) -> str:
@@ -129,7 +131,11 @@ class Link:
             return self
         i = self.callers.index(path)
         return replace(
-            self, callers=(path,), calls=self.calls[i : i + 1], spellings=self.spellings[i : i + 1]
+            self,
+            callers=(path,),
+            calls=self.calls[i : i + 1],
+            spellings=self.spellings[i : i + 1],
+            backs=self.backs[i : i + 1],
         )
 
     def other(self, role: str, path: str | None = None) -> str:
@@ -930,11 +936,17 @@ def delegated(file: _File, trains: ast.FunctionDef | None) -> Delegated | None:
                 root = root.value
             if isinstance(root, ast.Name) and root.id in where:
                 switch.append((ast.unparse(term), root.id, where[root.id]))
+    named = [*trains.args.posonlyargs, *trains.args.args]
+    defaults = dict(zip([a.arg for a in named[len(named) - len(trains.args.defaults) :]],
+                        trains.args.defaults, strict=True))  # fmt: skip
+    defaults |= {a.arg: d for a, d in zip(trains.args.kwonlyargs, trains.args.kw_defaults,
+                                          strict=True) if d is not None}  # fmt: skip
     return Delegated(
         (loss, where[loss]),
         (optimizer, where[optimizer]),
         _backs_always(trains.body),
         tuple(dict.fromkeys(switch)),
+        tuple((p, ast.unparse(defaults[p])) for _, p, _ in switch if p in defaults),
     )
 
 
@@ -1635,6 +1647,7 @@ def link(
                for f in files}  # fmt: skip
     callers = [f for f in files if f.members.get("initialize") and len(trained[f.path]) == 1]
     found_by: dict[str, list[tuple[str, str, str, int, tuple[str, ...]]]] = {}  # by callee
+    backs: dict[tuple[str, str], tuple[str, ...]] = {}  # (caller, callee): its helper's spelling
     reaches: dict[str, tuple[str, ...]] = {}  # by caller: the callees it passes the scaler to
     called: dict[str, set[str]] = {}  # by callee: the functions of it that callers call
     for caller in callers:
@@ -1673,6 +1686,10 @@ def link(
             continue
         for path, entry in zip(found, entries, strict=True):
             found_by.setdefault(path, []).append(entry)
+            helper = callees[path][2]
+            backs[caller.path, path] = tuple(
+                sorted({ast.unparse(c.func) for c, f in found[path] if f is helper})
+            )
             called.setdefault(path, set()).update(f.name for _, f in found[path])
         reaches[caller.path] = tuple(sorted(found))
     by_path = {f.path: f for f in files}
@@ -1696,6 +1713,7 @@ def link(
                 calls=tuple(n for *_, n, _ in found),
                 spellings=tuple(s for *_, s in found),
                 delegated=delegating[path] if not model else None,
+                backs=tuple(backs[c, path] for c, *_ in found),
             )
             if item.delegated and len(group) > 1:
                 break  # (one helper that scales, beside other training modules: by hand)

@@ -14,7 +14,16 @@ from collections.abc import Iterator, Sequence
 import libcst as cst
 
 from ampmigrate.apex.clip import _HOLDS_GRADIENTS
-from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _Setup, _statements, is_path
+from ampmigrate.apex.common import (
+    Loop,
+    _argument,
+    _code,
+    _is_call_of,
+    _Setup,
+    _statements,
+    given_at,
+    is_path,
+)
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.apex.wrappers import wrapper_step
 from ampmigrate.replace import ReplaceNodes
@@ -1268,7 +1277,8 @@ class Step:
                     ((self._separating(node, w), w) for w in apart),
                     key=lambda pair: -len(list(self.ancestors(pair[0]))),
                 )
-                on = self._switch_terms(setup, access) if on is None else on
+                if on is None:
+                    on = self._in_scope(function, self._switch_terms(setup, access), setup)
                 tests = [self._off_path(node, branch, on) for branch, _ in branches]
                 if None in tests:
                     continue
@@ -1500,6 +1510,59 @@ class Step:
             return set()
         listed = [p.name.value for p in (*home.params.posonly_params, *home.params.params)]
         return self._given(home.name.value, {t: listed.index(t) for t in on & set(listed)})
+
+    def _in_scope(
+        self, function: cst.CSTNode, on: set[str], setup: _Setup, seen: frozenset = frozenset()
+    ) -> set[str]:
+        """The terms of ``on`` (what holds wherever the scaler is on, as the function that
+        makes it reads them) as they read in ``function``, a module-level function whose
+        every call here is seen: a parameter handed on under its own name keeps its terms;
+        one given anything else at a call (``fp16=False``, ``fp16 and epoch > 0``, its
+        default) or rebound loses them, and is itself a term where every call gives it the
+        same term (``fp16=args.fp16``; ``args`` where ``args.fp16`` is one), as the caller
+        reads it. Elsewhere the terms are taken as they are spelled."""
+        if (
+            function is setup.home
+            or not isinstance(function, cst.FunctionDef)
+            or self.parent(function) is not self.module
+            or (self.link and self.link.shared and self.role == "caller")
+        ):  # (an importer of a setup function: its terms are read where it calls that)
+            return on
+        refs = list(self._references(function.name.value))
+        calls = [self.parent(r) for r in refs]
+        if not calls or any(
+            not (isinstance(c, cst.Call) and c.func is r) or any(a.star for a in c.args)
+            for c, r in zip(calls, refs, strict=True)
+        ):
+            return on
+        seen |= {id(function)}
+        params = function.params
+        listed = [p.name.value for p in (*params.posonly_params, *params.params)]
+        where = {n: i for i, n in enumerate(listed)} | {
+            p.name.value: -1 for p in params.kwonly_params
+        }
+        assigned = self.facts(function.body).assigned
+        differs, added = set(), set()
+        for name, at in where.items():
+            given = {_code(self.module, v) if (v := given_at(c, name, at)) else None for c in calls}
+            if given == {name} and name not in assigned:
+                continue  # (handed on as it is: `train(model, args)`)
+            differs.add(name)
+            value = given.pop() if len(given) == 1 and name not in assigned else None
+            if value == "True":  # (a literal True holds wherever anything does)
+                added.add(name)
+                continue
+            if value is None:
+                continue
+            for call in calls:  # (the argument means the same where each call is)
+                caller = self.function(call)
+                terms = self._in_scope(caller, on, setup, seen) if id(caller) not in seen else ()
+                if not any(t == value or t.startswith(value + ".") for t in terms):
+                    break
+            else:
+                added |= {name} if value in on else set()
+                added |= {name + t[len(value) :] for t in on if t.startswith(value + ".")}
+        return {t for t in on if not _names_in(t) & differs} | added
 
     def _given(self, function: str, params: dict[str, int]) -> set[str]:
         """What every call of ``function`` in this file gives each of ``params`` (name: its
@@ -1894,3 +1957,11 @@ def _root(node: ast.expr) -> str | None:
     while isinstance(node, ast.Attribute | ast.Subscript):
         node = node.value
     return node.id if isinstance(node, ast.Name) else None
+
+
+def _names_in(term: str) -> set[str]:
+    """The names a term of a test reads (all of them, where it does not parse)."""
+    try:
+        return {n.id for n in ast.walk(ast.parse(term, mode="eval")) if isinstance(n, ast.Name)}
+    except SyntaxError:
+        return {term}

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _statements, is_path
-from ampmigrate.apex.delegate import _named
 from ampmigrate.apex.links import module_function
 from ampmigrate.apex.verdict import APEX
 
@@ -120,6 +119,7 @@ class Unscale:
             steps = self.steps.get((id(function), opt), [])
             after = [self.order[id(s)] for s in steps if self.order[id(s)] > self.order[id(scaled)]]
             if not after:
+                self._read_before_looped_step(scaled, function, opt, steps)
                 continue
             self._optimizer_handed_on(scaled, function, opt, steps)
             for node in self.nodes[self.order[id(scaled)] + 1 : min(after)]:
@@ -196,7 +196,7 @@ class Unscale:
             if isinstance(node.func, cst.Attribute) and self._native_scaler(node.func.value):
                 continue  # (native AMP's GradScaler: `self.scaler.unscale_(opt)` in its arm)
             helper = self.delegates.get(self.statement(node))
-            if helper is not None and _code(self.module, node.func) == _named(helper[0]):
+            if helper is not None and self._calls_helper(node, helper[0]):
                 continue  # (the helper that scales, called again: a scaled backward of its own)
             if any(  # after a step on its own path (a checkpoint saved after the step)
                 start < self.order[id(s)] < self.order[id(node)] and not self._parting_if(s, node)
@@ -467,6 +467,34 @@ class Unscale:
             if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
                 pending += [node.left, node.right]
         return found
+
+    def _read_before_looped_step(self, scaled, function, opt: str, steps: list) -> None:
+        """Every step of ``opt`` comes before the scaled backward (the loop steps at the top
+        of its next pass): a gradient read before the step saw apex's unscaled gradients and
+        would see GradScaler's scaled ones (the review's p51: a clip that no longer clipped).
+        Refused, naming it."""
+        if not steps:
+            return
+        first = min(self.order[id(s)] for s in steps)
+        read = next(
+            (
+                n
+                for n in self.nodes[:first]
+                if isinstance(n, cst.SimpleStatementLine)
+                and self.function(n) is function
+                and self._reads_gradients(n)
+            ),
+            None,
+        )
+        if read is not None:
+            self.problem(
+                read,
+                f"this reads the gradients before `{opt}.step()` (line "
+                f"{self.line(steps[0])}), which comes before the scaled backward at line "
+                f"{self.line(scaled)} (the next pass of the loop steps what it scaled): apex "
+                "had unscaled them there, GradScaler's are still scaled; move the step after "
+                f"the backward, or place `scaler.unscale_({opt})` before this read, by hand",
+            )
 
     def _reads_gradients(self, statement: cst.CSTNode, follow: bool = True, depth: int = 0) -> bool:
         """Gradient values are read: not ``p.grad = None`` (a write) nor ``p.grad is None``
