@@ -13193,3 +13193,60 @@ def test_a_gradient_read_before_a_step_that_precedes_the_backward_is_refused():
     assert "this reads the gradients before `optimizer.step()` (line 28), which comes before" in (
         finding.message
     )
+
+
+KFOLD_BEST = """\
+import torch
+from apex import amp
+
+
+def main():
+    best = None
+    for fold in range(3):
+        model = torch.nn.Linear(4, 2).to("cuda")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        best_score = -1.0
+        for epoch in range(2):
+            loss = model(torch.randn(8, 4, device="cuda")).pow(2).mean()
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            score = -loss.item()
+            if score > best_score:
+                model_to_save = model.module if hasattr(model, "module") else model
+                torch.save(model_to_save.state_dict(), f"fold{fold}.pt")
+                best_score, best = score, model
+    return best_score
+"""
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        "",  # the pass's model kept under other names, none read after the loop
+        "    print(best(torch.randn(2, 4, device='cuda')))\n",  # a forward after the loop
+        "    print(model_to_save.weight.dtype)\n",
+        # a plain alias (`best = model`), run after the loop: rewritten with no word before
+        "    print(best(torch.randn(2, 4, device='cuda')))\n#plain\n",
+    ],
+)
+def test_a_k_fold_loop_that_keeps_its_model_under_another_name_is_read_after_it(after):
+    """Hugging Face's `model_to_save = model.module if hasattr(model, "module") else model`
+    and a tuple `best_score, best = score, model` in a k-fold loop (the 60th review's
+    over-refusals: "hands its model on where the rewrite does not follow it") are aliases
+    of the pass's model; a read of one after the loop (a forward there ran in float16
+    under apex's casts) is refused, where a plain alias was rewritten with no word before."""
+    source = KFOLD_BEST.replace("    return best_score\n", after + "    return best_score\n")
+    if "#plain" in after:
+        source = source.replace("best_score, best = score, model", "best = model").replace(
+            '                model_to_save = model.module if hasattr(model, "module") else model\n',
+            "                model_to_save = model\n",
+        )
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    if not after:
+        assert finding.fix is not None, finding.message
+    else:
+        assert finding.fix is None
+        assert "holds a pass's model and is read after the loop (line 23)" in finding.message

@@ -698,8 +698,17 @@ class Initialize:
         first = target.elements[0].value if isinstance(target, cst.Tuple | cst.List) else target
         names = {n.value for n in self._subtree(first) if isinstance(n, cst.Name)}
         own = set(map(id, self._subtree(self.statement(init))))
-        names |= self._aliases_in(loop, names, own)  # (one used before its binding, on the
-        # next pass: 59a's A13)
+        aliases = self._aliases_in(loop, names, own)  # (one used before its binding, on the
+        names |= aliases  # next pass: 59a's A13)
+        read = self._read_after_loop(loop, aliases)
+        if read is not None:
+            return (
+                f"`amp.initialize` runs on every pass of the loop at line {self.line(loop)}, "
+                f"and `{read.value}` holds a pass's model and is read after the loop (line "
+                f"{self.line(read)}), where the rewrite does not follow it: a forward of it "
+                "there ran under apex O1's casts (float16) and would run in float32, outside "
+                "any region; migrate by hand"
+            )
         # (a use before `initialize` counts too: O1 returns the models it is given, so a
         # pass's fresh `model = build()` kept before it is the model initialized)
         for node in self._subtree(loop.body):
@@ -710,7 +719,13 @@ class Initialize:
                 isinstance(parent, cst.Arg) and parent.keyword is node
             ):
                 continue  # (`args.model`, `f(model=...)`: a name, not the model)
+            while isinstance(parent, cst.Element | cst.Tuple | cst.List):
+                parent = self.parent(parent)
+            if isinstance(parent, cst.AssignTarget):
+                continue  # (`best_score, best = ...` binds the alias: its reads are read)
             node, method = self._model_value(node)
+            if method is None:
+                node = self._either_model(node, names)
             parent = self.parent(node)
             if method is not None:
                 if method not in HANDS_ON:
@@ -720,8 +735,8 @@ class Initialize:
                 isinstance(parent, cst.Assign)
                 and parent.value is node
                 and all(isinstance(t.target, cst.Name) for t in parent.targets)
-            ):  # an alias (`net = model.eval()`, in ``names`` already): its uses are read
-                continue
+            ) or self._paired_target(node) is not None:  # an alias (`net = model.eval()`,
+                continue  # `best_score, best = score, model`: in ``names`` already)
             if parent is not None and (
                 (isinstance(parent, cst.Call) and parent.func is node)
                 or isinstance(parent, cst.AssignTarget | cst.Return | cst.Expr)
@@ -761,6 +776,8 @@ class Initialize:
                 if not (isinstance(node, cst.Name) and node.value in found and id(node) not in own):
                     continue
                 value, method = self._model_value(node)
+                if method is None:
+                    value = self._either_model(value, found)
                 holder = self.parent(value)
                 if method is None and isinstance(holder, cst.Arg):  # (a wrapper's argument)
                     call = self.parent(holder)
@@ -770,9 +787,64 @@ class Initialize:
                     more |= {
                         t.target.value for t in holder.targets if isinstance(t.target, cst.Name)
                     }
+                elif method is None and (paired := self._paired_target(value)) is not None:
+                    more.add(paired)
             if more <= found:
                 return found - names
             found |= more
+
+    def _read_after_loop(self, loop: cst.CSTNode, aliases: set[str]) -> cst.Name | None:
+        """The first read, after ``loop`` in its function, of a name the loop binds to its
+        pass's model (`prev = model`, then `prev(x)` after the loop: the 62nd stop's probe,
+        rewritten with no word before)."""
+        end = self.ends[id(loop)] - 1
+        for node in self._subtree(self.function(loop)):
+            if not (
+                isinstance(node, cst.Name) and node.value in aliases and self.order[id(node)] >= end
+            ):
+                continue
+            parent = self.parent(node)
+            if (
+                isinstance(parent, cst.AssignTarget | cst.Param)
+                or (isinstance(parent, cst.Attribute) and parent.attr is node)
+                or (isinstance(parent, cst.Arg) and parent.keyword is node)
+            ):
+                continue
+            return node
+        return None
+
+    def _either_model(self, value: cst.CSTNode, names: set[str]) -> cst.CSTNode:
+        """``value`` or, where it is an arm of a conditional expression whose other arm is
+        the model too (Hugging Face's `model.module if hasattr(model, "module") else model`),
+        that expression: it carries the model on as either arm does."""
+        choice = self.parent(value)
+        if not isinstance(choice, cst.IfExp) or value not in (choice.body, choice.orelse):
+            return value
+        other = choice.orelse if value is choice.body else choice.body
+        while isinstance(other, cst.Attribute) and other.attr.value == "module":
+            other = other.value
+        return choice if isinstance(other, cst.Name) and other.value in names else value
+
+    def _paired_target(self, value: cst.CSTNode) -> str | None:
+        """The plain name a tuple assignment binds ``value`` to, by position (`best_score,
+        best = score, model`, the 60th review's over-refusal); None otherwise."""
+        pair = self.parent(value)
+        holder = self.parent(self.parent(pair)) if isinstance(pair, cst.Element) else None
+        if not (
+            isinstance(holder, cst.Assign)
+            and holder.value is self.parent(pair)
+            and isinstance(holder.value, cst.Tuple)
+            and len(holder.targets) == 1
+            and isinstance(holder.targets[0].target, cst.Tuple | cst.List)
+        ):
+            return None
+        values, targets = holder.value.elements, holder.targets[0].target.elements
+        if len(values) != len(targets) or any(
+            isinstance(e, cst.StarredElement) for e in (*values, *targets)
+        ):
+            return None
+        target = targets[list(values).index(pair)].value
+        return target.value if isinstance(target, cst.Name) else None
 
     def _wrapper_of_model(self, call: cst.CSTNode | None) -> bool:
         """``call`` wraps a model into one that runs it (`torch.nn.DataParallel(model)`, also
