@@ -13250,3 +13250,39 @@ def test_a_k_fold_loop_that_keeps_its_model_under_another_name_is_read_after_it(
     else:
         assert finding.fix is None
         assert "holds a pass's model and is read after the loop (line 23)" in finding.message
+
+
+def test_the_switch_given_to_the_function_that_initializes_is_read_where_it_is_called():
+    """NVIDIA's BERT `run_glue.py`: `init_optimizer_and_amp(model, ..., args.fp16)`
+    initializes under its `use_fp16`; `main(args)`, called with `parse_args()`, scales under
+    `if args.fp16:` beside a plain backward. `args.fp16` is read in `main`, where it is
+    given: its plain backward runs with the scaler off (the 62nd stop's first reading of
+    terms by scope dropped it there, as `args` is not handed to `main` as `args`)."""
+    source = (
+        "import argparse\n\nimport torch\nfrom apex import amp\n\n\n"
+        "def init_optimizer_and_amp(model, use_fp16):\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    if use_fp16:\n"
+        '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    return model, optimizer\n\n\n"
+        "def main(args):\n"
+        '    model = torch.nn.Linear(4, 2).to("cuda")\n'
+        "    model, optimizer = init_optimizer_and_amp(model, args.fp16)\n"
+        "    for _ in range(3):\n"
+        '        loss = model(torch.randn(8, 4, device="cuda")).pow(2).mean()\n'
+        "        if args.fp16:\n"
+        "            with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "                scaled_loss.backward()\n"
+        "        else:\n"
+        "            loss.backward()\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad()\n\n\n"
+        "def parse_args():\n"
+        "    parser = argparse.ArgumentParser()\n"
+        '    parser.add_argument("--fp16", action="store_true")\n'
+        "    return parser.parse_args()\n\n\n"
+        'if __name__ == "__main__":\n    main(parse_args())\n'
+    )
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert "            loss.backward()\n        scaler.step(optimizer)\n" in out

@@ -1526,8 +1526,9 @@ class Step:
             or not isinstance(function, cst.FunctionDef)
             or self.parent(function) is not self.module
             or (self.link and self.link.shared and self.role == "caller")
-        ):  # (an importer of a setup function: its terms are read where it calls that)
-            return on
+            or self._calls_home(function, setup)
+        ):  # (the terms of what is given the function that initializes are read where it is
+            return on  # called: in an importer of a setup function, in `main` (NVIDIA's BERT))
         refs = list(self._references(function.name.value))
         calls = [self.parent(r) for r in refs]
         if not calls or any(
@@ -1563,6 +1564,17 @@ class Step:
                 added |= {name} if value in on else set()
                 added |= {name + t[len(value) :] for t in on if t.startswith(value + ".")}
         return {t for t in on if not _names_in(t) & differs} | added
+
+    def _calls_home(self, function: cst.FunctionDef, setup: _Setup) -> bool:
+        """``function`` itself calls the function that initializes (by its name)."""
+        home = setup.home
+        return isinstance(home, cst.FunctionDef) and any(
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Name)
+            and n.func.value == home.name.value
+            and self.function(n) is function
+            for n in self._subtree(function)
+        )
 
     def _given(self, function: str, params: dict[str, int]) -> set[str]:
         """What every call of ``function`` in this file gives each of ``params`` (name: its
