@@ -13286,3 +13286,104 @@ def test_the_switch_given_to_the_function_that_initializes_is_read_where_it_is_c
     out, _, fixed = fix_source(source, unsafe=True)
     assert "AMP303" in {d.code for d in fixed}
     assert "            loss.backward()\n        scaler.step(optimizer)\n" in out
+
+
+SWITCH_HANDED_ON = """\
+import torch
+import torch.nn.functional as F
+from apex import amp
+
+
+def train_epoch(model, optimizer, data, target, fp16):
+    losses = []
+    for _ in range(3):
+        loss = F.mse_loss(model(data.to("cuda")).float(), target.to("cuda"))
+        if fp16:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def run_epoch(model, optimizer, data, target, fp16):
+    return train_epoch(model, optimizer, data, target, fp16)
+
+
+def main(fp16=True):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+    ).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    data, target = torch.randn(32, 8) / 4, torch.randn(32, 2) / 4
+    losses = []
+    for epoch in range(3):
+        losses += run_epoch(model, optimizer, data, target, fp16 and epoch != 1)
+    return losses
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("", ""),  # `fp16 and epoch != 1` handed on, as `fp16`, through `run_epoch` (q16)
+        # a local of the switch's spelling (q02)
+        ("    losses = []\n    for _ in range(3):\n",
+         "    fp16 = fp16 and True\n    losses = []\n    for _ in range(3):\n"),
+        # the function handed on as a value: its calls are not all seen (q03)
+        ("    return train_epoch(model, optimizer, data, target, fp16)\n",
+         "    fn = train_epoch\n    return fn(model, optimizer, data, target, fp16)\n"),
+        # the switch's attribute reset before each call (q07c)
+        ("run_epoch(model, optimizer, data, target, fp16 and epoch != 1)",
+         "run_epoch(model, optimizer, data, target, flags.fp16)"),
+    ],
+)  # fmt: skip
+def test_a_switch_that_is_not_the_scalers_where_the_backward_runs_keeps_its_step_plain(old, new):
+    """The 62nd review: a plain backward beside the scaled one runs where the scaler may be
+    on, when the switch reaching it is not the one the scaler was made with (a different
+    value under the same spelling); the step after it was made `scaler.step` for both, which
+    divided the plain gradients by the scale (epoch 1 did not train). Each is rewritten with
+    the step that asks the test, or refused; where rewritten it trains like the original."""
+    source = SWITCH_HANDED_ON.replace(old, new)
+    if "flags.fp16" in new:
+        source = source.replace(
+            "    losses = []\n    for epoch in range(3):\n",
+            "    losses = []\n    flags = types.SimpleNamespace(fp16=fp16)\n"
+            "    for epoch in range(3):\n        flags.fp16 = fp16 and epoch != 1\n",
+        ).replace("import torch\n", "import types\n\nimport torch\n", 1)
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed} or "apex" in out
+    if "AMP303" not in {d.code for d in fixed}:
+        return
+    stub = {"initialize": lambda m, o, **kw: (m, o), "scale_loss": contextlib.contextmanager(
+        lambda loss, opt: (yield loss))}  # fmt: skip
+    with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
+        before["amp"] = SimpleNamespace(**stub)
+        assert migrated["main"](True) == pytest.approx(before["main"](True), rel=2e-2)
+
+
+def test_a_step_before_the_backward_with_no_gradient_read_before_it_is_rewritten():
+    """The refusal of a gradient read before a step that precedes the backward looks in the
+    loop only: the optimizer built from `model.parameters()` above it is no read (the 62nd
+    review's n01, refused by the first version)."""
+    source = SWITCHED_HELPER.replace(
+        "        loss = F.mse_loss(model(x).float(), y)\n"
+        "        loss_backward(loss, optimizer, fp16=half)\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad()\n",
+        "        if losses:\n"
+        "            optimizer.step()\n"
+        "            optimizer.zero_grad()\n"
+        "        loss = F.mse_loss(model(x).float(), y)\n"
+        "        loss_backward(loss, optimizer, fp16=half)\n",
+    )
+    assert "if losses:\n            optimizer.step()" in source
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is not None, finding.message

@@ -3827,6 +3827,7 @@ def test_a_switch_that_differs_in_the_function_between_is_not_the_scalers(tmp_pa
     [
         ("fp16=False", "loss_backward(loss, optimizer, True)"),  # a literal True
         ("fp16=True", "loss_backward(loss, optimizer)"),  # a default True
+        ("fp16=False", "loss_backward(loss, optimizer, fp16 and fp16)"),  # the switch itself
     ],
 )
 def test_a_helper_switch_that_always_holds_asks_nothing_of_the_scaler(helper, call, tmp_path):

@@ -9,7 +9,7 @@ import re
 
 import libcst as cst
 
-from ampmigrate.apex.common import _HELPER, _appended, _code, _is_call_of, _Setup
+from ampmigrate.apex.common import _HELPER, _appended, _code, _is_call_of, _Setup, lone_call
 from ampmigrate.apex.links import _module_file
 
 
@@ -68,13 +68,7 @@ class Checkpoints:
         ckpt["scaler"]:``: a run with mixed precision off saved a disabled GradScaler's ``{}``,
         which an enabled one refuses (RuntimeError) where apex loaded its own state."""
         statement = self.statement(call)
-        if not (
-            isinstance(statement, cst.SimpleStatementLine)
-            and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr)
-            and statement.body[0].value is call
-            and statement not in self.plan.edits
-        ):
+        if not lone_call(statement, call) or statement in self.plan.edits:
             return
 
         owner = self.owner(self.parent(statement))

@@ -301,3 +301,13 @@ def given_at(call: cst.Call, name: str, at: int) -> cst.BaseExpression | None:
         if arg.keyword is None and index == at:
             return arg.value
     return None
+
+
+def lone_call(statement: cst.CSTNode, call: cst.Call) -> bool:
+    """``statement`` is ``call`` alone on its line (its value unused)."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and statement.body[0].value is call
+    )

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code, _Setup, given_at, is_path
+from ampmigrate.apex.common import _code, _Setup, given_at, is_path, lone_call
+from ampmigrate.apex.step import _holds
 
 
 class Delegate:
@@ -62,12 +63,7 @@ class Delegate:
             function = self.function(call)
             statement = self.statement(call)
             access = self.access(function)
-            if not (
-                isinstance(statement, cst.SimpleStatementLine)
-                and len(statement.body) == 1
-                and isinstance(statement.body[0], cst.Expr)
-                and statement.body[0].value is call
-            ) or any(a.star for a in call.args):
+            if not lone_call(statement, call) or any(a.star for a in call.args):
                 self.problem(
                     call,
                     f"`{helper}(...)` ({self.link.other(self.role)}) scales a backward, and this "
@@ -93,7 +89,7 @@ class Delegate:
                 given = given_at(call, param, at)
                 shown = _code(self.module, given) if given else defaults.get(param)
                 spelled = shown + term[len(param) :] if shown else None
-                if spelled not in on and spelled != "True":  # (a literal True always holds)
+                if spelled != "True" and not (spelled and _holds(spelled, on)):  # (True holds)
                     shown_on = sorted(t for t in on if "__name__" not in t and t != enabled)
                     self.problem(
                         call,

@@ -1278,8 +1278,10 @@ class Handles:
                     "`scaler.state_dict()` for `amp.state_dict()`) or neither; the rewrite "
                     "links two files of one run only where this one calls the one function "
                     "of that file that scales, directly or through functions of that file "
-                    "that hand it the model and the optimizer as they are (or a runner's hook "
-                    "ties them, or a class family whose base class initializes), not through a "
+                    "that hand it the model and the optimizer as they are (or a helper that "
+                    "only scales the loss and optimizer it is given, its caller stepping; or a "
+                    "runner's hook ties them, or a class family whose base class "
+                    "initializes), not through a "
                     "closure that function returns, an object it builds or a base class it "
                     "derives from, so in such a shape by hand"
                 )

@@ -1495,7 +1495,29 @@ class Step:
         shown = (
             {t for t, _, _ in self.link.delegated.switch} if self.delegating("callee") else set()
         )
-        return on | stored | enabled | shown | self._called_under(setup) | self._passed(setup, on)
+        found = on | stored | enabled | shown | self._called_under(setup) | self._passed(setup, on)
+        return found - self._set_after(setup, on)
+
+    def _set_after(self, setup: _Setup, on: set[str]) -> set[str]:
+        """The attributes this file assigns after ``initialize`` (but the copies stored in
+        the function that initializes): `args.fp16 = use and epoch != 1` before a call, or
+        `self.fp16` reset each epoch (the 62nd review's q07c, q12c), is not the switch the
+        scaler was made with."""
+        anchor = self.order.get(id(self.plan.anchor), len(self.nodes))
+        return {
+            _code(self.module, target)
+            for n in self.nodes[anchor:]
+            if isinstance(n, cst.Assign | cst.AugAssign | cst.AnnAssign)
+            and not (  # (`self.fp16 = fp16` beside `initialize`: a copy of the switch)
+                isinstance(n, cst.Assign)
+                and self.function(n) is setup.home
+                and _code(self.module, n.value) in on
+            )
+            for target in (
+                [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+            )
+            if isinstance(target, cst.Attribute)
+        }
 
     def _passed(self, setup: _Setup, on: set[str]) -> set[str]:
         """A term of the switch that is a parameter of the function that initializes, given
@@ -1515,55 +1537,94 @@ class Step:
         self, function: cst.CSTNode, on: set[str], setup: _Setup, seen: frozenset = frozenset()
     ) -> set[str]:
         """The terms of ``on`` (what holds wherever the scaler is on, as the function that
-        makes it reads them) as they read in ``function``, a module-level function whose
-        every call here is seen: a parameter handed on under its own name keeps its terms;
-        one given anything else at a call (``fp16=False``, ``fp16 and epoch > 0``, its
-        default) or rebound loses them, and is itself a term where every call gives it the
-        same term (``fp16=args.fp16``; ``args`` where ``args.fp16`` is one), as the caller
-        reads it. Elsewhere the terms are taken as they are spelled."""
+        makes it reads them) as they read in ``function``, a module-level function or a
+        method: a parameter that every call hands on under its own name, from a caller where
+        its terms hold, keeps them; one given anything else (``fp16=False``, ``fp16 and
+        epoch > 0``, its default), rebound, starred, or whose calls are not all seen (passed
+        as a value) loses them, as does a local it assigns; a parameter every call gives the
+        same term (``fp16=args.fp16``; ``args`` where ``args.fp16`` is one; a literal True)
+        is one. Where the terms are read (the function that initializes, one that calls it, a
+        closure) they are taken as they are spelled."""
+        method = isinstance(function, cst.FunctionDef) and isinstance(
+            self.parent(self.parent(function)), cst.ClassDef
+        )
         if (
             function is setup.home
             or not isinstance(function, cst.FunctionDef)
-            or self.parent(function) is not self.module
+            or (self.parent(function) is not self.module and not method)
             or (self.link and self.link.shared and self.role == "caller")
             or self._calls_home(function, setup)
         ):  # (the terms of what is given the function that initializes are read where it is
             return on  # called: in an importer of a setup function, in `main` (NVIDIA's BERT))
-        refs = list(self._references(function.name.value))
-        calls = [self.parent(r) for r in refs]
-        if not calls or any(
-            not (isinstance(c, cst.Call) and c.func is r) or any(a.star for a in c.args)
-            for c, r in zip(calls, refs, strict=True)
-        ):
-            return on
         seen |= {id(function)}
         params = function.params
         listed = [p.name.value for p in (*params.posonly_params, *params.params)]
+        listed = listed[1:] if method else listed  # (`self.step(x)` gives no `self`)
         where = {n: i for i, n in enumerate(listed)} | {
             p.name.value: -1 for p in params.kwonly_params
         }
-        assigned = self.facts(function.body).assigned
-        differs, added = set(), set()
+        differs = set(self.facts(function.body).assigned) | {
+            star.name.value
+            for star in (params.star_arg, params.star_kwarg)
+            if isinstance(star, cst.Param)
+        }
+        calls = self._calls_of(function, method)
+        added: set[str] = set()
         for name, at in where.items():
+            if calls is None or name in differs:
+                differs.add(name)
+                continue
             given = {_code(self.module, v) if (v := given_at(c, name, at)) else None for c in calls}
-            if given == {name} and name not in assigned:
+            value = given.pop() if len(given) == 1 else None
+            scopes = [
+                self._in_scope(c, on, setup, seen) if id(c) not in seen else on
+                for c in (self.function(call) for call in calls)
+            ]  # (the argument means the same where each call is)
+            if value == name and all(
+                t in scope for scope in scopes for t in on if name in _names_in(t)
+            ):
                 continue  # (handed on as it is: `train(model, args)`)
             differs.add(name)
-            value = given.pop() if len(given) == 1 and name not in assigned else None
             if value == "True":  # (a literal True holds wherever anything does)
                 added.add(name)
-                continue
-            if value is None:
-                continue
-            for call in calls:  # (the argument means the same where each call is)
-                caller = self.function(call)
-                terms = self._in_scope(caller, on, setup, seen) if id(caller) not in seen else ()
-                if not any(t == value or t.startswith(value + ".") for t in terms):
-                    break
-            else:
-                added |= {name} if value in on else set()
+            elif value is not None and all(_holds(value, scope) for scope in scopes):
+                added |= {name} if _holds(value, on) else set()
                 added |= {name + t[len(value) :] for t in on if t.startswith(value + ".")}
         return {t for t in on if not _names_in(t) & differs} | added
+
+    def _calls_of(self, function: cst.FunctionDef, method: bool) -> list[cst.Call] | None:
+        """Every call of ``function`` in this file, by its name (a method: through the first
+        parameter of a method of its class); None where a use is anything else, or a call
+        stars its arguments."""
+        name = function.name.value
+        calls = []
+        if not method:
+            for ref in self._references(name):
+                call = self.parent(ref)
+                if not (isinstance(call, cst.Call) and call.func is ref):
+                    return None
+                calls.append(call)
+        else:
+            owner = self.parent(self.parent(function))
+            for node in self.nodes:
+                if not (isinstance(node, cst.Attribute) and node.attr.value == name):
+                    continue
+                call, caller = self.parent(node), self.function(node)
+                first = (
+                    caller.params.params[0].name.value
+                    if isinstance(caller, cst.FunctionDef) and caller.params.params
+                    else None
+                )
+                if not (
+                    isinstance(call, cst.Call)
+                    and call.func is node
+                    and isinstance(node.value, cst.Name)
+                    and node.value.value == first
+                    and self.parent(self.parent(caller)) is owner
+                ):
+                    return None
+                calls.append(call)
+        return None if any(a.star for c in calls for a in c.args) else calls
 
     def _calls_home(self, function: cst.FunctionDef, setup: _Setup) -> bool:
         """``function`` itself calls the function that initializes (by its name)."""
@@ -1977,3 +2038,9 @@ def _names_in(term: str) -> set[str]:
         return {n.id for n in ast.walk(ast.parse(term, mode="eval")) if isinstance(n, ast.Name)}
     except SyntaxError:
         return {term}
+
+
+def _holds(value: str, on: set[str]) -> bool:
+    """``value`` is a term of ``on``, or a conjunction of such terms (the switch itself:
+    `args.fp16 and not args.cpu`, the 62nd review's d01)."""
+    return value in on or set(_terms(value, ast.And)) <= on

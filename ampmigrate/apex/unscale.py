@@ -473,13 +473,14 @@ class Unscale:
         of its next pass): a gradient read before the step saw apex's unscaled gradients and
         would see GradScaler's scaled ones (the review's p51: a clip that no longer clipped).
         Refused, naming it."""
-        if not steps:
+        first = min(steps, key=lambda s: self.order[id(s)], default=None)
+        loop = next((a for a in self.ancestors(scaled) if isinstance(a, Loop)), None)
+        if first is None or loop is None or not self.within(first, loop):
             return
-        first = min(self.order[id(s)] for s in steps)
-        read = next(
+        read = next(  # (in that loop, before the step: not the optimizer's build above it)
             (
                 n
-                for n in self.nodes[:first]
+                for n in self.nodes[self.order[id(loop)] : self.order[id(first)]]
                 if isinstance(n, cst.SimpleStatementLine)
                 and self.function(n) is function
                 and self._reads_gradients(n)
@@ -490,7 +491,7 @@ class Unscale:
             self.problem(
                 read,
                 f"this reads the gradients before `{opt}.step()` (line "
-                f"{self.line(steps[0])}), which comes before the scaled backward at line "
+                f"{self.line(first)}), which comes before the scaled backward at line "
                 f"{self.line(scaled)} (the next pass of the loop steps what it scaled): apex "
                 "had unscaled them there, GradScaler's are still scaled; move the step after "
                 f"the backward, or place `scaler.unscale_({opt})` before this read, by hand",
