@@ -13257,7 +13257,8 @@ def test_the_switch_given_to_the_function_that_initializes_is_read_where_it_is_c
     initializes under its `use_fp16`; `main(args)`, called with `parse_args()`, scales under
     `if args.fp16:` beside a plain backward. `args.fp16` is read in `main`, where it is
     given: its plain backward runs with the scaler off (the 62nd stop's first reading of
-    terms by scope dropped it there, as `args` is not handed to `main` as `args`)."""
+    terms by scope dropped it there, as `args` is not handed to `main` as `args`; then its
+    `args.fp16 = args.fp16 or args.amp`, set before the call, was taken for a reset)."""
     source = (
         "import argparse\n\nimport torch\nfrom apex import amp\n\n\n"
         "def init_optimizer_and_amp(model, use_fp16):\n"
@@ -13266,6 +13267,7 @@ def test_the_switch_given_to_the_function_that_initializes_is_read_where_it_is_c
         '        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
         "    return model, optimizer\n\n\n"
         "def main(args):\n"
+        "    args.fp16 = args.fp16 or args.amp\n"
         '    model = torch.nn.Linear(4, 2).to("cuda")\n'
         "    model, optimizer = init_optimizer_and_amp(model, args.fp16)\n"
         "    for _ in range(3):\n"
@@ -13280,6 +13282,7 @@ def test_the_switch_given_to_the_function_that_initializes_is_read_where_it_is_c
         "def parse_args():\n"
         "    parser = argparse.ArgumentParser()\n"
         '    parser.add_argument("--fp16", action="store_true")\n'
+        '    parser.add_argument("--amp", action="store_true")\n'
         "    return parser.parse_args()\n\n\n"
         'if __name__ == "__main__":\n    main(parse_args())\n'
     )

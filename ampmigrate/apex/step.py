@@ -1499,15 +1499,34 @@ class Step:
         return found - self._set_after(setup, on)
 
     def _set_after(self, setup: _Setup, on: set[str]) -> set[str]:
-        """The attributes this file assigns after ``initialize`` (but the copies stored in
-        the function that initializes): `args.fp16 = use and epoch != 1` before a call, or
-        `self.fp16` reset each epoch (the 62nd review's q07c, q12c), is not the switch the
-        scaler was made with."""
+        """The attributes this file assigns after ``initialize`` (in a function that calls
+        the one that initializes: after that call; but the copies of the switch stored beside
+        ``initialize``). `args.fp16 = use and epoch != 1` before a call, or `self.fp16` reset
+        each epoch (the 62nd review's q07c, q12c), is not the switch the scaler was made
+        with; NVIDIA BERT's `args.fp16 = args.fp16 or args.amp` before the call is."""
         anchor = self.order.get(id(self.plan.anchor), len(self.nodes))
+        starts: dict[int, int] = {}  # by function: where what it assigns may follow initialize
+
+        def start(function: cst.CSTNode) -> int:
+            if id(function) not in starts:
+                home = setup.home
+                calls = [
+                    self.order[id(n)]
+                    for n in self._subtree(function)
+                    if isinstance(home, cst.FunctionDef)
+                    and isinstance(n, cst.Call)
+                    and isinstance(n.func, cst.Name)
+                    and n.func.value == home.name.value
+                    and self.function(n) is function
+                ]
+                starts[id(function)] = min(calls) if calls and function is not home else anchor
+            return starts[id(function)]
+
         return {
             _code(self.module, target)
-            for n in self.nodes[anchor:]
+            for n in self.nodes
             if isinstance(n, cst.Assign | cst.AugAssign | cst.AnnAssign)
+            and self.order[id(n)] > start(self.function(n))
             and not (  # (`self.fp16 = fp16` beside `initialize`: a copy of the switch)
                 isinstance(n, cst.Assign)
                 and self.function(n) is setup.home
