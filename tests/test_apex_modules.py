@@ -3638,7 +3638,7 @@ def test_a_helper_of_another_module_that_scales_leaves_the_step_to_the_script(tm
     helper's `fp16` is the script's switch. Run on CPU beside the O0 original."""
     root, original = _fixed_beside_original(tmp_path, BACKWARD_HELPER, ["main.py", "utils.py"])
     utils, main = (root / "utils.py").read_text(), (root / "main.py").read_text()
-    assert utils.startswith("def loss_backward(loss, optimizer, fp16=False, *, scaler):\n")
+    assert "\ndef loss_backward(loss, optimizer, fp16=False, *, scaler):\n" in utils
     assert "        scaler.scale(loss).backward()\n    else:\n        loss.backward()\n" in utils
     assert "import torch" not in utils  # (nothing in it reads torch)
     assert "loss_backward(loss, optimizer, fp16, scaler=scaler)\n" in main

@@ -52,13 +52,6 @@ def apply(text: str, fixes: Sequence[Fix], keep_imports: bool = False) -> str:
     ``keep_imports`` is for a package's ``__init__.py``, whose imports are its public API: other
     modules may import the name from it, so it stays even when unused here.
     """
-    done = _applied(text, fixes, keep_imports)
-    if not text.startswith(("\n", "\r")):  # (the file's first import gone, nothing added)
-        done = done.lstrip("\r\n")
-    return done
-
-
-def _applied(text: str, fixes: Sequence[Fix], keep_imports: bool) -> str:
     edits = sorted((e for fix in fixes for e in fix.edits), key=lambda e: (e.start, e.end))
     parts = []
     end = len(text)
