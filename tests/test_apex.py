@@ -13372,6 +13372,115 @@ def test_a_switch_that_is_not_the_scalers_where_the_backward_runs_keeps_its_step
         assert migrated["main"](True) == pytest.approx(before["main"](True), rel=2e-2)
 
 
+@pytest.mark.torch
+def test_a_decorated_training_function_is_reached_through_its_wrapper():
+    """The 62nd review's q17: the decorator's wrapper calls the training function with its own
+    arguments (`fp16 and epoch != 1`). The function was given a `scaler` parameter its wrapper
+    does not take (TypeError at the first call), and its `fp16` was read as the scaler's
+    switch (the plain gradients of epoch 1 divided by the scale at `scaler.step`). Its calls
+    are the wrapper's: rewritten, it trains like the original, or it is refused."""
+    source = (
+        SWITCH_HANDED_ON.replace(
+            "def train_epoch(model, optimizer, data, target, fp16):\n",
+            "def amp_off_in_epoch_1(fn):\n"
+            "    @functools.wraps(fn)\n"
+            "    def wrapper(model, optimizer, data, target, fp16, epoch):\n"
+            "        return fn(model, optimizer, data, target, fp16 and epoch != 1)\n"
+            "    return wrapper\n\n\n"
+            "@amp_off_in_epoch_1\n"
+            "def train_epoch(model, optimizer, data, target, fp16):\n",
+        )
+        .replace(
+            "run_epoch(model, optimizer, data, target, fp16 and epoch != 1)",
+            "train_epoch(model, optimizer, data, target, fp16, epoch)",
+        )
+        .replace("import torch\n", "import functools\n\nimport torch\n", 1)
+        .replace(
+            "def run_epoch(model, optimizer, data, target, fp16):\n"
+            "    return train_epoch(model, optimizer, data, target, fp16)\n\n\n",
+            "",
+        )
+    )
+    assert "@amp_off_in_epoch_1" in source and "run_epoch" not in source
+    out, _, fixed = fix_source(source, unsafe=True)
+    if "AMP303" not in {d.code for d in fixed}:
+        [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+        assert "decorated (`@amp_off_in_epoch_1`)" in finding.message
+        return
+    assert "train_epoch(model, optimizer, data, target, fp16, epoch)" in out
+    stub = {"initialize": lambda m, o, **kw: (m, o), "scale_loss": contextlib.contextmanager(
+        lambda loss, opt: (yield loss))}  # fmt: skip
+    with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
+        before["amp"] = SimpleNamespace(**stub)
+        assert migrated["main"](True) == pytest.approx(before["main"](True), rel=2e-2)
+
+
+HIDDEN_BACKWARD = """\
+import torch
+import torch.nn.functional as F
+from apex import amp
+
+
+def aux_backward(loss):
+    (0.5 * loss).backward()
+
+
+def main(fp16=True):
+    model = torch.nn.Linear(8, 2).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    x, y = torch.randn(4, 8).to("cuda"), torch.randn(4, 2).to("cuda")
+    for _ in range(3):
+        loss = F.mse_loss(model(x).float(), y)
+        if fp16:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        aux_backward(F.mse_loss(model(x).float(), y))
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("", ""),  # a function of the file
+        (  # through another function of the file
+            "def aux_backward(loss):\n    (0.5 * loss).backward()\n",
+            "def _half_back(loss):\n    (0.5 * loss).backward()\n\n\n"
+            "def aux_backward(loss):\n    _half_back(loss)\n",
+        ),
+    ],
+)  # fmt: skip
+def test_a_called_function_that_runs_a_plain_backward_before_the_step_is_refused(old, new):
+    """The 62nd review's q18: `aux_backward(aux)` between the scaled backward and the step
+    runs `(0.5 * loss).backward()`; rewritten, `scaler.step` divided its gradients by the
+    scale (apex had unscaled before they were added): the loss curve left apex's at the
+    second step. The rewrite cannot scale a backward inside the function it calls: refused,
+    naming the call and the backward."""
+    source = HIDDEN_BACKWARD.replace(old, new)
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is None
+    assert "`aux_backward(F.mse_loss(model(x).float(), y))` runs a plain " in finding.message
+    assert "`(0.5 * loss).backward()` (line 7)" in finding.message
+
+
+def test_a_plain_backward_helper_on_the_scalers_off_path_is_the_plain_path():
+    """The same helper called in the other branch of `if fp16:` around the scaled backward
+    (the scaler's own switch): it runs only with mixed precision off, where the step is
+    plain: rewritten."""
+    source = HIDDEN_BACKWARD.replace(
+        "            loss.backward()\n        aux_backward(F.mse_loss(model(x).float(), y))\n",
+        "            aux_backward(loss)\n",
+    )
+    assert "aux_backward(loss)" in source and "aux_backward(F." not in source
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is not None, finding.message
+
+
 def test_a_step_before_the_backward_with_no_gradient_read_before_it_is_rewritten():
     """The refusal of a gradient read before a step that precedes the backward looks in the
     loop only: the optimizer built from `model.parameters()` above it is no read (the 62nd

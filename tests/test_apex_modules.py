@@ -3838,3 +3838,106 @@ def test_a_helper_switch_that_always_holds_asks_nothing_of_the_scaler(helper, ca
     )
     found = _amp303(run(_files(tmp_path), _settings()))
     assert found["main.py"].fix is not None and found["utils.py"].fix is not None
+
+
+DECORATED_ENGINE = {
+    "engine.py": """\
+import functools
+
+from apex import amp
+
+
+def logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        print("start")
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@logged
+def train(model, optimizer, data, target):
+    for _ in range(4):
+        loss = ((model(data) - target) ** 2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        print(f"loss {loss.item():.4f}")
+""",
+    "main.py": """\
+import torch
+from apex import amp
+from engine import train
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    train(model, optimizer, torch.randn(16, 8).to("cuda"), torch.randn(16, 2).to("cuda"))
+
+
+if __name__ == "__main__":
+    main()
+""",
+}
+
+
+def test_a_decorator_that_hands_every_argument_on_lets_the_linked_function_take_the_scaler(
+    tmp_path, stub
+):
+    """The linked training function is decorated by a wrapper of `*args, **kwargs` that
+    calls it with exactly those: the `scaler` its caller passes reaches it. Both files are
+    rewritten and train like the O0 original on CPU."""
+    root, original = _fixed_beside_original(tmp_path, DECORATED_ENGINE, ["engine.py", "main.py"])
+    assert (
+        "\ndef train(model, optimizer, data, target, scaler):\n" in (root / "engine.py").read_text()
+    )
+    _on_cpu_beside_original(tmp_path, root, original, stub)
+
+
+def test_a_decorator_with_a_signature_of_its_own_keeps_the_linked_function_on_apex(tmp_path):
+    """The 62nd review's q17 across modules: the wrapper takes the function's parameters by
+    name and passes on what it chooses; a `scaler` added to the function would never reach
+    it (TypeError at the wrapper). Refused, naming the decorator."""
+    files = dict(DECORATED_ENGINE)
+    files["engine.py"] = files["engine.py"].replace(
+        '    def wrapper(*args, **kwargs):\n        print("start")\n'
+        "        return fn(*args, **kwargs)\n",
+        "    def wrapper(model, optimizer, data, target):\n"
+        "        return fn(model, optimizer, data, target)\n",
+    )
+    assert "def wrapper(model, optimizer, data, target):" in files["engine.py"]
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    found = _amp303(run(_files(tmp_path), _settings()))
+    assert found["main.py"].fix is None and found["engine.py"].fix is None
+    assert "it is decorated (`@logged`)" in found["engine.py"].message
+
+
+def test_a_plain_backward_in_a_function_of_another_module_before_the_step_is_refused(tmp_path):
+    """The 62nd review's d08: beside the linked helper that scales, the script calls
+    `aux_backward` of the same module, which runs a plain backward before the step; rewritten,
+    `scaler.step` divided its gradients by the scale. Refused, naming where that backward is."""
+    files = dict(BACKWARD_HELPER)
+    files["utils.py"] += "\n\ndef aux_backward(loss):\n    (0.5 * loss).backward()\n"
+    files["main.py"] = (
+        files["main.py"]
+        .replace(
+            "from utils import loss_backward\n", "from utils import aux_backward, loss_backward\n"
+        )
+        .replace(
+            "        loss_backward(loss, optimizer, fp16)\n",
+            "        loss_backward(loss, optimizer, fp16)\n"
+            "        aux_backward(F.mse_loss(model(x).float(), y))\n",
+        )
+    )
+    assert "        aux_backward(F.mse_loss" in files["main.py"]
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    found = _amp303(run(_files(tmp_path), _settings()))
+    assert found["main.py"].fix is None and found["utils.py"].fix is None
+    assert "runs a plain `(0.5 * loss).backward()` (utils.py:13)" in found["main.py"].message

@@ -4,6 +4,7 @@ helpers.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -311,3 +312,69 @@ def lone_call(statement: cst.CSTNode, call: cst.Call) -> bool:
         and isinstance(statement.body[0], cst.Expr)
         and statement.body[0].value is call
     )
+
+
+# decorators that call the function with the arguments they are given, all of them
+_PASSING_DECORATORS = {
+    "staticmethod", "classmethod", "torch.no_grad", "torch.enable_grad", "torch.inference_mode",
+}  # fmt: skip
+
+
+def wrapping_decorator(module: cst.Module, function: cst.FunctionDef) -> str | None:
+    """The first decorator of ``function`` whose wrapper calls it in its place (a parameter
+    added to the function reaches it only if that wrapper passes it on): None where none."""
+    for decorator in function.decorators:
+        code = _code(module, decorator.decorator)
+        if code.partition("(")[0] in _PASSING_DECORATORS:
+            continue
+        defined = [
+            s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == code
+        ]
+        if len(defined) == 1 and _hands_everything_on(ast.parse(_code(module, defined[0])).body[0]):
+            continue
+        return code
+    return None
+
+
+def _hands_everything_on(decorator: ast.FunctionDef) -> bool:
+    """``decorator`` returns a wrapper that takes ``*args, **kwargs`` and calls the function
+    it wraps with exactly those (a timer, a logger, `master_only`): whatever a caller gives,
+    the function gets."""
+    taken, body = decorator.args, decorator.body
+    wrappers = [s for s in body if isinstance(s, ast.FunctionDef)]
+    if taken.posonlyargs or len(taken.args) != 1 or taken.vararg or taken.kwarg or taken.kwonlyargs:
+        return False
+    if len(wrappers) != 1 or not isinstance(body[-1], ast.Return):
+        return False
+    wrapper, returned = wrappers[0], body[-1].value
+    given = wrapper.args
+    if not (isinstance(returned, ast.Name) and returned.id == wrapper.name):
+        return False
+    if given.posonlyargs or given.args or given.kwonlyargs or not (given.vararg and given.kwarg):
+        return False
+    wrapped, star, stars = taken.args[0].arg, given.vararg.arg, given.kwarg.arg
+    passing = [
+        n
+        for n in ast.walk(wrapper)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Name)
+        and n.func.id == wrapped
+        and ast.dump(ast.Call(n.func, n.args, n.keywords))
+        == ast.dump(
+            ast.Call(
+                n.func,
+                [ast.Starred(ast.Name(star, ast.Load()), ast.Load())],
+                [ast.keyword(None, ast.Name(stars, ast.Load()))],
+            )
+        )
+    ]
+    allowed = {id(n.func) for n in passing} | {
+        id(a) for n in passing for a in (n.args[0].value, n.keywords[0].value)
+    }
+    allowed |= {  # `@functools.wraps(fn)` on the wrapper
+        id(a) for d in wrapper.decorator_list if isinstance(d, ast.Call) for a in d.args
+    }
+    used = [
+        n for n in ast.walk(decorator) if isinstance(n, ast.Name) and n.id in (wrapped, star, stars)
+    ]
+    return bool(passing) and all(id(n) in allowed for n in used)

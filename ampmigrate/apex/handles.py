@@ -1445,6 +1445,7 @@ class Handles:
         self.name = "scaler"
         for function in functions:
             self.threaded.add(function)
+            self._refuse_wrapped(function)
             self.plan.edits[function.params] = self._add_parameter
         if self.role == "callee":  # one linked function calling another hands its own scaler
             for name in names:  # on (the link counted these calls as passing it: _checked)

@@ -23,6 +23,7 @@ from ampmigrate.apex.common import (
     defined_method,
     inner_comma,
     uncommented,
+    wrapping_decorator,
 )
 from ampmigrate.apex.links import _parsed, _read, reaching, users_on_disk
 
@@ -606,6 +607,7 @@ class Scaler:
                     f"`{function.name.value}` uses apex amp but is not called from "
                     f"{maker}, which makes the GradScaler, nor from any function of this file",
                 )
+            self._refuse_wrapped(function)
             self.plan.edits[function.params] = self._add_parameter
         unlinked = [
             f.name.value for f in sorted(self.threaded, key=lambda f: self.order[id(f)])
@@ -628,6 +630,20 @@ class Scaler:
                 "in this file (callers in other files must pass it too)"
             )
             self.note_once(note)
+
+    def _refuse_wrapped(self, function: cst.FunctionDef) -> None:
+        """A decorated function is called through its decorator's wrapper (q17: a wrapper
+        that takes the same parameters and passes `fp16 and epoch != 1` on): the parameter the
+        rewrite adds reaches it only where that wrapper passes it on."""
+        wrapper = wrapping_decorator(self.module, function)
+        if wrapper is not None:
+            self.problem(
+                function,
+                f"`{function.name.value}` would get a `{self.name}` parameter, but it is "
+                f"decorated (`@{wrapper}`): its callers call the decorator's wrapper, which "
+                "the rewrite does not follow (it may not pass a new parameter on, or may change "
+                "the others): pass the GradScaler by hand",
+            )
 
     def _references(self, name: str) -> Iterator[cst.Name]:
         for node in self.spelled[0].get(name, ()):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import builtins
 import itertools
+import os
 import textwrap
 from collections.abc import Iterator, Sequence
 
@@ -23,7 +24,10 @@ from ampmigrate.apex.common import (
     _statements,
     given_at,
     is_path,
+    wrapping_decorator,
 )
+from ampmigrate.apex.hidden import HiddenBackward, plain_backward
+from ampmigrate.apex.links import module_definition, module_tree
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.apex.wrappers import wrapper_step
 from ampmigrate.replace import ReplaceNodes
@@ -1256,6 +1260,87 @@ class Step:
                     f"`{opt}`'s step, `scaler.step` divides them by the scale too, and the "
                     f"rewrite cannot scale this backward as well because {why}: {remedy}",
                 )
+            self._hidden_backwards(setup, function, withs, every, opt)
+
+    def _hidden_backwards(
+        self, setup: _Setup, function, withs: list, every: list, opt: str
+    ) -> None:
+        """A call in ``function`` of a function that runs a plain backward (in this file or a
+        module on disk) where it can add its gradients to the scaled ones before ``opt``'s
+        step: scaling it would change that function, so the rewrite refuses. One in the other
+        branch of an ``if`` whose test keeps the scaler off there is the plain path."""
+        on: set[str] | None = None
+        for node in self._subtree(function):
+            if not isinstance(node, cst.Call) or any(self.within(node, w) for w in every):
+                continue
+            if self.function(node) is not function or self.dead(node):
+                continue
+            hidden = self._runs_plain_backward(node)
+            if hidden is None:
+                continue
+            apart = [w for w in withs if self._exclusive(node, w)]
+            if apart and len(apart) == len(withs):
+                if on is None:
+                    on = self._in_scope(
+                        function, self._switch_terms(setup, self.access(function)), setup
+                    )
+                if any(self._off_path(node, self._separating(node, w), on) is None for w in apart):
+                    continue
+            where = (
+                f"line {hidden.line}"
+                if hidden.path is None
+                else f"{os.path.relpath(hidden.path, os.path.dirname(os.path.abspath(self.path)))}"
+                f":{hidden.line}"
+            )
+            self.problem(
+                node,
+                f"`{_code(self.module, node)}` runs a plain `{hidden.code}` ({where}) that can "
+                f"run while apex is on, in the same function as the scaled backward at line "
+                f"{self.line(withs[0])}: apex had unscaled that one's gradients before these "
+                f"were added; under GradScaler, if they reach `{opt}`'s step, `scaler.step` "
+                "divides them by the scale too, and the rewrite does not scale a backward "
+                "inside the function it calls: scale it there (pass it the GradScaler) or run "
+                f"it after `{opt}`'s step, by hand",
+            )
+
+    def _runs_plain_backward(self, call: cst.Call) -> HiddenBackward | None:
+        """The plain backward the function ``call`` calls runs (see :mod:`hidden`): a
+        function of this file by its name, a method through ``self``, or a function of a
+        module on disk by its qualified name."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+            return None
+        tree = self.syntax
+        if isinstance(func, cst.Name):
+            local = [
+                s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == func.value
+            ]
+            if len(local) == 1:
+                return plain_backward(local[0], tree, None)
+        caller = self.function(call)
+        cls = self.parent(self.parent(caller)) if isinstance(caller, cst.FunctionDef) else None
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and isinstance(cls, cst.ClassDef)
+            and caller.params.params
+            and func.value.value == caller.params.params[0].name.value
+        ):
+            methods = [
+                m
+                for c in tree.body
+                if isinstance(c, ast.ClassDef) and c.name == cls.name.value
+                for m in c.body
+                if isinstance(m, ast.FunctionDef) and m.name == func.attr.value
+            ]
+            return plain_backward(methods[0], None, None) if len(methods) == 1 else None
+        qualified = self.qualified(func)
+        if self.path is None or len(qualified) != 1:
+            return None
+        located = module_definition(self.path, next(iter(qualified)))
+        if located is None or not isinstance(located[1], ast.FunctionDef):
+            return None
+        return plain_backward(located[1], module_tree(located[0]), located[0])
 
     def _exclusive_plain_backwards(self, setup: _Setup, every: list[cst.With]) -> None:
         """The plain backwards in the other branch of an ``if`` around a scaled backward whose
@@ -1614,7 +1699,9 @@ class Step:
     def _calls_of(self, function: cst.FunctionDef, method: bool) -> list[cst.Call] | None:
         """Every call of ``function`` in this file, by its name (a method: through the first
         parameter of a method of its class); None where a use is anything else, or a call
-        stars its arguments."""
+        stars its arguments, or a decorator's wrapper is what its callers call."""
+        if wrapping_decorator(self.module, function) is not None:
+            return None
         name = function.name.value
         calls = []
         if not method:

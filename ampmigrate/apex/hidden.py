@@ -1,0 +1,60 @@
+"""A plain backward that a called function runs (the 62nd review's q18/d08: `aux_backward(aux)`
+between the scaled backward and the step): its gradients join the scaled ones, and
+``scaler.step`` would divide them by the scale, where apex had unscaled before they were added.
+Read on ``ast``: the function called, and the module-level functions of its file that it calls.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HiddenBackward:
+    """The plain backward a call runs: its text, line, and the file it is in (None: this one)."""
+
+    code: str
+    line: int
+    path: str | None
+
+
+def plain_backward(
+    function: ast.FunctionDef, tree: ast.Module | None, path: str | None, depth: int = 0
+) -> HiddenBackward | None:
+    """The first plain ``x.backward()`` (or ``torch.autograd.backward``) that ``function`` runs,
+    itself or through the module-level functions of ``tree`` it calls by name. None where it
+    runs none, and where it uses apex's ``scale_loss`` or steps an optimizer itself: a
+    function that scales is the rewrite's own to plan, one that steps trains on its own."""
+    nodes = list(ast.walk(function))
+    if any(isinstance(n, ast.Attribute) and n.attr in ("scale_loss", "step") for n in nodes):
+        return None
+    for node in nodes:
+        if not isinstance(node, ast.Call):
+            continue
+        if _plain(node):
+            return HiddenBackward(ast.unparse(node), node.lineno, path)
+        if depth < 2 and tree is not None and isinstance(node.func, ast.Name):
+            called = [
+                s
+                for s in tree.body
+                if isinstance(s, ast.FunctionDef) and s.name == node.func.id and s is not function
+            ]
+            found = plain_backward(called[0], tree, path, depth + 1) if len(called) == 1 else None
+            if found is not None:
+                return found
+    return None
+
+
+def _plain(call: ast.Call) -> bool:
+    """``x.backward(...)`` through no ``scaler.scale(...)``, or ``torch.autograd.backward``."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "backward"):
+        return False
+    receiver = func.value
+    scaled = (
+        isinstance(receiver, ast.Call)
+        and isinstance(receiver.func, ast.Attribute)
+        and receiver.func.attr == "scale"
+    )
+    return not scaled
