@@ -3941,3 +3941,70 @@ def test_a_plain_backward_in_a_function_of_another_module_before_the_step_is_ref
     found = _amp303(run(_files(tmp_path), _settings()))
     assert found["main.py"].fix is None and found["utils.py"].fix is None
     assert "runs a plain `(0.5 * loss).backward()` (utils.py:13)" in found["main.py"].message
+
+
+SWITCH_FROM_ANOTHER_FILE = {
+    "engine.py": """\
+import torch.nn.functional as F
+from apex import amp
+
+
+def train(model, optimizer, xs, ys, fp16):
+    for x, y in zip(xs, ys):
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x).float(), y)
+        if fp16:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+        print(f"loss {loss.item():.4f}")
+
+
+def pretrain(model, optimizer, xs, ys, fp16=True):
+    if fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    train(model, optimizer, xs, ys, fp16)
+    return model
+""",
+    "finetune.py": """\
+import torch
+from engine import train
+
+
+def finetune(model, xs, ys):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    before = [p.detach().clone() for p in model.parameters()]
+    train(model, optimizer, xs, ys, False)
+    moved = sum((p.detach() - b).norm().item() for p, b in zip(model.parameters(), before))
+    print(f"moved {moved:.4f}")
+""",
+    "main.py": """\
+import torch
+from engine import pretrain
+from finetune import finetune
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+model = model.to("cuda")
+xs, ys = torch.randn(3, 16, 8).to("cuda"), torch.randn(3, 16, 2).to("cuda")
+model = pretrain(model, torch.optim.SGD(model.parameters(), lr=0.5), xs, ys)
+finetune(model, xs, ys)
+""",
+}
+
+
+def test_a_switch_parameter_given_false_by_a_caller_in_another_file_keeps_its_step_plain(
+    tmp_path, stub
+):
+    """The 63rd review's W1: `train(..., fp16)` scales under its parameter; `pretrain` in the
+    same file hands it the scaler's switch, a fine-tuning module hands it False. The step was
+    `scaler.step` for both branches, so the fine-tuning pass's plain gradients were divided by
+    the scale (the weights moved 0.000004 instead of 0.27). A parameter whose calls are not
+    all in this file is no switch: the step asks `fp16`, and it trains like the original."""
+    root, original = _fixed_beside_original(tmp_path, SWITCH_FROM_ANOTHER_FILE, ["engine.py"])
+    engine = (root / "engine.py").read_text()
+    assert "        if fp16:\n            scaler.step(optimizer)\n" in engine
+    assert "\n            optimizer.step()\n" in engine
+    _on_cpu_beside_original(tmp_path, root, original, stub)

@@ -27,7 +27,7 @@ from ampmigrate.apex.common import (
     wrapping_decorator,
 )
 from ampmigrate.apex.hidden import HiddenBackward, plain_backward
-from ampmigrate.apex.links import module_definition, module_tree
+from ampmigrate.apex.links import module_definition, module_tree, users_on_disk
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.apex.wrappers import wrapper_step
 from ampmigrate.replace import ReplaceNodes
@@ -1710,6 +1710,8 @@ class Step:
                 if not (isinstance(call, cst.Call) and call.func is ref):
                     return None
                 calls.append(call)
+            if self.path is not None and users_on_disk(self.path, [name]) != []:
+                return None  # (called from other files too: W1's fine-tuning pass, `fp16=False`)
         else:
             owner = self.parent(self.parent(function))
             for node in self.nodes:
