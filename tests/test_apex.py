@@ -13481,6 +13481,48 @@ def test_a_plain_backward_helper_on_the_scalers_off_path_is_the_plain_path():
     assert finding.fix is not None, finding.message
 
 
+def test_a_parameter_named_like_a_function_is_not_a_call_of_it():
+    """The 63rd review's F3: `load_examples(seed, evaluate=False)` reads its parameter
+    `evaluate`, which shadows the module's `evaluate(model, ...)`; the note listed those reads
+    as calls of the function that run in float32."""
+    source = """\
+import torch
+from apex import amp
+
+
+def load_examples(seed, evaluate=False):
+    if not evaluate:
+        print("training examples")
+    return torch.randn(4, 8).to("cuda")
+
+
+def evaluate(model, x):
+    with torch.no_grad():
+        return model(x)
+
+
+def train(model, optimizer):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    x = load_examples(0, evaluate=False)
+    for _ in range(3):
+        loss = model(x).sum()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+    evaluate(model, load_examples(0, evaluate=True))
+
+
+model = torch.nn.Linear(8, 2).to("cuda")
+train(model, torch.optim.SGD(model.parameters(), lr=0.1))
+evaluate(model, load_examples(1))
+"""
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is not None, finding.message
+    assert "the initialized model's forward in `evaluate` (line 13, when called at line 29;" in (
+        finding.message
+    )
+
+
 def test_a_step_before_the_backward_with_no_gradient_read_before_it_is_rewritten():
     """The refusal of a gradient read before a step that precedes the backward looks in the
     loop only: the optimizer built from `model.parameters()` above it is no read (the 62nd

@@ -654,6 +654,11 @@ class Scaler:
                 or isinstance(parent, cst.FunctionDef | cst.Param | cst.ImportAlias)
             ):
                 continue
+            if any(
+                isinstance(a, cst.FunctionDef | cst.Lambda) and name in _parameter_names(a.params)
+                for a in self.ancestors(node)
+            ):  # (a parameter of that name: `load_examples(seed, evaluate=False)`, 63rd F3)
+                continue
             yield node
 
     def _pass_scaler(
@@ -715,6 +720,12 @@ class Scaler:
                 kwonly_params=[new.with_changes(whitespace_after_param=tail)],
             )
         return params.with_changes(star_arg=star or cst.ParamStar(), kwonly_params=[new])
+
+
+def _parameter_names(params: cst.Parameters) -> set[str]:
+    every = [*params.posonly_params, *params.params, *params.kwonly_params]
+    every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    return {p.name.value for p in every}
 
 
 def _placed(
