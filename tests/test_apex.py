@@ -8567,7 +8567,45 @@ def test_an_unread_fp16_utils_star_import_is_said_to_be_unread():
         message
     )
     used = helper + "\n\nvalue = to_python_float(torch.ones(()))\n"
-    assert "`from apex.fp16_utils import *` needs apex: replace it first" in _message(used)
+    assert "`from apex.fp16_utils import *` needs apex; what this file reads of it " in (
+        _message(used)
+    )
+    kept = used + "optimizer = FP16_Optimizer(torch.optim.SGD([torch.ones(())], lr=0.1))\n"
+    assert "`from apex.fp16_utils import *` needs apex: replace it first" in _message(kept)
+
+
+def test_a_star_import_whose_read_names_are_torch_aliases_says_fix_replaces_them():
+    """The 63rd review's F1: `check` refused with "`from apex.fp16_utils import *` needs apex:
+    replace it first" where it reads only `to_python_float`, which AMP314 replaces; `fix` then
+    dropped the import and rewrote the file in the same run. The refusal says so, and `fix`
+    does it (the loss printed through `.item()`)."""
+    source = """\
+import torch
+from apex import amp
+from apex.fp16_utils import *
+
+
+def train(model, optimizer, x, fp16=True):
+    if fp16:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    for _ in range(3):
+        loss = model(x).sum()
+        if fp16:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+        print(to_python_float(loss.data))
+"""
+    [refusal] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert refusal.fix is None
+    assert "reads of it (`to_python_float`) is torch's own under another name (AMP314)" in (
+        refusal.message
+    )
+    out, remaining, _ = fix_source(source, unsafe=True)
+    assert "apex" not in out and "print(loss.data.item())" in out
+    assert not [d for d in remaining if d.code.startswith("AMP3")]
 
 
 def test_a_casts_only_initialize_in_another_method_states_the_loss_scale_restart():

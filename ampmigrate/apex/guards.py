@@ -85,7 +85,10 @@ class Guards:
                             f"`from {module} import {listed}` goes: this file never reads it"
                         )
                         continue
-                    self.problem(node, needs_apex(module, listed, unused))
+                    read = sorted(
+                        n for n in (FP16_UTILS if not names else bound) if self._reads_any({n})
+                    )
+                    self.problem(node, needs_apex(module, listed, unused, read))
             elif isinstance(node, cst.Import):
                 names = [_code(self.module, a.name) for a in node.names]
                 if any(n == "apex" or n.startswith("apex.") for n in names):

@@ -273,7 +273,19 @@ def without_initialize(
     )
 
 
-def needs_apex(module: str, listed: str, unused: bool = False) -> str:
+# names of apex.fp16_utils that AMP314 replaces by torch's own (`to_python_float(t)` -> `t.item()`)
+TORCH_ALIASES = frozenset({"to_python_float", "clip_grad_norm"})
+
+
+def needs_apex(module: str, listed: str, unused: bool = False, read: Sequence[str] = ()) -> str:
+    """``read``: the names of the import that the file reads (where known)."""
+    if read and module.startswith("apex.fp16_utils") and set(read) <= TORCH_ALIASES:
+        names = ", ".join(f"`{n}`" for n in sorted(set(read)))
+        return (
+            f"`from {module} import {listed}` needs apex; what this file reads of it ({names}) "
+            "is torch's own under another name (AMP314): where `fix` replaces each use, it "
+            "drops this import and makes this rewrite in the same run"
+        )
     if unused:
         names = [n.strip() for n in listed.split(",")]
         deleted = all(no_native(f"{module}.{n}") for n in names)  # AMP315 deletes it unused
@@ -586,7 +598,15 @@ class _Judge:
                     ):
                         lines.append(node)  # goes with amp's import (the planner's note)
                         continue
-                    self.problem(node, needs_apex(module, ", ".join(listed) or "*", unused))
+                    read = sorted(
+                        name
+                        for name in (FP16_UTILS if star else bound)
+                        if any(
+                            isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                            for n in self.names.spelled(name)
+                        )
+                    )
+                    self.problem(node, needs_apex(module, ", ".join(listed) or "*", unused, read))
             else:
                 spelled = [a.name for a in node.names]
                 if any(n == "apex" or n.startswith("apex.") for n in spelled):
