@@ -13561,6 +13561,56 @@ evaluate(model, load_examples(1))
     )
 
 
+@pytest.mark.torch
+def test_a_model_chosen_in_an_if_is_handed_on_in_a_region():
+    """The 63rd review's D1 (FixMatch): `test_model = ema_model` in one arm, `= model` in the
+    other, then `test(x, test_model)` after training: the call was left outside every region
+    (its forward float32, apex O1's float16) with a "behaviour change" note. The name may be
+    the model: the call gets its region, and the forward computes in float16 on CPU."""
+    source = """\
+import copy
+
+import torch
+from apex import amp
+
+
+def test(x, model):
+    with torch.no_grad():
+        return model(x).dtype
+
+
+def train(model, optimizer, ema_model, x, use_ema=False):
+    for _ in range(3):
+        loss = model(x).float().sum()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    if use_ema:
+        test_model = ema_model
+    else:
+        test_model = model
+    return test(x, test_model)
+
+
+def main(use_ema=False):
+    model = torch.nn.Linear(8, 2).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ema_model = copy.deepcopy(model)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    return train(model, optimizer, ema_model, torch.randn(4, 8).to("cuda"), use_ema)
+"""
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert finding.fix is not None and "forward in `test`" not in finding.message
+    out, _, _ = fix_source(source, unsafe=True)
+    lines = [line.strip() for line in out.splitlines()]
+    at = lines.index("return test(x, test_model)")
+    assert lines[at - 1].startswith('with torch.amp.autocast("cuda", dtype=torch.float16')
+    with _on_cpu(out) as migrated:
+        half = migrated["torch"].float16
+        assert migrated["main"](False) == migrated["main"](True) == half
+
+
 def test_a_step_before_the_backward_with_no_gradient_read_before_it_is_rewritten():
     """The refusal of a gradient read before a step that precedes the backward looks in the
     loop only: the optimizer built from `model.parameters()` above it is no read (the 62nd

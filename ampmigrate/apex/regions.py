@@ -1426,6 +1426,9 @@ class Regions:
             body = function if function is self.module else function.body
             carriers = self._carriers(body, spellings)
             names = spellings | set(carriers)
+            # (`test_model = model` in one arm of an `if`, the EMA model in the other: apex O1
+            # cast either forward; the 63rd review's D1, FixMatch)
+            names |= _aliases(self._subtree(body), names)
             for node in self._subtree(body):
                 if not isinstance(node, cst.Call) or self.function(node) is not function:
                     continue
