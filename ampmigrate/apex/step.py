@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import itertools
 import os
 import textwrap
@@ -1696,6 +1697,19 @@ class Step:
                 added |= {name + t[len(value) :] for t in on if t.startswith(value + ".")}
         return {t for t in on if not _names_in(t) & differs} | added
 
+    def _called_elsewhere(self, name: str) -> bool:
+        """Another file of the project on disk uses this file's function ``name`` (or there
+        are too many files to tell): once per name."""
+        if self.path is None:
+            return False
+        if name not in self._elsewhere:
+            self._elsewhere[name] = users_on_disk(self.path, [name]) != []
+        return self._elsewhere[name]
+
+    @functools.cached_property
+    def _elsewhere(self) -> dict[str, bool]:
+        return {}
+
     def _calls_of(self, function: cst.FunctionDef, method: bool) -> list[cst.Call] | None:
         """Every call of ``function`` in this file, by its name (a method: through the first
         parameter of a method of its class); None where a use is anything else, or a call
@@ -1710,7 +1724,7 @@ class Step:
                 if not (isinstance(call, cst.Call) and call.func is ref):
                     return None
                 calls.append(call)
-            if self.path is not None and users_on_disk(self.path, [name]) != []:
+            if self._called_elsewhere(name):
                 return None  # (called from other files too: W1's fine-tuning pass, `fp16=False`)
         else:
             owner = self.parent(self.parent(function))
