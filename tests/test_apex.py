@@ -4881,9 +4881,10 @@ def test_an_optimizer_state_saved_on_its_own_is_apex_s_gap_not_a_blocker():
 
 def test_a_forward_handed_to_another_function_after_initialize_is_a_stated_change():
     """apex O1 cast every forward from `initialize` on; the rewrite's regions cover the
-    functions that scale a loss. An `evaluate` that `main` hands the model to afterwards (or an
-    object holding it, `args.model = model`) runs its forward in float32 now, and the finding
-    says so; a function given only data says nothing."""
+    functions that scale a loss. An `evaluate` that `main` hands the model to afterwards in an
+    object holding it (`args.model = model`) runs its forward in float32 now, and the finding
+    says so; a function given only data says nothing; one given a name that may be the model
+    (`test_model`) gets a region."""
     source = textwrap.dedent(
         """
         import torch
@@ -4921,10 +4922,14 @@ def test_a_forward_handed_to_another_function_after_initialize_is_a_stated_chang
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix == "unsafe", finding.message
     assert (
-        "behaviour change: the model's forward in `test` (line 15; called at line 30), "
-        "`evaluate` (line 7; called at line 31), which `main` calls after `amp.initialize` "
-        "outside the autocast regions, runs in float32 there now"
+        "behaviour change: the model's forward in `evaluate` (line 7; called at line 31), "
+        "which `main` calls after `amp.initialize` outside the autocast regions, runs in "
+        "float32 there now"
     ) in finding.message
+    # `test_model`, the model or the EMA one, handed on: its call gets a region (63rd D1)
+    assert "the model is handed to code that may run it at `test(...)` (line 30)" in (
+        finding.message
+    )
     assert "`report`" not in finding.message
 
 

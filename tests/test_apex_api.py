@@ -6,6 +6,8 @@ import ast
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from ampmigrate.catalog import all_rules
 from ampmigrate.engine import run
 from ampmigrate.engine.migrate import migrate_source
@@ -2134,3 +2136,31 @@ def test_a_fallback_class_other_modules_use_is_refused_with_what_is_not_read(tmp
         finding.message
     )
     assert "not visible" not in finding.message
+
+
+@pytest.mark.parametrize(
+    ("use", "said"),
+    [
+        ("register_leaf_impl(FusedLayerNorm)(shape_only)\n", "handed to `register_leaf_impl(...)`"),
+        ("IMPLS = {FusedLayerNorm: shape_only}\n", "a dict key"),
+        ("IMPLS[FusedLayerNorm] = shape_only\n", "a subscript key"),
+        ("def leaf(m):\n    return type(m) in (FusedLayerNorm,)\n", "compared"),
+        ("def leaf(m):\n    return type(m) is FusedLayerNorm\n", "compared"),
+    ],
+)
+def test_an_apex_class_read_for_its_identity_is_not_renamed(use, said):
+    """The 64th review's ColossalAI tracer: `register_leaf_module(FusedLayerNorm)` became
+    `register_leaf_module(torch.nn.LayerNorm)`: every torch LayerNorm of the process took the
+    shape-only stub meant for apex's. A class read as a key of itself (a registry, a dict key,
+    a comparison) is refused with that reason; one handed on to build with is renamed."""
+    head = (
+        "import torch\nfrom apex.normalization import FusedLayerNorm\n\nIMPLS = {}\n\n\n"
+        "def register_leaf_impl(cls):\n    return lambda fn: IMPLS.setdefault(cls, fn)\n\n\n"
+        "def shape_only(module, x):\n    return x.clone()\n\n\n"
+    )
+    [finding] = [d for d in check_source(head + use) if d.code == "AMP312"]
+    assert finding.fix is None and f"used as a key of the class itself ({said})" in (
+        finding.message
+    )
+    out, _, fixed = _fix(head + "def build(dim, norm=FusedLayerNorm):\n    return norm(dim)\n")
+    assert "norm=torch.nn.LayerNorm" in out and [d.code for d in fixed] == ["AMP312"]

@@ -1698,12 +1698,15 @@ class Step:
         return {t for t in on if not _names_in(t) & differs} | added
 
     def _called_elsewhere(self, name: str) -> bool:
-        """Another file of the project on disk uses this file's function ``name`` (or there
-        are too many files to tell): once per name."""
+        """Another file of the project on disk, not one of this file's link (rewritten with
+        it, its calls checked there), uses this file's function ``name`` (or there are too
+        many files to tell): once per name."""
         if self.path is None:
             return False
         if name not in self._elsewhere:
-            self._elsewhere[name] = users_on_disk(self.path, [name]) != []
+            linked = {*self.link.callers, self.link.callee} if self.link else set()
+            users = users_on_disk(self.path, [name])
+            self._elsewhere[name] = users is None or any(u not in linked for u, _, _ in users)
         return self._elsewhere[name]
 
     @functools.cached_property

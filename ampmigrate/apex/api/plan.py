@@ -1131,6 +1131,16 @@ class _Planner:
             self._report(target, node, f"{head}: {renamed}", fix)
             return
         typed = self._typed(node)
+        keyed = None if typed else self._identity_use(node)
+        if keyed is not None:
+            reason = (
+                f"used as a key of the class itself ({keyed}): code that tells classes apart by "
+                f"identity would treat every `{target.new}` of the process as it treated apex's "
+                "class (a registry of apex's classes would take torch's own); delete or re-key "
+                "it by hand"
+            )
+            self._report(target, node, f"{head}: no automatic fix: {reason}", None)
+            return
         if conditional and not typed:
             reason = (
                 "read as a value while a fallback binds the name too (an availability check): "
@@ -1154,6 +1164,31 @@ class _Planner:
         else:
             extra = f"used as a value: its calls get `{target.new}`'s defaults"
         self._report(target, node, f"{head}: {extra}; {target.accepts}", fix)
+
+    def _identity_use(self, node: ast.expr) -> str | None:
+        """Where the class is read for its identity, not to build with (ColossalAI's tracer:
+        ``register_leaf_module(apex.normalization.FusedLayerNorm)``, the 64th review): a dict
+        key, a subscript key, an operand of a comparison, an argument of a call whose name
+        says it registers. None for other values (a factory, a default, an alias)."""
+        parent = self.names.parent(node)
+        if isinstance(parent, ast.Dict) and any(k is node for k in parent.keys):
+            return "a dict key"
+        if isinstance(parent, ast.Subscript) and parent.slice is node:
+            return "a subscript key"
+        if isinstance(parent, ast.Compare):
+            return "compared"
+        element = node
+        if isinstance(parent, ast.Tuple | ast.List | ast.Set):  # `register((A, B))`, `in (A, B)`
+            holder = self.names.parent(parent)
+            if isinstance(holder, ast.Compare):
+                return "compared"
+            element, parent = parent, holder
+        if isinstance(parent, ast.Call) and any(a is element for a in parent.args):
+            called = parent.func
+            name = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", "")
+            if "regist" in name.lower():
+                return f"handed to `{ast.unparse(called)}(...)`"
+        return None
 
     def _rebased(
         self, node: ast.expr, cls: ast.ClassDef, target: Target, head: str
