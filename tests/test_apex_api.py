@@ -2164,3 +2164,21 @@ def test_an_apex_class_read_for_its_identity_is_not_renamed(use, said):
     )
     out, _, fixed = _fix(head + "def build(dim, norm=FusedLayerNorm):\n    return norm(dim)\n")
     assert "norm=torch.nn.LayerNorm" in out and [d.code for d in fixed] == ["AMP312"]
+
+
+@pytest.mark.parametrize("factor", ["torch.distributed.get_world_size()", "dist.get_world_size()"])
+def test_a_predivide_factor_of_the_world_size_is_torchs_own_division(factor):
+    """The 64th review's FlagPerf: apex divides the gradients by `gradient_predivide_factor`
+    before the all-reduce and multiplies them by factor / world size after; at the world size
+    that is torch DDP's own division before the all-reduce. It was refused as "needs a DDP
+    communication hook"; the argument goes. Another factor keeps the refusal."""
+    source = (
+        "import torch\nimport torch.distributed as dist\n"
+        "from apex.parallel import DistributedDataParallel as DDP\n\n\n"
+        f"def wrap(model):\n    return DDP(model, gradient_predivide_factor={factor})\n"
+    )
+    out, remaining, fixed = _fix(source)
+    assert "torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True" in out
+    assert "predivide" not in out and not remaining and [d.code for d in fixed] == ["AMP313"]
+    [refused] = check_source(source.replace(factor, "2.0"))
+    assert refused.fix is None and "needs a DDP communication hook" in refused.message

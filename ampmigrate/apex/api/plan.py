@@ -80,6 +80,11 @@ def _l2_mode(call: ast.Call, target: Target) -> bool:
     return "adam_w_mode" in given and _literal_in(given["adam_w_mode"], table.FALSE)
 
 
+_WORLD_SIZE = frozenset({
+    "torch.distributed.get_world_size", "torch.distributed.distributed_c10d.get_world_size",
+})  # fmt: skip
+
+
 def _literal_in(node: ast.expr, allowed: tuple[object, ...]) -> bool:
     """``node`` is a literal equal (same type) to one of ``allowed``."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
@@ -1165,6 +1170,15 @@ class _Planner:
             extra = f"used as a value: its calls get `{target.new}`'s defaults"
         self._report(target, node, f"{head}: {extra}; {target.accepts}", fix)
 
+    def _world_size(self, value: ast.expr) -> bool:
+        """``value`` is ``torch.distributed.get_world_size()`` (the default group's)."""
+        return (
+            isinstance(value, ast.Call)
+            and not value.args
+            and not value.keywords
+            and bool(self.names.qualified(value.func) & _WORLD_SIZE)
+        )
+
     def _identity_use(self, node: ast.expr) -> str | None:
         """Where the class is read for its identity, not to build with (ColossalAI's tracer:
         ``register_leaf_module(apex.normalization.FusedLayerNorm)``, the 64th review): a dict
@@ -1716,7 +1730,10 @@ class _Planner:
                 dropped.append(key)
                 keep_positional = keep_positional and bool(arg.keyword)
                 continue
-            if key in target.drop and _literal_in(value, target.drop[key]):
+            if (key in target.drop and _literal_in(value, target.drop[key])) or (
+                key == "gradient_predivide_factor" and self._world_size(value)
+            ):  # (apex divided by the factor before the all-reduce and multiplied by it over
+                # the world size after: at the world size, torch's own pre-division; 64th review)
                 keep_positional = keep_positional and bool(arg.keyword)
                 continue
             torch_order = table.TORCH_POSITIONAL.get(new, target.new_positional)
