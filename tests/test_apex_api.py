@@ -2182,3 +2182,20 @@ def test_a_predivide_factor_of_the_world_size_is_torchs_own_division(factor):
     assert "predivide" not in out and not remaining and [d.code for d in fixed] == ["AMP313"]
     [refused] = check_source(source.replace(factor, "2.0"))
     assert refused.fix is None and "needs a DDP communication hook" in refused.message
+
+
+def test_the_removal_of_a_weight_norm_is_told_torchs_removal():
+    """The 64th review's sentiment-discovery: `remove_weight_norm` was told to use
+    `parametrizations.weight_norm`, which applies a norm; its counterpart removes one."""
+    torch = pytest.importorskip("torch")
+    source = (
+        "from apex.reparameterization import apply_weight_norm, remove_weight_norm\n\n"
+        "def export(model):\n    remove_weight_norm(model)\n\n"
+        "def build(model):\n    apply_weight_norm(model, 'weight')\n"
+    )
+    removal, applied = check_source(source)
+    assert "use instead: `torch.nn.utils.parametrize.remove_parametrizations(" in removal.message
+    assert "use instead: `torch.nn.utils.parametrizations.weight_norm(" in applied.message
+    layer = torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(2, 2), "weight")
+    torch.nn.utils.parametrize.remove_parametrizations(layer, "weight")
+    assert not torch.nn.utils.parametrize.is_parametrized(layer)  # (the advice runs)

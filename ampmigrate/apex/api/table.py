@@ -503,6 +503,15 @@ INSTEAD: tuple[tuple[str, str], ...] = (
      "differ: `weight_0` vs `0.weight`)"),
     ("apex.fused_dense", "`torch.nn.Linear` (same `weight`/`bias` names)"),
     ("apex.RNN", "`torch.nn.LSTM` / `torch.nn.GRU`"),
+    # (the removals first: the 64th review's sentiment-discovery was told to apply a norm)
+    ("apex.reparameterization.remove_weight_norm",
+     "`torch.nn.utils.parametrize.remove_parametrizations(module, name)` for each parameter "
+     "that `torch.nn.utils.parametrizations.weight_norm` was applied to (apex's removes it from "
+     "every parameter of the module tree where `name` is left `''`); apex removed this module "
+     "in July 2022"),
+    ("apex.reparameterization.remove_reparameterization",
+     "`torch.nn.utils.parametrize.remove_parametrizations(module, name)` for each "
+     "parametrized parameter; apex removed this module in July 2022"),
     ("apex.reparameterization",
      "`torch.nn.utils.parametrizations.weight_norm(module, name)` (torch >= 2.1), once per "
      "parameter: apex's `apply_weight_norm` applies it to every parameter of the module tree "
