@@ -2199,3 +2199,30 @@ def test_the_removal_of_a_weight_norm_is_told_torchs_removal():
     layer = torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(2, 2), "weight")
     torch.nn.utils.parametrize.remove_parametrizations(layer, "weight")
     assert not torch.nn.utils.parametrize.is_parametrized(layer)  # (the advice runs)
+
+
+def test_groups_read_by_another_optimizer_in_the_other_arm_still_carry_their_lr():
+    """The 64th review's FlagPerf DLRM adapter: the groups, each with its `lr`, go to
+    `FusedAdam` in one arm of an `if` and to `FusedSGD` in the other; the other arm's read
+    made them "not visible here". A read in the same arm (which may change them) keeps it."""
+    source = textwrap.dedent("""\
+        from apex import optimizers as apex_optim
+
+
+        def make(model, lr, use_adam):
+            groups = [{"params": list(model.parameters()), "lr": lr}]
+            if use_adam:
+                opt = apex_optim.FusedAdam(groups)
+            else:
+                opt = apex_optim.FusedSGD(groups)
+            return opt
+        """)
+    out, remaining, fixed = _fix(source)
+    assert "opt = torch.optim.SGD(groups)\n" in out and not remaining and len(fixed) == 2
+    same_arm = source.replace(
+        "    else:\n        opt = apex_optim.FusedSGD(groups)\n",
+        "    else:\n        keep(groups)\n        opt = apex_optim.FusedSGD(groups)\n",
+    )
+    assert "keep(groups)" in same_arm
+    [refused] = [d for d in check_source(same_arm) if "FusedSGD" in d.message]
+    assert refused.fix is None and "which is not visible here" in refused.message

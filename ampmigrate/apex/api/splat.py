@@ -199,6 +199,8 @@ def groups_carry(names: Names, call: ast.Call, value: ast.expr | None, key: str)
                 return None
             built = True
             continue
+        if names.exclusive(node, call):
+            continue  # (read in the other arm of an `if`: `FusedAdam(groups)` there, 64th review)
         holder = names.parent(parent)
         if not (
             isinstance(parent, ast.Attribute)
