@@ -24,6 +24,7 @@ def markdown(results: Sequence[FileResult], applied: bool) -> str:
     changed = [r for r in results if r.changed]
     fixed = [d for r in changed for d in r.fixed]
     remaining = [d for r in results for d in r.diagnostics]
+    hidden = [d for r in results for d in r.suppressed]
     errors = [r for r in results if r.error]
     unsafe = sum(d.fix == "unsafe" for d in remaining)
     verb = "fixed" if applied else "would be fixed (`--diff`: nothing written)"
@@ -37,6 +38,8 @@ def markdown(results: Sequence[FileResult], applied: bool) -> str:
         + (f" ({unsafe} with an unsafe fix: rerun with `--unsafe-fixes`)" if unsafe else ""),
         f"- Files with errors: {len(errors)}",
     ]
+    if hidden:
+        lines.insert(-1, f"- Findings suppressed by `# noqa`: {len(hidden)} (listed below)")
     if fixed:
         lines += ["", "## Fixed, by rule", "", "| Rule | Name | Fixed |", "|---|---|---|"]
         for code, count in sorted(collections.Counter(d.code for d in fixed).items()):
@@ -57,6 +60,16 @@ def markdown(results: Sequence[FileResult], applied: bool) -> str:
         for d in sorted(remaining, key=lambda d: d.sort_key):
             rule = f"`{d.code}`"
             lines.append(f"| `{_where(d)}` | {rule} | {d.fix or 'none'} | {_cell(d.message)} |")
+    if hidden:  # (a bare suppression comment written for flake8 hides an apex import too)
+        lines += [
+            "",
+            "## Suppressed by `# noqa` (`--ignore-noqa` reports them)",
+            "",
+            "| Location | Rule | Message |",
+            "|---|---|---|",
+        ]
+        for d in sorted(hidden, key=lambda d: d.sort_key):
+            lines.append(f"| `{_where(d)}` | `{d.code}` | {_cell(d.message)} |")
     if errors:
         lines += ["", "## Errors", ""]
         lines += [f"- `{r.path}`: {_cell(r.error)}" for r in errors]

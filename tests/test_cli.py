@@ -128,6 +128,28 @@ def test_ignore_noqa_reports_and_fixes_what_a_bare_noqa_hides(cli, tmp_path):
     assert "from apex" not in migrated and "torch.nn.RMSNorm" in migrated
 
 
+def test_the_summary_and_the_report_count_what_a_noqa_hides(cli, tmp_path):
+    """The 64th review: a bare `# noqa` written for flake8 on an apex availability probe hid
+    the only apex import of the file: "All checks passed", and the report's "0 remaining".
+    The exit status stays Ruff's (suppressed is not found); the summary line and the report
+    say how many findings a `# noqa` hides, and the report lists them."""
+    source = (
+        "def policy():\n    try:\n        from apex.normalization import FusedRMSNorm  # noqa\n"
+        "    except ImportError:\n        return None\n    return 'apex'\n"
+    )
+    write(tmp_path / "a.py", source)
+    checked = cli("check", "a.py", cwd=tmp_path)
+    assert checked.returncode == 0 and not checked.stdout
+    assert "1 finding suppressed by `# noqa` (`--ignore-noqa` shows them)" in checked.stderr
+    fixed = cli("fix", "--report", "report.md", "a.py", cwd=tmp_path)
+    assert fixed.returncode == 0 and "1 finding suppressed by `# noqa`" in fixed.stderr
+    report = (tmp_path / "report.md").read_text()
+    assert "- Findings suppressed by `# noqa`: 1 (listed below)" in report
+    assert "| `a.py:3:9` | `AMP312` |" in report
+    plain = cli("check", "b.py", cwd=write(tmp_path / "b" / "b.py", "x = 1  # noqa\n").parent)
+    assert plain.returncode == 0 and "All checks passed (1 file)." in plain.stderr
+
+
 def test_select_and_ignore(cli, tmp_path):
     write(tmp_path / "a.py", DEPRECATED + "torch.get_autocast_gpu_dtype()\n")
     assert cli("check", "--select", "AMP104", "a.py", cwd=tmp_path).stdout.count("AMP") == 1

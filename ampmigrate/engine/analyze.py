@@ -75,8 +75,12 @@ class Analysis:
             self._names.release()
             self._names = None
 
-    def diagnostics(self, settings: Settings) -> list[tuple[Finding, Diagnostic]]:
-        """Unsuppressed findings with their reported form, in source order."""
+    def diagnostics(
+        self, settings: Settings, suppressed: list[Diagnostic] | None = None
+    ) -> list[tuple[Finding, Diagnostic]]:
+        """Unsuppressed findings with their reported form, in source order; the ones a
+        ``# noqa`` suppresses are added to ``suppressed``, where given (a bare ``# noqa``
+        written for flake8 hides an apex import too: the summary counts them)."""
         if not self.findings:
             return []
         suppressions = Suppressions("" if settings.ignore_noqa else self.source.text)
@@ -87,7 +91,8 @@ class Analysis:
                 line, col, end_line, end_col = node.line, node.col, node.end_line, node.end_col
             else:
                 line, col, end_line, end_col = self.source.position(node)
-            if suppressions.suppresses(line, finding.code):
+            hidden = suppressions.suppresses(line, finding.code)
+            if hidden and suppressed is None:
                 continue
             message = finding.message
             if finding.fix is not None and settings.too_new(finding.fix):
@@ -104,6 +109,9 @@ class Analysis:
                 message=message,
                 fix=settings.safety(finding.fix),
             )
+            if hidden:
+                suppressed.append(diagnostic)  # type: ignore[union-attr]
+                continue
             out.append((finding, diagnostic))
         out.sort(key=lambda pair: pair[1].sort_key)
         return out

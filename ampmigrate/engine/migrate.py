@@ -23,9 +23,14 @@ MAX_FIX_PASSES = 10
 
 
 def migrate_source(
-    source: bytes, settings: Settings, path: str = ""
+    source: bytes,
+    settings: Settings,
+    path: str = "",
+    *,
+    suppressed: list[Diagnostic] | None = None,
 ) -> tuple[bytes, list[Diagnostic], list[Diagnostic]]:
-    """(new source, remaining diagnostics, fixed diagnostics) for one file's bytes.
+    """(new source, remaining diagnostics, fixed diagnostics) for one file's bytes; the
+    remaining findings a ``# noqa`` suppresses go to ``suppressed``, where given.
 
     Fixes are applied and the result re-parsed and re-analysed until nothing more applies
     (fixes that overlap wait for the next pass), so what is reported as remaining is exactly
@@ -33,7 +38,10 @@ def migrate_source(
     """
     analyses = [Analysis(source, settings, path, _check_python(source))]
     try:
-        return _migrate(analyses, source, settings, path)
+        new, remaining, fixed = _migrate(analyses, source, settings, path)
+        if suppressed is not None:
+            analyses[-1].diagnostics(settings, suppressed)
+        return new, remaining, fixed
     finally:
         for analysis in analyses:  # done with: its trees are freed now, not by the collector
             analysis.release()
@@ -138,13 +146,15 @@ def process(
         result.parsed = True
         if path.endswith(".ipynb"):
             return _process_notebook(result, source, settings)
-        new_source, remaining, fixed = migrate_source(source, settings, path)
+        hidden: list[Diagnostic] = []
+        new_source, remaining, fixed = migrate_source(source, settings, path, suppressed=hidden)
     except Exception as exc:  # one bad file must not stop the run
         result.error = _error_text(exc)
         return result
     result.new_source = new_source
     result.diagnostics = [_at(d, path) for d in remaining]
     result.fixed = [_at(d, path) for d in fixed]
+    result.suppressed = [_at(d, path) for d in hidden]
     return result
 
 

@@ -45,6 +45,7 @@ class FileResult:
     path: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
     fixed: list[Diagnostic] = field(default_factory=list)
+    suppressed: list[Diagnostic] = field(default_factory=list)  # what suppressions hide
     original: bytes | None = None  # the bytes read, for a file that passed the prefilter
     new_source: bytes | None = None
     error: str | None = None
