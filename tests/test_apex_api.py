@@ -2226,3 +2226,45 @@ def test_groups_read_by_another_optimizer_in_the_other_arm_still_carry_their_lr(
     assert "keep(groups)" in same_arm
     [refused] = [d for d in check_source(same_arm) if "FusedSGD" in d.message]
     assert refused.fix is None and "which is not visible here" in refused.message
+
+
+_PARTIAL_SWAP = textwrap.dedent("""\
+    import torch
+
+
+    class RMSNorm(torch.nn.Module):
+        def __init__(self, hidden, eps=1e-6):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(hidden))
+            self.eps = eps
+
+
+    try:
+        from functools import partial
+
+        from apex.normalization import FusedRMSNorm
+
+        RMSNorm = partial(FusedRMSNorm, eps=1e-6)
+    except ImportError:
+        pass
+
+
+    def build(hidden):
+        return RMSNorm(hidden)
+    """)
+
+
+def test_a_swap_through_partial_is_a_swap():
+    """The 64th review's InternVL: `RMSNorm = partial(FusedRMSNorm, eps=1e-6)` in the `try`
+    (with `from functools import partial` there) was refused as needing torch >= 2.4, where
+    the plain swap `RMSNorm = FusedRMSNorm` is deleted and the project's class kept. It is the
+    same swap: deleted, with the import it needed; a `partial` read after the `try` keeps it."""
+    out, remaining, fixed = _fix(_PARTIAL_SWAP, target_torch=(2, 0))
+    assert "apex" not in out and "partial" not in out and "class RMSNorm" in out
+    assert not remaining and "the arguments `functools.partial` gave" in fixed[0].message
+    namespace: dict = {}
+    exec(compile(out, "migrated", "exec"), namespace)
+    assert type(namespace["build"](4)).__name__ == "RMSNorm"
+    used = _PARTIAL_SWAP + "\nmake = partial(build, 8)\n"
+    out, _, _ = _fix(used, target_torch=(2, 0))
+    assert "from apex.normalization import FusedRMSNorm" in out

@@ -80,6 +80,7 @@ def _l2_mode(call: ast.Call, target: Target) -> bool:
     return "adam_w_mode" in given and _literal_in(given["adam_w_mode"], table.FALSE)
 
 
+_STDLIB = frozenset({"functools", "typing", "warnings", "logging", "os", "sys", "math"})
 _WORLD_SIZE = frozenset({
     "torch.distributed.get_world_size", "torch.distributed.distributed_c10d.get_world_size",
 })  # fmt: skip
@@ -2161,6 +2162,8 @@ class _Planner:
             return
         imported: dict[str, str] = {}  # bound name -> apex name
         swaps: list[ast.Assign] = []
+        helpers: set[str] = set()  # names a stdlib import of the `try` binds (`partial`)
+        partial = False  # a swap binds `functools.partial(<apex class>, ...)` (InternVL)
         for stmt in node.body:
             if isinstance(stmt, ast.ImportFrom) and (stmt.module or "").startswith("apex."):
                 if stmt.level:
@@ -2170,17 +2173,24 @@ class _Planner:
                     if full not in TARGETS and full not in table.SAME:
                         return
                     imported[alias.asname or alias.name] = full
-            elif (
-                isinstance(stmt, ast.Assign)
-                and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name)
-                and isinstance(stmt.value, ast.Name)
-                and stmt.value.id in imported
-            ):
+            elif isinstance(stmt, ast.Assign) and self._swap_of(stmt, imported) is not None:
                 swaps.append(stmt)
+                partial = partial or not isinstance(stmt.value, ast.Name)
+            elif (
+                isinstance(stmt, ast.Import | ast.ImportFrom)
+                and not stmt.level
+                and all(
+                    (a.name if isinstance(stmt, ast.Import) else stmt.module or "").partition(".")[
+                        0
+                    ]
+                    in _STDLIB
+                    for a in stmt.names
+                )
+            ):  # (the 64th review's InternVL: `from functools import partial` in the `try`)
+                helpers |= {(a.asname or a.name).partition(".")[0] for a in stmt.names}
             elif not isinstance(stmt, ast.Expr):
                 return
-        if not imported:
+        if not imported or (helpers and self._used_outside(node, helpers)):
             return
         first = next(s for s in node.body if isinstance(s, ast.ImportFrom))
         apex_name = imported[sorted(imported)[0]]
@@ -2188,7 +2198,8 @@ class _Planner:
         code = target.code if target else table.SAME_OBJECT
         bound = set(imported) | {s.targets[0].id for s in swaps}
         if (
-            len(node.handlers) == 1
+            not partial
+            and len(node.handlers) == 1
             and bound <= _bound_names(node.handlers[0].body)
             and all(_replaces(stmt) for stmt in node.handlers[0].body)
         ):
@@ -2252,6 +2263,11 @@ class _Planner:
             "deletes the swap and keeps the project's own class (its numerics replace apex's "
             "kernel where apex was installed)"
         )
+        if partial:
+            message += (
+                "; the arguments `functools.partial` gave apex's class go with the swap: the "
+                "project's class takes its own defaults there"
+            )
         start, end = self._statement_lines(node)
         block = self._block_of(node)
         replacement = self.source.line_indent(node.lineno) + "pass\n" if len(block) == 1 else ""
@@ -2260,6 +2276,27 @@ class _Planner:
         fix = Fix("unsafe", edits=(Edit(start, end, replacement),))
         self.findings.append(Finding(code, message, first, fix))
         self._consumed.add(node)
+
+    def _swap_of(self, stmt: ast.Assign, imported: dict[str, str]) -> str | None:
+        """The apex name ``stmt`` binds a project name to: ``X = FusedRMSNorm`` or ``X =
+        partial(FusedRMSNorm, eps=1e-6)`` (``functools.partial``, its other arguments pure);
+        None for anything else."""
+        if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
+            return None
+        value = stmt.value
+        if isinstance(value, ast.Name):
+            return value.id if value.id in imported else None
+        if not (
+            isinstance(value, ast.Call)
+            and value.args
+            and isinstance(value.args[0], ast.Name)
+            and value.args[0].id in imported
+            and "functools.partial" in self.names.qualified(value.func)
+            and all(_pure(a) for a in [*value.args[1:], *(k.value for k in value.keywords)])
+            and all(k.arg is not None for k in value.keywords)
+        ):
+            return None
+        return value.args[0].id
 
     def _own_fallback(self, node: ast.Try) -> bool:
         """``try: import xentropy_cuda; from apex.contrib import xentropy; def cross_entropy(...):
