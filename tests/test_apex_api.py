@@ -2268,3 +2268,65 @@ def test_a_swap_through_partial_is_a_swap():
     used = _PARTIAL_SWAP + "\nmake = partial(build, 8)\n"
     out, _, _ = _fix(used, target_torch=(2, 0))
     assert "from apex.normalization import FusedRMSNorm" in out
+
+
+_FALLBACK_NORMS = textwrap.dedent("""\
+    import torch
+
+    try:
+        from apex.normalization import FusedRMSNorm as RMSNorm
+    except ImportError:
+        class RMSNorm(torch.nn.Module):
+            def __init__(self, dim, eps=1e-6):
+                super().__init__()
+                self.eps = eps
+                self.weight = torch.nn.Parameter(torch.ones(dim))
+
+            def forward(self, x):
+                y = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+                return y.type_as(x) * self.weight
+    """)
+
+
+@pytest.mark.parametrize(
+    ("use", "refused"),
+    [
+        ("        self.norm = RMSNorm(dim, eps=eps)\n", None),
+        ("        self.norm = RMSNorm(dim, **kw)\n", "the call at block.py:9 passes a splat"),
+        ("        self.norm = build(RMSNorm, dim)\n", "block.py:9 uses the name other than"),
+    ],
+)
+def test_a_fallback_class_used_only_by_other_modules_reads_their_uses(tmp_path, use, refused):
+    """The 64th review's Lumina-T2X: `try: from apex.normalization import FusedRMSNorm as
+    RMSNorm` over the project's own class, used only by other modules (`RMSNorm(dim,
+    eps=norm_eps)`), was refused as "the rewrite reads the uses ... in this file only". Those
+    uses are read where they are: calls torch's class takes alike, and type tests, let the
+    fix bind the stand-in class; a splat or the class handed on keeps the refusal, named."""
+    from ampmigrate.engine import run
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "norms.py").write_text(_FALLBACK_NORMS)
+    (package / "block.py").write_text(
+        "import torch\n\nfrom .norms import RMSNorm\n\n\nclass Block(torch.nn.Module):\n"
+        "    def __init__(self, dim, eps=1e-6, **kw):\n        super().__init__()\n" + use
+        + "        assert isinstance(self.norm, (RMSNorm, torch.nn.Module))\n"
+    )  # fmt: skip
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    [result] = run([package / "norms.py"], settings)
+    if refused is not None:
+        [finding] = [d for d in result.diagnostics if d.code == "AMP312"]
+        assert finding.fix is None and refused in finding.message, finding.message
+        return
+    [done] = [d for d in result.fixed if d.code == "AMP312"]
+    assert "its uses in other modules (block.py:9, block.py:10, block.py:3)" in done.message
+    new = result.new_source.decode()
+    assert "from apex" not in new and "class RMSNorm(torch.nn.RMSNorm):" in new
+    (package / "norms.py").write_text(new)
+    import subprocess
+    import sys
+
+    code = "from pkg.block import Block\nprint(type(Block(4).norm).__mro__[1].__name__)"
+    ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert ran.stdout.strip() == "RMSNorm" and "torch.nn" in new, ran.stderr

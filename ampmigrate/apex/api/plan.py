@@ -34,6 +34,7 @@ from ampmigrate.apex.links import (
     apex_imported_beyond,
     apex_imported_by_users,
     function_around,
+    module_tree,
     users_on_disk,
 )
 from ampmigrate.catalog import Rule
@@ -561,6 +562,47 @@ def _accepts(call: ast.Call, accepted: tuple[str, ...], where: str) -> None:
     for k in call.keywords:
         if k.arg not in accepted:
             raise NoFix(f"{where} passes `{k.arg}`, which torch's class does not take alike")
+
+
+def _uses_in(path: str, name: str, accepted: tuple[str, ...]) -> None:
+    """Raise ``NoFix`` unless every use, in the module at ``path``, of ``name`` imported
+    from the module being fixed is its import, a call that passes only ``accepted``
+    arguments (no splat), or a type test (``isinstance``, ``issubclass``): the 64th review's
+    Lumina, whose blocks import the norm (`RMSNorm(dim, eps=norm_eps)`) from the module that
+    swaps it for apex's."""
+    tree = module_tree(path)
+    shown = os.path.basename(path)
+    if tree is None:
+        raise NoFix(f"{shown}, which uses the name, does not parse")
+    bound = {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom)
+        for a in n.names
+        if a.name == name
+    }
+    parents = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    for use in ast.walk(tree):
+        if isinstance(use, ast.Attribute) and use.attr == name:
+            raise NoFix(f"{shown}:{use.lineno} reads the name through its module")
+        if not (isinstance(use, ast.Name) and use.id in bound):
+            continue
+        parent = parents.get(use)
+        where = f"{shown}:{use.lineno}"
+        if not isinstance(use.ctx, ast.Load):
+            raise NoFix(f"{where} binds the name again")
+        if isinstance(parent, ast.Call) and parent.func is use:
+            _accepts(parent, accepted, f"the call at {where}")
+            continue
+        holder = parents.get(parent) if isinstance(parent, ast.Tuple) else parent
+        tested = parent if isinstance(parent, ast.Tuple) else use
+        if not (
+            isinstance(holder, ast.Call)
+            and dotted(holder.func) in ("isinstance", "issubclass")
+            and len(holder.args) == 2
+            and holder.args[1] is tested
+        ):
+            raise NoFix(f"{where} uses the name other than by a call or a type test")
 
 
 def _parameters(cls: ast.ClassDef) -> list[str] | None:
@@ -2414,18 +2456,24 @@ class _Planner:
                 self._fallback_uses(node, name, each)
             self._no_memory_efficient()
             torch_name, add_torch = self._torch(node)
+            elsewhere = ""
             if module_level:
                 users = users_on_disk(self.source.path, sorted(imported), imports=True)
-                if users is None or users:
-                    where = (
-                        ", ".join(f"{os.path.basename(f)}:{line}" for f, line, _ in users[:3])
-                        if users
-                        else "the project is too large to look"
-                    )
-                    raise NoFix(
-                        f"other modules use the name ({where}), and the rewrite reads the uses "
-                        "of the project's class in this file only (a type test there may be "
-                        "unchanged by it, but it is not read)"
+                if users is None:
+                    raise NoFix("other modules may use the name (the project is too large to look)")
+                for path in sorted({f for f, _, _ in users}):
+                    for name, each in targets.items():
+                        accepted = (
+                            each.params if each.new == "torch.nn.RMSNorm" else (each.new_positional)
+                        )
+                        _uses_in(path, name, accepted)
+                if users:
+                    shown = ", ".join(
+                        f"{os.path.basename(f)}:{line}" for f, line, _ in users[:3]
+                    ) + (f" and {len(users) - 3} more" if len(users) > 3 else "")
+                    elsewhere = (
+                        f"; its uses in other modules ({shown}) are imports, calls with "
+                        "arguments torch's class takes alike and type tests, read there"
                     )
         except NoFix as reason:
             return Finding(code, (
@@ -2461,7 +2509,7 @@ class _Planner:
             f"project's class. Where apex was installed nothing changes beyond "
             f"`{apex_name.rpartition('.')[2]}` -> `{target.new}`: {target.accepts}. Where it "
             f"was not, the project's class (line {own.lineno}, {signature}: its own defaults "
-            f"and numerics) ran and `{target.new}` runs now"
+            f"and numerics) ran and `{target.new}` runs now{elsewhere}"
         )
         held = _parameters(own)
         expected = _PARAMETERS[target.new]
