@@ -13459,6 +13459,8 @@ def test_a_decorated_training_function_is_reached_through_its_wrapper():
 
 
 HIDDEN_BACKWARD = """\
+import functools
+
 import torch
 import torch.nn.functional as F
 from apex import amp
@@ -13469,11 +13471,14 @@ def aux_backward(loss):
 
 
 def main(fp16=True):
+    torch.manual_seed(0)
     model = torch.nn.Linear(8, 2).to("cuda")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    aux_opt = torch.optim.SGD(model.parameters(), lr=0.01)
     if fp16:
         model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
     x, y = torch.randn(4, 8).to("cuda"), torch.randn(4, 2).to("cuda")
+    losses = []
     for _ in range(3):
         loss = F.mse_loss(model(x).float(), y)
         if fp16:
@@ -13481,34 +13486,85 @@ def main(fp16=True):
                 scaled_loss.backward()
         else:
             loss.backward()
-        aux_backward(F.mse_loss(model(x).float(), y))
+        aux = F.mse_loss(model(x).float(), y)
+        aux_backward(aux)
         optimizer.step()
         optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
 """
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        ("", ""),  # a function of the file
+        ("", ""),  # a function of the file (q18)
         (  # through another function of the file
             "def aux_backward(loss):\n    (0.5 * loss).backward()\n",
             "def _half_back(loss):\n    (0.5 * loss).backward()\n\n\n"
             "def aux_backward(loss):\n    _half_back(loss)\n",
         ),
+        # a local alias, a lambda, `functools.partial` (65th W2: h1, h2, h7)
+        ("    losses = []\n", "    regularize = aux_backward\n    losses = []\n"),
+        ("    losses = []\n", "    reg = lambda l: (0.5 * l).backward()\n    losses = []\n"),
+        ("        aux_backward(aux)", "        functools.partial(aux_backward)(aux)"),
+        # a closure of the training function (h13)
+        ("    losses = []\n",
+         "    def closure(l):\n        (0.5 * l).backward()\n\n    losses = []\n"),
+        # a second optimizer over the same parameters, inline and in a helper (W1: h18, h17)
+        ("        aux_backward(aux)\n", "        aux_opt.step()\n"),
+        ("def aux_backward(loss):\n    (0.5 * loss).backward()\n",
+         "def aux_backward(loss, opt):\n    (0.5 * loss).backward()\n    opt.step()\n"),
     ],
 )  # fmt: skip
-def test_a_called_function_that_runs_a_plain_backward_before_the_step_is_refused(old, new):
-    """The 62nd review's q18: `aux_backward(aux)` between the scaled backward and the step
-    runs `(0.5 * loss).backward()`; rewritten, `scaler.step` divided its gradients by the
-    scale (apex had unscaled before they were added): the loss curve left apex's at the
-    second step. The rewrite cannot scale a backward inside the function it calls: refused,
-    naming the call and the backward."""
+def test_code_that_adds_or_steps_gradients_before_the_step_sees_them_unscaled(old, new):
+    """The 62nd review's q18 and the 65th review's W1 and W2: between the scaled backward and
+    the step, `aux_backward(aux)` (or the same code through an alias, a lambda, a partial, a
+    closure), or another optimizer's step over the same parameters: apex had unscaled the
+    gradients as `scale_loss` exited, the rewrite left them scaled (`scaler.step` divided the
+    plain ones by the scale; the second optimizer stepped on them multiplied by it). Each is
+    a gradient read: `scaler.unscale_(optimizer)` goes before it, and the rewrite trains like
+    the original on CPU."""
     source = HIDDEN_BACKWARD.replace(old, new)
+    if "regularize =" in new:
+        source = source.replace("        aux_backward(aux)", "        regularize(aux)")
+    elif "reg = lambda" in new:
+        source = source.replace("        aux_backward(aux)", "        reg(aux)")
+    elif "def closure" in new:
+        source = source.replace("        aux_backward(aux)", "        closure(aux)")
+    elif "opt.step()" in new:
+        source = source.replace("aux_backward(aux)\n", "aux_backward(aux, aux_opt)\n")
+    assert source != HIDDEN_BACKWARD or not old
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}, [d.message for d in check_source(source)]
+    lines = [line.strip() for line in out.splitlines()]
+    unscale = lines.index("scaler.unscale_(optimizer)")
+    scaled, step = (
+        lines.index("scaler.scale(loss).backward()"),
+        lines.index("scaler.step(optimizer)"),
+    )
+    assert scaled < unscale < step and out.count("scaler.unscale_(") == 1
+    stub = {"initialize": lambda m, o, **kw: (m, o), "scale_loss": contextlib.contextmanager(
+        lambda loss, opt: (yield loss))}  # fmt: skip
+    with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
+        before["amp"] = SimpleNamespace(**stub)
+        for fp16 in (True, False):
+            assert migrated["main"](fp16) == pytest.approx(before["main"](fp16), rel=2e-2)
+
+
+def test_a_plain_backward_helper_after_the_step_is_refused_truly():
+    """The 65th review's h12: the helper's plain backward after the step reaches the next
+    step unless cleared; the refusal said to "run it after the step", where it was. It says
+    where the rewrite would keep it exact instead."""
+    source = HIDDEN_BACKWARD.replace(
+        "        aux_backward(aux)\n        optimizer.step()\n",
+        "        optimizer.step()\n        aux_backward(aux)\n",
+    )
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix is None
-    assert "`aux_backward(F.mse_loss(model(x).float(), y))` runs a plain " in finding.message
-    assert "`(0.5 * loss).backward()` (line 7)" in finding.message
+    assert "but not between it and `optimizer`'s step" in finding.message
+    assert "or call it between the scaled backward and the step" in finding.message
 
 
 def test_a_plain_backward_helper_on_the_scalers_off_path_is_the_plain_path():
@@ -13516,10 +13572,11 @@ def test_a_plain_backward_helper_on_the_scalers_off_path_is_the_plain_path():
     (the scaler's own switch): it runs only with mixed precision off, where the step is
     plain: rewritten."""
     source = HIDDEN_BACKWARD.replace(
-        "            loss.backward()\n        aux_backward(F.mse_loss(model(x).float(), y))\n",
+        "            loss.backward()\n        aux = F.mse_loss(model(x).float(), y)\n"
+        "        aux_backward(aux)\n",
         "            aux_backward(loss)\n",
     )
-    assert "aux_backward(loss)" in source and "aux_backward(F." not in source
+    assert "aux_backward(loss)" in source and "aux_backward(aux)" not in source
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix is not None, finding.message
 

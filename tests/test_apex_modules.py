@@ -3918,10 +3918,14 @@ def test_a_decorator_with_a_signature_of_its_own_keeps_the_linked_function_on_ap
     assert "it is decorated (`@logged`)" in found["engine.py"].message
 
 
-def test_a_plain_backward_in_a_function_of_another_module_before_the_step_is_refused(tmp_path):
+def test_a_plain_backward_in_a_function_of_another_module_before_the_step_sees_unscaled(
+    tmp_path, stub
+):
     """The 62nd review's d08: beside the linked helper that scales, the script calls
     `aux_backward` of the same module, which runs a plain backward before the step; rewritten,
-    `scaler.step` divided its gradients by the scale. Refused, naming where that backward is."""
+    `scaler.step` divided its gradients by the scale. apex had unscaled before they were
+    added: `scaler.unscale_(optimizer)` goes before the call, and both files train like the
+    O0 original on CPU."""
     files = dict(BACKWARD_HELPER)
     files["utils.py"] += "\n\ndef aux_backward(loss):\n    (0.5 * loss).backward()\n"
     files["main.py"] = (
@@ -3932,15 +3936,15 @@ def test_a_plain_backward_in_a_function_of_another_module_before_the_step_is_ref
         .replace(
             "        loss_backward(loss, optimizer, fp16)\n",
             "        loss_backward(loss, optimizer, fp16)\n"
-            "        aux_backward(F.mse_loss(model(x).float(), y))\n",
+            "        aux = F.mse_loss(model(x).float(), y)\n"
+            "        aux_backward(aux)\n",
         )
     )
-    assert "        aux_backward(F.mse_loss" in files["main.py"]
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    found = _amp303(run(_files(tmp_path), _settings()))
-    assert found["main.py"].fix is None and found["utils.py"].fix is None
-    assert "runs a plain `(0.5 * loss).backward()` (utils.py:13)" in found["main.py"].message
+    assert "        aux_backward(aux)" in files["main.py"]
+    root, original = _fixed_beside_original(tmp_path, files, ["main.py", "utils.py"])
+    lines = [line.strip() for line in (root / "main.py").read_text().splitlines()]
+    assert lines[lines.index("aux_backward(aux)") - 1] == "scaler.unscale_(optimizer)"
+    _on_cpu_beside_original(tmp_path, root, original, stub)
 
 
 SWITCH_FROM_ANOTHER_FILE = {

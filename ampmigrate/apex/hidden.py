@@ -20,7 +20,10 @@ class HiddenBackward:
 
 
 def plain_backward(
-    function: ast.FunctionDef, tree: ast.Module | None, path: str | None, depth: int = 0
+    function: ast.FunctionDef | ast.Lambda,
+    tree: ast.Module | None,
+    path: str | None,
+    depth: int = 0,
 ) -> HiddenBackward | None:
     """The first plain ``x.backward()`` (or ``torch.autograd.backward``) that ``function`` runs,
     itself or through the module-level functions of ``tree`` it calls by name. None where it
@@ -29,10 +32,31 @@ def plain_backward(
     nodes = list(ast.walk(function))
     if any(isinstance(n, ast.Attribute) and n.attr in ("scale_loss", "step") for n in nodes):
         return None
+    return _first_use(nodes, function, tree, path, depth, plain_backward)
+
+
+def touches_gradients(
+    function: ast.FunctionDef | ast.Lambda,
+    tree: ast.Module | None,
+    path: str | None,
+    depth: int = 0,
+) -> HiddenBackward | None:
+    """The first plain backward or optimizer step (``x.step()``, an LR scheduler's aside)
+    that ``function`` runs, itself or through the module-level functions of ``tree`` it
+    calls: between a scaled backward and its step, apex had unscaled the gradients both
+    see (the 65th review's h17: a helper that steps its own optimizer over shared parameters).
+    None where it runs neither, or uses apex's ``scale_loss`` (the rewrite's own to plan)."""
+    nodes = list(ast.walk(function))
+    if any(isinstance(n, ast.Attribute) and n.attr == "scale_loss" for n in nodes):
+        return None
+    return _first_use(nodes, function, tree, path, depth, touches_gradients)
+
+
+def _first_use(nodes, function, tree, path, depth, again) -> HiddenBackward | None:
     for node in nodes:
         if not isinstance(node, ast.Call):
             continue
-        if _plain(node):
+        if _plain(node) or (again is touches_gradients and _steps(node)):
             return HiddenBackward(ast.unparse(node), node.lineno, path)
         if depth < 2 and tree is not None and isinstance(node.func, ast.Name):
             called = [
@@ -40,10 +64,19 @@ def plain_backward(
                 for s in tree.body
                 if isinstance(s, ast.FunctionDef) and s.name == node.func.id and s is not function
             ]
-            found = plain_backward(called[0], tree, path, depth + 1) if len(called) == 1 else None
+            found = again(called[0], tree, path, depth + 1) if len(called) == 1 else None
             if found is not None:
                 return found
     return None
+
+
+def _steps(call: ast.Call) -> bool:
+    """``x.step()`` of something not named for a schedule (``scheduler.step()``, ``lr_sched``)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "step"):
+        return False
+    receiver = ast.unparse(func.value).lower()
+    return not any(word in receiver for word in ("sched", "lr", "warmup", "scaler"))
 
 
 def _plain(call: ast.Call) -> bool:

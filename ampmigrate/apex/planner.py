@@ -42,6 +42,7 @@ import libcst as cst
 from libcst.metadata import ParentNodeProvider, ScopeProvider
 
 from ampmigrate.apex.backends import BackendSwitch
+from ampmigrate.apex.callees import Callees
 from ampmigrate.apex.casts import Casts
 from ampmigrate.apex.checkpoints import Checkpoints
 from ampmigrate.apex.clip import Clip
@@ -107,6 +108,7 @@ class _Planner(
     Initialize,
     Scaler,
     Step,
+    Callees,
     Delegate,
     Outflow,
     Unscale,
@@ -717,7 +719,8 @@ class _Planner(
             self._unscaled_steps()
         self._sure_groups()
         self._master_params(
-            calls.get("master_params", []), self._grad_readers(calls, setup.condition)
+            calls.get("master_params", []),
+            self._grad_readers(calls, setup.condition, set(setup.models)),
         )
         self._one_unscale_per_step()
         if not off:

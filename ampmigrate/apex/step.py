@@ -27,8 +27,7 @@ from ampmigrate.apex.common import (
     is_path,
     wrapping_decorator,
 )
-from ampmigrate.apex.hidden import HiddenBackward, plain_backward
-from ampmigrate.apex.links import module_definition, module_tree, users_on_disk
+from ampmigrate.apex.links import users_on_disk
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.apex.wrappers import wrapper_step
 from ampmigrate.replace import ReplaceNodes
@@ -1277,8 +1276,8 @@ class Step:
             if self.function(node) is not function or self.dead(node):
                 continue
             hidden = self._runs_plain_backward(node)
-            if hidden is None:
-                continue
+            if hidden is None or self._before_step(node, function, withs, opt):
+                continue  # (between the scaled backward and the step: `unscale_` goes before it)
             apart = [w for w in withs if self._exclusive(node, w)]
             if apart and len(apart) == len(withs):
                 if on is None:
@@ -1297,51 +1296,23 @@ class Step:
                 node,
                 f"`{_code(self.module, node)}` runs a plain `{hidden.code}` ({where}) that can "
                 f"run while apex is on, in the same function as the scaled backward at line "
-                f"{self.line(withs[0])}: apex had unscaled that one's gradients before these "
-                f"were added; under GradScaler, if they reach `{opt}`'s step, `scaler.step` "
-                "divides them by the scale too, and the rewrite does not scale a backward "
-                "inside the function it calls: scale it there (pass it the GradScaler) or run "
-                f"it after `{opt}`'s step, by hand",
+                f"{self.line(withs[0])} but not between it and `{opt}`'s step: apex kept these "
+                "gradients apart from the scaled ones (it unscaled those as `scale_loss` "
+                f"exited); under GradScaler, where they reach `{opt}`'s step (not cleared "
+                "before it), `scaler.step` divides them by the scale too, and the rewrite does "
+                "not scale a backward inside the function it calls: scale it there (pass it the "
+                "GradScaler), or call it between the scaled backward and the step (where the "
+                "rewrite unscales first), by hand",
             )
 
-    def _runs_plain_backward(self, call: cst.Call) -> HiddenBackward | None:
-        """The plain backward the function ``call`` calls runs (see :mod:`hidden`): a
-        function of this file by its name, a method through ``self``, or a function of a
-        module on disk by its qualified name."""
-        func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
-            return None
-        tree = self.syntax
-        if isinstance(func, cst.Name):
-            local = [
-                s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == func.value
-            ]
-            if len(local) == 1:
-                return plain_backward(local[0], tree, None)
-        caller = self.function(call)
-        cls = self.parent(self.parent(caller)) if isinstance(caller, cst.FunctionDef) else None
-        if (
-            isinstance(func, cst.Attribute)
-            and isinstance(func.value, cst.Name)
-            and isinstance(cls, cst.ClassDef)
-            and caller.params.params
-            and func.value.value == caller.params.params[0].name.value
-        ):
-            methods = [
-                m
-                for c in tree.body
-                if isinstance(c, ast.ClassDef) and c.name == cls.name.value
-                for m in c.body
-                if isinstance(m, ast.FunctionDef) and m.name == func.attr.value
-            ]
-            return plain_backward(methods[0], None, None) if len(methods) == 1 else None
-        qualified = self.qualified(func)
-        if self.path is None or len(qualified) != 1:
-            return None
-        located = module_definition(self.path, next(iter(qualified)))
-        if located is None or not isinstance(located[1], ast.FunctionDef):
-            return None
-        return plain_backward(located[1], module_tree(located[0]), located[0])
+    def _before_step(self, node: cst.CSTNode, function, withs: list, opt: str) -> bool:
+        """``node`` comes after a scaled backward of ``opt`` that it can run with, and before a
+        step of ``opt`` in the same function (``Unscale._grad_readers`` takes it)."""
+        at = self.order[id(node)]
+        steps = self.steps.get((id(function), opt), [])
+        return any(self.order[id(w)] < at and not self._exclusive(node, w) for w in withs) and any(
+            self.order[id(s)] > at for s in steps
+        )
 
     def _exclusive_plain_backwards(self, setup: _Setup, every: list[cst.With]) -> None:
         """The plain backwards in the other branch of an ``if`` around a scaled backward whose

@@ -84,7 +84,7 @@ class Unscale:
     """The unscale stage of ``_Planner`` (mixed into it)."""
 
     def _grad_readers(
-        self, calls: dict[str, list[cst.Call]], enabled: str | None
+        self, calls: dict[str, list[cst.Call]], enabled: str | None, models: set[str]
     ) -> list[tuple[cst.CSTNode, str]]:
         """Statements that read gradients between a scaled backward and its step (a clip of
         ``model.parameters()``, a norm logged from ``p.grad``): apex had unscaled them when
@@ -130,7 +130,11 @@ class Unscale:
                     and self.function(node) is function
                     and node not in found
                     and not self._switched_apart(node, scaled, function)
-                    and (self._reads_gradients(node) or self._runs_optimizer(node, opt))
+                    and (
+                        self._reads_gradients(node)
+                        or self._runs_optimizer(node, opt)
+                        or self._touches_gradients(node, opt, models)
+                    )
                 ):
                     found[node] = opt
         off = self._switch_tests(enabled)
