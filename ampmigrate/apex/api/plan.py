@@ -2220,7 +2220,7 @@ class _Planner:
                 partial = partial or not isinstance(stmt.value, ast.Name)
             elif (
                 isinstance(stmt, ast.Import | ast.ImportFrom)
-                and not stmt.level
+                and not getattr(stmt, "level", 0)
                 and all(
                     (a.name if isinstance(stmt, ast.Import) else stmt.module or "").partition(".")[
                         0
