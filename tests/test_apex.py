@@ -13581,6 +13581,37 @@ def test_a_plain_backward_helper_on_the_scalers_off_path_is_the_plain_path():
     assert finding.fix is not None, finding.message
 
 
+def test_the_star_import_of_fp16_utils_binds_what_apex_exported_until_2025():
+    """The 65th review's f6: `from apex.fp16_utils import *` and `clip_grad_norm(...)`, which
+    apex's `fp16_utils` exported from 2019 until its removal (the tool knew the 2018 list):
+    AMP302 called the import unused and its safe fix deleted it (NameError). The name is
+    apex's `clip_grad_norm`, torch's own (AMP314): the safe fix keeps the import working, the
+    whole run ends apex-free with torch's name."""
+    source = (
+        "import torch\nfrom apex.fp16_utils import *\n\n\n"
+        "def clip(model):\n    return clip_grad_norm(model.parameters(), 1.0)\n"
+    )
+    codes = {d.code: d for d in check_source(source)}
+    assert "AMP302" not in codes and codes["AMP314"].fix == "safe"
+    out, remaining, _ = fix_source(source)
+    assert "apex" not in out and "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)" in out
+    assert not remaining
+
+
+def test_a_def_after_the_star_import_is_the_name_in_effect():
+    """The 65th review's f5: the file's own `def to_python_float` after `from
+    apex.fp16_utils import *` is what its calls run; the call became `.item()` (printed values
+    changed). It is refused, naming that definition."""
+    source = (
+        "import torch\nfrom apex.fp16_utils import *\n\n\n"
+        "def to_python_float(t):\n    return round(float(t), 2)\n\n\n"
+        "def show(loss):\n    print(to_python_float(loss))\n"
+    )
+    [finding] = [d for d in check_source(source) if d.code == "AMP314"]
+    assert finding.fix is None and "the name is also bound at line 5" in finding.message
+    assert "print(to_python_float(loss))" in fix_source(source, unsafe=True)[0]
+
+
 def test_a_parameter_named_like_a_function_is_not_a_call_of_it():
     """The 63rd review's F3: `load_examples(seed, evaluate=False)` reads its parameter
     `evaluate`, which shadows the module's `evaluate(model, ...)`; the note listed those reads

@@ -109,7 +109,9 @@ class Scope:
 
 # What ``from M import *`` binds, for the modules whose names the rules resolve: their public
 # names (``__all__``, or the names their ``__init__.py`` imports), read from their sources
-# (torch 2.13's torch/cuda/amp and torch/cpu/amp, NVIDIA/apex's apex/fp16_utils/__init__.py).
+# (torch 2.13's torch/cuda/amp and torch/cpu/amp; NVIDIA/apex's apex/fp16_utils/__init__.py in
+# both its forms: 2018's, and the one of 2019 until its removal in 2025, cb65b8ed's parent,
+# which added `clip_grad_norm`, `convert_module`, `convert_network` and `FP16Model`).
 STAR_EXPORTS: dict[str, tuple[str, ...]] = {
     "torch.cuda.amp": (
         "amp_definitely_not_available", "autocast", "custom_bwd", "custom_fwd", "GradScaler",
@@ -119,7 +121,7 @@ STAR_EXPORTS: dict[str, tuple[str, ...]] = {
         "BN_convert_float", "network_to_half", "prep_param_lists", "model_grads_to_master_grads",
         "master_params_to_model_params", "tofp16", "to_python_float", "Fused_Weight_Norm",
         "fp32_to_fp16", "fp16_to_fp32", "FP16_Module", "FP16_Optimizer", "LossScaler",
-        "DynamicLossScaler",
+        "DynamicLossScaler", "clip_grad_norm", "convert_module", "convert_network", "FP16Model",
     ),
 }  # fmt: skip
 

@@ -2038,8 +2038,9 @@ class _Planner:
 
         def top(binding) -> ast.stmt | None:
             """The statement of the scope's own block that holds the binding."""
-            at, child = binding.node, None
-            for above in [at, *self.names.ancestors(at)]:
+            at = binding.node  # (a def or a class is its own statement, not a scope here)
+            child = at if isinstance(at, ast.stmt) else None
+            for above in self.names.ancestors(at):
                 if isinstance(above, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef):
                     return child if child in getattr(above, "body", ()) else None
                 child = above if isinstance(above, ast.stmt) else child
