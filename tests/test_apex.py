@@ -13612,6 +13612,44 @@ def test_a_def_after_the_star_import_is_the_name_in_effect():
     assert "print(to_python_float(loss))" in fix_source(source, unsafe=True)[0]
 
 
+@pytest.mark.torch
+@pytest.mark.parametrize("local", ["def", "import"])
+def test_a_local_def_or_import_of_the_training_functions_name_is_not_given_the_scaler(local):
+    """The 65th review's s3/s4: `probe_head` defines (or imports) its own `train_epoch`,
+    which shadows the module's scaling one; its call was given `scaler=scaler` (TypeError)."""
+    inner = (
+        "    def train_epoch(model, optimizer, x):\n"
+        "        loss = model(x).float().pow(2).mean()\n"
+        "        loss.backward()\n        optimizer.step()\n        return [loss.item()]\n\n"
+        if local == "def"
+        else "    from statistics import fmean as train_epoch\n\n"
+    )
+    call = "train_epoch(head, opt, x)" if local == "def" else "[train_epoch([1.0, 2.0])]"
+    source = (
+        "import torch\nfrom apex import amp\n\n\n"
+        "def train_epoch(model, optimizer, x):\n"
+        "    loss = model(x).float().pow(2).mean()\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "        scaled_loss.backward()\n    optimizer.step()\n    return [loss.item()]\n\n\n"
+        "def probe_head(x):\n    head = torch.nn.Linear(8, 8).to('cuda')\n"
+        "    opt = torch.optim.SGD(head.parameters(), lr=0.1)\n\n"
+        f"{inner}    return {call}\n\n\n"
+        "def main():\n    torch.manual_seed(0)\n    model = torch.nn.Linear(8, 2).to('cuda')\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    x = torch.randn(4, 8).to('cuda')\n"
+        "    return train_epoch(model, optimizer, x) + probe_head(x)\n"
+    ).replace("'cuda'", '"cuda"')
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    assert f"    return {call}\n" in out and "train_epoch(model, optimizer, x, scaler" in out
+    stub = {"initialize": lambda m, o, **kw: (m, o), "scale_loss": contextlib.contextmanager(
+        lambda loss, opt: (yield loss))}  # fmt: skip
+    with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
+        before["amp"] = SimpleNamespace(**stub)
+        assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-2)
+
+
 def test_a_parameter_named_like_a_function_is_not_a_call_of_it():
     """The 63rd review's F3: `load_examples(seed, evaluate=False)` reads its parameter
     `evaluate`, which shadows the module's `evaluate(model, ...)`; the note listed those reads

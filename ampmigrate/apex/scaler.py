@@ -655,11 +655,27 @@ class Scaler:
             ):
                 continue
             if any(
-                isinstance(a, cst.FunctionDef | cst.Lambda) and name in _parameter_names(a.params)
+                isinstance(a, cst.FunctionDef | cst.Lambda)
+                and (name in _parameter_names(a.params) or self._binds_inside(a, name))
                 for a in self.ancestors(node)
-            ):  # (a parameter of that name: `load_examples(seed, evaluate=False)`, 63rd F3)
+            ):  # (a parameter of that name: `load_examples(seed, evaluate=False)`, 63rd F3; a
+                # nested def or a local import of it: the 65th review's s3, s4)
                 continue
             yield node
+
+    def _binds_inside(self, function: cst.FunctionDef | cst.Lambda, name: str) -> bool:
+        """``function`` binds ``name`` itself: a def or class in it, or an import there."""
+        if isinstance(function, cst.Lambda):
+            return False
+        for node in self._subtree(function.body):
+            if isinstance(node, cst.FunctionDef | cst.ClassDef) and node.name.value == name:
+                if self.function(node) is function:
+                    return True
+            elif isinstance(node, cst.ImportAlias) and self.function(node) is function:
+                bound = node.asname.name if node.asname else node.name
+                if isinstance(bound, cst.Name) and bound.value == name:
+                    return True
+        return False
 
     def _pass_scaler(
         self, call: cst.Call, keyword: str | None = None, value: str | None = None
