@@ -13742,6 +13742,54 @@ def main(use_ema=False):
         assert migrated["main"](False) == migrated["main"](True) == half
 
 
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    "evaluation",
+    [
+        "    dtypes = []\n    for m in (model, ema_model):\n        dtypes.append(test(x, m))\n"
+        "    return dtypes\n",
+        "    a, b = model, ema_model\n    return [test(x, a), test(x, b)]\n",
+    ],
+)
+def test_a_model_held_by_a_loop_variable_or_a_tuple_is_handed_on_in_a_region(evaluation):
+    """The 65th review's a1: `for m in (model, ema): evaluate(m)` and `a, b = model, ema`
+    then `evaluate(a)`: the forward ran float32 where apex O1 ran float16, with no note. The
+    call gets its region (apex cast every forward after `initialize`)."""
+    source = """\
+import copy
+
+import torch
+from apex import amp
+
+
+def test(x, model):
+    with torch.no_grad():
+        return model(x).dtype
+
+
+def train(model, optimizer, ema_model, x):
+    for _ in range(3):
+        loss = model(x).float().sum()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+EVALUATION
+
+def main():
+    model = torch.nn.Linear(8, 2).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ema_model = copy.deepcopy(model)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    return train(model, optimizer, ema_model, torch.randn(4, 8).to("cuda"))
+""".replace("EVALUATION\n", evaluation)
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed}
+    with _on_cpu(out) as migrated:
+        half = migrated["torch"].float16
+        assert migrated["main"]() == [half, half]
+
+
 def test_a_step_before_the_backward_with_no_gradient_read_before_it_is_rewritten():
     """The refusal of a gradient read before a step that precedes the backward looks in the
     loop only: the optimizer built from `model.parameters()` above it is no read (the 62nd

@@ -1429,6 +1429,7 @@ class Regions:
             # (`test_model = model` in one arm of an `if`, the EMA model in the other: apex O1
             # cast either forward; the 63rd review's D1, FixMatch)
             names |= _aliases(self._subtree(body), names)
+            names |= _held(self._subtree(body), names)  # (`for m in (model, ema)`, 65th D1)
             for node in self._subtree(body):
                 if not isinstance(node, cst.Call) or self.function(node) is not function:
                     continue
@@ -1894,6 +1895,30 @@ def _aliases(nodes: Iterable[cst.CSTNode], names: set[str]) -> set[str]:
         if isinstance(n, cst.Assign) and len(n.targets) == 1
         and isinstance(n.targets[0].target, cst.Name)
     ]  # fmt: skip
+    return _grown(bound, names, _picks)
+
+
+def _held(nodes: Iterable[cst.CSTNode], names: set[str]) -> set[str]:
+    """The local names that may hold one of ``names`` (or a part of it): a loop variable
+    over a literal tuple or list of them (``for m in (model, ema)``), a target of a tuple
+    assignment (``a, b = model, ema``). Code handed one may run the model."""
+    bound: list[tuple[str, object]] = []
+    for n in nodes:
+        if isinstance(n, cst.For) and isinstance(n.target, cst.Name):
+            if isinstance(n.iter, cst.Tuple | cst.List):
+                bound += [(n.target.value, e.value) for e in n.iter.elements]
+        elif isinstance(n, cst.Assign) and len(n.targets) == 1:
+            target, value = n.targets[0].target, n.value
+            if (
+                isinstance(target, cst.Tuple)
+                and isinstance(value, cst.Tuple | cst.List)
+                and len(target.elements) == len(value.elements)
+            ):
+                bound += [
+                    (t.value.value, v.value)
+                    for t, v in zip(target.elements, value.elements, strict=True)
+                    if isinstance(t.value, cst.Name)
+                ]
     return _grown(bound, names, _picks)
 
 
