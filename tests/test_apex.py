@@ -13553,6 +13553,16 @@ def test_code_that_adds_or_steps_gradients_before_the_step_sees_them_unscaled(ol
             assert migrated["main"](fp16) == pytest.approx(before["main"](fp16), rel=2e-2)
 
 
+def test_a_loggers_step_between_the_backward_and_the_step_reads_no_gradient():
+    """UNITER's `TB_LOGGER.step()` between the scaled backward and the step: a logger's
+    counter, not an optimizer's step (the first version of the 65th review's fix took it for
+    one): no `unscale_` for it."""
+    source = HIDDEN_BACKWARD.replace("        aux_backward(aux)\n", "        TB_LOGGER.step()\n")
+    assert "TB_LOGGER.step()" in source
+    out, _, fixed = fix_source(source, unsafe=True)
+    assert "AMP303" in {d.code for d in fixed} and "unscale_" not in out
+
+
 def test_a_plain_backward_helper_after_the_step_is_refused_truly():
     """The 65th review's h12: the helper's plain backward after the step reaches the next
     step unless cleared; the refusal said to "run it after the step", where it was. It says

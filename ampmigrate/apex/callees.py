@@ -13,7 +13,12 @@ import ast
 import libcst as cst
 
 from ampmigrate.apex.common import _code
-from ampmigrate.apex.hidden import HiddenBackward, plain_backward, touches_gradients
+from ampmigrate.apex.hidden import (
+    HiddenBackward,
+    optimizer_named,
+    plain_backward,
+    touches_gradients,
+)
 from ampmigrate.apex.links import module_definition, module_tree
 
 _Callee = tuple[ast.FunctionDef | ast.Lambda, ast.Module | None, str | None]
@@ -38,8 +43,7 @@ class Callees:
             func = node.func
             if isinstance(func, cst.Attribute) and func.attr.value == "step":
                 receiver = _code(self.module, func.value)
-                lowered = receiver.lower()
-                if receiver != opt and not any(w in lowered for w in ("sched", "lr", "scaler")):
+                if receiver != opt and optimizer_named(receiver):
                     return True
                 continue
             if isinstance(func, cst.Attribute) and func.attr.value in ("backward", "scale"):

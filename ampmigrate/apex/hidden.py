@@ -71,12 +71,22 @@ def _first_use(nodes, function, tree, path, depth, again) -> HiddenBackward | No
 
 
 def _steps(call: ast.Call) -> bool:
-    """``x.step()`` of something not named for a schedule (``scheduler.step()``, ``lr_sched``)."""
+    """``x.step()`` of something named for an optimizer (see :func:`optimizer_named`)."""
     func = call.func
-    if not (isinstance(func, ast.Attribute) and func.attr == "step"):
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "step"
+        and optimizer_named(ast.unparse(func.value))
+    )
+
+
+def optimizer_named(receiver: str) -> bool:
+    """``receiver`` (``aux_opt``, ``self.optimizer_d``, ``optim``) is named for an optimizer:
+    not a logger's or a scheduler's ``step()`` (``TB_LOGGER.step()``, UNITER)."""
+    last = receiver.rpartition(".")[2].lower()
+    if any(word in last for word in ("sched", "lr", "warmup", "scaler")):
         return False
-    receiver = ast.unparse(func.value).lower()
-    return not any(word in receiver for word in ("sched", "lr", "warmup", "scaler"))
+    return "optim" in last or last.startswith("opt") or last.endswith("opt")
 
 
 def _plain(call: ast.Call) -> bool:
