@@ -9,6 +9,7 @@ Apex had unscaled the gradients when ``scale_loss`` exited, so such a call is a 
 from __future__ import annotations
 
 import ast
+import functools
 
 import libcst as cst
 
@@ -132,31 +133,20 @@ class Callees:
         owner = next(
             (
                 f
-                for f in ast.walk(tree)
-                if isinstance(f, ast.FunctionDef) and f.name == caller.name.value
-                and f.lineno <= line <= (f.end_lineno or f.lineno)
+                for f in self._ast_functions.get(caller.name.value, ())
+                if min([f.lineno, *(d.lineno for d in f.decorator_list)])
+                <= line
+                <= (f.end_lineno or f.lineno)
             ),
             None,
-        )  # fmt: skip
+        )
         if owner is None:
             return None
-        defined = [
-            n
-            for n in ast.walk(owner)
-            if n is not owner and isinstance(n, ast.FunctionDef) and n.name == name
-        ]
-        bound = [
-            n.value
-            for n in ast.walk(owner)
-            if isinstance(n, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
-        ]
-        if len(defined) + len(bound) != 1:
+        found = self._bound_in(owner).get(name, [])
+        if len(found) != 1:
             return None
-        if defined:
-            return defined[0], tree, None
-        value = bound[0]
-        if isinstance(value, ast.Lambda):
+        value = found[0]
+        if isinstance(value, ast.FunctionDef | ast.Lambda):
             return value, tree, None
         if (
             isinstance(value, ast.Call)
@@ -171,3 +161,28 @@ class Callees:
             if len(module_level) == 1:
                 return module_level[0], tree, None
         return None
+
+    @functools.cached_property
+    def _ast_functions(self) -> dict[str, list[ast.FunctionDef]]:
+        """The functions of the file's ``ast``, by name (once per file)."""
+        found: dict[str, list[ast.FunctionDef]] = {}
+        for node in ast.walk(self.syntax):
+            if isinstance(node, ast.FunctionDef):
+                found.setdefault(node.name, []).append(node)
+        return found
+
+    def _bound_in(self, owner: ast.FunctionDef) -> dict[str, list[ast.AST]]:
+        """What ``owner`` binds by name, anywhere inside it: a nested def (the def itself) or
+        an assignment (its value), once per function."""
+        cache = self.__dict__.setdefault("_bound_cache", {})
+        if id(owner) not in cache:
+            found: dict[str, list[ast.AST]] = {}
+            for n in ast.walk(owner):
+                if n is not owner and isinstance(n, ast.FunctionDef):
+                    found.setdefault(n.name, []).append(n)
+                elif isinstance(n, ast.Assign):
+                    for t in n.targets:
+                        if isinstance(t, ast.Name):
+                            found.setdefault(t.id, []).append(n.value)
+            cache[id(owner)] = found
+        return cache[id(owner)]

@@ -1275,9 +1275,11 @@ class Step:
                 continue
             if self.function(node) is not function or self.dead(node):
                 continue
-            hidden = self._runs_plain_backward(node)
-            if hidden is None or self._before_step(node, function, withs, opt):
+            if self._before_step(node, function, withs, opt):
                 continue  # (between the scaled backward and the step: `unscale_` goes before it)
+            hidden = self._runs_plain_backward(node)
+            if hidden is None:
+                continue
             apart = [w for w in withs if self._exclusive(node, w)]
             if apart and len(apart) == len(withs):
                 if on is None:
