@@ -44,7 +44,8 @@ class Callees:
             func = node.func
             if isinstance(func, cst.Attribute) and func.attr.value == "step":
                 receiver = _code(self.module, func.value)
-                if receiver != opt and optimizer_named(receiver):
+                scaled = {o for _, o in self.scaled}  # (stepped through the scaler in turn)
+                if receiver not in scaled and optimizer_named(receiver):
                     return True
                 continue
             if isinstance(func, cst.Attribute) and func.attr.value in ("backward", "scale"):
