@@ -9265,6 +9265,18 @@ def _on_cpu(source: str, name: str = "migrated"):
         yield namespace
 
 
+@contextlib.contextmanager
+def _beside_o0(out: str, source: str):
+    """The namespaces of the migrated ``out`` and of the original ``source`` run against the
+    O0 stand-in for apex (``initialize`` returns its arguments, ``scale_loss`` yields the
+    loss), both on CPU (see :func:`_on_cpu`)."""
+    stub = {"initialize": lambda m, o, **kw: (m, o), "scale_loss": contextlib.contextmanager(
+        lambda loss, opt: (yield loss))}  # fmt: skip
+    with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
+        before["amp"] = SimpleNamespace(**stub)
+        yield migrated, before
+
+
 SAME_FILE_FAMILY = """\
 import torch
 from apex import amp
@@ -13408,10 +13420,7 @@ def test_a_switch_that_is_not_the_scalers_where_the_backward_runs_keeps_its_step
     assert "AMP303" in {d.code for d in fixed} or "apex" in out
     if "AMP303" not in {d.code for d in fixed}:
         return
-    stub = {"initialize": lambda m, o, **kw: (m, o), "scale_loss": contextlib.contextmanager(
-        lambda loss, opt: (yield loss))}  # fmt: skip
-    with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
-        before["amp"] = SimpleNamespace(**stub)
+    with _beside_o0(out, source) as (migrated, before):
         assert migrated["main"](True) == pytest.approx(before["main"](True), rel=2e-2)
 
 
@@ -13451,10 +13460,7 @@ def test_a_decorated_training_function_is_reached_through_its_wrapper():
         assert "decorated (`@amp_off_in_epoch_1`)" in finding.message
         return
     assert "train_epoch(model, optimizer, data, target, fp16, epoch)" in out
-    stub = {"initialize": lambda m, o, **kw: (m, o), "scale_loss": contextlib.contextmanager(
-        lambda loss, opt: (yield loss))}  # fmt: skip
-    with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
-        before["amp"] = SimpleNamespace(**stub)
+    with _beside_o0(out, source) as (migrated, before):
         assert migrated["main"](True) == pytest.approx(before["main"](True), rel=2e-2)
 
 
@@ -13545,10 +13551,7 @@ def test_code_that_adds_or_steps_gradients_before_the_step_sees_them_unscaled(ol
         lines.index("scaler.step(optimizer)"),
     )
     assert scaled < unscale < step and out.count("scaler.unscale_(") == 1
-    stub = {"initialize": lambda m, o, **kw: (m, o), "scale_loss": contextlib.contextmanager(
-        lambda loss, opt: (yield loss))}  # fmt: skip
-    with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
-        before["amp"] = SimpleNamespace(**stub)
+    with _beside_o0(out, source) as (migrated, before):
         for fp16 in (True, False):
             assert migrated["main"](fp16) == pytest.approx(before["main"](fp16), rel=2e-2)
 
@@ -13653,10 +13656,7 @@ def test_a_local_def_or_import_of_the_training_functions_name_is_not_given_the_s
     out, _, fixed = fix_source(source, unsafe=True)
     assert "AMP303" in {d.code for d in fixed}
     assert f"    return {call}\n" in out and "train_epoch(model, optimizer, x, scaler" in out
-    stub = {"initialize": lambda m, o, **kw: (m, o), "scale_loss": contextlib.contextmanager(
-        lambda loss, opt: (yield loss))}  # fmt: skip
-    with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
-        before["amp"] = SimpleNamespace(**stub)
+    with _beside_o0(out, source) as (migrated, before):
         assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-2)
 
 
