@@ -2115,10 +2115,11 @@ def test_a_probe_whose_outcome_nothing_reads_goes_though_an_import_still_needs_a
     assert any("still imports apex" in d.message for d in result.diagnostics)
 
 
-def test_a_fallback_class_other_modules_use_is_refused_with_what_is_not_read(tmp_path):
+def test_a_fallback_class_other_modules_type_test_is_read_there(tmp_path):
     """The 57th review (CPM-1): "what they do with the project's class is not visible here"
-    named the very line that uses it (a type test); the rewrite reads the uses in the
-    fallback's own file only, and says so."""
+    named the very line that uses it (a type test). Since the 64th review the uses in other
+    modules are read where they are: the type test lets the fix bind torch's class, and the
+    message says that test now matches every torch LayerNorm."""
     (tmp_path / "norm.py").write_text(
         "import torch\n\ntry:\n"
         "    from apex.normalization.fused_layer_norm import FusedLayerNorm as LayerNorm\n"
@@ -2132,10 +2133,11 @@ def test_a_fallback_class_other_modules_use_is_refused_with_what_is_not_read(tmp
     settings = Settings(rules=tuple(all_rules().values()))
     [result] = [r for r in run(sorted(tmp_path.glob("*.py")), settings) if "norm" in r.path]
     [finding] = [d for d in result.diagnostics if d.code == "AMP312"]
-    assert "other modules use the name (model.py:5, model.py:1), and the rewrite reads" in (
+    assert finding.fix == "unsafe" and "not visible" not in finding.message
+    assert "its uses in other modules (model.py:5, model.py:1) are imports, calls" in (
         finding.message
     )
-    assert "not visible" not in finding.message
+    assert "(a type test in model.py now matches every `torch.nn.LayerNorm`" in finding.message
 
 
 @pytest.mark.parametrize(

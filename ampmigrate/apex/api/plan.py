@@ -564,12 +564,12 @@ def _accepts(call: ast.Call, accepted: tuple[str, ...], where: str) -> None:
             raise NoFix(f"{where} passes `{k.arg}`, which torch's class does not take alike")
 
 
-def _uses_in(path: str, name: str, accepted: tuple[str, ...]) -> None:
+def _uses_in(path: str, name: str, accepted: tuple[str, ...]) -> bool:
     """Raise ``NoFix`` unless every use, in the module at ``path``, of ``name`` imported
     from the module being fixed is its import, a call that passes only ``accepted``
     arguments (no splat), or a type test (``isinstance``, ``issubclass``): the 64th review's
     Lumina, whose blocks import the norm (`RMSNorm(dim, eps=norm_eps)`) from the module that
-    swaps it for apex's."""
+    swaps it for apex's. True where a type test was seen."""
     tree = module_tree(path)
     shown = os.path.basename(path)
     if tree is None:
@@ -582,6 +582,7 @@ def _uses_in(path: str, name: str, accepted: tuple[str, ...]) -> None:
         if a.name == name
     }
     parents = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    typed = False
     for use in ast.walk(tree):
         if isinstance(use, ast.Attribute) and use.attr == name:
             raise NoFix(f"{shown}:{use.lineno} reads the name through its module")
@@ -603,6 +604,8 @@ def _uses_in(path: str, name: str, accepted: tuple[str, ...]) -> None:
             and holder.args[1] is tested
         ):
             raise NoFix(f"{where} uses the name other than by a call or a type test")
+        typed = True
+    return typed
 
 
 def _parameters(cls: ast.ClassDef) -> list[str] | None:
@@ -1232,7 +1235,11 @@ class _Planner:
             return "a dict key"
         if isinstance(parent, ast.Subscript) and parent.slice is node:
             return "a subscript key"
-        if isinstance(parent, ast.Compare):
+        if isinstance(parent, ast.Compare) and not all(
+            isinstance(o, ast.Constant) and o.value is None
+            for o in [parent.left, *parent.comparators]
+            if o is not node
+        ):  # (`FusedAdam is None` tests availability: a key of nothing)
             return "compared"
         element = node
         if isinstance(parent, ast.Tuple | ast.List | ast.Set):  # `register((A, B))`, `in (A, B)`
@@ -2462,12 +2469,13 @@ class _Planner:
                 users = users_on_disk(self.source.path, sorted(imported), imports=True)
                 if users is None:
                     raise NoFix("other modules may use the name (the project is too large to look)")
+                broadened = []  # (a type test of a name bound to torch's class itself)
                 for path in sorted({f for f, _, _ in users}):
                     for name, each in targets.items():
-                        accepted = (
-                            each.params if each.new == "torch.nn.RMSNorm" else (each.new_positional)
-                        )
-                        _uses_in(path, name, accepted)
+                        stand_in = each.new == "torch.nn.RMSNorm"
+                        accepted = each.params if stand_in else each.new_positional
+                        if _uses_in(path, name, accepted) and not stand_in:
+                            broadened.append(os.path.basename(path))
                 if users:
                     shown = ", ".join(
                         f"{os.path.basename(f)}:{line}" for f, line, _ in users[:3]
@@ -2476,6 +2484,11 @@ class _Planner:
                         f"; its uses in other modules ({shown}) are imports, calls with "
                         "arguments torch's class takes alike and type tests, read there"
                     )
+                    if broadened:
+                        elsewhere += (
+                            f" (a type test in {', '.join(sorted(set(broadened)))} now matches "
+                            f"every `{target.new}`, not only the ones this name builds)"
+                        )
         except NoFix as reason:
             return Finding(code, (
                 f"{head}: the fallback is not its migration; no automatic fix: {reason}. Replace "
