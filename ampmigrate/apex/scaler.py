@@ -646,6 +646,13 @@ class Scaler:
             )
 
     def _references(self, name: str) -> Iterator[cst.Name]:
+        """The reads of ``name``, less those a parameter of that name shadows and, where the
+        module defines the name itself, those a nested def or a local import of it in a
+        function around the read shadows (a closure's own name is read where it is defined)."""
+        module_level = any(
+            isinstance(s, cst.FunctionDef | cst.ClassDef) and s.name.value == name
+            for s in self.module.body
+        )
         for node in self.spelled[0].get(name, ()):
             parent = self.parent(node)
             if (
@@ -656,7 +663,10 @@ class Scaler:
                 continue
             if any(
                 isinstance(a, cst.FunctionDef | cst.Lambda)
-                and (name in _parameter_names(a.params) or self._binds_inside(a, name))
+                and (
+                    name in _parameter_names(a.params)
+                    or (module_level and self._binds_inside(a, name))
+                )
                 for a in self.ancestors(node)
             ):  # (a parameter of that name: `load_examples(seed, evaluate=False)`, 63rd F3; a
                 # nested def or a local import of it: the 65th review's s3, s4)
