@@ -38,24 +38,26 @@ def migrate_source(
     """
     analyses = [Analysis(source, settings, path, _check_python(source))]
     try:
-        new, remaining, fixed = _migrate(analyses, source, settings, path)
-        if suppressed is not None:
-            analyses[-1].diagnostics(settings, suppressed)
-        return new, remaining, fixed
+        return _migrate(analyses, source, settings, path, suppressed)
     finally:
         for analysis in analyses:  # done with: its trees are freed now, not by the collector
             analysis.release()
 
 
 def _migrate(
-    analyses: list[Analysis], source: bytes, settings: Settings, path: str
+    analyses: list[Analysis],
+    source: bytes,
+    settings: Settings,
+    path: str,
+    suppressed: list[Diagnostic] | None,
 ) -> tuple[bytes, list[Diagnostic], list[Diagnostic]]:
-    """:func:`migrate_source` from the first analysis; each new one is added to ``analyses``."""
+    """:func:`migrate_source` from the first analysis; each new one is added to ``analyses``.
+    What the last analysis's ``# noqa`` suppresses goes to ``suppressed``, where given."""
     analysis = analyses[0]
     keep_imports = Path(path).name == "__init__.py"
     fixed: list[Diagnostic] = []
     for _ in range(MAX_FIX_PASSES):
-        active = analysis.diagnostics(settings)
+        active = analysis.diagnostics(settings, _emptied(suppressed))
         to_apply = [(f, d) for f, d in active if settings.applies(f.fix)]
         if not settings.fix or not to_apply:
             return source, [d for _, d in active], fixed
@@ -76,7 +78,14 @@ def _migrate(
         left = {(f.code, f.message) for f in analysis.findings}
         fixed += [d for _, d in applied] + [d for f, d in folded if (f.code, f.message) not in left]
         source = new_source
-    return source, [d for _, d in analysis.diagnostics(settings)], fixed
+    return source, [d for _, d in analysis.diagnostics(settings, _emptied(suppressed))], fixed
+
+
+def _emptied(suppressed: list[Diagnostic] | None) -> list[Diagnostic] | None:
+    """``suppressed`` cleared for the next analysis (only the last one's stay)."""
+    if suppressed is not None:
+        suppressed.clear()
+    return suppressed
 
 
 def _folded(waiting: list, chosen: list[Fix]) -> list:
