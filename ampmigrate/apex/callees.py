@@ -18,6 +18,7 @@ from ampmigrate.apex.hidden import (
     HiddenBackward,
     optimizer_named,
     plain_backward,
+    top_level,
     touches_gradients,
 )
 from ampmigrate.apex.links import module_definition, module_tree
@@ -36,6 +37,7 @@ class Callees:
         parameters), calls code that runs a plain backward or a step, or hands the model to
         code the rewrite does not follow (a regularizer's ``reg_fn(model)``): each sees the
         gradients apex had unscaled."""
+        scaled = {o for _, o in self.scaled}  # (stepped through the scaler in turn)
         for node in self._subtree(statement):
             if not isinstance(node, cst.Call) or any(
                 isinstance(a, cst.Lambda) for a in self.ancestors(node)
@@ -44,7 +46,6 @@ class Callees:
             func = node.func
             if isinstance(func, cst.Attribute) and func.attr.value == "step":
                 receiver = _code(self.module, func.value)
-                scaled = {o for _, o in self.scaled}  # (stepped through the scaler in turn)
                 if receiver not in scaled and optimizer_named(receiver):
                     return True
                 continue
@@ -81,11 +82,9 @@ class Callees:
             local = self._local_binding(caller, func.value, tree)
             if local is not None:
                 return local
-            module_level = [
-                s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == func.value
-            ]
-            if len(module_level) == 1:
-                return module_level[0], tree, None
+            module_level = top_level(tree, func.value)
+            if module_level is not None:
+                return module_level, tree, None
         cls = self.parent(self.parent(caller)) if isinstance(caller, cst.FunctionDef) else None
         if (
             isinstance(func, cst.Attribute)
@@ -156,11 +155,9 @@ class Callees:
         ):
             value = value.args[0]
         if isinstance(value, ast.Name):
-            module_level = [
-                s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == value.id
-            ]
-            if len(module_level) == 1:
-                return module_level[0], tree, None
+            module_level = top_level(tree, value.id)
+            if module_level is not None:
+                return module_level, tree, None
         return None
 
     @functools.cached_property
@@ -172,10 +169,14 @@ class Callees:
                 found.setdefault(node.name, []).append(node)
         return found
 
+    @functools.cached_property
+    def _bound_by_function(self) -> dict[int, dict[str, list[ast.AST]]]:
+        return {}
+
     def _bound_in(self, owner: ast.FunctionDef) -> dict[str, list[ast.AST]]:
         """What ``owner`` binds by name, anywhere inside it: a nested def (the def itself) or
         an assignment (its value), once per function."""
-        cache = self.__dict__.setdefault("_bound_cache", {})
+        cache = self._bound_by_function
         if id(owner) not in cache:
             found: dict[str, list[ast.AST]] = {}
             for n in ast.walk(owner):

@@ -20,53 +20,63 @@ class HiddenBackward:
 
 
 def plain_backward(
-    function: ast.FunctionDef | ast.Lambda,
-    tree: ast.Module | None,
-    path: str | None,
-    depth: int = 0,
+    function: ast.FunctionDef | ast.Lambda, tree: ast.Module | None, path: str | None
 ) -> HiddenBackward | None:
     """The first plain ``x.backward()`` (or ``torch.autograd.backward``) that ``function`` runs,
     itself or through the module-level functions of ``tree`` it calls by name. None where it
     runs none, and where it uses apex's ``scale_loss`` or steps an optimizer itself: a
     function that scales is the rewrite's own to plan, one that steps trains on its own."""
-    nodes = list(ast.walk(function))
-    if any(isinstance(n, ast.Attribute) and n.attr in ("scale_loss", "step") for n in nodes):
-        return None
-    return _first_use(nodes, function, tree, path, depth, plain_backward)
+    return _first(function, tree, path, steps=False)
 
 
 def touches_gradients(
-    function: ast.FunctionDef | ast.Lambda,
-    tree: ast.Module | None,
-    path: str | None,
-    depth: int = 0,
+    function: ast.FunctionDef | ast.Lambda, tree: ast.Module | None, path: str | None
 ) -> HiddenBackward | None:
     """The first plain backward or optimizer step (``x.step()``, an LR scheduler's aside)
     that ``function`` runs, itself or through the module-level functions of ``tree`` it
     calls: between a scaled backward and its step, apex had unscaled the gradients both
     see (the 65th review's h17: a helper that steps its own optimizer over shared parameters).
     None where it runs neither, or uses apex's ``scale_loss`` (the rewrite's own to plan)."""
+    return _first(function, tree, path, steps=True)
+
+
+def top_level(
+    tree: ast.Module, name: str, besides: ast.AST | None = None
+) -> ast.FunctionDef | None:
+    """The one module-level function of ``tree`` named ``name``, ``besides`` aside (None:
+    none, or several)."""
+    found = [
+        s
+        for s in tree.body
+        if isinstance(s, ast.FunctionDef) and s.name == name and s is not besides
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def _first(
+    function: ast.FunctionDef | ast.Lambda,
+    tree: ast.Module | None,
+    path: str | None,
+    steps: bool,
+    depth: int = 0,
+) -> HiddenBackward | None:
+    """:func:`touches_gradients` where ``steps``, else :func:`plain_backward` (which also
+    gives up on a function that steps)."""
     nodes = list(ast.walk(function))
-    if any(isinstance(n, ast.Attribute) and n.attr == "scale_loss" for n in nodes):
+    given_up = ("scale_loss",) if steps else ("scale_loss", "step")
+    if any(isinstance(n, ast.Attribute) and n.attr in given_up for n in nodes):
         return None
-    return _first_use(nodes, function, tree, path, depth, touches_gradients)
-
-
-def _first_use(nodes, function, tree, path, depth, again) -> HiddenBackward | None:
     for node in nodes:
         if not isinstance(node, ast.Call):
             continue
-        if _plain(node) or (again is touches_gradients and _steps(node)):
+        if _plain(node) or (steps and _steps(node)):
             return HiddenBackward(ast.unparse(node), node.lineno, path)
         if depth < 2 and tree is not None and isinstance(node.func, ast.Name):
-            called = [
-                s
-                for s in tree.body
-                if isinstance(s, ast.FunctionDef) and s.name == node.func.id and s is not function
-            ]
-            found = again(called[0], tree, path, depth + 1) if len(called) == 1 else None
-            if found is not None:
-                return found
+            called = top_level(tree, node.func.id, function)
+            if called is not None:
+                found = _first(called, tree, path, steps, depth + 1)
+                if found is not None:
+                    return found
     return None
 
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 
@@ -677,15 +678,23 @@ class Scaler:
         """``function`` binds ``name`` itself: a def or class in it, or an import there."""
         if isinstance(function, cst.Lambda):
             return False
-        for node in self._subtree(function.body):
-            if isinstance(node, cst.FunctionDef | cst.ClassDef) and node.name.value == name:
-                if self.function(node) is function:
-                    return True
-            elif isinstance(node, cst.ImportAlias) and self.function(node) is function:
-                bound = node.asname.name if node.asname else node.name
-                if isinstance(bound, cst.Name) and bound.value == name:
-                    return True
-        return False
+        if id(function) not in self._inner_names:  # (read per reference: once per function)
+            found: set[str] = set()
+            for node in self._subtree(function.body):
+                if isinstance(node, cst.FunctionDef | cst.ClassDef):
+                    bound = node.name
+                elif isinstance(node, cst.ImportAlias):
+                    bound = node.asname.name if node.asname else node.name
+                else:
+                    continue
+                if isinstance(bound, cst.Name) and self.function(node) is function:
+                    found.add(bound.value)
+            self._inner_names[id(function)] = found
+        return name in self._inner_names[id(function)]
+
+    @functools.cached_property
+    def _inner_names(self) -> dict[int, set[str]]:
+        return {}
 
     def _pass_scaler(
         self, call: cst.Call, keyword: str | None = None, value: str | None = None

@@ -1265,10 +1265,11 @@ class Step:
     def _hidden_backwards(
         self, setup: _Setup, function, withs: list, every: list, opt: str
     ) -> None:
-        """A call in ``function`` of a function that runs a plain backward (in this file or a
-        module on disk) where it can add its gradients to the scaled ones before ``opt``'s
-        step: scaling it would change that function, so the rewrite refuses. One in the other
-        branch of an ``if`` whose test keeps the scaler off there is the plain path."""
+        """A call in ``function`` of code that runs a plain backward (see ``Callees``) outside
+        the span from a scaled backward to ``opt``'s step (inside it, ``_grad_readers`` puts
+        ``unscale_`` before the call): its gradients may reach the step, and scaling them would
+        change that code, so the rewrite refuses. One in the other branch of an ``if`` whose
+        test keeps the scaler off there is the plain path."""
         on: set[str] | None = None
         for node in self._subtree(function):
             if not isinstance(node, cst.Call) or any(self.within(node, w) for w in every):
