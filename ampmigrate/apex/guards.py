@@ -74,9 +74,10 @@ class Guards:
                 elif module == "apex" or module.startswith("apex."):
                     listed = ", ".join(a.evaluated_name for a in names) or "*"
                     bound = frozenset(a.evaluated_alias or a.evaluated_name for a in names)
-                    unused = bool(names) and not self._reads_any(bound)
+                    read = self._read_among(bound if names else FP16_UTILS)
+                    unused = bool(names) and not read
                     unread = not names and module == "apex.fp16_utils"  # (its `*`)
-                    if unread and not self._reads_any(FP16_UTILS):
+                    if unread and not read:
                         self.problem(node, needs_apex(module, listed, True))
                         continue
                     if unused and (module.startswith("apex.fp16_utils") or self._unexported(node)):
@@ -85,10 +86,7 @@ class Guards:
                             f"`from {module} import {listed}` goes: this file never reads it"
                         )
                         continue
-                    read = sorted(
-                        n for n in (FP16_UTILS if not names else bound) if self._reads_any({n})
-                    )
-                    self.problem(node, needs_apex(module, listed, unused, read))
+                    self.problem(node, needs_apex(module, listed, unused, sorted(read)))
             elif isinstance(node, cst.Import):
                 names = [_code(self.module, a.name) for a in node.names]
                 if any(n == "apex" or n.startswith("apex.") for n in names):
@@ -211,12 +209,20 @@ class Guards:
         return not init and "__all__" not in self.text
 
     def _reads_any(self, names: frozenset[str]) -> bool:
-        return any(
-            isinstance(n, cst.Name)
-            and n.value in names
-            and not (isinstance(self.parent(n), cst.Attribute) and self.parent(n).attr is n)
-            and not isinstance(self.parent(n), cst.ImportAlias | cst.AsName)
-            for n in self.nodes
+        return any(self._reads(n, names) for n in self.nodes)
+
+    def _read_among(self, names: frozenset[str]) -> set[str]:
+        """The ones of ``names`` this file reads (one pass)."""
+        return {n.value for n in self.nodes if self._reads(n, names)}
+
+    def _reads(self, node: cst.CSTNode, names: frozenset[str]) -> bool:
+        return (
+            isinstance(node, cst.Name)
+            and node.value in names
+            and not (
+                isinstance(self.parent(node), cst.Attribute) and self.parent(node).attr is node
+            )
+            and not isinstance(self.parent(node), cst.ImportAlias | cst.AsName)
         )
 
     def _beyond_amp(self) -> bool:

@@ -586,19 +586,7 @@ class _Judge:
                     lines.append(node)
                 elif not stays and (module == "apex" or module.startswith("apex.")):
                     bound = {a.asname or a.name for a in node.names}
-                    unused = not any(
-                        isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-                        for name in (FP16_UTILS if star else bound)
-                        for n in self.names.spelled(name)
-                    ) and (not star or module == "apex.fp16_utils")
-                    if (
-                        unused
-                        and not star
-                        and (module.startswith("apex.fp16_utils") or self._unexported(node))
-                    ):
-                        lines.append(node)  # goes with amp's import (the planner's note)
-                        continue
-                    read = sorted(
+                    read = sorted(  # (the names of it this file reads)
                         name
                         for name in (FP16_UTILS if star else bound)
                         if any(
@@ -606,6 +594,14 @@ class _Judge:
                             for n in self.names.spelled(name)
                         )
                     )
+                    unused = not read and (not star or module == "apex.fp16_utils")
+                    if (
+                        unused
+                        and not star
+                        and (module.startswith("apex.fp16_utils") or self._unexported(node))
+                    ):
+                        lines.append(node)  # goes with amp's import (the planner's note)
+                        continue
                     self.problem(node, needs_apex(module, ", ".join(listed) or "*", unused, read))
             else:
                 spelled = [a.name for a in node.names]
