@@ -2223,7 +2223,7 @@ class _Planner:
                     if full not in TARGETS and full not in table.SAME:
                         return
                     imported[alias.asname or alias.name] = full
-            elif isinstance(stmt, ast.Assign) and self._swap_of(stmt, imported) is not None:
+            elif isinstance(stmt, ast.Assign) and self._swaps(stmt, imported):
                 swaps.append(stmt)
                 partial = partial or not isinstance(stmt.value, ast.Name)
             elif (
@@ -2327,26 +2327,24 @@ class _Planner:
         self.findings.append(Finding(code, message, first, fix))
         self._consumed.add(node)
 
-    def _swap_of(self, stmt: ast.Assign, imported: dict[str, str]) -> str | None:
-        """The apex name ``stmt`` binds a project name to: ``X = FusedRMSNorm`` or ``X =
-        partial(FusedRMSNorm, eps=1e-6)`` (``functools.partial``, its other arguments pure);
-        None for anything else."""
+    def _swaps(self, stmt: ast.Assign, imported: dict[str, str]) -> bool:
+        """``stmt`` binds a project name to an apex name of ``imported``: ``X = FusedRMSNorm``
+        or ``X = partial(FusedRMSNorm, eps=1e-6)`` (``functools.partial``, its other arguments
+        pure)."""
         if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
-            return None
+            return False
         value = stmt.value
         if isinstance(value, ast.Name):
-            return value.id if value.id in imported else None
-        if not (
+            return value.id in imported
+        return (
             isinstance(value, ast.Call)
-            and value.args
+            and bool(value.args)
             and isinstance(value.args[0], ast.Name)
             and value.args[0].id in imported
             and "functools.partial" in self.names.qualified(value.func)
             and all(_pure(a) for a in [*value.args[1:], *(k.value for k in value.keywords)])
             and all(k.arg is not None for k in value.keywords)
-        ):
-            return None
-        return value.args[0].id
+        )
 
     def _own_fallback(self, node: ast.Try) -> bool:
         """``try: import xentropy_cuda; from apex.contrib import xentropy; def cross_entropy(...):
