@@ -13759,12 +13759,22 @@ def main(use_ema=False):
         "    dtypes = []\n    for m in (model, ema_model):\n        dtypes.append(test(x, m))\n"
         "    return dtypes\n",
         "    a, b = model, ema_model\n    return [test(x, a), test(x, b)]\n",
+        '    nets = {"main": model, "ema": ema_model}\n'
+        '    return [test(x, nets["main"]), test(x, nets["ema"])]\n',
+        "    nets = [model, ema_model]\n    return [test(x, m) for m in nets]\n",
+        "    nets = [model, ema_model]\n    dtypes = []\n    for m in nets:\n"
+        "        dtypes.append(test(x, m))\n    return dtypes\n",
+        '    nets = {"main": model, "ema": ema_model}\n    dtypes = []\n'
+        "    for m in nets.values():\n        dtypes.append(test(x, m))\n    return dtypes\n",
     ],
 )
-def test_a_model_held_by_a_loop_variable_or_a_tuple_is_handed_on_in_a_region(evaluation):
+def test_a_model_held_by_a_loop_variable_a_tuple_or_a_container_is_handed_on_in_a_region(
+    evaluation,
+):
     """The 65th review's a1: `for m in (model, ema): evaluate(m)` and `a, b = model, ema`
-    then `evaluate(a)`: the forward ran float32 where apex O1 ran float16, with no note. The
-    call gets its region (apex cast every forward after `initialize`)."""
+    then `evaluate(a)`, `nets = {"main": model}` then `evaluate(nets["main"])`: the forward
+    ran float32 where apex O1 ran float16, with no note. The call gets its region (apex cast
+    every forward after `initialize`)."""
     source = """\
 import copy
 
@@ -13818,3 +13828,41 @@ def test_a_step_before_the_backward_with_no_gradient_read_before_it_is_rewritten
     assert "if losses:\n            optimizer.step()" in source
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix is not None, finding.message
+
+
+@pytest.mark.torch
+def test_a_training_function_fetched_by_getattr_in_another_file_keeps_its_signature(tmp_path):
+    """The 65th review's m5: `run = getattr(pkg, "train"); run(model, opt, xs)` in another
+    file. The rewrite gave `train` a required `scaler` parameter that no rewrite could pass
+    there: `TypeError` after the first training. A `getattr` naming the function is a use
+    in another file: the GradScaler becomes module state, as for any caller the rewrite does
+    not update, and the fetched `train` still runs scaled and in float16."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .engine import do_train, train\n")
+    engine = package / "engine.py"
+    engine.write_text(
+        "import torch\nfrom apex import amp\n\n\n"
+        "def train(model, optimizer, x):\n"
+        "    loss = model(x).float().sum()\n"
+        "    with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "        scaled_loss.backward()\n"
+        "    optimizer.step()\n"
+        "    return model(x).dtype\n\n\n"
+        "def do_train(model, optimizer, x):\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    return train(model, optimizer, x)\n"
+    )
+    (tmp_path / "main.py").write_text(
+        'import pkg\n\nrun = getattr(pkg, "train")\nrun(None, None, None)\n'
+    )
+    out, _, [fixed] = fix_source(engine.read_text(), path=engine, unsafe=True)
+    assert "it is module state here, `scaler`" in fixed.message
+    with _on_cpu(out) as migrated:
+        torch = migrated["torch"]
+        model = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(3, 4)
+        assert migrated["do_train"](model, optimizer, x) == torch.float16
+        fetched = migrated["train"]
+        assert fetched(model, optimizer, x) == torch.float16  # (main.py's call, unchanged)

@@ -1177,7 +1177,7 @@ def _run_uses(
     everything: Callable[[], Iterable[tuple[str, bytes]]],
     by_path: dict[str, _File],
     functions: list[tuple[_File, str]],
-) -> Iterator[tuple[str, _File, dict[ast.Name | ast.Attribute, str]]]:
+) -> Iterator[tuple[str, _File, dict[ast.expr, str]]]:
     """Each file of the run whose text names one of ``functions`` (a file and one of its
     functions), parsed, with its uses of them (each use: the function's name)."""
     words = [name.encode() for _, name in functions]
@@ -1596,9 +1596,10 @@ def _reexports(path: str, callee: str, function: str) -> bool:
     return False
 
 
-def _uses(file: _File, callee: _File, function: str) -> Iterator[ast.Name | ast.Attribute]:
+def _uses(file: _File, callee: _File, function: str) -> Iterator[ast.expr]:
     """Every Name or attribute in ``file`` that refers to ``callee``'s ``function`` (also
-    through ``from m import function as other``)."""
+    through ``from m import function as other``), and the name string of a ``getattr`` in
+    another file that may fetch it."""
     spellings = {function} | {
         b.name for b in file.names.imports() if b.alias is not None and b.alias.name == function
     }
@@ -1628,6 +1629,17 @@ def _uses(file: _File, callee: _File, function: str) -> Iterator[ast.Name | ast.
             continue
         if any(_resolves(file, q, callee, function) for q in file.names.qualified(node)):
             yield node
+    if file is not callee:  # `run = getattr(pkg, "train")`: a use no rewrite can update
+        for node in file.names.spelled("getattr"):
+            call = file.names.parent(node)
+            if (
+                isinstance(call, ast.Call)
+                and call.func is node
+                and len(call.args) >= 2
+                and isinstance(name := call.args[1], ast.Constant)
+                and name.value == function
+            ):
+                yield name
 
 
 def link(

@@ -1900,16 +1900,22 @@ def _aliases(nodes: Iterable[cst.CSTNode], names: set[str]) -> set[str]:
 
 def _held(nodes: Iterable[cst.CSTNode], names: set[str]) -> set[str]:
     """The local names that may hold one of ``names`` (or a part of it): a loop variable
-    over a literal tuple or list of them (``for m in (model, ema)``), a target of a tuple
-    assignment (``a, b = model, ema``). Code handed one may run the model."""
+    over a literal tuple or list of them (``for m in (model, ema)``, in a comprehension too)
+    or over a container that holds them (``for m in nets.values()``), a target of a tuple
+    assignment (``a, b = model, ema``), a container built on them (``nets = {"main": model}``:
+    ``nets["main"]`` is the model). Code handed one may run the model."""
     bound: list[tuple[str, object]] = []
     for n in nodes:
-        if isinstance(n, cst.For) and isinstance(n.target, cst.Name):
+        if isinstance(n, cst.For | cst.CompFor) and isinstance(n.target, cst.Name):
             if isinstance(n.iter, cst.Tuple | cst.List):
                 bound += [(n.target.value, e.value) for e in n.iter.elements]
+            else:
+                bound.append((n.target.value, _container(n.iter)))
         elif isinstance(n, cst.Assign) and len(n.targets) == 1:
             target, value = n.targets[0].target, n.value
-            if (
+            if isinstance(target, cst.Name) and isinstance(value, _DISPLAYS):
+                bound += [(target.value, e.value) for e in value.elements]
+            elif (
                 isinstance(target, cst.Tuple)
                 and isinstance(value, cst.Tuple | cst.List)
                 and len(target.elements) == len(value.elements)
@@ -1920,6 +1926,22 @@ def _held(nodes: Iterable[cst.CSTNode], names: set[str]) -> set[str]:
                     if isinstance(t.value, cst.Name)
                 ]
     return _grown(bound, names, _picks)
+
+
+_DISPLAYS = (cst.Dict, cst.List, cst.Tuple, cst.Set)
+
+
+def _container(iterated: cst.BaseExpression) -> cst.BaseExpression:
+    """The container a loop walks: ``nets`` for ``nets``, ``nets.values()``, ``nets.items()``
+    (the model among the values either way)."""
+    if (
+        isinstance(iterated, cst.Call)
+        and not iterated.args
+        and isinstance(iterated.func, cst.Attribute)
+        and iterated.func.attr.value in {"values", "items"}
+    ):
+        return iterated.func.value
+    return iterated
 
 
 def _picks(value: cst.BaseExpression, names: set[str]) -> bool:
@@ -1933,11 +1955,11 @@ def _picks(value: cst.BaseExpression, names: set[str]) -> bool:
 
 
 def _of_model(value: cst.CSTNode, names: set[str]) -> bool:
-    """``value`` is the model (one of its ``names``) or a part of it reached by attributes
-    (``model.module`` unwrapped from DataParallel, ``model.encoder``): handing it on hands
-    code a forward that apex O1 cast."""
-    while isinstance(value, cst.Attribute):
-        if value.attr.value in _SETTINGS:
+    """``value`` is the model (one of its ``names``) or a part of it reached by attributes or
+    subscripts (``model.module`` unwrapped from DataParallel, ``model.encoder``, ``nets["g"]``
+    of a container built on it): handing it on hands code a forward that apex O1 cast."""
+    while isinstance(value, cst.Attribute | cst.Subscript):  # (`nets["main"]`, `model[0]`)
+        if isinstance(value, cst.Attribute) and value.attr.value in _SETTINGS:
             return False
         value = value.value
     return isinstance(value, cst.Name) and value.value in names
