@@ -244,7 +244,7 @@ def _unused_imports(module: str, code: str, names: Names, source: Source) -> lis
     ``from apex.fp16_utils import *`` outlived its uses had no finding, and after ``fix`` it
     still needed apex to import (the 41st review). Named imports get the apex families'
     unused-import finding; a star import is unused when no name it binds is read here."""
-    from ampmigrate.apex.api.plan import unused_import, unused_star
+    from ampmigrate.apex.api.unused import unused_import, unused_star
 
     found: list[Finding] = []
     stars: dict[ast.ImportFrom, list[str]] = {}

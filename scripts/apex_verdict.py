@@ -49,7 +49,7 @@ def planned(text: str) -> Result | None:
 def judged(text: str) -> Result | str | None:
     """The ``ast`` verdict on ``text``; "no calls" where the engine sees no apex call (and never
     runs AMP303), "planner" where the verdict leaves the file to libcst."""
-    from ampmigrate.apex.links import apex_calls
+    from ampmigrate.apex.strays import apex_calls
     from ampmigrate.apex.verdict import verdict
     from ampmigrate.engine.names import Names
     from ampmigrate.engine.source import Source
@@ -67,7 +67,7 @@ def judged(text: str) -> Result | str | None:
 
 
 def _initializes(text: str) -> bool:
-    from ampmigrate.apex.links import apex_calls
+    from ampmigrate.apex.strays import apex_calls
     from ampmigrate.engine.names import Names
 
     names = Names(ast.parse(text))

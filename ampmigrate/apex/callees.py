@@ -21,7 +21,7 @@ from ampmigrate.apex.hidden import (
     top_level,
     touches_gradients,
 )
-from ampmigrate.apex.links import module_definition, module_tree
+from ampmigrate.apex.ondisk import module_definition, module_tree
 
 _Callee = tuple[ast.FunctionDef | ast.Lambda, ast.Module | None, str | None]
 

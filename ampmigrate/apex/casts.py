@@ -23,21 +23,10 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from ampmigrate.apex.links import (
-    APEX,
-    _apex_uses,
-    _Graph,
-    _import_statements,
-    _isfile,
-    _listed,
-    _parsed,
-    _read,
-    _tree,
-    _walk,
-    apex_siblings,
-    project_folder,
-    shown_among,
-)
+from ampmigrate.apex.links import _listed, shown_among
+from ampmigrate.apex.ondisk import _import_statements, _isfile, _read, _tree, project_folder
+from ampmigrate.apex.siblings import _Graph, _walk, apex_siblings
+from ampmigrate.apex.strays import APEX, _apex_uses, _parsed
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.source import Source

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ampmigrate.apex.casts import Casts, casting, components, key, layer_edits, layer_findings
-from ampmigrate.apex.links import _apex_uses, apex_calls, stored_calls, stray_calls
 from ampmigrate.apex.reexport import PASS as REEXPORTS
 from ampmigrate.apex.reexport import localized, rewrite_state
+from ampmigrate.apex.strays import _apex_uses, apex_calls, stored_calls, stray_calls
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.settings import FileResult, Settings
@@ -136,7 +136,7 @@ def _handed(names: Names) -> list[tuple[ast.Name, ast.Call]]:
 def _unused(names: Names, rules: list[Rule], source: Source, reexports: Any) -> list[Finding]:
     """``from apex import amp`` or ``import apex`` that nothing reads (a file whose apex calls
     went, or never were): it only ties the file to apex."""
-    from ampmigrate.apex.api.plan import unused_import
+    from ampmigrate.apex.api.unused import unused_import
 
     found = []
     seen: set[int] = set()

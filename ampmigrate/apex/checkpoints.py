@@ -10,7 +10,7 @@ import re
 import libcst as cst
 
 from ampmigrate.apex.common import _HELPER, _appended, _code, _is_call_of, _Setup, lone_call
-from ampmigrate.apex.links import _module_file
+from ampmigrate.apex.ondisk import _module_file
 
 
 class Checkpoints:

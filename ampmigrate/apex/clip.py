@@ -14,8 +14,8 @@ import textwrap
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _code, _is_call_of, _statements
-from ampmigrate.apex.links import _read, module_function, project_folder
 from ampmigrate.apex.norms import gradient_norm
+from ampmigrate.apex.ondisk import _read, module_function, project_folder
 from ampmigrate.apex.unscale import none_test
 
 # the optimizer holds gradients only after a backward (every one of the mixed-precision path is

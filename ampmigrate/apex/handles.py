@@ -32,18 +32,10 @@ from ampmigrate.apex.common import (
     is_path,
     without_optimizer,
 )
-from ampmigrate.apex.links import (
-    _Graph,
-    _listed,
-    _project_files,
-    apex_siblings,
-    apex_subclasses,
-    initializing_imports,
-    project_folder,
-    star_may_bind,
-    user_texts,
-    users_on_disk,
-)
+from ampmigrate.apex.links import _listed
+from ampmigrate.apex.ondisk import _project_files, project_folder
+from ampmigrate.apex.siblings import _Graph, apex_siblings, initializing_imports, star_may_bind
+from ampmigrate.apex.users import apex_subclasses, user_texts, users_on_disk
 from ampmigrate.apex.verdict import (
     APEX,
     SUPPORTED,

@@ -18,9 +18,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ampmigrate.apex.common import _argument, initialize_arguments, without_optimizer
+from ampmigrate.apex.forwards import _WRAPS
 from ampmigrate.apex.initialize import _main_guard
-from ampmigrate.apex.links import users_on_disk
-from ampmigrate.apex.regions import _QUIET_METHODS, _WRAPS
+from ampmigrate.apex.regions import _QUIET_METHODS
+from ampmigrate.apex.users import users_on_disk
 from ampmigrate.apex.verdict import APEX
 
 _KNOWN = {"models", "opt_level", "verbosity", "enabled"}

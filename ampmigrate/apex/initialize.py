@@ -24,7 +24,8 @@ from ampmigrate.apex.common import (
     without_optimizer,
 )
 from ampmigrate.apex.keeps import HANDS_ON, RETURNS_SELF, SHOWING, keeps, module_lookup
-from ampmigrate.apex.links import calls_keep_default, level_elsewhere, main_test
+from ampmigrate.apex.siblings import main_test
+from ampmigrate.apex.users import calls_keep_default, level_elsewhere
 from ampmigrate.apex.verdict import APEX, not_o1
 from ampmigrate.findings import DECLARE_LEVEL
 from ampmigrate.replace import ReplaceNodes

@@ -15,7 +15,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from ampmigrate.apex.links import _module_file, module_definition, module_tree
+from ampmigrate.apex.ondisk import _module_file, module_definition, module_tree
 
 # builtins that read an object and keep nothing of it
 SHOWING = frozenset({"print", "len", "str", "repr", "isinstance", "type", "id", "hasattr"})

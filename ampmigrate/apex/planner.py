@@ -60,13 +60,16 @@ from ampmigrate.apex.delegate import Delegate
 from ampmigrate.apex.facts import Facts, Walk, _Facts
 from ampmigrate.apex.family import ClassFamily
 from ampmigrate.apex.flow import SwitchFlow
+from ampmigrate.apex.forwards import Forwards
 from ampmigrate.apex.gates import VersionGates
 from ampmigrate.apex.guards import Guards
+from ampmigrate.apex.handedon import HandedOn
 from ampmigrate.apex.handles import Handles
 from ampmigrate.apex.hooks import RunnerHooks
 from ampmigrate.apex.infer import HandleInit, InferenceOnly
 from ampmigrate.apex.initialize import Initialize
-from ampmigrate.apex.links import Link, _tree_of, module_definition
+from ampmigrate.apex.links import Link
+from ampmigrate.apex.ondisk import _tree_of, module_definition
 from ampmigrate.apex.outflow import Outflow
 from ampmigrate.apex.passed import Initializers, PassedHandles
 from ampmigrate.apex.regions import Regions
@@ -115,6 +118,8 @@ class _Planner(
     Clip,
     Checkpoints,
     Regions,
+    Forwards,
+    HandedOn,
     VersionGates,
     BackendSwitch,
     SwitchFlow,

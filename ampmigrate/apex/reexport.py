@@ -23,15 +23,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ampmigrate.apex.links import (
-    _from_module,
-    _Graph,
-    _reexported,
-    _walk,
-    module_tree,
-    star_may_bind,
-    users_on_disk,
-)
+from ampmigrate.apex.ondisk import module_tree
+from ampmigrate.apex.siblings import _Graph, _walk, star_may_bind
+from ampmigrate.apex.strays import _from_module, _reexported
+from ampmigrate.apex.users import users_on_disk
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.settings import FileResult, Settings
 from ampmigrate.engine.source import Source

@@ -26,7 +26,10 @@ from ampmigrate.apex.common import (
     uncommented,
     wrapping_decorator,
 )
-from ampmigrate.apex.links import _parsed, _read, reaching, users_on_disk
+from ampmigrate.apex.links import reaching
+from ampmigrate.apex.ondisk import _read
+from ampmigrate.apex.strays import _parsed
+from ampmigrate.apex.users import users_on_disk
 
 
 class Scaler:

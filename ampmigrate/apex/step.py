@@ -27,7 +27,7 @@ from ampmigrate.apex.common import (
     is_path,
     wrapping_decorator,
 )
-from ampmigrate.apex.links import users_on_disk
+from ampmigrate.apex.users import users_on_disk
 from ampmigrate.apex.verdict import APEX
 from ampmigrate.apex.wrappers import wrapper_step
 from ampmigrate.replace import ReplaceNodes

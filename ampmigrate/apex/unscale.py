@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from ampmigrate.apex.common import Loop, _argument, _code, _is_call_of, _statements, is_path
-from ampmigrate.apex.links import module_function
+from ampmigrate.apex.ondisk import module_function
 from ampmigrate.apex.verdict import APEX
 
 # calls that read what they are given, never a gradient (`list(amp.master_params(opt))`)

@@ -152,7 +152,7 @@ def never_initialized_here(blocker: str, path: str | None) -> str:
     """``blocker`` (apex amp code in a file without ``initialize``), said of a project where
     no file initializes amp (UnitedANT, the 45th review: a bare `except: pass` around it):
     unless code outside the project does (a library's users: ignite), apex raised there."""
-    from ampmigrate.apex.links import initializes_anywhere  # (links reads these verdicts)
+    from ampmigrate.apex.users import initializes_anywhere  # (links reads these verdicts)
 
     if not path or not os.path.isfile(path) or initializes_anywhere(path):
         return blocker
@@ -167,7 +167,7 @@ def never_initialized_here(blocker: str, path: str | None) -> str:
 def unreached(tree: ast.Module, name: str, path: str | None) -> bool:
     """The module-level function ``name`` of the file ``path`` (parsed: ``tree``) is read
     nowhere in it, nor used by any file of its project on disk (see ``never_called``)."""
-    from ampmigrate.apex.links import users_on_disk  # (links reads the planner's verdicts)
+    from ampmigrate.apex.users import users_on_disk  # (links reads the planner's verdicts)
 
     if not path or not os.path.isfile(path):
         return False
@@ -334,7 +334,7 @@ def refusal(problems: Iterable[str]) -> str:
 
 def verdict(names: Names, source: Source, calls: Sequence[ast.Call]) -> tuple[str, ast.Call] | None:
     """(message, anchor call) of the planner's refusal for a file without ``amp.initialize``
-    whose apex calls (``apex.links.apex_calls``) are ``calls``; None: the planner decides (the
+    whose apex calls (``apex.strays.apex_calls``) are ``calls``; None: the planner decides (the
     file has ``initialize``, or ``ast`` cannot be sure to see it as libcst does). The caller
     checks that the file is not one side of an apex pair."""
     try:

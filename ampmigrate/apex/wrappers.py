@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from ampmigrate.apex.links import module_function
+from ampmigrate.apex.ondisk import module_function
 from ampmigrate.engine.names import Names
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
