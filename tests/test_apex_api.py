@@ -71,6 +71,27 @@ def test_refusals_say_why_and_change_nothing():
         assert reason in finding.message and finding.fix is None
 
 
+def test_a_fused_adam_beside_the_old_fp16_optimizer_is_the_pre_2019_one():
+    """The 67th review: `FP16_Optimizer` lived in `apex.optimizers` only before 2019-10, and
+    it calls `step(grads=..., scale=...)` on the FusedAdam it wraps, which that era's class
+    took. Rewritten to `torch.optim.AdamW`, the first step raised TypeError, though the
+    message said "the same update rule". With the old wrapper in the file: no fix, and why."""
+    source = """\
+    from apex.optimizers import FusedAdam, FP16_Optimizer
+
+    optimizer = FusedAdam(model.parameters(), lr=1e-3)
+    optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)
+    """
+    out, remaining, _ = _fix(source)
+    assert out == textwrap.dedent(source)
+    [finding] = [d for d in remaining if d.code == "AMP311"]
+    assert finding.fix is None
+    assert "uses `apex.optimizers.FP16_Optimizer` (line 4)" in finding.message
+    assert "pre-2019" in finding.message
+    modern = "from apex.optimizers import FusedAdam\n\noptimizer = FusedAdam(p, lr=1e-3)\n"
+    assert "torch.optim.AdamW(p, lr=1e-3, weight_decay=0.0)" in _fix(modern)[0]
+
+
 def test_rmsnorm_respects_the_project_torch_floor():
     source = "from apex.normalization import FusedRMSNorm\nnorm = FusedRMSNorm(8)\n"
     settings = Settings(rules=tuple(all_rules().values()), target_torch=(2, 1))
@@ -156,6 +177,33 @@ def test_no_native_names_get_a_finding_naming_the_alternative():
     assert any("_foreach_" in t for t in texts)
     assert any("Megatron Core" in t for t in texts)
     assert all(d.fix is None for d in remaining if d.code == "AMP315")
+
+
+def test_each_compiled_extension_names_its_own_counterpart():
+    """The 67th review: every compiled extension was told the multi-tensor text (private
+    `_foreach_*` ops), which fits only `amp_C`: a layer-norm kernel's counterpart is
+    `F.layer_norm`, a SyncBatchNorm kernel's `nn.SyncBatchNorm`."""
+    source = """
+    import amp_C
+    import fused_layer_norm_cuda
+    import syncbn
+    import fused_adam_cuda
+
+    scale = amp_C.multi_tensor_scale
+    norm = fused_layer_norm_cuda.forward
+    stats = syncbn.welford_mean_var
+    adam = fused_adam_cuda.adam
+    """
+    texts = {
+        d.message.split("`")[1].partition(".")[0]: d.message
+        for d in check_source(textwrap.dedent(source))
+        if d.code == "AMP315"
+    }
+    assert "_foreach_" in texts["amp_C"]
+    assert "torch.nn.functional.layer_norm" in texts["fused_layer_norm_cuda"]
+    assert "torch.nn.SyncBatchNorm" in texts["syncbn"]
+    assert "torch.optim.AdamW" in texts["fused_adam_cuda"]
+    assert sum("_foreach_" in t for t in texts.values()) == 1
 
 
 def test_apex_amp_and_fp16_optimizer_belong_to_their_own_rules():
@@ -2332,3 +2380,55 @@ def test_a_fallback_class_used_only_by_other_modules_reads_their_uses(tmp_path, 
     code = "from pkg.block import Block\nprint(type(Block(4).norm).__mro__[1].__name__)"
     ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert ran.stdout.strip() == "RMSNorm" and "torch.nn" in new, ran.stderr
+
+
+@pytest.mark.parametrize(
+    "builder",
+    [
+        "from torch.utils import cpp_extension\n\n\ndef load():\n    return cpp_extension.load("
+        'name="scaled_masked_softmax_cuda", sources=["softmax.cpp", "softmax.cu"])\n',
+        "from torch.utils.cpp_extension import CUDAExtension\n\next = CUDAExtension("
+        '"megatron.scaled_masked_softmax_cuda", ["softmax.cu"])\n',
+    ],
+)
+def test_an_extension_the_project_builds_is_its_own_kernel(tmp_path, builder):
+    """The 67th review: Megatron builds `scaled_masked_softmax_cuda` in its `fused_kernels`,
+    a name apex's setup uses too; AMP315 called the project's kernel "apex's compiled CUDA
+    extension", so a migrated project looked blocked by apex. A name the project builds
+    (`cpp_extension.load`, a setup's `CUDAExtension`) is not apex's; `torch.load` builds
+    nothing."""
+    user = "import torch\n\n\ndef softmax(x, mask):\n    import scaled_masked_softmax_cuda\n"
+    user += "    return scaled_masked_softmax_cuda.forward(x, mask, 1.0)\n"
+    settings = Settings(rules=tuple(all_rules().values()))
+
+    def codes(project: Path, builds: bool) -> list[str]:
+        (project / "pkg").mkdir(parents=True)
+        (project / "pkg" / "__init__.py").write_text("")
+        (project / "pkg" / "softmax.py").write_text(user)
+        (project / "pkg" / "io.py").write_text('import torch\n\nstate = torch.load("w.pt")\n')
+        if builds:
+            (project / "pkg" / "kernels.py").write_text(builder)
+        path = str(project / "pkg" / "softmax.py")
+        _, remaining, _ = migrate_source(user.encode(), settings, path)
+        return [d.code for d in remaining]
+
+    assert codes(tmp_path / "plain", builds=False) == ["AMP315"]  # (a name apex builds)
+    assert codes(tmp_path / "megatron", builds=True) == []
+
+
+def test_a_project_module_named_like_an_apex_extension_is_the_project_s(tmp_path):
+    """`import syncbn` where the project has its own `syncbn.py` is that module, not apex's
+    compiled extension."""
+    source = b"import syncbn\n\nstats = syncbn.welford\n"
+    settings = Settings(rules=tuple(all_rules().values()))
+
+    def codes(folder: Path, own: bool) -> list[str]:
+        folder.mkdir(parents=True)
+        if own:
+            (folder / "syncbn.py").write_text("def welford(x):\n    return x.mean(), x.var()\n")
+        (folder / "train.py").write_bytes(source)
+        _, remaining, _ = migrate_source(source, settings, str(folder / "train.py"))
+        return [d.code for d in remaining]
+
+    assert codes(tmp_path / "own" / "src", own=True) == []
+    assert codes(tmp_path / "apex_s" / "src", own=False) == ["AMP315"]

@@ -63,9 +63,17 @@ def test_a_copy_of_apex_kept_in_the_project_is_skipped(tmp_path, git):
     touch(tmp_path / "third_party" / "apex" / "apex" / "__init__.py")
     touch(tmp_path / "third_party" / "apex" / "tests" / "test_fused_layer_norm.py")
     touch(tmp_path / "tools" / "setup.py")  # a project's setup.py without apex's sources
+    # the 67th review: a copy of apex's Python files only (no `csrc/`), its setup naming it
+    touch(tmp_path / "vendor" / "apex" / "setup.py", 'setup(name="apex", version="0.1")\n')
+    touch(tmp_path / "vendor" / "apex" / "apex" / "__init__.py")
+    touch(tmp_path / "vendor" / "apex" / "tests" / "test_norm.py")
+    touch(tmp_path / "tooling" / "setup.py", "setup(name='apex-tools')\n")  # not apex's
+    touch(tmp_path / "tooling" / "apex" / "__init__.py")
     if git:
         subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     assert names(discover([tmp_path]), tmp_path) == [
+        "tooling/apex/__init__.py",
+        "tooling/setup.py",
         "tools/apex/helpers.py",
         "tools/setup.py",
         "train.py",

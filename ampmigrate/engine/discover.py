@@ -14,6 +14,7 @@ With ``dependency_files``, the files that declare a project's requirements are f
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -54,17 +55,28 @@ def _skipped(directory: str | Path) -> bool:
 def _is_apex_copy(directory: str | Path) -> bool:
     """A copy of NVIDIA apex itself kept in the project: its package ``apex`` (with its ``amp``
     subpackage), or its whole repository (``setup.py``, ``csrc/`` and the package, as
-    jukebox vendors it, whose tests and examples call apex as any user would): apex's own
-    code, not code that uses it."""
+    jukebox vendors it, whose tests and examples call apex as any user would; without
+    ``csrc/``, a ``setup.py`` that names the distribution ``apex``): apex's own code, not
+    code that uses it."""
     if os.path.basename(os.fspath(directory)) == "apex" and os.path.isfile(
         os.path.join(directory, "amp", "__init__.py")
     ):
         return True
-    return (
-        os.path.isfile(os.path.join(directory, "setup.py"))
-        and os.path.isdir(os.path.join(directory, "csrc"))
-        and os.path.isfile(os.path.join(directory, "apex", "__init__.py"))
-    )
+    if not os.path.isfile(os.path.join(directory, "apex", "__init__.py")):
+        return False
+    setup = os.path.join(directory, "setup.py")
+    if not os.path.isfile(setup):
+        return False
+    if os.path.isdir(os.path.join(directory, "csrc")):
+        return True
+    try:  # (a copy without apex's C++ sources: its setup still names the distribution)
+        with open(setup, "rb") as handle:
+            return _NAMES_APEX.search(handle.read()) is not None
+    except OSError:
+        return False
+
+
+_NAMES_APEX = re.compile(rb"""\bname\s*=\s*["']apex["']""")
 
 
 def _folder_excluded(folder: str, root: str, dirs: frozenset[str], known: dict[str, bool]) -> bool:

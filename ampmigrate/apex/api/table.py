@@ -439,11 +439,47 @@ _LAMB = (
     "torch has no LAMB optimizer; projects use `timm.optim.Lamb` (a pure-PyTorch port of "
     "FusedLAMB with its defaults) or `deepspeed.ops.lamb.FusedLamb`, or keep apex for it"
 )
-_COMPILED = (
-    "apex's compiled CUDA extension `{name}`: its kernels have no public torch counterpart; the "
-    "private `torch._foreach_*` ops (`_foreach_mul`, `_foreach_norm`) and "
-    "`torch.nn.utils.get_total_norm` do the multi-tensor work without apex's overflow flag"
+_COMPILED = "apex's compiled CUDA extension `{name}`: {instead}"
+_MULTI_TENSOR = (
+    "its kernels have no public torch counterpart; the private `torch._foreach_*` ops "
+    "(`_foreach_mul`, `_foreach_norm`) and `torch.nn.utils.get_total_norm` do the multi-tensor "
+    "work without apex's overflow flag"
 )
+_SOFTMAX = (
+    "its fused scale-mask-softmax kernels: `torch.nn.functional.softmax` of the scaled scores "
+    "with the mask filled in (`masked_fill` with the dtype's minimum) computes the same, or "
+    "`torch.nn.functional.scaled_dot_product_attention` the whole attention"
+)
+_LINEAR = "`torch.nn.functional.linear` (cuBLAS adds the bias in the same GEMM) and the activation"
+# what each extension's kernels are, in torch's public API (67th review: every extension was
+# told the multi-tensor text, which fits only `amp_C`)
+_EXTENSION_INSTEAD = {
+    "amp_C": _MULTI_TENSOR,
+    "apex_C": "its `flatten`/`unflatten` do what torch's private "
+    "`torch._utils._flatten_dense_tensors` / `_unflatten_dense_tensors` do",
+    "fused_layer_norm_cuda": "its layer and RMS norms are `torch.nn.functional.layer_norm` and "
+    "`torch.nn.functional.rms_norm` (torch >= 2.4), or the modules `torch.nn.LayerNorm` and "
+    "`torch.nn.RMSNorm`",
+    "fast_layer_norm": "its layer norm is `torch.nn.functional.layer_norm` (`torch.nn.LayerNorm`)",
+    "fused_adam_cuda": "its Adam update is `torch.optim.Adam` / `torch.optim.AdamW` (`fused=True` "
+    "for one kernel on CUDA)",
+    "distributed_adam_cuda": "its Adam update is `torch.optim.AdamW`; the sharded optimizer "
+    "state is `torch.distributed.optim.ZeroRedundancyOptimizer`'s",
+    "fused_lamb_cuda": _LAMB,
+    "syncbn": "its synchronized batch norm is `torch.nn.SyncBatchNorm` (its statistics "
+    "all-reduced by torch's own `torch.batch_norm_gather_stats_with_counts`)",
+    "xentropy_cuda": "its softmax cross entropy is `torch.nn.functional.cross_entropy` "
+    "(`label_smoothing=`, torch >= 1.10)",
+    "fused_dense_cuda": _LINEAR,
+    "mlp_cuda": _LINEAR + ", one `torch.nn.Linear` per layer",
+    "fused_weight_gradient_mlp_cuda": "its weight-gradient accumulation into a float32 buffer "
+    "has no public torch counterpart; autograd of `torch.nn.functional.linear` computes the "
+    "same gradient (into `.grad`)",
+    "scaled_upper_triang_masked_softmax_cuda": _SOFTMAX,
+    "scaled_masked_softmax_cuda": _SOFTMAX,
+    "scaled_softmax_cuda": _SOFTMAX,
+    "generic_scaled_masked_softmax_cuda": _SOFTMAX,
+}
 _SYNC_BN_FUNCTION = (
     "apex's autograd function of synchronized batch norm, given statistics by its caller: no "
     "public torch function normalizes with supplied statistics (its backward all-reduces the "
@@ -522,15 +558,7 @@ INSTEAD: tuple[tuple[str, str], ...] = (
      "2022)"),
     ("apex._autocast_utils", "no public torch counterpart (private autocast cast helpers)"),
 )  # fmt: skip
-COMPILED = frozenset(
-    {
-        "amp_C", "apex_C", "fused_layer_norm_cuda", "fused_adam_cuda", "fused_lamb_cuda",
-        "fused_dense_cuda", "mlp_cuda", "xentropy_cuda", "fused_weight_gradient_mlp_cuda",
-        "scaled_upper_triang_masked_softmax_cuda", "scaled_masked_softmax_cuda",
-        "scaled_softmax_cuda", "generic_scaled_masked_softmax_cuda", "fast_layer_norm",
-        "distributed_adam_cuda", "syncbn",
-    }
-)  # fmt: skip
+COMPILED = frozenset(_EXTENSION_INSTEAD)
 # Owned by other rules: apex.amp (AMP301/AMP303) and the rest of apex.fp16_utils (AMP302).
 ELSEWHERE = ("apex.amp", "apex.fp16_utils")
 
@@ -539,7 +567,7 @@ def no_native(name: str) -> str | None:
     """What projects use instead of the apex name ``name`` (None: not one of these)."""
     root = name.partition(".")[0]
     if root in COMPILED:
-        return _COMPILED.format(name=root)
+        return _COMPILED.format(name=root, instead=_EXTENSION_INSTEAD[root])
     for prefix, text in INSTEAD:
         if name == prefix or name.startswith(prefix + "."):
             return text
