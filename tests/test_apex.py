@@ -4625,6 +4625,43 @@ def test_a_probe_whose_outcome_another_module_tests_to_import_apex_stays(tmp_pat
     assert offered.fix == "unsafe" and "imported but unused" in offered.message
 
 
+def test_a_probe_whose_flag_guards_an_apex_import_stays(tmp_path):
+    """The 67th review's dolomite-engine: `try: import apex; _HAVE = True` with
+    `def is_apex_available(): return _HAVE`, and another module's `if is_apex_available():
+    from apex.optimizers import FusedLAMB`. The probe was deleted as unused: the flag became
+    always true and the project stopped importing without apex. Kept while the flag (read
+    through a function, or in the probe's own file) guards an apex import; once that import
+    is gone, the probe goes in the same `fix`."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    packages = package / "packages.py"
+    packages.write_text(
+        "try:\n    import apex\n\n    _HAVE_APEX = True\nexcept ImportError:\n"
+        "    _HAVE_APEX = False\n\n\ndef is_apex_available():\n    return _HAVE_APEX\n"
+    )
+    (package / "opt.py").write_text(
+        "from .packages import is_apex_available\n\nif is_apex_available():\n"
+        "    from apex.optimizers import FusedLAMB\n"
+    )
+    out, [kept], _ = fix_source(packages.read_text(), path=packages, unsafe=True)
+    assert out == packages.read_text() and kept.fix is None
+    assert "opt.py uses `is_apex_available` and still imports apex (line 4)" in kept.message
+    same = (
+        "try:\n    import apex\n    HAVE_APEX = True\nexcept ImportError:\n"
+        "    HAVE_APEX = False\n\nif HAVE_APEX:\n    from apex.optimizers import FusedLAMB\n"
+        'else:\n    FusedLAMB = None\n\nOPTIMIZERS = {"lamb": FusedLAMB}\n'
+    )
+    out, remaining, _ = fix_source(same, unsafe=True)
+    assert out == same
+    [probe] = [d for d in remaining if d.code == "AMP303"]
+    assert "outcome `HAVE_APEX` guards this file's own apex import at line 8" in probe.message
+    migrated = same.replace('\nOPTIMIZERS = {"lamb": FusedLAMB}\n', "")
+    migrated = migrated.replace("FusedLAMB", "FusedAdam")  # (a name with a fix: both go)
+    out, remaining, _ = fix_source(migrated + "opt = FusedAdam(p, lr=0.1)\n", unsafe=True)
+    assert "apex" not in out and not remaining
+
+
 def test_an_unused_dotted_amp_import_is_reported_once_and_goes():
     """`import apex.amp as amp` and `import apex.amp` that nothing reads (evaluation scripts
     of a fast-adversarial family, 27th review) had no finding: the file still failed without

@@ -165,6 +165,17 @@ def unused_import(
         for flag in recorded
         for n in names.spelled(flag)
     ) or bool(recorded and users_on_disk(path, sorted(recorded), imports=True) != [])
+    here = _guarded_here(names, stmt, recorded) if flagged else None
+    if here is not None:  # (the 67th review's dolomite shape, within one module)
+        flag, line = here
+        return Finding(
+            code,
+            f"`{full}` is not read in this file, but it is an availability probe (inside a "
+            f"`try` that catches ImportError) whose outcome `{flag}` guards this file's own "
+            f"apex import at line {line}: removed, the probe would report apex as present and "
+            "that import would run without apex; remove the probe once that import is gone",
+            stmt,
+        )
     guarding = apex_imported_beyond(path) if flagged else None
     if guarding is not None:
         other, line = guarding
@@ -183,6 +194,7 @@ def unused_import(
         *(a.name for a in names.ancestors(stmt) if isinstance(a, ast.FunctionDef)),
         *(t.id for a in tries for n in ast.walk(a) if isinstance(n, ast.Assign)
           for t in n.targets if isinstance(t, ast.Name)),
+        *_reporters(names.tree, recorded),  # (`def is_apex_available(): return _HAVE_APEX`)
     ][:8]  # fmt: skip
     tested = apex_imported_by_users(path, probes) if guarded and probes else None
     if tested is not None:
@@ -340,3 +352,37 @@ def _reexported(
         "in the run that migrates every one of them (a star import's user is rewritten where "
         "it is certain to get apex's amp from here), or by hand once none uses it"
     )
+
+
+def _guarded_here(names: Names, probe: ast.stmt, flags: set[str]) -> tuple[str, int] | None:
+    """(the flag, the line) of an apex import of this file, other than the probe ``probe``,
+    under an ``if`` that tests one of the probe's ``flags`` (``if HAVE_APEX: from
+    apex.optimizers import FusedLAMB``)."""
+    for node in ast.walk(names.tree):
+        if node is probe or not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                continue
+            module = node.module or ""
+        else:
+            module = node.names[0].name
+        if module.partition(".")[0] != "apex":
+            continue
+        for above in names.ancestors(node):
+            if isinstance(above, ast.If | ast.IfExp | ast.While):
+                tested = {n.id for n in ast.walk(above.test) if isinstance(n, ast.Name)}
+                if tested & flags:
+                    return sorted(tested & flags)[0], node.lineno
+    return None
+
+
+def _reporters(tree: ast.Module, flags: set[str]) -> list[str]:
+    """The module-level functions that read one of the probe's ``flags``: another module
+    tests the probe's outcome through them."""
+    return [
+        s.name
+        for s in tree.body
+        if isinstance(s, ast.FunctionDef)
+        and any(isinstance(n, ast.Name) and n.id in flags for n in ast.walk(s))
+    ]
