@@ -2432,3 +2432,43 @@ def test_a_project_module_named_like_an_apex_extension_is_the_project_s(tmp_path
 
     assert codes(tmp_path / "own" / "src", own=True) == []
     assert codes(tmp_path / "apex_s" / "src", own=False) == ["AMP315"]
+
+
+def test_a_construction_is_held_back_while_a_type_test_of_its_class_stays(tmp_path):
+    """The 67th review's Megatron-LLaMA: `FusedAdam(...)` became `torch.optim.AdamW(...)`
+    while `assert isinstance(optimizer, Adam)` (apex's class, which no one torch class can
+    stand for) stayed, in the same function or in another module: AssertionError on every
+    run with apex installed. The construction is refused while such a test stays, and names
+    it; without the test it is rewritten."""
+    same = """\
+    from apex.optimizers import FusedAdam as Adam
+
+
+    def get(params):
+        opt = Adam(params, lr=1e-3)
+        assert isinstance(opt, Adam)
+        return opt
+    """
+    out, remaining, _ = _fix(same)
+    assert out == textwrap.dedent(same)
+    built = next(d for d in remaining if d.code == "AMP311" and d.line == 5)
+    assert built.fix is None and "a type test of apex's class at line 6" in built.message
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    build = package / "build.py"
+    build.write_text("from apex.optimizers import FusedAdam\n\nopt = FusedAdam(p, lr=1e-3)\n")
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+
+    def fixed() -> tuple[str, list]:
+        new, remaining, _ = migrate_source(build.read_bytes(), settings, str(build))
+        return new.decode(), remaining
+
+    assert "torch.optim.AdamW(p, lr=1e-3, weight_decay=0.0)" in fixed()[0]
+    (package / "dist.py").write_text(
+        "import apex\n\n\ndef wrap(optimizer):\n"
+        "    assert isinstance(optimizer, apex.optimizers.FusedAdam)\n"
+    )
+    out, [kept] = fixed()
+    assert out == build.read_text()
+    assert "a type test of apex's class at dist.py:5 stays on it" in kept.message

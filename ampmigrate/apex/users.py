@@ -409,3 +409,64 @@ def _folders_of(path: str) -> Iterator[str]:
         if parent == folder:
             return
         folder = parent
+
+
+def type_tests_on_disk(path: str, qualified: str) -> tuple[str, int] | None:
+    """The first other module of ``path``'s project on disk that tests an object's type
+    against the apex class ``qualified`` (``isinstance(optimizer, FusedAdam)``, imported there
+    on its own): (its path, the line). Such a test stays on apex's class where no torch class
+    has its meaning, and an object this file builds with torch's would fail it. A project too
+    large to scan counts as one (line 0)."""
+    files = _project_files(path, every_folder=True)
+    if files is None:
+        return path, 0
+    package, _, cls = qualified.rpartition(".")
+    area = ".".join(package.split(".")[:2])  # (`apex.optimizers.fused_adam.FusedAdam` too)
+    word = cls.encode()
+    for other in files:
+        if other == os.path.abspath(path):
+            continue
+        data = _read(other)
+        if word not in data or (b"isinstance" not in data and b"issubclass" not in data):
+            continue
+        tree = _tree(other, data)
+        if tree is None:
+            continue
+        line = _type_test(tree, area, cls)
+        if line is not None:
+            return other, line
+    return None
+
+
+def _type_test(tree: ast.Module, area: str, cls: str) -> int | None:
+    bound: dict[str, str] = {}  # a local name -> the apex path it is bound to
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.partition(".")[0] == "apex":
+                bound.update((a.asname or a.name, f"{node.module}.{a.name}") for a in node.names)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.partition(".")[0] == "apex":
+                    bound[a.asname or "apex"] = a.name if a.asname else "apex"
+
+    def dotted(expr: ast.expr) -> str | None:
+        if isinstance(expr, ast.Name):
+            return bound.get(expr.id)
+        if isinstance(expr, ast.Attribute):
+            base = dotted(expr.value)
+            return None if base is None else f"{base}.{expr.attr}"
+        return None
+
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("isinstance", "issubclass")
+            and len(node.args) == 2
+        ):
+            tested = node.args[1]
+            for one in tested.elts if isinstance(tested, ast.Tuple) else [tested]:
+                name = dotted(one)
+                if name and name.rpartition(".")[2] == cls and name.startswith(area + "."):
+                    return node.lineno
+    return None

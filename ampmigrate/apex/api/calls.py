@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import re
 
 from ampmigrate.apex.api import table
 from ampmigrate.apex.api.common import _bound_names, _FallbackCall, _literal_in
 from ampmigrate.apex.api.splat import Keys, groups_carry, splat_keys
 from ampmigrate.apex.api.table import Target
+from ampmigrate.apex.users import type_tests_on_disk
 from ampmigrate.findings import Edit, Finding, Fix, ImportEdit
 from ampmigrate.renames import CallText, NoFix, _pure
 
@@ -149,6 +151,19 @@ class Calls:
             raise NoFix("a `*args` splat cannot be mapped to apex's parameters")
         if only := self._apex_ddp_only(target):
             raise NoFix(only)
+        if target.as_type and (tested := self._type_tested(callee)) is not None:
+            where, line = tested
+            if where == "line":
+                at = f"at line {line}"
+            elif line:
+                at = f"at {os.path.relpath(where, os.path.dirname(self.source.path))}:{line}"
+            else:
+                at = "somewhere in the project (too large to look for it)"
+            raise NoFix(
+                f"a type test of apex's class {at} stays on it (no one torch class has its "
+                "meaning): the object built here with torch's class would fail it; rewrite or "
+                "remove that test first, by hand"
+            )
         if target.new.startswith("torch.optim.Adam") and (line := self._old_fp16_wrapper):
             raise NoFix(
                 f"this file uses `apex.optimizers.FP16_Optimizer` (line {line}), which lived "
@@ -332,6 +347,42 @@ class Calls:
             listed = ", ".join(f"`{k}`" for k in sorted(keys.possible))
             notes.append(f"`**{keys.name}` carries only {listed}, as built in this function")
         return new, fix, notes
+
+    def _type_tested(self, callee: ast.expr) -> tuple[str, int] | None:
+        """Where the apex class ``callee`` names is type-tested, in this file (``line N``) or
+        in another module of the project (the 67th review's Megatron-LLaMA: the optimizer
+        ``get_megatron_optimizer`` builds is asserted to be a FusedAdam by
+        ``DistributedOptimizer``); None: nowhere."""
+        found, _ = self._apex_names(callee)
+        if not found:
+            return None
+        name = found[0]
+        if name not in self._type_tests:
+            here = [
+                node.lineno
+                for node in ast.walk(self.tree)
+                if isinstance(node, ast.Call)
+                and self.names.qualified(node.func) & _TYPE_CHECKS
+                and len(node.args) == 2
+                and any(
+                    name in self._apex_names(one)[0]
+                    for one in (
+                        node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                    )
+                )
+            ]
+            self._type_tests[name] = (
+                ("line", min(here))
+                if here
+                else type_tests_on_disk(self.source.path, name)
+                if self.source.path
+                else None
+            )
+        return self._type_tests[name]
+
+    @functools.cached_property
+    def _type_tests(self) -> dict[str, tuple[str, int] | None]:
+        return {}
 
     @functools.cached_property
     def _old_fp16_wrapper(self) -> int | None:
