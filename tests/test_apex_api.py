@@ -1683,7 +1683,8 @@ def test_a_forward_only_subclass_of_fused_layer_norm_is_rebased_on_torch_s():
     and is built with torch's positional arguments. It was refused as relying on "apex's
     constructor arguments and internals"; rebased on `torch.nn.LayerNorm` it keeps its
     meaning, and the message states the `except` that can no longer run. One that reads an
-    attribute only apex has, or has a constructor of its own, stays refused."""
+    attribute only apex has, or has a constructor of its own that skips apex's, stays
+    refused."""
     torch = __import__("torch")
     out, remaining, fixed = _fix(FORWARD_ONLY)
     [finding] = [d for d in fixed if d.code == "AMP312"]
@@ -1703,9 +1704,9 @@ def test_a_forward_only_subclass_of_fused_layer_norm_is_rebased_on_torch_s():
          "reads `self.memory_efficient`"),
         ("        def forward(self, x):\n",
          "        def __init__(self, shape, eps, affine):\n"
-         "            super().__init__(shape, eps, affine)\n\n"
+         "            self.shape = shape\n\n"
          "        def forward(self, x):\n",
-         "has a constructor of its own"),
+         "has a constructor of its own that does not call `super().__init__(...)`"),
     ):  # fmt: skip
         [refused] = [d for d in check_source(FORWARD_ONLY.replace(old, new)) if d.code == "AMP312"]
         assert refused.fix is None and why in refused.message, refused.message
@@ -2472,3 +2473,46 @@ def test_a_construction_is_held_back_while_a_type_test_of_its_class_stays(tmp_pa
     out, [kept] = fixed()
     assert out == build.read_text()
     assert "a type test of apex's class at dist.py:5 stays on it" in kept.message
+
+
+@pytest.mark.torch
+def test_a_sync_batchnorm_subclass_with_its_own_constructor_is_rebased():
+    """The 67th review's fast-reid: `class SyncBatchNorm(apex.parallel.SyncBatchNorm)` whose
+    `__init__` hands `super().__init__` what torch's class takes alike and then sets its
+    weight and bias: "relies on apex's constructor arguments and internals" was false. It is
+    rebased on `torch.nn.SyncBatchNorm` and builds the same module; a constructor that skips
+    `super().__init__`, or a read of apex's own `channel_last`, still refuses."""
+    source = """\
+    import torch
+    from torch import nn
+
+    try:
+        from apex import parallel
+    except ImportError:
+        raise ImportError("Please install apex to run model with syncBN")
+
+
+    class SyncBatchNorm(parallel.SyncBatchNorm):
+        def __init__(self, num_features, eps=1e-05, weight_init=1.0, bias_freeze=False):
+            super().__init__(num_features, eps=eps, momentum=0.1)
+            nn.init.constant_(self.weight, weight_init)
+            self.bias.requires_grad_(not bias_freeze)
+    """
+    out, remaining, [fixed] = _fix(source)
+    assert "class SyncBatchNorm(torch.nn.SyncBatchNorm):" in out and "apex" not in out
+    assert not remaining and fixed.code == "AMP313"
+    namespace: dict = {}
+    exec(compile(out, "rebased", "exec"), namespace)
+    norm = namespace["SyncBatchNorm"](8, weight_init=0.5, bias_freeze=True)
+    assert float(norm.weight.detach()[0]) == 0.5 and not norm.bias.requires_grad
+    assert sorted(norm.state_dict()) == [
+        "bias", "num_batches_tracked", "running_mean", "running_var", "weight"
+    ]  # fmt: skip
+    skipped = source.replace("super().__init__(num_features, eps=eps, momentum=0.1)", "pass")
+    [kept] = [d for d in _fix(skipped)[1] if d.code == "AMP313"]
+    assert "does not call `super().__init__(...)`" in kept.message
+    apex_only = source.replace(
+        "bias_freeze)\n", "bias_freeze)\n        self.nhwc = self.channel_last\n"
+    )
+    [kept] = [d for d in _fix(apex_only)[1] if d.code == "AMP313"]
+    assert "reads `self.channel_last`" in kept.message

@@ -102,11 +102,17 @@ class _FallbackCall(Exception):
     """A call that can only be of the torch fallback a name is also bound to."""
 
 
-# What apex's norm classes and torch's share with one meaning (beyond ``torch.nn.Module``'s).
+# What apex's norm classes (and SyncBatchNorm) and torch's share with one meaning (beyond
+# ``torch.nn.Module``'s).
 _SHARED = {
     "torch.nn.LayerNorm": frozenset({"weight", "bias", "eps", "normalized_shape",
                                      "elementwise_affine"}),
     "torch.nn.RMSNorm": frozenset({"weight", "eps", "normalized_shape", "elementwise_affine"}),
+    # (apex's SyncBatchNorm is a `_BatchNorm` too: all of it but `channel_last`, `fuse_relu`)
+    "torch.nn.SyncBatchNorm": frozenset({"weight", "bias", "eps", "momentum", "num_features",
+                                         "affine", "track_running_stats", "running_mean",
+                                         "running_var", "num_batches_tracked", "process_group",
+                                         "reset_parameters", "reset_running_stats"}),
 }  # fmt: skip
 _LOGS = frozenset({"print", "info", "warning", "warn", "debug", "error", "exception", "critical"})
 

@@ -19,6 +19,7 @@ from ampmigrate.apex.api.common import (
     _rms_class,
 )
 from ampmigrate.apex.api.table import TARGETS, Target
+from ampmigrate.engine.names import dotted
 from ampmigrate.findings import Edit, Fix
 from ampmigrate.renames import NoFix
 
@@ -225,8 +226,17 @@ class Targets:
             )
         accepted = target.new_positional
         self._subclass_reads(cls, accepted, _SHARED[target.new])
-        if any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in cls.body):
-            raise NoFix(f"the subclass `{cls.name}` has a constructor of its own")
+        # a constructor of its own that hands torch's class, through `super().__init__`, only
+        # what it takes alike (checked above) builds the same module on it (fast-reid's
+        # SyncBatchNorm, the 67th review); its calls are of its own signature
+        own_init = next(
+            (s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None
+        )
+        if own_init is not None and not _calls_super_init(own_init):
+            raise NoFix(
+                f"the subclass `{cls.name}` has a constructor of its own that does not call "
+                "`super().__init__(...)`"
+            )
         guard = next(
             (a for a in self.names.ancestors(cls) if isinstance(a, ast.Try)
              and any(_catches_import_error(h) for h in a.handlers)),
@@ -246,7 +256,8 @@ class Targets:
                     f"the subclass `{cls.name}` is used at line {use.lineno} other than by a "
                     "call: what is built with it is not visible here"
                 )
-            _accepts(call, accepted, f"the call of `{cls.name}` at line {use.lineno}")
+            if own_init is None:
+                _accepts(call, accepted, f"the call of `{cls.name}` at line {use.lineno}")
         if not any(isinstance(a, _SCOPES) for a in self.names.ancestors(cls)):
             users = self._importers(cls.name)
             if users is None or users:
@@ -548,3 +559,18 @@ class Targets:
                     f"`.memory_efficient` is read at line {node.lineno}, which may be apex's "
                     "norm attribute (torch's norms have none)"
                 )
+
+
+def _calls_super_init(init: ast.FunctionDef) -> bool:
+    """``init`` calls ``super().__init__(...)`` once, in its own body (not under a test)."""
+    calls = [
+        s
+        for s in init.body
+        if isinstance(s, ast.Expr)
+        and isinstance(s.value, ast.Call)
+        and isinstance(s.value.func, ast.Attribute)
+        and s.value.func.attr == "__init__"
+        and isinstance(s.value.func.value, ast.Call)
+        and dotted(s.value.func.value.func) == "super"
+    ]
+    return len(calls) == 1
