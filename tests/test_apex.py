@@ -13903,3 +13903,52 @@ def test_a_training_function_fetched_by_getattr_in_another_file_keeps_its_signat
         assert migrated["do_train"](model, optimizer, x) == torch.float16
         fetched = migrated["train"]
         assert fetched(model, optimizer, x) == torch.float16  # (main.py's call, unchanged)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("global_read", ["clip", "checkpoint"])
+def test_a_function_handed_the_module_that_also_reads_the_global_gets_one_scaler(global_read):
+    """The 66th review: `train_step(..., amp_handle)` scaled through its parameter and also
+    read the module-level `amp` (`amp.master_params` for a clip, `amp.state_dict()` for a
+    checkpoint). The parameter became `scaler` and a second `scaler` was added for the global
+    read: `def train_step(..., scaler, scaler)`, which Python refuses to compile. The
+    parameter apex's module was handed through is the one the global reads use."""
+    read = (
+        "    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 0.5)\n"
+        if global_read == "clip"
+        else "    state = {'amp': amp.state_dict()}\n"
+    )
+    source = f"""\
+import torch
+from apex import amp
+
+
+def train_step(model, optimizer, x, amp_handle):
+    optimizer.zero_grad()
+    loss = model(x).float().pow(2).mean()
+    with amp_handle.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+{read}    optimizer.step()
+    return loss.item()
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    x = torch.randn(4, 8).to("cuda")
+    return [train_step(model, optimizer, x, amp) for _ in range(3)]
+"""
+    out, _ = _migrated(source)
+    assert "def train_step(model, optimizer, x, scaler):" in out
+    compile(out, "migrated", "exec")
+    stub = {
+        "initialize": lambda m, o, **kw: (m, o),
+        "scale_loss": contextlib.contextmanager(lambda loss, opt: (yield loss)),
+        "master_params": lambda opt: (p for g in opt.param_groups for p in g["params"]),
+        "state_dict": dict,
+    }
+    with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
+        before["amp"] = SimpleNamespace(**stub)
+        assert migrated["main"]() == pytest.approx(before["main"](), rel=1e-3)

@@ -397,3 +397,37 @@ def test_a_block_whose_first_statement_goes_starts_at_the_next_one():
     second = plain.body[0].body.body[1]
     kept = plain.visit(ReplaceNodes({second: lambda _u: cst.parse_statement("y = 2\n")}))
     assert kept.code == "def f():\n    import a\n    y = 2\n"
+
+
+def test_a_fix_whose_output_does_not_compile_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    """The 66th review: a rewrite gave a function two `scaler` parameters, which `ast` parses
+    and only the compiler refuses ("duplicate argument"); the file was written, and `check`
+    on it passed. Whatever a fix produces must compile: otherwise the file is left untouched
+    and reported as an error, as for output that does not parse."""
+    from ampmigrate.engine import migrate
+
+    def duplicated(text, chosen, keep_imports):
+        return apply(text, chosen, keep_imports).replace("def step(x)", "def step(x, x)")
+
+    monkeypatch.setattr(migrate, "apply", duplicated)
+    path = tmp_path / "train.py"
+    original = (
+        "import torch\n\n\ndef step(x):\n    with torch.cuda.amp.autocast():\n        return x\n"
+    )
+    path.write_text(original)
+    result = migrate.process(str(path), None, _fix_settings())
+    assert result.error is not None and "does not compile" in result.error
+    assert "duplicate argument 'x'" in result.error
+    assert result.new_source is None  # (nothing for the writer)
+    monkeypatch.undo()
+    assert (
+        "torch.amp.autocast"
+        in migrate.process(str(path), None, _fix_settings()).new_source.decode()
+    )
+
+
+def _fix_settings():
+    from ampmigrate.catalog import all_rules
+    from ampmigrate.engine.settings import Settings
+
+    return Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)

@@ -579,8 +579,9 @@ class Scaler:
         linked = self.link.functions if self.link and self.role == "callee" else ()
         while pending:
             function = pending.pop()
-            if function in self.threaded:
-                continue
+            if function in self.threaded or id(function) in self.stored_access:
+                continue  # (one that reaches the scaler already: a parameter apex's module
+                # was handed through, now the GradScaler's; a second one is a SyntaxError)
             self.threaded.add(function)
             called = False
             for ref in self._references(function.name.value):

@@ -75,6 +75,13 @@ def _migrate(
             analyses.append(analysis)
         except (FixError, SyntaxError, ValueError) as exc:
             raise FixError(f"fixes for {codes} produced code that does not parse ({exc})") from exc
+        try:  # what only the compiler refuses (a duplicate parameter): the file stays as it was
+            compile(text, path or "<fixed>", "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            raise FixError(
+                f"fixes for {codes} produced code that does not compile ({exc.msg}, line "
+                f"{exc.lineno}); please report this file"
+            ) from exc
         left = {(f.code, f.message) for f in analysis.findings}
         fixed += [d for _, d in applied] + [d for f, d in folded if (f.code, f.message) not in left]
         source = new_source
