@@ -13952,3 +13952,56 @@ def main():
     with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
         before["amp"] = SimpleNamespace(**stub)
         assert migrated["main"]() == pytest.approx(before["main"](), rel=1e-3)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    "level", ['c["apex_amp_level"]', "args.level"], ids=["config value", "flag without choices"]
+)
+def test_a_level_an_enclosing_test_pins_to_o1_is_o1(level):
+    """mozilla/TTS (the 66th review): `if c["apex_amp_level"] == "O1":` around
+    `amp.initialize(..., opt_level=c["apex_amp_level"])`: wherever `initialize` runs the
+    level is "O1", but the refusal said it "is not provably O1". The test is the switch."""
+    source = f"""\
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--level", default="O1")
+
+
+def main(argv, c):
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if {level} == "O1":
+        from apex import amp
+
+        model, optimizer = amp.initialize(model, optimizer, opt_level={level})
+    else:
+        amp = None
+    x = torch.randn(4, 8).to("cuda")
+    losses = []
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss = model(x).float().pow(2).mean()
+        if amp is not None:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+        losses.append((loss.item(), model(x).dtype))
+    return losses
+"""
+    out, finding = _migrated(source)
+    assert "not provably O1" not in finding.message
+    with _on_cpu(out) as migrated:
+        half = migrated["torch"].float16
+        for config in ({"apex_amp_level": "O1"}, {"apex_amp_level": "O0"}):
+            on = config["apex_amp_level"] == "O1"
+            argv = ["--level", config["apex_amp_level"]]
+            dtypes = {d for _, d in migrated["main"](argv, config)}
+            assert dtypes == {half if on else migrated["torch"].float32}

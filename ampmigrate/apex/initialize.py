@@ -1544,6 +1544,8 @@ class Initialize:
         the model and keep fp32 master weights, which torch.amp cannot express, so a rewrite
         "as O1" would change those runs. True: O1 for sure; None: refused (said here)."""
         spelled = _code(self.module, level)
+        if self._pinned_o1(spelled, init):
+            return True
         digit = _digit_of(level)
         counted = self._flag_of(digit.attr.value) if digit is not None else None
         if digit is not None:
@@ -1750,6 +1752,26 @@ class Initialize:
             return None
         position = listed.index(param) if param in listed else 10**6  # keyword-only: none
         return calls_keep_default(self.path, function.name.value, position, value.value, default)
+
+    def _pinned_o1(self, spelled: str, init: cst.Call) -> bool:
+        """``initialize`` runs only where an ``if`` around it found the level (spelled
+        ``spelled``) equal to "O1" (``if c.apex_amp_level == "O1":``, mozilla/TTS, the 66th
+        review), and nothing in that ``if`` assigns it before: O1 wherever it runs."""
+        inner: cst.CSTNode = init
+        for above in self.ancestors(init):
+            if (
+                isinstance(above, cst.If)
+                and self.within(inner, above.body)
+                and _tests_o1(self.module, above.test, spelled)
+            ):
+                return not any(
+                    isinstance(n, cst.AssignTarget | cst.AugAssign)
+                    and _code(self.module, n.target) == spelled
+                    and self.order[id(n)] < self.order[id(init)]
+                    for n in self._subtree(above.body)
+                )
+            inner = above
+        return False
 
     def _not_o1(
         self, spelled: str, origin: str, also: str, uncovered: str, counted: tuple | None = None
@@ -2083,3 +2105,30 @@ def _literal(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.Name):
         return node.value in ("True", "False", "None")
     return isinstance(node, cst.Integer | cst.Float | cst.SimpleString | cst.ConcatenatedString)
+
+
+def _tests_o1(module: cst.Module, test: cst.BaseExpression, spelled: str) -> bool:
+    """``test`` is true only where ``spelled`` is "O1": ``x == "O1"`` (either way round),
+    ``x in ("O1",)``, or one operand of an ``and`` that is."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _tests_o1(module, test.left, spelled) or _tests_o1(module, test.right, spelled)
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return False
+    target = test.comparisons[0]
+    left, right = test.left, target.comparator
+    if isinstance(target.operator, cst.Equal):
+        pairs = ((left, right), (right, left))
+        return any(
+            _code(module, a) == spelled
+            and isinstance(b, cst.SimpleString)
+            and b.evaluated_value == "O1"
+            for a, b in pairs
+        )
+    if isinstance(target.operator, cst.In) and isinstance(right, cst.Tuple | cst.List | cst.Set):
+        values = [e.value for e in right.elements]
+        return (
+            _code(module, left) == spelled
+            and bool(values)
+            and all(isinstance(v, cst.SimpleString) and v.evaluated_value == "O1" for v in values)
+        )
+    return False
