@@ -17,6 +17,10 @@ class HiddenBackward:
     code: str
     line: int
     path: str | None
+    # the parameters of the called function whose `.zero_grad()` always follows the backward
+    # in its block (ANCE's `evaluate_dev`: `loss.backward()`, then `model.zero_grad()`, the
+    # 66th review): those gradients never reach a step
+    cleared: tuple[str, ...] = ()
 
 
 def plain_backward(
@@ -70,7 +74,8 @@ def _first(
         if not isinstance(node, ast.Call):
             continue
         if _plain(node) or (steps and _steps(node)):
-            return HiddenBackward(ast.unparse(node), node.lineno, path)
+            cleared = _cleared_after(function, node) if depth == 0 and not steps else ()
+            return HiddenBackward(ast.unparse(node), node.lineno, path, cleared)
         if depth < 2 and tree is not None and isinstance(node.func, ast.Name):
             called = top_level(tree, node.func.id, function)
             if called is not None:
@@ -111,3 +116,42 @@ def _plain(call: ast.Call) -> bool:
         and receiver.func.attr == "scale"
     )
     return not scaled
+
+
+def _cleared_after(function: ast.FunctionDef | ast.Lambda, call: ast.Call) -> tuple[str, ...]:
+    """The parameters of ``function`` whose ``.zero_grad()`` follows the statement of
+    ``call`` in its block, with nothing between that could leave the block."""
+    if isinstance(function, ast.Lambda):
+        return ()
+    params = {a.arg for a in (*function.args.posonlyargs, *function.args.args)}
+    for block in _blocks(function):
+        at = next((i for i, s in enumerate(block) if isinstance(s, ast.Expr) and s.value is call),
+                  None)  # fmt: skip
+        if at is None:
+            continue
+        cleared = []
+        for statement in block[at + 1 :]:
+            if isinstance(statement, ast.Return | ast.Break | ast.Continue | ast.Raise):
+                break
+            value = statement.value if isinstance(statement, ast.Expr) else None
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr == "zero_grad"
+                and isinstance(value.func.value, ast.Name)
+                and value.func.value.id in params
+            ):
+                cleared.append(value.func.value.id)
+        return tuple(cleared)
+    return ()
+
+
+def _blocks(function: ast.FunctionDef) -> list[list[ast.stmt]]:
+    """Every statement list in ``function`` (bodies, ``else`` and ``finally`` arms)."""
+    return [
+        block
+        for node in ast.walk(function)
+        for name in ("body", "orelse", "finalbody")
+        if isinstance(block := getattr(node, name, None), list)
+        and all(isinstance(s, ast.stmt) for s in block)
+    ]

@@ -1279,7 +1279,7 @@ class Step:
             if self._before_step(node, function, withs, opt):
                 continue  # (between the scaled backward and the step: `unscale_` goes before it)
             hidden = self._runs_plain_backward(node)
-            if hidden is None:
+            if hidden is None or self._cleared_there(node, hidden, setup, opt):
                 continue
             apart = [w for w in withs if self._exclusive(node, w)]
             if apart and len(apart) == len(withs):
@@ -1307,6 +1307,23 @@ class Step:
                 "GradScaler), or call it between the scaled backward and the step (where the "
                 "rewrite unscales first), by hand",
             )
+
+    def _cleared_there(self, call: cst.Call, hidden, setup: _Setup, opt: str) -> bool:
+        """The code ``call`` runs clears, right after its plain backward, the gradients of
+        what ``call`` hands it as the model or ``opt`` (``evaluate_dev(model, ...)`` whose
+        ``loss.backward()`` is followed by ``model.zero_grad()``): none reach the step."""
+        found = self._callee(call) if hidden.cleared else None
+        if found is None or not isinstance(found[0], ast.FunctionDef):
+            return False
+        params = [a.arg for a in (*found[0].args.posonlyargs, *found[0].args.args)]
+        given = {params[i]: a.value for i, a in enumerate(call.args) if a.keyword is None
+                 and not a.star and i < len(params)}  # fmt: skip
+        given.update((a.keyword.value, a.value) for a in call.args if a.keyword is not None)
+        models = set(setup.models)
+        return any(
+            name in given and _code(self.module, given[name]) in models | {opt}
+            for name in hidden.cleared
+        )
 
     def _before_step(self, node: cst.CSTNode, function, withs: list, opt: str) -> bool:
         """``node`` comes after a scaled backward of ``opt`` that it can run with, and before a
