@@ -14051,3 +14051,51 @@ def main():
         assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-3)
     kept = source.replace("        model.zero_grad()\n        total", "        total")
     assert "(not cleared before it)" in _message(kept)
+
+
+@pytest.mark.torch
+def test_master_params_through_a_handed_module_is_the_rewrite_s_own():
+    """mozilla/TTS (the 66th review): `train(..., amp_handle)` clips
+    `amp_handle.master_params(optimizer)` through a helper; the global `amp.master_params`
+    in the same place is rewritten (`unscale_` first), the handed one was refused as an
+    unknown call given the optimizer. Both are apex's own call."""
+    source = """\
+import torch
+from apex import amp
+
+
+def clip(model, max_norm, params=None):
+    params = params if params is not None else model.parameters()
+    return torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+
+def train(model, optimizer, x, amp_handle):
+    losses = []
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss = model(x).float().pow(2).mean()
+        with amp_handle.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        clip(model, 0.05, params=amp_handle.master_params(optimizer))
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    return train(model, optimizer, torch.randn(4, 8).to("cuda"), amp)
+"""
+    out, _ = _migrated(source)
+    assert "scaler.unscale_(optimizer)" in out
+    stub = {
+        "initialize": lambda m, o, **kw: (m, o),
+        "scale_loss": contextlib.contextmanager(lambda loss, opt: (yield loss)),
+        "master_params": lambda opt: (p for g in opt.param_groups for p in g["params"]),
+    }
+    with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
+        before["amp"] = SimpleNamespace(**stub)
+        assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-3)

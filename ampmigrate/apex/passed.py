@@ -56,6 +56,8 @@ class PassedHandles:
                 refused.append(node)
                 self._not_handed(node, why)
         self.passed = refused
+        self.followed |= planned  # (`amp_handle.master_params(opt)`: the rewrite's own, as the
+        # global `amp.master_params` is; the 66th review's TTS `check_update`)
         return planned
 
     def _handed(self, setup, node, arg, call, calls, planned, functions) -> str | None:
