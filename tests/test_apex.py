@@ -14099,3 +14099,53 @@ def main():
     with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
         before["amp"] = SimpleNamespace(**stub)
         assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-3)
+
+
+def test_a_statement_beside_initialize_in_the_availability_branch_is_named():
+    """nnUNet (the 66th review): `if self.fp16: if amp is not None: <initialize>;
+    self.amp_initialized = True else: raise`. The refusal blamed the nesting, which the same
+    code without the flag store passes; the obstacle is the statement beside `initialize`,
+    which the branch giving way to the GradScaler would lose. Named now."""
+    source = """\
+import torch
+
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+class Trainer:
+    def __init__(self, network, optimizer, fp16=False):
+        self.fp16 = fp16
+        self.network, self.optimizer = network, optimizer
+        self.amp_initialized = False
+
+    def _maybe_init_amp(self):
+        if self.fp16:
+            if amp is not None:
+                self.network, self.optimizer = amp.initialize(
+                    self.network, self.optimizer, opt_level="O1"
+                )
+                self.amp_initialized = True
+            else:
+                raise RuntimeError("apex is not installed")
+
+    def run_iteration(self, x):
+        self.optimizer.zero_grad()
+        loss = self.network(x).float().sum()
+        if not self.fp16 or amp is None:
+            loss.backward()
+        else:
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+        self.optimizer.step()
+"""
+    message = _message(source)
+    assert (
+        "shares its `if amp is not None:` with `self.amp_initialized = True` (line 21)" in message
+    )
+    assert "sits in `if amp is not None:`, itself in" not in message
+    assert "apex.amp O1 can be rewritten" in _message(
+        source.replace("                self.amp_initialized = True\n", "")
+    )

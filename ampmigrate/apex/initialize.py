@@ -315,6 +315,21 @@ class Initialize:
                 if isinstance(outer, cst.If | cst.Else) and not (
                     isinstance(outer, cst.If) and _main_guard(self.module, outer)
                 ):  # (nnUNet: `if self.fp16: if not self.amp_initialized: if amp is not None:`)
+                    beside = [
+                        s for s in _statements(holder.body)
+                        if s is not inner and not self._only_initializes(s)
+                    ]  # fmt: skip
+                    if alone and beside:  # (the 66th review: the nesting was not the obstacle)
+                        self.problem(
+                            init,
+                            f"`amp.initialize` shares its `if {_code(self.module, holder.test)}:`"
+                            f" with `{_code(self.module, beside[0]).strip()}` (line "
+                            f"{self.line(beside[0])}): the branch would give way to the "
+                            "GradScaler made where `initialize` was, and what else it runs has "
+                            "to stay on the path it ran on; move that statement out of the "
+                            "branch (or make the GradScaler there) by hand",
+                        )
+                        return None
                     self.problem(
                         init,
                         f"`amp.initialize` sits in `if {_code(self.module, holder.test)}:`, "
@@ -587,14 +602,18 @@ class Initialize:
         else:
             return None
         for statement in _statements(holder.body):
-            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-            if statement is not inner and not (
-                len(getattr(statement, "body", ())) == 1
-                and isinstance(small, cst.Assign | cst.Expr)
-                and small.value in self.initialize_calls
-            ):
+            if statement is not inner and not self._only_initializes(statement):
                 return None
         return available
+
+    def _only_initializes(self, statement: cst.CSTNode) -> bool:
+        """``statement`` is one ``amp.initialize`` call (assigned or not), which goes."""
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        return (
+            len(getattr(statement, "body", ())) == 1
+            and isinstance(small, cst.Assign | cst.Expr)
+            and small.value in self.initialize_calls
+        )
 
     def _else_of(self, otherwise: cst.Else) -> tuple[cst.If, str] | None:
         """``if T: ... else: amp.initialize(...)``: the ``if`` and ``not T``, where the
