@@ -4012,3 +4012,72 @@ def test_a_switch_parameter_given_false_by_a_caller_in_another_file_keeps_its_st
     assert "        if fp16:\n            scaler.step(optimizer)\n" in engine
     assert "\n            optimizer.step()\n" in engine
     _on_cpu_beside_original(tmp_path, root, original, stub)
+
+
+DEEP = """\
+import torch
+
+from trainers.base import DEVICE
+from trainers.variants.clipped import ClippedTrainer
+
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+
+
+class DeepTrainer(ClippedTrainer):
+    def run_iteration(self, x, y):
+        self.optimizer.zero_grad()
+        output = self.network(x.to(DEVICE))
+        loss = 0.5 * torch.nn.functional.mse_loss(output.float(), y.to(DEVICE))
+        if self.fp16:
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        self.optimizer.step()
+        return loss.item()
+"""
+
+
+@pytest.mark.torch
+def test_a_class_family_three_levels_deep_is_rewritten_together(tmp_path, stub):
+    """nnUNet (the 66th review): the base initializes, a subclass in another module scales,
+    and a grandchild in a third module (derived from the subclass, not the base) scales too.
+    The grandchild was refused: "cannot read its GradScaler as `self.scaler` (the name is in
+    use here)", where no `scaler` existed, and its parent's module "relies on the amp state
+    this file sets up", where it sets up none. All three are rewritten, and the grandchild
+    trains as the original does."""
+    root = tmp_path / "project"
+    shutil.copytree(FAMILY / "before", root)
+    (root / "trainers" / "variants" / "deep.py").write_text(DEEP)
+    script = root / "run.py"
+    script.write_text(
+        script.read_text()
+        .replace(
+            "from trainers.variants.clipped import ClippedTrainer, SlowClippedTrainer\n",
+            "from trainers.variants.clipped import ClippedTrainer, SlowClippedTrainer\n"
+            "from trainers.variants.deep import DeepTrainer\n",
+        )
+        .replace('"slow": SlowClippedTrainer}', '"slow": SlowClippedTrainer, "deep": DeepTrainer}')
+    )
+    original = tmp_path / "original"
+    shutil.copytree(root, original)
+    shutil.copytree(stub / "apex", original / "apex")
+    results = run(_files(root), _settings(fix=True))
+    assert not [d for r in results for d in r.diagnostics if d.code == "AMP303"]
+    changed = sorted(str(Path(r.path).relative_to(root)) for r in results if r.changed)
+    assert changed == [*FAMILY_FILES, "trainers/variants/deep.py"]
+    for result in results:
+        if result.changed:
+            Path(result.path).write_bytes(result.new_source)
+    assert "self.scaler.scale(loss).backward()" in (root / "trainers/variants/deep.py").read_text()
+    for path in _files(root):
+        path.write_text(path.read_text().replace('"cuda"', '"cpu"'))
+    flags = ["--fp16", "--trainer", "deep"]
+    before, after = _runs(
+        [(original / "run.py", flags, original, False), (script, flags, root, True)], tmp_path
+    )
+    assert before[0] == after[0] == 0, (before[2], after[2])
+    _tracks(_losses(after[1]), _losses(before[1]))

@@ -12,6 +12,7 @@ import libcst as cst
 
 from ampmigrate.apex.common import _Setup, _statements
 from ampmigrate.apex.links import _listed
+from ampmigrate.apex.users import derived_on_disk
 
 
 class ClassFamily:
@@ -23,7 +24,22 @@ class ClassFamily:
         is). An apex call outside those classes cannot reach it."""
         base, home = self.link.family, self.link.functions[0]
         family = self.derived({base})
-        if not family or self.free_name("scaler") != "scaler":
+        if not family and self.path is not None:  # through a class of another module of the
+            # family (nnUNet's grandchildren: `TrainerV2DP(TrainerV2)`, the 66th review)
+            lineage = {
+                c.name
+                for _, _, _, classes in derived_on_disk(self.link.callers[0], base)
+                for c in classes
+            }
+            family = self.derived({base} | lineage)
+        if not family:
+            self.problem(
+                self.plan.anchor,
+                f"no class here derives from `{base}`, whose `self.scaler` replaces apex's "
+                "state: pass the GradScaler by hand",
+            )
+            return None
+        if self.free_name("scaler") != "scaler":
             self.problem(
                 self.plan.anchor,
                 f"the classes derived from `{base}` here cannot read its GradScaler as "

@@ -1197,6 +1197,10 @@ class Handles:
             return
         # (a broken link's files: its own blocker says they move together or not at all)
         linked = set(self.link.files) if self.link else set()
+        if self.link is not None and self.link.family is not None:  # (a part of a family's
+            # link sees its own two files; the others are rewritten with it too: nnUNet's
+            # grandchild imports its parent's module, the 66th review)
+            linked |= {f for f, *_ in apex_subclasses(self.link.callers[0], self.link.family)}
         folder = os.path.dirname(os.path.abspath(self.path))
         graph = _Graph()  # (the import edges, read once for both walks)
         if rewritten is not None:
