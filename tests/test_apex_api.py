@@ -2516,3 +2516,25 @@ def test_a_sync_batchnorm_subclass_with_its_own_constructor_is_rebased():
     )
     [kept] = [d for d in _fix(apex_only)[1] if d.code == "AMP313"]
     assert "reads `self.channel_last`" in kept.message
+
+
+def test_an_apex_name_in_a_string_is_found():
+    """flash-attention (the 67th review): `_target_: apex.optimizers.FusedAdam` that Hydra
+    instantiates, `pydoc.locate("apex.normalization.FusedLayerNorm")`, a dotted name split and
+    imported at run time: apex runs there, and `check` said "All checks passed". A finding
+    for each, with the torch counterpart and no fix; a docstring or a module alone is none."""
+    source = '''\
+    """Builds apex.optimizers.FusedAdam when asked."""
+    import pydoc
+
+    CFG = {"_target_": "apex.optimizers.FusedAdam", "lr": 1e-3}
+    NORM = pydoc.locate("apex.normalization.FusedLayerNorm")
+    LAMB = "apex.optimizers.FusedLAMB"
+    PACKAGE = "apex.optimizers"
+    '''
+    found = {d.line: d for d in check_source(textwrap.dedent(source))}
+    assert sorted(found) == [4, 5, 6]
+    assert found[4].code == "AMP311" and "torch.optim.AdamW" in found[4].message
+    assert "`weight_decay=0.0`" in found[4].message and found[4].fix is None
+    assert found[5].code == "AMP312" and "torch.nn.LayerNorm" in found[5].message
+    assert found[6].code == "AMP315" and "timm.optim.Lamb" in found[6].message

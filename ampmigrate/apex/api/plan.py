@@ -45,6 +45,7 @@ from ampmigrate.renames import NoFix
 if TYPE_CHECKING:
     from ampmigrate.engine import Settings
 
+_APEX_PATH = re.compile(r"apex(?:\.[A-Za-z_]\w*)+")
 _SKIP = frozenset({"apex.optimizers.FP16_Optimizer", "apex.contrib.optimizers.FP16_Optimizer"})
 
 
@@ -94,6 +95,8 @@ class _Planner(Targets, Calls, Fallbacks):
                 self._try(node)
             elif isinstance(node, ast.Call):
                 self._dynamic_import(node)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                self._named_by_string(node)
         self._unused_imports()
         roots = self._apex_bound() - set(self._dead_imports)
         for node in ast.walk(self.tree):
@@ -271,6 +274,44 @@ class _Planner(Targets, Calls, Fallbacks):
             return
         message = _instead(f"`{name}` is loaded by name at run time", text)
         self.findings.append(Finding(table.NO_NATIVE, message, call, None))
+
+    def _named_by_string(self, node: ast.Constant) -> None:
+        """``"apex.optimizers.FusedAdam"`` as a whole string: a config's ``_target_`` that
+        Hydra instantiates, ``pydoc.locate(...)``, a dotted name split and imported at run
+        time (flash-attention's configs, the 67th review): apex runs there though no import
+        shows it. A finding, no fix (a name in a string is the project's to edit)."""
+        name = node.value
+        if (
+            not _APEX_PATH.fullmatch(name)
+            or name.startswith(table.ELSEWHERE)
+            or (name.count(".") < 2 and name not in TARGETS)  # (a package: a key, a message)
+        ):
+            return
+        parent = self.names.parent(node)
+        if isinstance(parent, ast.Expr):  # (a docstring, a bare string)
+            return
+        if isinstance(parent, ast.Call) and parent.args and parent.args[0] is node and (
+            {"importlib.import_module", "builtins.__import__"} & self.names.qualified(parent.func)
+        ):  # fmt: skip
+            return  # (`_dynamic_import`'s)
+        head = (
+            f"the string `\"{name}\"` names apex's `{name.rpartition('.')[2]}` (a config's "
+            "`_target_`, `pydoc.locate`, a name imported at run time)"
+        )
+        target = TARGETS.get(name)
+        if target is not None:
+            defaults = ", ".join(f"`{k}={v}`" for k, v in target.write)
+            message = (
+                f"{head}: its torch counterpart is `{target.new}` ({target.accepts}), but no "
+                f"fix edits a name in a string: write `{target.new}` there by hand"
+                + (f", with {defaults} where the call gives none (apex's defaults)"
+                   if defaults else "")
+            )  # fmt: skip
+            self.findings.append(Finding(target.code, message, node, None))
+            return
+        text = table.no_native(name)
+        if text is not None:
+            self.findings.append(Finding(table.NO_NATIVE, _instead(head, text), node, None))
 
     @functools.cached_property
     def _dead_imports(self) -> dict[str, int]:
