@@ -1512,9 +1512,10 @@ def test_a_flag_that_picks_apex_by_name_keeps_its_guard():
     """)
     out, remaining, fixed = _fix(source)
     assert out == source and not fixed
-    [finding] = [d for d in remaining if d.code == "AMP311"]
+    finding, named = sorted((d for d in remaining if d.code == "AMP311"), key=lambda d: d.line)
     assert finding.fix is None
     assert "line 11 names `apex.optimizers.FusedAdam` in a string" in finding.message
+    assert named.line == 11 and "the string" in named.message and named.fix is None
     torch_only = source.replace('"apex.optimizers.FusedAdam"', '"torch.optim.AdamW"')
     out, _, fixed = _fix(torch_only)
     assert "from apex" not in out and [d.code for d in fixed] == ["AMP311"]
