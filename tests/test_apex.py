@@ -14149,3 +14149,60 @@ class Trainer:
     assert "apex.amp O1 can be rewritten" in _message(
         source.replace("                self.amp_initialized = True\n", "")
     )
+
+
+@pytest.mark.torch
+def test_a_module_helper_that_scales_for_the_initializing_class_takes_its_scaler():
+    """denoising-diffusion (the 66th review): `loss_backwards(fp16, loss, optimizer)`, a
+    module-level function, scales with apex for the `Trainer` class whose `__init__`
+    initializes. Refused: "`amp` is used outside class `Trainer`". The helper takes a
+    `scaler` parameter, each call in the class's methods passes `self.scaler`, and it
+    trains as the original does."""
+    source = """\
+import torch
+from apex import amp
+
+
+def loss_backwards(fp16, loss, optimizer, **kwargs):
+    if fp16:
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward(**kwargs)
+    else:
+        loss.backward(**kwargs)
+
+
+class Trainer:
+    def __init__(self, model, fp16):
+        self.model = model
+        self.fp16 = fp16
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        if fp16:
+            self.model, self.opt = amp.initialize(self.model, self.opt, opt_level="O1")
+
+    def train(self, x, steps):
+        losses = []
+        for _ in range(steps):
+            loss = self.model(x).float().pow(2).mean()
+            loss_backwards(self.fp16, loss, self.opt)
+            self.opt.step()
+            self.opt.zero_grad()
+            losses.append(loss.item())
+        return losses
+
+
+def main(fp16):
+    torch.manual_seed(0)
+    trainer = Trainer(torch.nn.Linear(8, 2).to("cuda"), fp16)
+    return trainer.train(torch.randn(4, 8).to("cuda"), 4)
+"""
+    out, finding = _migrated(source)
+    assert "def loss_backwards(fp16, loss, optimizer, *, scaler, **kwargs):" in out
+    assert "loss_backwards(self.fp16, loss, self.opt, scaler=self.scaler)" in out
+    assert "`loss_backwards` gets a `scaler` parameter" in finding.message
+    with _beside_o0(out, source) as (migrated, before):
+        for fp16 in (True, False):
+            assert migrated["main"](fp16) == pytest.approx(before["main"](fp16), rel=2e-3)
+    outside = source.replace(
+        "def main(fp16):", "loss_backwards(False, None, None)\n\n\ndef main(fp16):"
+    )
+    assert "in code its methods do not call by name" in _message(outside)

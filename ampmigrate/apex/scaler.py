@@ -380,13 +380,23 @@ class Scaler:
                     f"derived from `{holder.name.value}` in {self.link.other(self.role)}, "
                     "rewritten in the same run"
                 )
+            helpers: dict[int, bool] = {}
             for use in outside:
-                if not any(self.method_of(use, c) for c in (holder, *self.family)):
-                    self.problem(
-                        use,
-                        f"`amp` is used outside class `{holder.name.value}`, whose "
-                        "`self.scaler` replaces `amp.initialize`: pass the GradScaler by hand",
-                    )
+                if any(self.method_of(use, c) for c in (holder, *self.family)):
+                    continue
+                helper = self.top_function(use)
+                if helper is not None:
+                    if id(helper) not in helpers:
+                        helpers[id(helper)] = self._class_helper(helper, (holder, *self.family))
+                    if helpers[id(helper)]:
+                        continue
+                self.problem(
+                    use,
+                    f"`amp` is used outside class `{holder.name.value}`, whose "
+                    "`self.scaler` replaces `amp.initialize`, in code its methods do not call "
+                    "by name (or a `functools.partial` of it) alone: pass the GradScaler by "
+                    "hand",
+                )
             return
         pending: list[cst.FunctionDef] = []
         methods = []  # uses in a class: only module state reaches them
@@ -410,6 +420,48 @@ class Scaler:
             self.threaded = set()
             self._global_scaler(setup)
             self._initialized_elsewhere(readers, home)
+
+    def _class_helper(self, helper: cst.FunctionDef, classes: tuple) -> bool:
+        """A module-level function that scales for the class that keeps ``self.scaler``
+        (denoising-diffusion's ``loss_backwards``, bound by ``partial(loss_backwards,
+        self.fp16)`` in the trainer, the 66th review): it takes a ``scaler`` parameter, and
+        every use of it, each a call in a method of ``classes`` or the first argument of a
+        ``functools.partial`` there, passes ``<self>.scaler``. False (nothing planned) where a
+        use is anything else, or another file uses it."""
+        name = helper.name.value
+        planned: list[tuple[cst.Call, str]] = []
+        for ref in self._references(name):
+            call = self.parent(ref)
+            if not isinstance(call, cst.Call):
+                arg = call if isinstance(call, cst.Arg) else None
+                call = self.parent(arg) if arg is not None else None
+                if not (
+                    isinstance(call, cst.Call)
+                    and call.args
+                    and call.args[0] is arg
+                    and "functools.partial" in self.qualified(call.func)
+                ):
+                    return False
+            elif call.func is not ref:
+                return False
+            method = next((m for c in classes if (m := self.method_of(call, c))), None)
+            if method is None or not method.params.params:
+                return False
+            planned.append((call, method.params.params[0].name.value))
+        if not planned or self._called_elsewhere(name) or wrapping_decorator(self.module, helper):
+            return False
+        if self.name in _parameter_names(helper.params):
+            return False
+        for call, me in planned:
+            value = f"{me}.{self.name}"
+            self.plan.edits[call] = lambda u, v=value: self._pass_scaler(u, value=v)
+        self.plan.edits[helper.params] = self._add_parameter
+        self.stored_access[id(helper)] = self.name
+        self.note_once(
+            f"`{name}` gets a `{self.name}` parameter, given `self.{self.name}` where the class "
+            "calls it (or binds it with `functools.partial`)"
+        )
+        return True
 
     def _overrides(self, home: str, me: str) -> None:
         """A class of the family that overrides ``home`` (the method that makes the GradScaler)
