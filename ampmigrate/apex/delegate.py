@@ -12,7 +12,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ampmigrate.apex.common import _code, _Setup, given_at, is_path, lone_call
-from ampmigrate.apex.step import _holds
+from ampmigrate.apex.switches import _holds
 
 
 class Delegate:

@@ -42,6 +42,7 @@ import libcst as cst
 from libcst.metadata import ParentNodeProvider, ScopeProvider
 
 from ampmigrate.apex.backends import BackendSwitch
+from ampmigrate.apex.backwards import Backwards
 from ampmigrate.apex.callees import Callees
 from ampmigrate.apex.casts import Casts
 from ampmigrate.apex.checkpoints import Checkpoints
@@ -68,14 +69,18 @@ from ampmigrate.apex.handles import Handles
 from ampmigrate.apex.hooks import RunnerHooks
 from ampmigrate.apex.infer import HandleInit, InferenceOnly
 from ampmigrate.apex.initialize import Initialize
+from ampmigrate.apex.levels import Levels
 from ampmigrate.apex.links import Link
 from ampmigrate.apex.ondisk import _tree_of, module_definition
 from ampmigrate.apex.outflow import Outflow
+from ampmigrate.apex.overflows import Overflows
 from ampmigrate.apex.passed import Initializers, PassedHandles
+from ampmigrate.apex.passes import Passes
 from ampmigrate.apex.regions import Regions
 from ampmigrate.apex.scaler import Scaler
 from ampmigrate.apex.shared import SharedState
 from ampmigrate.apex.step import Step
+from ampmigrate.apex.switches import Switches
 from ampmigrate.apex.unscale import Unscale
 from ampmigrate.apex.verdict import APEX, SUPPORTED, no_rewrite, refusal
 from ampmigrate.catalog import Rule
@@ -109,8 +114,13 @@ class _Planner(
     ClassFamily,
     Guards,
     Initialize,
+    Levels,
+    Passes,
     Scaler,
     Step,
+    Overflows,
+    Switches,
+    Backwards,
     Callees,
     Delegate,
     Outflow,
