@@ -58,6 +58,7 @@ from ampmigrate.apex.common import (
     without_optimizer,
 )
 from ampmigrate.apex.delegate import Delegate
+from ampmigrate.apex.elsewhere import Elsewhere
 from ampmigrate.apex.facts import Facts, Walk, _Facts
 from ampmigrate.apex.family import ClassFamily
 from ampmigrate.apex.flow import SwitchFlow
@@ -80,6 +81,7 @@ from ampmigrate.apex.regions import Regions
 from ampmigrate.apex.scaler import Scaler
 from ampmigrate.apex.shared import SharedState
 from ampmigrate.apex.step import Step
+from ampmigrate.apex.stores import Stores
 from ampmigrate.apex.switches import Switches
 from ampmigrate.apex.unscale import Unscale
 from ampmigrate.apex.verdict import APEX, SUPPORTED, no_rewrite, refusal
@@ -108,6 +110,8 @@ _NATIVE_MEMBERS = frozenset({"GradScaler", "autocast", "custom_fwd", "custom_bwd
 class _Planner(
     Facts,
     Handles,
+    Stores,
+    Elsewhere,
     PassedHandles,
     Initializers,
     RunnerHooks,
