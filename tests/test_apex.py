@@ -1162,7 +1162,11 @@ def test_nnunet_shapes_are_refused_where_the_rewrite_was_wrong(tmp_path):
         )
     )
     assert guarded != RUN_ONCE
-    assert "sits in `if amp is not None:`, itself in the `if` at line 17" in _message(guarded)
+    # (the flag store beside `initialize` is what keeps the availability `if` from giving way:
+    # named since the 66th review, where the nesting alone was blamed)
+    assert "shares its `if amp is not None:` with `self.amp_initialized = True`" in _message(
+        guarded
+    )
     once = RUN_ONCE.replace("            if not self.amp_initialized:\n", "            if True:\n")
     once = once.replace("                self.amp_initialized = True\n", "")
     root = tmp_path / "pkg"
