@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from ampmigrate.apex.links import _listed, shown_among
+from ampmigrate.apex.linkbase import _listed, shown_among
 from ampmigrate.apex.ondisk import _import_statements, _isfile, _read, _tree, project_folder
 from ampmigrate.apex.siblings import _Graph, _walk, apex_siblings
 from ampmigrate.apex.strays import APEX, _apex_uses, _parsed

@@ -26,7 +26,7 @@ from ampmigrate.apex.common import (
     initialize_arguments,
     without_optimizer,
 )
-from ampmigrate.apex.links import _listed
+from ampmigrate.apex.linkbase import _listed
 from ampmigrate.apex.siblings import _Graph, apex_siblings, initializing_imports, star_may_bind
 from ampmigrate.apex.users import apex_subclasses, user_texts
 from ampmigrate.apex.verdict import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ampmigrate.apex.common import _Setup, _statements
-from ampmigrate.apex.links import _listed
+from ampmigrate.apex.linkbase import _listed
 from ampmigrate.apex.users import derived_on_disk
 
 

@@ -18,7 +18,7 @@ from ampmigrate.apex.common import (
     is_path,
     without_optimizer,
 )
-from ampmigrate.apex.links import _listed
+from ampmigrate.apex.linkbase import _listed
 from ampmigrate.apex.verdict import (
     APEX,
     fp16_optimizer_built,

@@ -25,7 +25,7 @@ from ampmigrate.apex.common import (
     is_path,
     read_names,
 )
-from ampmigrate.apex.links import _listed
+from ampmigrate.apex.linkbase import _listed
 
 # methods that only read what they are called on (`options.get("training").get("fp16")`)
 _READS = frozenset({"get", "keys", "values", "items", "copy", "count", "index", "format"})

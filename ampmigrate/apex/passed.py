@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ampmigrate.apex.common import _code, _Setup, initialize_arguments
-from ampmigrate.apex.links import keeps_state_only
+from ampmigrate.apex.statelinks import keeps_state_only
 from ampmigrate.apex.users import users_on_disk
 from ampmigrate.apex.verdict import APEX, SUPPORTED, used_as_value
 

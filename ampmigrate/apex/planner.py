@@ -71,7 +71,7 @@ from ampmigrate.apex.hooks import RunnerHooks
 from ampmigrate.apex.infer import HandleInit, InferenceOnly
 from ampmigrate.apex.initialize import Initialize
 from ampmigrate.apex.levels import Levels
-from ampmigrate.apex.links import Link
+from ampmigrate.apex.linkbase import Link
 from ampmigrate.apex.ondisk import _tree_of, module_definition
 from ampmigrate.apex.outflow import Outflow
 from ampmigrate.apex.overflows import Overflows
