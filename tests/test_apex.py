@@ -13910,18 +13910,21 @@ def test_a_training_function_fetched_by_getattr_in_another_file_keeps_its_signat
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("global_read", ["clip", "checkpoint"])
+@pytest.mark.parametrize("global_read", ["clip", "checkpoint", "nested clip"])
 def test_a_function_handed_the_module_that_also_reads_the_global_gets_one_scaler(global_read):
     """The 66th review: `train_step(..., amp_handle)` scaled through its parameter and also
     read the module-level `amp` (`amp.master_params` for a clip, `amp.state_dict()` for a
     checkpoint). The parameter became `scaler` and a second `scaler` was added for the global
     read: `def train_step(..., scaler, scaler)`, which Python refuses to compile. The
     parameter apex's module was handed through is the one the global reads use."""
-    read = (
-        "    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 0.5)\n"
-        if global_read == "clip"
-        else "    state = {'amp': amp.state_dict()}\n"
-    )
+    read = {
+        "clip": "    torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 0.5)\n",
+        "checkpoint": "    state = {'amp': amp.state_dict()}\n",
+        # (the 68th review's p6: in a closure the clip lost its `unscale_`, silently)
+        "nested clip": "    def clip():\n"
+        "        torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), 0.5)\n\n"
+        "    clip()\n",
+    }[global_read]
     source = f"""\
 import torch
 from apex import amp

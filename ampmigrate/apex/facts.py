@@ -447,8 +447,12 @@ class Facts:
     def access(self, where: cst.CSTNode) -> str | None:
         """How code in ``where`` reaches the scaler (None: it cannot)."""
         function = where if isinstance(where, cst.FunctionDef) else self.function(where)
-        if id(function) in self.stored_access:
-            return self.stored_access[id(function)]
+        for outer in (
+            function,
+            *(a for a in self.ancestors(function) if isinstance(a, cst.FunctionDef)),
+        ):
+            if id(outer) in self.stored_access:  # (a closure reads its function's parameter:
+                return self.stored_access[id(outer)]  # the 68th review's p6)
         if self.mode == "module":
             return self.name
         if self.mode == "class":

@@ -719,7 +719,13 @@ class Unscale:
         for statement, opts in by_statement.items():
             function = self.function(statement)
             if self.access(function) is None:
-                continue  # _scope said why
+                if not self.plan.problems:  # (_scope says why where it refuses; never silently)
+                    self.problem(
+                        statement,
+                        f"{self._reader(statement)} reads gradients where the GradScaler "
+                        "cannot be reached to unscale them first: migrate it by hand",
+                    )
+                continue
             if len(set(opts)) > 1:
                 self.problem(
                     statement,
