@@ -7342,6 +7342,15 @@ def test_a_function_that_scales_and_that_nothing_calls_is_said_to_be_unreached(t
     _, remaining, _ = fix_source(path.read_text(), unsafe=True, path=path)
     [message] = [d.message for d in remaining if d.code == "AMP303"]
     assert "no file of the project calls `do_train`" in message
+    # (a lookup by a computed name may call it: the 68th review's `getattr(engine, name)`,
+    # where "delete it" was harmful advice)
+    (tmp_path / "run.py").write_text(
+        "import engine\n\nname = 'do_train'\ngetattr(engine, name)(None, None, [])\n"
+    )
+    _, remaining, _ = fix_source(path.read_text(), unsafe=True, path=path)
+    [message] = [d.message for d in remaining if d.code == "AMP303"]
+    assert "no file of the project calls" not in message
+    (tmp_path / "run.py").unlink()
     (tmp_path / "train.py").write_text("from engine import do_train\n\ndo_train(None, None, [])\n")
     _, remaining, _ = fix_source(path.read_text(), unsafe=True, path=path)
     [message] = [d.message for d in remaining if d.code == "AMP303"]

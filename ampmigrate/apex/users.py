@@ -470,3 +470,23 @@ def _type_test(tree: ast.Module, area: str, cls: str) -> int | None:
                 if name and name.rpartition(".")[2] == cls and name.startswith(area + "."):
                     return node.lineno
     return None
+
+
+_LOOKUPS = (b"getattr(", b"vars(", b"__dict__", b"import_module(")
+
+
+def looked_up_by_name(path: str) -> str | None:
+    """Another file of ``path``'s project that imports it (by its module's or its package's
+    name) and looks names up at run time (``getattr(pkg, name)``, ``vars(pkg)[...]``,
+    ``__dict__``, ``import_module``): it may call any function of ``path`` no text names.
+    None where none does (or the project is too large to look: the caller decides)."""
+    files = _project_files(path, through_top=True) or ()
+    stem = _stem(path).encode()
+    package = os.path.basename(os.path.dirname(os.path.abspath(path))).encode()
+    for other in files:
+        if other == os.path.abspath(path):
+            continue
+        data = _read(other)
+        if (stem in data or package in data) and any(w in data for w in _LOOKUPS):
+            return other
+    return None
