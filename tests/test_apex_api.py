@@ -2539,3 +2539,23 @@ def test_an_apex_name_in_a_string_is_found():
     assert "`weight_decay=0.0`" in found[4].message and found[4].fix is None
     assert found[5].code == "AMP312" and "torch.nn.LayerNorm" in found[5].message
     assert found[6].code == "AMP315" and "timm.optim.Lamb" in found[6].message
+
+
+@pytest.mark.parametrize("test", ["type(opt) is Adam", "opt.__class__ == Adam"])
+def test_an_identity_test_of_the_class_holds_back_the_construction_too(test):
+    """The 68th review's n3: `type(opt) is aopt.FusedAdam` beside the construction; the
+    construction became `torch.optim.AdamW`, and the test stopped matching without a word."""
+    source = f"""\\
+    from apex.optimizers import FusedAdam as Adam
+
+
+    def get(params):
+        opt = Adam(params, lr=1e-3)
+        if {test}:
+            print("fused path")
+        return opt
+    """
+    out, remaining, _ = _fix(source)
+    assert out == textwrap.dedent(source)
+    built = next(d for d in remaining if d.code == "AMP311" and d.line == 5)
+    assert "a type test of apex's class at line 6" in built.message

@@ -458,17 +458,25 @@ def _type_test(tree: ast.Module, area: str, cls: str) -> int | None:
         return None
 
     for node in ast.walk(tree):
+        tested: list[ast.expr] = []
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
             and node.func.id in ("isinstance", "issubclass")
             and len(node.args) == 2
         ):
-            tested = node.args[1]
-            for one in tested.elts if isinstance(tested, ast.Tuple) else [tested]:
-                name = dotted(one)
-                if name and name.rpartition(".")[2] == cls and name.startswith(area + "."):
-                    return node.lineno
+            second = node.args[1]
+            tested = list(second.elts) if isinstance(second, ast.Tuple) else [second]
+        elif (  # `type(opt) is FusedAdam` (either side, `==` too)
+            isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], ast.Is | ast.IsNot | ast.Eq | ast.NotEq)
+        ):
+            tested = [node.left, node.comparators[0]]
+        for one in tested:
+            name = dotted(one)
+            if name and name.rpartition(".")[2] == cls and name.startswith(area + "."):
+                return node.lineno
     return None
 
 

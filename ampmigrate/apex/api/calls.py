@@ -13,6 +13,7 @@ from ampmigrate.apex.api.common import _bound_names, _FallbackCall, _literal_in
 from ampmigrate.apex.api.splat import Keys, groups_carry, splat_keys
 from ampmigrate.apex.api.table import Target
 from ampmigrate.apex.users import type_tests_on_disk
+from ampmigrate.engine.names import Names
 from ampmigrate.findings import Edit, Finding, Fix, ImportEdit
 from ampmigrate.renames import CallText, NoFix, _pure
 
@@ -361,15 +362,8 @@ class Calls:
             here = [
                 node.lineno
                 for node in ast.walk(self.tree)
-                if isinstance(node, ast.Call)
-                and self.names.qualified(node.func) & _TYPE_CHECKS
-                and len(node.args) == 2
-                and any(
-                    name in self._apex_names(one)[0]
-                    for one in (
-                        node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
-                    )
-                )
+                for one in _tested_classes(node, self.names)
+                if name in self._apex_names(one)[0]
             ]
             self._type_tests[name] = (
                 ("line", min(here))
@@ -639,3 +633,33 @@ class Calls:
                 return above.type is child
             return False
         return False
+
+
+def _tested_classes(node: ast.AST, names: Names) -> list[ast.expr]:
+    """The classes ``node`` tests an object against: ``isinstance``/``issubclass``'s (a tuple
+    too), or the other side of ``type(x) is C`` / ``==`` / ``is not`` / ``!=`` (the 68th
+    review's `type(opt) is aopt.FusedAdam`)."""
+    if isinstance(node, ast.Call) and names.qualified(node.func) & _TYPE_CHECKS:
+        if len(node.args) != 2:
+            return []
+        tested = node.args[1]
+        return list(tested.elts) if isinstance(tested, ast.Tuple) else [tested]
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        if not isinstance(node.ops[0], ast.Is | ast.IsNot | ast.Eq | ast.NotEq):
+            return []
+        left, right = node.left, node.comparators[0]
+        if _type_of(left):
+            return [right]
+        if _type_of(right):
+            return [left]
+    return []
+
+
+def _type_of(node: ast.expr) -> bool:
+    """``type(x)`` or ``x.__class__``."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "type"
+        and len(node.args) == 1
+    ) or (isinstance(node, ast.Attribute) and node.attr == "__class__")
