@@ -2545,7 +2545,7 @@ def test_an_apex_name_in_a_string_is_found():
 def test_an_identity_test_of_the_class_holds_back_the_construction_too(test):
     """The 68th review's n3: `type(opt) is aopt.FusedAdam` beside the construction; the
     construction became `torch.optim.AdamW`, and the test stopped matching without a word."""
-    source = f"""\\
+    source = f"""\
     from apex.optimizers import FusedAdam as Adam
 
 
