@@ -13816,6 +13816,18 @@ def main(use_ema=False):
         "        dtypes.append(test(x, m))\n    return dtypes\n",
         '    nets = {"main": model, "ema": ema_model}\n    dtypes = []\n'
         "    for m in nets.values():\n        dtypes.append(test(x, m))\n    return dtypes\n",
+        # (the 68th review's c1, c3, c4, c6: enumerate, items, a filled list, pairs)
+        "    nets = [model, ema_model]\n    dtypes = []\n    for i, m in enumerate(nets):\n"
+        "        dtypes.append(test(x, m))\n    return dtypes\n",
+        '    nets = {"main": model, "ema": ema_model}\n    dtypes = []\n'
+        "    for key, m in nets.items():\n        dtypes.append(test(x, m))\n    return dtypes\n",
+        "    nets = []\n    nets.append(model)\n    nets.append(ema_model)\n"
+        "    return [test(x, m) for m in nets]\n",
+        '    pairs = [("main", model), ("ema", ema_model)]\n    dtypes = []\n'
+        "    for name, m in pairs:\n        dtypes.append(test(x, m))\n    return dtypes\n",
+        # (c2: a forward of what the loop variable holds, with no call handed it)
+        "    nets = [model, ema_model]\n    with torch.no_grad():\n"
+        "        return [m(x).dtype for m in nets]\n",
     ],
 )
 def test_a_model_held_by_a_loop_variable_a_tuple_or_a_container_is_handed_on_in_a_region(
@@ -14222,3 +14234,45 @@ def main(fp16):
         "def main(fp16):", "loss_backwards(False, None, None)\n\n\ndef main(fp16):"
     )
     assert "in code its methods do not call by name" in _message(outside)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("handed", ["[model]", "nets"])
+def test_a_container_of_the_model_handed_to_another_module_gets_a_region(tmp_path, handed):
+    """The 68th review's c7: `eval_nets(nets, x)` (or `eval_nets([model], x)`) of another
+    module loops over the container and runs each model: float32 there, where apex O1 cast
+    those forwards, with no note. The call gets its region."""
+    (tmp_path / "evalmod.py").write_text(
+        "import torch\n\n\ndef eval_nets(nets, x):\n    with torch.no_grad():\n"
+        "        return [n(x).dtype for n in nets]\n"
+    )
+    source = f"""\
+import torch
+from apex import amp
+from evalmod import eval_nets
+
+
+def main():
+    model = torch.nn.Linear(8, 2).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    nets = [model]
+    x = torch.randn(4, 8).to("cuda")
+    for _ in range(2):
+        loss = model(x).float().sum()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return eval_nets({handed}, x)
+"""
+    path = tmp_path / "train.py"
+    out, _, fixed = fix_source(source, unsafe=True, path=path)
+    assert "AMP303" in {d.code for d in fixed}
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with _on_cpu(out) as migrated:
+            assert migrated["main"]() == [migrated["torch"].float16]
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("evalmod", None)

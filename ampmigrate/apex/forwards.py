@@ -117,6 +117,8 @@ def _of_model(value: cst.CSTNode, names: set[str]) -> bool:
     """``value`` is the model (one of its ``names``) or a part of it reached by attributes or
     subscripts (``model.module`` unwrapped from DataParallel, ``model.encoder``, ``nets["g"]``
     of a container built on it): handing it on hands code a forward that apex O1 cast."""
+    if isinstance(value, cst.List | cst.Tuple | cst.Set | cst.Dict):  # (`f([model])`: c7)
+        return any(_of_model(e.value, names) for e in value.elements)
     while isinstance(value, cst.Attribute | cst.Subscript):  # (`nets["main"]`, `model[0]`)
         if isinstance(value, cst.Attribute) and value.attr.value in _SETTINGS:
             return False

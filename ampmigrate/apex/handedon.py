@@ -50,6 +50,14 @@ def _runs_parameter(function: ast.FunctionDef, call: cst.Call, names: set[str], 
     if not received:
         return True
     received |= _ast_aliases(function, received)
+    received |= {  # (`for n in nets: n(x)`: the 68th review's c7, a container handed on)
+        t.id
+        for node in ast.walk(function)
+        if isinstance(node, ast.For | ast.comprehension)
+        and any(isinstance(n, ast.Name) and n.id in received for n in ast.walk(node.iter))
+        for t in ast.walk(node.target)
+        if isinstance(t, ast.Name)
+    }
     for node in ast.walk(function):
         if not isinstance(node, ast.Call):
             continue
@@ -119,11 +127,25 @@ def _held(nodes: Iterable[cst.CSTNode], names: set[str]) -> set[str]:
             if isinstance(n.iter, cst.Tuple | cst.List):
                 bound += [(n.target.value, e.value) for e in n.iter.elements]
             else:
-                bound.append((n.target.value, _container(n.iter)))
+                bound += [(n.target.value, c) for c in _containers(n.iter)]
+        elif isinstance(n, cst.For | cst.CompFor) and isinstance(n.target, cst.Tuple | cst.List):
+            # (`for i, m in enumerate(nets)`, `for k, m in nets.items()`, `for name, m in
+            # pairs`: any name of the target may hold the model; the 68th review's c1, c3, c6)
+            targets = [e.value.value for e in n.target.elements if isinstance(e.value, cst.Name)]
+            bound += [(t, c) for t in targets for c in _containers(n.iter)]
+        elif (
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value in _FILLED_BY
+            and isinstance(n.func.value, cst.Name)
+        ):  # (`nets.append(model)`: c4)
+            bound += [(n.func.value.value, a.value) for a in n.args]
         elif isinstance(n, cst.Assign) and len(n.targets) == 1:
             target, value = n.targets[0].target, n.value
             if isinstance(target, cst.Name) and isinstance(value, _DISPLAYS):
                 bound += [(target.value, e.value) for e in value.elements]
+            elif isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+                bound.append((target.value.value, value))  # (`snap["m"] = model`: c4)
             elif (
                 isinstance(target, cst.Tuple)
                 and isinstance(value, cst.Tuple | cst.List)
@@ -140,17 +162,25 @@ def _held(nodes: Iterable[cst.CSTNode], names: set[str]) -> set[str]:
 _DISPLAYS = (cst.Dict, cst.List, cst.Tuple, cst.Set)
 
 
-def _container(iterated: cst.BaseExpression) -> cst.BaseExpression:
-    """The container a loop walks: ``nets`` for ``nets``, ``nets.values()``, ``nets.items()``
-    (the model among the values either way)."""
-    if (
-        isinstance(iterated, cst.Call)
-        and not iterated.args
-        and isinstance(iterated.func, cst.Attribute)
-        and iterated.func.attr.value in {"values", "items"}
-    ):
-        return iterated.func.value
-    return iterated
+# a container's methods that put what they are given in it
+_FILLED_BY = frozenset({"append", "extend", "insert", "add", "update", "setdefault"})
+# what walks the elements of the containers it is given (`enumerate(nets)`, `zip(names, nets)`)
+_WALKERS = frozenset({"enumerate", "zip", "reversed", "sorted", "list", "tuple", "filter", "iter"})
+_VIEWS = frozenset({"values", "items"})
+
+
+def _containers(iterated: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The containers a loop walks: ``nets`` for ``nets``, ``nets.values()``, ``nets.items()``
+    (the model among the values either way), ``enumerate(nets)``, ``zip(names, nets)``,
+    ``nets[:2]`` and the like (each argument of such a call)."""
+    func = iterated.func if isinstance(iterated, cst.Call) else None
+    if isinstance(func, cst.Attribute) and not iterated.args and func.attr.value in _VIEWS:
+        return [func.value]
+    if isinstance(func, cst.Name) and func.value in _WALKERS:
+        return [c for a in iterated.args for c in _containers(a.value)]
+    if isinstance(iterated, cst.Subscript):  # (`nets[:1]`)
+        return [iterated.value]
+    return [iterated]
 
 
 # calls whose result is a bool (autocast's `enabled=` takes nothing else)
@@ -221,11 +251,15 @@ class HandedOn:
                 ):
                     continue
                 carrier = _carrier_call(node.func, carriers)
-                if carrier is None and not (
-                    any(_of_model(a.value, names) for a in node.args)
-                    and self._may_run(node, callee, names, defined, 0)
-                ):
-                    continue
+                if (
+                    carrier is None
+                    and not (
+                        any(_of_model(a.value, names) for a in node.args)
+                        and self._may_run(node, callee, names, defined, 0)
+                    )
+                    and not _of_model(node.func, names - spellings)
+                ):  # (`[n(x) for n in nets]`:
+                    continue  # a forward of what a name holds; the 68th review's c2)
                 statement = self.statement(node)
                 located = self.block_of(statement)
                 if (
