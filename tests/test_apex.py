@@ -14026,6 +14026,10 @@ def main(argv, c):
 """
     out, finding = _migrated(source)
     assert "not provably O1" not in finding.message
+    asserted = source.replace(
+        f'    if {level} == "O1":\n', f'    assert {level} == "O1"\n    if True:\n'
+    )
+    assert "not provably O1" not in _message(asserted)  # (the 68th review's l12)
     with _on_cpu(out) as migrated:
         half = migrated["torch"].float16
         for config in ({"apex_amp_level": "O1"}, {"apex_amp_level": "O0"}):

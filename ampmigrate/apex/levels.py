@@ -576,7 +576,8 @@ class Levels:
     def _pinned_o1(self, spelled: str, init: cst.Call) -> bool:
         """``initialize`` runs only where an ``if`` around it found the level (spelled
         ``spelled``) equal to "O1" (``if c.apex_amp_level == "O1":``, mozilla/TTS, the 66th
-        review), and nothing in that ``if`` assigns it before: O1 wherever it runs."""
+        review), or after an ``assert`` that did (the 68th review's l12), and nothing between
+        assigns it: O1 wherever it runs."""
         inner: cst.CSTNode = init
         for above in self.ancestors(init):
             if (
@@ -584,14 +585,31 @@ class Levels:
                 and self.within(inner, above.body)
                 and _tests_o1(self.module, above.test, spelled)
             ):
-                return not any(
-                    isinstance(n, cst.AssignTarget | cst.AugAssign)
-                    and _code(self.module, n.target) == spelled
-                    and self.order[id(n)] < self.order[id(init)]
-                    for n in self._subtree(above.body)
-                )
+                return not self._stored_before(above.body, spelled, init)
+            if isinstance(above, cst.IndentedBlock | cst.Module):  # `assert LEVEL == "O1"`
+                for statement in above.body:  # before it in a block around it (l12)
+                    if self.order[id(statement)] >= self.order[id(init)]:
+                        break
+                    small = statement.body if isinstance(statement, cst.SimpleStatementLine) else []
+                    if any(
+                        isinstance(s, cst.Assert) and _tests_o1(self.module, s.test, spelled)
+                        for s in small
+                    ):
+                        return not self._stored_before(above, spelled, init, after=statement)
             inner = above
         return False
+
+    def _stored_before(
+        self, block: cst.CSTNode, spelled: str, init: cst.Call, after: cst.CSTNode | None = None
+    ) -> bool:
+        """Something in ``block`` (after ``after``) assigns ``spelled`` before ``init``."""
+        start = self.order[id(after)] if after is not None else -1
+        return any(
+            isinstance(n, cst.AssignTarget | cst.AugAssign)
+            and _code(self.module, n.target) == spelled
+            and start < self.order[id(n)] < self.order[id(init)]
+            for n in self._subtree(block)
+        )
 
     def _not_o1(
         self, spelled: str, origin: str, also: str, uncovered: str, counted: tuple | None = None
