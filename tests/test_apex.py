@@ -14280,3 +14280,33 @@ def main():
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("evalmod", None)
+
+
+def test_a_module_handed_through_a_parameter_default_is_said_so():
+    """The 68th review's p3: `def train(..., amp=amp)` scales through its parameter; the
+    refusal said "which nothing in this file assigns (as written, that call raises)": the
+    default assigns it, and the call does not raise. Passed at the call instead, it is
+    rewritten."""
+    source = """\
+import torch
+from apex import amp
+
+
+def train(model, optimizer, x, amp=amp):
+    loss = model(x).float().sum()
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+
+
+def main(model, optimizer, x):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    train(model, optimizer, x)
+"""
+    message = _message(source)
+    assert "nothing in this file assigns" not in message
+    assert "`train` receives as its parameter `amp`, by default `amp`" in message
+    passed = source.replace("x, amp=amp)", "x, amp)").replace(
+        "optimizer, x)\n", "optimizer, x, amp)\n"
+    )
+    assert "can be rewritten" in _message(passed)

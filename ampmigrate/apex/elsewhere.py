@@ -247,12 +247,30 @@ class Elsewhere:
             ),
             None,
         )  # fmt: skip
-        where = (
-            f"which line {self.line(assigned)} assigns"
-            if assigned is not None
-            else "which nothing in this file assigns (as written, that call raises; apex's "
-            "first API kept such a handle: `amp_handle = amp.init()`)"
-        )
+        function = self.function(call)
+        param = next(
+            (
+                p for p in (*function.params.params, *function.params.kwonly_params)
+                if p.name.value == holder
+            ),
+            None,
+        ) if isinstance(function, cst.FunctionDef) else None  # fmt: skip
+        if param is not None:  # (`def train(..., amp=amp)`: the 68th review's p3)
+            default = f", by default `{_code(self.module, param.default)}`" if param.default else ""
+            return (
+                f"the loss is scaled at line {self.line(call)} through "
+                f"`{holder}.scale_loss(...)`, which `{function.name.value}` receives as its "
+                f"parameter `{holder}`{default}: the rewrite follows apex's module into a "
+                "parameter where a call of this file passes it, not through a default: pass "
+                "it at the calls and drop the default (or migrate by hand)"
+            )
+        if assigned is not None:
+            where = f"which line {self.line(assigned)} assigns"
+        else:
+            where = (
+                "which nothing in this file assigns (as written, that call raises; apex's "
+                "first API kept such a handle: `amp_handle = amp.init()`)"
+            )
         return (
             f"the loss is scaled at line {self.line(call)} through `{holder}.scale_loss(...)`, "
             f"{where}: the rewrite does not take `{holder}` for apex's amp; write "
