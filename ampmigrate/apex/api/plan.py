@@ -59,6 +59,17 @@ def check(
     return [f for f in planner.findings if f.code in codes]
 
 
+def _by_name(head: str, target: Target, what: str) -> str:
+    """The finding for an apex name with a torch counterpart that no fix can reach (``what``:
+    how it is named): the counterpart, and apex's defaults to pass where a call gives none."""
+    defaults = ", ".join(f"`{k}={v}`" for k, v in target.write)
+    return (
+        f"{head}: its torch counterpart is `{target.new}` ({target.accepts}), but no fix edits "
+        f"{what}: write `{target.new}` there by hand"
+        + (f", passing {defaults} where a call gives none (apex's defaults)" if defaults else "")
+    )
+
+
 def _instead(head: str, text: str, no_fix: str = "") -> str:
     """AMP315's message: a text that names the alternative follows "use instead" (it is no
     "no counterpart" claim); one that says there is none stands after the head."""
@@ -258,14 +269,8 @@ class _Planner(Targets, Calls, Fallbacks):
             full = f"{name}.{member}"
             target = TARGETS.get(full)
             if target is not None:  # (physicsnemo's diffusion_fwi, the 48th review)
-                defaults = ", ".join(f"`{k}={v}`" for k, v in target.write)
-                message = (
-                    f"`{full}` is loaded by name at run time: its torch counterpart is "
-                    f"`{target.new}` ({target.accepts}), but no fix edits a lookup by name: "
-                    f"write `{target.new}` there by hand"
-                    + (f", passing {defaults} where a call gives none (apex's defaults)"
-                       if defaults else "")
-                )  # fmt: skip
+                head = f"`{full}` is loaded by name at run time"
+                message = _by_name(head, target, "a lookup by name")
                 self.findings.append(Finding(target.code, message, lookup, None))
                 return
             name = full if table.no_native(full) is not None else name
@@ -300,13 +305,7 @@ class _Planner(Targets, Calls, Fallbacks):
         )
         target = TARGETS.get(name)
         if target is not None:
-            defaults = ", ".join(f"`{k}={v}`" for k, v in target.write)
-            message = (
-                f"{head}: its torch counterpart is `{target.new}` ({target.accepts}), but no "
-                f"fix edits a name in a string: write `{target.new}` there by hand"
-                + (f", with {defaults} where the call gives none (apex's defaults)"
-                   if defaults else "")
-            )  # fmt: skip
+            message = _by_name(head, target, "a name in a string")
             self.findings.append(Finding(target.code, message, node, None))
             return
         text = table.no_native(name)
