@@ -131,8 +131,7 @@ def _held(nodes: Iterable[cst.CSTNode], names: set[str]) -> set[str]:
         elif isinstance(n, cst.For | cst.CompFor) and isinstance(n.target, cst.Tuple | cst.List):
             # (`for i, m in enumerate(nets)`, `for k, m in nets.items()`, `for name, m in
             # pairs`: any name of the target may hold the model; the 68th review's c1, c3, c6)
-            targets = [e.value.value for e in n.target.elements if isinstance(e.value, cst.Name)]
-            bound += [(t, c) for t in targets for c in _containers(n.iter)]
+            bound += _unpacked(n.target, n.iter)
         elif (
             isinstance(n, cst.Call)
             and isinstance(n.func, cst.Attribute)
@@ -160,6 +159,31 @@ def _held(nodes: Iterable[cst.CSTNode], names: set[str]) -> set[str]:
 
 
 _DISPLAYS = (cst.Dict, cst.List, cst.Tuple, cst.Set)
+
+
+def _unpacked(target: cst.Tuple | cst.List, iterated: cst.BaseExpression) -> list:
+    """(name, container) for each name of a loop's tuple target that may hold an element of a
+    container: by position for ``zip(a, b)``, the second for ``enumerate(c)`` and
+    ``c.items()``, every name for anything else (a list of pairs)."""
+    names = [e.value.value if isinstance(e.value, cst.Name) else None for e in target.elements]
+    func = iterated.func if isinstance(iterated, cst.Call) else None
+    if isinstance(func, cst.Name) and func.value == "zip" and len(iterated.args) == len(names):
+        return [
+            (name, c)
+            for name, a in zip(names, iterated.args, strict=True)
+            if name is not None
+            for c in _containers(a.value)
+        ]
+    if (
+        len(names) == 2
+        and names[1] is not None
+        and (
+            (isinstance(func, cst.Name) and func.value == "enumerate")
+            or (isinstance(func, cst.Attribute) and func.attr.value == "items")
+        )
+    ):
+        return [(names[1], c) for c in _containers(iterated)]
+    return [(name, c) for name in names if name is not None for c in _containers(iterated)]
 
 
 # a container's methods that put what they are given in it
@@ -257,9 +281,13 @@ class HandedOn:
                         any(_of_model(a.value, names) for a in node.args)
                         and self._may_run(node, callee, names, defined, 0)
                     )
-                    and not _of_model(node.func, names - spellings)
-                ):  # (`[n(x) for n in nets]`:
-                    continue  # a forward of what a name holds; the 68th review's c2)
+                    # (`[n(x) for n in nets]`: a forward of what a name holds, the 68th
+                    # review's c2; not a method of it, `n.zero_grad()`)
+                    and not (
+                        isinstance(node.func, cst.Name) and node.func.value in names - spellings
+                    )
+                ):
+                    continue
                 statement = self.statement(node)
                 located = self.block_of(statement)
                 if (
