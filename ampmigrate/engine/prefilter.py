@@ -100,6 +100,7 @@ PREFERRED = (
     b"_policy",  # 6.1 %: set_policy, global_policy, get_layer_policy
     b"mixed_",  # 10 %: mixed_precision, mixed_float16
     b"MIXED_PRECISION",  # 0.3 %
+    b"_cuda",  # apex's compiled extensions (`fused_adam_cuda`, `xentropy_cuda`, ...), one scan
 )
 
 
