@@ -13825,6 +13825,8 @@ def main(use_ema=False):
         "    return [test(x, m) for m in nets]\n",
         '    pairs = [("main", model), ("ema", ema_model)]\n    dtypes = []\n'
         "    for name, m in pairs:\n        dtypes.append(test(x, m))\n    return dtypes\n",
+        # (c4: the container starred into the call)
+        "    nets = [model]\n    return [test(x, *nets), test(x, *[ema_model])]\n",
         # (c2: a forward of what the loop variable holds, with no call handed it)
         "    nets = [model, ema_model]\n    with torch.no_grad():\n"
         "        return [m(x).dtype for m in nets]\n",

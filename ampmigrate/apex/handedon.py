@@ -474,8 +474,8 @@ class HandedOn:
             if found and all(f is not None for f in found):
                 return any(_runs_parameter(f, call, names, self.module) for f in found)
             return True
-        if depth > 3:
-            return True
+        if depth > 3 or any(a.star and _of_model(a.value, names) for a in call.args):
+            return True  # (`f(*nets)`: which parameter takes the model is not followed; 68th c4)
         params = [p.name.value for p in callee.params.params]
         positional = [a for a in call.args if a.keyword is None and not a.star]
         received = {
