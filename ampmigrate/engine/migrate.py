@@ -76,7 +76,7 @@ def _migrate(
         except (FixError, SyntaxError, ValueError) as exc:
             raise FixError(f"fixes for {codes} produced code that does not parse ({exc})") from exc
         try:  # what only the compiler refuses (a duplicate parameter): the file stays as it was
-            compile(text, path or "<fixed>", "exec", dont_inherit=True)
+            compile(analysis.tree, path or "<fixed>", "exec", dont_inherit=True)  # (parsed once)
         except SyntaxError as exc:
             raise FixError(
                 f"fixes for {codes} produced code that does not compile ({exc.msg}, line "

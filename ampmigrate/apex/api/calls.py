@@ -382,6 +382,8 @@ class Calls:
     def _old_fp16_wrapper(self) -> int | None:
         """The line of the first reference to ``apex.optimizers.FP16_Optimizer``: an apex from
         before 2019-10, whose optimizers are the old ones (jukebox's vendored apex tests)."""
+        if "FP16_Optimizer" not in self.source.text:  # (every spelling of it names it)
+            return None
         lines = [
             node.lineno
             for node in ast.walk(self.tree)
