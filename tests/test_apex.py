@@ -14186,13 +14186,20 @@ class Trainer:
 
 
 @pytest.mark.torch
-def test_a_module_helper_that_scales_for_the_initializing_class_takes_its_scaler():
+@pytest.mark.parametrize("bound", [False, True])
+def test_a_module_helper_that_scales_for_the_initializing_class_takes_its_scaler(bound):
     """denoising-diffusion (the 66th review): `loss_backwards(fp16, loss, optimizer)`, a
     module-level function, scales with apex for the `Trainer` class whose `__init__`
     initializes. Refused: "`amp` is used outside class `Trainer`". The helper takes a
     `scaler` parameter, each call in the class's methods passes `self.scaler`, and it
-    trains as the original does."""
+    trains as the original does. Bound as the trainer there binds it (`backwards =
+    partial(loss_backwards, self.fp16)`, then `backwards(loss, self.opt)`), it was refused
+    with "no `optimizer.step()` statement in the function that scales the loss, nor in every
+    function that calls it" and "`loss` is not computed before its `scale_loss`": the
+    alias's calls are the helper's calls, the partial's arguments first."""
     source = """\
+from functools import partial
+
 import torch
 from apex import amp
 
@@ -14229,10 +14236,21 @@ def main(fp16):
     trainer = Trainer(torch.nn.Linear(8, 2).to("cuda"), fp16)
     return trainer.train(torch.randn(4, 8).to("cuda"), 4)
 """
+    if bound:
+        source = source.replace(
+            "        losses = []\n",
+            "        losses = []\n        backwards = partial(loss_backwards, self.fp16)\n",
+        ).replace("loss_backwards(self.fp16, loss, self.opt)", "backwards(loss, self.opt)")
     out, finding = _migrated(source)
     assert "def loss_backwards(fp16, loss, optimizer, *, scaler, **kwargs):" in out
-    assert "loss_backwards(self.fp16, loss, self.opt, scaler=self.scaler)" in out
+    if bound:
+        assert "backwards = partial(loss_backwards, self.fp16, scaler=self.scaler)" in out
+        assert "backwards(loss, self.opt)\n" in out
+    else:
+        assert "loss_backwards(self.fp16, loss, self.opt, scaler=self.scaler)" in out
     assert "`loss_backwards` gets a `scaler` parameter" in finding.message
+    assert "self.scaler.step(self.opt)" in out
+    assert 'with torch.amp.autocast("cuda", dtype=torch.float16, enabled=' in out
     with _beside_o0(out, source) as (migrated, before):
         for fp16 in (True, False):
             assert migrated["main"](fp16) == pytest.approx(before["main"](fp16), rel=2e-3)
@@ -14240,6 +14258,57 @@ def main(fp16):
         "def main(fp16):", "loss_backwards(False, None, None)\n\n\ndef main(fp16):"
     )
     assert "in code its methods do not call by name" in _message(outside)
+
+
+@pytest.mark.torch
+def test_a_helper_bound_by_partial_in_the_function_that_initializes_is_followed():
+    """The same helper bound with `functools.partial` in the function that initializes and
+    called under gradient accumulation: the alias's calls are the scaled backwards, the step
+    after the accumulation loop is `scaler.step`, the forward gets its region, and it trains
+    as the original does (it was refused: "no `optimizer.step()` ... nor in every function
+    that calls it")."""
+    source = """\
+from functools import partial
+
+import torch
+from apex import amp
+
+
+def loss_backwards(fp16, loss, optimizer):
+    if fp16:
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+    else:
+        loss.backward()
+
+
+def main(fp16, accum=2):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2).to("cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    if fp16:
+        model, opt = amp.initialize(model, opt, opt_level="O1")
+    backwards = partial(loss_backwards, fp16)
+    x = torch.randn(4, 8).to("cuda")
+    losses = []
+    for _ in range(4):
+        for _ in range(accum):
+            loss = model(x).float().pow(2).mean()
+            backwards(loss / accum, opt)
+            losses.append(loss.item())
+        opt.step()
+        opt.zero_grad()
+    return losses
+"""
+    out, _ = _migrated(source)
+    assert "scaler.scale(loss).backward()" in out
+    assert "scaler.step(opt)" in out
+    assert 'with torch.amp.autocast("cuda", dtype=torch.float16, enabled=' in out
+    with _beside_o0(out, source) as (migrated, before):
+        for fp16 in (True, False):
+            assert migrated["main"](fp16) == pytest.approx(before["main"](fp16), rel=2e-3)
+    rebound = source.replace("    x = torch.randn", "    backwards = print\n    x = torch.randn")
+    assert "apex.amp O1 can be rewritten" not in _message(rebound)
 
 
 @pytest.mark.torch

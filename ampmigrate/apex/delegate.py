@@ -128,7 +128,8 @@ class Delegate:
         spelled = _code(self.module, call.func)
         if isinstance(helper, str):
             return spelled in self.link.backs[0]
-        return spelled == helper.name.value
+        bound = self.through_partial.get(id(call))
+        return (_code(self.module, bound.args[0].value) if bound else spelled) == helper.name.value
 
     def _backs_every_path(self, helper: cst.FunctionDef | str, opt: str) -> bool:
         """A call of ``helper`` surely backpropagates: a statement of its body does on every
@@ -170,7 +171,11 @@ class Delegate:
                 continue
             call = self.parent(reference)
             if not isinstance(call, cst.Call) or call.func is not reference:
-                return None
+                aliased = self._partial_calls(reference) if isinstance(holder, cst.Module) else None
+                if aliased is None:
+                    return None
+                sites += [(c, self.function(c)) for c in aliased]
+                continue
             caller = self.function(call)
             if caller is helper or not isinstance(caller, cst.FunctionDef | cst.Module):
                 return None
@@ -192,6 +197,53 @@ class Delegate:
                 return None
             sites.append((call, caller))
         return sites
+
+    def _partial_calls(self, reference: cst.CSTNode) -> list[cst.Call] | None:
+        """The calls of ``alias`` where ``reference`` is bound by ``alias =
+        functools.partial(<reference>, ...)`` in a function (denoising-diffusion's
+        ``backwards = partial(loss_backwards, self.fp16)``, the 66th review): each is a call of
+        the helper with the partial's arguments first. None where the alias is read otherwise
+        than called, bound again, or the partial's arguments are starred."""
+        arg = self.parent(reference)
+        bound = self.parent(arg) if isinstance(arg, cst.Arg) else None
+        assign = self.parent(bound) if isinstance(bound, cst.Call) else None
+        function = self.function(bound) if assign is not None else None
+        if not (
+            isinstance(assign, cst.Assign)
+            and isinstance(function, cst.FunctionDef)
+            and bound.args[0] is arg
+            and arg.keyword is None
+            and not any(a.star for a in bound.args)
+            and "functools.partial" in self.qualified(bound.func)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+        ):
+            return None
+        alias = assign.targets[0].target
+        calls = []
+        for node in self._subtree(function.body):
+            if not (isinstance(node, cst.Name) and node.value == alias.value) or node is alias:
+                continue
+            call = self.parent(node)
+            if not (isinstance(call, cst.Call) and call.func is node):
+                return None  # (read as a value, bound again, or a parameter of a nested def)
+            if self.function(call) is not function or any(a.star for a in call.args):
+                return None
+            calls.append(call)
+        for call in calls:
+            self.through_partial[id(call)] = bound
+        return calls
+
+    def given_args(self, call: cst.Call) -> list[cst.Arg]:
+        """The arguments ``call`` gives its function: a call through a ``functools.partial``
+        alias gives the partial's own first."""
+        bound = self.through_partial.get(id(call))
+        return [*bound.args[1:], *call.args] if bound is not None else list(call.args)
+
+    def as_given(self, call: cst.Call) -> cst.Call:
+        """``call`` with the arguments its function is given (see ``given_args``)."""
+        bound = self.through_partial.get(id(call))
+        return call if bound is None else call.with_changes(args=self.given_args(call))
 
     def _on_own_instance(self, reference: cst.Attribute) -> bool:
         """``self.<name>`` in a method: read on the instance the method is given first (not a
@@ -215,13 +267,14 @@ class Delegate:
             own, params = params[0] if params else None, params[1:]
             if head == own and dot:
                 return f"{_code(self.module, call.func.value)}.{rest}"
-        if any(a.star for a in call.args):
+        args = self.given_args(call)
+        if any(a.star for a in args):
             return None
         given = {
             arg.keyword.value if arg.keyword else params[index] if index < len(params) else None: (
                 arg.value
             )
-            for index, arg in enumerate(call.args)
+            for index, arg in enumerate(args)
         }
         rebound = head in self.facts(helper.body).assigned
         if (

@@ -189,6 +189,8 @@ class _Planner(
         self.scaled: dict[tuple[int, str], list[cst.With]] = {}  # the scale_loss blocks per step
         # a call of a helper that scales (a caller's scaled backward): the helper, its optimizer
         self.delegates: dict[cst.CSTNode, tuple[cst.FunctionDef, str]] = {}
+        # a call through a local `alias = functools.partial(helper, ...)`: that partial call
+        self.through_partial: dict[int, cst.Call] = {}
         self.stepped_by_callers: set[tuple[int, str]] = set()  # scaled here, stepped by callers
         self.before_step: dict[cst.CSTNode, list[Callable[[], list]]] = {}
         # apex's `min_loss_scale`/`max_loss_scale`, kept after each `update()`: (test, value)

@@ -389,14 +389,19 @@ class Regions:
                     continue
                 call = self.parent(node)
                 if not (isinstance(call, cst.Call) and call.func is node):
-                    return []  # handed on or rebound: its callers are not all here
+                    aliased = self._partial_calls(node)  # (`b = partial(f, fp16)`: b's calls)
+                    if aliased is None:
+                        return []  # handed on or rebound: its callers are not all here
+                    calls += aliased
+                    continue
                 calls.append(call)
         for call in calls:
+            args = self.given_args(call)
             keyword = next(
-                (a for a in call.args if a.keyword and a.keyword.value == params[index]), None
+                (a for a in args if a.keyword and a.keyword.value == params[index]), None
             )
-            positional = [a for a in call.args if a.keyword is None]
-            if any(a.star for a in call.args):
+            positional = [a for a in args if a.keyword is None]
+            if any(a.star for a in args):
                 return []
             argument = keyword or (positional[index] if index < len(positional) else None)
             if argument is None or any(  # `loss / accum` is read as its names; a call could

@@ -295,7 +295,10 @@ class Switches:
             if calls is None or name in differs:
                 differs.add(name)
                 continue
-            given = {_code(self.module, v) if (v := given_at(c, name, at)) else None for c in calls}
+            given = {
+                _code(self.module, v) if (v := given_at(self.as_given(c), name, at)) else None
+                for c in calls
+            }
             value = given.pop() if len(given) == 1 else None
             scopes = [
                 self._in_scope(c, on, setup, seen) if id(c) not in seen else on
@@ -341,7 +344,11 @@ class Switches:
             for ref in self._references(name):
                 call = self.parent(ref)
                 if not (isinstance(call, cst.Call) and call.func is ref):
-                    return None
+                    aliased = self._partial_calls(ref)
+                    if aliased is None:
+                        return None
+                    calls += aliased
+                    continue
                 calls.append(call)
             if self._called_elsewhere(name):
                 return None  # (called from other files too: W1's fine-tuning pass, `fp16=False`)
