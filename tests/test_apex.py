@@ -5485,6 +5485,110 @@ def test_initialize_through_a_parameter_is_rewritten_where_its_one_caller_hands_
         assert _forward_dtypes(out, run) == [dtype]
 
 
+HANDED_SWITCHED = """\
+import torch
+
+
+def train(model, optimizer, batches, amp):
+    losses = []
+    for x in batches:
+        optimizer.zero_grad()
+        loss = model(x).float().pow(2).mean()
+        if amp is not None:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        if amp:
+            params = amp.master_params(optimizer)
+        else:
+            params = model.parameters()
+        torch.nn.utils.clip_grad_norm_(params, 0.5)
+        optimizer.step()
+        losses.append(loss.item())
+    state = amp.state_dict() if amp else None
+    return losses, state
+
+
+def main(batches, level="O1"):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if level == "O1":
+        from apex import amp
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    else:
+        amp = None
+    return train(model, optimizer, batches, amp)
+"""
+
+
+@pytest.mark.torch
+def test_a_handle_that_is_none_where_apex_is_off_handed_to_a_function(monkeypatch):
+    """TTS's `train_tts.py` (the 66th review): `if COND: from apex import amp; initialize
+    ... else: amp = None`, then `train(..., amp)`, which tests it (`amp is not None`, `if
+    amp:`, `amp.state_dict() if amp else None`). Refused: "`train` uses `amp` ... other than
+    to call apex". `train` takes the GradScaler, each test of the handle is its
+    `is_enabled()`, the switch's `amp = None` goes; on CPU it trains as the O0 original, in
+    float16 where the switch holds and float32 elsewhere, and saves the scaler's state only
+    where apex saved its own."""
+    out, finding = _migrated(HANDED_SWITCHED)
+    assert "def train(model, optimizer, batches, scaler):" in out
+    assert "if scaler.is_enabled():\n            scaler.scale(loss).backward()" in out
+    assert "state = scaler.state_dict() if scaler.is_enabled() else None" in out
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=level == "O1")' in out
+    assert "amp" not in out.replace("torch.amp", "")
+    assert "its tests of it (None where apex was off) ask `scaler.is_enabled()`" in (
+        finding.message
+    )
+    assert "is under no test of" not in finding.message
+    torch = pytest.importorskip("torch")
+    stub = SimpleNamespace(
+        initialize=lambda m, o, **kw: (m, o),
+        scale_loss=contextlib.contextmanager(lambda loss, opt: (yield loss)),
+        master_params=lambda o: (p for g in o.param_groups for p in g["params"]),
+        state_dict=lambda: {"loss_scaler0": {}},
+    )
+    monkeypatch.setitem(sys.modules, "apex", SimpleNamespace(amp=stub))
+    batches = [torch.randn(3, 4) for _ in range(4)]
+    with _on_cpu(out) as migrated, _on_cpu(HANDED_SWITCHED) as before:
+        for level in ("O1", "O0"):
+            (losses, state), (expected, kept) = (
+                migrated["main"](batches, level),
+                before["main"](batches, level),
+            )
+            assert losses == pytest.approx(expected, rel=2e-3)
+            assert (state is None) == (kept is None) == (level == "O0")
+    for level, dtype in (("O1", torch.float16), ("O0", torch.float32)):
+        run = functools.partial(lambda ns, v: ns["main"](batches[:1], v), v=level)
+        assert _forward_dtypes(out, run) == [dtype]
+    own = HANDED_SWITCHED.replace('opt_level="O1")', 'opt_level="O1", enabled=bool(batches))')
+    message = _message(own)
+    assert "`train` tests `amp` at line 9, and the switch that binds `amp` (`if level == " in (
+        message
+    )
+    assert "is not the one test that turns the GradScaler on" in message
+
+
+def test_a_switch_whose_import_and_initialize_go_loses_its_none_fallback():
+    """`if use_amp: from apex import amp; initialize ... else: amp = None`, the handle read
+    later only in tests the rewrite replaces: the `else:` went through as `if not use_amp:
+    amp = None`, a store nothing reads."""
+    source = HANDED_SWITCHED.replace("    return train(model, optimizer, batches, amp)\n", "")
+    source = source.replace(
+        "        amp = None\n",
+        "        amp = None\n    for x in batches:\n        loss = model(x).sum()\n"
+        "        if amp is not None:\n"
+        "            with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "                scaled_loss.backward()\n"
+        "        else:\n            loss.backward()\n        optimizer.step()\n",
+    )
+    source = source[source.index("def main") :].replace("def main", "import torch\n\n\ndef main")
+    out, _ = _rewritten(source), None
+    assert "amp = None" not in out and "if not" not in out, out
+    assert 'scaler = torch.amp.GradScaler("cuda", enabled=level == "O1")\n    for x in' in out
+
+
 def _forward_dtypes(source: str, run) -> list:
     """The dtypes of every module forward while ``run(namespace)`` runs ``source`` on CPU."""
     import torch

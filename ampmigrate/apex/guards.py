@@ -530,12 +530,13 @@ class Guards:
             return
         self._fold(expr, value)
 
-    def _switch_of(self, node: cst.CSTNode) -> tuple[cst.If, str] | None:
+    def _switch_of(self, node: cst.CSTNode, readable: bool = True) -> tuple[cst.If, str] | None:
         """``if COND: from apex import amp`` (or in a ``try`` there) ``else: amp = None``, a
         statement of the body that reads ``node`` (the name ``amp``), before it, and nothing
         else binds ``amp`` there: the name is apex's module exactly where COND holds (a flag
-        that needs no call to read, stored nowhere in the file), so a test of it is a test
-        of COND, not of apex's availability. (that ``if``, COND's text); None: not so bound."""
+        that needs no call to read, stored nowhere in the file, unless not ``readable``: COND
+        is not read again), so a test of it is a test of COND, not of apex's availability.
+        (that ``if``, COND's text); None: not so bound."""
         if not isinstance(node, cst.Name):
             return None
         reader, name = self.function(node), node.value
@@ -568,7 +569,9 @@ class Guards:
             and ("." in condition or self.order[id(n)] > self.order[id(found)])
             for n in self.nodes
         )
-        if len(stores) != 1 or changed or self.facts(found.test).calls or not _path(condition):
+        if len(stores) != 1:
+            return None
+        if readable and (changed or self.facts(found.test).calls or not _path(condition)):
             return None
         return found, condition
 

@@ -74,7 +74,7 @@ class PassedHandles:
             return f"no parameter of `{function.name.value}` receives it"
         key = id(function)
         if key not in functions:
-            functions[key] = self._takes_scaler(function, parameter, calls, planned)
+            functions[key] = self._takes_scaler(function, parameter, calls, planned, setup)
         if functions[key] is not None:
             return functions[key]
         now = self.stored_access[id(function)]
@@ -110,12 +110,15 @@ class PassedHandles:
         positional = [*params.posonly_params, *params.params]
         return positional[len(before)] if len(before) < len(positional) else None
 
-    def _takes_scaler(self, function, parameter, calls, planned) -> str | None:
+    def _takes_scaler(self, function, parameter, calls, planned, setup) -> str | None:
         """Why ``function`` cannot take the GradScaler through ``parameter`` (None: it does;
         its calls through the parameter are planned, and the parameter takes the scaler's
-        name where nothing in the function has it)."""
+        name where nothing in the function has it). A test of the parameter (``if amp:``,
+        ``amp is not None``) is the scaler's ``is_enabled()`` where every call hands it a
+        module that is None exactly where the GradScaler is off (``_switched_only``)."""
         name, taken = parameter.name.value, function.name.value
         through: list[cst.Call] = []
+        tests: list[tuple[cst.CSTNode, bool]] = []
         names: set[str] = set()
         found = self.initializer
         planned_here = set()  # the initialize and its `if amp:`: _initializer_setup's
@@ -144,6 +147,10 @@ class PassedHandles:
             ):
                 through.append(holder)
                 continue
+            tested = _tested(node, parent, holder)
+            if tested is not None:
+                tests.append(tested)
+                continue
             return f"`{taken}` uses `{name}` at line {self.line(node)} other than to call apex"
         given = {id(n) for n in self.passed}
         for ref in self._references(taken):
@@ -163,19 +170,71 @@ class PassedHandles:
                 other, line, _ = outside[0]
                 shown = os.path.relpath(other, os.path.dirname(os.path.abspath(self.path)))
                 return f"`{taken}` is also used at {shown}:{line}"
+        if tests:
+            why = self._switched_only(function, parameter, setup)
+            if why is not None:
+                line = self.line(tests[0][0])
+                return f"`{taken}` tests `{name}` at line {line}, and {why}"
         new = name if name == self.name or self.name in names else self.name
         if new != name:
             self.plan.edits[parameter.name] = lambda _u: cst.Name(new)
+        for expr, on in tests:
+            test = cst.parse_expression(f"{'' if on else 'not '}{new}.is_enabled()")
+            self.plan.edits[expr] = lambda _u, t=test: t
+            self.handle_tests.add(id(expr))
         for use in through:
             calls.setdefault(use.func.attr.value, []).append(use)
             planned.add(use)
             self.stored_access[id(self.function(use))] = new
         self.stored_access[id(function)] = new
         renamed = f" (its parameter `{name}` is now `{new}`)" if new != name else ""
+        tested = (
+            f", and its tests of it (None where apex was off) ask `{new}.is_enabled()`"
+            if tests
+            else ""
+        )
         self.plan.notes.append(
             f"`{taken}` is handed the GradScaler where it was handed apex's module{renamed}; "
-            "its calls through it become the GradScaler's"
+            f"its calls through it become the GradScaler's{tested}"
         )
+        return None
+
+    def _switched_only(self, function, parameter, setup) -> str | None:
+        """Why a test of ``parameter`` is not the GradScaler's ``is_enabled()`` (None: it
+        is): every argument handed to it is apex's module where a switch holds and None
+        elsewhere (``if COND: from apex import amp ... else: amp = None``), the switch that
+        ``amp.initialize`` runs under (in its body), which then enables the GradScaler and
+        nothing else does (no ``enabled=`` of its own)."""
+        for node in self.passed:
+            arg, call = self.parent(node), self.parent(self.parent(node))
+            if self._local_function(call.func) is not function:
+                continue
+            if self._receiver(function, call, arg) is not parameter:
+                continue
+            switch = self._switch_of(node, readable=False)
+            if switch is None:
+                return (
+                    f"`{_code(self.module, node)}` handed to it at line {self.line(node)} is not "
+                    "None exactly where apex is off (bound by `if COND: from apex import amp` "
+                    "whose `else:` sets it to None)"
+                )
+            init = (
+                initialize_arguments(setup.statement.body[0].value)[0]
+                if (
+                    isinstance(setup.statement, cst.SimpleStatementLine)
+                    and isinstance(getattr(setup.statement.body[0], "value", None), cst.Call)
+                )
+                else None
+            )
+            if (
+                not self.within(setup.statement, switch[0].body)
+                or init is None
+                or ("enabled" in init)
+            ):
+                return (
+                    f"the switch that binds `{_code(self.module, node)}` (`if {switch[1]}:`) is "
+                    "not the one test that turns the GradScaler on"
+                )
         return None
 
     def _state_keeper(self, node: cst.CSTNode, arg: cst.Arg, call: cst.Call) -> str | None:
@@ -583,3 +642,25 @@ class Initializers:
             )
             return None
         return {b for b, r in zip(bound, shape, strict=True) if r == model}
+
+
+def _tested(
+    node: cst.Name, parent: cst.CSTNode, holder: cst.CSTNode | None
+) -> tuple[cst.CSTNode, bool] | None:
+    """``node`` as a test of whether apex is on: (the expression to replace, True where it
+    holds when apex is on): ``x is not None``, ``x is None``, ``if x:``, ``not x``, ``a if x
+    else b``, ``while x:``, ``assert x``. None: any other use."""
+    if isinstance(parent, cst.Comparison) and parent.left is node and len(parent.comparisons) == 1:
+        target = parent.comparisons[0]
+        if (
+            isinstance(target.operator, cst.Is | cst.IsNot)
+            and isinstance(target.comparator, cst.Name)
+            and target.comparator.value == "None"
+        ):
+            return parent, isinstance(target.operator, cst.IsNot)
+        return None
+    if (
+        isinstance(parent, cst.If | cst.While | cst.IfExp | cst.Assert) and parent.test is node
+    ) or (isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)):
+        return node, True
+    return None

@@ -191,6 +191,9 @@ class _Planner(
         self.delegates: dict[cst.CSTNode, tuple[cst.FunctionDef, str]] = {}
         # a call through a local `alias = functools.partial(helper, ...)`: that partial call
         self.through_partial: dict[int, cst.Call] = {}
+        # tests of a handed handle that is None where apex is off (`if amp is not None:` in
+        # the function it is handed to): the switch, as the GradScaler's `is_enabled()`
+        self.handle_tests: set[int] = set()
         self.stepped_by_callers: set[tuple[int, str]] = set()  # scaled here, stepped by callers
         self.before_step: dict[cst.CSTNode, list[Callable[[], list]]] = {}
         # apex's `min_loss_scale`/`max_loss_scale`, kept after each `update()`: (test, value)
@@ -523,7 +526,8 @@ class _Planner(
             c for c in scaled
             if not any(
                 isinstance(a, cst.If | cst.IfExp) and self.within(c, a.body)
-                and any(p in _code(self.module, a.test) for p in paths)
+                and (any(p in _code(self.module, a.test) for p in paths)
+                     or any(id(n) in self.handle_tests for n in self._subtree(a.test)))
                 for a in self.ancestors(c)
             )
         ]  # fmt: skip

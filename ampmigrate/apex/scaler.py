@@ -71,7 +71,7 @@ class Scaler:
             )
             rest = [s for s in getattr(holder, "body", cst.IndentedBlock([])).body
                     if s is not statement and s not in self.removed]  # fmt: skip
-            if isinstance(holder, cst.If) and not rest and not assigned and holder.orelse:
+            if isinstance(holder, cst.If) and not rest and not assigned and self._kept_else(holder):
                 self.plan.edits[holder] = _inverted
             elif isinstance(holder, cst.If) and not rest and not assigned:
                 self.plan.edits[holder] = lambda _u: cst.RemoveFromParent()
@@ -98,7 +98,7 @@ class Scaler:
             cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
         )
         rest = [s for s in holder.body.body if s is not statement and s not in self.removed]
-        if rest or assigned or holder.orelse:  # (an `else:` alone: `if not <test>:` it)
+        if rest or assigned or self._kept_else(holder):  # (an `else:` alone: `if not <test>:`)
             self.plan.edits[holder] = lambda u: cst.FlattenSentinel([
                 *scaler_lines(holder.leading_lines),
                 (u if rest or assigned else _inverted(u)).with_changes(leading_lines=()),
@@ -108,6 +108,15 @@ class Scaler:
                 scaler_lines(holder.leading_lines)
             )
             self.footers.append(holder)
+
+    def _kept_else(self, holder: cst.If) -> bool:
+        """``holder`` has an ``else:`` that stays once its body is emptied: not the ``amp =
+        None`` of a switch that imported apex in the body (``if COND: from apex import amp
+        ... else: amp = None``), which goes with every read of ``amp`` (one the rewrite
+        leaves is refused)."""
+        if holder.orelse is None:
+            return False
+        return not any(self._switch_if(holder, name) for name in self.bound)
 
     def _rebind(self, small, models, optimizer) -> list[cst.SimpleStatementLine]:
         """``a, b = amp.initialize(m, o)``: keep ``a, b = m, o`` unless the names are the same;
