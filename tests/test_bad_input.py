@@ -125,3 +125,33 @@ def test_a_worker_crash_costs_only_its_file(tmp_path, monkeypatch):
     assert [r.error is not None for r in results] == [False, False, False, True, False, False]
     assert "parser crashed" in results[3].error
     assert all(r.diagnostics for i, r in enumerate(results) if i != 3)
+
+
+OLD_SCRIPT = (
+    b"import torch\nfrom apex import amp\n\n"
+    b"x = torch.randn(2).cuda(async=True)\n"
+    b"print 'x'\n"
+    b"scaler = torch.cuda.amp.GradScaler()\n"
+    b"model, opt = amp.initialize(model, opt, opt_level='O1')\n"
+)
+
+
+@pytest.mark.parametrize("command", ["check", "fix"])
+def test_a_file_python_3_cannot_parse_still_gets_its_findings(cli, tmp_path, command):
+    """A training script from before Python 3.7 (`.cuda(async=True)`, a Python 2 `print`):
+    its apex amp calls had no finding, only the syntax error (the 66th review's CMC
+    `train_CMC.py`). The lines the parser stops at are set aside, the rest is read: its
+    findings are reported beside the error, the exit code is 2 and nothing is fixed."""
+    (tmp_path / "old.py").write_bytes(OLD_SCRIPT)
+    result = cli(command, "--unsafe-fixes", "old.py", cwd=tmp_path)
+    assert result.returncode == 2
+    [error] = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert error.startswith("old.py: error: syntax error at 4:")
+    assert "with lines 4, 5 set aside; nothing is fixed until it parses" in error
+    assert "old.py:6:10: AMP102" in result.stdout
+    assert "old.py:7:14: AMP301 `apex.amp.initialize`" in result.stdout
+    assert (tmp_path / "old.py").read_bytes() == OLD_SCRIPT
+    (tmp_path / "open.py").write_bytes(b"import torch\nx = f(\n  print 'a'\n)\n" + TRIGGER)
+    result = cli(command, "open.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "set aside" not in result.stderr and "AMP102" not in result.stdout

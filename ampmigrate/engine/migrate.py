@@ -166,12 +166,62 @@ def process(
         new_source, remaining, fixed = migrate_source(source, settings, path, suppressed=hidden)
     except Exception as exc:  # one bad file must not stop the run
         result.error = _error_text(exc)
+        syntax = exc.__cause__ if isinstance(exc, InvalidSource) else None
+        if isinstance(syntax, SyntaxError) and syntax.lineno and "decode" not in result.error:
+            around = _read_around(source, settings, path, syntax.lineno)
+            if around is not None:
+                lines, found = around
+                result.diagnostics = [_at(d, path) for d in found]
+                result.error += (
+                    f" (the findings reported for this file are of a reading with line"
+                    f"{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} set aside; "
+                    "nothing is fixed until it parses)"
+                )
         return result
     result.new_source = new_source
     result.diagnostics = [_at(d, path) for d in remaining]
     result.fixed = [_at(d, path) for d in fixed]
     result.suppressed = [_at(d, path) for d in hidden]
     return result
+
+
+def _read_around(
+    source: bytes, settings: Settings, path: str, first: int
+) -> tuple[list[int], list[Diagnostic]] | None:
+    """A file CPython cannot parse, read with each line it stops at set aside (a Python 2
+    ``print "x"``, ``.cuda(async=True)`` from before ``async`` was a keyword; up to 8 lines):
+    what the rules say of the rest, so that its uses of a deprecated API are not missed (the
+    66th review: a training script's four apex amp calls had no finding). None: it does not
+    parse that way either, or nothing is found."""
+    text = source.splitlines(keepends=True)
+    aside: list[int] = []
+    line = first
+    while line not in aside and 0 < line <= len(text) and len(aside) < 8:
+        aside.append(line)
+        old = text[line - 1]
+        body = old.rstrip(b"\r\n")
+        stripped = body.lstrip()
+        indent = body[: len(body) - len(stripped)]
+        opens = stripped.split(b"#")[0].rstrip().endswith(b":")  # (`except X, e:`: a block)
+        placeholder = (
+            b"except Exception:" if opens and stripped.startswith(b"except") else
+            b"if True:" if opens else b"pass"
+        )  # fmt: skip
+        text[line - 1] = indent + placeholder + old[len(body) :]
+        try:
+            parse(b"".join(text))
+        except SyntaxError as exc:
+            line = exc.lineno or 0
+            continue
+        except (RecursionError, MemoryError, ValueError):
+            return None
+        try:
+            _, found, _ = migrate_source(b"".join(text), replace(settings, fix=False), path)
+        except Exception:  # (a reading of a broken file: the syntax error alone is reported)
+            return None
+        found = [Diagnostic(**{**d.__dict__, "fix": None}) for d in found]
+        return (aside, found) if found else None
+    return None
 
 
 def _process_notebook(result: FileResult, raw: bytes, settings: Settings) -> FileResult:
