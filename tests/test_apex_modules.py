@@ -472,7 +472,7 @@ def test_a_runner_hook_alone_or_its_script_alone_refuses(tmp_path):
     results = run(_files(root), _settings(fix=True))
     assert not any(r.changed for r in results)
     message = _amp303(results)["train.py"].message
-    assert "the hook class `DistOptimizerHook`" in message
+    assert "the class `DistOptimizerHook` that scales the loss" in message
     assert "not rewritten in this run" in message
 
 
@@ -500,6 +500,60 @@ def _tracks(half: list[float], full: list[float]) -> None:
     """The float16 losses of a run are the float32 ones to float16's precision, step by step."""
     assert len(half) == len(full) > 4
     assert max(abs(h - f) for h, f in zip(half, full, strict=True)) < 2e-3, (half, full)
+
+
+BUILT = FIXTURES / "apex" / "built_trainer"
+BUILT_FILES = ["engine/train_loop.py", "train_net.py"]
+
+
+def test_a_trainer_the_script_builds_with_the_initialized_pair_is_rewritten_with_it(tmp_path):
+    """fast-reid (the 66th review): the script initializes amp and builds `AMPTrainer` (or the
+    plain trainer) with the model and optimizer; the trainer, which has no `__init__` of its
+    own, scales with apex. Refused ("not through ... an object it builds"). The trainer gains
+    an `__init__` that passes everything on and makes its GradScaler; the script casts from
+    `initialize` on. Exactly the fixture, then nothing more; each file alone refuses."""
+    _rewritten_exactly(tmp_path, BUILT, BUILT_FILES)
+    _each_alone_refuses(BUILT, BUILT_FILES, tmp_path / "alone")
+
+
+@pytest.mark.torch
+def test_migrated_built_trainer_trains_like_the_original(tmp_path, stub):
+    """With and without `--fp16`: the same losses as the O0 original; on CPU the forward runs
+    in float16 under `--fp16` and tracks the float32 run."""
+    runs = [(BUILT_FILES[1], []), (BUILT_FILES[1], ["--fp16"])]
+    results = _runs_beside_original(tmp_path, stub, BUILT, runs)
+    assert "forward dtypes: ['torch.float32']" in results[2][1]
+    assert "forward dtypes: ['torch.float16']" in results[5][1]
+    _tracks(_losses(results[5][1]), _losses(results[3][1]))
+
+
+def test_a_built_trainer_whose_script_initializes_in_a_constructor_refuses(tmp_path):
+    """fast-reid's own shape: `initialize` in `DefaultTrainer.__init__`, the training in its
+    `train()` method: an autocast region after `initialize` would hold no forward, and the
+    trainer's would run in float32 under a GradScaler, silently. Refused, saying so."""
+    root = tmp_path / "project"
+    shutil.copytree(BUILT / "before", root)
+    (root / BUILT_FILES[1]).write_text(
+        "import torch\n"
+        "from apex import amp\n\n"
+        "from engine.train_loop import DEVICE, AMPTrainer, SimpleTrainer\n\n\n"
+        "class Runner:\n"
+        "    def __init__(self, fp16):\n"
+        "        model = torch.nn.Linear(8, 1).to(DEVICE)\n"
+        "        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)\n"
+        "        if fp16:\n"
+        '            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "        batches = [(torch.randn(4, 8), torch.randn(4, 1))]\n"
+        "        trainer = AMPTrainer if fp16 else SimpleTrainer\n"
+        "        self.trainer = trainer(model, batches, optimizer)\n"
+        "\n"
+        "    def train(self):\n"
+        "        self.trainer.train(2)\n"
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["train_net.py"].message
+    assert "`amp.initialize` runs in a constructor, `__init__`" in message
 
 
 FAMILY = FIXTURES / "apex" / "class_family"

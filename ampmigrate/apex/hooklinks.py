@@ -32,12 +32,15 @@ def _one_class(file: _File, members: set[str]) -> ast.ClassDef | None:
 
 
 def _hook_class(file: _File) -> str | None:
-    """The class of a runner hook: every apex call of the file (``scale_loss``, and
-    ``master_params`` beside it) is in methods of one module-level class, which defines
-    ``__init__`` (where its GradScaler is made); the file never initializes amp."""
+    """The class of a runner hook, or of a trainer the script builds with the initialized
+    model and optimizer (fast-reid's ``AMPTrainer``, the 66th review): every apex call of the
+    file (``scale_loss``, and ``master_params`` beside it) is in methods of one module-level
+    class, which makes its GradScaler in ``__init__`` (its own, or one the rewrite adds where
+    it has none and no decorator); the file never initializes amp."""
     cls = _one_class(file, {"scale_loss", "master_params"})
-    if cls is None or not any(
-        isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in cls.body
+    if cls is None or (
+        cls.decorator_list
+        and not any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in cls.body)
     ):
         return None
     return cls.name

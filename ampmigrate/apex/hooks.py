@@ -43,11 +43,13 @@ class RunnerHooks:
             None,
         )  # fmt: skip
         init = defined_method(cls, "__init__") if cls is not None else None
+        if init is None and cls is not None and isinstance(cls.body, cst.IndentedBlock):
+            return self._added_init(cls, calls)
         suite = init is not None and isinstance(init.body, cst.SimpleStatementSuite)
         if init is None or not init.params.params or suite:
             self.problem(
                 self.plan.anchor,
-                f"the hook class `{self.link.hook}` has no `__init__(self, ...)` block to make "
+                f"the class `{self.link.hook}` has no `__init__(self, ...)` block to make "
                 "its GradScaler in: make `self.scaler` there by hand",
             )
             return None
@@ -86,12 +88,79 @@ class RunnerHooks:
         self.plan.edits[init.body] = append
         switched = f" (enabled by `{switch}`, the test its scaled backward runs under)"
         self.plan.notes.append(
-            f"the hook `{self.link.hook}` makes its own GradScaler in `__init__`"
+            f"the class `{self.link.hook}`, which scales the loss, makes its own GradScaler in "
+            "`__init__`"
             + (switched if switch else "")
             + f"; {self.link.other(self.role)} casts, in the same run"
         )
         last = _statements(init.body)[-1]
         return _Setup(last, init, set(), switch)
+
+    def _added_init(self, cls: cst.ClassDef, calls: dict[str, list[cst.Call]]) -> _Setup | None:
+        """A class that scales and has no ``__init__`` of its own (fast-reid's ``AMPTrainer``
+        inherits its trainer's): it gains one that passes everything on to its base's and then
+        makes ``self.scaler``, always on (no flag of its own can switch it: its objects ran
+        only where the script had initialized amp, or raised in ``scale_loss``)."""
+        scaled = calls.get("scale_loss", [])
+        if any(
+            isinstance(a, cst.If) and self.within(c, a.body) and self.within(a, cls)
+            for c in scaled
+            for a in self.ancestors(c)
+        ):
+            self.problem(
+                scaled[0],
+                f"the scaled backward of `{cls.name.value}` runs under an `if`, and the class "
+                "has no `__init__` that sets a flag to switch its GradScaler: make "
+                "`self.scaler` by hand",
+            )
+            return None
+        derived = [
+            c.name.value for c in self.derived({cls.name.value}) if defined_method(c, "__init__")
+        ]
+        if derived:
+            self.problem(
+                self.plan.anchor,
+                f"`{cls.name.value}` has no `__init__` to make its GradScaler in, and "
+                f"{_listed([f'`{d}`' for d in derived])}, derived from it, define their own: "
+                "make `self.scaler` where each is built, by hand",
+            )
+            return None
+        if any(
+            isinstance(n, cst.Attribute) and n.attr.value == "scaler" for n in self._subtree(cls)
+        ):
+            self.problem(
+                self.plan.anchor,
+                f"`.scaler` is already used in `{cls.name.value}`: make its GradScaler under "
+                "another name by hand",
+            )
+            return None
+        self.name = "scaler"
+        init = cst.parse_statement(
+            "def __init__(self, *args, **kwargs):\n"
+            "    super().__init__(*args, **kwargs)\n"
+            '    self.scaler = torch.amp.GradScaler("cuda")\n'
+        )
+        body = list(cls.body.body)
+        docstring = bool(body) and _is_docstring(body[0])
+        at = 1 if docstring else 0
+        placed = init.with_changes(leading_lines=[cst.EmptyLine(indent=False)] if at else [])
+
+        def add(u: cst.IndentedBlock) -> cst.IndentedBlock:
+            items = list(u.body)
+            if not at and items:
+                items[0] = items[0].with_changes(
+                    leading_lines=[cst.EmptyLine(indent=False), *items[0].leading_lines]
+                )
+            return u.with_changes(body=[*items[:at], placed, *items[at:]])
+
+        self.plan.edits[cls.body] = add
+        self.plan.notes.append(
+            f"the class `{cls.name.value}`, which scales the loss, gains an `__init__` that "
+            "passes its arguments on and makes its own GradScaler (always on: apex raised in "
+            f"its `scale_loss` where nothing had initialized amp); {self.link.other(self.role)} "
+            "casts, in the same run"
+        )
+        return _Setup(body[at] if at < len(body) else body[0], cls, set(), None)
 
     def _state_setup(self) -> _Setup | None:
         """A module of the hook link's amp state (``Link.state``): the runner class reaches
@@ -266,6 +335,15 @@ class RunnerHooks:
                 )
                 return
         home = setup.home
+        if isinstance(home, cst.FunctionDef) and home.name.value == "__init__":
+            self.problem(
+                setup.statement,
+                "`amp.initialize` runs in a constructor, `__init__`: the training it sets up "
+                "runs later, in other methods, where an autocast region after `initialize` "
+                "would not reach (apex's casts lasted from `initialize` on): place the region "
+                "around the training by hand",
+            )
+            return
         body = _statements(home.body) if isinstance(home, cst.FunctionDef) else None
         if body is None or top not in body:
             where = (
@@ -319,7 +397,8 @@ class RunnerHooks:
         self._wrap(home.body, [tail], condition)
         self.plan.notes.append(
             f"everything after `amp.initialize` in `{home.name.value}` runs in one autocast "
-            "region (the runner's forward passes and its hooks), as apex O1's casts did from "
+            "region (the forward passes of the runner or trainer it drives), as apex O1's casts "
+            "did from "
             "`initialize` on, with autocast's cache of float16 weights off "
             "(`cache_enabled=False`): the optimizer steps inside the region, and a cached copy "
             "would not see its updates (apex cleared its cache at each `scale_loss` exit); "
@@ -335,3 +414,12 @@ def _target_codes(module: cst.Module, target: cst.BaseExpression) -> list[str]:
     if isinstance(target, cst.Tuple | cst.List):
         return [c for e in target.elements for c in _target_codes(module, e.value)]
     return [_code(module, target)]
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )

@@ -87,7 +87,7 @@ class Link:
         if self.family is not None:
             return f"the classes derived from `{self.family}`"
         if self.hook is not None:
-            return f"the hook class `{self.hook}`"
+            return f"the class `{self.hook}` that scales the loss"
         return _listed([f"`{f}`" for f in self.functions])
 
     @property

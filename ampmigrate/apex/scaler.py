@@ -360,6 +360,9 @@ class Scaler:
 
     def _scope(self, setup: _Setup, uses: list[cst.Call]) -> None:
         home = self.home = setup.home
+        if isinstance(home, cst.ClassDef):  # a class that gains an `__init__` (_added_init)
+            self.mode, self.cls = "class", home
+            return
         if home is self.module:
             self._module_scaler_shared(setup, uses)
             return
