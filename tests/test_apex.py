@@ -5485,6 +5485,58 @@ def test_initialize_through_a_parameter_is_rewritten_where_its_one_caller_hands_
         assert _forward_dtypes(out, run) == [dtype]
 
 
+SEPARATE_HEAD = """\
+import torch
+from apex import amp
+
+
+def main(steps=6):
+    torch.manual_seed(0)
+    body = torch.nn.Linear(8, 4).to("cuda")
+    head = torch.nn.Linear(4, 1).to("cuda")
+    optimizer = torch.optim.SGD(body.parameters(), lr=0.1)
+    optimizer_head = torch.optim.SGD(head.parameters(), lr=0.1)
+    body, optimizer = amp.initialize(body, optimizer, opt_level="O1")
+    x = torch.randn(4, 8).to("cuda")
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        optimizer_head.zero_grad()
+        out = body(x)
+        loss = out.float().pow(2).mean()
+        head_loss = head(out.detach()).float().pow(2).mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        head_loss.backward()
+        optimizer_head.step()
+        losses += [loss.item(), head_loss.item()]
+    return losses
+"""
+
+
+@pytest.mark.torch
+def test_a_plain_backward_stepped_by_another_optimizer_after_the_step_stays_plain():
+    """TTS's separate stopnet (the 66th review): after the scaled backward and its step, a
+    detached head's loss backpropagates plainly and a second optimizer, which apex never
+    saw, steps it; `optimizer.zero_grad()` opens the next iteration. Refused ("`optimizer.step()`
+    is not the next step after it ... where they are cleared before `optimizer`'s next step the
+    rest of the rewrite holds"): it holds, and the backward stays plain, its loss computed in
+    the region; it trains as the O0 original. Without that `zero_grad`, still refused."""
+    out, finding = _migrated(SEPARATE_HEAD)
+    assert "        head_loss.backward()\n        optimizer_head.step()\n" in out
+    assert "            head_loss = head(out.detach()).float().pow(2).mean()\n" in out
+    assert "`head_loss.backward()` (line 23) stays plain" in finding.message
+    assert "`optimizer.zero_grad()` (line 15) clears those" in finding.message
+    with _beside_o0(out, SEPARATE_HEAD) as (migrated, before):
+        assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-3, abs=1e-4)
+    kept = SEPARATE_HEAD.replace("        optimizer.zero_grad()\n", "")
+    kept = kept.replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        optimizer.zero_grad()\n"
+    )
+    assert "`optimizer.step()` is not the next step after it" in _message(kept)
+
+
 HANDED_SWITCHED = """\
 import torch
 
@@ -14186,7 +14238,7 @@ def main():
 """
     out, _ = _migrated(source)
     with _beside_o0(out, source) as (migrated, before):
-        assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-3)
+        assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-3, abs=1e-4)
     kept = source.replace("        model.zero_grad()\n        total", "        total")
     assert "(not cleared before it)" in _message(kept)
 
@@ -14236,7 +14288,7 @@ def main():
     }
     with _on_cpu(out) as migrated, _on_cpu(source.replace("from apex import amp\n", "")) as before:
         before["amp"] = SimpleNamespace(**stub)
-        assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-3)
+        assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-3, abs=1e-4)
 
 
 def test_a_statement_beside_initialize_in_the_availability_branch_is_named():

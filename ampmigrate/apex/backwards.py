@@ -81,6 +81,23 @@ class Backwards:
                 call = calls[0]
                 loss = _code(self.module, call.func.value)
                 why, other = self._unscalable(node, call, function, opt, access)
+                cleared = (
+                    self._cleared_next_time(node, function, opt, setup.models, withs)
+                    if other is not None
+                    else None
+                )
+                if cleared is not None:  # (TTS's stopnet: stepped plainly by its own optimizer)
+                    self.plan.notes.append(
+                        f"`{_code(self.module, call)}` (line {self.line(node)}) stays plain: "
+                        f"`{other}` steps its gradients plainly, as under apex, and "
+                        f"`{_code(self.module, cleared.body[0].value)}` (line "
+                        f"{self.line(cleared)}) clears those that reach `{opt}`'s parameters "
+                        "before its next scaled step"
+                    )
+                    enabled = self._enabled_at(setup, function, node)
+                    if enabled is not False:  # its loss is computed in a region too: apex O1
+                        self.requests.append((node, call.func.value, function, enabled))
+                    continue
                 if why is None:
                     self._scale_plain(node, call, access, opt)
                     enabled = next(
@@ -365,6 +382,40 @@ class Backwards:
                 "and the step would not unscale them again"
             ), None
         return None, None
+
+    def _cleared_next_time(
+        self, node, function, opt: str, models: set[str], withs: list
+    ) -> cst.CSTNode | None:
+        """A plain backward after ``opt``'s last step of its iteration (the next step, another
+        optimizer's, is plain): the ``<opt or model>.zero_grad()`` statement of the loop body
+        (or of the function, called once per step) that runs first in every iteration, before
+        its scaled backwards and steps, so gradients this backward leaves on ``opt``'s
+        parameters never reach its scaled step. None: no such statement."""
+        steps = self.steps.get((id(function), opt), [])
+        loop = next(
+            (a for a in self.ancestors(node)
+             if isinstance(a, Loop) and any(self.within(s, a) for s in steps)),
+            None,
+        )  # fmt: skip
+        home = loop if loop is not None else function
+        mine = [s for s in steps if self.within(s, home)]
+        scaled = [w for w in withs if self.within(w, home)]
+        if not mine or any(self.order[id(s)] > self.order[id(node)] for s in mine):
+            return None
+        first = min(self.order[id(n)] for n in (*mine, *scaled))
+        for statement in _statements(home.body) or []:
+            if self.order[id(statement)] >= first:
+                return None
+            small = statement.body if isinstance(statement, cst.SimpleStatementLine) else ()
+            call = small[0].value if len(small) == 1 and isinstance(small[0], cst.Expr) else None
+            if (
+                isinstance(call, cst.Call)
+                and isinstance(call.func, cst.Attribute)
+                and call.func.attr.value == "zero_grad"
+                and _code(self.module, call.func.value) in {opt, *models}
+            ):
+                return statement
+        return None
 
     def _scale_plain(
         self, node: cst.SimpleStatementLine, call: cst.Call, access: str, opt, branch: str = ""
