@@ -4666,6 +4666,38 @@ def test_a_probe_whose_flag_guards_an_apex_import_stays(tmp_path):
     assert "apex" not in out and not remaining
 
 
+def test_a_probe_whose_flag_a_class_reads_stays_while_its_users_import_apex(tmp_path):
+    """The 69th review's pytorch-lightning 0.5: `amp_mixin.py` probes (`try: from apex import
+    amp; APEX_AVAILABLE = True`), its `AMPMixin.init_amp` sets `self.use_amp = use_amp and
+    APEX_AVAILABLE`, and the trainer that mixes it in imports apex and initializes under
+    `self.use_amp`. `fix` deleted the probe as unused: without apex, `Trainer(use_amp=True)`
+    ran on to a NameError instead of the package's own error. Kept while a module that uses
+    the class still imports apex; offered again once none does."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    mixin = package / "amp_mixin.py"
+    mixin.write_text(
+        "try:\n    from apex import amp\n\n    APEX_AVAILABLE = True\nexcept ImportError:\n"
+        "    APEX_AVAILABLE = False\n\n\nclass AMPMixin:\n    def init_amp(self, use_amp):\n"
+        "        self.use_amp = use_amp and APEX_AVAILABLE\n"
+    )
+    trainer = package / "trainer.py"
+    trainer.write_text(
+        "try:\n    from apex import amp\nexcept ImportError:\n    pass\n\n"
+        "from .amp_mixin import AMPMixin\n\n\nclass Trainer(AMPMixin):\n"
+        "    def fit(self, model, optimizer):\n        if self.use_amp:\n"
+        "            return amp.initialize(model, optimizer, opt_level=self.level)\n"
+    )
+    out, [kept], _ = fix_source(mixin.read_text(), path=mixin, unsafe=True)
+    assert out == mixin.read_text() and kept.fix is None
+    assert "trainer.py uses `AMPMixin` and still imports apex (line 2)" in kept.message
+    assert "that module's apex code would run without apex" in kept.message
+    trainer.write_text("from .amp_mixin import AMPMixin\n\n\nclass Trainer(AMPMixin):\n    pass\n")
+    [offered] = [d for d in fix_source(mixin.read_text(), path=mixin)[1] if d.code == "AMP303"]
+    assert offered.fix == "unsafe" and "imported but unused" in offered.message
+
+
 def test_an_unused_dotted_amp_import_is_reported_once_and_goes():
     """`import apex.amp as amp` and `import apex.amp` that nothing reads (evaluation scripts
     of a fast-adversarial family, 27th review) had no finding: the file still failed without

@@ -209,8 +209,8 @@ def unused_import(
             code,
             f"`{full}` is not read in this file, but it is an availability probe (inside a "
             f"`try` that catches ImportError) and {where}: removed, the probe would report "
-            "apex as present and that import would run without apex; remove it together "
-            "with that module's apex use",
+            "apex as present and that module's apex code would run without apex; remove it "
+            "together with that module's apex use",
             stmt,
         )
     effects = next(  # what else the `try` runs only where the import succeeds
@@ -378,11 +378,14 @@ def _guarded_here(names: Names, probe: ast.stmt, flags: set[str]) -> tuple[str, 
 
 
 def _reporters(tree: ast.Module, flags: set[str]) -> list[str]:
-    """The module-level functions that read one of the probe's ``flags``: another module
-    tests the probe's outcome through them."""
+    """The module-level functions and classes that read one of the probe's ``flags``: another
+    module tests the probe's outcome through them (``is_apex_available()``), or gets it as
+    derived state (pytorch-lightning's ``AMPMixin``, whose ``self.use_amp = use_amp and
+    APEX_AVAILABLE`` guards the apex calls of the trainer it is mixed into: the 69th
+    review)."""
     return [
         s.name
         for s in tree.body
-        if isinstance(s, ast.FunctionDef)
+        if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
         and any(isinstance(n, ast.Name) and n.id in flags for n in ast.walk(s))
     ]
