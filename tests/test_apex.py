@@ -4698,6 +4698,56 @@ def test_a_probe_whose_flag_a_class_reads_stays_while_its_users_import_apex(tmp_
     assert offered.fix == "unsafe" and "imported but unused" in offered.message
 
 
+LEVEL_PARAMETER = """\
+import torch
+from apex import amp
+
+
+def train_apex(level):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if level != "O0":
+        model, optimizer = amp.initialize(model, optimizer, opt_level=level)
+    losses = []
+    for _ in range(3):
+        loss = model(torch.ones(8, 4).to("cuda")).float().pow(2).mean()
+        optimizer.zero_grad()
+        if level != "O0":
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+"""
+
+
+@pytest.mark.torch
+def test_a_level_parameter_every_call_gives_a_literal_is_that_literal():
+    """The 69th review's notebooks: `def train_apex(level): ... opt_level=level`, whose only
+    call is `train_apex("O1")` (or `"O0"`): "a caller may pass any level" was false. Each call
+    of the file gives a literal: within O0/O1 it is rewritten (O0 is apex off); with an O2
+    among them the refusal names the calls; a call that passes a name is still "any
+    level"."""
+    for calls in ('train_apex("O1")\n', 'train_apex("O0")\ntrain_apex(level="O1")\n'):
+        out, _ = _migrated(LEVEL_PARAMETER + calls)
+        assert 'scaler = torch.amp.GradScaler("cuda", enabled=level != "O0")' in out
+        with _beside_o0(out, LEVEL_PARAMETER) as (migrated, before):
+            for level in ("O0", "O1"):
+                got, want = migrated["train_apex"](level), before["train_apex"](level)
+                assert got == pytest.approx(want, rel=2e-3, abs=1e-4)
+    message = _message(LEVEL_PARAMETER + 'train_apex("O1")\ntrain_apex("O2")\n')
+    assert 'the parameter `level`, which the calls of this file give "O1" (line 25), "O2"' in (
+        message
+    )
+    unknown = _message(LEVEL_PARAMETER + "LEVEL = input()\ntrain_apex(LEVEL)\n")
+    assert "the parameter `level`: a caller may pass any level" in unknown
+
+
 def test_an_unused_dotted_amp_import_is_reported_once_and_goes():
     """`import apex.amp as amp` and `import apex.amp` that nothing reads (evaluation scripts
     of a fast-adversarial family, 27th review) had no finding: the file still failed without

@@ -14,6 +14,7 @@ from ampmigrate.apex.common import (
     _argument,
     _code,
     _is_call_of,
+    given_at,
     is_path,
 )
 from ampmigrate.apex.initialize import _literal
@@ -398,6 +399,9 @@ class Levels:
             levels = {"O1"}
         if levels is None and isinstance(level, cst.Name) and self._module_constant(level):
             levels = {"O1"}
+        given = self._given_levels(level, init) if levels is None else None
+        if given is not None and given[0] <= {"O0", "O1"}:
+            levels = given[0]
         if levels is None:
             if counted is not None:  # `f"O{args.level}"` of an int flag
                 choices = _argument(counted[1], "choices", 99)
@@ -418,6 +422,9 @@ class Levels:
                 )
                 if reassigned:
                     origin = f"the flag `{flag[0]}`, reassigned in this file"
+            elif given is not None:
+                shown = ", ".join(f'"{v}" (line {line})' for line, v in given[1])
+                origin = f"the parameter `{level.value}`, which the calls of this file give {shown}"
             elif isinstance(level, cst.Name) and any(
                 isinstance(p, cst.Param) and p.name.value == level.value for p in self.nodes
             ):
@@ -494,6 +501,39 @@ class Levels:
         if levels == {"O1"} or excluded:
             return True
         return cst.parse_expression(f'{spelled} == "O1"')
+
+    def _given_levels(
+        self, level: cst.CSTNode, init: cst.Call
+    ) -> tuple[set[str], list[tuple[int, str]]] | None:
+        """A level that is a parameter of the function around ``initialize``, which every
+        call of it gives a literal (or leaves to a literal default): ``train_apex("O1")``, the
+        one call of a notebook's function (the 69th review). (the levels, each call's line and
+        level); None: a call gives anything else, or the function is used otherwise, or
+        elsewhere on disk, or rebinds the parameter."""
+        function = self.function(init)
+        if not isinstance(level, cst.Name) or not isinstance(function, cst.FunctionDef):
+            return None
+        method = isinstance(self.parent(self.parent(function)), cst.ClassDef)
+        if not method and self.parent(function) is not self.module:
+            return None
+        params = function.params
+        listed = [p for p in (*params.posonly_params, *params.params)][1 if method else 0 :]
+        where = {p.name.value: (i, p) for i, p in enumerate(listed)} | {
+            p.name.value: (-1, p) for p in params.kwonly_params
+        }
+        if level.value not in where or level.value in self.facts(function.body).assigned:
+            return None
+        at, param = where[level.value]
+        calls = self._calls_of(function, method)
+        if not calls:
+            return None
+        found = []
+        for call in calls:
+            value = given_at(self.as_given(call), level.value, at) or param.default
+            if not isinstance(value, cst.SimpleString):
+                return None
+            found.append((self.line(call), value.evaluated_value))
+        return {v for _, v in found}, found
 
     def _digit_choices(
         self, digit: cst.Attribute, flag: tuple[str, cst.Call] | None, init: cst.Call
