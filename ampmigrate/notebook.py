@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 _MARKER = "__ampmigrate_cell__({})"
 _MARKER_LINE = re.compile(r"^__ampmigrate_cell__\((\d+)\)$")
+# a line of the joined module cited in a message (`line 9`, `lines 5, 9`); not another file's
+# (`its line 12`) nor one of the rewrite's text
+_CITED = re.compile(r"(?<!its )\blines? (\d+(?:(?:, |-)\d+)*)\b(?! of the rewrite)")
 _MAGIC = "__ampmigrate_magic_{}__"
 _MAGIC_LINE = re.compile(r"^(\s*)__ampmigrate_magic_(\d+)__$")
 # `%magic`, `!shell`, `?help`, `name?`/`name??`, and assignments from them (`files = !ls`).
@@ -100,6 +103,22 @@ class Notebook:
         if cell is None:  # above the first marker: added to the first code cell
             return next(iter(self.sources)) + 1, module_line
         return cell + 1, module_line - start
+
+    def cell_lines(self, message: str, module: str) -> str:
+        """``message`` with the lines of ``module`` it cites (``line 64``, ``lines 5, 9``,
+        ``lines 3-7``) given as cells and their lines, as the finding's own place is: a line
+        of the joined source exists nowhere in the notebook (the 69th review). A line of
+        another file (``its line 12``, ``path:12``) or of the rewrite stays as it is."""
+
+        def cell(number: str) -> str:
+            at, line = self.locate(int(number), module)
+            return f"cell {at} line {line}"
+
+        def replace(match: re.Match) -> str:
+            parts = re.split(r"(, |-)", match.group(1))
+            return "".join(cell(p) if i % 2 == 0 else p for i, p in enumerate(parts))
+
+        return _CITED.sub(replace, message)
 
     def rebuild(self, module: str) -> bytes:
         """The notebook with each cell's source taken from the fixed ``module``."""

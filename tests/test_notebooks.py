@@ -126,3 +126,20 @@ def test_ipython_syntax_is_masked_and_restored(cli, tmp_path):
     assert after == expected
     second = cli("fix", "nb.ipynb", cwd=tmp_path)
     assert second.returncode == 0 and "Fixed 0 findings" in second.stderr
+
+
+def test_lines_a_message_cites_are_given_as_cells(cli, tmp_path):
+    """The 69th review: a finding at `cell 2:4:18` whose text said "line 9", a line of the
+    joined cells that exists nowhere in the notebook. The lines a message cites are its cells'
+    lines, as its place is."""
+    notebook = _notebook(
+        "import torch\nfrom apex import amp\n",
+        "model = torch.nn.Linear(2, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "x = 1\nmodel, opt = amp.initialize(model, opt, opt_level='O1')\n",
+    )
+    (tmp_path / "nb.ipynb").write_text(notebook)
+    result = cli("check", "--select", "AMP303", "nb.ipynb", cwd=tmp_path)
+    [line] = [x for x in result.stdout.splitlines() if "AMP303" in x]
+    assert line.startswith("nb.ipynb:cell 2:4:")
+    assert "(1 blocker): cell 2 line 4: " in line
+    assert "line 9" not in line and "line 7" not in line

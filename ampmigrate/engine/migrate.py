@@ -242,6 +242,7 @@ def _process_notebook(result: FileResult, raw: bytes, settings: Settings) -> Fil
         cell, line = notebook.locate(d.line, text)
         _, end_line = notebook.locate(d.end_line, text)
         fields = {**d.__dict__, "path": result.path, "cell": cell}
+        fields["message"] = notebook.cell_lines(d.message, text)
         return Diagnostic(**{**fields, "line": line, "end_line": end_line})
 
     result.diagnostics = [placed(d, new_text) for d in remaining]
