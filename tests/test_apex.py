@@ -10856,6 +10856,64 @@ def test_a_model_whose_own_forward_computes_binary_cross_entropy_is_refused():
     assert "calls binary cross entropy, which CUDA autocast refuses" in message
 
 
+DEAD_BCE = """\
+import torch
+import torch.nn.functional as F
+from apex import amp
+
+
+class Discriminator(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gan_type = "lsgan"
+        self.net = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.net(x)
+
+    def loss(self, out0, out1):
+        if self.gan_type == "lsgan":
+            return torch.mean(out0.float() ** 2) + torch.mean((out1.float() - 0.01) ** 2)
+        elif self.gan_type == "nsgan":
+            return F.binary_cross_entropy(torch.sigmoid(out0), torch.zeros_like(out0))
+
+
+def main(steps=4):
+    torch.manual_seed(0)
+    dis = Discriminator()
+    dis.to("cuda")
+    optimizer = torch.optim.SGD(dis.parameters(), lr=0.1)
+    dis, optimizer = amp.initialize(dis, optimizer, opt_level="O1")
+    fake, real = torch.randn(8, 4).to("cuda") * 0.1, torch.randn(8, 4).to("cuda") * 0.1
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = dis.loss(dis(fake), dis(real))
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+"""
+
+
+@pytest.mark.torch
+def test_binary_cross_entropy_in_a_branch_a_constant_attribute_rules_out_blocks_nothing():
+    """The 69th review's HCL: the discriminator's `elif self.gan_type == "nsgan":` branch
+    calls binary cross entropy, and `__init__` sets `self.gan_type = "lsgan"`, which nothing
+    else assigns: the branch never runs. Refused ("calls binary cross entropy, which CUDA
+    autocast refuses"): rewritten, and it trains as the O0 original; where the attribute is
+    set again, or the live branch calls it, still refused."""
+    out, _ = _migrated(DEAD_BCE)
+    with _beside_o0(out, DEAD_BCE) as (migrated, before):
+        assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-3, abs=1e-4)
+    banned = "calls binary cross entropy, which CUDA autocast refuses"
+    again = DEAD_BCE.replace("    losses = []\n", '    dis.gan_type = "nsgan"\n    losses = []\n')
+    assert banned in _message(again)
+    live = DEAD_BCE.replace('self.gan_type = "lsgan"', 'self.gan_type = "nsgan"')
+    assert banned in _message(live)
+
+
 @pytest.mark.parametrize(
     ("wrapper", "refused"),
     [

@@ -1054,11 +1054,67 @@ def _bce_in(text: str, module: ast.Module, name: str, shown: str) -> str | None:
             continue
         seen.add(name)
         segment = ast.get_source_segment(text, node) or ""
-        match = _BCE_TEXT.search(segment)
-        if match is not None:
-            return f"`{name}` ({shown}:{node.lineno + segment[: match.start()].count(chr(10))})"
+        dead = _dead_lines(module, node) if isinstance(node, ast.ClassDef) else set()
+        for match in _BCE_TEXT.finditer(segment):
+            line = node.lineno + segment[: match.start()].count(chr(10))
+            if line not in dead:
+                return f"`{name}` ({shown}:{line})"
         todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defined]
     return None
+
+
+def _dead_lines(module: ast.Module, cls: ast.ClassDef) -> set[int]:
+    """The lines of ``cls`` that cannot run: the branch of an ``if self.<attr> == <constant>:``
+    (or ``!=``) that the constant ``__init__`` gives the attribute rules out, where nothing
+    else in the module assigns that attribute (HCL's discriminator: ``self.gan_type =
+    'lsgan'``, and its ``elif self.gan_type == 'nsgan':`` branch calls binary cross entropy;
+    the 69th review)."""
+    init = next(
+        (s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None
+    )
+    if init is None or not init.args.args:
+        return set()
+    me = init.args.args[0].arg
+    constants: dict[str, object] = {}
+    stores: dict[str, int] = {}
+    for node in ast.walk(module):
+        targets = (
+            node.targets if isinstance(node, ast.Assign)
+            else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+        )  # fmt: skip
+        for target in targets:
+            if isinstance(target, ast.Attribute):
+                stores[target.attr] = stores.get(target.attr, 0) + 1
+    for statement in init.body:
+        if (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and isinstance(target := statement.targets[0], ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == me
+            and isinstance(statement.value, ast.Constant)
+            and stores.get(target.attr) == 1
+        ):
+            constants[target.attr] = statement.value.value
+    dead: set[int] = set()
+    for node in ast.walk(cls):
+        test = node.test if isinstance(node, ast.If) else None
+        if not (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq | ast.NotEq)
+            and isinstance(test.left, ast.Attribute)
+            and isinstance(test.left.value, ast.Name)
+            and test.left.value.id == "self"
+            and test.left.attr in constants
+            and isinstance(test.comparators[0], ast.Constant)
+        ):
+            continue
+        holds = constants[test.left.attr] == test.comparators[0].value
+        holds = holds if isinstance(test.ops[0], ast.Eq) else not holds
+        branch = node.orelse if holds else node.body
+        dead |= {line for s in branch for line in range(s.lineno, (s.end_lineno or s.lineno) + 1)}
+    return dead
 
 
 def _literal_o0(init: cst.Call) -> bool:
