@@ -14607,6 +14607,66 @@ def main(fp16, accum=2):
     assert "apex.amp O1 can be rewritten" not in _message(rebound)
 
 
+OBJECT_HELD = """\
+import torch
+from apex import amp
+
+
+def evaluate(net, x):
+    with torch.no_grad():
+        return net(x)
+
+
+class Runner:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        self.ema = torch.nn.Linear(4, 2).to("cuda")
+        self.nets = {"main": self.model, "ema": self.ema}
+
+    def validate(self, x):
+        return [evaluate(self.nets[k], x) for k in self.nets]
+
+    def train(self, x):
+        for _ in range(2):
+            self.optimizer.zero_grad()
+            loss = self.model(x).float().sum()
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+            self.optimizer.step()
+            evaluate(self.model, x)
+            self.validate(x)
+
+
+def main():
+    model = torch.nn.Linear(4, 2).to("cuda")
+    Runner(model, torch.optim.SGD(model.parameters(), lr=0.1)).train(torch.randn(3, 4).to("cuda"))
+"""
+
+
+@pytest.mark.torch
+def test_a_model_an_object_holds_handed_to_code_that_runs_it_gets_a_region():
+    """`evaluate(self.model, x)` after the step in a training method, and `self.validate()`,
+    a method only the training method calls, handing `self.nets[k]` (a dict the class fills
+    with the model) to `evaluate` (the 68th review's c9): apex O1 cast those forwards; they
+    ran in float32 with no word (a model held on `self` was not seen as the model when handed
+    on). Each such statement gets its region: every forward is float16 on CPU."""
+    out, _ = _migrated(OBJECT_HELD)
+    region = 'with torch.amp.autocast("cuda", dtype=torch.float16, cache_enabled=False):'
+    assert f"{region}\n                evaluate(self.model, x)" in out
+    assert f"{region}\n            return [evaluate(self.nets[k], x)" in out
+    torch = pytest.importorskip("torch")
+    assert set(_forward_dtypes(out, lambda ns: ns["main"]())) == {torch.float16}
+    # also called outside training (from `main`): no region of its own there
+    before = OBJECT_HELD.replace(
+        "    Runner(model, torch.optim.SGD(model.parameters(), lr=0.1)).train(",
+        "    runner = Runner(model, torch.optim.SGD(model.parameters(), lr=0.1))\n"
+        '    runner.validate(torch.randn(3, 4).to("cuda"))\n    runner.train(',
+    )
+    elsewhere = _rewritten(before)
+    assert "    return [evaluate(self.nets[k], x)" in elsewhere
+    assert f"{region}\n            return [evaluate(self.nets[k], x)" not in elsewhere
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("handed", ["[model]", "nets"])
 def test_a_container_of_the_model_handed_to_another_module_gets_a_region(tmp_path, handed):

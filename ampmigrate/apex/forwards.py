@@ -122,8 +122,20 @@ def _of_model(value: cst.CSTNode, names: set[str]) -> bool:
     while isinstance(value, cst.Attribute | cst.Subscript):  # (`nets["main"]`, `model[0]`)
         if isinstance(value, cst.Attribute) and value.attr.value in _SETTINGS:
             return False
+        if _dotted(value) in names:  # (`self.model`, `self.nets[k]`: a model an object holds)
+            return True
         value = value.value
     return isinstance(value, cst.Name) and value.value in names
+
+
+def _dotted(node: cst.CSTNode) -> str | None:
+    """``a.b.c`` for a chain of attributes on a name, as spelled; None for anything else."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr.value}" if head is not None else None
+    return None
 
 
 # methods of a model that run its forward (`self.model.inference(text)`)

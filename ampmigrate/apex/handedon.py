@@ -244,15 +244,20 @@ class HandedOn:
                     scaling.add(id(function))
                     grew = True
         start = self._training_start(setup, scaling, defined, linked)
+        riders = self._riding_methods(functions, scaling)
+        functions += riders
+        riding = {id(m) for m in riders}
         handed, carried, seen = [], [], set()
         lambdas: list[cst.Call] = []
         for function in functions:
-            if id(function) not in scaling or id(function) in seen:
+            if (id(function) not in scaling and id(function) not in riding) or (
+                id(function) in seen
+            ):
                 continue
             seen.add(id(function))  # (a script's module-level loop: the module)
             body = function if function is self.module else function.body
             carriers = self._carriers(body, spellings)
-            names = spellings | set(carriers)
+            names = spellings | set(carriers) | self._held_by_object(function, spellings)
             # (`test_model = model` in one arm of an `if`, the EMA model in the other: apex O1
             # cast either forward; the 63rd review's D1, FixMatch)
             names |= _aliases(self._subtree(body), names)
@@ -331,6 +336,52 @@ class HandedOn:
                 "statement gets its own autocast region, as apex O1 cast every forward after "
                 "`initialize`"
             )
+
+    def _riding_methods(self, functions: list, scaling: set[int]) -> list[cst.FunctionDef]:
+        """Methods of a scaling method's class that it calls (``self.validate()`` after the step,
+        the 68th review's c9) and that nothing else in the file calls: they run while the model
+        trains, so what they hand the model to may run a forward apex O1 cast."""
+        found: list[cst.FunctionDef] = []
+        for function in functions:
+            cls = self._holder(function) if isinstance(function, cst.FunctionDef) else None
+            if id(function) not in scaling or not isinstance(cls, cst.ClassDef):
+                continue
+            for method in cls.body.body:
+                if (
+                    not isinstance(method, cst.FunctionDef)
+                    or id(method) in scaling
+                    or method in found
+                    or not method.params.params
+                ):
+                    continue
+                uses = [  # (in the whole file: `runner.validate()` in `main` runs it too)
+                    n for n in self.nodes
+                    if isinstance(n, cst.Attribute) and n.attr.value == method.name.value
+                ]  # fmt: skip
+                if uses and all(
+                    isinstance(self.parent(u), cst.Call)
+                    and self.parent(u).func is u
+                    and id(self.function(u)) in scaling
+                    for u in uses
+                ):
+                    found.append(method)
+        return found
+
+    def _held_by_object(self, function: cst.CSTNode, spellings: set[str]) -> set[str]:
+        """The attributes of a method's object that its class fills with the model
+        (``self.nets = {"main": self.model, "ema": self.ema}``): ``self.nets[k]`` is it."""
+        cls = self._holder(function) if isinstance(function, cst.FunctionDef) else None
+        if not isinstance(cls, cst.ClassDef):
+            return set()
+        return {
+            _code(self.module, n.targets[0].target)
+            for n in self._subtree(cls)
+            if isinstance(n, cst.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.targets[0].target, cst.Attribute)
+            and isinstance(n.value, cst.Dict | cst.List | cst.Tuple | cst.Set)
+            and _of_model(n.value, spellings)
+        }
 
     def _leaves_before_training(self, node: cst.CSTNode, setup: _Setup) -> bool:
         """``node`` comes after ``initialize``, in an ``if`` whose body ends the function
