@@ -5684,7 +5684,10 @@ def test_a_handle_that_is_none_where_apex_is_off_handed_to_a_function(monkeypatc
         state_dict=lambda: {"loss_scaler0": {}},
     )
     monkeypatch.setitem(sys.modules, "apex", SimpleNamespace(amp=stub))
-    batches = [torch.randn(3, 4) for _ in range(4)]
+    # (small inputs: the GradScaler's first steps must not overflow and skip, as apex's would)
+    batches = [
+        torch.randn(3, 4, generator=torch.Generator().manual_seed(i)) * 0.1 for i in range(4)
+    ]
     with _on_cpu(out) as migrated, _on_cpu(HANDED_SWITCHED) as before:
         for level in ("O1", "O0"):
             (losses, state), (expected, kept) = (
