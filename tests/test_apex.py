@@ -14608,6 +14608,16 @@ def main(fp16, accum=2):
             assert migrated["main"](fp16) == pytest.approx(before["main"](fp16), rel=2e-3)
     rebound = source.replace("    x = torch.randn", "    backwards = print\n    x = torch.randn")
     assert "apex.amp O1 can be rewritten" not in _message(rebound)
+    # the optimizer bound by keyword, the loss given at the call (the 70th review's p02: an
+    # internal error, "positional argument after keyword argument")
+    keyword = source.replace(
+        "partial(loss_backwards, fp16)", "partial(loss_backwards, fp16, optimizer=opt)"
+    )
+    keyword = keyword.replace("backwards(loss / accum, opt)", "backwards(loss / accum)")
+    out, _ = _migrated(keyword)
+    assert "scaler.step(opt)" in out
+    with _beside_o0(out, keyword) as (migrated, before):
+        assert migrated["main"](True) == pytest.approx(before["main"](True), rel=2e-3)
 
 
 OBJECT_HELD = """\

@@ -238,7 +238,10 @@ class Delegate:
         """The arguments ``call`` gives its function: a call through a ``functools.partial``
         alias gives the partial's own first."""
         bound = self.through_partial.get(id(call))
-        return [*bound.args[1:], *call.args] if bound is not None else list(call.args)
+        if bound is None:
+            return list(call.args)
+        given = [*bound.args[1:], *call.args]  # (positional ones first: `partial(f, fp16=x)`)
+        return [a for a in given if a.keyword is None] + [a for a in given if a.keyword]
 
     def as_given(self, call: cst.Call) -> cst.Call:
         """``call`` with the arguments its function is given (see ``given_args``)."""
