@@ -5707,6 +5707,35 @@ def test_a_handle_that_is_none_where_apex_is_off_handed_to_a_function(monkeypatc
     assert "is not the one test that turns the GradScaler on" in message
 
 
+@pytest.mark.torch
+def test_a_switched_handle_tested_where_its_switch_cannot_be_read_again_asks_the_scaler(
+    monkeypatch,
+):
+    """The 70th review's p11: `if level == "O1": from apex import amp; initialize ... else:
+    amp = None`, then `if amp is not None:` in the same function (and the handle handed on):
+    the test was folded as apex's availability, always true now (the O0 run saved a scaler
+    and said "apex used"). It is the GradScaler's switch: `scaler.is_enabled()`."""
+    source = HANDED_SWITCHED.replace(
+        "    return train(model, optimizer, batches, amp)\n",
+        "    losses, state = train(model, optimizer, batches, amp)\n"
+        "    return losses, amp is not None\n",
+    )
+    out, _ = _migrated(source)
+    assert "    return losses, scaler.is_enabled()\n" in out
+    stub = SimpleNamespace(
+        initialize=lambda m, o, **kw: (m, o),
+        scale_loss=contextlib.contextmanager(lambda loss, opt: (yield loss)),
+        master_params=lambda o: (p for g in o.param_groups for p in g["params"]),
+        state_dict=lambda: {},
+    )
+    monkeypatch.setitem(sys.modules, "apex", SimpleNamespace(amp=stub))
+    torch = pytest.importorskip("torch")
+    batches = [torch.ones(3, 4) * 0.1]
+    with _on_cpu(out) as migrated, _on_cpu(source) as before:
+        for level in ("O1", "O0"):
+            assert migrated["main"](batches, level)[1] == before["main"](batches, level)[1]
+
+
 def test_a_switch_whose_import_and_initialize_go_loses_its_none_fallback():
     """`if use_amp: from apex import amp; initialize ... else: amp = None`, the handle read
     later only in tests the rewrite replaces: the `else:` went through as `if not use_amp:

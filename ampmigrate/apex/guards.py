@@ -515,6 +515,10 @@ class Guards:
             test = cst.parse_expression(switch[1] if value else f"not {switch[1]}")
             self.plan.edits[expr] = lambda _u, t=test: t
             return
+        loose = self._switch_of(node, readable=False) if parent is not None else None
+        if loose is not None:  # (a test that cannot be read again: the scaler's switch)
+            self.switch_reads.append((expr, value, loose[0]))
+            return
         unset = self._unset_elsewhere(node) if parent is not None else None
         if unset is not None:  # a test of `amp` that is not (only) apex's availability
             self.problem(node, unset)

@@ -199,6 +199,37 @@ class PassedHandles:
         )
         return None
 
+    def _switched_by(self, setup: _Setup, switch: cst.If) -> bool:
+        """The GradScaler is on exactly where ``switch`` (``if COND: from apex import amp``)
+        held: ``initialize`` is in its body and has no ``enabled=`` of its own."""
+        statement = setup.statement
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        call = getattr(small, "value", None)
+        if not isinstance(call, cst.Call) or not self.within(statement, switch.body):
+            return False
+        return "enabled" not in initialize_arguments(call)[0]
+
+    def _switch_reads(self, setup: _Setup) -> None:
+        """Each test of ``amp`` bound by a switch whose test cannot be read again (``if level ==
+        "O1": from apex import amp ... else: amp = None``, then ``if amp is not None:``, the 70th
+        review's p11): it asks the GradScaler, on exactly where the switch held; refused where
+        the GradScaler is not switched so, or cannot be reached there."""
+        for expr, on, switch in self.switch_reads:
+            access = self.access(expr) if self._switched_by(setup, switch) else None
+            if access is None:
+                self.problem(
+                    expr,
+                    f"`{_code(self.module, expr)}` tests `amp`, which `if "
+                    f"{_code(self.module, switch.test)}:` (line {self.line(switch)}) binds to "
+                    "apex's module and its `else:` to None; that test is not one the rewrite "
+                    "can read again here, nor is the GradScaler (on where it held) reachable "
+                    "from here: test the condition itself, then migrate",
+                )
+                continue
+            test = cst.parse_expression(f"{'' if on else 'not '}{access}.is_enabled()")
+            self.plan.edits[expr] = lambda _u, t=test: t
+            self.handle_tests.add(id(expr))
+
     def _switched_only(self, function, parameter, setup) -> str | None:
         """Why a test of ``parameter`` is not the GradScaler's ``is_enabled()`` (None: it
         is): every argument handed to it is apex's module where a switch holds and None
@@ -218,19 +249,7 @@ class PassedHandles:
                     "None exactly where apex is off (bound by `if COND: from apex import amp` "
                     "whose `else:` sets it to None)"
                 )
-            init = (
-                initialize_arguments(setup.statement.body[0].value)[0]
-                if (
-                    isinstance(setup.statement, cst.SimpleStatementLine)
-                    and isinstance(getattr(setup.statement.body[0], "value", None), cst.Call)
-                )
-                else None
-            )
-            if (
-                not self.within(setup.statement, switch[0].body)
-                or init is None
-                or ("enabled" in init)
-            ):
+            if not self._switched_by(setup, switch[0]):
                 return (
                     f"the switch that binds `{_code(self.module, node)}` (`if {switch[1]}:`) is "
                     "not the one test that turns the GradScaler on"

@@ -236,6 +236,9 @@ class _Planner(
         self.stored_access: dict[int, str] = {}
         # `amp` handed to a function (`train(model, optimizer, amp)`): pending, then refused
         self.passed: list[cst.CSTNode] = []
+        # tests of `amp` where a switch binds it (None where its test failed) that cannot be
+        # read again as that test: (the expression, True where apex on makes it true, the if)
+        self.switch_reads: list[tuple[cst.CSTNode, bool, cst.If]] = []
         self.handing = False
         # the function that initializes through its parameter, handed apex's module
         self.initializer = None
@@ -718,6 +721,7 @@ class _Planner(
         if initialize and role == "callee" and self._sharing():
             self._shared_owner(setup)
         self._hand_scaler()
+        self._switch_reads(setup)
         for call in calls.get("scale_loss", []):
             self._scale_loss(call, setup)
         if initialize and self.delegating("caller"):  # its calls of the helper scale
