@@ -4135,3 +4135,72 @@ def test_a_class_family_three_levels_deep_is_rewritten_together(tmp_path, stub):
     )
     assert before[0] == after[0] == 0, (before[2], after[2])
     _tracks(_losses(after[1]), _losses(before[1]))
+
+
+PROBE_MIXIN = (
+    "try:\n    from apex import amp\n\n    APEX_AVAILABLE = True\nexcept ImportError:\n"
+    "    APEX_AVAILABLE = False\n\n\nclass AMPMixin:\n    def init_amp(self, use_amp):\n"
+    "        self.use_amp = use_amp and APEX_AVAILABLE\n"
+)
+PROBED_TRAINER = """\
+import torch
+
+try:
+    from apex import amp
+except ImportError:
+    pass
+
+from .amp_mixin import AMPMixin
+
+
+class Trainer(AMPMixin):
+    def fit(self, model, optimizer, x, use_amp):
+        self.init_amp(use_amp)
+        if self.use_amp:
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = model(x).float().pow(2).mean()
+            if self.use_amp:
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+            else:
+                loss.backward()
+            optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("trainer_rewritten", [True, False])
+def test_a_probe_a_class_reads_goes_with_the_last_file_of_the_run_on_apex(
+    tmp_path, trainer_rewritten
+):
+    """A probe (`APEX_AVAILABLE`) that a mixin reads (`self.use_amp = use_amp and
+    APEX_AVAILABLE`) for a trainer that imports apex. Where the same run rewrites the trainer,
+    the probe goes with it: kept, it switched the migrated trainer to float32 wherever apex was
+    not installed, and a second `fix` removed it (the 70th review's p40). Where the trainer
+    stays on apex (an opt level not known to be O1), the probe stays, saying why: removed, the
+    trainer's apex code ran on to a NameError without apex (the 69th review's
+    pytorch-lightning)."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "amp_mixin.py").write_text(PROBE_MIXIN)
+    trainer = PROBED_TRAINER if trainer_rewritten else PROBED_TRAINER.replace('"O1"', "LEVEL")
+    (package / "trainer.py").write_text(trainer)
+    results = run(_files(tmp_path), _settings(fix=True))
+    mixin = next(r for r in results if r.path.endswith("amp_mixin.py"))
+    rewritten = next(r for r in results if r.path.endswith("trainer.py"))
+    assert rewritten.changed is trainer_rewritten
+    assert mixin.changed is trainer_rewritten
+    if trainer_rewritten:
+        assert (
+            "apex" not in mixin.new_source.decode() and "apex" not in rewritten.new_source.decode()
+        )
+        for result in results:
+            if result.changed:
+                Path(result.path).write_bytes(result.new_source)
+        again = run(_files(tmp_path), _settings(fix=True))
+        assert not any(r.changed for r in again)
+    else:
+        [kept] = [d for d in mixin.diagnostics if d.code == "AMP303"]
+        assert "trainer.py uses `AMPMixin` and still imports apex" in kept.message

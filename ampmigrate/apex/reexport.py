@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -232,6 +233,9 @@ def _exported(tree: ast.Module) -> set[str] | None:
 # The project pass: an exporter's import goes in the run that rewrites its users
 PASS = "apex_reexports"
 _EXPORTED = "but other modules use"
+# ... and an availability probe kept for modules that test its outcome and import apex
+KEPT_PROBE = "remove it together with that module's apex use"
+_APEX_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+apex\b|import[ \t]+apex\b)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -245,9 +249,12 @@ class Users:
 
 def prepare(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -> Any:
     """True where the run may hold a star export of apex's amp (a star import and an apex amp
-    import); the settle step replaces it with what it found."""
+    import), or an availability probe of it; the settle step replaces it with what it
+    found."""
     stars = any(b"import *" in s for _, s, _ in candidates)
-    return (stars and any(b"apex" in s and b"amp" in s for _, s, _ in candidates)) or None
+    amp = [s for _, s, _ in candidates if b"apex" in s and b"amp" in s]
+    probes = any(b"ImportError" in s for s in amp)  # (a probe kept for its users: settle)
+    return (amp and (stars or probes)) or None
 
 
 def settle(
@@ -273,9 +280,41 @@ def settle(
                 frozenset(u for u, s in state.items() if s == "applied"),
                 frozenset(u for u, s in state.items() if s == "offered"),
             )
+    found.update(_probes_cleared(items, results))
     if found:
         again = replace(settings, project={**settings.project, PASS: found})
         results.update((r.path, r) for r in rerun([items[p] for p in found], again))
+
+
+def _probes_cleared(items: dict[str, Item], results: dict[str, FileResult]) -> dict[str, Users]:
+    """The modules whose availability probe stayed for modules that test its outcome and
+    import apex, where this run takes apex out of every other file of the run that imports it
+    (applied, or offered as fixes): the probe goes with them (the 70th review: kept, it
+    switched the migrated trainer to float32 where apex was not installed). One file that
+    stays on apex keeps it (the 69th review's pytorch-lightning)."""
+    kept = [
+        path for path, item in items.items()
+        if any(d.code == "AMP303" and KEPT_PROBE in d.message
+               for d in results[item[0]].diagnostics)
+    ]  # fmt: skip
+    if not kept:
+        return {}
+    applied, offered = set(), set()
+    for path, item in items.items():
+        result = results[item[0]]
+        final = result.new_source if result.changed else (result.original or item[1])
+        if path in kept or not _APEX_IMPORT.search(final or b""):
+            if result.changed and _APEX_IMPORT.search(item[1]):
+                applied.add(path)
+            continue
+        apexes = [  # (AMP301 is guidance beside AMP303's fix; AMP316 is a requirement)
+            d for d in result.diagnostics
+            if d.code.startswith("AMP3") and d.code not in ("AMP301", "AMP316")
+        ]  # fmt: skip
+        if not apexes or any(d.fix is None for d in apexes):
+            return {}  # (a file that stays on apex: every kept probe stays)
+        offered.add(path)
+    return {p: Users(frozenset(applied), frozenset(offered)) for p in kept}
 
 
 def _users(path: str, data: bytes) -> set[str] | None:

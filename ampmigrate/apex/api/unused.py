@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ampmigrate.apex.api.common import _PROBED, _SCOPES, _logs, _probing_tries
+from ampmigrate.apex.reexport import KEPT_PROBE
 from ampmigrate.apex.siblings import apex_imported_beyond
 from ampmigrate.apex.users import apex_imported_by_users, users_on_disk
 from ampmigrate.engine.names import Names
@@ -197,6 +198,12 @@ def unused_import(
         *_reporters(names.tree, recorded),  # (`def is_apex_available(): return _HAVE_APEX`)
     ][:8]  # fmt: skip
     tested = apex_imported_by_users(path, probes) if guarded and probes else None
+    if (
+        tested is not None
+        and rewritten is not None
+        and os.path.abspath(tested[0]) in rewritten.applied | rewritten.offered
+    ):  # (this run takes apex out of that module and every other: the probe goes too)
+        tested = None
     if tested is not None:
         other, line, probe = tested
         shown = os.path.relpath(other, os.path.dirname(os.path.abspath(path)))
@@ -209,8 +216,8 @@ def unused_import(
             code,
             f"`{full}` is not read in this file, but it is an availability probe (inside a "
             f"`try` that catches ImportError) and {where}: removed, the probe would report "
-            "apex as present and that module's apex code would run without apex; remove it "
-            "together with that module's apex use",
+            "apex as present and that module's apex code would run without apex; "
+            f"{KEPT_PROBE}",
             stmt,
         )
     effects = next(  # what else the `try` runs only where the import succeeds
