@@ -527,6 +527,29 @@ def test_migrated_built_trainer_trains_like_the_original(tmp_path, stub):
     _tracks(_losses(results[5][1]), _losses(results[3][1]))
 
 
+def test_a_built_trainer_returned_by_the_function_that_initializes_refuses(tmp_path):
+    """The 70th review's p27: `setup()` initializes and returns `AMPTrainer(model, ...)`; its
+    caller trains. The region after `initialize` held no forward: every step ran in float32
+    under an always-on GradScaler. Refused, saying so."""
+    root = tmp_path / "project"
+    shutil.copytree(BUILT / "before", root)
+    script = root / BUILT_FILES[1]
+    text = script.read_text()
+    text = text.replace("    trainer = (AMPTrainer", "    return (AMPTrainer").replace(
+        "    trainer.train(2)\n", ""
+    )
+    script.write_text(
+        text.replace(
+            "    main(parser.parse_args().fp16)", "    main(parser.parse_args().fp16).train(2)"
+        )
+    )
+    results = run(_files(root), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["train_net.py"].message
+    assert "`main` returns `(AMPTrainer if fp16 else SimpleTrainer)(" in message
+    assert "its caller may run the training with it after it returns" in message
+
+
 def test_a_built_trainer_whose_script_initializes_in_a_constructor_refuses(tmp_path):
     """fast-reid's own shape: `initialize` in `DefaultTrainer.__init__`, the training in its
     `train()` method: an autocast region after `initialize` would hold no forward, and the

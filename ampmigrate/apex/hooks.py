@@ -365,6 +365,20 @@ class RunnerHooks:
                 "is driven elsewhere, where the autocast region has to go; migrate by hand",
             )
             return
+        returned = next(
+            (n for s in tail for n in self._subtree(s)
+             if isinstance(n, cst.Return) and n.value is not None and self.function(n) is home),
+            None,
+        )  # fmt: skip
+        if returned is not None:  # (the 70th review's p27: `return AMPTrainer(model, ...)`)
+            self.problem(
+                returned,
+                f"`{home.name.value}` returns `{_code(self.module, returned.value)}` after "
+                "`amp.initialize`: its caller may run the training with it after it returns, "
+                "where an autocast region after `initialize` would not reach (apex's casts "
+                "lasted from `initialize` on): place the region around the training by hand",
+            )
+            return
         if any(s in self.plan.edits for s in tail):
             self.problem(
                 tail[0],
