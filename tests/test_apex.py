@@ -10930,7 +10930,7 @@ def main(steps=4):
 
 
 @pytest.mark.torch
-def test_binary_cross_entropy_in_a_branch_a_constant_attribute_rules_out_blocks_nothing():
+def test_binary_cross_entropy_in_a_branch_a_constant_attribute_rules_out_blocks_nothing(tmp_path):
     """The 69th review's HCL: the discriminator's `elif self.gan_type == "nsgan":` branch
     calls binary cross entropy, and `__init__` sets `self.gan_type = "lsgan"`, which nothing
     else assigns: the branch never runs. Refused ("calls binary cross entropy, which CUDA
@@ -10944,6 +10944,17 @@ def test_binary_cross_entropy_in_a_branch_a_constant_attribute_rules_out_blocks_
     assert banned in _message(again)
     live = DEAD_BCE.replace('self.gan_type = "lsgan"', 'self.gan_type = "nsgan"')
     assert banned in _message(live)
+    # set by name (the 70th review's p62, p64, p65), or from another module (p61)
+    named = DEAD_BCE.replace(
+        "    losses = []\n", '    setattr(dis, "gan_type", "nsgan")\n    losses = []\n'
+    )
+    assert banned in _message(named)
+    (tmp_path / "train.py").write_text(DEAD_BCE)
+    (tmp_path / "configure.py").write_text('def nsgan(dis):\n    dis.gan_type = "nsgan"\n')
+    _, remaining, fixed = fix_source(DEAD_BCE, unsafe=True, path=tmp_path / "train.py")
+    assert not fixed
+    [finding] = [d for d in remaining if d.code == "AMP303"]
+    assert banned in finding.message
 
 
 @pytest.mark.parametrize(

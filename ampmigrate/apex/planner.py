@@ -72,7 +72,7 @@ from ampmigrate.apex.infer import HandleInit, InferenceOnly
 from ampmigrate.apex.initialize import Initialize
 from ampmigrate.apex.levels import Levels
 from ampmigrate.apex.linkbase import Link
-from ampmigrate.apex.ondisk import _tree_of, module_definition
+from ampmigrate.apex.ondisk import _project_files, _read, _tree_of, module_definition
 from ampmigrate.apex.outflow import Outflow
 from ampmigrate.apex.overflows import Overflows
 from ampmigrate.apex.passed import Initializers, PassedHandles
@@ -987,6 +987,8 @@ def _constructed(tree: ast.Module) -> Iterator[tuple[str, ast.expr]]:
 
 
 _BCE_TEXT = re.compile(r"\b(?:BCELoss|binary_cross_entropy)\s*\(")
+# attributes set by name, which a constant's reading cannot follow
+_BY_NAME = re.compile(r"\bsetattr\s*\(|__dict__|\bvars\s*\(")
 
 
 def _banned_elsewhere(
@@ -1004,7 +1006,7 @@ def _banned_elsewhere(
 
     def bce(callee: ast.expr) -> str | None:
         if isinstance(callee, ast.Name) and callee.id in own:
-            return _bce_in(code, tree, callee.id, os.path.basename(path))
+            return _bce_in(code, tree, callee.id, path)
         for qualified in sorted(names.qualified(callee)):
             if qualified.startswith(("torch.", "builtins.")) or "<locals>" in qualified:
                 continue
@@ -1043,12 +1045,14 @@ def _calls_bce(path: str, definition: ast.FunctionDef | ast.ClassDef) -> str | N
     module = _tree_of(path, stat.st_mtime_ns, stat.st_size)
     if module is None:
         return None
-    return _bce_in(text, module, definition.name, os.path.basename(path))
+    return _bce_in(text, module, definition.name, path)
 
 
-def _bce_in(text: str, module: ast.Module, name: str, shown: str) -> str | None:
-    """Where the module-level class or function ``name`` (or one of its module that it names,
-    and so on) calls binary cross entropy: "`Name` (file:line)"; None: nowhere."""
+def _bce_in(text: str, module: ast.Module, name: str, path: str) -> str | None:
+    """Where the module-level class or function ``name`` of the module ``path`` (or one of
+    that module that it names, and so on) calls binary cross entropy: "`Name` (file:line)";
+    None: nowhere."""
+    shown = os.path.basename(path)
     defined = {s.name: s for s in module.body if isinstance(s, ast.FunctionDef | ast.ClassDef)}
     todo, seen = [name], set()
     while todo:
@@ -1058,7 +1062,7 @@ def _bce_in(text: str, module: ast.Module, name: str, shown: str) -> str | None:
             continue
         seen.add(name)
         segment = ast.get_source_segment(text, node) or ""
-        dead = _dead_lines(module, node) if isinstance(node, ast.ClassDef) else set()
+        dead = _dead_lines(module, node, text, path) if isinstance(node, ast.ClassDef) else set()
         for match in _BCE_TEXT.finditer(segment):
             line = node.lineno + segment[: match.start()].count(chr(10))
             if line not in dead:
@@ -1067,12 +1071,15 @@ def _bce_in(text: str, module: ast.Module, name: str, shown: str) -> str | None:
     return None
 
 
-def _dead_lines(module: ast.Module, cls: ast.ClassDef) -> set[int]:
+def _dead_lines(module: ast.Module, cls: ast.ClassDef, text: str, path: str) -> set[int]:
     """The lines of ``cls`` that cannot run: the branch of an ``if self.<attr> == <constant>:``
     (or ``!=``) that the constant ``__init__`` gives the attribute rules out, where nothing
     else in the module assigns that attribute (HCL's discriminator: ``self.gan_type =
     'lsgan'``, and its ``elif self.gan_type == 'nsgan':`` branch calls binary cross entropy;
-    the 69th review)."""
+    the 69th review), nor sets attributes by name (``setattr``, ``__dict__``, ``vars``), nor
+    does any other file of the project (the 70th review's p61-p65)."""
+    if _BY_NAME.search(text):
+        return set()
     init = next(
         (s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None
     )
@@ -1100,6 +1107,21 @@ def _dead_lines(module: ast.Module, cls: ast.ClassDef) -> set[int]:
             and stores.get(target.attr) == 1
         ):
             constants[target.attr] = statement.value.value
+    if constants and os.path.isfile(path):  # (a text with no file has no project)
+        others = _project_files(path, every_folder=True)
+        if others is None:
+            return set()
+        for other in others:
+            if os.path.abspath(other) == os.path.abspath(path):
+                continue
+            data = _read(other)  # (`x.gan_type = ...`, or the name as a string: `setattr(x,
+            # "gan_type", ...)`, a dict that updates `__dict__`)
+            if any(
+                re.search(rb"\." + re.escape(a.encode()) + rb"\s*(?:[-+*/|&]?=(?!=)|:)", data)
+                or re.search(rb"[\"']" + re.escape(a.encode()) + rb"[\"']", data)
+                for a in constants
+            ):
+                return set()
     dead: set[int] = set()
     for node in ast.walk(cls):
         test = node.test if isinstance(node, ast.If) else None
