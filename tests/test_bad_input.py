@@ -150,6 +150,7 @@ def test_a_file_python_3_cannot_parse_still_gets_its_findings(cli, tmp_path, com
     assert "with lines 4, 5 set aside; nothing is fixed until it parses" in error
     assert "old.py:6:10: AMP102" in result.stdout
     assert "old.py:7:14: AMP301 `apex.amp.initialize`" in result.stdout
+    assert "AMP303" not in result.stdout  # (a plan of the project, which the file is not in)
     assert (tmp_path / "old.py").read_bytes() == OLD_SCRIPT
     (tmp_path / "open.py").write_bytes(b"import torch\nx = f(\n  print 'a'\n)\n" + TRIGGER)
     result = cli(command, "open.py", cwd=tmp_path)

@@ -525,11 +525,12 @@ class _Planner(
         ):
             return  # (not under an `if`: `enabled=False` set apex's state up, and it passed)
         paths = {p for p in re.findall(r"[A-Za-z_][\w.]*", switch) if p not in ("and", "or", "not")}
-        loose = [
+        loose = [  # (a test of the handle governs both arms: `if amp is None: ... else:`)
             c for c in scaled
             if not any(
-                isinstance(a, cst.If | cst.IfExp) and self.within(c, a.body)
-                and (any(p in _code(self.module, a.test) for p in paths)
+                isinstance(a, cst.If | cst.IfExp)
+                and ((self.within(c, a.body)
+                      and any(p in _code(self.module, a.test) for p in paths))
                      or any(id(n) in self.handle_tests for n in self._subtree(a.test)))
                 for a in self.ancestors(c)
             )

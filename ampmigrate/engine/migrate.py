@@ -16,6 +16,7 @@ from ampmigrate.engine.discover import is_dependency_file
 from ampmigrate.engine.prefilter import Prefilter
 from ampmigrate.engine.settings import FileResult, Settings
 from ampmigrate.engine.write import read
+from ampmigrate.families import PROJECT_PASSES
 from ampmigrate.findings import Diagnostic, Fix
 from ampmigrate.notebook import Notebook, NotebookError
 
@@ -185,6 +186,11 @@ def process(
     return result
 
 
+# findings that a project pass settles over the whole run, which a file that does not parse
+# is not part of (the 70th review's p74: "no file of the project calls ..." was false)
+_PLANNED = frozenset(code for p in PROJECT_PASSES if p.settle for code in p.codes)
+
+
 def _read_around(
     source: bytes, settings: Settings, path: str, first: int
 ) -> tuple[list[int], list[Diagnostic]] | None:
@@ -219,7 +225,9 @@ def _read_around(
             _, found, _ = migrate_source(b"".join(text), replace(settings, fix=False), path)
         except Exception:  # (a reading of a broken file: the syntax error alone is reported)
             return None
-        found = [Diagnostic(**{**d.__dict__, "fix": None}) for d in found]
+        # a project-wide judgement (AMP303's plan, made as if the file were not in the run)
+        # may be false here: the file's own findings only
+        found = [Diagnostic(**{**d.__dict__, "fix": None}) for d in found if d.code not in _PLANNED]
         return (aside, found) if found else None
     return None
 
