@@ -5617,6 +5617,13 @@ def test_a_plain_backward_stepped_by_another_optimizer_after_the_step_stays_plai
         "        optimizer.step()\n", "        optimizer.step()\n        optimizer.zero_grad()\n"
     )
     assert "`optimizer.step()` is not the next step after it" in _message(kept)
+    # the zero_grad closing the iteration (the 70th review's p37) clears them as well
+    closing = SEPARATE_HEAD.replace("        optimizer.zero_grad()\n", "").replace(
+        "        losses += [", "        optimizer.zero_grad()\n        losses += ["
+    )
+    out, _ = _migrated(closing)
+    with _beside_o0(out, closing) as (migrated, before):
+        assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-3, abs=1e-4)
 
 
 HANDED_SWITCHED = """\

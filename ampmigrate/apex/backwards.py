@@ -388,9 +388,9 @@ class Backwards:
     ) -> cst.CSTNode | None:
         """A plain backward after ``opt``'s last step of its iteration (the next step, another
         optimizer's, is plain): the ``<opt or model>.zero_grad()`` statement of the loop body
-        (or of the function, called once per step) that runs first in every iteration, before
-        its scaled backwards and steps, so gradients this backward leaves on ``opt``'s
-        parameters never reach its scaled step. None: no such statement."""
+        (or of the function, called once per step) that runs in every iteration before its
+        scaled backwards and steps, or after this backward, so gradients this backward leaves
+        on ``opt``'s parameters never reach its scaled step. None: no such statement."""
         steps = self.steps.get((id(function), opt), [])
         loop = next(
             (a for a in self.ancestors(node)
@@ -404,8 +404,13 @@ class Backwards:
             return None
         first = min(self.order[id(n)] for n in (*mine, *scaled))
         for statement in _statements(home.body) or []:
-            if self.order[id(statement)] >= first:
-                return None
+            # before the iteration's scaled work, or after this backward (the 70th review's
+            # p37: `optimizer.zero_grad()` closing the iteration)
+            if (
+                first <= self.order[id(statement)]
+                and not self.order[id(statement)] > self.order[id(node)]
+            ):
+                continue
             small = statement.body if isinstance(statement, cst.SimpleStatementLine) else ()
             call = small[0].value if len(small) == 1 and isinstance(small[0], cst.Expr) else None
             if (
