@@ -567,8 +567,9 @@ def test_a_built_trainer_whose_script_initializes_in_a_constructor_refuses(tmp_p
         "        if fp16:\n"
         '            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
         "        batches = [(torch.randn(4, 8), torch.randn(4, 1))]\n"
-        "        trainer = AMPTrainer if fp16 else SimpleTrainer\n"
-        "        self.trainer = trainer(model, batches, optimizer)\n"
+        "        self.trainer = (AMPTrainer if fp16 else SimpleTrainer)(\n"
+        "            model, batches, optimizer\n"
+        "        )\n"
         "\n"
         "    def train(self):\n"
         "        self.trainer.train(2)\n"

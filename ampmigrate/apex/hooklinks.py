@@ -46,6 +46,48 @@ def _hook_class(file: _File) -> str | None:
     return cls.name
 
 
+def _has_init(file: _File, name: str) -> bool:
+    cls = next(s for s in file.tree.body if isinstance(s, ast.ClassDef) and s.name == name)
+    return any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in cls.body)
+
+
+def _builds(file: _File, name: str) -> bool:
+    """``file`` builds an object of the class ``name`` with what ``amp.initialize`` returned
+    (``AMPTrainer(model, data, optimizer)``, ``(AMPTrainer if fp16 else SimpleTrainer)(...)``)
+    and derives no class from it: a class without ``__init__`` is linked as a trainer the
+    script builds only so (a base class that the initializing class derives from is a family,
+    the 37th review's DeepFakeDetection; timm's `ApexScaler()` is a helper of the apex branch
+    that native AMP replaces)."""
+    initialized = set()
+    for call in file.members.get("initialize", []):
+        assign = file.names.parent(call)
+        if isinstance(assign, ast.Assign):
+            initialized |= {
+                ast.unparse(n) for t in assign.targets for n in ast.walk(t)
+                if isinstance(n, ast.Name | ast.Attribute)
+            }  # fmt: skip
+
+    def named(node: ast.expr) -> bool:
+        if isinstance(node, ast.IfExp):
+            return named(node.body) or named(node.orelse)
+        return (isinstance(node, ast.Name) and node.id == name) or (
+            isinstance(node, ast.Attribute) and node.attr == name
+        )
+
+    def given(call: ast.Call) -> bool:
+        values = [*call.args, *(k.value for k in call.keywords)]
+        return any(
+            isinstance(n, ast.Name | ast.Attribute) and ast.unparse(n) in initialized
+            for v in values
+            for n in ast.walk(v)
+        )
+
+    for node in ast.walk(file.tree):
+        if isinstance(node, ast.ClassDef) and any(named(b) for b in node.bases):
+            return False
+    return any(isinstance(n, ast.Call) and named(n.func) and given(n) for n in ast.walk(file.tree))
+
+
 _STATE = {"state_dict", "load_state_dict"}
 
 
@@ -90,6 +132,7 @@ def _hook_links(
     hooks = {f.path: name for f in files if f.path not in taken and (name := _hook_class(f))}
     if not hooks:
         return {}
+    built = {f.path for f in files if f.path in hooks and not _has_init(f, hooks[f.path])}
     free = [f for f in files if f.path not in taken]
     runners = {f.path: name for f in free if (name := _runner_class(f))}
     helpers = {f.path: n for f in free if f.path not in runners and (n := _state_helpers(f))}
@@ -101,7 +144,7 @@ def _hook_links(
         siblings = {s.path for s in apex_siblings(caller.path, graph)}
         if not siblings & hooks.keys():  # wired by a registry, through the entry point
             siblings = _through_entry(caller.path, hooks, everything, graph) or siblings
-        hooked = siblings & hooks.keys()
+        hooked = {h for h in siblings & hooks.keys() if h not in built or _builds(caller, hooks[h])}
         state = frozenset(siblings - hooked)
         if len(hooked) == 1 and state <= runners.keys() | helpers.keys():
             found.setdefault((hooked.pop(), state), []).append(caller.path)
