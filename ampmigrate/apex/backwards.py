@@ -332,13 +332,7 @@ class Backwards:
         if any(a.keyword is None or a.keyword.value not in ("retain_graph",) for a in call.args):
             return "it is given arguments other than `retain_graph`", None
         steps = self.steps.get((id(function), opt), [])
-        # the iteration that steps: the innermost loop around it holding a step of `opt` (an
-        # inner loop of adversarial backwards is part of one step)
-        loop = next(
-            (a for a in self.ancestors(node)
-             if isinstance(a, Loop) and any(self.within(s, a) for s in steps)),
-            None,
-        )  # fmt: skip
+        loop = self._stepping_loop(node, steps)
         later = {  # the step statements after it, in its iteration: their step call
             n: step
             for n in self.nodes[self.order[id(node)] + 1 :]
@@ -383,6 +377,15 @@ class Backwards:
             ), None
         return None, None
 
+    def _stepping_loop(self, node: cst.CSTNode, steps: list) -> cst.CSTNode | None:
+        """The iteration that steps: the innermost loop around ``node`` holding one of ``steps``
+        (an inner loop of adversarial backwards is part of one step)."""
+        return next(
+            (a for a in self.ancestors(node)
+             if isinstance(a, Loop) and any(self.within(s, a) for s in steps)),
+            None,
+        )  # fmt: skip
+
     def _cleared_next_time(
         self, node, function, opt: str, models: set[str], withs: list
     ) -> cst.CSTNode | None:
@@ -392,11 +395,7 @@ class Backwards:
         scaled backwards and steps, or after this backward, so gradients this backward leaves
         on ``opt``'s parameters never reach its scaled step. None: no such statement."""
         steps = self.steps.get((id(function), opt), [])
-        loop = next(
-            (a for a in self.ancestors(node)
-             if isinstance(a, Loop) and any(self.within(s, a) for s in steps)),
-            None,
-        )  # fmt: skip
+        loop = self._stepping_loop(node, steps)
         home = loop if loop is not None else function
         mine = [s for s in steps if self.within(s, home)]
         scaled = [w for w in withs if self.within(w, home)]
