@@ -527,6 +527,31 @@ def test_migrated_built_trainer_trains_like_the_original(tmp_path, stub):
     _tracks(_losses(results[5][1]), _losses(results[3][1]))
 
 
+@pytest.mark.parametrize("shape", ["alias", "subclass"])
+def test_a_built_trainer_through_a_name_or_a_subclass_is_linked(tmp_path, shape):
+    """The 70th review's p26 and p23: the script binds the class to a name first (`cls =
+    AMPTrainer if fp16 else SimpleTrainer`, then `cls(model, ...)`), or builds a subclass of
+    the trainer that scales (`LoggingAMPTrainer(AMPTrainer)`, beside it): both files are
+    rewritten together, the trainer that scales gains its `__init__`."""
+    root = tmp_path / "project"
+    shutil.copytree(BUILT / "before", root)
+    script, loop = root / BUILT_FILES[1], root / BUILT_FILES[0]
+    if shape == "alias":
+        script.write_text(
+            script.read_text().replace(
+                "    trainer = (AMPTrainer if fp16 else SimpleTrainer)(",
+                "    cls = AMPTrainer if fp16 else SimpleTrainer\n    trainer = cls(",
+            )
+        )
+    else:
+        loop.write_text(loop.read_text() + "\n\nclass LoggingAMPTrainer(AMPTrainer):\n    pass\n")
+        script.write_text(script.read_text().replace("AMPTrainer", "LoggingAMPTrainer"))
+    results = run(_files(root), _settings(fix=True))
+    changed = {Path(r.path).name: r for r in results if r.changed}
+    assert sorted(changed) == ["train_loop.py", "train_net.py"]
+    assert "self.scaler = torch.amp.GradScaler(" in changed["train_loop.py"].new_source.decode()
+
+
 def test_a_built_trainer_returned_by_the_function_that_initializes_refuses(tmp_path):
     """The 70th review's p27: `setup()` initializes and returns `AMPTrainer(model, ...)`; its
     caller trains. The region after `initialize` held no forward: every step ran in float32

@@ -51,13 +51,31 @@ def _has_init(file: _File, name: str) -> bool:
     return any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in cls.body)
 
 
-def _builds(file: _File, name: str) -> bool:
-    """``file`` builds an object of the class ``name`` with what ``amp.initialize`` returned
-    (``AMPTrainer(model, data, optimizer)``, ``(AMPTrainer if fp16 else SimpleTrainer)(...)``)
-    and derives no class from it: a class without ``__init__`` is linked as a trainer the
-    script builds only so (a base class that the initializing class derives from is a family,
-    the 37th review's DeepFakeDetection; timm's `ApexScaler()` is a helper of the apex branch
-    that native AMP replaces)."""
+def _family(file: _File, name: str) -> set[str]:
+    """``name`` and the classes of ``file`` derived from it, directly or through each other
+    (a ``LoggingAMPTrainer(AMPTrainer)`` beside it, the 70th review's p23)."""
+    found = {name}
+    grown = True
+    while grown:
+        grown = False
+        for node in file.tree.body:
+            if (
+                isinstance(node, ast.ClassDef)
+                and node.name not in found
+                and any(ast.unparse(b).rpartition(".")[2] in found for b in node.bases)
+            ):
+                found.add(node.name)
+                grown = True
+    return found
+
+
+def _builds(file: _File, names: set[str]) -> bool:
+    """``file`` builds an object of one of the classes ``names`` with what ``amp.initialize``
+    returned (``AMPTrainer(model, data, optimizer)``, ``(AMPTrainer if fp16 else
+    SimpleTrainer)(...)``, a name bound to either) and derives no class from them: a class
+    without ``__init__`` is linked as a trainer the script builds only so (a base class that
+    the initializing class derives from is a family, the 37th review's DeepFakeDetection;
+    timm's `ApexScaler()` is a helper of the apex branch that native AMP replaces)."""
     initialized = set()
     for call in file.members.get("initialize", []):
         assign = file.names.parent(call)
@@ -67,12 +85,20 @@ def _builds(file: _File, name: str) -> bool:
                 if isinstance(n, ast.Name | ast.Attribute)
             }  # fmt: skip
 
-    def named(node: ast.expr) -> bool:
+    def named(node: ast.expr, aliases: frozenset[str] = frozenset()) -> bool:
         if isinstance(node, ast.IfExp):
-            return named(node.body) or named(node.orelse)
-        return (isinstance(node, ast.Name) and node.id == name) or (
-            isinstance(node, ast.Attribute) and node.attr == name
+            return named(node.body, aliases) or named(node.orelse, aliases)
+        return (isinstance(node, ast.Name) and node.id in names | aliases) or (
+            isinstance(node, ast.Attribute) and node.attr in names
         )
+
+    # a name bound to the class, or to a choice of it (`cls = AMPTrainer if fp16 else
+    # SimpleTrainer`, then `cls(model, ...)`: the 70th review's p26)
+    aliases = frozenset(
+        n.targets[0].id for n in ast.walk(file.tree)
+        if isinstance(n, ast.Assign) and len(n.targets) == 1
+        and isinstance(n.targets[0], ast.Name) and named(n.value)
+    )  # fmt: skip
 
     def given(call: ast.Call) -> bool:
         values = [*call.args, *(k.value for k in call.keywords)]
@@ -84,8 +110,10 @@ def _builds(file: _File, name: str) -> bool:
 
     for node in ast.walk(file.tree):
         if isinstance(node, ast.ClassDef) and any(named(b) for b in node.bases):
-            return False
-    return any(isinstance(n, ast.Call) and named(n.func) and given(n) for n in ast.walk(file.tree))
+            return False  # (the caller's own class derives from it: a family)
+    return any(
+        isinstance(n, ast.Call) and named(n.func, aliases) and given(n) for n in ast.walk(file.tree)
+    )
 
 
 _STATE = {"state_dict", "load_state_dict"}
@@ -132,7 +160,11 @@ def _hook_links(
     hooks = {f.path: name for f in files if f.path not in taken and (name := _hook_class(f))}
     if not hooks:
         return {}
-    built = {f.path for f in files if f.path in hooks and not _has_init(f, hooks[f.path])}
+    built = {
+        f.path: _family(f, hooks[f.path])
+        for f in files
+        if f.path in hooks and not _has_init(f, hooks[f.path])
+    }
     free = [f for f in files if f.path not in taken]
     runners = {f.path: name for f in free if (name := _runner_class(f))}
     helpers = {f.path: n for f in free if f.path not in runners and (n := _state_helpers(f))}
@@ -144,7 +176,7 @@ def _hook_links(
         siblings = {s.path for s in apex_siblings(caller.path, graph)}
         if not siblings & hooks.keys():  # wired by a registry, through the entry point
             siblings = _through_entry(caller.path, hooks, everything, graph) or siblings
-        hooked = {h for h in siblings & hooks.keys() if h not in built or _builds(caller, hooks[h])}
+        hooked = {h for h in siblings & hooks.keys() if h not in built or _builds(caller, built[h])}
         state = frozenset(siblings - hooked)
         if len(hooked) == 1 and state <= runners.keys() | helpers.keys():
             found.setdefault((hooked.pop(), state), []).append(caller.path)
