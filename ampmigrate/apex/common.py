@@ -294,6 +294,39 @@ _NO_SPACE = cst.AssignEqual(
 )
 
 
+def parameter_places(function: cst.FunctionDef, method: bool) -> dict[str, tuple[int, cst.Param]]:
+    """Each parameter of ``function`` by name: (its position as a call gives it, -1 keyword
+    only; a method's first parameter, given by the instance, has none), and the parameter."""
+    params = function.params
+    listed = [*params.posonly_params, *params.params][1 if method else 0 :]
+    return {p.name.value: (i, p) for i, p in enumerate(listed)} | {
+        p.name.value: (-1, p) for p in params.kwonly_params
+    }
+
+
+def none_comparison(node: cst.CSTNode, name: cst.CSTNode) -> bool | None:
+    """``node`` is ``<name> is not None`` (True) or ``<name> is None`` (False); None: neither."""
+    if not (isinstance(node, cst.Comparison) and node.left is name and len(node.comparisons) == 1):
+        return None
+    target = node.comparisons[0]
+    if (
+        isinstance(target.operator, cst.Is | cst.IsNot)
+        and isinstance(target.comparator, cst.Name)
+        and target.comparator.value == "None"
+    ):
+        return isinstance(target.operator, cst.IsNot)
+    return None
+
+
+def is_docstring(statement: cst.CSTNode) -> bool:
+    """``statement`` opens with a string (a docstring where it comes first in a body)."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
+
+
 def given_at(call: cst.Call, name: str, at: int) -> cst.BaseExpression | None:
     """What ``call`` gives the parameter ``name`` at position ``at`` (-1: keyword only)."""
     for index, arg in enumerate(call.args):

@@ -234,6 +234,14 @@ class Delegate:
             self.through_partial[id(call)] = bound
         return calls
 
+    def calls_through(self, reference: cst.CSTNode) -> list[cst.Call] | None:
+        """The calls a read of a function's name makes of it: the call it is the callee of,
+        or the calls of a local ``functools.partial`` alias of it; None: read otherwise."""
+        call = self.parent(reference)
+        if isinstance(call, cst.Call) and call.func is reference:
+            return [call]
+        return self._partial_calls(reference)
+
     def given_args(self, call: cst.Call) -> list[cst.Arg]:
         """The arguments ``call`` gives its function: a call through a ``functools.partial``
         alias gives the partial's own first."""

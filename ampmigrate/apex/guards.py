@@ -9,7 +9,7 @@ import re
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code, _imports_something, _statements
+from ampmigrate.apex.common import _code, _imports_something, _statements, none_comparison
 from ampmigrate.apex.verdict import (
     APEX,
     ASSERTS_MISSING,
@@ -485,14 +485,9 @@ class Guards:
         expr: cst.CSTNode = node
         value = True  # `amp` itself is truthy now
         if isinstance(parent, cst.Comparison) and parent.left is node:
-            target = parent.comparisons[0] if len(parent.comparisons) == 1 else None
-            if (
-                target is not None
-                and isinstance(target.operator, cst.Is | cst.IsNot)
-                and isinstance(target.comparator, cst.Name)
-                and target.comparator.value == "None"
-            ):
-                expr, value = parent, isinstance(target.operator, cst.IsNot)
+            on = none_comparison(parent, node)
+            if on is not None:
+                expr, value = parent, on
             else:
                 parent = None
         elif not isinstance(

@@ -22,6 +22,7 @@ from ampmigrate.apex.common import (
     _Setup,
     _statements,
     defined_method,
+    is_docstring,
     is_path,
     read_names,
 )
@@ -141,8 +142,7 @@ class RunnerHooks:
             '    self.scaler = torch.amp.GradScaler("cuda")\n'
         )
         body = list(cls.body.body)
-        docstring = bool(body) and _is_docstring(body[0])
-        at = 1 if docstring else 0
+        at = 1 if body and is_docstring(body[0]) else 0
         placed = init.with_changes(leading_lines=[cst.EmptyLine(indent=False)] if at else [])
 
         def add(u: cst.IndentedBlock) -> cst.IndentedBlock:
@@ -428,12 +428,3 @@ def _target_codes(module: cst.Module, target: cst.BaseExpression) -> list[str]:
     if isinstance(target, cst.Tuple | cst.List):
         return [c for e in target.elements for c in _target_codes(module, e.value)]
     return [_code(module, target)]
-
-
-def _is_docstring(statement: cst.CSTNode) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Expr)
-        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
-    )

@@ -16,6 +16,7 @@ from ampmigrate.apex.common import (
     _is_call_of,
     given_at,
     is_path,
+    parameter_places,
 )
 from ampmigrate.apex.initialize import _literal
 from ampmigrate.apex.users import calls_keep_default, level_elsewhere
@@ -516,11 +517,7 @@ class Levels:
         method = isinstance(self.parent(self.parent(function)), cst.ClassDef)
         if not method and self.parent(function) is not self.module:
             return None
-        params = function.params
-        listed = [p for p in (*params.posonly_params, *params.params)][1 if method else 0 :]
-        where = {p.name.value: (i, p) for i, p in enumerate(listed)} | {
-            p.name.value: (-1, p) for p in params.kwonly_params
-        }
+        where = parameter_places(function, method)
         if level.value not in where or level.value in self.facts(function.body).assigned:
             return None
         at, param = where[level.value]

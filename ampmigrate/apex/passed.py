@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ampmigrate.apex.common import _code, _Setup, initialize_arguments
+from ampmigrate.apex.common import _code, _Setup, initialize_arguments, none_comparison
 from ampmigrate.apex.statelinks import keeps_state_only
 from ampmigrate.apex.users import users_on_disk
 from ampmigrate.apex.verdict import APEX, SUPPORTED, used_as_value
@@ -669,15 +669,9 @@ def _tested(
     """``node`` as a test of whether apex is on: (the expression to replace, True where it
     holds when apex is on): ``x is not None``, ``x is None``, ``if x:``, ``not x``, ``a if x
     else b``, ``while x:``, ``assert x``. None: any other use."""
-    if isinstance(parent, cst.Comparison) and parent.left is node and len(parent.comparisons) == 1:
-        target = parent.comparisons[0]
-        if (
-            isinstance(target.operator, cst.Is | cst.IsNot)
-            and isinstance(target.comparator, cst.Name)
-            and target.comparator.value == "None"
-        ):
-            return parent, isinstance(target.operator, cst.IsNot)
-        return None
+    if isinstance(parent, cst.Comparison):
+        on = none_comparison(parent, node)
+        return (parent, on) if on is not None else None
     if (
         isinstance(parent, cst.If | cst.While | cst.IfExp | cst.Assert) and parent.test is node
     ) or (isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)):

@@ -387,14 +387,10 @@ class Regions:
             for node in self.nodes:
                 if not (isinstance(node, cst.Name) and node.value == name) or node is function.name:
                     continue
-                call = self.parent(node)
-                if not (isinstance(call, cst.Call) and call.func is node):
-                    aliased = self._partial_calls(node)  # (`b = partial(f, fp16)`: b's calls)
-                    if aliased is None:
-                        return []  # handed on or rebound: its callers are not all here
-                    calls += aliased
-                    continue
-                calls.append(call)
+                made = self.calls_through(node)  # (`b = partial(f, fp16)`: b's calls)
+                if made is None:
+                    return []  # handed on or rebound: its callers are not all here
+                calls += made
         for call in calls:
             args = self.given_args(call)
             keyword = next(

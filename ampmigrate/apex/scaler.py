@@ -23,6 +23,7 @@ from ampmigrate.apex.common import (
     calls_up,
     defined_method,
     inner_comma,
+    is_docstring,
     uncommented,
     wrapping_decorator,
 )
@@ -595,15 +596,7 @@ class Scaler:
         def declare(u: cst.IndentedBlock) -> cst.IndentedBlock:
             u = inner(u) if inner is not None else u
             body = list(u.body)
-            docstring = (
-                bool(body)
-                and isinstance(body[0], cst.SimpleStatementLine)
-                and (
-                    isinstance(body[0].body[0], cst.Expr)
-                    and isinstance(body[0].body[0].value, cst.SimpleString | cst.ConcatenatedString)
-                )
-            )
-            at = 1 if docstring else 0
+            at = 1 if body and is_docstring(body[0]) else 0
             return u.with_changes(body=[*body[:at], declaration, *body[at:]])
 
         self.plan.edits[home] = define

@@ -16,6 +16,7 @@ from ampmigrate.apex.common import (
     _Setup,
     _statements,
     given_at,
+    parameter_places,
     wrapping_decorator,
 )
 from ampmigrate.apex.users import users_on_disk
@@ -279,11 +280,8 @@ class Switches:
             return on  # called: in an importer of a setup function, in `main` (NVIDIA's BERT))
         seen |= {id(function)}
         params = function.params
-        listed = [p.name.value for p in (*params.posonly_params, *params.params)]
-        listed = listed[1:] if method else listed  # (`self.step(x)` gives no `self`)
-        where = {n: i for i, n in enumerate(listed)} | {
-            p.name.value: -1 for p in params.kwonly_params
-        }
+        # (`self.step(x)` gives no `self`)
+        where = {n: at for n, (at, _) in parameter_places(function, method).items()}
         differs = set(self.facts(function.body).assigned) | {
             star.name.value
             for star in (params.star_arg, params.star_kwarg)
@@ -342,14 +340,10 @@ class Switches:
         calls = []
         if not method:
             for ref in self._references(name):
-                call = self.parent(ref)
-                if not (isinstance(call, cst.Call) and call.func is ref):
-                    aliased = self._partial_calls(ref)
-                    if aliased is None:
-                        return None
-                    calls += aliased
-                    continue
-                calls.append(call)
+                made = self.calls_through(ref)
+                if made is None:
+                    return None
+                calls += made
             if self._called_elsewhere(name):
                 return None  # (called from other files too: W1's fine-tuning pass, `fp16=False`)
         else:

@@ -214,19 +214,14 @@ def _read_around(
             b"if True:" if opens else b"pass"
         )  # fmt: skip
         text[line - 1] = indent + placeholder + old[len(body) :]
-        try:
-            parse(b"".join(text))
-        except SyntaxError as exc:
-            line = exc.lineno or 0
-            continue
-        except (RecursionError, MemoryError, ValueError):
-            return None
-        try:
+        try:  # (its parse is the test: the next line it stops at, if any)
             _, found, _ = migrate_source(b"".join(text), replace(settings, fix=False), path)
+        except InvalidSource as exc:
+            syntax = exc.__cause__
+            line = (syntax.lineno or 0) if isinstance(syntax, SyntaxError) else 0
+            continue
         except Exception:  # (a reading of a broken file: the syntax error alone is reported)
             return None
-        # a project-wide judgement (AMP303's plan, made as if the file were not in the run)
-        # may be false here: the file's own findings only
         found = [Diagnostic(**{**d.__dict__, "fix": None}) for d in found if d.code not in _PLANNED]
         return (aside, found) if found else None
     return None
