@@ -37,9 +37,11 @@ class ProjectPass:
     ``prepare(settings, candidates, paths) -> settings`` runs before the files are analysed (its
     result reaches every worker through ``Settings.project[name]``); ``settle(settings,
     candidates, results, rerun)``, if any, runs after, and may analyse files again with
-    ``rerun(items, settings)`` (both sides of a pair rewritten or neither). ``dependency_files``:
-    it reads the files that declare requirements (discovery then finds them; a run of one such
-    file needs it too).
+    ``rerun(items, settings)`` (both sides of a pair rewritten or neither). ``adopt(data) ->
+    {path: codes}``, if any: files of the run that the prefilter dropped and that those rules
+    must analyse all the same (a function that receives apex's module from another file).
+    ``dependency_files``: it reads the files that declare requirements (discovery then finds
+    them; a run of one such file needs it too).
     """
 
     name: str
@@ -47,6 +49,7 @@ class ProjectPass:
     module: str
     prepare: str
     settle: str | None = None
+    adopt: str | None = None
     dependency_files: bool = False
 
     def function(self, attribute: str) -> Callable[..., Any]:
@@ -82,6 +85,13 @@ PROJECT_PASSES: tuple[ProjectPass, ...] = (
         module="ampmigrate.apex.check",
         prepare="link_pairs",
         settle="settle_pairs",
+    ),
+    ProjectPass(
+        name="apex_handed",
+        codes=frozenset({"AMP303"}),
+        module="ampmigrate.apex.handedout",
+        prepare="prepare",
+        adopt="adopt",
     ),
     ProjectPass(  # after apex_links: its settle decides which files are rewritten
         name="apex_reexports",

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ampmigrate.apex.casts import Casts, casting, components, key, layer_edits, layer_findings
+from ampmigrate.apex.handedout import PASS as HANDED
+from ampmigrate.apex.handedout import handed_calls
 from ampmigrate.apex.reexport import PASS as REEXPORTS
 from ampmigrate.apex.reexport import localized, rewrite_state
 from ampmigrate.apex.strays import _apex_uses, apex_calls, stored_calls, stray_calls
@@ -35,6 +37,18 @@ PASS = "apex_links"
 
 
 def check(
+    tree: ast.Module, source: Source, names: Names, rules: list[Rule], settings: Settings
+) -> list[Finding]:
+    handed = settings.project.get(HANDED, {}).get(os.path.abspath(source.path))
+    found = _checked(tree, source, names, rules, settings)
+    if handed is not None:  # (apex's module reaches functions of the file as a parameter)
+        from ampmigrate.apex.handedout import check as check_handed
+
+        found += check_handed(tree, source, rules, handed)
+    return found
+
+
+def _checked(
     tree: ast.Module, source: Source, names: Names, rules: list[Rule], settings: Settings
 ) -> list[Finding]:
     linked = settings.project.get(PASS, {})
@@ -63,7 +77,7 @@ def check(
         local = localized(tree, source, names, [n for n, _ in stray]) if stray else None
         if isinstance(local, Source):  # (apex's amp from a project module's star export)
             local_tree = ast.parse(local.text)
-            return check(local_tree, local, Names(local_tree), rules, settings)
+            return _checked(local_tree, local, Names(local_tree), rules, settings)
         if isinstance(local, str):
             stray = [(stray[0][0], f"line {stray[0][0].lineno}: {local}")]
         if stray:
@@ -72,7 +86,7 @@ def check(
             message = refusal(why for _, why in stray)
             where = Span(*source.position(stray[0][0]))
             return [Finding(rule.code, message, where) for rule in rules]
-        handed = _handed(names)
+        handed = list(handed_calls(names))
         if handed:  # (Lightning's backends: `model.configure_apex(amp, ...)`)
             from ampmigrate.apex.verdict import refusal, used_as_value
 
@@ -106,31 +120,6 @@ def check(
     message = refusal([f"line {calls[0].lineno}: {why}: migrate this file by hand"])
     where = Span(*source.position(calls[0]))
     return [Finding(rule.code, message, where) for rule in rules]
-
-
-def _handed(names: Names) -> list[tuple[ast.Name, ast.Call]]:
-    """apex's amp module passed as an argument (``model.configure_apex(amp, ...)``) in a file
-    that calls nothing of it: the callee calls apex through its parameter."""
-    found = []
-    for binding in names.imports():
-        stmt, alias = binding.node, binding.alias
-        module = stmt.module if isinstance(stmt, ast.ImportFrom) and not stmt.level else None
-        if alias is None or not (
-            (module == "apex" and alias.name == "amp")
-            or (isinstance(stmt, ast.Import) and alias.name == "apex.amp" and alias.asname)
-        ):
-            continue
-        for node in names.spelled(alias.asname or alias.name):
-            parent = names.parent(node)
-            call = names.parent(parent) if isinstance(parent, ast.keyword) else parent
-            if (
-                isinstance(node, ast.Name)
-                and isinstance(node.ctx, ast.Load)
-                and isinstance(call, ast.Call)
-                and (node in call.args or parent in call.keywords)
-            ):
-                found.append((node, call))
-    return found
 
 
 def _unused(names: Names, rules: list[Rule], source: Source, reexports: Any) -> list[Finding]:

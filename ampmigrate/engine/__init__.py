@@ -22,7 +22,7 @@ from typing import Any
 
 from ampmigrate.engine.discover import is_dependency_file
 from ampmigrate.engine.prefilter import Prefilter
-from ampmigrate.engine.settings import FileResult, Settings
+from ampmigrate.engine.settings import ADOPTED, FileResult, Settings
 from ampmigrate.engine.write import read
 from ampmigrate.families import PROJECT_PASSES, ProjectPass
 
@@ -148,6 +148,9 @@ def _run(
         passes = _passes(settings, paths, candidates)
         found = {p.name: p.function(p.prepare)(settings, candidates, paths) for p in passes}
         found = {name: value for name, value in found.items() if value}
+        adopted = _adopt(passes, found, by_name, results, candidates, ignored_codes)
+        if adopted:
+            found[ADOPTED] = adopted
         if found:
             settings = replace(settings, project={**settings.project, **found})
         total = len(candidates)
@@ -184,6 +187,43 @@ def _run(
             if p.settle and p.name in settings.project:
                 p.function(p.settle)(settings, candidates, results, _process_batch)
     return [results[str(p)] for p in paths]
+
+
+def _adopt(
+    passes: list[ProjectPass],
+    found: dict[str, Any],
+    by_name: dict[str, Path],
+    results: dict[str, FileResult],
+    candidates: list[Item],
+    ignored_codes: Callable[[Path], frozenset[str]] | None,
+) -> dict[str, frozenset[str]]:
+    """The files of the run the prefilter dropped that a project pass has analysed for some of
+    its rules (added to ``candidates``): by absolute path, the codes."""
+    wanted: dict[str, frozenset[str]] = {}
+    for p in passes:
+        if p.adopt and p.name in found:
+            for path, codes in p.function(p.adopt)(found[p.name]).items():
+                wanted[path] = wanted.get(path, frozenset()) | codes
+    if not wanted:
+        return {}
+    adopted = {}
+    for name, _, _ in candidates:  # (passed the prefilter for other rules)
+        codes = wanted.get(os.path.abspath(name))
+        if codes is not None:
+            adopted[os.path.abspath(name)] = codes
+    for name, result in list(results.items()):
+        codes = wanted.get(os.path.abspath(name))
+        if codes is None or result.error is not None:
+            continue
+        try:
+            data = read(by_name[name])
+        except OSError:
+            continue
+        ignored = ignored_codes(by_name[name]) if ignored_codes else frozenset()
+        del results[name]
+        candidates.append((name, data, ignored))
+        adopted[os.path.abspath(name)] = codes
+    return adopted
 
 
 Scanned = tuple[str, bytes | None, str | None]  # (path, the bytes if worth parsing, error)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import os
 from collections.abc import Iterable
 
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.prefilter import Prefilter, new_memo
-from ampmigrate.engine.settings import Settings
+from ampmigrate.engine.settings import ADOPTED, Settings
 from ampmigrate.engine.source import Source
 from ampmigrate.families import FAMILIES, family
 from ampmigrate.findings import Diagnostic, Finding, Span
@@ -54,7 +55,12 @@ class Analysis:
         self.source = Source.from_bytes(data, path)
         self._names: Names | None = None
         known = new_memo()  # the rules share anchors, words and shapes: test each once
-        rules = [r for r in settings.rules if rule_prefilter(r.triggers).may_match(data, known)]
+        adopted = settings.project.get(ADOPTED, {}).get(os.path.abspath(path), ()) if path else ()
+        rules = [
+            r
+            for r in settings.rules
+            if r.code in adopted or rule_prefilter(r.triggers).may_match(data, known)
+        ]
         self.findings: list[Finding] = self._run(rules, settings) if rules else []
 
     def _run(self, rules: list[Rule], settings: Settings) -> list[Finding]:

@@ -9,6 +9,10 @@ from typing import Any
 from ampmigrate.catalog import Rule, Safety
 from ampmigrate.findings import Diagnostic, Fix
 
+# settings.project's key for the files project passes have analysed though the prefilter
+# dropped them (by absolute path, the rule codes): see ``ProjectPass.adopt``
+ADOPTED = "adopted"
+
 
 @dataclass(frozen=True)
 class Settings:

@@ -1,0 +1,124 @@
+"""apex's amp module handed to a function of another file (Lightning's ``configure_apex``): the
+callee's apex calls through its parameter are reported where they are, with the calls that
+hand the module over, and nothing there is rewritten."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ampmigrate.catalog import all_rules
+from ampmigrate.engine import Settings, run
+
+HELPERS = """\
+def prepare(model, optimizer, amp=None):
+    if amp:
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    return model, optimizer
+
+
+class Module:
+    def configure_apex(self, amp, model, optimizers, level):
+        model, optimizers = amp.initialize(model, optimizers, opt_level=level)
+        return model, optimizers
+
+    @staticmethod
+    def restore(amp, state):
+        amp.load_state_dict(state["amp"])
+
+
+def unrelated(amp, value):
+    return amp.initialize(value)
+"""
+
+TRAIN = """\
+from apex import amp
+from helpers import prepare, Module
+
+def main(model, optimizer, data, state):
+    model, optimizer = prepare(model, optimizer, amp=amp)
+    m = Module()
+    model, optimizer = m.configure_apex(amp, model, optimizer, "O1")
+    m.restore(amp, state)
+    for x in data:
+        loss = model(x).sum()
+        with amp.scale_loss(loss, optimizer) as s:
+            s.backward()
+        optimizer.step()
+"""
+
+
+def _project(root: Path, helpers: str = HELPERS, train: str = TRAIN) -> list[Path]:
+    (root / "helpers.py").write_text(helpers)
+    (root / "train.py").write_text(train)
+    return [root / "helpers.py", root / "train.py"]
+
+
+def _results(paths: list[Path], fix: bool = False) -> dict[str, list]:
+    settings = Settings(rules=tuple(all_rules().values()), fix=fix, unsafe_fixes=True)
+    return {Path(r.path).name: [*r.fixed, *r.diagnostics] for r in run(paths, settings, jobs=1)}
+
+
+def test_each_function_that_receives_apex_module_reports_its_uses(tmp_path):
+    found = _results(_project(tmp_path))["helpers.py"]
+    assert [d.code for d in found] == ["AMP303"]
+    message = found[0].message
+    assert found[0].line == 3  # the first use: prepare's initialize
+    assert "(3 blockers)" in message
+    assert (
+        "line 3: `amp.initialize` calls apex amp through the parameter `amp` of `prepare`, "
+        "which train.py:5 fills with apex's module"
+    ) in message
+    assert (
+        "line 9: `amp.initialize` calls apex amp through the parameter `amp` of "
+        "`configure_apex`, which train.py:7 fills"
+    ) in message
+    # a static method: the first argument is its first parameter
+    assert (
+        "line 14: `amp.load_state_dict` calls apex amp through the parameter `amp` of "
+        "`restore`, which train.py:8 fills"
+    ) in message
+    assert "`unrelated`" not in message  # nothing hands it the module
+
+
+def test_a_function_of_the_same_name_that_the_caller_does_not_import_is_not_reported(tmp_path):
+    paths = _project(tmp_path)
+    other = tmp_path / "other.py"
+    other.write_text("def prepare(model, optimizer, amp=None):\n    return amp.initialize(model)\n")
+    found = _results([*paths, other])
+    assert "other.py" not in found or not found["other.py"]
+
+
+def test_nothing_is_rewritten_and_a_second_run_says_the_same(tmp_path):
+    paths = _project(tmp_path)
+    before = {p: p.read_bytes() for p in paths}
+    first = _results(paths, fix=True)
+    assert [d.code for d in first["helpers.py"]] == ["AMP303"]
+    assert {p: p.read_bytes() for p in paths} == before
+    second = _results(paths, fix=True)
+    assert [d.message for d in first["helpers.py"]] == [d.message for d in second["helpers.py"]]
+
+
+def test_noqa_on_the_use_suppresses_it(tmp_path):
+    helpers = HELPERS.replace('opt_level="O1")', 'opt_level="O1")  # noqa: AMP303')
+    paths = _project(tmp_path, helpers=helpers)
+    settings = Settings(rules=tuple(all_rules().values()))
+    (result,) = [r for r in run(paths, settings, jobs=1) if r.path.endswith("helpers.py")]
+    assert [d for d in result.diagnostics if d.code == "AMP303"] == []
+    assert result.suppressed
+
+
+def test_the_file_without_apex_is_analysed_only_where_a_call_hands_the_module_over(tmp_path):
+    train = TRAIN.replace("prepare(model, optimizer, amp=amp)", "prepare(model, optimizer)")
+    train = train.replace('m.configure_apex(amp, model, optimizer, "O1")', "(model, optimizer)")
+    train = train.replace("m.restore(amp, state)", "m.restore(None, state)")
+    found = _results(_project(tmp_path, train=train))
+    assert found["helpers.py"] == []
+
+
+def test_cli_reports_it_in_a_project_run(tmp_path, cli):
+    _project(tmp_path)
+    done = cli("check", "--select", "AMP303", "--output-format", "concise", ".", cwd=tmp_path)
+    assert done.returncode == 1
+    lines = [line for line in done.stdout.splitlines() if line.startswith("helpers.py")]
+    assert len(lines) == 1 and lines[0].startswith("helpers.py:3:")
+    assert "AMP303" in lines[0] and "train.py:5" in lines[0]
