@@ -4748,6 +4748,62 @@ def test_a_level_parameter_every_call_gives_a_literal_is_that_literal():
     assert "the parameter `level`: a caller may pass any level" in unknown
 
 
+LEVEL_METHOD = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.model = torch.nn.Linear(4, 2).to("cuda")
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def setup(self, level):
+        self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level=level)
+
+    def run(self):
+        losses = []
+        for _ in range(3):
+            loss = self.model(torch.ones(8, 4).to("cuda") * 0.1).float().pow(2).mean()
+            self.optimizer.zero_grad()
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+            self.optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+
+def main():
+    trainer = Trainer()
+    trainer.setup("O1")
+    return trainer.run()
+"""
+
+
+@pytest.mark.torch
+def test_a_level_parameter_of_a_method_called_through_an_instance(tmp_path):
+    """The 70th review's probe: `trainer = Trainer(); trainer.setup("O1")`, the level a
+    parameter of the method, was "a caller may pass any level"; it is the literal the calls
+    give, through `self` or through a name the class's constructor binds. Another module that
+    calls a method of that name may pass any level: it was rewritten as O1 all the same (a
+    wrong rewrite, for `t.setup("O2")` there), and is refused now."""
+    out, _ = _migrated(LEVEL_METHOD)
+    assert 'self.scaler = torch.amp.GradScaler("cuda")' in out
+    with _beside_o0(out, LEVEL_METHOD) as (migrated, before):
+        assert migrated["main"]() == pytest.approx(before["main"](), rel=2e-3, abs=1e-4)
+    rebound = LEVEL_METHOD.replace("    trainer.setup", "    trainer = make()\n    trainer.setup")
+    assert "a caller may pass any level" in _message(rebound)
+    (tmp_path / "trainer.py").write_text(LEVEL_METHOD)
+    (tmp_path / "other.py").write_text(
+        'from trainer import Trainer\n\nt = Trainer()\nt.setup("O2")\n'
+    )
+    out, remaining, _ = fix_source(LEVEL_METHOD, unsafe=True, path=tmp_path / "trainer.py")
+    [amp303] = [d for d in remaining if d.code == "AMP303"]
+    assert out == LEVEL_METHOD
+    assert "the parameter `level`: a caller may pass any level" in amp303.message
+
+
 def test_an_unused_dotted_amp_import_is_reported_once_and_goes():
     """`import apex.amp as amp` and `import apex.amp` that nothing reads (evaluation scripts
     of a fast-adversarial family, 27th review) had no finding: the file still failed without

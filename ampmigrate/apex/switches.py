@@ -10,6 +10,7 @@ import textwrap
 
 import libcst as cst
 
+from ampmigrate.apex.clip import _called_elsewhere
 from ampmigrate.apex.common import (
     _code,
     _is_call_of,
@@ -361,12 +362,34 @@ class Switches:
                     isinstance(call, cst.Call)
                     and call.func is node
                     and isinstance(node.value, cst.Name)
-                    and node.value.value == first
-                    and self.parent(self.parent(caller)) is owner
+                    and (
+                        (node.value.value == first and self.parent(self.parent(caller)) is owner)
+                        or self._instance_of(node.value, owner)
+                    )
                 ):
                     return None
                 calls.append(call)
+            if self.path and _called_elsewhere(self.path, {name}):
+                return None  # (another module calls a method of that name: any level)
         return None if any(a.star for c in calls for a in c.args) else calls
+
+    def _instance_of(self, name: cst.Name, owner: cst.CSTNode) -> bool:
+        """``name`` holds an object the class ``owner`` makes: its one binding where it is read
+        is ``name = Owner(...)`` (``t = Trainer(model, optimizer)``, then ``t.setup("O1")``)."""
+        scope = self.scopes.get(name)
+        bound = list(scope[name.value]) if scope is not None else []
+        if not isinstance(owner, cst.ClassDef) or len(bound) != 1:
+            return False
+        target = getattr(bound[0], "node", None)
+        statement = self.parent(self.parent(target)) if isinstance(target, cst.Name) else None
+        return (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and statement.targets[0].target is target
+            and isinstance(statement.value, cst.Call)
+            and isinstance(statement.value.func, cst.Name)
+            and statement.value.func.value == owner.name.value
+        )
 
     def _calls_home(self, function: cst.FunctionDef, setup: _Setup) -> bool:
         """``function`` itself calls the function that initializes (by its name)."""
