@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import importlib.machinery
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import types
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -4802,6 +4804,74 @@ def test_a_level_parameter_of_a_method_called_through_an_instance(tmp_path):
     [amp303] = [d for d in remaining if d.code == "AMP303"]
     assert out == LEVEL_METHOD
     assert "the parameter `level`: a caller may pass any level" in amp303.message
+
+
+INTERPRETER_PROBE = """\
+import importlib.util
+import sys
+
+import torch
+
+try:
+    from apex import amp
+except ImportError as no_apex:
+    pass
+
+
+def train(fp16=True):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if fp16:
+        if PROBE:
+            raise ImportError("Please install apex to use fp16 training.") from no_apex
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    losses = []
+    for _ in range(3):
+        loss = model(torch.ones(8, 4).to("cuda") * 0.1).float().pow(2).mean()
+        optimizer.zero_grad()
+        if fp16:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+"""
+
+
+@pytest.mark.torch
+def test_an_availability_test_asked_of_the_interpreter_folds_to_installed(monkeypatch):
+    """The 71st review's wrong rewrite (joeynmt 2.0): `if "apex" not in sys.modules: raise
+    ImportError(...) from no_apex` stayed while the rewrite removed the only apex import, so
+    every fp16 run raised (NameError on the removed handler's name). Such a test (also
+    `find_spec`, `sys.modules.get`, `"amp" not in globals()`) folds to "installed", as a flag
+    set in the guard does; where the file imports apex beyond amp it is refused."""
+    for probe in (
+        '"apex" not in sys.modules',
+        'importlib.util.find_spec("apex") is None',
+        'sys.modules.get("apex") is None',
+        '"amp" not in globals()',
+        'not sys.modules.get("apex.amp")',
+    ):
+        source = INTERPRETER_PROBE.replace("PROBE", probe)
+        out, _ = _migrated(source)
+        assert "no_apex" not in out and "raise" not in out, probe
+        for name in ("apex", "apex.amp"):  # (the original runs where apex is installed)
+            module = types.ModuleType(name)
+            module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+            monkeypatch.setitem(sys.modules, name, module)
+        original = source.replace("    from apex import amp\n", "    pass\n")
+        with _beside_o0(out, original) as (migrated, before):
+            for fp16 in (True, False):
+                got, want = migrated["train"](fp16), before["train"](fp16)
+                assert got == pytest.approx(want, rel=2e-3, abs=1e-4)
+    beyond = INTERPRETER_PROBE.replace("PROBE", '"apex" not in sys.modules').replace(
+        "    from apex import amp\n",
+        "    from apex import amp\n    from apex.parallel import DDP\n",
+    )
+    assert "asks the interpreter whether apex is there" in _message(beyond)
 
 
 def test_an_unused_dotted_amp_import_is_reported_once_and_goes():

@@ -228,17 +228,20 @@ class Guards:
     def _beyond_amp(self) -> bool:
         """``apex.<member>`` is read for a member that is not mixed precision
         (``apex.parallel.convert_syncbn_model``), and for nothing else but amp."""
-        members = set()
-        for node in self.nodes:
-            if (
-                isinstance(node, cst.Attribute)
-                and isinstance(node.value, cst.Name)
-                and node.value.value == "apex"
-                and "apex" in self.qualified(node.value)
-                and not self._in_import(node)
-            ):
-                members.add(node.attr.value)
+        members = self._apex_members()
         return bool(members & NOT_PRECISION) and members <= NOT_PRECISION | {"amp"}
+
+    def _apex_members(self) -> set[str]:
+        """The members read of ``apex`` itself (``apex.parallel``, ``apex.amp``)."""
+        return {
+            node.attr.value
+            for node in self.nodes
+            if isinstance(node, cst.Attribute)
+            and isinstance(node.value, cst.Name)
+            and node.value.value == "apex"
+            and "apex" in self.qualified(node.value)
+            and not self._in_import(node)
+        }
 
     def _stays(self, what: str) -> None:
         self.plan.notes.append(
@@ -397,6 +400,87 @@ class Guards:
                     and not self._rebound_here(node)
                 ):
                     self._guard(node)
+
+    def _interpreter_probes(self) -> None:
+        """apex's availability asked of the interpreter, not of a name the guard binds
+        (joeynmt: `if "apex" not in sys.modules: raise ImportError(...) from no_apex`;
+        ``importlib.util.find_spec("apex")``, ``sys.modules.get("apex")``, ``"amp" in
+        globals()``; the 71st review): nothing imports apex once the rewrite is done, so the
+        test would say "missing" on every run (joeynmt's raise then ran on every fp16 run). It
+        folds to "installed", as a flag the guard sets does; where the file also imports apex
+        beyond amp, what the test guards may be that, which stays: refused."""
+        for node in self.nodes:
+            probe = self._asks_interpreter(node)
+            if probe is None:
+                continue
+            expr, value = probe
+            if self._apex_beyond_amp():
+                self.problem(
+                    node,
+                    f"`{_code(self.module, expr)}` asks the interpreter whether apex is there, "
+                    "and this file imports apex beyond amp, which stays: what the test guards "
+                    "may be either; once the rewrite removes the amp import, nothing imports "
+                    "apex for it to see: test for what the code needs, by hand",
+                )
+                continue
+            self._fold(expr, value)
+
+    def _asks_interpreter(self, node: cst.CSTNode) -> tuple[cst.CSTNode, bool] | None:
+        """(the test, its value with apex installed) where ``node`` is such a test."""
+        if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+            target = node.comparisons[0]
+            right = target.comparator
+            if not (
+                isinstance(target.operator, cst.In | cst.NotIn)
+                and isinstance(node.left, cst.SimpleString)
+            ):
+                return None
+            text = node.left.evaluated_value
+            listed = (
+                isinstance(right, cst.Call)
+                and isinstance(right.func, cst.Name)
+                and right.func.value in ("globals", "locals", "dir")
+                and not right.args
+                and f"builtins.{right.func.value}" in self.qualified(right.func)
+            )
+            if (text in ("apex", APEX) and "sys.modules" in self.qualified(right)) or (
+                listed and text in self.bound
+            ):
+                return node, isinstance(target.operator, cst.In)
+            return None
+        if not (
+            isinstance(node, cst.Call)
+            and len(node.args) == 1
+            and isinstance(node.args[0].value, cst.SimpleString)
+            and node.args[0].value.evaluated_value in ("apex", APEX)
+            and self.qualified(node.func) & _LOOKUPS
+        ):
+            return None
+        on = none_comparison(self.parent(node), node)
+        if on is not None:
+            return self.parent(node), on
+        if isinstance(self.parent(node), cst.If | cst.UnaryOperation | cst.BooleanOperation):
+            return node, True
+        return None
+
+    def _apex_beyond_amp(self) -> bool:
+        """The file imports something of apex besides amp (``from apex.parallel import
+        ...``, ``import apex`` read as ``apex.optimizers``)."""
+        for node in self.nodes:
+            if isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+                module = _code(self.module, node.module)
+                names = [] if isinstance(node.names, cst.ImportStar) else node.names
+                if module.startswith("apex.") and module != APEX:
+                    return True
+                if module == "apex" and any(a.evaluated_name != "amp" for a in names):
+                    return True
+            if isinstance(node, cst.Import) and any(
+                _code(self.module, a.name).startswith("apex.")
+                and _code(self.module, a.name) != APEX
+                for a in node.names
+            ):
+                return True
+        return bool(self._apex_members() - {"amp"})
 
     def _amp_only_apex(self, node: cst.CSTNode) -> bool:
         """``apex`` itself (``import apex``) in a file that uses nothing of apex but its amp:
@@ -775,6 +859,12 @@ class Guards:
 
     def _in_import(self, node: cst.CSTNode) -> bool:
         return any(isinstance(a, cst.Import | cst.ImportFrom) for a in self.ancestors(node))
+
+
+# what asks the interpreter for a module by its name
+_LOOKUPS = frozenset({
+    "sys.modules.get", "importlib.util.find_spec", "importlib.find_loader", "pkgutil.find_loader",
+})  # fmt: skip
 
 
 def _probe(call: cst.Call) -> bool:

@@ -611,6 +611,7 @@ class _Planner(
             self.verify(gated)
             return self.plan
         self._values(calls)
+        self._interpreter_probes()
         # a store that is followed goes; one that is not keeps the plan from being applied
         self.removed |= {self.statement(n) for n in self.kept.values()}
         if self.kept and not one:
