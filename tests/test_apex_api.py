@@ -105,6 +105,39 @@ def test_rmsnorm_respects_the_project_torch_floor():
     )
 
 
+def test_floors_older_than_the_torch_api_withhold_the_fix():
+    """The 72nd review's wrong rewrites: a project on torch 1.0/1.1 (TinyBERT's `torch>=1.0.1`)
+    got `torch.optim.AdamW` (torch 1.2) and DDP's `find_unused_parameters` (1.1), which raise
+    there. Each is withheld with the version it needs; FusedAdam's L2 mode, torch.optim.Adam,
+    is in every torch."""
+    cases = {
+        "from apex.optimizers import FusedAdam\nopt = FusedAdam(p, lr=1e-3)\n": (
+            (1, 1),
+            (1, 2),
+            "`torch.optim.AdamW` needs torch >= 1.2; the project supports torch 1.1",
+        ),
+        "from apex.parallel import DistributedDataParallel as DDP\nnet = DDP(net)\n": (
+            (1, 0),
+            (1, 1),
+            "`find_unused_parameters=True` (which keeps apex's tolerance of "
+            "parameters without a gradient) needs torch >= 1.1; the project supports torch 1.0",
+        ),
+        "from apex.parallel import convert_syncbn_model\nnet = convert_syncbn_model(net)\n": (
+            (1, 0),
+            (1, 1),
+            "needs torch >= 1.1; the project supports torch 1.0",
+        ),
+    }
+    for source, (old, new, text) in cases.items():
+        settings = Settings(rules=tuple(all_rules().values()), target_torch=old)
+        _, remaining, _ = migrate_source(source.encode(), settings)
+        [finding] = remaining
+        assert finding.fix is None and text in finding.message, source
+        assert _fix(source, target_torch=new)[0] != source
+    l2 = "from apex.optimizers import FusedAdam\nopt = FusedAdam(p, adam_w_mode=False)\n"
+    assert "opt = torch.optim.Adam(p)\n" in _fix(l2, target_torch=(1, 0))[0]
+
+
 def test_a_none_fallback_is_an_availability_flag_not_a_migration():
     source = """
     import torch

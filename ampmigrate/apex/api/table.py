@@ -35,7 +35,7 @@ class Target:
     write: tuple[tuple[str, str], ...] = ()  # written out when absent (apex's default differs)
     required: int = 1
     accepts: str = ""
-    min_torch: tuple[int, ...] = ()  # () where every torch a project may still declare has it
+    min_torch: tuple[int, ...] = ()  # () where torch 1.0 has it already
     as_value: str = ""  # "": a reference may become the torch name; else why it may not
     as_type: str = ""  # "": an isinstance class may become the torch class; else why not
 
@@ -141,6 +141,7 @@ _add(
         accepts=f"the same update rule; {_STEP}",
         as_value=_OPTIMIZER_VALUE.format(new="torch.optim.AdamW"),
         as_type=_OPTIMIZER_TYPE,
+        min_torch=(1, 2),  # AdamW (pytorch#21250); Adam for adam_w_mode=False: any (targets)
     ),
 )
 _add(
@@ -362,6 +363,7 @@ _add(
         ),
         as_value="used as a value: torch DDP re-broadcasts buffers by default "
         "(`broadcast_buffers=True`) where apex never did, and the calls are not visible here",
+        min_torch=(1, 1),  # `find_unused_parameters` (torch 1.0's DDP raises TypeError on it)
     ),
 )  # fmt: skip
 _SYNCBN = ("apex.parallel.SyncBatchNorm", "apex.parallel.optimized_sync_batchnorm.SyncBatchNorm",
@@ -385,6 +387,7 @@ _add(
             "the same parameters and buffers; torch raises on CPU input while training with a "
             "process group"
         ),
+        min_torch=(1, 1),
     ),
 )  # fmt: skip
 _add(
@@ -401,6 +404,7 @@ _add(
             "new Parameters and set `training=True`): an optimizer built before the conversion "
             "keeps working"
         ),
+        min_torch=(1, 1),
     ),
 )
 

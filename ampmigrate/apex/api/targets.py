@@ -43,6 +43,26 @@ _WORLD_SIZE = frozenset({
 _NORM_MODULES = frozenset({"apex.normalization", "apex.normalization.fused_layer_norm"})
 
 
+# what a rewrite needs where the torch name itself is older than its floor
+_FLOORED = {
+    "torch.nn.parallel.DistributedDataParallel": "`find_unused_parameters=True` (which keeps "
+    "apex's tolerance of parameters without a gradient)",
+}
+
+
+def _adam_l2(node: ast.expr, parent: ast.AST | None) -> bool:
+    """``FusedAdam(..., adam_w_mode=False)``: its rewrite is ``torch.optim.Adam``, which every
+    torch has (AdamW's floor is not its)."""
+    return (
+        isinstance(parent, ast.Call)
+        and parent.func is node
+        and any(
+            k.arg == "adam_w_mode" and isinstance(k.value, ast.Constant) and k.value.value is False
+            for k in parent.keywords
+        )
+    )
+
+
 class Targets:
     """The targets stage of the non-amp planner (mixed into ``plan._Planner``)."""
 
@@ -50,9 +70,11 @@ class Targets:
         self, node: ast.expr, parent: ast.AST | None, name: str, target: Target, conditional: bool
     ) -> None:
         head = f"`{name}` -> `{target.new}`"
-        if target.min_torch and self.floor is not None and self.floor < target.min_torch:
-            needs, floor = (".".join(map(str, v)) for v in (target.min_torch, self.floor))
-            reason = f"`{target.new}` needs torch >= {needs}; the project supports torch {floor}"
+        least = () if _adam_l2(node, parent) else target.min_torch
+        if least and self.floor is not None and self.floor < least:
+            needs, floor = (".".join(map(str, v)) for v in (least, self.floor))
+            what = _FLOORED.get(target.new, f"`{target.new}`")
+            reason = f"{what} needs torch >= {needs}; the project supports torch {floor}"
             self._report(target, node, f"{head}: no automatic fix: {reason}", None)
             return
         if isinstance(parent, ast.Call) and parent.func is node:
