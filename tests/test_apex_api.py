@@ -1830,25 +1830,20 @@ except ImportError:
 """
 
 
-def test_apex_code_the_project_defines_again_in_its_except_keeps_the_fallback():
+def test_apex_code_the_project_defines_again_in_its_except_is_named_not_fixed():
     """fairseq's `modules/cross_entropy.py` (OFA's copy, the 47th review): apex.contrib's
     xentropy, which has no torch counterpart, is used only by `cross_entropy` inside the
-    `try`, and the `except ImportError` defines `cross_entropy` again in torch. That fallback
-    is what the project runs without apex: kept, the `try` dropped (its log line with it).
-    The migrated module runs. A fallback that raises, one that does not define every name, or
-    an apex name read outside the `try` keeps the refusal."""
-    torch = __import__("torch")
+    `try`, and the `except ImportError` defines `cross_entropy` again in torch. The fix kept
+    that fallback, but its results are not the kernel's (the 72nd review: fairseq's `mean`
+    divides by every target under apex, by those not ignored in the fallback: 1.964 against
+    2.946 on a padded batch), and a name without a counterpart gets no fix: the finding names
+    the fallback as the migration by hand. Other shapes name the names alone."""
     out, remaining, fixed = _fix(_OWN_FALLBACK)
-    [finding] = [d for d in fixed if d.code == "AMP315"]
-    assert not remaining and "apex" not in out and "xentropy" not in out, out
-    assert "\ndef cross_entropy(logits, target, ignore_index=-100):\n    return _cross" in out
-    assert "the `except` at line 24 defines `cross_entropy` again without apex" in (finding.message)
-    assert finding.fix == "unsafe" and _fix(out)[0] == out
-    namespace: dict = {}
-    exec(compile(out, "migrated", "exec"), namespace)
-    logits, target = torch.randn(4, 5), torch.tensor([0, 1, 2, 3])
-    expected = torch.nn.functional.cross_entropy(logits, target)
-    assert torch.allclose(namespace["cross_entropy"](logits, target), expected)
+    assert out == _OWN_FALLBACK and not fixed
+    [finding] = [d for d in remaining if d.code == "AMP315"]
+    assert finding.fix is None
+    assert "the `except` at line 24 defines `cross_entropy` again without apex" in finding.message
+    assert "the migration by hand, once its results are checked" in finding.message
     for old, new in (
         ("    def cross_entropy(logits, target, ignore_index=-100):\n        return _cross",
          '    raise ImportError("apex")\n\n    def unused():\n        return _cross'),

@@ -291,7 +291,8 @@ class Fallbacks:
         <apex's kernel> except ImportError: def cross_entropy(...): <torch>`` (fairseq's
         ``modules/cross_entropy.py``, copied in OFA and other forks; the 47th review): apex
         code the tool has no torch form of, defined again by the project's ``except`` for a
-        machine without apex. That fallback is the migration: kept, and the ``try`` dropped.
+        machine without apex. That fallback may be the migration, but its results are not
+        apex's kernel's (the 72nd review: fairseq's mean over ignored targets): named, no fix.
         False where the shape differs (the other rules then speak for the names)."""
         if len(node.handlers) != 1 or not _catches_import_error(node.handlers[0]):
             return False
@@ -346,16 +347,17 @@ class Fallbacks:
         defined = ", ".join(f"`{n}`" for n in sorted(_bound_names(others)))
         target = next((TARGETS[n] for n in names if n in TARGETS), None)
         message = (
-            f"`{names[-1]}` has no torch counterpart here, and the `except` at line "
+            f"`{names[-1]}` has no torch counterpart here; the `except` at line "
             f"{node.handlers[0].lineno} defines {defined} again without apex, with the same "
             "parameters and returning what the `try`'s own code returns for some inputs (a CPU "
-            "tensor, say): the fix keeps that fallback and drops the `try`, so the project's "
-            "own code now runs where apex's kernel ran (its speed and rounding; what apex's "
-            "kernel computed otherwise is not compared)"
+            "tensor, say): keeping that fallback and dropping the `try` is the migration by "
+            "hand, once its results are checked against those of the `try`'s code on the "
+            "inputs apex's kernel took, which the tool does not compare (fairseq's "
+            "`cross_entropy` averages over every target under apex, over those not ignored "
+            "in its fallback)"
         )
-        edit = Edit(*self._statement_lines(node), self._dedented(kept, node))
         code = target.code if target else table.NO_NATIVE
-        self.findings.append(Finding(code, message, imports[-1], Fix("unsafe", edits=(edit,))))
+        self.findings.append(Finding(code, message, imports[-1]))
         self._consumed.add(node)
         return True
 
