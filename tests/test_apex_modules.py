@@ -395,6 +395,61 @@ def test_apex_handed_out_by_a_function_is_reported_where_it_is_used(tmp_path):
     assert "which holds what `get_amp(...)` (line 4) returns" in alone.message, alone.message
 
 
+KEEPS_GET_AMP = """\
+import torch
+from helpers import get_amp
+from tuning import fine_tune
+
+
+class Summarizer:
+    def fit(self, model, opt, batches, fp16):
+        self.amp = get_amp(fp16)
+        if self.amp:
+            model, opt = self.amp.initialize(model, opt, opt_level="O1")
+        return [fine_tune(model, opt, x, y, amp=self.amp) for x, y in batches]
+
+    def checkpoint(self):
+        return {"amp": self.amp.state_dict() if self.amp else None}
+"""
+FINE_TUNE = """\
+import torch
+
+
+def fine_tune(model, opt, x, y, amp=None):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    with amp.scale_loss(loss, opt) as scaled_loss:
+        scaled_loss.backward()
+    opt.step()
+    state = amp.state_dict()
+    return loss.item(), state
+"""
+
+
+def test_apex_handed_out_by_a_function_and_kept_on_an_object_is_reported(tmp_path):
+    """The 71st review's silent gap (nlp-recipes' summarizer): `self.amp = get_amp(fp16)`, then
+    `self.amp.initialize(...)` and `self.amp.state_dict()` in a file without `scale_loss`:
+    no finding at all (and, with `self.amp.scale_loss`, the false "only where another file
+    keeps it there"). Also: `amp.state_dict()` through the parameter that scales was left off
+    the helper's blockers."""
+    (tmp_path / "helpers.py").write_text(GET_AMP)
+    (tmp_path / "summarizer.py").write_text(KEEPS_GET_AMP)
+    (tmp_path / "tuning.py").write_text(FINE_TUNE)
+    results = run(sorted(tmp_path.glob("*.py")), _settings())
+    found = {Path(r.path).name: [d for d in r.diagnostics if d.code == "AMP303"] for r in results}
+    [kept] = found["summarizer.py"]
+    assert kept.fix is None and kept.line == 10
+    for line, call in ((10, "initialize"), (14, "state_dict")):
+        assert (
+            f"line {line}: `self.amp.{call}` calls apex amp through `self.amp`, which holds "
+            "what `get_amp(...)` (helpers.py:1) returns (stored at line 8)"
+        ) in kept.message
+    [tuning] = found["tuning.py"]
+    assert "line 6: `amp.scale_loss`" in tuning.message
+    assert "line 9: `amp.state_dict` calls apex amp's `state_dict` through `amp`" in (
+        tuning.message
+    )
+
+
 HOOKED = FIXTURES / "apex" / "runner_hook"
 HOOK_FILES = ["selfsup/apis/train.py", "selfsup/hooks/optimizer_hook.py"]
 

@@ -175,6 +175,12 @@ def stray_calls(
         and isinstance(n.targets[0], ast.Name) and n.targets[0].id not in roots
         and any(q == APEX.rstrip(".") for q in names.qualified(n.value))
     } if roots else {}  # fmt: skip
+    scaling = {  # (a name a caller hands in, how) where it scales a loss
+        (c.func.value.id, _handed_in(c.func.value, names))
+        for c in ast.walk(tree)
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+        and c.func.attr in ("scale_loss", "master_params") and isinstance(c.func.value, ast.Name)
+    }  # fmt: skip
     for node in ast.walk(tree):
         if isinstance(node, ast.Return) and roots:
             if _hands_out(node, names):
@@ -295,6 +301,15 @@ def stray_calls(
                 f"at line {loaded[1]}: the rewrite follows only import statements; write "
                 "`from apex import amp` (or migrate it by hand) first"
             )))  # fmt: skip
+        elif isinstance(holder, ast.Attribute) and (
+            kept := _stored_from_helper(holder, tree, names, path)
+        ):
+            found.append((node, (
+                f"line {node.lineno}: `{shown}` calls apex amp through "
+                f"`{ast.unparse(holder)}`, which holds what {kept[0]} returns (stored at line "
+                f"{kept[1]}): apex's amp module, which the rewrite does not follow through a "
+                "function's return; hand a GradScaler there instead and migrate both, by hand"
+            )))  # fmt: skip
         elif isinstance(holder, ast.Attribute) and ast.unparse(holder) in stored:
             called = {
                 c.func.attr
@@ -354,7 +369,13 @@ def stray_calls(
         elif (
             isinstance(holder, ast.Name)
             and holder.id not in roots  # (a file that imports other apex names: Hongik's)
-            and node.func.attr in ("scale_loss", "master_params")
+            and (
+                node.func.attr in ("scale_loss", "master_params")
+                # (its state, where the same name also scales: nlp-recipes' `fine_tune`)
+                or (
+                    node.func.attr in _MEMBERS and (holder.id, _handed_in(holder, names)) in scaling
+                )
+            )
             and "amp" in holder.id.lower()
             and (given := _handed_in(holder, names))
         ):
@@ -598,8 +619,36 @@ def _given_by(holder: ast.Name, names: Names, path: str | None) -> str | None:
     module (defined in this file, or imported from a module on disk): how to name it (None:
     not so)."""
     for call in _bound_calls(holder, names):
-        if not isinstance(call.func, ast.Name):
-            continue
+        given = _apex_helper(call, names, path)
+        if given is not None:
+            return given
+    return None
+
+
+def _stored_from_helper(
+    holder: ast.Attribute, tree: ast.Module, names: Names, path: str | None
+) -> tuple[str, int] | None:
+    """``self.amp = get_amp(fp16)`` somewhere in the file, where ``get_amp`` returns apex's
+    amp module (nlp-recipes' summarizer, the 71st review: its ``self.amp.initialize`` had no
+    finding): how to name the helper and the store's line (None: not so)."""
+    spelled = ast.unparse(holder)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Attribute)
+            and ast.unparse(node.targets[0]) == spelled
+            and isinstance(node.value, ast.Call)
+            and (given := _apex_helper(node.value, names, path)) is not None
+        ):
+            return given, node.lineno
+    return None
+
+
+def _apex_helper(call: ast.Call, names: Names, path: str | None) -> str | None:
+    """``call`` calls a function that returns apex's amp module (defined in this file, or
+    imported from a module on disk): how to name it (None: not so)."""
+    if isinstance(call.func, ast.Name):
         for helper in names.bindings(call.func):
             if isinstance(helper.node, ast.FunctionDef) and _returns_apex(helper.node, names):
                 return f"`{call.func.id}(...)` (line {helper.node.lineno})"
