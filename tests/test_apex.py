@@ -6702,6 +6702,30 @@ def test_tenth_review_a_registration_in_main_before_the_training_call_goes():
     assert "`amp.register_half_function` has no O1 rewrite" in _message(late)
 
 
+def test_a_registration_in_a_file_that_does_not_initialize_says_what_it_does():
+    """The 71st review's false reason (DensePhrases' `generate_phrase_vecs.py`): an inference
+    script registers einsum with apex and never initializes amp; "has no O1 rewrite" was
+    false: apex reads its registry only in `initialize`, so the call does nothing there."""
+    source = """
+        import torch
+
+
+        def main(fp16):
+            if fp16:
+                try:
+                    import apex
+                    apex.amp.register_half_function(torch, "einsum")
+                except ImportError:
+                    raise ImportError("Please install apex to use fp16.")
+    """
+    message = _message(source)
+    assert "has no O1 rewrite" not in message
+    assert (
+        "`amp.register_half_function` adds to apex's registry, which apex reads only when "
+        "`amp.initialize` runs, and this file does not initialize amp"
+    ) in message
+
+
 NET_LOOP = """\
 optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
 net, optimizer = amp.initialize(net, optimizer, opt_level="O1")

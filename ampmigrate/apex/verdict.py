@@ -88,6 +88,9 @@ ASSERTS_MISSING = "an assertion that apex is missing: remove it by hand"
 
 # what the rewrite writes in a layer module that the initializing files reach (casts.py)
 LAYER_ONLY = frozenset({"float_function", "disable_casts"})
+_REGISTRATIONS = frozenset({
+    "register_half_function", "register_float_function", "register_promote_function",
+})  # fmt: skip
 
 
 def no_rewrite(member: str, initializing: bool = False) -> str:
@@ -100,6 +103,14 @@ def no_rewrite(member: str, initializing: bool = False) -> str:
             f"`amp.{member}` in the file that initializes amp is not rewritten: its torch.amp "
             "form is written only in a layer module that the initializing files import; move "
             f"it there or migrate it by hand ({hint})"
+        )
+    if member in _REGISTRATIONS and not initializing:  # (the 71st review's false reason)
+        return (
+            f"`amp.{member}` adds to apex's registry, which apex reads only when "
+            "`amp.initialize` runs, and this file does not initialize amp: where nothing in "
+            "the program does, the call does nothing: delete it with its apex import (and "
+            "the guard around them); where another module does, torch.amp has no registry: "
+            "cast the op's inputs there (AMP301's guidance); by hand"
         )
     if member.startswith("lists."):  # (AMP301 has no finding on these)
         hint = (
