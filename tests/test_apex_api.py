@@ -2587,3 +2587,19 @@ def test_an_identity_test_of_the_class_holds_back_the_construction_too(test):
     assert out == textwrap.dedent(source)
     built = next(d for d in remaining if d.code == "AMP311" and d.line == 5)
     assert "a type test of apex's class at line 6" in built.message
+
+
+def test_contrib_optimizers_are_named_for_their_own_update_rule():
+    """The 72nd review: apex.contrib's (pre-2019) FusedAdam was told to use `timm.optim.Lamb`
+    or DeepSpeed's FusedLamb, the LAMB text; each contrib optimizer names its own kind."""
+    texts = {
+        "FusedAdam": "its nearest torch counterparts are `torch.optim.Adam` and "
+        "`torch.optim.AdamW`, which have no `max_grad_norm`",
+        "FusedSGD": "its torch counterpart is `torch.optim.SGD`",
+        "FusedLAMB": "torch has no LAMB optimizer",
+    }
+    for name, text in texts.items():
+        source = f"from apex.contrib.optimizers import {name}\n\nopt = {name}(params, lr=1e-3)\n"
+        [finding] = [d for d in _fix(source)[1] if d.code == "AMP315"]
+        assert text in finding.message and finding.fix is None, name
+        assert ("LAMB" in finding.message) == (name == "FusedLAMB"), finding.message

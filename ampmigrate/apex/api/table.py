@@ -443,6 +443,21 @@ _LAMB = (
     "torch has no LAMB optimizer; projects use `timm.optim.Lamb` (a pure-PyTorch port of "
     "FusedLAMB with its defaults) or `deepspeed.ops.lamb.FusedLamb`, or keep apex for it"
 )
+# apex.contrib's optimizers are the pre-2019 ones, driven by its FP16_Optimizer (the 72nd review:
+# its FusedAdam was told to use a LAMB optimizer)
+_PRE_2019 = (
+    "; it also takes `step(grads=..., scale=...)` from apex's FP16_Optimizer, which torch's "
+    "`step()` does not: migrate it with that wrapper (a GradScaler), by hand"
+)
+_CONTRIB_ADAM = (
+    "apex.contrib's FusedAdam is the pre-2019 one: its nearest torch counterparts are "
+    "`torch.optim.Adam` and `torch.optim.AdamW`, which have no `max_grad_norm` (clip with "
+    "`torch.nn.utils.clip_grad_norm_` before the step) nor `eps_inside_sqrt`" + _PRE_2019
+)
+_CONTRIB_SGD = (
+    "apex.contrib's FusedSGD is the pre-2019 one: its torch counterpart is `torch.optim.SGD`"
+    + _PRE_2019
+)
 _COMPILED = "apex's compiled CUDA extension `{name}`: {instead}"
 _MULTI_TENSOR = (
     "its kernels have no public torch counterpart; the private `torch._foreach_*` ops "
@@ -525,7 +540,15 @@ INSTEAD: tuple[tuple[str, str], ...] = (
     ("apex.contrib.optimizers.distributed_fused_adam",
      "`torch.distributed.optim.ZeroRedundancyOptimizer(params, "
      "optimizer_class=torch.optim.AdamW)` or FSDP shard the optimizer state"),
-    ("apex.contrib.optimizers", _LAMB.replace("LAMB optimizer", "counterpart of this optimizer")),
+    *((name, _CONTRIB_ADAM) for name in (
+        "apex.contrib.optimizers.FusedAdam", "apex.contrib.optimizers.fused_adam")),
+    *((name, _CONTRIB_SGD) for name in (
+        "apex.contrib.optimizers.FusedSGD", "apex.contrib.optimizers.fused_sgd")),
+    *((name, _LAMB) for name in (
+        "apex.contrib.optimizers.FusedLAMB", "apex.contrib.optimizers.fused_lamb")),
+    ("apex.contrib.optimizers",
+     "this `apex.contrib` optimizer has no torch counterpart; keep apex for it, or replace it "
+     "by the torch optimizer of its update rule by hand"),
     ("apex.contrib.layer_norm",
      "`torch.nn.LayerNorm(hidden_size, eps)` / `torch.nn.functional.layer_norm`"),
     ("apex.contrib.group_norm", "`torch.nn.GroupNorm` (and `torch.nn.functional.silu` for `act`)"),
