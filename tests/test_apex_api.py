@@ -2603,3 +2603,30 @@ def test_contrib_optimizers_are_named_for_their_own_update_rule():
         [finding] = [d for d in _fix(source)[1] if d.code == "AMP315"]
         assert text in finding.message and finding.fix is None, name
         assert ("LAMB" in finding.message) == (name == "FusedLAMB"), finding.message
+
+
+def test_a_fallback_alias_nothing_reads_is_its_own_migration():
+    """The 72nd review's over-refusal (Lumina-mGPT): `FusedAdam as AdamW` with a torch AdamW
+    fallback, and the file builds `torch.optim.AdamW` itself: "AdamW's defaults differ" was
+    no reason, as nothing reads the name; the `try` goes, the fallback stays. Called once, the
+    call gets apex's `weight_decay=0.0` written out, as before."""
+    source = textwrap.dedent("""\
+        import torch
+
+        try:
+            from apex.optimizers import FusedAdam as AdamW
+        except ImportError:
+            from torch.optim import AdamW
+
+
+        def build(model):
+            return torch.optim.AdamW(model.parameters(), lr=1e-3)
+    """)
+    out, remaining, fixed = _fix(source)
+    assert "apex" not in out and "from torch.optim import AdamW\n" in out and not remaining
+    [finding] = fixed
+    assert "nothing reads `AdamW` outside the `try`" in finding.message
+    assert _fix(out)[0] == out
+    read = source.replace("torch.optim.AdamW(model", "AdamW(model")
+    out, remaining, _ = _fix(read)
+    assert "return AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)" in out

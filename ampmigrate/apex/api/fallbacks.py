@@ -652,6 +652,14 @@ class Fallbacks:
             if value != target.new and decay is not None and not _literal_in(decay, (0,)):
                 return ""
             calls += 1
+        if not calls and not any(
+            isinstance(use, ast.Name) and use.id == name and not self._inside(use, node)
+            for use in ast.walk(self.tree)
+        ):  # (Lumina-mGPT: `FusedAdam as AdamW` that nothing reads, the 72nd review)
+            return (
+                f"nothing reads `{name}` outside the `try` (nor imports it from this module), "
+                "so no default of it ever applies"
+            )
         if not calls:
             return ""
         if value != target.new:
