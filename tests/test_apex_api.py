@@ -570,7 +570,9 @@ def test_a_fallback_that_is_not_the_torch_counterpart_is_not_kept_as_the_migrati
             "import mypkg.norm as FusedLayerNorm", "binds `FusedLayerNorm` to `mypkg.norm`"),
     }  # fmt: skip
     for imported, (fallback, why) in cases.items():
+        name = imported.rpartition(" ")[2]  # (read as a value: no call shows its arguments)
         source = f"import torch\ntry:\n    {imported}\nexcept ImportError:\n    {fallback}\n"
+        source += f"registry = [{name}]\n"
         [finding] = [d for d in check_source(source) if d.code.startswith("AMP31")]
         assert "the fallback is not its migration" in finding.message, finding.message
         assert why in finding.message, finding.message
@@ -739,7 +741,6 @@ def test_a_projects_fallback_class_stays_where_a_use_may_need_it():
     class exists in the project's oldest torch. Otherwise the finding says why, and no fix."""
     cases = {
         "x = BertLayerNorm(8, memory_efficient=True)\n": "passes `memory_efficient`",
-        "norm_layer = BertLayerNorm\n": "used as a value at line 38",
         "x = BertLayerNorm(**cfg)\n": "passes a splat",
         "class Sub(BertLayerNorm):\n    def f(self):\n        return self.variance_epsilon\n": (
             "reads `self.variance_epsilon`"
@@ -753,6 +754,10 @@ def test_a_projects_fallback_class_stays_where_a_use_may_need_it():
         [finding] = [d for d in remaining if d.code == "AMP312"]
         assert reason in finding.message and finding.fix is None, finding.message
         assert "the fallback is not its migration" in finding.message
+    # a value torch's LayerNorm may stand for as apex's does (TinyBERT's registry, the 72nd
+    # review): fixed, as the plain import's value is
+    out, remaining, _ = _fix(BERT_FALLBACK + "\n\nNORM = {'layer_norm': BertLayerNorm}\n")
+    assert "BertLayerNorm = torch.nn.LayerNorm\n" in out and not remaining
     out, remaining, _ = _fix(T5_FALLBACK, target_torch=(2, 1))
     assert out == T5_FALLBACK
     [finding] = remaining

@@ -502,8 +502,10 @@ class Fallbacks:
         project's class): a call whose arguments torch takes with apex's meaning (no splat),
         a type test or annotation, or a subclass whose body reads of ``self`` only what it sets
         itself or what apex's and torch's classes share (``weight``, ``bias``, ``eps``, ...)
-        and of ``super()`` only ``__init__`` (called so) and ``forward``. Anything else (a
-        value passed on, an attribute of the class) is refused: its uses are not visible."""
+        and of ``super()`` only ``__init__`` (called so) and ``forward``; a value passed on
+        where the torch name may stand for apex's as a value (LayerNorm, in a registry: the
+        72nd review's TinyBERT). Anything else (such a value of another target, an attribute
+        of the class) is refused: its uses are not visible."""
         stand_in = target.new == "torch.nn.RMSNorm"  # takes apex's parameters
         accepted = target.params if stand_in else target.new_positional
         for use in ast.walk(self.tree):
@@ -516,7 +518,9 @@ class Fallbacks:
                 _accepts(parent, accepted, f"the call at line {use.lineno}")
             elif isinstance(parent, ast.ClassDef) and any(use is b for b in parent.bases):
                 self._subclass_reads(parent, accepted, _SHARED[target.new])
-            elif not (self._typed(use) or self._annotation(use)):
+            elif not (self._typed(use) or self._annotation(use)) and (
+                target.as_value or stand_in or isinstance(parent, ast.Attribute)
+            ):  # (a value the torch name may take, as an import's: LayerNorm in a registry)
                 raise NoFix(
                     f"`{name}` is used as a value at line {use.lineno}: the calls made with it "
                     "are not visible here"
