@@ -1504,15 +1504,15 @@ def test_a_fix_that_empties_a_guard_states_the_flag_its_except_set():
     unread = source.replace("    if has_apex:\n", "    if True:\n")
     [finding] = [d for d in _fix(unread)[2] if d.code == "AMP313"]
     assert "behaviour change once the `try`" not in finding.message
-    # FAN (the 33rd review): the flag set in the `try` itself stays there, so the `try` stays,
-    # but its `except` can no longer run: stated too
+    # FAN (the 33rd review): the flag set in the `try` itself stays, and the `except`, which
+    # can no longer run, goes with the `try` (since the 72nd review's dead `except`): stated
     inside = source.replace(
         "has_apex = True\ntry:\n    from apex import parallel\n",
         "try:\n    from apex import parallel\n    has_apex = True\n",
     )
     out, _, fixed = _fix(inside)
     [finding] = [d for d in fixed if d.code == "AMP313"]
-    assert "    has_apex = True\nexcept ImportError:\n" in out, out
+    assert "import torch\n\nhas_apex = True\n\n\ndef wrap" in out, out
     assert (
         "its `except`, which set `has_apex` where apex was not installed, no longer runs"
     ) in finding.message
@@ -2635,3 +2635,41 @@ def test_a_fallback_alias_nothing_reads_is_its_own_migration():
     read = source.replace("torch.optim.AdamW(model", "AdamW(model")
     out, remaining, _ = _fix(read)
     assert "return AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)" in out
+
+
+def test_a_try_left_with_nothing_that_can_raise_import_error_dissolves():
+    """The 72nd review's bad diff (MPNet's fairseq `LayerNorm` helper): `try: from apex...
+    import FusedLayerNorm; return FusedLayerNorm(...) except ImportError: pass` kept a dead
+    `except` around `return torch.nn.LayerNorm(...)`. The `try` goes where nothing left in it
+    can raise ImportError; a call of the project's own stays guarded."""
+    source = textwrap.dedent("""\
+        import torch
+
+
+        def LayerNorm(shape, eps=1e-5, affine=True, export=False):
+            if not export and torch.cuda.is_available():
+                try:
+                    from apex.normalization import FusedLayerNorm
+
+                    # apex's fused kernel
+                    return FusedLayerNorm(shape, eps, affine)
+                except ImportError:
+                    pass
+            return torch.nn.LayerNorm(shape, eps, affine)
+    """)
+    out, remaining, _ = _fix(source)
+    assert not remaining and "try" not in out and "ImportError" not in out, out
+    assert (
+        "    if not export and torch.cuda.is_available():\n\n"
+        "        # apex's fused kernel\n"
+        "        return torch.nn.LayerNorm(shape, eps, affine)\n"
+    ) in out, out
+    assert _fix(out)[0] == out
+    namespace: dict = {}
+    exec(compile(out, "migrated", "exec"), namespace)
+    assert isinstance(namespace["LayerNorm"](4), namespace["torch"].nn.LayerNorm)
+    guarded = source.replace(
+        "return FusedLayerNorm(shape, eps, affine)", "return wrap(FusedLayerNorm(shape))"
+    )
+    out, _, _ = _fix(guarded)
+    assert "try:" in out and "except ImportError:" in out and "import FusedLayerNorm" not in out

@@ -173,6 +173,10 @@ def remove_unused(text: str, edits: Iterable[ImportEdit]) -> str | None:
         cuts.append((start, start + len(line), head + _canonical(stmt, kept)))
     for guard, dropped in emptied.items():
         if any(s not in dropped for s in guard.body):
+            dissolved = _dissolved(guard, dropped, lines)
+            if dissolved is not None:  # nothing left that can raise what its handlers catch
+                cuts.append((lines.start(guard.lineno), lines.end(guard.end_lineno), dissolved))
+                continue
             # the try keeps a body: only the imports' own lines go (comments above stay)
             cuts += [(lines.start(s.lineno), lines.end(s.end_lineno), "") for s in dropped]
             continue
@@ -191,6 +195,44 @@ def remove_unused(text: str, edits: Iterable[ImportEdit]) -> str | None:
     for start, end, new in sorted(cuts, reverse=True):
         text = text[:start] + new + text[end:]
     return text
+
+
+def _dissolved(guard: ast.Try, dropped: list[ast.stmt], lines: _Lines) -> str | None:
+    """The text of ``guard``'s body without ``dropped``, one level out, where its handlers
+    only catch ImportError and nothing left in the body can raise it: no import and no call
+    but torch's own constructors (MPNet's ``try: return FusedLayerNorm(...) except
+    ImportError: pass`` once that is ``torch.nn.LayerNorm(...)``, the 72nd review: a dead
+    ``except`` was left). None: the try stays."""
+    kept = [s for s in guard.body if s not in dropped]
+    if guard.orelse or guard.finalbody or not _alone(guard, None, lines):
+        return None
+    if not all(_catches_import_error(h) for h in guard.handlers):
+        return None
+    for node in (n for s in kept for n in ast.walk(s)):
+        if isinstance(node, ast.Import | ast.ImportFrom | ast.Lambda | ast.FunctionDef):
+            return None
+        if isinstance(node, ast.Call) and not ast.unparse(node.func).startswith("torch."):
+            return None
+    text = lines.text
+    outer = _indent(text, lines, guard.lineno)
+    inner = _indent(text, lines, kept[0].lineno)
+    out = []
+    for number in range(guard.lineno + 1, guard.handlers[0].lineno):
+        if any(s.lineno <= number <= s.end_lineno for s in dropped):
+            continue
+        line = text[lines.start(number) : lines.end(number)]
+        if line.strip() and not line.startswith(inner):
+            return None  # (a continuation line left of the body: left as it is)
+        out.append(outer + line[len(inner) :] if line.strip() else line)
+    return "".join(out)
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    caught = handler.type
+    names = caught.elts if isinstance(caught, ast.Tuple) else [caught]
+    return bool(names) and all(
+        isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError") for n in names
+    )
 
 
 def _import_guards(tree: ast.Module) -> dict[ast.stmt, ast.Try]:
