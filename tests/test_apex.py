@@ -4874,6 +4874,62 @@ def test_an_availability_test_asked_of_the_interpreter_folds_to_installed(monkey
     assert "asks the interpreter whether apex is there" in _message(beyond)
 
 
+TWO_INFERENCE_INITIALIZES = """\
+import torch
+from apex import amp
+
+
+def evaluate(batches, use_amp=True, second=True):
+    torch.manual_seed(0)
+    seg = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    seg = seg.to("cuda")
+    if use_amp:
+        seg = amp.initialize(seg, opt_level="O1")
+    seg.eval()
+    seg2 = None
+    if second:
+        seg2 = torch.nn.Linear(8, 4).to("cuda")
+        if use_amp:
+            seg2 = amp.initialize(seg2, opt_level="O1")
+        seg2.eval()
+    out = []
+    with torch.no_grad():
+        for x in batches:
+            y = seg(x)
+            if seg2 is not None:
+                y = y + seg2(x)
+            out.append((y.dtype, y.float().sum().item()))
+    return out
+"""
+
+
+@pytest.mark.torch
+def test_several_inference_initializes_under_one_test_are_one_region():
+    """The 71st review's over-refusal (SemanticPalette's testers): two inference-only O1
+    `initialize` calls in one evaluation, the second under a further `if`: apex O1's casts are
+    on for the process from the first, so both go and one region (enabled by their common
+    test) covers both models' forwards. Under another test, or at another level, refused."""
+    out, finding = _migrated(TWO_INFERENCE_INITIALIZES)
+    assert "apex" not in out and "amp.initialize" not in out
+    assert "enabled=use_amp" in out
+    assert "the `amp.initialize` at line 16 (for `seg2`) goes too" in finding.message
+    torch = pytest.importorskip("torch")
+    batches = [torch.randn(4, 8, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    with _beside_o0(out, TWO_INFERENCE_INITIALIZES) as (migrated, before):
+        before["amp"] = SimpleNamespace(initialize=lambda model, **_: model)  # (no optimizer)
+        for use_amp, second in ((True, True), (True, False), (False, True)):
+            got = migrated["evaluate"](batches, use_amp, second)
+            want = before["evaluate"](batches, use_amp, second)
+            assert [d for d, _ in got] == [torch.float16 if use_amp else torch.float32] * 3
+            assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-2, abs=1e-2)
+    other_test = TWO_INFERENCE_INITIALIZES.replace(
+        "        if use_amp:\n            seg2", "        if second > 1:\n            seg2"
+    )
+    assert "one of 2 in this file" in _message(other_test)
+    o2 = TWO_INFERENCE_INITIALIZES.replace('seg2, opt_level="O1"', 'seg2, opt_level="O2"')
+    assert "O2" in _message(o2)
+
+
 def test_an_unused_dotted_amp_import_is_reported_once_and_goes():
     """`import apex.amp as amp` and `import apex.amp` that nothing reads (evaluation scripts
     of a fast-adversarial family, 27th review) had no finding: the file still failed without

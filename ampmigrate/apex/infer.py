@@ -118,10 +118,58 @@ class InferenceOnly:
         )
         return True
 
-    def _inference_only(self, init: cst.Call, extra: bool = False) -> None:
+    def _casting_together(self, initialize: list[cst.Call], calls: dict) -> bool:
+        """Several ``m = amp.initialize(m, opt_level="O1")`` for inference in one function,
+        each under the same test as the first or none (SemanticPalette's testers, the 71st
+        review): apex O1's casts are on for the process from the first that runs, so the later
+        ones add nothing, and one region after the first covers every model's forwards."""
+        first = initialize[0]
+        if len(initialize) < 2 or set(calls) != {"initialize"} or self.kept or self.merged:
+            return False
+        test = self._held_by(first)
+        for call in initialize:
+            args, _ = initialize_arguments(call)
+            level = args.get("opt_level")
+            if not (
+                without_optimizer(args)
+                and set(args) == {"models", "opt_level"}
+                and isinstance(level, cst.SimpleString)
+                and level.evaluated_value == "O1"
+                and self.function(call) is self.function(first)
+                and not any(a.star for a in call.args)
+            ):
+                return False
+            if call is first:
+                continue
+            statement = self.statement(call)
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+            if not (
+                len(statement.body) == 1
+                and isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+                and isinstance(args["models"], cst.Name)
+                and small.targets[0].target.value == args["models"].value
+                and self._held_by(call) == test
+                and self.order[id(call)] > self.order[id(first)]
+            ):
+                return False
+        return True
+
+    def _held_by(self, init: cst.Call) -> str | None:
+        """The test of the ``if`` whose body holds ``init``'s statement (None: none)."""
+        holder = self.parent(self.parent(self.statement(init)))
+        if isinstance(holder, cst.If) and not _main_guard(self.module, holder):
+            return self.module.code_for_node(holder.test)
+        return None
+
+    def _inference_only(
+        self, init: cst.Call, extra: bool = False, also: list[cst.Call] | tuple = ()
+    ) -> None:
         """``extra``: a second ``initialize``, for evaluation only, in another function than the
         training one (a script's test branch): its region is the rest of its own block, and the
-        plan's summary stays the training one's."""
+        plan's summary stays the training one's. ``also``: later inference ``initialize`` calls
+        of the same function and test (``_casting_together``), which go."""
         code = self.module.code_for_node
         args, _ = initialize_arguments(init)
         models = args.get("models")
@@ -207,7 +255,7 @@ class InferenceOnly:
             self.problem(init, "`amp.initialize` for inference is not `model = amp.initialize("
                          'model, opt_level="O1")`: migrate it by hand')  # fmt: skip
             return
-        names = listed or [models.value]
+        names = [*(listed or [models.value]), *(code(_argument(c, "models", 0)) for c in also)]
         name = "`, `".join(names)  # (as messages show it, in backquotes: `fe`, `c1`)
         target = small.targets[0].target if isinstance(small, cst.Assign) else None
         if isinstance(target, cst.Tuple | cst.List) and not listed:
@@ -366,6 +414,14 @@ class InferenceOnly:
         if len(self.plan.problems) > blockers:
             return
         self._remove_statement(statement)
+        for later in also:
+            self._remove_statement(self.statement(later))
+            self.plan.notes.append(
+                f"the `amp.initialize` at line {self.line(later)} (for "
+                f"`{code(_argument(later, 'models', 0))}`) goes too: apex O1's casts were on for "
+                f"the whole process from line {self.line(init)}, under the same test, and "
+                "the region covers that model's forwards as well"
+            )
         for part in runs:
             handed = any(
                 isinstance(n, cst.Call)

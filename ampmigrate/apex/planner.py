@@ -652,6 +652,11 @@ class _Planner(
             if not self.plan.problems:
                 self.verify()
             return self.plan
+        if self._casting_together(initialize, calls):
+            self._inference_only(initialize[0], also=initialize[1:])
+            if not self.plan.problems:
+                self.verify()
+            return self.plan
         for extra in initialize[1 + len(self.merged) :]:
             self._reinitialize(initialize[0], extra)
         if alone and (
