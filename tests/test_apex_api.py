@@ -2673,3 +2673,36 @@ def test_a_try_left_with_nothing_that_can_raise_import_error_dissolves():
     )
     out, _, _ = _fix(guarded)
     assert "try:" in out and "except ImportError:" in out and "import FusedLayerNorm" not in out
+
+
+def test_a_tuple_of_classes_only_type_tests_read_is_a_type_test():
+    """The 72nd review (cvpods' `DDP_TYPES = (ApexDDP, DDP)`, read only by `isinstance`): it
+    was refused as a value whose calls are not visible; it is a type test, rewritten as one
+    (the `try` around it dissolves, its `except` can no longer run). FusedAdam in such a tuple
+    keeps the type-test reason; a tuple read otherwise keeps the value's."""
+    source = textwrap.dedent("""\
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        try:
+            from apex.parallel import DistributedDataParallel as ApexDDP
+            DDP_TYPES = (ApexDDP, DistributedDataParallel)
+        except ImportError:
+            DDP_TYPES = (DistributedDataParallel,)
+
+
+        def unwrap(model):
+            return model.module if isinstance(model, DDP_TYPES) else model
+    """)
+    out, remaining, fixed = _fix(source)
+    assert not remaining and "apex" not in out and "try" not in out, out
+    assert "DDP_TYPES = (torch.nn.parallel.DistributedDataParallel, DistributedDataParallel)" in out
+    assert "the type test now matches every" in fixed[0].message
+    called = source + "\n\nwrapped = DDP_TYPES[0](net)\n"
+    out, remaining, _ = _fix(called)
+    assert out == called and "used as a value" in remaining[0].message
+    adam = (
+        "from apex.optimizers import FusedAdam\nKINDS = (FusedAdam,)\nok = isinstance(o, KINDS)\n"
+    )
+    [finding] = _fix(adam)[1]
+    assert "a type test" in finding.message and finding.fix is None

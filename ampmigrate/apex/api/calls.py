@@ -617,14 +617,18 @@ class Calls:
             "False/True`, or `with model.no_sync():` around that step's forward and backward)"
         )
 
-    def _typed(self, node: ast.AST) -> bool:
+    def _typed(self, node: ast.AST, named: bool = True) -> bool:
         """A type test: ``isinstance``'s classes (a tuple too), ``except`` (annotations are
-        ``_annotation``'s, asked first)."""
+        ``_annotation``'s, asked first); ``named``: also a tuple bound to a name that only
+        type tests read (cvpods' ``DDP_TYPES = (ApexDDP, DDP)``, the 72nd review: refused as
+        a value whose calls are not visible, though nothing calls it)."""
         child = node
         for above in self.names.ancestors(node):
             if isinstance(above, ast.Tuple):
                 child = above
                 continue
+            if isinstance(above, ast.Assign) and named and child is not node:
+                return above.value is child and self._only_typed(above)
             if isinstance(above, ast.Call):
                 return (
                     len(above.args) == 2
@@ -635,6 +639,25 @@ class Calls:
                 return above.type is child
             return False
         return False
+
+    def _only_typed(self, assign: ast.Assign) -> bool:
+        """``assign`` binds one name that is read, and only by type tests (in this module, and
+        no other module imports it)."""
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0], ast.Name):
+            return False
+        name = assign.targets[0].id
+        reads = [
+            n
+            for n in self.names.spelled(name)
+            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+        ]
+        if not reads or not all(self._typed(n, named=False) for n in reads):
+            return False
+        scoped = any(
+            isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            for a in self.names.ancestors(assign)
+        )
+        return scoped or self._importers(name) == []
 
 
 def _tested_classes(node: ast.AST, names: Names) -> list[ast.expr]:
