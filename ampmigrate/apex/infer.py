@@ -123,9 +123,9 @@ class InferenceOnly:
         each under the same test as the first or none (SemanticPalette's testers, the 71st
         review): apex O1's casts are on for the process from the first that runs, so the later
         ones add nothing, and one region after the first covers every model's forwards."""
-        first = initialize[0]
         if len(initialize) < 2 or set(calls) != {"initialize"} or self.kept or self.merged:
             return False
+        first = initialize[0]
         test = self._held_by(first)
         for call in initialize:
             args, _ = initialize_arguments(call)
