@@ -562,10 +562,6 @@ def test_a_fallback_that_is_not_the_torch_counterpart_is_not_kept_as_the_migrati
             "def LN(h):\n        return torch.nn.LayerNorm(h)", "it defines `LN` itself (line 5)"),
         "from apex.normalization import FusedRMSNorm as Norm": (
             "Norm = torch.nn.RMSNorm", "`torch.nn.RMSNorm`'s defaults differ from apex's"),
-        # FlagAI (28th review): a relative import was read as nothing, so "the migration"
-        "from apex.normalization.fused_layer_norm import FusedLayerNorm as LayerNorm": (
-            "from .layer_norm import LayerNorm",
-            "it imports `LayerNorm` from the project's `.layer_norm` (line 5)"),
         "from apex.normalization import FusedLayerNorm": (
             "import mypkg.norm as FusedLayerNorm", "binds `FusedLayerNorm` to `mypkg.norm`"),
     }  # fmt: skip
@@ -581,6 +577,17 @@ def test_a_fallback_that_is_not_the_torch_counterpart_is_not_kept_as_the_migrati
     kept = "import torch\ntry:\n    from apex.normalization import FusedLayerNorm as LN\n"
     kept += "except ImportError:\n    LN = torch.nn.LayerNorm\n"
     assert _fix(kept)[0] == "import torch\nLN = torch.nn.LayerNorm\n"
+    # FlagAI (28th review): a relative import was read as nothing, so "the migration"; it is
+    # the project's class, taken from another module: the class fallback's fix, which states
+    # it (the 72nd review: it was refused)
+    flagai = "import torch\ntry:\n    from apex.normalization.fused_layer_norm import "
+    flagai += "FusedLayerNorm as LayerNorm\nexcept ImportError:\n    from .layer_norm import "
+    flagai += "LayerNorm\n"
+    out, _, [fixed] = _fix(flagai)
+    assert out == "import torch\nLayerNorm = torch.nn.LayerNorm\n"
+    assert "the project's own class `LayerNorm`, taken from the project's `.layer_norm`" in (
+        fixed.message
+    )
 
 
 def test_an_annotation_gets_the_torch_class():
@@ -2706,3 +2713,42 @@ def test_a_tuple_of_classes_only_type_tests_read_is_a_type_test():
     )
     [finding] = _fix(adam)[1]
     assert "a type test" in finding.message and finding.fix is None
+
+
+def test_a_fallback_class_taken_from_a_project_module_gives_way_too(tmp_path):
+    """The 72nd review (FlagAI's embeddings, EVA-CLIP): the `except` takes the project's class
+    from a sibling module; the fix the in-file class gets applies (torch's LayerNorm bound to the
+    name), and the finding reads that class on disk: its constructor and its parameters."""
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "layer_norm.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        from torch import nn
+
+
+        class LayerNorm(nn.Module):
+            def __init__(self, hidden_size, eps=1e-6):
+                super().__init__()
+                self.gamma = nn.Parameter(torch.ones(hidden_size))
+                self.beta = nn.Parameter(torch.zeros(hidden_size))
+                self.eps = eps
+    """)
+    )
+    source = textwrap.dedent("""\
+        import torch
+
+        try:
+            from apex.normalization import FusedLayerNorm as LayerNorm
+        except ImportError:
+            from .layer_norm import LayerNorm
+
+        norm = LayerNorm(8)
+    """)
+    path = tmp_path / "embeddings.py"
+    path.write_text(source)
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    new, remaining, [fixed] = migrate_source(source.encode(), settings, str(path))
+    assert new.decode() == "import torch\n\nLayerNorm = torch.nn.LayerNorm\n\nnorm = LayerNorm(8)\n"
+    assert not remaining
+    assert "`__init__(self, hidden_size, eps=1e-06)`" in fixed.message
+    assert "its parameters (`gamma`, `beta`) are not torch's" in fixed.message

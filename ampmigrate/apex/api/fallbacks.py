@@ -19,7 +19,7 @@ from ampmigrate.apex.api.common import (
     _rms_class,
 )
 from ampmigrate.apex.api.table import TARGETS, Target
-from ampmigrate.apex.ondisk import module_tree
+from ampmigrate.apex.ondisk import module_definition, module_tree
 from ampmigrate.apex.users import users_on_disk
 from ampmigrate.engine.names import dotted
 from ampmigrate.findings import Edit, Finding, Fix
@@ -376,10 +376,14 @@ class Fallbacks:
         project's class. None: not such a fallback (``_try`` says why it is no migration)."""
         handler = node.handlers[0]
         classes = {s.name: s for s in handler.body if isinstance(s, ast.ClassDef)}
-        if swaps or set(classes) != set(imported):
+        borrowed = self._borrowed(handler.body, set(imported))  # (the 72nd review's FlagAI)
+        if swaps or set(classes) | set(borrowed) != set(imported) or set(classes) & set(borrowed):
             return None
         if not all(
-            isinstance(s, ast.ClassDef | ast.Pass) or _logs(s) for s in handler.body
+            isinstance(s, ast.ClassDef | ast.Pass)
+            or _logs(s)
+            or any(s is b for b, _, _ in borrowed.values())
+            for s in handler.body
         ):  # another statement of the fallback may be needed
             return None
         targets = {bound: TARGETS[full] for bound, full in imported.items() if full in TARGETS}
@@ -388,10 +392,15 @@ class Fallbacks:
         ):
             return None
         bound = sorted(imported)[0]
-        target, apex_name, own = targets[bound], imported[bound], classes[bound]
+        target, apex_name = targets[bound], imported[bound]
+        if bound in classes:
+            own, line, shown = classes[bound], classes[bound].lineno, f"`{bound}`"
+        else:
+            binding, own, module = borrowed[bound]
+            line, shown = binding.lineno, f"`{bound}`, taken from the project's `{module}`"
         head = (
-            f"`{apex_name}` is imported with a fallback, the project's own class `{bound}` "
-            f"(line {own.lineno})"
+            f"`{apex_name}` is imported with a fallback, the project's own class {shown} "
+            f"(line {line})"
         )
         module_level = not any(isinstance(a, _SCOPES) for a in self.names.ancestors(node))
         try:
@@ -450,22 +459,21 @@ class Fallbacks:
         )
         signature = next(
             (
-                "`" + " ".join(self.source.text[
-                    self.source.span(f)[0] + len("def ") : self.source.span(f.body[0])[0]
-                ].rstrip().rstrip(":").split()) + "`"
-                for f in own.body
+                f"`__init__({ast.unparse(f.args)})`"
+                for f in (own.body if own is not None else ())
                 if isinstance(f, ast.FunctionDef) and f.name == "__init__"
             ),
             "its own constructor",
         )  # fmt: skip
+        drops = "deletes the project's class" if bound in classes else "no longer takes it"
         message = (
-            f"{head}: the fix {binds} (what ran where apex was installed) and deletes the "
-            f"project's class. Where apex was installed nothing changes beyond "
+            f"{head}: the fix {binds} (what ran where apex was installed) and {drops}. Where "
+            f"apex was installed nothing changes beyond "
             f"`{apex_name.rpartition('.')[2]}` -> `{target.new}`: {target.accepts}. Where it "
-            f"was not, the project's class (line {own.lineno}, {signature}: its own defaults "
+            f"was not, the project's class (line {line}, {signature}: its own defaults "
             f"and numerics) ran and `{target.new}` runs now{elsewhere}"
         )
-        held = _parameters(own)
+        held = _parameters(own) if own is not None else None
         expected = _PARAMETERS[target.new]
         if held is None:
             message += (
@@ -494,6 +502,39 @@ class Fallbacks:
             min_torch=max((t.min_torch for t in targets.values()), default=()),
         )
         return Finding(code, message, first, fix)
+
+    def _borrowed(
+        self, handler: list[ast.stmt], names: set[str]
+    ) -> dict[str, tuple[ast.stmt, ast.ClassDef | None, str]]:
+        """The names of ``names`` the ``except`` binds to a class of a project module (``from
+        .layer_norm import LayerNorm``; ``FusedLayerNorm = LayerNorm`` where ``LayerNorm`` is
+        imported from one): name -> (the binding statement, the class where it is read on disk,
+        the module as spelled)."""
+        out: dict[str, tuple[ast.stmt, ast.ClassDef | None, str]] = {}
+        for stmt in handler:
+            found: list[tuple[str, str]] = []  # (the name bound, the qualified class)
+            if isinstance(stmt, ast.ImportFrom) and stmt.level:
+                base = "." * stmt.level + (stmt.module or "")
+                found = [
+                    (a.asname or a.name, f"{base}.{a.name}" if stmt.module else base + a.name)
+                    for a in stmt.names
+                ]
+            elif (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and isinstance(stmt.value, ast.Name)
+            ):
+                qualified = sorted(self.names.qualified(stmt.value))
+                if len(qualified) == 1 and qualified[0].startswith("."):
+                    found = [(stmt.targets[0].id, qualified[0])]
+            for name, qualified in found:
+                if name not in names:
+                    continue
+                defined = module_definition(self.source.path, qualified)
+                own = defined[1] if defined and isinstance(defined[1], ast.ClassDef) else None
+                out[name] = (stmt, own, qualified.rpartition(".")[0])
+        return out
 
     def _fallback_uses(self, node: ast.stmt, name: str, target: Target) -> None:
         """Raise ``NoFix`` unless every use of ``name`` outside ``node`` (the ``try``, or the
@@ -596,10 +637,15 @@ class Fallbacks:
                     continue
                 counterpart = target.new if target is not None else table.SAME.get(apex_name)
                 if value.startswith("."):
+                    how = (
+                        f"it binds `{name}` to `{value.rpartition('.')[2]}` of the project's "
+                        f"`{value.rpartition('.')[0]}`"
+                        if isinstance(stmt, ast.Assign)  # (EVA-CLIP, the 72nd review)
+                        else f"it imports `{name}` from the project's `{value.rpartition('.')[0]}`"
+                    )
                     return (
-                        f"it imports `{name}` from the project's `{value.rpartition('.')[0]}` "
-                        f"(line {stmt.lineno}), whose parameters, defaults and numerics are the "
-                        "project's, not torch's counterpart"
+                        f"{how} (line {stmt.lineno}), whose parameters, defaults and numerics "
+                        "are the project's, not torch's counterpart"
                     ), ""
                 if value == counterpart and not (target is not None and target.write):
                     continue
