@@ -2272,6 +2272,8 @@ def test_a_predivide_factor_of_the_world_size_is_torchs_own_division(factor):
     out, remaining, fixed = _fix(source)
     assert "torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True" in out
     assert "predivide" not in out and not remaining and [d.code for d in fixed] == ["AMP313"]
+    # (the 72nd review: the keyword went unnamed)
+    assert "dropped `gradient_predivide_factor` (the world size" in fixed[0].message
     [refused] = check_source(source.replace(factor, "2.0"))
     assert refused.fix is None and "needs a DDP communication hook" in refused.message
 

@@ -217,6 +217,7 @@ class Calls:
         pieces: list[str] = []
         origin: list[int] = []  # (per piece: the argument it comes from, -1: written out)
         dropped: list[str] = []
+        predivided = False  # (`gradient_predivide_factor` at the world size, dropped)
         keep_positional = True
         for index, arg in enumerate(args):
             origin += [index - 1] * (len(pieces) - len(origin))  # (the previous argument's)
@@ -232,10 +233,14 @@ class Calls:
                 dropped.append(key)
                 keep_positional = keep_positional and bool(arg.keyword)
                 continue
-            if (key in target.drop and _literal_in(value, target.drop[key])) or (
-                key == "gradient_predivide_factor" and self._world_size(value)
-            ):  # (apex divided by the factor before the all-reduce and multiplied by it over
-                # the world size after: at the world size, torch's own pre-division; 64th review)
+            if key == "gradient_predivide_factor" and self._world_size(value):
+                # (apex divided by the factor before the all-reduce and multiplied by it over
+                # the world size after: at the world size, torch's own pre-division; 64th
+                # review; said since the 72nd)
+                predivided = True
+                keep_positional = keep_positional and bool(arg.keyword)
+                continue
+            if key in target.drop and _literal_in(value, target.drop[key]):
                 keep_positional = keep_positional and bool(arg.keyword)
                 continue
             torch_order = table.TORCH_POSITIONAL.get(new, target.new_positional)
@@ -344,6 +349,11 @@ class Calls:
         if dropped:
             listed = ", ".join(f"`{d}`" for d in dropped)
             notes.append(f"dropped {listed} (no torch counterpart; speed or memory only)")
+        if predivided:
+            notes.append(
+                "dropped `gradient_predivide_factor` (the world size: apex then divided the "
+                "gradients by it before the all-reduce, as torch does)"
+            )
         for keys in splats:
             listed = ", ".join(f"`{k}`" for k in sorted(keys.possible))
             notes.append(f"`**{keys.name}` carries only {listed}, as built in this function")
