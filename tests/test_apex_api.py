@@ -2754,3 +2754,27 @@ def test_a_fallback_class_taken_from_a_project_module_gives_way_too(tmp_path):
     assert not remaining
     assert "`__init__(self, hidden_size, eps=1e-06)`" in fixed.message
     assert "its parameters (`gamma`, `beta`) are not torch's" in fixed.message
+
+
+def test_a_log_import_only_the_dropped_fallback_read_goes():
+    """The 72nd review's switti: the fallback's `warnings.warn(...)` went with the `try`, and
+    `import warnings`, which nothing else read, stayed (and, removed as the file's first line,
+    left a blank line on top). It goes where nothing else reads it."""
+    source = textwrap.dedent("""\
+        import warnings
+
+        import torch
+
+        try:
+            from apex.normalization import FusedLayerNorm as LayerNorm
+        except ImportError:
+            warnings.warn("apex is missing: torch's LayerNorm")
+            LayerNorm = torch.nn.LayerNorm
+
+        norm = LayerNorm(8)
+    """)
+    out, remaining, _ = _fix(source)
+    assert not remaining
+    assert out == "import torch\n\nLayerNorm = torch.nn.LayerNorm\n\nnorm = LayerNorm(8)\n", out
+    read = source + "warnings.warn('kept')\n"
+    assert _fix(read)[0].startswith("import warnings\n\nimport torch\n")
