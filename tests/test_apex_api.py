@@ -2778,3 +2778,26 @@ def test_a_log_import_only_the_dropped_fallback_read_goes():
     assert out == "import torch\n\nLayerNorm = torch.nn.LayerNorm\n\nnorm = LayerNorm(8)\n", out
     read = source + "warnings.warn('kept')\n"
     assert _fix(read)[0].startswith("import warnings\n\nimport torch\n")
+
+
+def test_a_guard_that_opened_a_block_takes_the_blank_line_after_it():
+    """The 72nd review (huawei's CAME, TinyBERT): removing `try: from apex.parallel import
+    DistributedDataParallel as DDP except ImportError: raise ...` at the top of an `if` left the
+    block opening with a blank line."""
+    source = textwrap.dedent("""\
+        import torch
+
+
+        def wrap(model, rank):
+            if rank != -1:
+                try:
+                    from apex.parallel import DistributedDataParallel as DDP
+                except ImportError:
+                    raise ImportError("Please install apex.")
+
+                model = DDP(model)
+            return model
+    """)
+    out, remaining, _ = _fix(source)
+    assert not remaining
+    assert "    if rank != -1:\n        model = torch.nn.parallel.DistributedDataParallel(" in out

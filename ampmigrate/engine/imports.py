@@ -202,7 +202,14 @@ def remove_unused(text: str, edits: Iterable[ImportEdit]) -> str | None:
             for n in range(guard.lineno + 1, body_end)
             if text[lines.start(n) : lines.end(n)].lstrip(" \t").startswith("#")
         ]
-        cuts.append((lines.start(guard.lineno), lines.end(guard.end_lineno), "".join(kept)))
+        end = guard.end_lineno
+        if not kept and _opens_block(tree, guard):  # (no blank first line in the block)
+            while (
+                end + 1 < len(lines.starts)
+                and not text[lines.start(end + 1) : lines.end(end + 1)].strip()
+            ):
+                end += 1
+        cuts.append((lines.start(guard.lineno), lines.end(end), "".join(kept)))
     for start, end, new in sorted(cuts, reverse=True):
         text = text[:start] + new + text[end:]
     return text
@@ -243,6 +250,17 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     names = caught.elts if isinstance(caught, ast.Tuple) else [caught]
     return bool(names) and all(
         isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError") for n in names
+    )
+
+
+def _opens_block(tree: ast.Module, stmt: ast.stmt) -> bool:
+    """``stmt`` is the first statement of a compound statement's block (an ``if``'s body)."""
+    return any(
+        isinstance(body, list) and body and body[0] is stmt
+        for node in ast.walk(tree)
+        if not isinstance(node, ast.Module)
+        for field in ("body", "orelse", "finalbody")
+        if (body := getattr(node, field, None)) is not None
     )
 
 
