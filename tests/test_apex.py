@@ -15006,3 +15006,34 @@ def main(model, optimizer, x):
         "optimizer, x)\n", "optimizer, x, amp)\n"
     )
     assert "can be rewritten" in _message(passed)
+
+
+def test_a_self_assignment_beside_initialize_is_no_endless_method_lookup():
+    """The 74th review's crash: `self.model = self.model` in the `else:` of the `if` around
+    `amp.initialize` sent the method lookup (an attribute bound to a method of the class) round
+    forever: "too deeply nested to parse", no finding. The file is planned as without it."""
+    source = """
+        import torch
+        from torch import nn
+        from apex import amp
+
+
+        class Runner:
+            def __init__(self, train):
+                self.model = nn.Linear(8, 4)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                if train:
+                    self.model, self.optimizer = amp.initialize(
+                        self.model, self.optimizer, opt_level="O1"
+                    )
+                else:
+                    self.model = self.model
+
+            def step(self, x):
+                loss = self.model(x).sum()
+                with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                self.optimizer.step()
+    """
+    out, finding = _migrated(source)
+    assert "self.scaler.scale(loss).backward()" in out and finding.fix == "unsafe"

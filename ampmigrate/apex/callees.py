@@ -102,7 +102,14 @@ class Callees:
             return None
         return located[1], module_tree(located[0]), located[0]
 
-    def _method(self, owner: str, name: str, tree: ast.Module) -> _Callee | None:
+    def _method(
+        self, owner: str, name: str, tree: ast.Module, seen: frozenset[str] = frozenset()
+    ) -> _Callee | None:
+        """``self.name(...)`` of the class ``owner``: its method, or the one an attribute of
+        that name is bound to (``self.reg = self.add_reg``); ``seen``: the names followed (a
+        self-assignment, ``self.model = self.model``, the 74th review's recursion)."""
+        if name in seen:
+            return None
         classes = [c for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and c.name == owner]
         if len(classes) != 1:
             return None
@@ -122,7 +129,7 @@ class Callees:
             and n.value.value.id == "self"
         }
         if len(bound) == 1:
-            return self._method(owner, bound.pop(), tree)
+            return self._method(owner, bound.pop(), tree, seen | {name})
         return None
 
     def _local_binding(self, caller: cst.CSTNode, name: str, tree: ast.Module) -> _Callee | None:

@@ -135,8 +135,11 @@ def _error_text(exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, OSError):
         return exc.strerror or str(exc)
-    if isinstance(exc, RecursionError):
-        return "too deeply nested to parse"
+    if isinstance(exc, RecursionError):  # (past the parse: the analysis's own recursion)
+        return (
+            "internal error (RecursionError: the analysis recursed too deeply); please report "
+            "this file"
+        )
     return f"internal error ({type(exc).__name__}: {exc}); please report this file".splitlines()[0]
 
 
