@@ -15037,3 +15037,48 @@ def test_a_self_assignment_beside_initialize_is_no_endless_method_lookup():
     """
     out, finding = _migrated(source)
     assert "self.scaler.scale(loss).backward()" in out and finding.fix == "unsafe"
+
+
+TEACHER_IN_A_DICT = """\
+import torch
+from torch import nn
+from apex import amp
+
+
+def train(model, optimizer, teacher, batches, seen):
+    for x, y in batches:
+        inputs = {"input": x.to("cuda"), "target": y.to("cuda")}
+        with torch.no_grad():
+            inputs["hint"] = teacher(inputs["input"])
+        seen.append(inputs["hint"].dtype)
+        loss = ((model(inputs["input"]) - inputs["hint"]) ** 2).float().mean()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def main(batches, seen):
+    torch.manual_seed(0)
+    teacher = nn.Linear(4, 2).to("cuda")
+    model = nn.Linear(4, 2).to("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    train(model, optimizer, teacher, batches, seen)
+"""
+
+
+@pytest.mark.torch
+def test_a_teacher_whose_output_fills_a_dict_item_is_in_the_region():
+    """The 74th review's unilm xtune (3 files): `inputs["k"] = teacher(...)` under `no_grad`,
+    then `model(**inputs)`: the region began at the student, so the teacher, which apex O1
+    cast, ran in float32 with no word. A container filled inside a `with` feeds the loss too."""
+    out, _ = _migrated(TEACHER_IN_A_DICT)
+    teacher_line = out.index('inputs["hint"] = teacher(')
+    assert out.rfind("torch.amp.autocast", 0, teacher_line) != -1, out
+    torch = pytest.importorskip("torch")
+    batches = [(torch.randn(8, 4) * 0.1, torch.randn(8, 2)) for _ in range(2)]
+    with _on_cpu(out) as namespace:
+        seen: list = []
+        namespace["main"](batches, seen)
+    assert seen == [torch.float16, torch.float16]

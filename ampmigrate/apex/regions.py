@@ -709,6 +709,10 @@ def _filled(statement: cst.CSTNode) -> set[str]:
     (pix2pixHD's `G_losses["VGG"] = criterionVGG(fake, real)` before `sum(G_losses.values())`):
     the root name of a subscript or attribute target, or of a filling method's object. Not
     `self`: its attributes are the object's state, not a loss being built."""
+    if isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
+        # (`with torch.no_grad(): inputs["teacher_logits"] = teacher(x)`: unilm's xtune, the
+        # 74th review: the teacher stayed out of the region)
+        return set().union(*(_filled(s) for s in statement.body.body))
     if not isinstance(statement, cst.SimpleStatementLine):
         return set()
     found: set[str] = set()
