@@ -2801,3 +2801,50 @@ def test_a_guard_that_opened_a_block_takes_the_blank_line_after_it():
     out, remaining, _ = _fix(source)
     assert not remaining
     assert "    if rank != -1:\n        model = torch.nn.parallel.DistributedDataParallel(" in out
+
+
+def test_a_name_read_without_being_spelled_is_read(tmp_path):
+    """The 73rd review's wrong rewrites of this stop's "nothing reads it" rule: an alias read
+    through `globals()`, `eval` or `getattr` on the module from another file (FusedAdam then
+    became torch's AdamW with its 0.01 weight decay), and a registry of the fallback class
+    that is called (`NORM['ln'](6, memory_efficient=True)`: TypeError on torch's class), keep
+    their refusals; a handler's `global` keeps its `try` (UnboundLocalError once it went)."""
+    alias = textwrap.dedent("""\
+        try:
+            from apex.optimizers import FusedAdam as AdamW
+        except ImportError:
+            from torch.optim import AdamW
+    """)
+    for read in ('build = globals()["AdamW"]\n', 'build = eval("AdamW")\n'):
+        out, remaining, _ = _fix(alias + read)
+        assert out == alias + read and remaining[0].fix is None, read
+    (tmp_path / "optim.py").write_text(alias)
+    (tmp_path / "train.py").write_text('import optim\n\nbuild = getattr(optim, "Adam" + "W")\n')
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    new, remaining, _ = migrate_source(alias.encode(), settings, str(tmp_path / "optim.py"))
+    assert new.decode() == alias and remaining[0].fix is None
+    called = BERT_FALLBACK + "\n\nNORM = {'ln': BertLayerNorm}\nx = NORM['ln'](6, eps=1e-12)\n"
+    out, remaining, _ = _fix(called)
+    assert out == called and "used as a value" in remaining[0].message
+    declared = textwrap.dedent("""\
+        import torch
+
+        BUILT = 0
+
+
+        def make(shape):
+            try:
+                from apex.normalization import FusedLayerNorm
+                ln = FusedLayerNorm(shape)
+            except ImportError:
+                global BUILT
+                ln = torch.nn.LayerNorm(shape)
+            BUILT = BUILT + 1
+            return ln
+    """)
+    out, _, _ = _fix(declared)
+    assert "global BUILT" in out and "FusedLayerNorm" not in out
+    namespace: dict = {}
+    exec(compile(out, "migrated", "exec"), namespace)
+    namespace["make"](4)
+    assert namespace["BUILT"] == 1

@@ -226,6 +226,8 @@ def _dissolved(guard: ast.Try, dropped: list[ast.stmt], lines: _Lines) -> str | 
         return None
     if not all(_catches_import_error(h) for h in guard.handlers):
         return None
+    if any(isinstance(n, ast.Global | ast.Nonlocal) for h in guard.handlers for n in ast.walk(h)):
+        return None  # (a declaration for the whole function: the 73rd review's UnboundLocalError)
     for node in (n for s in kept for n in ast.walk(s)):
         if isinstance(node, ast.Import | ast.ImportFrom | ast.Lambda | ast.FunctionDef):
             return None

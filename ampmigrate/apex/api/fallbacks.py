@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 
 from ampmigrate.apex.api import table
 from ampmigrate.apex.api.common import (
@@ -19,7 +20,7 @@ from ampmigrate.apex.api.common import (
     _rms_class,
 )
 from ampmigrate.apex.api.table import TARGETS, Target
-from ampmigrate.apex.ondisk import module_definition, module_tree
+from ampmigrate.apex.ondisk import _project_files, module_definition, module_tree
 from ampmigrate.apex.users import users_on_disk
 from ampmigrate.engine.names import dotted
 from ampmigrate.findings import Edit, Finding, Fix, ImportEdit
@@ -135,6 +136,10 @@ def _replaces(stmt: ast.stmt) -> bool:
 
 
 _PARAMETERS = {"torch.nn.LayerNorm": ("weight", "bias"), "torch.nn.RMSNorm": ("weight",)}
+
+
+# builtins through which code reads a module's names without spelling them
+_DYNAMIC = frozenset({"globals", "locals", "vars", "eval", "exec", "__import__"})
 
 
 class Fallbacks:
@@ -505,6 +510,54 @@ class Fallbacks:
         )
         return Finding(code, message, first, fix)
 
+    def _dead_value(self, use: ast.Name, node: ast.AST) -> bool:
+        """``use`` sits in a value bound to a name nothing reads (TinyBERT's ``NORM =
+        {'layer_norm': BertLayerNorm}``, the 72nd review): nothing can call it. A registry that
+        is read keeps the refusal (the 73rd review: `NORM['layer_norm'](6,
+        memory_efficient=True)` raised TypeError on torch's class)."""
+        for above in self.names.ancestors(use):
+            if isinstance(above, ast.Dict | ast.List | ast.Tuple | ast.Set):
+                continue
+            return (
+                isinstance(above, ast.Assign)
+                and len(above.targets) == 1
+                and isinstance(above.targets[0], ast.Name)
+                and self._unread(above.targets[0].id, above)
+            )
+        return False
+
+    def _unread(self, name: str, node: ast.AST) -> bool:
+        """Nothing reads ``name`` outside ``node``, in any way the tool can see: no read by
+        name, no string of it, no ``globals()``/``eval``/``vars()``/``__dict__`` in the file,
+        and (at module level) no other module of the project that imports it or reads this
+        module's attributes with ``getattr`` (the 73rd review's `globals()["AdamW"]`, `eval`,
+        `getattr(optim, "Adam" + "W")`: a wrong rewrite each)."""
+        for use in ast.walk(self.tree):
+            if isinstance(use, ast.Name) and use.id == name and not self._inside(use, node):
+                return False
+            if isinstance(use, ast.Constant) and use.value == name:
+                return False
+            if isinstance(use, ast.Name) and use.id in _DYNAMIC:
+                return False
+            if isinstance(use, ast.Attribute) and use.attr == "__dict__":
+                return False
+        if not self.source.path or any(isinstance(a, _SCOPES) for a in self.names.ancestors(node)):
+            return True  # (no file: no other module to read it)
+        if self._importers(name) != []:
+            return False
+        stem = os.path.splitext(os.path.basename(self.source.path))[0].encode()
+        for other in _project_files(self.source.path) or ():
+            if os.path.abspath(other) == os.path.abspath(self.source.path):
+                continue
+            try:
+                with open(other, "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                return False
+            if b"getattr(" in data and re.search(rb"\b%s\b" % re.escape(stem), data):
+                return False
+        return _project_files(self.source.path) is not None
+
     def _log_imports(self, dropped: list[ast.stmt]) -> tuple[ImportEdit, ...]:
         """The module imports the dropped log lines read (``import warnings`` for
         ``warnings.warn``): removed where nothing else reads them (switti, the 72nd review)."""
@@ -580,9 +633,7 @@ class Fallbacks:
                 _accepts(parent, accepted, f"the call at line {use.lineno}")
             elif isinstance(parent, ast.ClassDef) and any(use is b for b in parent.bases):
                 self._subclass_reads(parent, accepted, _SHARED[target.new])
-            elif not (self._typed(use) or self._annotation(use)) and (
-                target.as_value or stand_in or isinstance(parent, ast.Attribute)
-            ):  # (a value the torch name may take, as an import's: LayerNorm in a registry)
+            elif not (self._typed(use) or self._annotation(use) or self._dead_value(use, node)):
                 raise NoFix(
                     f"`{name}` is used as a value at line {use.lineno}: the calls made with it "
                     "are not visible here"
@@ -723,10 +774,8 @@ class Fallbacks:
             if value != target.new and decay is not None and not _literal_in(decay, (0,)):
                 return ""
             calls += 1
-        if not calls and not any(
-            isinstance(use, ast.Name) and use.id == name and not self._inside(use, node)
-            for use in ast.walk(self.tree)
-        ):  # (Lumina-mGPT: `FusedAdam as AdamW` that nothing reads, the 72nd review)
+        if not calls and self._unread(name, node):
+            # (Lumina-mGPT: `FusedAdam as AdamW` that nothing reads, the 72nd review)
             return (
                 f"nothing reads `{name}` outside the `try` (nor imports it from this module), "
                 "so no default of it ever applies"
