@@ -4931,6 +4931,19 @@ def test_several_inference_initializes_under_one_test_are_one_region():
     assert "one of 2 in this file" in _message(other_test)
     o2 = TWO_INFERENCE_INITIALIZES.replace('seg2, opt_level="O1"', 'seg2, opt_level="O2"')
     assert "O2" in _message(o2)
+    # the 73rd review: the test rebound between them (or after one alone) made the region's
+    # `enabled=use_amp` read False where apex's casts were on
+    for source in (
+        TWO_INFERENCE_INITIALIZES.replace(
+            "    seg.eval()\n", "    seg.eval()\n    use_amp = False\n"
+        ),
+        TWO_INFERENCE_INITIALIZES.replace(
+            "    seg.eval()\n", "    seg.eval()\n    use_amp = 0\n"
+        ).replace(
+            '        if use_amp:\n            seg2 = amp.initialize(seg2, opt_level="O1")\n', ""
+        ),
+    ):
+        assert "line 12 assigns `use_amp` again after it" in _message(source), source
 
 
 def test_an_unused_dotted_amp_import_is_reported_once_and_goes():

@@ -29,6 +29,12 @@ _KNOWN = {"models", "opt_level", "verbosity", "enabled"}
 _IDLE = {"loss_scale", "min_loss_scale", "max_loss_scale", "num_losses", "keep_batchnorm_fp32"}
 
 
+def _unpacked(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(target, cst.Tuple | cst.List):
+        return [x for e in target.elements for x in _unpacked(e.value)]
+    return [target]
+
+
 class InferenceOnly:
     """The planner's mode for ``amp.initialize`` without an optimizer."""
 
@@ -155,6 +161,27 @@ class InferenceOnly:
             ):
                 return False
         return True
+
+    def _rebound_after(self, holder: cst.If) -> cst.CSTNode | None:
+        """A target assigned after ``holder`` in its function that ``holder``'s test reads
+        (``use_amp = False`` after ``if use_amp: initialize``, the 73rd review: the region's
+        `enabled=use_amp` then read False where apex's casts were on)."""
+        code = self.module.code_for_node
+        read = {
+            code(n) for n in self._subtree(holder.test) if isinstance(n, cst.Name | cst.Attribute)
+        }
+        scope = self.function(holder)
+        after = self.order[id(holder)]
+        for node in self._subtree(scope):
+            target = (
+                node.target
+                if isinstance(node, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
+                else None
+            )
+            for each in _unpacked(target) if target is not None else ():
+                if code(each) in read and self.order.get(id(each), -1) > after:
+                    return each
+        return None
 
     def _held_by(self, init: cst.Call) -> str | None:
         """The test of the ``if`` whose body holds ``init``'s statement (None: none)."""
@@ -311,6 +338,17 @@ class InferenceOnly:
                     "`amp.initialize` for inference sits in an if/else or elif whose test "
                     "calls something or that changes what it reads: the region after it could "
                     "not ask the same question; wrap the forwards by hand",
+                )
+                return
+            rebound = self._rebound_after(holder)
+            if rebound is not None:
+                self.problem(
+                    init,
+                    f"`amp.initialize` for inference runs under `if {test}:`, and line "
+                    f"{self.line(rebound)} assigns `{code(rebound)}` again after it: the "
+                    "autocast region, which would ask the same test later, would not see what "
+                    "`initialize` saw (apex's casts stayed on); keep the test's value first "
+                    "(`amp_on = ...`) and wrap the forwards by hand",
                 )
                 return
             condition = test
