@@ -4870,6 +4870,23 @@ def test_an_availability_test_asked_of_the_interpreter_folds_to_installed(monkey
             for fp16 in (True, False):
                 got, want = migrated["train"](fp16), before["train"](fp16)
                 assert got == pytest.approx(want, rel=2e-3, abs=1e-4)
+    # the 73rd review: what the fold does not take keeps the rewrite from being written
+    stored = INTERPRETER_PROBE.replace("PROBE", "APEX_MOD is None").replace(
+        "\n\ndef train", '\nAPEX_MOD = sys.modules.get("apex")\n\n\ndef train'
+    )
+    assert "`no_apex` is the exception the `except` at line 8 bound" in _message(stored)
+    submodule = INTERPRETER_PROBE.replace(
+        "PROBE", 'importlib.util.find_spec("apex.contrib") is None'
+    )
+    assert "asks the interpreter for a module of apex's" in _message(submodule)
+    lazy = (
+        INTERPRETER_PROBE.replace("PROBE", '"apex" not in sys.modules')
+        .replace("try:\n    from apex import amp\nexcept ImportError as no_apex:\n    pass\n", "")
+        .replace(
+            "    if fp16:\n        if", "    if fp16:\n        from apex import amp\n\n        if"
+        )
+    )
+    assert "the file imports apex only inside a function" in _message(lazy)
     beyond = INTERPRETER_PROBE.replace("PROBE", '"apex" not in sys.modules').replace(
         "    from apex import amp\n",
         "    from apex import amp\n    from apex.parallel import DDP\n",

@@ -169,6 +169,7 @@ class _Planner(
         self.removed: set[cst.CSTNode] = set()  # statements the plan deletes outright
         self.dissolved: set[cst.If] = set()  # `if amp is not None:` whose body stays in its place
         self.folded_else: set[cst.If] = set()  # `if amp is None: ... else:`, its `else:` stays
+        self.folded_first: set[cst.If] = set()  # `if <probe>: ... elif ...:`, the first arm goes
         self.initialize_calls: set[cst.Call] = set()
         self._qualified: dict[cst.CSTNode, set[str]] = {}
         self._facts: dict[tuple[int, frozenset[str]], _Facts] = {}
