@@ -35,12 +35,14 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 @dataclass(frozen=True)
 class Handed:
     """The parameter ``parameter`` of the function defined at ``line`` receives apex's module
-    from the calls ``calls`` (path, line)."""
+    from the calls ``calls`` (path, line); ``method``: they call a method of that name on an
+    object whose class is not known (they may call another class's)."""
 
     line: int
     function: str
     parameter: str
     calls: tuple[tuple[str, int], ...]
+    method: bool = False
 
 
 def handed_calls(names: Names) -> Iterator[tuple[ast.Name, ast.Call]]:
@@ -96,15 +98,17 @@ def prepare(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -
             if caller.path == path:
                 continue  # (the file's own planner sees its functions)
             for function, parameter in _targets(caller, node, call, callee):
-                places = found.setdefault(path, {}).setdefault((function.lineno, parameter), set())
+                method = _on_object(caller.names, call)
+                key = (function.lineno, parameter, method)
+                places = found.setdefault(path, {}).setdefault(key, set())
                 places.add((shown_among((caller.path, path), caller.path), call.lineno))
     out = {}
     for path, functions in found.items():
         tree = ast.parse(known.get(path) or read(Path(path)))
         defs = {d.lineno: d.name for d in ast.walk(tree) if isinstance(d, _FUNCTIONS)}
         out[path] = tuple(
-            Handed(line, defs[line], parameter, tuple(sorted(calls)))
-            for (line, parameter), calls in sorted(functions.items())
+            Handed(line, defs[line], parameter, tuple(sorted(calls)), method)
+            for (line, parameter, method), calls in sorted(functions.items())
         )
     return out or None
 
@@ -185,6 +189,8 @@ def check(
         function = defs.get(item.line)
         if function is None or function.name != item.function:
             continue
+        if _rebinds(function, item.parameter):
+            continue  # (the 73rd review: `amp = FakeAmp()` before its uses)
         uses = list(_uses(function, item.parameter))
         if not uses:
             continue
@@ -197,7 +203,13 @@ def check(
             f"line {uses[0].lineno}: {spelled} call{'s' if len(uses) == 1 else ''} apex amp "
             f"through the parameter "
             f"`{item.parameter}` of `{function.name}`, which {callers} "
-            f"fill{'s' if len(item.calls) == 1 else ''} with apex's module: the rewrite does not "
+            + (
+                "may fill with apex's module (a method of that name called on an object, "
+                "whose class the tool does not know)"
+                if item.method
+                else f"fill{'s' if len(item.calls) == 1 else ''} with apex's module"
+            )
+            + ": the rewrite does not "
             "follow apex's module into a function of another file; migrate it with those "
             "calls by hand (create the GradScaler where they call it and pass it in the "
             "module's place, run the forward under "
@@ -210,6 +222,14 @@ def check(
     message = refusal(problems)
     where = Span(*source.position(anchor))
     return [Finding(rule.code, message, where) for rule in rules]
+
+
+def _rebinds(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str) -> bool:
+    """``function`` assigns ``parameter`` anew (its uses may not be apex's)."""
+    return any(
+        isinstance(n, ast.Name) and n.id == parameter and isinstance(n.ctx, ast.Store | ast.Del)
+        for n in ast.walk(function)
+    )
 
 
 def _uses(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str) -> Iterator[ast.expr]:
