@@ -589,9 +589,10 @@ class BackendSwitch:
             ]
         if switch is True:
             return "O1", []
-        return (
-            f"behaviour change: opt_level `{_code(self.module, level)}` is taken as O1, as the "
-            f"setting `apex-opt-level` ({self.declared}) declares; a run given another level "
-            "now trains on the native path too (mixed precision; O0 was float32, O2/O3 cast "
-            "the model)"
-        ), []
+        spelled = _code(self.module, level)
+        return "", [  # (the 74th review's TorchBlocks: an O0 run, float32 under apex, got fp16)
+            f"line {self.line(init)}: opt_level `{spelled}` is taken as O1 or O0, as the "
+            f"setting `apex-opt-level` ({self.declared}) declares, and a run given O0 (apex "
+            "off, float32) would train on the native arm in float16: this shape's rewrite "
+            f'does not keep the apex arm\'s `{spelled} == "O1"`; add it by hand'
+        ]
