@@ -84,7 +84,9 @@ class Initialize:
             why = (
                 f", one of {len(others) + 1} in this file (also line"
                 f"{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}): the "
-                "inference rewrite takes a file whose one apex call is its `amp.initialize`"
+                "inference rewrite takes a file whose one apex call is its `amp.initialize`, "
+                'or several `m = amp.initialize(m, opt_level="O1")` of plain names under one '
+                "test in one function"
                 if others
                 else ""
             )
