@@ -4,6 +4,7 @@ hand the module over, and nothing there is rewritten."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from ampmigrate.catalog import all_rules
@@ -131,3 +132,45 @@ def test_cli_reports_it_in_a_project_run(tmp_path, cli):
     lines = [line for line in done.stdout.splitlines() if line.startswith("helpers.py")]
     assert len(lines) == 1 and lines[0].startswith("helpers.py:3:")
     assert "AMP303" in lines[0] and "train.py:5" in lines[0]
+
+
+def test_the_caller_is_not_told_that_no_file_initializes(tmp_path):
+    """The 73rd review's p1a: in the run that reports `amp.initialize` in lib.py, the caller was
+    told "no file of the project initializes apex amp ... delete it" (harmful advice: it
+    trains)."""
+    (tmp_path / "lib.py").write_text(
+        textwrap.dedent("""\
+        def prepare(model, optimizer, amp=None, level="O1"):
+            if amp is not None:
+                model, optimizer = amp.initialize(model, optimizer, opt_level=level)
+            return model, optimizer
+    """)
+    )
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        from apex import amp
+        from lib import prepare
+
+
+        def main():
+            torch.manual_seed(0)
+            model = torch.nn.Linear(4, 2).to("cpu")
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, optimizer = prepare(model, optimizer, amp=amp)
+            for _ in range(3):
+                out = model(torch.ones(8, 4).to("cpu") * 0.1)
+                loss = out.float().pow(2).mean()
+                optimizer.zero_grad()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+                print(out.dtype, round(loss.item(), 5))
+
+        main()
+    """)
+    )
+    found = _results([tmp_path / "lib.py", tmp_path / "train.py"])["train.py"]
+    message = next(d.message for d in found if d.code == "AMP303")
+    assert "no file of the project initializes apex amp" not in message
+    assert "`amp` is passed to `prepare(...)`" in message
