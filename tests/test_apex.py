@@ -3450,9 +3450,6 @@ def test_apex_opt_level_takes_an_open_flag_as_o1_or_o0():
     expected = (APEX / "hf_glue.fixed.py").read_text().replace(', choices=["O0", "O1"]', "")
     assert out == expected
     assert message.startswith("apex.amp O1 can be rewritten to torch.amp")
-    # (the 71st review: joeynmt's test() after training, a model built anew, lost its float16
-    # with no word)
-    assert "apex O1 cast every forward of the process from `initialize` on" in message
     assert (
         "note: behaviour change: opt_level `args.fp16_opt_level` comes from the flag "
         "`--fp16_opt_level`, which accepts any level (no `choices`); the setting "

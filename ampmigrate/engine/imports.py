@@ -151,17 +151,6 @@ def remove_unused(text: str, edits: Iterable[ImportEdit]) -> str | None:
         index = tree.body.index(stmt)
         if len(aliases) == len(stmt.names):
             previous = tree.body[index - 1] if index else None
-            if previous is None and not text[: lines.start(stmt.lineno)].strip():
-                # the file's first line: it goes with the blank lines after it (a file that
-                # opened with `import warnings`, the 72nd review's switti, kept a blank first)
-                after = stmt.end_lineno + 1
-                while (
-                    after < len(lines.starts)
-                    and not text[lines.start(after) : lines.end(after)].strip()
-                ):
-                    after += 1
-                cuts.append((0, lines.start(after) if after < len(lines.starts) else len(text), ""))
-                continue
             if previous is None or not isinstance(previous, _SIMPLE):
                 return None  # the module header or a block's footer: libcst's own rules
             above = range(previous.end_lineno + 1, stmt.lineno)
