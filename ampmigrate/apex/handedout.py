@@ -81,7 +81,8 @@ def prepare(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -
         return None
     spelled = {_called(call) for _, _, call in wanted}
     known = {os.path.abspath(n): s for n, s, _ in candidates}
-    found: dict[str, dict[tuple[int, str], set[tuple[str, int]]]] = {}
+    # by callee: (the function's line and name, the parameter, a method's) -> the calls
+    found: dict[str, dict[tuple[int, str, str, bool], set[tuple[str, int]]]] = {}
     for path in map(os.path.abspath, map(str, paths)):
         data = known.get(path)
         if data is None:
@@ -97,19 +98,18 @@ def prepare(settings: Settings, candidates: list[Item], paths: Sequence[Path]) -
         for caller, node, call in wanted:
             if caller.path == path:
                 continue  # (the file's own planner sees its functions)
-            for function, parameter in _targets(caller, node, call, callee):
-                method = _on_object(caller.names, call)
-                key = (function.lineno, parameter, method)
+            method = _on_object(caller.names, call)
+            for function, parameter in _targets(caller, node, call, callee, method):
+                key = (function.lineno, function.name, parameter, method)
                 places = found.setdefault(path, {}).setdefault(key, set())
                 places.add((shown_among((caller.path, path), caller.path), call.lineno))
-    out = {}
-    for path, functions in found.items():
-        tree = ast.parse(known.get(path) or read(Path(path)))
-        defs = {d.lineno: d.name for d in ast.walk(tree) if isinstance(d, _FUNCTIONS)}
-        out[path] = tuple(
-            Handed(line, defs[line], parameter, tuple(sorted(calls)), method)
-            for (line, parameter, method), calls in sorted(functions.items())
+    out = {
+        path: tuple(
+            Handed(line, name, parameter, tuple(sorted(calls)), method)
+            for (line, name, parameter, method), calls in sorted(functions.items())
         )
+        for path, functions in found.items()
+    }
     return out or None
 
 
@@ -124,14 +124,14 @@ def _called(call: ast.Call) -> str:
 
 
 def _targets(
-    caller: _File, node: ast.Name, call: ast.Call, callee: _File
+    caller: _File, node: ast.Name, call: ast.Call, callee: _File, on_object: bool
 ) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]]:
     """The functions of ``callee`` that ``call`` may run, with the parameter ``node`` fills: a
-    module-level function that the caller imports (resolved), or a method of the name called
-    on an object (``model.configure_apex``: any class's, as the object's class is not known)."""
+    module-level function that the caller imports (resolved), or, where ``call`` calls a
+    method of an object (``_on_object``), a method of that name (``model.configure_apex``:
+    any class's, as the object's class is not known)."""
     name = _called(call)
     qualified = caller.names.qualified(call.func)
-    on_object = _on_object(caller.names, call)
     for statement in callee.tree.body:
         if (
             isinstance(statement, _FUNCTIONS)
