@@ -452,24 +452,7 @@ class Guards:
         take: a module of apex's (``find_spec("apex.contrib")``, which raises without apex), or
         the exception the ``except`` around the import bound (``raise ... from no_apex``, after
         a lookup kept in a variable, say); the 73rd review: each crashed every fp16 run."""
-        asked = None
-        if (
-            isinstance(node, cst.Call)
-            and len(node.args) == 1
-            and isinstance(node.args[0].value, cst.SimpleString)
-            and self.qualified(node.func) & _LOOKUPS
-        ):
-            asked = node.args[0].value.evaluated_value
-        elif (
-            isinstance(node, cst.Comparison)
-            and isinstance(node.left, cst.SimpleString)
-            and any(
-                isinstance(c.operator, cst.In | cst.NotIn)
-                and "sys.modules" in self.qualified(c.comparator)
-                for c in node.comparisons
-            )
-        ):
-            asked = node.left.evaluated_value
+        asked = self._asked_module(node)
         if isinstance(asked, str) and asked.startswith("apex.") and asked != APEX:
             # (a stored `find_spec("apex")` may be the switch the rewrite keeps, with its note:
             # the 39th review's bert_document_classification)
@@ -519,8 +502,31 @@ class Guards:
             for a in self.ancestors(node)
         )
 
+    def _asked_module(self, node: cst.CSTNode) -> str | bytes | None:
+        """The module ``node`` asks the interpreter for by its name: a lookup
+        (``find_spec("apex")``, ``sys.modules.get("apex")``) or ``"apex" in sys.modules``."""
+        if (
+            isinstance(node, cst.Call)
+            and len(node.args) == 1
+            and isinstance(node.args[0].value, cst.SimpleString)
+            and self.qualified(node.func) & _LOOKUPS
+        ):
+            return node.args[0].value.evaluated_value
+        if (
+            isinstance(node, cst.Comparison)
+            and isinstance(node.left, cst.SimpleString)
+            and any(
+                isinstance(c.operator, cst.In | cst.NotIn)
+                and "sys.modules" in self.qualified(c.comparator)
+                for c in node.comparisons
+            )
+        ):
+            return node.left.evaluated_value
+        return None
+
     def _asks_interpreter(self, node: cst.CSTNode) -> tuple[cst.CSTNode, bool] | None:
         """(the test, its value with apex installed) where ``node`` is such a test."""
+        asked = self._asked_module(node) in ("apex", APEX)
         if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
             target = node.comparisons[0]
             right = target.comparator
@@ -529,7 +535,6 @@ class Guards:
                 and isinstance(node.left, cst.SimpleString)
             ):
                 return None
-            text = node.left.evaluated_value
             listed = (
                 isinstance(right, cst.Call)
                 and isinstance(right.func, cst.Name)
@@ -537,18 +542,10 @@ class Guards:
                 and not right.args
                 and f"builtins.{right.func.value}" in self.qualified(right.func)
             )
-            if (text in ("apex", APEX) and "sys.modules" in self.qualified(right)) or (
-                listed and text in self.bound
-            ):
+            if asked or (listed and node.left.evaluated_value in self.bound):
                 return node, isinstance(target.operator, cst.In)
             return None
-        if not (
-            isinstance(node, cst.Call)
-            and len(node.args) == 1
-            and isinstance(node.args[0].value, cst.SimpleString)
-            and node.args[0].value.evaluated_value in ("apex", APEX)
-            and self.qualified(node.func) & _LOOKUPS
-        ):
+        if not (isinstance(node, cst.Call) and asked):
             return None
         on = none_comparison(self.parent(node), node)
         if on is not None:
