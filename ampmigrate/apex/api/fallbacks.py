@@ -546,7 +546,8 @@ class Fallbacks:
         if self._importers(name) != []:
             return False
         stem = os.path.splitext(os.path.basename(self.source.path))[0].encode()
-        for other in _project_files(self.source.path) or ():
+        files = _project_files(self.source.path)
+        for other in files or ():
             if os.path.abspath(other) == os.path.abspath(self.source.path):
                 continue
             try:
@@ -556,7 +557,7 @@ class Fallbacks:
                 return False
             if b"getattr(" in data and re.search(rb"\b%s\b" % re.escape(stem), data):
                 return False
-        return _project_files(self.source.path) is not None
+        return files is not None
 
     def _log_imports(self, dropped: list[ast.stmt]) -> tuple[ImportEdit, ...]:
         """The module imports the dropped log lines read (``import warnings`` for
