@@ -20,19 +20,13 @@ import libcst as cst
 from ampmigrate.apex.common import _argument, initialize_arguments, without_optimizer
 from ampmigrate.apex.forwards import _WRAPS
 from ampmigrate.apex.initialize import _main_guard
-from ampmigrate.apex.regions import _QUIET_METHODS
+from ampmigrate.apex.regions import _QUIET_METHODS, _unpacked
 from ampmigrate.apex.users import users_on_disk
 from ampmigrate.apex.verdict import APEX
 
 _KNOWN = {"models", "opt_level", "verbosity", "enabled"}
 # arguments an initialize that scales nothing ignores (the scale's), or that O1 fixes to None
 _IDLE = {"loss_scale", "min_loss_scale", "max_loss_scale", "num_losses", "keep_batchnorm_fp32"}
-
-
-def _unpacked(target: cst.BaseExpression) -> list[cst.BaseExpression]:
-    if isinstance(target, cst.Tuple | cst.List):
-        return [x for e in target.elements for x in _unpacked(e.value)]
-    return [target]
 
 
 class InferenceOnly:
@@ -178,7 +172,7 @@ class InferenceOnly:
                 if isinstance(node, cst.AssignTarget | cst.AugAssign | cst.AnnAssign)
                 else None
             )
-            for each in _unpacked(target) if target is not None else ():
+            for each in _unpacked([target]) if target is not None else ():
                 if code(each) in read and self.order.get(id(each), -1) > after:
                     return each
         return None
