@@ -4894,6 +4894,27 @@ def test_an_availability_test_asked_of_the_interpreter_folds_to_installed(monkey
     assert "asks the interpreter whether apex is there" in _message(beyond)
 
 
+def test_a_kept_sys_modules_lookup_of_apex_is_refused():
+    """The 73rd review's p3c, a wrong rewrite: `APEX = sys.modules.get("apex")` holds apex's
+    module because the file imports it; the rewrite removed that import, so the kept value
+    became None and `if APEX is not None:` took the unscaled branch under float16 autocast.
+    A kept `find_spec("apex")` asks whether apex is installed, which the rewrite does not
+    change, and the lookup folded inside a test is unaffected."""
+    kept = INTERPRETER_PROBE.replace(
+        '        if PROBE:\n            raise ImportError("Please install apex to use fp16 '
+        'training.") from no_apex\n',
+        "",
+    ).replace("\n\ndef train", '\nAPEX = sys.modules.get("apex")\n\n\ndef train')
+    kept = kept.replace(
+        "        if fp16:\n            with", "        if APEX is not None:\n            with"
+    )
+    assert kept.count("APEX") == 2
+    message = _message(kept)
+    assert '`sys.modules.get("apex")` is apex\'s module only because this file imports' in message
+    folded = INTERPRETER_PROBE.replace("PROBE", 'sys.modules.get("apex") is None')
+    assert "raise" not in _migrated(folded)[0]
+
+
 TWO_INFERENCE_INITIALIZES = """\
 import torch
 from apex import amp

@@ -453,6 +453,20 @@ class Guards:
         the exception the ``except`` around the import bound (``raise ... from no_apex``, after
         a lookup kept in a variable, say); the 73rd review: each crashed every fp16 run."""
         asked = self._asked_module(node)
+        if (
+            asked in ("apex", APEX)
+            and "sys.modules.get" in self.qualified(node.func)
+            and not self._gone(node)
+        ):
+            # (a kept `find_spec("apex")` answers whether apex is installed, which the rewrite
+            # does not change; this answers whether something imported it, which it does)
+            self.problem(
+                node,
+                f"`{_code(self.module, node)}` is apex's module only because this file imports "
+                "it: once the rewrite removes the import it is None, so what it is kept for "
+                "changes; rewrite it by hand",
+            )
+            return
         if isinstance(asked, str) and asked.startswith("apex.") and asked != APEX:
             # (a stored `find_spec("apex")` may be the switch the rewrite keeps, with its note:
             # the 39th review's bert_document_classification)
