@@ -5,14 +5,16 @@ versions it promises to support, so such a fix is graded unsafe. The floor comes
 nearest project above the checked files: ``[project] dependencies`` and optional dependencies
 in pyproject.toml, ``install_requires`` / ``extras_require`` in setup.cfg or setup.py (literal
 lists only, or a module-level requirement table such as Hugging Face's ``_deps`` that they are
-built from; setup.py is parsed, never run), ``requirements*.txt`` and the files of a
-``requirements/`` folder. Where several declare torch, the lowest lower bound wins (the
-project runs on all of them).
+built from; setup.py is parsed, never run), Poetry's ``[tool.poetry.dependencies]``,
+``requirements*.txt``, the files of a ``requirements/`` folder, and a conda
+``environment.yml`` (``pytorch=1.0.1``, and its ``pip:`` list). Where several declare torch, the
+lowest lower bound wins (the project runs on all of them).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import tomllib
 from collections.abc import Iterable, Sequence
@@ -102,12 +104,8 @@ def _requirement_bound(requirement: str, names: tuple[str, ...]) -> tuple[str, t
 
 def _declared(directory: Path) -> Iterable[tuple[str, str]]:
     """(file name, requirement string) for every requirement the project declares."""
-    pyproject = directory / "pyproject.toml"
-    if pyproject.is_file():
-        try:
-            project = tomllib.loads(pyproject.read_text("utf-8")).get("project", {})
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            project = {}
+    if (directory / "pyproject.toml").is_file():
+        project = _pyproject(directory).get("project", {})
         yield from (("pyproject.toml", r) for r in _strings(project.get("dependencies")))
         for extra in (project.get("optional-dependencies") or {}).values():
             yield from (("pyproject.toml", r) for r in _strings(extra))
@@ -137,6 +135,81 @@ def _declared(directory: Path) -> Iterable[tuple[str, str]]:
             line = line.split(" #", 1)[0].strip()
             if line and not line.startswith(("#", "-")):
                 yield requirements.relative_to(directory).as_posix(), line
+
+
+_POETRY_SPEC = re.compile(r"(\^|~=|~|>=|<=|==|!=|>|<|=)?\s*v?(\d+(?:\.\d+)*)")
+_CONDA_TORCH = re.compile(
+    r"^\s*-\s*(?:[\w.-]+::)?(?:py)?torch\s*(=|==|>=|>|~=)\s*(\d+(?:\.\d+)*)[^\s#]*\s*(?:#.*)?$"
+)
+
+
+def poetry_bound(constraint: str) -> tuple[int, ...] | None:
+    """The lowest release a Poetry constraint admits (``^1.0``, ``~1.2``, ``>=1.0,<2``,
+    ``1.0.1``, ``^1.4 || ^2.0``); None where some alternative has no lower bound (``*``)."""
+    lowest = []
+    for alternative in constraint.split("||"):
+        bounds = [
+            tuple((*(int(p) for p in version.split(".")), 0)[:2])
+            for operator, version in _POETRY_SPEC.findall(alternative)
+            if operator not in ("<", "<=", "!=")
+        ]
+        if not bounds:
+            return None
+        lowest.append(max(bounds))
+    return min(lowest) if lowest else None
+
+
+def _poetry_torch(pyproject: dict) -> Iterable[tuple[tuple[int, ...], str]]:
+    """(bound, source) for torch in ``[tool.poetry.dependencies]`` (a string, a table with a
+    ``version``, or a list of such tables for several markers)."""
+    table = ((pyproject.get("tool") or {}).get("poetry") or {}).get("dependencies") or {}
+    if not isinstance(table, dict):
+        return
+    for name, value in table.items():
+        if name.lower() != "torch":
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            spec = item.get("version") if isinstance(item, dict) else item
+            if isinstance(spec, str) and (bound := poetry_bound(spec)) is not None:
+                yield bound, f'pyproject.toml: torch = "{spec}"'
+
+
+def _conda_files(directory: Path) -> list[Path]:
+    return [
+        f for f in (directory / "environment.yml", directory / "environment.yaml") if f.is_file()
+    ]
+
+
+def _conda_torch(directory: Path) -> Iterable[tuple[tuple[int, ...], str]]:
+    """(bound, source) for ``pytorch=1.0.1`` in a conda environment file (``=`` takes the
+    versions that start with it: its lower bound is the version itself), read by line, as
+    nothing of YAML beyond a list item is needed; its ``pip:`` list is requirement strings."""
+    for path in _conda_files(directory):
+        try:
+            lines = path.read_text("utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            match = _CONDA_TORCH.match(line)
+            if match:
+                version = match.group(2)
+                yield (
+                    tuple((*(int(p) for p in version.split(".")), 0)[:2]),
+                    (f"{path.name}: {line.strip().removeprefix('-').strip()}"),
+                )
+            elif line.strip().startswith("- ") and "torch" in line:
+                requirement = line.strip()[2:].split(" #", 1)[0].strip()
+                if (bound := lower_bound(requirement)) is not None:
+                    yield bound, f"{path.name}: {requirement}"
+
+
+@functools.lru_cache(maxsize=8)
+def _pyproject(directory: Path) -> dict:
+    """The project's pyproject.toml, parsed ({} where there is none or it does not parse)."""
+    try:
+        return tomllib.loads((directory / "pyproject.toml").read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
 
 
 def _requirement_files(directory: Path) -> list[Path]:
@@ -226,9 +299,10 @@ def project_dir(paths: Sequence[Path]) -> Path | None:
             candidate.glob("requirements*.txt")
         ):
             return candidate
-    # a `requirements/` folder alone marks a project only where nothing above does (49a: a
-    # `tools/requirements/` hid the root's pyproject.toml and its torch floor)
-    return next((c for c in candidates if _requirement_files(c)), None)
+    # a `requirements/` folder (or a conda environment file) alone marks a project only where
+    # nothing above does (49a: a `tools/requirements/` hid the root's pyproject.toml and its
+    # torch floor)
+    return next((c for c in candidates if _requirement_files(c) or _conda_files(c)), None)
 
 
 def find(paths: Sequence[Path]) -> Floor | None:
@@ -239,6 +313,7 @@ def find(paths: Sequence[Path]) -> Floor | None:
     found = [
         (bound, f"{name}: {r}") for name, r in _declared(directory) if (bound := lower_bound(r))
     ]
+    found += [*_conda_torch(directory), *_poetry_torch(_pyproject(directory))]
     if not found:
         return None
     version, source = min(found)

@@ -144,6 +144,20 @@ def _declared_project(tmp_path: Path, files: dict[str, str]) -> None:
         # a requirements/ folder alone (InternLM's `requirements/torch.txt`, the 47th review:
         # the floor was not read, and a fix needing torch 2.4 was written for torch 1.13)
         {"requirements/torch.txt": "torch==2.1.0\n", "requirements/runtime.txt": "numpy\n"},
+        # Poetry's table and a conda environment file (the 76th review: AdamW was written for
+        # a project on `torch = "^1.0"` or `pytorch=1.0.1`)
+        {
+            "pyproject.toml": "[tool.poetry]\nname = 'x'\n[tool.poetry.dependencies]\n"
+            "python = '^3.8'\ntorch = '^2.1'\n"
+        },
+        {
+            "pyproject.toml": "[tool.poetry.dependencies]\n"
+            "torch = [{version = '>=2.1,<3', markers = 'x'}, {version = '~2.2'}]\n"
+        },
+        {"pyproject.toml": "[tool.poetry.dependencies]\ntorch = {version = '2.1.0'}\n"},
+        {"environment.yml": "name: x\ndependencies:\n  - python=3.9\n  - pytorch=2.1.0\n"},
+        {"environment.yaml": "dependencies:\n  - pytorch::pytorch>=2.1  # cuda\n"},
+        {"environment.yml": "dependencies:\n  - pip\n  - pip:\n    - torch>=2.1\n"},
     ],
 )
 def test_declared_torch_floor_makes_newer_fixes_unsafe(cli, tmp_path, files):
@@ -308,3 +322,23 @@ def test_apex_opt_level_from_config_and_command_line(cli, tmp_path):
     result = cli("check", "--apex-opt-level", "o1", "train.py", cwd=tmp_path)
     assert result.returncode == 2
     assert "--apex-opt-level must be \"O1\", not 'o1'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("constraint", "bound"),
+    [
+        ("^1.0", (1, 0)),
+        ("~1.2.3", (1, 2)),
+        (">=1.4,<2", (1, 4)),
+        ("1.0.1", (1, 0)),
+        ("==2.1.*", (2, 1)),
+        ("^1.4 || ^2.0", (1, 4)),
+        ("*", None),
+        ("<2.0", None),
+        (">=1.13 || *", None),
+    ],
+)
+def test_poetry_constraints_give_their_lowest_release(constraint, bound):
+    from ampmigrate.floor import poetry_bound
+
+    assert poetry_bound(constraint) == bound
