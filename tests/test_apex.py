@@ -13614,6 +13614,64 @@ def test_a_switch_whose_object_the_loop_changes_elsewhere_still_holds():
     assert finding.fix == "unsafe", finding.message
 
 
+_FOLDS_IN_A_CLASS = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, param):
+        self.param = param
+        self.seen = 0
+
+    def train(self, data):
+        for fold in range(3):
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            if self.param.fp16:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x, y in data:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                with amp.scale_loss(loss, optimizer) as scaled:
+                    scaled.backward()
+                optimizer.step()
+            CALL
+
+    def count(self):
+        self.seen += 1
+
+    def reset(self):
+        self.param.fp16 = False
+
+    @staticmethod
+    def tick(n):
+        return n + 1
+"""
+
+
+@pytest.mark.parametrize(
+    ("call", "changes"),
+    [
+        ("self.count()", False),
+        ("self.tick(fold)", False),
+        ("self.reset()", True),  # the method changes the switch
+        ("self.tick(self.param)", True),  # what it is handed it may change
+        ("self.inherited()", True),  # a method the class does not define: not seen
+    ],
+)
+def test_a_method_of_the_class_called_in_the_loop_changes_what_its_body_changes(call, changes):
+    """The 75th review's false reason (cail2019's k-fold trainer): a call of any method through
+    `self` in the loop was taken to change `self.param.fp16`, the initialize's switch, though
+    nothing assigns it. A method of the class changes what its own body changes; a
+    `staticmethod` nothing of `self`."""
+    source = _FOLDS_IN_A_CLASS.replace("CALL", call)
+    [finding] = [d for d in check_source(source) if d.code == "AMP303"]
+    assert ("which the loop changes" in finding.message) is changes, finding.message
+    if not changes:
+        assert finding.fix == "unsafe", finding.message
+
+
 def test_an_inference_initialize_in_an_elif_arm_says_so():
     """The 56th review: `if cfg["verbose"]: ... elif cfg["amp"]: model = amp.initialize(model)`
     was refused because a test "calls something or changes what it reads", which none did."""

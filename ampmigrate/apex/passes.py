@@ -22,6 +22,13 @@ _MODEL_WRAPPERS = frozenset({
 _WRAPPER_NAMES = frozenset({"DataParallel", "DistributedDataParallel"})  # (however imported)
 
 
+def _static(function: cst.FunctionDef) -> bool:
+    return any(
+        isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
+        for d in function.decorators
+    )
+
+
 def _normal(code: str) -> str:
     """``code`` as ``ast.unparse`` spells it (quotes, spaces), to compare it with the reads."""
     try:
@@ -339,29 +346,7 @@ class Passes:
         anyway = {r for r in read if r.partition(".")[0] in declared}
         anyway |= read if any(isinstance(n, ast.Call) for n in ast.walk(tree)) else set()
         for loop in loops:
-            targets = [loop.target] if isinstance(loop, cst.For) else []
-            for node in self._subtree(loop.body):
-                if isinstance(node, cst.AssignTarget | cst.AugAssign | cst.AnnAssign
-                              | cst.For | cst.NamedExpr):  # fmt: skip
-                    targets.append(node.target)
-                elif isinstance(node, cst.AsName):
-                    targets.append(node.name)
-            changed: set[str] = set()  # each target whole (`args.lr`: not `args`)
-            while targets:
-                target = targets.pop()
-                if isinstance(target, cst.Tuple | cst.List):
-                    targets += [e.value for e in target.elements]
-                else:
-                    changed.add(_code(self.module, target))
-            # and a call of a method of it (`history.append(x)`, `cfg.advance()`), `setattr`
-            # or `delattr` of it (the 56th review's probes)
-            for node in self._subtree(loop.body):
-                if not isinstance(node, cst.Call):
-                    continue
-                if isinstance(node.func, cst.Attribute):
-                    changed.add(_code(self.module, node.func.value))
-                elif isinstance(node.func, cst.Name) and node.func.value in ("setattr", "delattr"):
-                    changed |= {_code(self.module, a.value) for a in node.args[:1]}
+            changed = self._written(loop, loop.body, set())
             changed = {_normal(c) for c in changed} | anyway  # (spelled as ast spells reads)
             both = sorted(  # a chain rebound, its base rebound, or a part of it changed
                 r for r in read
@@ -379,6 +364,83 @@ class Passes:
                     "make one GradScaler before the loop, enabled as the runs need, by hand"
                 )
         return None
+
+    def _written(
+        self, owner: cst.CSTNode, body: cst.CSTNode, seen: set[int], receiver: str = ""
+    ) -> set[str]:
+        """The chains ``body`` may change, each whole (``args.lr``, not ``args``): what it
+        assigns (and a loop's target), and the receiver of each method it calls
+        (``history.append(x)``, ``cfg.advance()``), ``setattr``/``delattr``'s object (the 56th
+        review's probes). A method of the enclosing class called through its first parameter
+        (``self.evaluate(model)``) changes what that method's own body changes, a
+        ``staticmethod`` nothing of ``self`` (the 75th review: the call alone was taken to
+        change ``self.param.fp16``). ``receiver``: the caller's spelling of the callee's first
+        parameter."""
+        targets = [owner.target] if isinstance(owner, cst.For) else []
+        calls = []
+        for node in self._subtree(body):
+            if isinstance(node, cst.AssignTarget | cst.AugAssign | cst.AnnAssign
+                          | cst.For | cst.NamedExpr):  # fmt: skip
+                targets.append(node.target)
+            elif isinstance(node, cst.AsName):
+                targets.append(node.name)
+            elif isinstance(node, cst.Call):
+                calls.append(node)
+        changed: set[str] = set()
+        while targets:
+            target = targets.pop()
+            if isinstance(target, cst.Tuple | cst.List):
+                targets += [e.value for e in target.elements]
+            else:
+                changed.add(_code(self.module, target))
+        for node in calls:
+            if isinstance(node.func, cst.Attribute):
+                method = self._own_method(owner, node.func)
+                if method is None:
+                    changed.add(_code(self.module, node.func.value))
+                    continue
+                # what it is handed it may change (`self.reset(self.param)`)
+                changed |= {
+                    _code(self.module, a.value)
+                    for a in node.args
+                    if isinstance(a.value, cst.Name | cst.Attribute | cst.Subscript)
+                }
+                if id(method) not in seen and not _static(method):
+                    seen.add(id(method))
+                    changed |= self._written(
+                        method, method.body, seen, _code(self.module, node.func.value)
+                    )
+            elif isinstance(node.func, cst.Name) and node.func.value in ("setattr", "delattr"):
+                changed |= {_code(self.module, a.value) for a in node.args[:1]}
+        if receiver and isinstance(owner, cst.FunctionDef) and owner.params.params:
+            first = owner.params.params[0].name.value
+            changed = {
+                receiver + c[len(first) :]
+                if c == first or c.startswith((first + ".", first + "["))
+                else c
+                for c in changed
+            }
+        return changed
+
+    def _own_method(self, place: cst.CSTNode, func: cst.Attribute) -> cst.FunctionDef | None:
+        """The method ``func`` calls where it is ``<first parameter>.name`` inside a method of
+        a class that defines ``name`` itself (once, not by a base class we cannot see)."""
+        function = place if isinstance(place, cst.FunctionDef) else self.function(place)
+        if not (
+            isinstance(function, cst.FunctionDef)
+            and function.params.params
+            and isinstance(func.value, cst.Name)
+            and func.value.value == function.params.params[0].name.value
+        ):
+            return None
+        holder = self.parent(self.parent(function))
+        if not isinstance(holder, cst.ClassDef) or not isinstance(holder.body, cst.IndentedBlock):
+            return None
+        found = [
+            s for s in holder.body.body
+            if isinstance(s, cst.FunctionDef) and s.name.value == func.attr.value
+        ]  # fmt: skip
+        return found[0] if len(found) == 1 else None
 
     def _pairs_loop(self, statement, small, models, optimizer) -> cst.For | None:
         """``for i in ...: m, o = amp.initialize(ms[i], os[i], ...)`` with only the write-backs
