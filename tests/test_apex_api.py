@@ -2705,8 +2705,44 @@ def test_a_tuple_of_classes_only_type_tests_read_is_a_type_test():
     """)
     out, remaining, fixed = _fix(source)
     assert not remaining and "apex" not in out and "try" not in out, out
-    assert "DDP_TYPES = (torch.nn.parallel.DistributedDataParallel, DistributedDataParallel)" in out
+    # (the 76th review: torch's class twice, and the constructor's differences in the message)
+    assert "DDP_TYPES = (DistributedDataParallel,)\n" in out, out
+    assert "apex's class leaves the type test, which names" in fixed[0].message
+    assert "broadcast_buffers" not in fixed[0].message
+    apart = source.replace(
+        "import torch\nfrom torch.nn.parallel import DistributedDataParallel\n", "import torch\n"
+    ).replace("DistributedDataParallel)", "torch.nn.DataParallel)")
+    out, remaining, fixed = _fix(apart)
+    assert (
+        not remaining
+        and ("DDP_TYPES = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)")
+        in out
+    ), out
     assert "the type test now matches every" in fixed[0].message
+    assert "broadcast_buffers" not in fixed[0].message
+    # joined to another tuple in the `try` (catalyst's `is_wrapped_with_ddp`): still a type test
+    for extend in ("wrappers = wrappers + (apex_DDP,)", "wrappers += (apex_DDP,)"):
+        joined = textwrap.dedent(f"""\
+            from torch import nn
+
+
+            def is_wrapped(model):
+                wrappers = (nn.DataParallel,)
+                try:
+                    from apex.parallel import DistributedDataParallel as apex_DDP
+                    {extend}
+                except ImportError:
+                    pass
+                return isinstance(model, wrappers)
+        """)
+        out, remaining, _ = _fix(joined)
+        assert not remaining and "apex" not in out, (extend, remaining)
+        assert "(torch.nn.parallel.DistributedDataParallel,)" in out
+        namespace: dict = {}
+        exec(compile(out, "migrated", "exec"), namespace)
+        torch = namespace["torch"]
+        assert namespace["is_wrapped"](torch.nn.DataParallel(torch.nn.Linear(2, 2)))
+        assert not namespace["is_wrapped"](torch.nn.Linear(2, 2))
     called = source + "\n\nwrapped = DDP_TYPES[0](net)\n"
     out, remaining, _ = _fix(called)
     assert out == called and "used as a value" in remaining[0].message
@@ -2715,6 +2751,28 @@ def test_a_tuple_of_classes_only_type_tests_read_is_a_type_test():
     )
     [finding] = _fix(adam)[1]
     assert "a type test" in finding.message and finding.fix is None
+
+
+def test_a_fallback_alias_only_type_tests_read_takes_no_defaults():
+    """The 76th review: `FusedAdam as AdamW` with torch's AdamW as its fallback, read only by
+    `isinstance`, was refused because "AdamW's defaults differ": no call builds with the name,
+    so no default applies; the fallback is the migration."""
+    source = textwrap.dedent("""\
+        try:
+            from apex.optimizers import FusedAdam as AdamW
+        except ImportError:
+            from torch.optim import AdamW
+
+
+        def is_adamw(opt):
+            return isinstance(opt, AdamW)
+    """)
+    out, remaining, fixed = _fix(source)
+    assert not remaining and out.startswith("from torch.optim import AdamW\n"), out
+    assert "only type tests read `AdamW`" in fixed[0].message
+    called = source + "\n\nopt = AdamW(params, **config)\n"
+    [finding] = _fix(called)[1]
+    assert "defaults differ" in finding.message and finding.fix is None
 
 
 def test_a_fallback_class_taken_from_a_project_module_gives_way_too(tmp_path):

@@ -346,7 +346,7 @@ class Passes:
         anyway = {r for r in read if r.partition(".")[0] in declared}
         anyway |= read if any(isinstance(n, ast.Call) for n in ast.walk(tree)) else set()
         for loop in loops:
-            changed = self._written(loop, loop.body, set())
+            changed = self._loop_writes(loop, loop.body, set())
             changed = {_normal(c) for c in changed} | anyway  # (spelled as ast spells reads)
             both = sorted(  # a chain rebound, its base rebound, or a part of it changed
                 r for r in read
@@ -365,14 +365,15 @@ class Passes:
                 )
         return None
 
-    def _written(
+    def _loop_writes(
         self, owner: cst.CSTNode, body: cst.CSTNode, seen: set[int], receiver: str = ""
     ) -> set[str]:
         """The chains ``body`` may change, each whole (``args.lr``, not ``args``): what it
         assigns (and a loop's target), and the receiver of each method it calls
         (``history.append(x)``, ``cfg.advance()``), ``setattr``/``delattr``'s object (the 56th
-        review's probes). A method of the enclosing class called through its first parameter
-        (``self.evaluate(model)``) changes what that method's own body changes, a
+        review's probes). A method of the enclosing class (or a base class of this module)
+        called through its first parameter (``self.evaluate(model)``) changes what that
+        method's own body changes, a
         ``staticmethod`` nothing of ``self`` (the 75th review: the call alone was taken to
         change ``self.param.fp16``). ``receiver``: the caller's spelling of the callee's first
         parameter."""
@@ -395,7 +396,7 @@ class Passes:
                 changed.add(_code(self.module, target))
         for node in calls:
             if isinstance(node.func, cst.Attribute):
-                method = self._own_method(owner, node.func)
+                method = self._own_method(node)
                 if method is None:
                     changed.add(_code(self.module, node.func.value))
                     continue
@@ -407,7 +408,7 @@ class Passes:
                 }
                 if id(method) not in seen and not _static(method):
                     seen.add(id(method))
-                    changed |= self._written(
+                    changed |= self._loop_writes(
                         method, method.body, seen, _code(self.module, node.func.value)
                     )
             elif isinstance(node.func, cst.Name) and node.func.value in ("setattr", "delattr"):
@@ -421,26 +422,6 @@ class Passes:
                 for c in changed
             }
         return changed
-
-    def _own_method(self, place: cst.CSTNode, func: cst.Attribute) -> cst.FunctionDef | None:
-        """The method ``func`` calls where it is ``<first parameter>.name`` inside a method of
-        a class that defines ``name`` itself (once, not by a base class we cannot see)."""
-        function = place if isinstance(place, cst.FunctionDef) else self.function(place)
-        if not (
-            isinstance(function, cst.FunctionDef)
-            and function.params.params
-            and isinstance(func.value, cst.Name)
-            and func.value.value == function.params.params[0].name.value
-        ):
-            return None
-        holder = self.parent(self.parent(function))
-        if not isinstance(holder, cst.ClassDef) or not isinstance(holder.body, cst.IndentedBlock):
-            return None
-        found = [
-            s for s in holder.body.body
-            if isinstance(s, cst.FunctionDef) and s.name.value == func.attr.value
-        ]  # fmt: skip
-        return found[0] if len(found) == 1 else None
 
     def _pairs_loop(self, statement, small, models, optimizer) -> cst.For | None:
         """``for i in ...: m, o = amp.initialize(ms[i], os[i], ...)`` with only the write-backs

@@ -634,11 +634,21 @@ class Calls:
         a value whose calls are not visible, though nothing calls it)."""
         child = node
         for above in self.names.ancestors(node):
-            if isinstance(above, ast.Tuple):
+            # (a tuple joined to another is a tuple of classes too: catalyst's `wrappers =
+            # wrappers + (apex_DDP,)`, the 76th review)
+            if isinstance(above, ast.Tuple) or (
+                isinstance(above, ast.BinOp) and isinstance(above.op, ast.Add)
+            ):
                 child = above
                 continue
             if isinstance(above, ast.Assign) and named and child is not node:
                 return above.value is child and self._only_typed(above)
+            if isinstance(above, ast.AugAssign) and named and child is not node:
+                return (
+                    isinstance(above.op, ast.Add)
+                    and isinstance(above.target, ast.Name)
+                    and self._only_typed(above)
+                )
             if isinstance(above, ast.Call):
                 return (
                     len(above.args) == 2
@@ -650,16 +660,20 @@ class Calls:
             return False
         return False
 
-    def _only_typed(self, assign: ast.Assign) -> bool:
+    def _only_typed(self, assign: ast.Assign | ast.AugAssign) -> bool:
         """``assign`` binds one name that is read, and only by type tests (in this module, and
-        no other module imports it)."""
-        if len(assign.targets) != 1 or not isinstance(assign.targets[0], ast.Name):
+        no other module imports it), or to extend it (``x = x + (C,)``, ``x += (C,)``)."""
+        targets = [assign.target] if isinstance(assign, ast.AugAssign) else assign.targets
+        if len(targets) != 1 or not isinstance(targets[0], ast.Name):
             return False
-        name = assign.targets[0].id
+        name = targets[0].id
         reads = [
             n
             for n in self.names.spelled(name)
-            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+            if isinstance(n, ast.Name)
+            and n.id == name
+            and isinstance(n.ctx, ast.Load)
+            and not self._extends(n)
         ]
         if not reads or not all(self._typed(n, named=False) for n in reads):
             return False
@@ -668,6 +682,21 @@ class Calls:
             for a in self.names.ancestors(assign)
         )
         return scoped or self._importers(name) == []
+
+    def _extends(self, read: ast.Name) -> bool:
+        """``read`` is the left operand of ``x = x + (...)`` binding its own name again."""
+        parent = self.names.parent(read)
+        holder = self.names.parent(parent)
+        return (
+            isinstance(parent, ast.BinOp)
+            and isinstance(parent.op, ast.Add)
+            and parent.left is read
+            and isinstance(holder, ast.Assign)
+            and holder.value is parent
+            and len(holder.targets) == 1
+            and isinstance(holder.targets[0], ast.Name)
+            and holder.targets[0].id == read.id
+        )
 
 
 def _tested_classes(node: ast.AST, names: Names) -> list[ast.expr]:

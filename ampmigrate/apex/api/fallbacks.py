@@ -749,13 +749,16 @@ class Fallbacks:
         ):
             shared += 1
         takes = table.TORCH_TAKES.get(value, frozenset(target.new_positional))
-        calls = 0
+        calls = typed = 0
         amend: list[tuple[ast.Call, list[tuple[str, str]]]] = []  # apex's defaults to write
         for use in ast.walk(self.tree):
             if not (isinstance(use, ast.Name) and use.id == name) or self._inside(use, node):
                 continue
             if not all(self._inside(b.node, node) for b in self.names.bindings(use)):
                 return ""  # bound elsewhere too
+            if self._typed(use) or self._annotation(use):
+                typed += 1  # (constructs nothing: no default applies; the 76th review)
+                continue
             call = self.names.parent(use)
             if not (isinstance(call, ast.Call) and call.func is use) or len(call.args) > shared:
                 return ""
@@ -780,6 +783,11 @@ class Fallbacks:
             return (
                 f"nothing reads `{name}` outside the `try` (nor imports it from this module), "
                 "so no default of it ever applies"
+            )
+        if not calls and typed:
+            return (
+                f"only type tests read `{name}` outside the `try`, and a type test constructs "
+                "nothing, so no default of it ever applies"
             )
         if not calls:
             return ""
