@@ -2906,3 +2906,29 @@ def test_a_name_read_without_being_spelled_is_read(tmp_path):
     exec(compile(out, "migrated", "exec"), namespace)
     namespace["make"](4)
     assert namespace["BUILT"] == 1
+
+
+def test_an_unused_import_beside_another_apex_import_in_its_try_changes_no_probe():
+    """The 76th review (iVMCL's `train_supervised.py`): an unused `convert_syncbn_model`
+    removed from a `try` that keeps `from apex import amp` was said to make code that tests the
+    probe run "as if apex were installed"; the other import still decides it."""
+    source = textwrap.dedent("""\
+        try:
+            from apex import amp
+            from apex.parallel import convert_syncbn_model
+            has_apex = True
+        except ImportError:
+            has_apex = False
+
+
+        def main(model, optimizer):
+            if not has_apex:
+                raise RuntimeError("install apex")
+            return amp.initialize(model, optimizer, opt_level="O2")
+    """)
+    [finding] = [d for d in check_source(source) if d.code == "AMP313"]
+    assert "as if apex were installed" not in finding.message
+    assert "its `try` still imports apex at line 2" in finding.message
+    alone = source.replace("    from apex import amp\n", "")
+    [finding] = [d for d in check_source(alone) if d.code == "AMP313"]
+    assert "now runs as if apex were installed" in finding.message

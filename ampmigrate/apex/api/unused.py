@@ -241,7 +241,7 @@ def unused_import(
         )
     if guarded:
         message += (
-            _PROBED
+            _probe_note(tries, stmt)
             if flagged or not recorded
             else " (an availability probe whose outcome nothing reads)"
         )
@@ -261,6 +261,30 @@ def unused_import(
         ),
     )
     return Finding(code, message, stmt, fix)
+
+
+def _probe_note(tries: list[ast.Try], stmt: ast.stmt) -> str:
+    """What removing ``stmt`` does to the availability probe its ``try`` is: nothing, where
+    the ``try`` still imports apex otherwise (iVMCL's `from apex import amp` beside the unused
+    `convert_syncbn_model`, the 76th review: "now runs as if apex were installed" was false)."""
+    other = next(
+        (s for t in tries for s in t.body if s is not stmt and _imports_apex(s)),
+        None,
+    )
+    if other is None:
+        return _PROBED
+    return (
+        f" (its `try` still imports apex at line {other.lineno}, so code that tests the "
+        "probe's outcome still follows whether apex is installed)"
+    )
+
+
+def _imports_apex(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.ImportFrom):
+        return not stmt.level and (stmt.module or "").partition(".")[0] == "apex"
+    return isinstance(stmt, ast.Import) and any(
+        a.name.partition(".")[0] == "apex" for a in stmt.names
+    )
 
 
 def _exported(tree: ast.Module) -> set[str]:
@@ -319,7 +343,7 @@ def unused_star(
             "only raised or logged where apex is missing"
         )
     elif tries:
-        message += _PROBED
+        message += _probe_note(tries, stmt)
     edits = _deletion(names, guard if whole else stmt, source)
     if not edits:
         return Finding(code, message + "; delete it by hand", stmt)
