@@ -2932,3 +2932,37 @@ def test_an_unused_import_beside_another_apex_import_in_its_try_changes_no_probe
     alone = source.replace("    from apex import amp\n", "")
     [finding] = [d for d in check_source(alone) if d.code == "AMP313"]
     assert "now runs as if apex were installed" in finding.message
+
+
+def test_a_module_built_to_probe_apex_s_kernel_goes_with_its_try(tmp_path):
+    """The 76th review (Megatron's `mpu/layers.py`, copied in YaLM-100B): the `try` builds a
+    module of the apex class only to learn whether its kernel loads (`_ = LayerNorm(8,
+    eps=1e-5)`); the fallback is still the migration: the `try` (probe included) goes, in a
+    file that uses the name and in one other modules import it from (refused before)."""
+    source = textwrap.dedent("""\
+        try:
+            from apex.normalization.fused_layer_norm import FusedLayerNorm as LayerNorm
+            _ = LayerNorm(8, eps=1e-5)
+        except ImportError:
+            print("WARNING: APEX is not installed, using torch.nn.LayerNorm")
+            from torch.nn import LayerNorm
+    """)
+    used = source + "\nnorm = LayerNorm(16, eps=1e-5)\n"
+    out, remaining, fixed = _fix(used)
+    assert not remaining and "try" not in out and "apex" not in out, out
+    assert out.startswith("from torch.nn import LayerNorm\n"), out
+    assert "the module built to probe apex's kernel (line 3) goes too" in fixed[0].message
+    namespace: dict = {}
+    exec(compile(out, "migrated", "exec"), namespace)
+    assert namespace["norm"].eps == 1e-5
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .layers import LayerNorm\n")
+    (package / "layers.py").write_text(source)
+    (tmp_path / "use.py").write_text("from pkg import LayerNorm\nn = LayerNorm(4)\n")
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    new, remaining, _ = migrate_source(source.encode(), settings, path=str(package / "layers.py"))
+    assert new.decode() == "from torch.nn import LayerNorm\n" and not remaining
+    read = used + "print(_)\n"  # (the probe's module is read: the `try` stays)
+    out, _, fixed = _fix(read)
+    assert "try:" in out and "probe" not in " ".join(d.message for d in fixed), out

@@ -159,6 +159,7 @@ class Fallbacks:
         swaps: list[ast.Assign] = []
         helpers: set[str] = set()  # names a stdlib import of the `try` binds (`partial`)
         partial = False  # a swap binds `functools.partial(<apex class>, ...)` (InternVL)
+        probes: list[int] = []
         for stmt in node.body:
             if isinstance(stmt, ast.ImportFrom) and (stmt.module or "").startswith("apex."):
                 if stmt.level:
@@ -171,6 +172,8 @@ class Fallbacks:
             elif isinstance(stmt, ast.Assign) and self._swaps(stmt, imported):
                 swaps.append(stmt)
                 partial = partial or not isinstance(stmt.value, ast.Name)
+            elif self._probe_build(stmt, imported, node):
+                probes.append(stmt.lineno)  # (goes with the `try`)
             elif (
                 isinstance(stmt, ast.Import | ast.ImportFrom)
                 and not getattr(stmt, "level", 0)
@@ -228,6 +231,9 @@ class Fallbacks:
                     message += f"; `{other}` -> `{also.new}`: {also.accepts}"
             if exact:
                 message += f"; {exact}"
+            if probes:
+                listed = ", ".join(map(str, probes))
+                message += f"; the module built to probe apex's kernel (line {listed}) goes too"
             kept = list(handler.body)  # the log lines that announced a missing apex go
             while len(kept) > 1 and _logs(kept[0]):
                 kept.pop(0)
@@ -272,6 +278,20 @@ class Fallbacks:
         fix = Fix("unsafe", edits=(Edit(start, end, replacement),))
         self.findings.append(Finding(code, message, first, fix))
         self._consumed.add(node)
+
+    def _probe_build(self, stmt: ast.stmt, imported: dict[str, str], node: ast.Try) -> bool:
+        """``_ = LayerNorm(8, eps=1e-5)`` in the ``try``: a module of the apex class built only
+        to learn whether its kernel loads (Megatron's and its copies', the 76th review), bound
+        to a name nothing outside the ``try`` reads; it goes with the ``try``."""
+        return (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Name)
+            and stmt.value.func.id in imported
+            and not self._used_outside(node, {stmt.targets[0].id})
+        )
 
     def _swaps(self, stmt: ast.Assign, imported: dict[str, str]) -> bool:
         """``stmt`` binds a project name to an apex name of ``imported``: ``X = FusedRMSNorm``
