@@ -191,8 +191,14 @@ class Delegate:
                 ):
                     return None
             elif outer is not None:
-                if caller is not outer or not isinstance(reference, cst.Name):
-                    return None  # (called from a function nested deeper: not followed)
+                # its function, or a closure of that function beside it (dialogue-generation's
+                # `train_step` calling `backward(loss)`, the 75th review); deeper: not followed
+                sibling = isinstance(caller, cst.FunctionDef) and (
+                    not isinstance(self._holder(caller), cst.ClassDef)
+                    and self._enclosing(caller) is outer
+                )
+                if not (caller is outer or sibling) or not isinstance(reference, cst.Name):
+                    return None
             elif holder is not self.module or not isinstance(reference, cst.Name):
                 return None
             sites.append((call, caller))
@@ -288,8 +294,16 @@ class Delegate:
             for index, arg in enumerate(args)
         }
         rebound = head in self.facts(helper.body).assigned
+        outer = self._enclosing(helper)
+        sibling = (  # a closure beside it that reads the same binding of the function's
+            outer is not None
+            and isinstance(caller, cst.FunctionDef)
+            and self._enclosing(caller) is outer
+            and head not in {p.name.value for p in caller.params.params}
+            and head not in self.facts(caller.body).assigned
+        )
         if (
-            caller is self._enclosing(helper)
+            (caller is outer or sibling)
             and head not in params
             and not rebound
             and not any(isinstance(n, cst.Global) for n in self._subtree(helper))

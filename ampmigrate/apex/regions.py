@@ -387,6 +387,9 @@ class Regions:
             for node in self.nodes:
                 if not (isinstance(node, cst.Name) and node.value == name) or node is function.name:
                     continue
+                parent = self.parent(node)
+                if isinstance(parent, cst.Attribute) and parent.attr is node:
+                    continue  # (`scaled.backward()` beside a helper named `backward`: 75th review)
                 made = self.calls_through(node)  # (`b = partial(f, fp16)`: b's calls)
                 if made is None:
                     return []  # handed on or rebound: its callers are not all here
