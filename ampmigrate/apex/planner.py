@@ -77,6 +77,7 @@ from ampmigrate.apex.outflow import Outflow
 from ampmigrate.apex.overflows import Overflows
 from ampmigrate.apex.passed import Initializers, PassedHandles
 from ampmigrate.apex.passes import Passes
+from ampmigrate.apex.probes import InterpreterProbes
 from ampmigrate.apex.regions import Regions
 from ampmigrate.apex.scaler import Scaler
 from ampmigrate.apex.shared import SharedState
@@ -116,6 +117,7 @@ class _Planner(
     RunnerHooks,
     ClassFamily,
     Guards,
+    InterpreterProbes,
     Initialize,
     Levels,
     Passes,

@@ -1,0 +1,208 @@
+"""apex's availability asked of the interpreter rather than of a name the import guard binds
+(``"apex" in sys.modules``, ``find_spec("apex")``, ``"amp" in globals()``): folded to
+"installed" where the rewrite removes the import, refused where the fold cannot hold.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import libcst as cst
+
+from ampmigrate.apex.common import _code, none_comparison
+from ampmigrate.apex.verdict import APEX
+
+
+class InterpreterProbes:
+    """The interpreter-probe stage of ``_Planner`` (mixed into it, after ``Guards``)."""
+
+    def _interpreter_probes(self) -> None:
+        """apex's availability asked of the interpreter, not of a name the guard binds
+        (joeynmt: `if "apex" not in sys.modules: raise ImportError(...) from no_apex`;
+        ``importlib.util.find_spec("apex")``, ``sys.modules.get("apex")``, ``"amp" in
+        globals()``; the 71st review): nothing imports apex once the rewrite is done, so the
+        test would say "missing" on every run (joeynmt's raise then ran on every fp16 run). It
+        folds to "installed", as a flag the guard sets does; where the file also imports apex
+        beyond amp, what the test guards may be that, which stays: refused."""
+        lazy = self._lazy_amp_import()
+        for node in self.nodes:
+            probe = self._asks_interpreter(node)
+            if probe is None:
+                self._unfolded_probe(node)
+                continue
+            expr, value = probe
+            if lazy is not None:  # (the 73rd review: asked before the file's own import ran)
+                self.problem(
+                    node,
+                    f"`{_code(self.module, expr)}` asks the interpreter whether apex is there, "
+                    f"and the file imports apex only inside a function (line {lazy}): before "
+                    "that runs the answer was no, so the test cannot be folded to one value; "
+                    "rewrite it by hand",
+                )
+                continue
+            if self._apex_beyond_amp():
+                self.problem(
+                    node,
+                    f"`{_code(self.module, expr)}` asks the interpreter whether apex is there, "
+                    "and this file imports apex beyond amp, which stays: what the test guards "
+                    "may be either; once the rewrite removes the amp import, nothing imports "
+                    "apex for it to see: test for what the code needs, by hand",
+                )
+                continue
+            self._fold(expr, value)
+
+    def _lazy_amp_import(self) -> int | None:
+        """The line of the file's amp import where none is at module level (None: one is)."""
+        lines = []
+        for node in self.nodes:
+            if isinstance(node, cst.Import | cst.ImportFrom) and self._amp_only_import(node):
+                if not any(isinstance(a, cst.FunctionDef) for a in self.ancestors(node)):
+                    return None
+                lines.append(self.line(node))
+        return min(lines) if lines else None
+
+    def _unfolded_probe(self, node: cst.CSTNode) -> None:
+        """Blocks what still asks for apex once the amp import goes, in a form the fold does not
+        take: a module of apex's (``find_spec("apex.contrib")``, which raises without apex), or
+        the exception the ``except`` around the import bound (``raise ... from no_apex``, after
+        a lookup kept in a variable, say); the 73rd review: each crashed every fp16 run."""
+        asked = self._asked_module(node)
+        if (
+            asked in ("apex", APEX)
+            and "sys.modules.get" in self.qualified(node.func)
+            and not self._gone(node)
+        ):
+            # (a kept `find_spec("apex")` answers whether apex is installed, which the rewrite
+            # does not change; this answers whether something imported it, which it does)
+            self.problem(
+                node,
+                f"`{_code(self.module, node)}` is apex's module only because this file imports "
+                "it: once the rewrite removes the import it is None, so what it is kept for "
+                "changes; rewrite it by hand",
+            )
+            return
+        if isinstance(asked, str) and asked.startswith("apex.") and asked != APEX:
+            # (a stored `find_spec("apex")` may be the switch the rewrite keeps, with its note:
+            # the 39th review's bert_document_classification)
+            if not self._gone(node):
+                self.problem(
+                    node,
+                    f"`{_code(self.module, node)}` asks the interpreter for a module of "
+                    "apex's: once the amp import goes nothing imports apex, so it says missing "
+                    "(or raises) on every run; rewrite it by hand",
+                )
+            return
+        if isinstance(node, cst.Name) and node.value in self._handler_names:
+            handler = self._handler_names[node.value]
+            if not self.within(node, handler) and not self._gone(node):
+                self.problem(
+                    node,
+                    f"`{node.value}` is the exception the `except` at line {self.line(handler)} "
+                    "bound, around the apex import the rewrite removes with it: nothing binds "
+                    "it any more (a `raise ... from` it raises NameError); rewrite it by hand",
+                )
+
+    @functools.cached_property
+    def _handler_names(self) -> dict[str, cst.ExceptHandler]:
+        """The names ``except ImportError as <name>`` binds around the amp imports."""
+        found = {}
+        for node in self.nodes:
+            if not (
+                isinstance(node, cst.Try)
+                and any(
+                    isinstance(s, cst.SimpleStatementLine)
+                    and any(self._amp_only_import(b) for b in s.body)
+                    for s in node.body.body
+                )
+            ):
+                continue
+            for handler in node.handlers:
+                if handler.name is not None and isinstance(handler.name.name, cst.Name):
+                    found[handler.name.name.value] = handler
+        return found
+
+    def _gone(self, node: cst.CSTNode) -> bool:
+        """``node`` goes with the rewrite: in a statement it removes, or a branch it folds away."""
+        return self.dead(node) or any(
+            a in self.removed
+            or id(a) in self.dropped
+            or (a in self.folded_first and self.within(node, a.body))
+            for a in self.ancestors(node)
+        )
+
+    def _asked_module(self, node: cst.CSTNode) -> str | bytes | None:
+        """The module ``node`` asks the interpreter for by its name: a lookup
+        (``find_spec("apex")``, ``sys.modules.get("apex")``) or ``"apex" in sys.modules``."""
+        if (
+            isinstance(node, cst.Call)
+            and len(node.args) == 1
+            and isinstance(node.args[0].value, cst.SimpleString)
+            and self.qualified(node.func) & _LOOKUPS
+        ):
+            return node.args[0].value.evaluated_value
+        if (
+            isinstance(node, cst.Comparison)
+            and isinstance(node.left, cst.SimpleString)
+            and any(
+                isinstance(c.operator, cst.In | cst.NotIn)
+                and "sys.modules" in self.qualified(c.comparator)
+                for c in node.comparisons
+            )
+        ):
+            return node.left.evaluated_value
+        return None
+
+    def _asks_interpreter(self, node: cst.CSTNode) -> tuple[cst.CSTNode, bool] | None:
+        """(the test, its value with apex installed) where ``node`` is such a test."""
+        asked = self._asked_module(node) in ("apex", APEX)
+        if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+            target = node.comparisons[0]
+            right = target.comparator
+            if not (
+                isinstance(target.operator, cst.In | cst.NotIn)
+                and isinstance(node.left, cst.SimpleString)
+            ):
+                return None
+            listed = (
+                isinstance(right, cst.Call)
+                and isinstance(right.func, cst.Name)
+                and right.func.value in ("globals", "locals", "dir")
+                and not right.args
+                and f"builtins.{right.func.value}" in self.qualified(right.func)
+            )
+            if asked or (listed and node.left.evaluated_value in self.bound):
+                return node, isinstance(target.operator, cst.In)
+            return None
+        if not (isinstance(node, cst.Call) and asked):
+            return None
+        on = none_comparison(self.parent(node), node)
+        if on is not None:
+            return self.parent(node), on
+        if isinstance(self.parent(node), cst.If | cst.UnaryOperation | cst.BooleanOperation):
+            return node, True
+        return None
+
+    def _apex_beyond_amp(self) -> bool:
+        """The file imports something of apex besides amp (``from apex.parallel import
+        ...``, ``import apex`` read as ``apex.optimizers``)."""
+        for node in self.nodes:
+            if isinstance(node, cst.ImportFrom) and node.module is not None and not node.relative:
+                module = _code(self.module, node.module)
+                names = [] if isinstance(node.names, cst.ImportStar) else node.names
+                if module.startswith("apex.") and module != APEX:
+                    return True
+                if module == "apex" and any(a.evaluated_name != "amp" for a in names):
+                    return True
+            if isinstance(node, cst.Import) and any(
+                _code(self.module, a.name).startswith("apex.")
+                and _code(self.module, a.name) != APEX
+                for a in node.names
+            ):
+                return True
+        return bool(self._apex_members() - {"amp"})
+
+
+# what asks the interpreter for a module by its name
+_LOOKUPS = frozenset({
+    "sys.modules.get", "importlib.util.find_spec", "importlib.find_loader", "pkgutil.find_loader",
+})  # fmt: skip
