@@ -2966,3 +2966,20 @@ def test_a_module_built_to_probe_apex_s_kernel_goes_with_its_try(tmp_path):
     read = used + "print(_)\n"  # (the probe's module is read: the `try` stays)
     out, _, fixed = _fix(read)
     assert "try:" in out and "probe" not in " ".join(d.message for d in fixed), out
+
+
+def test_a_read_after_the_fallback_s_own_import_is_not_apex_s():
+    """The 76th review (InternEvo's `try_import_RMSNorm`): `return RMSNorm` in the `except`,
+    after `from .norm import RMSNormTorch as RMSNorm`, was reported as apex's
+    `MixedFusedRMSNorm`; it reads the project's class. The read in the `try` stays apex's."""
+    source = textwrap.dedent("""\
+        def try_import_RMSNorm():
+            try:
+                from apex.normalization.fused_layer_norm import MixedFusedRMSNorm as RMSNorm
+                return RMSNorm
+            except ImportError:
+                from .norm import RMSNormTorch as RMSNorm
+                return RMSNorm
+    """)
+    lines = sorted(d.line for d in check_source(source) if d.code == "AMP312")
+    assert 7 not in lines and 4 in lines, lines

@@ -393,6 +393,8 @@ class _Planner(Targets, Calls, Fallbacks):
         found, conditional = self._apex_names(node)
         if not found or self._bound_by_consumed(node):
             return
+        if conditional and isinstance(node, ast.Name) and self._reads_other_import(node):
+            return
         name = found[0]
         star = self._star_rebinds(node)
         if star is not None:  # (50a: `from mylib import *` defines its own FusedLayerNorm)
@@ -454,6 +456,21 @@ class _Planner(Targets, Calls, Fallbacks):
                 self.findings.append(Finding(table.NO_NATIVE, message, where, None))
             return
         self._target(node, parent, name, target, conditional)
+
+    def _reads_other_import(self, node: ast.Name) -> bool:
+        """The last statement that binds ``node``'s name before it, in its own block, imports
+        it from elsewhere than apex (InternEvo's ``except ImportError: from .norm import
+        RMSNormTorch as RMSNorm; return RMSNorm``, the 76th review: named apex's class)."""
+        statement = self.names.bound_before(node)
+        if isinstance(statement, ast.ImportFrom):
+            return bool(statement.level) or (statement.module or "").partition(".")[0] != "apex"
+        if isinstance(statement, ast.Import):
+            return not any(
+                (a.asname or a.name.partition(".")[0]) == node.id
+                and a.name.partition(".")[0] == "apex"
+                for a in statement.names
+            )
+        return isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
 
     def _initialized_with(self, call: ast.Call) -> int | None:
         """The line of an ``amp.initialize`` that may receive the model ``call`` wraps: the
