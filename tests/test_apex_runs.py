@@ -1,7 +1,7 @@
 """The apex O1 rewrites of tests/test_apex.py, run: each migrated fixture trains on CPU exactly
 like its original against an O0 stand-in for apex, and in float16 where "cuda" becomes "cpu".
-A file of its own so that pytest-xdist (``--dist loadfile``) runs it beside the rest of
-test_apex.py: these runs are most of that file's time."""
+A file of its own: these runs were most of test_apex.py's time when pytest-xdist kept a file
+on one worker (``--dist loadfile``; now ``loadgroup`` spreads every file's tests)."""
 
 from __future__ import annotations
 

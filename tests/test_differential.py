@@ -18,6 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import differential
 
+# (one worker runs the whole file: its module-scoped fixture runs once)
+pytestmark = pytest.mark.xdist_group("differential")
+
 
 @pytest.fixture(scope="module")
 def runs() -> tuple[dict, dict]:

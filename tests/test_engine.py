@@ -431,3 +431,24 @@ def _fix_settings():
     from ampmigrate.engine.settings import Settings
 
     return Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+
+
+def test_a_name_mentioned_only_in_comments_or_plain_strings_is_unused():
+    """The 75th review (Astroformer's `benchmark.py`): `from apex import amp` nothing reads, in
+    a `try` that also sets a flag, beside `parser.add_argument("--amp", ...)`: the mention in
+    the string sent the removal to libcst, which left `try: has_apex = True except
+    ImportError: pass`. A comment or a plain string is no use; an annotation, `__all__` or a
+    `typing.cast` string still is (libcst's reading), and then the fast path declines."""
+    edit = ImportEdit("apex", "amp")
+    text = (
+        "import argparse\n\nhas_apex = False\ntry:\n    from apex import amp\n"
+        "    has_apex = True\nexcept ImportError:\n    pass\n\n# the --amp flag\n"
+        'parser = argparse.ArgumentParser()\nparser.add_argument("--amp", action="store_true")\n'
+    )
+    out = remove_unused(text, [edit])
+    assert out == text.replace(
+        "try:\n    from apex import amp\n    has_apex = True\nexcept ImportError:\n    pass\n",
+        "has_apex = True\n",
+    ), out
+    for code in ('x: "amp.Scaler" = None\n', '__all__ = ["amp"]\n', 'y = cast("amp", z)\n'):
+        assert remove_unused(text + code, [edit]) is None, code

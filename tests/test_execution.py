@@ -15,7 +15,8 @@ import pytest
 from conftest import FIXTURES
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.torch
+# (one worker runs the whole file: its module-scoped fixture runs once)
+pytestmark = [pytest.mark.torch, pytest.mark.xdist_group("execution")]
 
 LOOPS = FIXTURES / "loops"
 SCRIPTS = sorted(p.name for p in LOOPS.glob("*.py") if not p.name.startswith("_"))

@@ -11,6 +11,9 @@ import pytest
 
 from conftest import ROOT
 
+# (one worker runs the whole file: its module-scoped fixture runs once)
+pytestmark = pytest.mark.xdist_group("precommit")
+
 pytest.importorskip("pre_commit")
 DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
 

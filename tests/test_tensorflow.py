@@ -15,6 +15,9 @@ import pytest
 
 from conftest import FIXTURES, fix_source
 
+# (one worker runs the whole file: its module-scoped fixture runs once)
+pytestmark = pytest.mark.xdist_group("tensorflow")
+
 TF = FIXTURES / "tf"
 RUNNABLE = ["custom_loop", "fixed_scale", "fit"]
 FILES = [*(f"experimental_{n}" for n in RUNNABLE), "import_forms", "symbol_imports"]
