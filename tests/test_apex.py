@@ -15266,3 +15266,58 @@ def test_a_helper_that_scales_is_followed_from_a_closure_beside_it():
     """)
     out, _ = _migrated(module_level)
     assert "with torch.amp.autocast(" in out and "amp.scale_loss" not in out
+
+
+SCALES_UNLESS_ASKED_NOT = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self):
+        torch.manual_seed(0)
+        self.model = torch.nn.Linear(4, 1).to("cuda")
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O1")
+
+    def apply_model_and_loss(self, x, backward=True):
+        loss = self.model(x.to("cuda") * 0.1).float().pow(2).mean()
+        if backward:
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+        return loss
+
+    def train_step(self, x):
+        loss = self.apply_model_and_loss(x, backward=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        return loss.item()
+
+    def validate_step(self, x):
+        with torch.no_grad():
+            return self.apply_model_and_loss(x, backward=False).item()
+
+
+def run(batches):
+    trainer = Trainer()
+    return [(trainer.train_step(x), trainer.validate_step(x)) for x in batches]
+"""
+
+
+@pytest.mark.torch
+def test_a_call_that_turns_the_scaled_backward_off_needs_no_step():
+    """The 78th review's false reason (inferno's `apply_model_and_loss`): the helper scales
+    only under `if backward:`, and validation calls it with `backward=False`; that caller was
+    counted as one that scales and never steps. A call that gives the test a literal False (or
+    leaves a False default) reaches no scaled backward."""
+    torch = pytest.importorskip("torch")
+    out, _ = _migrated(SCALES_UNLESS_ASKED_NOT)
+    assert "amp.scale_loss" not in out and "self.scaler.scale(loss).backward()" in out
+    batches = [torch.randn(8, 4, generator=torch.Generator().manual_seed(i)) for i in range(5)]
+    with _beside_o0(out, SCALES_UNLESS_ASKED_NOT) as (migrated, before):
+        got, want = migrated["run"](batches), before["run"](batches)
+        assert [g for pair in got for g in pair] == pytest.approx(
+            [w for pair in want for w in pair], rel=5e-3, abs=1e-3
+        )
+    asked = SCALES_UNLESS_ASKED_NOT.replace("backward=False).item()", "backward=True).item()")
+    assert "no `self.optimizer.step()` statement" in _message(asked)

@@ -29,6 +29,8 @@ class Delegate:
             return False
         followed = []
         for call, caller in sites:
+            if self._scales_not(helper, call):
+                continue  # (no scaled backward through this call: no step to follow)
             spelled = self._spelled_at(helper, call, caller, opt)
             access = self.access(caller)
             if spelled is None or access is None:
@@ -41,6 +43,56 @@ class Delegate:
             self.scaled.setdefault((id(caller), spelled), []).append(statement)
             self.delegates[statement] = (helper, opt)
         return True
+
+    def _scales_not(self, helper: cst.CSTNode, call: cst.Call) -> bool:
+        """Every ``amp.scale_loss`` of ``helper`` sits under ``if <parameter>:``, and ``call``
+        gives that parameter a literal False (or leaves its False default): the call never
+        reaches a scaled backward (inferno's validation, ``apply_model_and_loss(...,
+        backward=False)``: the 78th review, refused as a caller that does not step)."""
+        if not isinstance(helper, cst.FunctionDef):
+            return False
+        scales = [
+            n for n in self._subtree(helper.body)
+            if isinstance(n, cst.Call)
+            and any(q.endswith("amp.scale_loss") for q in self.qualified(n.func))
+        ]  # fmt: skip
+        tests = set()
+        for scale in scales:
+            test = None
+            for above in self.ancestors(scale):
+                if above is helper:
+                    break
+                if (
+                    isinstance(above, cst.If)
+                    and isinstance(above.test, cst.Name)
+                    and self.within(scale, above.body)
+                ):
+                    test = above.test.value
+            if test is None:
+                return False
+            tests.add(test)
+        if len(tests) != 1:
+            return False
+        (name,) = tests
+        params = list(helper.params.params)
+        if isinstance(self._holder(helper), cst.ClassDef):
+            params = params[1:]
+        names = [p.name.value for p in params]
+        if name not in names or name in self.facts(helper.body).assigned:
+            return False
+        param = params[names.index(name)]
+        given = None
+        positional = [a for a in self.given_args(call) if a.keyword is None]
+        if any(a.star for a in self.given_args(call)):
+            return False
+        for arg in self.given_args(call):
+            if arg.keyword is not None and arg.keyword.value == name:
+                given = arg.value
+        if given is None and names.index(name) < len(positional):
+            given = positional[names.index(name)].value
+        if given is None:
+            given = param.default
+        return isinstance(given, cst.Name) and given.value == "False"
 
     def _stepped_elsewhere(self, function: cst.CSTNode) -> bool:
         """``function`` is the linked helper whose callers, in other files, step."""
