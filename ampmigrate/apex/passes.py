@@ -346,7 +346,7 @@ class Passes:
         anyway = {r for r in read if r.partition(".")[0] in declared}
         anyway |= read if any(isinstance(n, ast.Call) for n in ast.walk(tree)) else set()
         for loop in loops:
-            changed = self._loop_writes(loop, loop.body, set())
+            changed = self._loop_writes(loop)
             changed = {_normal(c) for c in changed} | anyway  # (spelled as ast spells reads)
             both = sorted(  # a chain rebound, its base rebound, or a part of it changed
                 r for r in read
@@ -365,21 +365,18 @@ class Passes:
                 )
         return None
 
-    def _loop_writes(
-        self, owner: cst.CSTNode, body: cst.CSTNode, seen: set[int], receiver: str = ""
-    ) -> set[str]:
-        """The chains ``body`` may change, each whole (``args.lr``, not ``args``): what it
-        assigns (and a loop's target), and the receiver of each method it calls
+    def _loop_writes(self, loop: cst.For | cst.While) -> set[str]:
+        """The chains ``loop`` may change, each whole (``args.lr``, not ``args``): what it
+        assigns (and its target), and the receiver of each method it calls
         (``history.append(x)``, ``cfg.advance()``), ``setattr``/``delattr``'s object (the 56th
-        review's probes). A method of the enclosing class (or a base class of this module)
-        called through its first parameter (``self.evaluate(model)``) changes what that
-        method's own body changes, a
-        ``staticmethod`` nothing of ``self`` (the 75th review: the call alone was taken to
-        change ``self.param.fp16``). ``receiver``: the caller's spelling of the callee's first
-        parameter."""
-        targets = [owner.target] if isinstance(owner, cst.For) else []
+        review's probes). A ``staticmethod`` of this module called through ``self`` changes
+        only what it is handed (the 75th review: ``self.evaluate(model)`` was taken to change
+        ``self.param.fp16``); any other method may reach the instance by routes no reading
+        here follows (an alias, ``vars(self)``, a property setter, an override: the 77th
+        review's probes), so it changes the receiver."""
+        targets = [loop.target] if isinstance(loop, cst.For) else []
         calls = []
-        for node in self._subtree(body):
+        for node in self._subtree(loop.body):
             if isinstance(node, cst.AssignTarget | cst.AugAssign | cst.AnnAssign
                           | cst.For | cst.NamedExpr):  # fmt: skip
                 targets.append(node.target)
@@ -396,32 +393,47 @@ class Passes:
                 changed.add(_code(self.module, target))
         for node in calls:
             if isinstance(node.func, cst.Attribute):
-                method = self._own_method(node)
-                if method is None:
+                handed = self._static_call(node, loop)
+                if handed is None:
                     changed.add(_code(self.module, node.func.value))
-                    continue
-                # what it is handed it may change (`self.reset(self.param)`)
-                changed |= {
-                    _code(self.module, a.value)
-                    for a in node.args
-                    if isinstance(a.value, cst.Name | cst.Attribute | cst.Subscript)
-                }
-                if id(method) not in seen and not _static(method):
-                    seen.add(id(method))
-                    changed |= self._loop_writes(
-                        method, method.body, seen, _code(self.module, node.func.value)
-                    )
+                else:
+                    changed |= handed
             elif isinstance(node.func, cst.Name) and node.func.value in ("setattr", "delattr"):
                 changed |= {_code(self.module, a.value) for a in node.args[:1]}
-        if receiver and isinstance(owner, cst.FunctionDef) and owner.params.params:
-            first = owner.params.params[0].name.value
-            changed = {
-                receiver + c[len(first) :]
-                if c == first or c.startswith((first + ".", first + "["))
-                else c
-                for c in changed
-            }
         return changed
+
+    def _static_call(self, call: cst.Call, loop: cst.CSTNode) -> set[str] | None:
+        """What ``self.name(...)`` may change where ``name`` is a ``staticmethod`` that only
+        one definition in this module has (no override, no second ``def``): the chains it is
+        handed, and the receiver too where one of them is a name bound from it (``cfg =
+        self.cfg``). None: not such a call."""
+        method = self._own_method(call)
+        if method is None or not _static(method) or len(method.decorators) != 1:
+            return None
+        defined = [
+            n for n in self.nodes
+            if isinstance(n, cst.FunctionDef) and n.name.value == method.name.value
+        ]  # fmt: skip
+        if len(defined) != 1 or any(a.star for a in call.args):
+            return None
+        receiver = _code(self.module, call.func.value)
+        handed = {
+            _code(self.module, a.value)
+            for a in call.args
+            if isinstance(a.value, cst.Name | cst.Attribute | cst.Subscript)
+        }
+        function = self.function(loop)
+        roots = {h.partition(".")[0].partition("[")[0] for h in handed}
+        for node in self._subtree(function):
+            if (
+                isinstance(node, cst.Assign)
+                and roots & set(self.facts(node).assigned)
+                and receiver in self.facts(node.value).used
+            ):
+                handed.add(receiver)  # (an alias of the instance's state)
+        if receiver in roots:
+            handed.add(receiver)
+        return handed
 
     def _pairs_loop(self, statement, small, models, optimizer) -> cst.For | None:
         """``for i in ...: m, o = amp.initialize(ms[i], os[i], ...)`` with only the write-backs
