@@ -2709,6 +2709,21 @@ def test_a_tuple_of_classes_only_type_tests_read_is_a_type_test():
     assert "DDP_TYPES = (DistributedDataParallel,)\n" in out, out
     assert "apex's class leaves the type test, which names" in fixed[0].message
     assert "broadcast_buffers" not in fixed[0].message
+    # apex's last, or a trailing comma: still a tuple, which `+` can join (the 77th review:
+    # `(DDP)` was a class and `W + (C,)` raised TypeError); over lines or with comments: kept
+    for spelled in ("(DistributedDataParallel, ApexDDP)", "(ApexDDP, DistributedDataParallel,)"):
+        joined = source.replace("(ApexDDP, DistributedDataParallel)", spelled) + (
+            "\n\nDDP_TYPES = DDP_TYPES + (torch.nn.DataParallel,)\n"
+        )
+        out, remaining, _ = _fix(joined)
+        assert "DDP_TYPES = (DistributedDataParallel,)\n" in out and not remaining, out
+        exec(compile(out, "migrated", "exec"), {})
+    lines = source.replace(
+        "(ApexDDP, DistributedDataParallel)",
+        "(\n        ApexDDP,  # apex's\n        DistributedDataParallel,\n    )",
+    )
+    out, _, _ = _fix(lines)
+    assert "torch.nn.parallel.DistributedDataParallel,  # apex's\n" in out, out
     apart = source.replace(
         "import torch\nfrom torch.nn.parallel import DistributedDataParallel\n", "import torch\n"
     ).replace("DistributedDataParallel)", "torch.nn.DataParallel)")

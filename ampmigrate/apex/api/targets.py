@@ -200,32 +200,32 @@ class Targets:
         extra = f"the type test now matches every `{target.new}`, not only apex's"
         dropped = self._dropped_from_tuple(node, target.new)
         if dropped is not None:
-            fix = replace(fix, edits=dropped)
+            fix = replace(fix, edits=dropped, add_imports=frozenset())
             extra = f"apex's class leaves the type test, which names `{target.new}` already"
         self._report(target, node, f"{head}: {extra}", fix)
 
     def _dropped_from_tuple(self, node: ast.expr, new: str) -> tuple[Edit, ...] | None:
-        """The edits that take ``node`` out of the tuple of classes it is in, where another of
-        its elements is ``new`` already (None: it is in none, or none is)."""
+        """The edit that takes ``node`` out of the one-line tuple of classes it is in, where
+        another of its elements is ``new`` already (None: it is in none, none is, or the tuple
+        spans lines or holds comments: torch's class is named twice there, harmlessly). What is
+        left stays a tuple (``(A, B)`` -> ``(B,)``: a class alone breaks ``W + (C,)``, the
+        77th review)."""
         tuple_ = self.names.parent(node)
         if not isinstance(tuple_, ast.Tuple) or not any(
             new in self.names.qualified(e) for e in tuple_.elts if e is not node
         ):
             return None
+        start, end = self.source.span(tuple_)
+        if tuple_.lineno != tuple_.end_lineno or "#" in self.source.text[start:end]:
+            return None
         elts = tuple_.elts
-        at = next(i for i, e in enumerate(elts) if e is node)
-        start, end = self.source.span(node)
-        if at + 1 < len(elts):
-            edits = [Edit(start, self.source.span(elts[at + 1])[0], "")]
-        else:
-            edits = [Edit(self.source.span(elts[at - 1])[1], end, "")]
-        if len(elts) == 2:  # `(A, B)` -> `(B,)`: still a tuple
-            last = elts[1] if at == 0 else elts[0]
-            after = self.source.span(last)[1]
-            text = self.source.text
-            if not text[after:].lstrip(" \t").startswith(","):
-                edits.append(Edit(after, after, ","))
-        return tuple(sorted(edits, key=lambda e: e.start))
+        kept = [self.source.segment(e) for e in elts if e is not node]
+        first, last = self.source.span(elts[0])[0], self.source.span(elts[-1])[1]
+        trailing = self.source.text[last:end].lstrip().startswith(",")
+        if trailing:  # (taken with the elements, and put back)
+            last += self.source.text[last:end].index(",") + 1
+        text = ", ".join(kept) + ("," if len(kept) == 1 or trailing else "")
+        return (Edit(first, last, text),)
 
     def _world_size(self, value: ast.expr) -> bool:
         """``value`` is ``torch.distributed.get_world_size()`` (the default group's)."""
