@@ -282,11 +282,12 @@ class Fallbacks:
     def _probe_build(self, stmt: ast.stmt, imported: dict[str, str], node: ast.Try) -> bool:
         """``_ = LayerNorm(8, eps=1e-5)`` in the ``try``: a module of the apex class built only
         to learn whether its kernel loads (Megatron's and its copies', the 76th review), bound
-        to a name nothing outside the ``try`` reads; it goes with the ``try``."""
+        to ``_`` and read by nothing outside the ``try``; it goes with the ``try``."""
         return (
             isinstance(stmt, ast.Assign)
             and len(stmt.targets) == 1
             and isinstance(stmt.targets[0], ast.Name)
+            and stmt.targets[0].id == "_"  # (a named one may be imported: the 77th review)
             and isinstance(stmt.value, ast.Call)
             and isinstance(stmt.value.func, ast.Name)
             and stmt.value.func.id in imported
@@ -747,6 +748,9 @@ class Fallbacks:
                     continue
                 if value != counterpart:
                     return f"it binds `{name}` to `{value}` (apex's maps to `{counterpart}`)", ""
+                if target.as_type and self._only_type_tests(node, name):
+                    # (the 77th review: FusedAdam objects built elsewhere may become Adam)
+                    return f"only type tests read `{name}`; {target.as_type}", ""
                 written = ", ".join(f"`{k}={v}`" for k, v in target.write)
                 return f"`{value}`'s defaults differ from apex's ({written} in apex)", ""
         return None, exact
@@ -804,7 +808,7 @@ class Fallbacks:
                 f"nothing reads `{name}` outside the `try` (nor imports it from this module), "
                 "so no default of it ever applies"
             )
-        if not calls and typed:
+        if not calls and typed and not target.as_type:
             return (
                 f"only type tests read `{name}` outside the `try`, and a type test constructs "
                 "nothing, so no default of it ever applies"
@@ -828,6 +832,15 @@ class Fallbacks:
             "was not installed, those calls got torch's default, unless their parameter groups "
             "set one"
         )
+
+    def _only_type_tests(self, node: ast.Try, name: str) -> bool:
+        """Something reads ``name`` outside ``node``, and only type tests or annotations."""
+        uses = [
+            use
+            for use in ast.walk(self.tree)
+            if isinstance(use, ast.Name) and use.id == name and not self._inside(use, node)
+        ]
+        return bool(uses) and all(self._typed(u) or self._annotation(u) for u in uses)
 
     def _written_out(self, call: ast.Call, missing: list[tuple[str, str]]) -> list[Edit]:
         """``call`` with ``missing`` (apex's defaults) added as keywords after its last
