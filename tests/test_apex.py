@@ -15328,3 +15328,26 @@ def test_a_call_that_turns_the_scaled_backward_off_needs_no_step():
         )
     asked = SCALES_UNLESS_ASKED_NOT.replace("backward=False).item()", "backward=True).item()")
     assert "no `self.optimizer.step()` statement" in _message(asked)
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        'APEX = sys.modules.get("apex", None)\n',
+        'APEX = sys.modules["apex"] if "apex" in sys.modules else None\n',
+    ],
+)
+def test_other_spellings_of_a_kept_sys_modules_lookup_are_refused(kept):
+    """The 77th review: `sys.modules.get("apex", None)` bypassed the refusal of a kept lookup
+    (only one-argument calls were matched), `sys.modules["apex"]` guarded by `"apex" in
+    sys.modules` folded to a KeyError at import, and a lookup kept in the import's own `try`
+    (whose body the rewrite keeps) was taken as removed: each fp16 run then raised."""
+    source = INTERPRETER_PROBE.replace("PROBE", "APEX is None").replace(
+        "\n\ndef train", "\n" + kept + "\n\ndef train"
+    )
+    assert "is apex's module only because this file imports it" in _message(source)
+    in_try = INTERPRETER_PROBE.replace("PROBE", "APEX is None").replace(
+        "    from apex import amp\n",
+        '    from apex import amp\n    APEX = sys.modules.get("apex")\n',
+    )
+    assert "is apex's module only because this file imports it" in _message(in_try)

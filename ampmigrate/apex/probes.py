@@ -68,16 +68,16 @@ class InterpreterProbes:
         a lookup kept in a variable, say); the 73rd review: each crashed every fp16 run."""
         asked = self._asked_module(node)
         if (
-            asked in ("apex", APEX)
-            and "sys.modules.get" in self.qualified(node.func)
-            and not self._gone(node)
-        ):
+            (asked in ("apex", APEX) and "sys.modules.get" in self.qualified(node.func))
+            or self._module_entry(node)
+        ) and not self._gone(node, kept=True):
             # (a kept `find_spec("apex")` answers whether apex is installed, which the rewrite
             # does not change; this answers whether something imported it, which it does)
+            after = "raises KeyError" if isinstance(node, cst.Subscript) else "is None"
             self.problem(
                 node,
                 f"`{_code(self.module, node)}` is apex's module only because this file imports "
-                "it: once the rewrite removes the import it is None, so what it is kept for "
+                f"it: once the rewrite removes the import it {after}, so what it is kept for "
                 "changes; rewrite it by hand",
             )
             return
@@ -121,13 +121,30 @@ class InterpreterProbes:
                     found[handler.name.name.value] = handler
         return found
 
-    def _gone(self, node: cst.CSTNode) -> bool:
-        """``node`` goes with the rewrite: in a statement it removes, or a branch it folds away."""
+    def _gone(self, node: cst.CSTNode, kept: bool = False) -> bool:
+        """``node`` goes with the rewrite: in a statement it removes, or a branch it folds away;
+        ``kept``: the body of a dropped ``try`` stays in its place (the 77th review: `HAS =
+        sys.modules.get("apex")` in the guard was kept), only its handlers go."""
         return self.dead(node) or any(
             a in self.removed
-            or id(a) in self.dropped
+            or (
+                id(a) in self.dropped
+                and not (kept and isinstance(a, cst.Try) and self.within(node, a.body))
+            )
             or (a in self.folded_first and self.within(node, a.body))
             for a in self.ancestors(node)
+        )
+
+    def _module_entry(self, node: cst.CSTNode) -> bool:
+        """``sys.modules["apex"]``: a KeyError once nothing imports apex (the 77th review: the
+        `"apex" in sys.modules` around it folded to true)."""
+        return (
+            isinstance(node, cst.Subscript)
+            and "sys.modules" in self.qualified(node.value)
+            and len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index)
+            and isinstance(node.slice[0].slice.value, cst.SimpleString)
+            and node.slice[0].slice.value.evaluated_value in ("apex", APEX)
         )
 
     def _asked_module(self, node: cst.CSTNode) -> str | bytes | None:
@@ -135,7 +152,14 @@ class InterpreterProbes:
         (``find_spec("apex")``, ``sys.modules.get("apex")``) or ``"apex" in sys.modules``."""
         if (
             isinstance(node, cst.Call)
-            and len(node.args) == 1
+            and (
+                len(node.args) == 1
+                or (  # `sys.modules.get("apex", None)` (the 77th review)
+                    len(node.args) == 2
+                    and isinstance(node.args[1].value, cst.Name)
+                    and node.args[1].value.value == "None"
+                )
+            )
             and isinstance(node.args[0].value, cst.SimpleString)
             and self.qualified(node.func) & _LOOKUPS
         ):

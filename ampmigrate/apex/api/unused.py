@@ -241,7 +241,7 @@ def unused_import(
         )
     if guarded:
         message += (
-            _probe_note(tries, stmt)
+            _probe_note(names, tries, stmt)
             if flagged or not recorded
             else " (an availability probe whose outcome nothing reads)"
         )
@@ -263,19 +263,32 @@ def unused_import(
     return Finding(code, message, stmt, fix)
 
 
-def _probe_note(tries: list[ast.Try], stmt: ast.stmt) -> str:
-    """What removing ``stmt`` does to the availability probe its ``try`` is: nothing, where
-    the ``try`` still imports apex otherwise (iVMCL's `from apex import amp` beside the unused
-    `convert_syncbn_model`, the 76th review: "now runs as if apex were installed" was false)."""
+def _probe_note(names: Names, tries: list[ast.Try], stmt: ast.stmt) -> str:
+    """What removing ``stmt`` does to the availability probe its ``try`` is, where the ``try``
+    also imports apex names this file reads (iVMCL's `from apex import amp` beside the unused
+    `convert_syncbn_model`, the 76th review: "now runs as if apex were installed" was false
+    while amp stays; the 77th review: it is true once a rewrite removes that import too)."""
     other = next(
-        (s for t in tries for s in t.body if s is not stmt and _imports_apex(s)),
+        (
+            s
+            for t in tries
+            for s in t.body
+            if s is not stmt
+            and _imports_apex(s)
+            and any(
+                isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                for a in s.names
+                for n in names.spelled((a.asname or a.name).partition(".")[0])
+            )
+        ),
         None,
     )
     if other is None:
         return _PROBED
     return (
-        f" (its `try` still imports apex at line {other.lineno}, so code that tests the "
-        "probe's outcome still follows whether apex is installed)"
+        f" (an availability probe: while the `try`'s apex import at line {other.lineno} "
+        "stays, code that tests its outcome still follows whether apex is installed; once "
+        "that goes too, it runs as if apex were installed)"
     )
 
 
@@ -343,7 +356,7 @@ def unused_star(
             "only raised or logged where apex is missing"
         )
     elif tries:
-        message += _probe_note(tries, stmt)
+        message += _probe_note(names, tries, stmt)
     edits = _deletion(names, guard if whole else stmt, source)
     if not edits:
         return Finding(code, message + "; delete it by hand", stmt)
