@@ -138,8 +138,11 @@ def _declared(directory: Path) -> Iterable[tuple[str, str]]:
 
 
 _POETRY_SPEC = re.compile(r"(\^|~=|~|>=|<=|==|!=|>|<|=)?\s*v?(\d+(?:\.\d+)*)")
-_CONDA_TORCH = re.compile(
-    r"^\s*-\s*(?:[\w.-]+::)?(?:py)?torch\s*(=|==|>=|>|~=)\s*(\d+(?:\.\d+)*)[^\s#]*\s*(?:#.*)?$"
+_CONDA_TORCH = (
+    re.compile(  # `- pytorch=1.0.1`, `- "pytorch>=1.0"`, `- pytorch 1.0.*`, `pytorch-cpu`
+        r"""^\s*-\s*["']?(?:[\w.-]+::)?(?:py)?torch(?:-cpu|-gpu)?"""
+        r"""\s*(=|==|>=|>|~=|\s)\s*(\d+(?:\.\d+)*)[^\s#]*\s*(?:#.*)?$"""
+    )
 )
 
 
@@ -160,11 +163,22 @@ def poetry_bound(constraint: str) -> tuple[int, ...] | None:
 
 
 def _poetry_torch(pyproject: dict) -> Iterable[tuple[tuple[int, ...], str]]:
-    """(bound, source) for torch in ``[tool.poetry.dependencies]`` (a string, a table with a
-    ``version``, or a list of such tables for several markers)."""
-    table = ((pyproject.get("tool") or {}).get("poetry") or {}).get("dependencies") or {}
-    if not isinstance(table, dict):
-        return
+    """(bound, source) for torch in Poetry's dependency tables (main, ``dev-dependencies``,
+    groups; a string, a table with a ``version``, or a list of such tables for several
+    markers)."""
+    tool = pyproject.get("tool")
+    poetry = tool.get("poetry") if isinstance(tool, dict) else None
+    if not isinstance(poetry, dict):
+        return  # (`poetry = "legacy"`: no table, the 77th review's crash)
+    groups = poetry.get("group")
+    tables = [poetry.get("dependencies"), poetry.get("dev-dependencies")]  # (the project runs
+    tables += [g.get("dependencies") for g in (groups or {}).values() if isinstance(g, dict)]
+    for table in tables:  # its tests and tools on these too: the lowest counts)
+        if isinstance(table, dict):
+            yield from _poetry_table(table)
+
+
+def _poetry_table(table: dict) -> Iterable[tuple[tuple[int, ...], str]]:
     for name, value in table.items():
         if name.lower() != "torch":
             continue
@@ -291,18 +305,20 @@ def _is_table(name: str) -> bool:
 
 def project_dir(paths: Sequence[Path]) -> Path | None:
     """The nearest directory above the paths (or cwd) that is a project: it has a
-    pyproject.toml, setup.cfg, setup.py or requirements*.txt (else, a requirements/ folder)."""
+    pyproject.toml, setup.cfg, setup.py, requirements*.txt or a conda environment file (else,
+    a requirements/ folder)."""
     directory = search_start(paths)
     candidates = [directory, *directory.parents]
     for candidate in candidates:
-        if any((candidate / m).is_file() for m in MARKERS) or any(
-            candidate.glob("requirements*.txt")
+        if (
+            any((candidate / m).is_file() for m in MARKERS)
+            or any(candidate.glob("requirements*.txt"))
+            or _conda_files(candidate)  # (the 77th review: below a `tools/requirements/`)
         ):
             return candidate
-    # a `requirements/` folder (or a conda environment file) alone marks a project only where
-    # nothing above does (49a: a `tools/requirements/` hid the root's pyproject.toml and its
-    # torch floor)
-    return next((c for c in candidates if _requirement_files(c) or _conda_files(c)), None)
+    # a `requirements/` folder alone marks a project only where nothing above does (49a: a
+    # `tools/requirements/` hid the root's pyproject.toml and its torch floor)
+    return next((c for c in candidates if _requirement_files(c)), None)
 
 
 def find(paths: Sequence[Path]) -> Floor | None:

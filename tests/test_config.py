@@ -158,6 +158,12 @@ def _declared_project(tmp_path: Path, files: dict[str, str]) -> None:
         {"environment.yml": "name: x\ndependencies:\n  - python=3.9\n  - pytorch=2.1.0\n"},
         {"environment.yaml": "dependencies:\n  - pytorch::pytorch>=2.1  # cuda\n"},
         {"environment.yml": "dependencies:\n  - pip\n  - pip:\n    - torch>=2.1\n"},
+        # the 77th review: groups, dev-dependencies, `pytorch-cpu`, quoted and spaced specs
+        {"pyproject.toml": "[tool.poetry.group.train.dependencies]\ntorch = '^2.1'\n"},
+        {"pyproject.toml": "[tool.poetry.dev-dependencies]\ntorch = '^2.1'\n"},
+        {"environment.yml": "dependencies:\n  - pytorch-cpu=2.1.0\n  - pytorch-cuda=11.8\n"},
+        {"environment.yml": 'dependencies:\n  - "pytorch=2.1"\n'},
+        {"environment.yml": "dependencies:\n  - pytorch 2.1.*\n  - torchvision=0.2\n"},
     ],
 )
 def test_declared_torch_floor_makes_newer_fixes_unsafe(cli, tmp_path, files):
@@ -342,3 +348,18 @@ def test_poetry_constraints_give_their_lowest_release(constraint, bound):
     from ampmigrate.floor import poetry_bound
 
     assert poetry_bound(constraint) == bound
+
+
+def test_a_poetry_key_that_is_no_table_and_a_nested_requirements_folder(cli, tmp_path):
+    """The 77th review: `[tool] poetry = "legacy"` crashed every command (AttributeError),
+    and a `tools/requirements/` folder hid the root's `environment.yml` and its floor."""
+    (tmp_path / "pyproject.toml").write_text('[tool]\npoetry = "legacy"\n')
+    (tmp_path / "train.py").write_text(DEPRECATED)
+    assert cli("check", "--show-settings", ".", cwd=tmp_path).returncode == 0
+    (tmp_path / "pyproject.toml").unlink()
+    (tmp_path / "environment.yml").write_text("dependencies:\n  - pytorch=2.1\n")
+    (tmp_path / "tools" / "requirements").mkdir(parents=True)
+    (tmp_path / "tools" / "requirements" / "base.txt").write_text("numpy\n")
+    (tmp_path / "tools" / "train.py").write_text(DEPRECATED)
+    result = cli("check", "--show-settings", "tools", cwd=tmp_path)
+    assert "target-torch: 2.1 (environment.yml: pytorch=2.1)" in result.stdout, result.stdout
