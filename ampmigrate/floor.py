@@ -127,11 +127,7 @@ def _declared(directory: Path) -> Iterable[tuple[str, str]]:
     if setup_py.is_file():
         yield from (("setup.py", r) for r in _setup_py_requirements(setup_py))
     for requirements in _requirement_files(directory):
-        try:
-            lines = requirements.read_text("utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
+        for line in _lines(requirements):
             line = line.split(" #", 1)[0].strip()
             if line and not line.startswith(("#", "-")):
                 yield requirements.relative_to(directory).as_posix(), line
@@ -188,6 +184,13 @@ def _poetry_table(table: dict) -> Iterable[tuple[tuple[int, ...], str]]:
                 yield bound, f'pyproject.toml: torch = "{spec}"'
 
 
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text("utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+
+
 def _conda_files(directory: Path) -> list[Path]:
     return [
         f for f in (directory / "environment.yml", directory / "environment.yaml") if f.is_file()
@@ -199,11 +202,7 @@ def _conda_torch(directory: Path) -> Iterable[tuple[tuple[int, ...], str]]:
     versions that start with it: its lower bound is the version itself), read by line, as
     nothing of YAML beyond a list item is needed; its ``pip:`` list is requirement strings."""
     for path in _conda_files(directory):
-        try:
-            lines = path.read_text("utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
+        for line in _lines(path):
             match = _CONDA_TORCH.match(line)
             if match:
                 version = match.group(2)
