@@ -15351,3 +15351,26 @@ def test_other_spellings_of_a_kept_sys_modules_lookup_are_refused(kept):
         '    from apex import amp\n    APEX = sys.modules.get("apex")\n',
     )
     assert "is apex's module only because this file imports it" in _message(in_try)
+
+
+def test_apex_amp_rebound_to_torch_cuda_amp_is_not_called_apex():
+    """The 78th review (cosmo-3D's `train_amp.py`): `from apex import amp`, then `import
+    torch.cuda.amp as amp`: `amp.GradScaler()` and `amp.autocast()` are native AMP's, yet
+    `check` refused AMP303 with "`amp.GradScaler` has no O1 rewrite". They are AMP101/AMP102's,
+    and the fix leaves no apex."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+        import torch.cuda.amp as amp
+
+
+        def train(model, x):
+            scaler = amp.GradScaler()
+            with amp.autocast():
+                loss = model(x).sum()
+            scaler.scale(loss).backward()
+    """)
+    codes = sorted(d.code for d in check_source(source))
+    assert codes == ["AMP101", "AMP102"], codes
+    out, remaining, _ = fix_source(source, unsafe=True)
+    assert "apex" not in out and not remaining, out
