@@ -13651,32 +13651,26 @@ class Trainer:
 
 
 @pytest.mark.parametrize(
-    ("call", "changes"),
+    "call",
     [
-        ("self.tick(fold)", False),
-        ("self.reset()", True),  # the method changes the switch
-        # any other method may reach the instance by routes not followed (the 77th review:
-        # an alias, `vars(self)`, a property setter, an override in a subclass)
-        ("self.count()", True),
-        ("self.tick(self.param)", True),  # what it is handed it may change
-        ("cfg = self.param\n            self.tick(cfg)", True),  # an alias of it
-        ("self.inherited()", True),  # a method the class does not define: not seen
+        "self.tick(fold)",
+        "self.reset()",  # the method changes the switch
+        "self.count()",
+        "self.tick([self])",  # a staticmethod handed the instance in a list (the 79th review)
+        "cfg = self.param\n            self.tick(cfg)",  # an alias of it
+        "self.inherited()",  # a method the class does not define: not seen
     ],
 )
-def test_a_staticmethod_called_in_the_loop_changes_only_what_it_is_handed(call, changes):
-    """The 75th review's false reason (cail2019's k-fold trainer): a `staticmethod` called
-    through `self` in the loop was taken to change `self.param.fp16`, the initialize's
-    switch; it changes only what it is handed. Any other method keeps the refusal, and so does
-    a staticmethod a second definition or an override in the module may replace."""
+def test_a_method_called_through_self_in_the_loop_may_change_its_switch(call):
+    """A method called through `self` in the loop may change the initialize's switch
+    `self.param.fp16`. The 75th review's cail2019 (a `staticmethod` that changes nothing) led
+    this stop to follow method bodies, then staticmethods only; the 77th and 79th reviews found
+    27 routes to the switch those readings missed (an alias, `vars(self)`, a property setter, an
+    override in another module, `self` in a list or a lambda, a global): every one a wrong
+    rewrite. The refusal stays for every method call, as before the stop."""
     source = _FOLDS_IN_A_CLASS.replace("CALL", call)
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
-    assert ("which the loop changes" in finding.message) is changes, finding.message
-    if not changes:
-        assert finding.fix == "unsafe", finding.message
-        overridden = (
-            source + "\n\nclass Other(Trainer):\n    def tick(self, n):\n        return n\n"
-        )
-        assert "which the loop changes" in _message(overridden)
+    assert "which the loop changes" in finding.message and finding.fix is None, finding.message
 
 
 def test_an_inference_initialize_in_an_elif_arm_says_so():

@@ -22,13 +22,6 @@ _MODEL_WRAPPERS = frozenset({
 _WRAPPER_NAMES = frozenset({"DataParallel", "DistributedDataParallel"})  # (however imported)
 
 
-def _static(function: cst.FunctionDef) -> bool:
-    return any(
-        isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
-        for d in function.decorators
-    )
-
-
 def _normal(code: str) -> str:
     """``code`` as ``ast.unparse`` spells it (quotes, spaces), to compare it with the reads."""
     try:
@@ -369,11 +362,10 @@ class Passes:
         """The chains ``loop`` may change, each whole (``args.lr``, not ``args``): what it
         assigns (and its target), and the receiver of each method it calls
         (``history.append(x)``, ``cfg.advance()``), ``setattr``/``delattr``'s object (the 56th
-        review's probes). A ``staticmethod`` of this module called through ``self`` changes
-        only what it is handed (the 75th review: ``self.evaluate(model)`` was taken to change
-        ``self.param.fp16``); any other method may reach the instance by routes no reading
-        here follows (an alias, ``vars(self)``, a property setter, an override: the 77th
-        review's probes), so it changes the receiver."""
+        review's probes). A method called through ``self`` changes the instance: even a
+        ``staticmethod`` may reach it by routes no reading here follows (the 77th and 79th
+        reviews: ``self`` in a list or a lambda, ``getattr``, a global, an override in another
+        module), so the 75th review's cail2019 keeps that reason beside its true one."""
         targets = [loop.target] if isinstance(loop, cst.For) else []
         calls = []
         for node in self._subtree(loop.body):
@@ -393,47 +385,10 @@ class Passes:
                 changed.add(_code(self.module, target))
         for node in calls:
             if isinstance(node.func, cst.Attribute):
-                handed = self._static_call(node, loop)
-                if handed is None:
-                    changed.add(_code(self.module, node.func.value))
-                else:
-                    changed |= handed
+                changed.add(_code(self.module, node.func.value))
             elif isinstance(node.func, cst.Name) and node.func.value in ("setattr", "delattr"):
                 changed |= {_code(self.module, a.value) for a in node.args[:1]}
         return changed
-
-    def _static_call(self, call: cst.Call, loop: cst.CSTNode) -> set[str] | None:
-        """What ``self.name(...)`` may change where ``name`` is a ``staticmethod`` that only
-        one definition in this module has (no override, no second ``def``): the chains it is
-        handed, and the receiver too where one of them is a name bound from it (``cfg =
-        self.cfg``). None: not such a call."""
-        method = self._own_method(call)
-        if method is None or not _static(method) or len(method.decorators) != 1:
-            return None
-        defined = [
-            n for n in self.nodes
-            if isinstance(n, cst.FunctionDef) and n.name.value == method.name.value
-        ]  # fmt: skip
-        if len(defined) != 1 or any(a.star for a in call.args):
-            return None
-        receiver = _code(self.module, call.func.value)
-        handed = {
-            _code(self.module, a.value)
-            for a in call.args
-            if isinstance(a.value, cst.Name | cst.Attribute | cst.Subscript)
-        }
-        function = self.function(loop)
-        roots = {h.partition(".")[0].partition("[")[0] for h in handed}
-        for node in self._subtree(function):
-            if (
-                isinstance(node, cst.Assign)
-                and roots & set(self.facts(node).assigned)
-                and receiver in self.facts(node.value).used
-            ):
-                handed.add(receiver)  # (an alias of the instance's state)
-        if receiver in roots:
-            handed.add(receiver)
-        return handed
 
     def _pairs_loop(self, statement, small, models, optimizer) -> cst.For | None:
         """``for i in ...: m, o = amp.initialize(ms[i], os[i], ...)`` with only the write-backs
