@@ -57,10 +57,17 @@ def _plain_bound(requirement: str) -> tuple[tuple[int, ...] | None] | None:
         if operator == "~=" and "." not in version:
             return None  # invalid for packaging: let it say so
         if operator in (">=", ">", "~=", "=="):
-            bounds.append(tuple((*(int(p) for p in version.split(".")), 0)[:2]))
+            bounds.append(_release(version))
     if name.lower() != "torch":
         return (None,)
     return (max(bounds) if bounds else None,)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor) of a dotted release (a part too long for ``int`` counts as 0: the 79th
+    review's 4,300-digit version aborted the run)."""
+    parts = [int(p) if len(p) < 100 else 0 for p in version.split(".")]
+    return tuple((*parts, 0)[:2])
 
 
 def lower_bound(requirement: str) -> tuple[int, ...] | None:
@@ -97,7 +104,7 @@ def _requirement_bound(requirement: str, names: tuple[str, ...]) -> tuple[str, t
         if spec.operator in (">=", ">", "~=", "==", "==="):
             try:
                 bounds.append(tuple((*Version(spec.version.removesuffix(".*")).release, 0)[:2]))
-            except InvalidVersion:
+            except (InvalidVersion, ValueError):
                 continue
     return name, max(bounds) if bounds else ()
 
@@ -105,9 +112,9 @@ def _requirement_bound(requirement: str, names: tuple[str, ...]) -> tuple[str, t
 def _declared(directory: Path) -> Iterable[tuple[str, str]]:
     """(file name, requirement string) for every requirement the project declares."""
     if (directory / "pyproject.toml").is_file():
-        project = _pyproject(directory).get("project", {})
+        project = _table(_pyproject(directory).get("project"))
         yield from (("pyproject.toml", r) for r in _strings(project.get("dependencies")))
-        for extra in (project.get("optional-dependencies") or {}).values():
+        for extra in _table(project.get("optional-dependencies")).values():
             yield from (("pyproject.toml", r) for r in _strings(extra))
     setup_cfg = directory / "setup.cfg"
     if setup_cfg.is_file():
@@ -148,7 +155,7 @@ def poetry_bound(constraint: str) -> tuple[int, ...] | None:
     lowest = []
     for alternative in constraint.split("||"):
         bounds = [
-            tuple((*(int(p) for p in version.split(".")), 0)[:2])
+            _release(version)
             for operator, version in _POETRY_SPEC.findall(alternative)
             if operator not in ("<", "<=", "!=")
         ]
@@ -166,9 +173,8 @@ def _poetry_torch(pyproject: dict) -> Iterable[tuple[tuple[int, ...], str]]:
     poetry = tool.get("poetry") if isinstance(tool, dict) else None
     if not isinstance(poetry, dict):
         return  # (`poetry = "legacy"`: no table, the 77th review's crash)
-    groups = poetry.get("group")
     tables = [poetry.get("dependencies"), poetry.get("dev-dependencies")]  # (the project runs
-    tables += [g.get("dependencies") for g in (groups or {}).values() if isinstance(g, dict)]
+    tables += [_table(g).get("dependencies") for g in _table(poetry.get("group")).values()]
     for table in tables:  # its tests and tools on these too: the lowest counts)
         if isinstance(table, dict):
             yield from _poetry_table(table)
@@ -207,7 +213,7 @@ def _conda_torch(directory: Path) -> Iterable[tuple[tuple[int, ...], str]]:
             if match:
                 version = match.group(2)
                 yield (
-                    tuple((*(int(p) for p in version.split(".")), 0)[:2]),
+                    _release(version),
                     (f"{path.name}: {line.strip().removeprefix('-').strip()}"),
                 )
             elif line.strip().startswith("- ") and "torch" in line:
@@ -248,6 +254,12 @@ def module_values(tree: ast.Module) -> dict[str, ast.expr]:
         for target in node.targets
         if isinstance(target, ast.Name)
     }
+
+
+def _table(value: object) -> dict:
+    """``value`` where it is a TOML table, else {} (a malformed file is no crash: the 77th and
+    79th reviews' `poetry = "legacy"`, `group = ["dev"]`)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _strings(value: object) -> list[str]:

@@ -15368,3 +15368,15 @@ def test_apex_amp_rebound_to_torch_cuda_amp_is_not_called_apex():
     assert codes == ["AMP101", "AMP102"], codes
     out, remaining, _ = fix_source(source, unsafe=True)
     assert "apex" not in out and not remaining, out
+
+
+def test_a_kept_lookup_with_any_default_or_through_keys_is_refused():
+    """The 79th review: `sys.modules.get("apex", False)` (any default, not only None) and
+    `"apex" in sys.modules.keys()` escaped the kept-lookup refusal and the fold."""
+    source = INTERPRETER_PROBE.replace("PROBE", "not APEX").replace(
+        "\n\ndef train", '\nAPEX = sys.modules.get("apex", False)\n\n\ndef train'
+    )
+    assert "is apex's module only because this file imports it" in _message(source)
+    keys = INTERPRETER_PROBE.replace("PROBE", '"apex" not in sys.modules.keys()')
+    out, _ = _migrated(keys)
+    assert "raise" not in out and "no_apex" not in out, out

@@ -3019,3 +3019,17 @@ def test_a_read_after_the_fallback_s_own_import_is_not_apex_s():
     """)
     lines = sorted(d.line for d in check_source(source) if d.code == "AMP312")
     assert 7 not in lines and 4 in lines, lines
+
+
+@pytest.mark.parametrize("spelled", ["(DDP, (ApexDDP))", "((ApexDDP), DDP)", "(ApexDDP , DDP)"])
+def test_a_parenthesized_element_keeps_the_tuple_as_it_is(spelled):
+    """The 79th review: `(T, (A))` came out as code that does not parse (an internal error, no
+    fix applied to the file); such a tuple keeps torch's class twice, harmlessly."""
+    source = (
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "from apex.parallel import DistributedDataParallel as ApexDDP\n\n"
+        f"W = {spelled}\nok = isinstance(1, W)\n"
+    )
+    out, remaining, _ = _fix(source)
+    compile(out, "migrated", "exec")
+    assert "apex" not in out and not remaining, out

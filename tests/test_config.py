@@ -363,3 +363,22 @@ def test_a_poetry_key_that_is_no_table_and_a_nested_requirements_folder(cli, tmp
     (tmp_path / "tools" / "train.py").write_text(DEPRECATED)
     result = cli("check", "--show-settings", "tools", cwd=tmp_path)
     assert "target-torch: 2.1 (environment.yml: pytorch=2.1)" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize(
+    "pyproject",
+    [
+        '[tool.poetry]\ngroup = ["dev"]\n',
+        '[tool.poetry]\ngroup = "x"\n',
+        'project = "x"\n',
+        '[project]\noptional-dependencies = "x"\n',
+        '[project]\ndependencies = ["torch>=1' + "0" * 5000 + '"]\n',
+    ],
+)
+def test_a_malformed_declaration_is_no_crash(cli, tmp_path, pyproject):
+    """The 79th review: a Poetry `group` or a `project` that is no table, and a 5,000-digit
+    version, aborted every command."""
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    (tmp_path / "train.py").write_text(DEPRECATED)
+    result = cli("check", "--show-settings", ".", cwd=tmp_path)
+    assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr

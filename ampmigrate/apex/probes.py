@@ -152,14 +152,7 @@ class InterpreterProbes:
         (``find_spec("apex")``, ``sys.modules.get("apex")``) or ``"apex" in sys.modules``."""
         if (
             isinstance(node, cst.Call)
-            and (
-                len(node.args) == 1
-                or (  # `sys.modules.get("apex", None)` (the 77th review)
-                    len(node.args) == 2
-                    and isinstance(node.args[1].value, cst.Name)
-                    and node.args[1].value.value == "None"
-                )
-            )
+            and len(node.args) in (1, 2)  # (`sys.modules.get("apex", None)`: 77th, 79th reviews)
             and isinstance(node.args[0].value, cst.SimpleString)
             and self.qualified(node.func) & _LOOKUPS
         ):
@@ -169,7 +162,14 @@ class InterpreterProbes:
             and isinstance(node.left, cst.SimpleString)
             and any(
                 isinstance(c.operator, cst.In | cst.NotIn)
-                and "sys.modules" in self.qualified(c.comparator)
+                and (
+                    "sys.modules" in self.qualified(c.comparator)
+                    or (  # `"apex" in sys.modules.keys()` (the 79th review)
+                        isinstance(c.comparator, cst.Call)
+                        and not c.comparator.args
+                        and "sys.modules.keys" in self.qualified(c.comparator.func)
+                    )
+                )
                 for c in node.comparisons
             )
         ):

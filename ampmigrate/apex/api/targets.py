@@ -4,6 +4,7 @@ a class rebinding), and the fixes that rebase a name the file binds to apex's cl
 from __future__ import annotations
 
 import ast
+import itertools
 from dataclasses import replace
 
 from ampmigrate.apex.api import table
@@ -219,6 +220,16 @@ class Targets:
         if tuple_.lineno != tuple_.end_lineno or "#" in self.source.text[start:end]:
             return None
         elts = tuple_.elts
+        between = [
+            self.source.text[self.source.span(a)[1] : self.source.span(b)[0]]
+            for a, b in itertools.pairwise(elts)
+        ]
+        if any(gap.strip() != "," for gap in between) or any(
+            self.source.text[self.source.span(e)[0] - 1 : self.source.span(e)[0]] == "("
+            and e is not elts[0]
+            for e in elts
+        ):
+            return None  # (a parenthesized element, `(T, (A))`: the 79th review)
         kept = [self.source.segment(e) for e in elts if e is not node]
         first, last = self.source.span(elts[0])[0], self.source.span(elts[-1])[1]
         trailing = self.source.text[last:end].lstrip().startswith(",")
