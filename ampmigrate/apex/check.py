@@ -24,7 +24,7 @@ from ampmigrate.apex.handedout import PASS as HANDED
 from ampmigrate.apex.handedout import handed_calls
 from ampmigrate.apex.reexport import PASS as REEXPORTS
 from ampmigrate.apex.reexport import localized, rewrite_state
-from ampmigrate.apex.strays import _apex_uses, apex_calls, stored_calls, stray_calls
+from ampmigrate.apex.strays import _apex_uses, apex_calls, native, stored_calls, stray_calls
 from ampmigrate.catalog import Rule
 from ampmigrate.engine.names import Names
 from ampmigrate.engine.settings import FileResult, Settings
@@ -48,22 +48,6 @@ def check(
     return found
 
 
-# torch.cuda.amp's own names (the planner's ``_NATIVE_MEMBERS``)
-_NATIVE = frozenset({"GradScaler", "autocast", "custom_fwd", "custom_bwd"})
-
-
-def _native(call: ast.Call, names: Names) -> bool:
-    """``amp.GradScaler()`` where ``amp`` is torch.cuda.amp too: native AMP's own, as the
-    planner reads it (the 78th review's cosmo-3D: `from apex import amp` rebound by `import
-    torch.cuda.amp as amp`, and "`amp.GradScaler` has no O1 rewrite")."""
-    func = call.func
-    return (
-        isinstance(func, ast.Attribute)
-        and func.attr in _NATIVE
-        and f"torch.cuda.amp.{func.attr}" in names.qualified(func)
-    )
-
-
 def _checked(
     tree: ast.Module, source: Source, names: Names, rules: list[Rule], settings: Settings
 ) -> list[Finding]:
@@ -71,7 +55,7 @@ def _checked(
     casts = linked.get(key(source.path))
     if casts is not None and os.path.abspath(source.path) in casts.layers:
         return layer_findings(tree, source, names, rules, casts)
-    calls = [c for c in apex_calls(names) if not _native(c, names)] or stored_calls(tree, names)
+    calls = [c for c in apex_calls(names) if not native(c, names)] or stored_calls(tree, names)
     if casts is None and layer_edits(tree, names, source) is not None:
         from ampmigrate.apex.verdict import refusal
 

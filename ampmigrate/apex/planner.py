@@ -83,6 +83,7 @@ from ampmigrate.apex.scaler import Scaler
 from ampmigrate.apex.shared import SharedState
 from ampmigrate.apex.step import Step
 from ampmigrate.apex.stores import Stores
+from ampmigrate.apex.strays import NATIVE_MEMBERS
 from ampmigrate.apex.switches import Switches
 from ampmigrate.apex.unscale import Unscale
 from ampmigrate.apex.verdict import APEX, SUPPORTED, no_rewrite, refusal
@@ -101,10 +102,6 @@ _AUTOCAST_HALF = frozenset({
     "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "matmul", "mm", "mv",
     "prelu",
 })  # fmt: skip
-
-
-# torch.cuda.amp's own names: under a name also bound to it they are native AMP's, not apex's
-_NATIVE_MEMBERS = frozenset({"GradScaler", "autocast", "custom_fwd", "custom_bwd"})
 
 
 class _Planner(
@@ -564,9 +561,7 @@ class _Planner(
                     member = name[len(APEX) + 1 :]
                     if member in SUPPORTED:
                         calls.setdefault(member, []).append(node)
-                    elif not (
-                        member in _NATIVE_MEMBERS and f"torch.cuda.amp.{member}" in qualified
-                    ):
+                    elif not (member in NATIVE_MEMBERS and f"torch.cuda.amp.{member}" in qualified):
                         others.append((node, member))
                     # (else `amp.GradScaler()` where `amp` is torch.cuda.amp, apex only the
                     # `except ImportError:` fallback of old torch: native AMP's own, the 43rd

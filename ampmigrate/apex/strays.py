@@ -30,6 +30,22 @@ def _apex_roots(names: Names) -> dict[str, ast.Import | ast.ImportFrom]:
     return roots
 
 
+# torch.cuda.amp's own names: under a name also bound to it they are native AMP's, not apex's
+NATIVE_MEMBERS = frozenset({"GradScaler", "autocast", "custom_fwd", "custom_bwd"})
+
+
+def native(call: ast.Call, names: Names) -> bool:
+    """``amp.GradScaler()`` where ``amp`` is torch.cuda.amp too: native AMP's own, as the
+    planner reads it (the 78th review's cosmo-3D: `from apex import amp` rebound by `import
+    torch.cuda.amp as amp`, and "`amp.GradScaler` has no O1 rewrite")."""
+    func = call.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in NATIVE_MEMBERS
+        and f"torch.cuda.amp.{func.attr}" in names.qualified(func)
+    )
+
+
 def apex_calls(names: Names) -> list[ast.Call]:
     """The calls whose callee resolves to ``apex.amp.*``; only calls rooted at a name an
     ``apex`` import binds are resolved."""

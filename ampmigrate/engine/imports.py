@@ -166,12 +166,13 @@ def remove_unused(text: str, edits: Iterable[ImportEdit]) -> str | None:
                 isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
                 for n in ast.walk(tree)
             )
-            if not used and not _string_uses(tree, name) and _bindings(tree, name) == 1:
+            bound = _bindings(tree, name)
+            if not used and bound == 1 and not _string_uses(tree, name):
                 # mentioned only in comments or plain strings (`"--amp"`, the 75th review:
                 # libcst's own removal kept the emptied `try` around a flag)
                 drop.setdefault(node, []).append(alias)
                 continue
-            if not used or _bindings(tree, name) != 1:
+            if not used or bound != 1:
                 return None  # a mention libcst might not count as a use, or another binding
     cuts: list[tuple[int, int, str]] = []
     emptied: dict[ast.Try, list[ast.stmt]] = {}
