@@ -2800,6 +2800,10 @@ def test_a_fallback_alias_only_type_tests_read_is_refused_for_the_test():
     called = source + "\n\nopt = AdamW(params, **config)\n"
     [finding] = _fix(called)[1]
     assert "defaults differ" in finding.message and finding.fix is None
+    # a call beside the type test does not make the test exact (the re-read of stop 63)
+    mixed = source + "\n\nopt = AdamW(params, lr=0.1)\n"
+    out, [finding], _ = _fix(mixed)
+    assert out == mixed and finding.fix is None, out
 
 
 def test_a_fallback_class_taken_from_a_project_module_gives_way_too(tmp_path):

@@ -780,8 +780,10 @@ class Fallbacks:
                 continue
             if not all(self._inside(b.node, node) for b in self.names.bindings(use)):
                 return ""  # bound elsewhere too
-            if self._typed(use) or self._annotation(use):
-                typed += 1  # (constructs nothing: no default applies; the 76th review)
+            if not target.as_type and (self._typed(use) or self._annotation(use)):
+                # constructs nothing: no default applies (the 76th review); a type test of a
+                # class whose objects become one of two torch classes is not exact, calls or no
+                typed += 1
                 continue
             call = self.names.parent(use)
             if not (isinstance(call, ast.Call) and call.func is use) or len(call.args) > shared:
@@ -808,7 +810,7 @@ class Fallbacks:
                 f"nothing reads `{name}` outside the `try` (nor imports it from this module), "
                 "so no default of it ever applies"
             )
-        if not calls and typed and not target.as_type:
+        if not calls and typed:
             return (
                 f"only type tests read `{name}` outside the `try`, and a type test constructs "
                 "nothing, so no default of it ever applies"
