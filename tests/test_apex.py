@@ -15380,3 +15380,54 @@ def test_a_kept_lookup_with_any_default_or_through_keys_is_refused():
     keys = INTERPRETER_PROBE.replace("PROBE", '"apex" not in sys.modules.keys()')
     out, _ = _migrated(keys)
     assert "raise" not in out and "no_apex" not in out, out
+
+
+SYS_MODULES_READ = """\
+import sys
+import torch
+from apex import amp
+
+READ
+
+
+def train(model, optimizer, x):
+    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    loss = model(x).sum()
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+    return loss
+"""
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        'APEX = dict.get(sys.modules, "apex")',
+        'mods = sys.modules\nAPEX = mods.get("apex")',
+        'APEX = sys.modules.get("ap" + "ex")',
+        'APEX = sys.modules.__getitem__("apex")',
+        'APEX = [m for k, m in sys.modules.items() if k == "apex"]',
+        'NAME = "apex"\nAPEX = NAME in sys.modules',
+        'APEX = sys.modules.pop("apex", None)',
+    ],
+)
+def test_a_sys_modules_read_the_rewrite_cannot_follow_is_refused(read):
+    """The 79th review's exotic spellings of a kept lookup of apex (an alias of `sys.modules`,
+    `dict.get(sys.modules, ...)`, a computed name, `__getitem__`): each holds apex's module
+    only while the file imports it, and the rewrite removes that import. Any read of the table
+    but a lookup by a literal name (or `__name__`) is refused, naming the expression."""
+    message = _message(SYS_MODULES_READ.replace("READ", read))
+    assert "reads `sys.modules` in a form the rewrite cannot follow" in message, message
+
+
+def test_a_sys_modules_read_by_a_literal_other_name_keeps_the_rewrite():
+    """`sys.modules[__name__]`, `sys.modules.get("torch")`, `"numpy" in sys.modules` ask for
+    modules the rewrite does not touch."""
+    source = SYS_MODULES_READ.replace(
+        "READ",
+        'THIS = sys.modules[__name__]\nTORCH = sys.modules.get("torch")\n'
+        'HAS_NUMPY = "numpy" in sys.modules',
+    )
+    out, _ = _migrated(source)
+    assert "apex" not in out and "sys.modules[__name__]" in out, out

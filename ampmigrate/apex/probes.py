@@ -66,6 +66,15 @@ class InterpreterProbes:
         take: a module of apex's (``find_spec("apex.contrib")``, which raises without apex), or
         the exception the ``except`` around the import bound (``raise ... from no_apex``, after
         a lookup kept in a variable, say); the 73rd review: each crashed every fp16 run."""
+        if self._opaque_table_read(node) and not self._gone(node, kept=True):
+            self.problem(
+                node,
+                f"`{_code(self.module, self._table_use(node))}` reads `sys.modules` in a form the "
+                "rewrite cannot follow (only a literal module name, or `__name__`, can be told "
+                "not to ask for apex): once the rewrite removes the apex import, apex is no "
+                "longer in it, and what this reads may change; rewrite it by hand",
+            )
+            return
         asked = self._asked_module(node)
         if (
             (asked in ("apex", APEX) and "sys.modules.get" in self.qualified(node.func))
@@ -133,6 +142,71 @@ class InterpreterProbes:
             )
             or (a in self.folded_first and self.within(node, a.body))
             for a in self.ancestors(node)
+        )
+
+    def _opaque_table_read(self, node: cst.CSTNode) -> bool:
+        """``node`` is ``sys.modules`` used in any form but a lookup by a literal name or
+        ``__name__`` (``x in sys.modules``, ``.get``, ``[x]``, ``"x" in sys.modules.keys()``):
+        an alias, ``dict.get(sys.modules, ...)``, ``"ap" + "ex"``, ``.__getitem__`` may all ask
+        for apex (the 79th review), and the rewrite cannot tell whether they do."""
+        if not (
+            (
+                (isinstance(node, cst.Name) and node.value == "modules")
+                or (isinstance(node, cst.Attribute) and node.attr.value == "modules")
+            )
+            and "sys.modules" in self.qualified(node)
+        ):
+            return False
+        parent = self.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            call = self.parent(parent)
+            if not (isinstance(call, cst.Call) and call.func is parent):
+                return True
+            if parent.attr.value == "keys" and not call.args:
+                return not self._literal_in(self.parent(call), call)
+            return not (
+                parent.attr.value in ("get", "pop", "setdefault")
+                and call.args
+                and self._named_key(call.args[0].value)
+                and (parent.attr.value == "get" or not self._apex_key(call.args[0].value))
+            )
+        if isinstance(parent, cst.Subscript) and parent.value is node:
+            return not (
+                len(parent.slice) == 1
+                and isinstance(parent.slice[0].slice, cst.Index)
+                and self._named_key(parent.slice[0].slice.value)
+            )
+        return not self._literal_in(parent, node)
+
+    def _table_use(self, node: cst.CSTNode) -> cst.CSTNode:
+        """What to quote of a read of ``sys.modules``: the expression or statement it is in."""
+        for a in self.ancestors(node):
+            if isinstance(a, cst.Call | cst.Subscript | cst.Comparison | cst.BaseSmallStatement):
+                return a
+        return node
+
+    def _literal_in(self, target: cst.CSTNode | None, node: cst.CSTNode) -> bool:
+        """``node`` is the right of ``"name" in node`` (or ``not in``), ``target`` its parent."""
+        comparison = self.parent(target) if isinstance(target, cst.ComparisonTarget) else None
+        return (
+            isinstance(comparison, cst.Comparison)
+            and len(comparison.comparisons) == 1
+            and isinstance(target.operator, cst.In | cst.NotIn)
+            and target.comparator is node
+            and self._named_key(comparison.left)
+        )
+
+    @staticmethod
+    def _named_key(node: cst.CSTNode) -> bool:
+        """A module name the reader can see: a plain literal string, or ``__name__``."""
+        return (isinstance(node, cst.SimpleString) and "b" not in node.prefix.lower()) or (
+            isinstance(node, cst.Name) and node.value == "__name__"
+        )
+
+    @staticmethod
+    def _apex_key(node: cst.CSTNode) -> bool:
+        return isinstance(node, cst.SimpleString) and (
+            node.evaluated_value == "apex" or str(node.evaluated_value).startswith("apex.")
         )
 
     def _module_entry(self, node: cst.CSTNode) -> bool:
