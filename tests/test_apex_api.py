@@ -3037,3 +3037,26 @@ def test_a_parenthesized_element_keeps_the_tuple_as_it_is(spelled):
     out, remaining, _ = _fix(source)
     compile(out, "migrated", "exec")
     assert "apex" not in out and not remaining, out
+
+
+def test_a_probe_module_imported_elsewhere_as_underscore_keeps_its_try(tmp_path):
+    """The 79th review: `from pkg.layers import _` in another module reads the probe's module
+    the `try` built; dropping the `try` with it made that import fail."""
+    source = textwrap.dedent("""\
+        try:
+            from apex.normalization.fused_layer_norm import FusedLayerNorm as LayerNorm
+            _ = LayerNorm(8, eps=1e-5)
+        except ImportError:
+            from torch.nn import LayerNorm
+    """)
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "layers.py").write_text(source)
+    (tmp_path / "use.py").write_text("from pkg.layers import _\nprint(_)\n")
+    settings = Settings(rules=tuple(all_rules().values()), fix=True, unsafe_fixes=True)
+    new, _, fixed = migrate_source(source.encode(), settings, path=str(package / "layers.py"))
+    assert b"try:" in new and "probe" not in " ".join(d.message for d in fixed), new
+    (tmp_path / "use.py").write_text("from pkg.layers import LayerNorm\n")
+    new, remaining, _ = migrate_source(source.encode(), settings, path=str(package / "layers.py"))
+    assert new.decode() == "from torch.nn import LayerNorm\n" and not remaining, new

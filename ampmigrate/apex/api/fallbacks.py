@@ -292,6 +292,10 @@ class Fallbacks:
             and isinstance(stmt.value.func, ast.Name)
             and stmt.value.func.id in imported
             and not self._used_outside(node, {stmt.targets[0].id})
+            and (  # (`from m import _` in another module: the 79th review)
+                any(isinstance(a, _SCOPES) for a in self.names.ancestors(node))
+                or self._importers("_") == []
+            )
         )
 
     def _swaps(self, stmt: ast.Assign, imported: dict[str, str]) -> bool:
