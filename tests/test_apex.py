@@ -15431,3 +15431,27 @@ def test_a_sys_modules_read_by_a_literal_other_name_keeps_the_rewrite():
     )
     out, _ = _migrated(source)
     assert "apex" not in out and "sys.modules[__name__]" in out, out
+
+
+def test_new_regions_indent_as_most_of_the_file_does():
+    """The 78th review (efficientdet): a file whose only tab-indented block was a `try` near
+    its top got regions indented with spaces then a tab (libcst takes the first block's
+    indent); they follow the file's usual step now, tabs in a file indented with tabs."""
+    body = (
+        "import torch\nfrom apex import amp\n\n\n"
+        "def train(model, optimizer, x):\n"
+        '    model, optimizer = amp.initialize(model, optimizer, opt_level="O1")\n'
+        "    for _ in range(2):\n"
+        "        loss = model(x).sum()\n"
+        "        with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+        "            scaled_loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    mixed = "try:\n\timport os\nexcept ImportError:\n\tpass\n" + body
+    out, remaining, _ = fix_source(mixed, unsafe=True)
+    assert not remaining and "autocast" in out, out
+    assert not re.search(r"^ +\t", out, re.M), out
+    tabs = body.replace("    ", "\t")
+    out, remaining, _ = fix_source(tabs, unsafe=True)
+    assert not remaining and "\t\twith torch.amp.autocast" in out, out
+    assert not re.search(r"^\t* +", out, re.M), out

@@ -154,6 +154,29 @@ def _unused(names: Names, rules: list[Rule], source: Source, reexports: Any) -> 
     return found
 
 
+def indent_unit(text: str) -> str | None:
+    """The step most of the file's blocks indent by (libcst takes its first block's: a file
+    with one tab-indented ``try`` got spaces-then-tab regions elsewhere, efficientdet; the 78th
+    review). None: no indented block, or the tokenizer fails."""
+    import collections
+    import io
+    import tokenize
+
+    steps: collections.Counter[str] = collections.Counter()
+    levels = [""]
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.INDENT:
+                if token.string.startswith(levels[-1]):
+                    steps[token.string[len(levels[-1]) :]] += 1
+                levels.append(token.string)
+            elif token.type == tokenize.DEDENT:
+                levels.pop()
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return steps.most_common(1)[0][0] if steps else None
+
+
 def _unparsable(text: str, exc: Exception) -> str:
     """Why libcst, which the rewrite edits through, refuses a file Python compiles: the first
     line indented with both tabs and spaces (s3prl's solvers), else libcst's own words."""
@@ -195,6 +218,9 @@ def _planned(
         message = refusal([f"line {calls[0].lineno}: {_unparsable(source.text, exc)}"])
         where = Span(*source.position(calls[0]))
         return [Finding(rule.code, message, where) for rule in rules]
+    unit = indent_unit(source.text)
+    if unit is not None and unit != module.default_indent:
+        module = module.with_changes(default_indent=unit)
     found: list[Finding] = []
     # What ``MetadataWrapper.visit`` does, each map made once for every rule: the parents
     # from one visit (``Walk``), the very map libcst's ParentNodeProvider builds from
