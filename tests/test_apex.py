@@ -15455,3 +15455,41 @@ def test_new_regions_indent_as_most_of_the_file_does():
     out, remaining, _ = fix_source(tabs, unsafe=True)
     assert not remaining and "\t\twith torch.amp.autocast" in out, out
     assert not re.search(r"^\t* +", out, re.M), out
+
+
+PUBLIC_LOSS_METHOD = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = amp.initialize(model, optimizer, opt_level="O1")
+
+    def batch_loss(self, batch):
+        return self.model(batch).sum()
+
+    def train_one_batch_group(self, batch_group):
+        self.optimizer.zero_grad()
+        for batch in batch_group:
+            loss = self.batch_loss(batch)
+            with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                scaled_loss.backward()
+        self.optimizer.step()
+"""
+
+
+def test_a_public_method_covered_only_by_this_file_s_regions_is_stated():
+    """The 75th review (transform-and-tell): `batch_loss` runs the model and this file calls it
+    only inside a region, but allennlp's validation callback calls it too; under apex that
+    forward was cast, now it runs in float32. The finding says so; a private method does not
+    get the note."""
+    (finding,) = [d for d in check_source(PUBLIC_LOSS_METHOD) if d.code == "AMP303"]
+    assert "can be rewritten" in finding.message, finding.message
+    assert (
+        "behaviour change where code outside this file calls it after `amp.initialize`: the "
+        "model's forward in `batch_loss` (line 10)" in finding.message
+    ), finding.message
+    private = PUBLIC_LOSS_METHOD.replace("batch_loss", "_batch_loss")
+    (finding,) = [d for d in check_source(private) if d.code == "AMP303"]
+    assert "can be rewritten" in finding.message and "outside this file" not in finding.message

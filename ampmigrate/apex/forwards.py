@@ -24,7 +24,7 @@ from ampmigrate.apex.common import (
 from ampmigrate.apex.keeps import RETURNS_SELF
 from ampmigrate.apex.ondisk import module_definition
 from ampmigrate.apex.regions import _KEEP, _member, _runs_none
-from ampmigrate.apex.users import derived_on_disk
+from ampmigrate.apex.users import derived_on_disk, users_on_disk
 
 # calls that take the model without running it: wrappers built on it, a save of it
 _WRAPS = frozenset({
@@ -358,6 +358,8 @@ class Forwards:
         stored = self._stored_models(setup)
         functions: dict[str, cst.CSTNode] = {}
         aliases: dict[int, set[str]] = {}  # per function: `model = self._state.model`
+        reachable: dict[str, int] = {}  # covered here, public to code outside the file
+        public: dict[int, bool] = {}
         for node in self.nodes:
             if not isinstance(node, cst.Call):
                 continue
@@ -388,6 +390,10 @@ class Forwards:
             if id(function) not in covered:
                 covered[id(function)] = self._called_in_regions(function, home=home)
             if covered[id(function)]:
+                if id(function) not in public:
+                    public[id(function)] = self._callable_elsewhere(function)
+                if public[id(function)]:
+                    reachable.setdefault(function.name.value, self.line(node))
                 continue
             where = function.name.value if isinstance(function, cst.FunctionDef) else "module"
             if where not in named and where not in halves:  # (each function looked at once)
@@ -434,6 +440,14 @@ class Forwards:
                 f"behaviour change: the initialized model's forward in {listed} is outside the "
                 "autocast regions and runs in float32 now (apex O1 cast every forward after "
                 f"`initialize`): {_KEEP}"
+            )
+        listed = ", ".join(f"`{n}` (line {line})" for n, line in sorted(reachable.items()))
+        if listed:  # (transform-and-tell's `batch_loss`, which allennlp's validation calls)
+            self.plan.notes.append(
+                f"behaviour change where code outside this file calls it after "
+                f"`amp.initialize`: the model's forward in {listed} runs inside the autocast "
+                "regions of this file's calls of it, and in float32 in any other call (apex O1 "
+                f"cast every forward after `initialize`, in the whole process): {_KEEP} there"
             )
         if holder is not None:
             self._inherited_forwards(holder, stored)
@@ -728,6 +742,18 @@ class Forwards:
         }
         plain = {m for m in models if "." not in m}
         return stored | _aliases(self._subtree(function.body), plain | stored)
+
+    def _callable_elsewhere(self, function: cst.CSTNode) -> bool:
+        """``function`` may be called by code outside this file: a public method (its objects
+        may be handed to a framework's callbacks), or a public module-level function another
+        module on disk names."""
+        if not isinstance(function, cst.FunctionDef) or function.name.value.startswith("_"):
+            return False
+        if isinstance(self.parent(self.parent(function)), cst.ClassDef):
+            return True
+        if self.parent(function) is not self.module or self.path is None:
+            return False
+        return bool(users_on_disk(self.path, [function.name.value]))
 
     def _called_in_regions(
         self, function: cst.CSTNode, depth: int = 0, home: cst.CSTNode | None = None
