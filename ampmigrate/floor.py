@@ -43,6 +43,9 @@ _PLAIN = re.compile(
     rf"[ \t]*([A-Za-z0-9][A-Za-z0-9._-]*)[ \t]*((?:{_SPEC}(?:[ \t]*,[ \t]*{_SPEC})*)?)[ \t]*"
 )
 _PLAIN_SPEC = re.compile(_SPEC)
+# `pytorch` is PyPI's placeholder that tells to install torch: a requirement on it declares the
+# torch its author meant (WMSeg's `pytorch == 1.1.0`, the 81st review), as conda's name does
+_TORCH_NAMES = ("torch", "pytorch")
 
 
 def _plain_bound(requirement: str) -> tuple[tuple[int, ...] | None] | None:
@@ -58,7 +61,7 @@ def _plain_bound(requirement: str) -> tuple[tuple[int, ...] | None] | None:
             return None  # invalid for packaging: let it say so
         if operator in (">=", ">", "~=", "=="):
             bounds.append(_release(version))
-    if name.lower() != "torch":
+    if name.lower() not in _TORCH_NAMES:
         return (None,)
     return (max(bounds) if bounds else None,)
 
@@ -82,7 +85,7 @@ def lower_bound(requirement: str) -> tuple[int, ...] | None:
 def packaging_bound(requirement: str) -> tuple[int, ...] | None:
     """``lower_bound`` by packaging's reading: any requirement syntax (the reference for the
     fast path above)."""
-    found = _requirement_bound(requirement, ("torch",))
+    found = _requirement_bound(requirement, _TORCH_NAMES)
     return (found[1] or None) if found is not None else None
 
 

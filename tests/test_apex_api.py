@@ -2064,7 +2064,11 @@ def test_a_name_a_later_project_import_rebinds_is_not_apex_s():
 
         norm = LayerNorm(8)
     """)
-    assert [d.fix for d in check_source(rival_class) if d.code == "AMP312"] == [None]
+    # (the 81st review: a class right after the import always replaces it: the import is dead)
+    [dead] = [d for d in check_source(rival_class) if d.code == "AMP312"]
+    assert dead.fix is not None and "binds again before anything reads it" in dead.message
+    rival_class = rival_class.replace("\n\nclass", "\nprint(LayerNorm)\n\nclass")
+    assert [d.fix for d in check_source(rival_class) if d.code == "AMP312"] == ["unsafe", None]
     fallback = textwrap.dedent("""\
         import torch
         try:
@@ -2689,8 +2693,9 @@ def test_a_try_left_with_nothing_that_can_raise_import_error_dissolves():
     guarded = source.replace(
         "return FusedLayerNorm(shape, eps, affine)", "return wrap(FusedLayerNorm(shape))"
     )
-    out, _, _ = _fix(guarded)
-    assert "try:" in out and "except ImportError:" in out and "import FusedLayerNorm" not in out
+    out, remaining, _ = _fix(guarded)  # (the 81st review: the apex path would run everywhere,
+    assert out == guarded, out  # where the `except`'s code ran without apex: left by hand)
+    assert "the `try` also runs line 10" in remaining[0].message, remaining[0].message
 
 
 def test_a_tuple_of_classes_only_type_tests_read_is_a_type_test():
@@ -3060,3 +3065,107 @@ def test_a_probe_module_imported_elsewhere_as_underscore_keeps_its_try(tmp_path)
     (tmp_path / "use.py").write_text("from pkg.layers import LayerNorm\n")
     new, remaining, _ = migrate_source(source.encode(), settings, path=str(package / "layers.py"))
     assert new.decode() == "from torch.nn import LayerNorm\n" and not remaining, new
+
+
+def test_a_kernel_probe_through_a_device_method_goes_with_its_try():
+    """The 81st review's D1: `_ = LayerNorm(8).cuda()` in the `try` was not read as a probe;
+    the call was rewritten in the `try` (`torch.nn.LayerNorm(8).cuda()`), whose import went:
+    on a machine without CUDA the module raised AssertionError at import, where it fell back
+    before. The probe goes with the `try` now; a probe kept under a name keeps its call."""
+    source = textwrap.dedent("""\
+        import torch
+
+        try:
+            from apex.normalization import FusedLayerNorm as LayerNorm
+            _ = LayerNorm(8).cuda()
+        except ImportError:
+            LayerNorm = torch.nn.LayerNorm
+
+        norm = LayerNorm(16)
+    """)
+    out, remaining, _ = _fix(source)
+    assert not remaining and "try" not in out and ".cuda()" not in out, out
+    namespace: dict = {}
+    exec(compile(out, "migrated", "exec"), namespace)  # (on this CPU-only torch)
+    assert isinstance(namespace["norm"], namespace["torch"].nn.LayerNorm)
+    named = source.replace("    _ = LayerNorm(8)", "    probe = LayerNorm(8)")
+    out, remaining, _ = _fix(named)
+    assert "    probe = LayerNorm(8).cuda()\n" in out and "from apex" in out, out
+    (left,) = [d for d in remaining if d.line == 5]
+    assert "this use follows apex's import (line 4) in a `try` that catches ImportError" in (
+        left.message
+    ), left.message
+
+
+def test_a_use_in_the_try_of_its_import_beside_other_code_is_left():
+    """A log (or any call but torch's constructors) in the `try` ran only where apex imported:
+    rewriting the use there and dropping the import would run it everywhere."""
+    source = textwrap.dedent("""\
+        import torch
+
+        try:
+            from apex.normalization import FusedLayerNorm
+            print("using apex")
+            NORM = FusedLayerNorm
+        except ImportError:
+            NORM = torch.nn.LayerNorm
+    """)
+    out, remaining, _ = _fix(source)
+    assert out == source and "the `try` also runs line 5" in remaining[0].message
+    alone = source.replace('    print("using apex")\n', "")
+    out, remaining, _ = _fix(alone)
+    assert "apex" not in out and not remaining, out
+
+
+def test_a_sys_modules_read_for_apex_keeps_the_fixes_of_its_file():
+    """The 81st review's D2: `if "apex" not in sys.modules: raise ImportError(...)` stayed while
+    the fix dropped the file's only apex import: the guard raised on every run. A read of the
+    table for apex (or one that may be: an alias) refuses the file's fixes; other names stay."""
+    source = textwrap.dedent("""\
+        import sys
+
+        import torch
+        from apex.optimizers import FusedAdam
+
+        if "apex" not in sys.modules:
+            raise ImportError("this trainer needs NVIDIA apex")
+
+
+        def build(params):
+            return FusedAdam(params, lr=1e-3)
+    """)
+    out, remaining, _ = _fix(source)
+    assert out == source, out
+    assert "line 6 reads `sys.modules` for apex" in remaining[0].message
+    other = source.replace('"apex" not in sys.modules', '"numpy" not in sys.modules')
+    out, remaining, _ = _fix(other)
+    assert "torch.optim.AdamW(" in out and not remaining, out
+
+
+def test_an_apex_import_a_class_of_the_same_name_replaces_is_dead():
+    """The 81st review's D3 (WebQA's `modeling.py`): `class BertLayerNorm(nn.Module)` right
+    after the guarded apex import always replaces it; its six uses were refused for "the
+    binding a use reaches depends on which ran last". The import is dead: it goes with its
+    `try`, and the uses are the project's class."""
+    source = textwrap.dedent("""\
+        import torch
+        from torch import nn
+
+        try:
+            from apex.normalization.fused_layer_norm import FusedLayerNorm as BertLayerNorm
+        except ImportError:
+            print("apex not installed")
+        class BertLayerNorm(nn.Module):
+            def __init__(self, hidden_size, eps=1e-12):
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(hidden_size))
+
+
+        norm = BertLayerNorm(768, eps=1e-12)
+    """)
+    out, remaining, fixed = _fix(source)
+    assert "apex" not in out and not remaining, out
+    assert "which line 8 binds again before anything reads it" in fixed[0].message
+    based = source.replace("BertLayerNorm(nn.Module)", "BertLayerNorm(BertLayerNorm)")
+    out, remaining, _ = _fix(based)  # (the class reads the import: not dead)
+    assert "from apex" in out, out

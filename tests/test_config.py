@@ -164,6 +164,9 @@ def _declared_project(tmp_path: Path, files: dict[str, str]) -> None:
         {"environment.yml": "dependencies:\n  - pytorch-cpu=2.1.0\n  - pytorch-cuda=11.8\n"},
         {"environment.yml": 'dependencies:\n  - "pytorch=2.1"\n'},
         {"environment.yml": "dependencies:\n  - pytorch 2.1.*\n  - torchvision=0.2\n"},
+        # the 81st review: PyPI's `pytorch` placeholder, named for torch (WMSeg)
+        {"requirements.txt": "numpy\npytorch == 2.1.0\n"},
+        {"setup.py": "from setuptools import setup\nsetup(install_requires=['pytorch>=2.1'])\n"},
     ],
 )
 def test_declared_torch_floor_makes_newer_fixes_unsafe(cli, tmp_path, files):

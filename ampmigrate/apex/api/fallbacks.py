@@ -280,7 +280,8 @@ class Fallbacks:
         self._consumed.add(node)
 
     def _probe_build(self, stmt: ast.stmt, imported: dict[str, str], node: ast.Try) -> bool:
-        """``_ = LayerNorm(8, eps=1e-5)`` in the ``try``: a module of the apex class built only
+        """``_ = LayerNorm(8, eps=1e-5)`` in the ``try`` (or ``LayerNorm(8).cuda()``, the 81st
+        review): a module of the apex class built only
         to learn whether its kernel loads (Megatron's and its copies', the 76th review), bound
         to ``_`` and read by nothing outside the ``try``; it goes with the ``try``."""
         return (
@@ -288,9 +289,7 @@ class Fallbacks:
             and len(stmt.targets) == 1
             and isinstance(stmt.targets[0], ast.Name)
             and stmt.targets[0].id == "_"  # (a named one may be imported: the 77th review)
-            and isinstance(stmt.value, ast.Call)
-            and isinstance(stmt.value.func, ast.Name)
-            and stmt.value.func.id in imported
+            and _built_from(stmt.value, imported)
             and not self._used_outside(node, {stmt.targets[0].id})
             and (  # (`from m import _` in another module: the 79th review)
                 any(isinstance(a, _SCOPES) for a in self.names.ancestors(node))
@@ -914,3 +913,13 @@ class Fallbacks:
             ):
                 return True
         return False
+
+
+def _built_from(value: ast.expr, imported: dict[str, str]) -> bool:
+    """``value`` is a call of an imported apex class, or a chain of calls and attributes on one
+    (``LayerNorm(8).cuda()``, ``LayerNorm(8).to("cuda")(x)``)."""
+    while isinstance(value, ast.Call | ast.Attribute):
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            return value.func.id in imported
+        value = value.func if isinstance(value, ast.Call) else value.value
+    return False

@@ -42,6 +42,8 @@ from ampmigrate.engine.source import Source
 from ampmigrate.findings import Edit, Finding, Fix
 from ampmigrate.renames import NoFix
 
+_SCOPES_OR_MODULE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.Module)
+
 if TYPE_CHECKING:
     from ampmigrate.engine import Settings
 
@@ -140,6 +142,15 @@ class _Planner(Targets, Calls, Fallbacks):
         for a run without apex went unsaid); not where an import of it has no fix (``going``:
         those some fix removes), so the ``try`` never empties (unmasked_teacher's FusedLAMB)."""
         fix = found.fix
+        if fix is not None and self._table_reads:
+            head = found.message.partition(":")[0]
+            return replace(found, fix=None, message=(
+                f"{head}: no automatic fix: line {self._table_reads[0]} reads `sys.modules` "
+                "for apex, which is there only because an import put it there, and this "
+                "file's fixes drop its apex imports: the answer may change (a guard that "
+                "raises where apex is missing would raise on every run); test for what the "
+                "code needs instead, by hand, first"
+            ))  # fmt: skip
         if fix is None or not fix.remove_imports:
             return found
         removed = {(e.module, e.obj, e.asname) for e in fix.remove_imports}
@@ -160,6 +171,40 @@ class _Planner(Targets, Calls, Fallbacks):
                 "that string by the torch name, by hand, first"
             ))  # fmt: skip
         return found if said is None else replace(found, message=found.message + said)
+
+    @functools.cached_property
+    def _table_reads(self) -> list[int]:
+        """The lines that read ``sys.modules`` for apex (``"apex" in sys.modules``,
+        ``sys.modules.get("apex.optimizers")``) or in a form that may (an alias, a computed
+        name): the 81st review's guard raised on every run once the fixes dropped the file's
+        only apex import. A lookup by another literal name, or ``__name__``, is not one."""
+        lines = []
+        for node in ast.walk(self.tree):
+            if not (
+                (isinstance(node, ast.Attribute) and node.attr == "modules")
+                or (isinstance(node, ast.Name) and node.id == "modules")
+            ) or "sys.modules" not in self.names.qualified(node):
+                continue
+            parent = self.names.parent(node)
+            if isinstance(parent, ast.Attribute) and parent.value is node:
+                call = self.names.parent(parent)
+                key = call.args[0] if isinstance(call, ast.Call) and call.args else None
+            elif isinstance(parent, ast.Subscript) and parent.value is node:
+                key = parent.slice
+            elif isinstance(parent, ast.Compare) and node in parent.comparators:
+                key = parent.left
+            else:
+                key = None
+            if isinstance(key, ast.Name) and key.id == "__name__":
+                continue
+            if (
+                isinstance(key, ast.Constant)
+                and isinstance(key.value, str)
+                and not re.match(r"apex(\.|$)", key.value)
+            ):
+                continue
+            lines.append(node.lineno)
+        return sorted(lines)
 
     @functools.cached_property
     def _apex_strings(self) -> list[tuple[int, str]]:
@@ -312,6 +357,52 @@ class _Planner(Targets, Calls, Fallbacks):
         if text is not None:
             self.findings.append(Finding(table.NO_NATIVE, _instead(head, text), node, None))
 
+    def _runs_only_with_apex(self, node: ast.AST, name: str) -> tuple[int, int] | None:
+        """(the import's line, a line of the ``try`` that is not torch's constructors) where
+        ``node`` sits in the body of a ``try`` that catches ImportError, after the apex import
+        that binds it there: the 81st review's ``_ = LayerNorm(8).cuda()`` became torch's
+        ``.cuda()``, run on machines without apex (or without CUDA: AssertionError at import).
+        A body left with torch's constructors alone dissolves (``engine.imports``)."""
+        if name not in TARGETS and name not in table.SAME and name not in table.TO_PYTHON_FLOAT:
+            return None
+        root = node
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return None
+        for guard in self.names.ancestors(node):
+            if isinstance(guard, _SCOPES_OR_MODULE):
+                return None
+            if not (
+                isinstance(guard, ast.Try)
+                and any(_catches_import_error(h) for h in guard.handlers)
+                and any(self._inside(node, s) for s in guard.body)
+            ):
+                continue
+            imports = [
+                b.node.lineno
+                for b in self.names.bindings(root)
+                if isinstance(b.node, ast.Import | ast.ImportFrom)
+                and any(b.node is s for s in guard.body)
+                and b.node.lineno < node.lineno
+            ]
+            if not imports:
+                continue
+            apex = {root.id}
+            for stmt in guard.body:
+                if isinstance(stmt, ast.Import | ast.ImportFrom):
+                    continue
+                for n in ast.walk(stmt):
+                    if isinstance(n, ast.Call) and not (
+                        (dotted(n.func) or "").startswith("torch.")
+                        or (isinstance(n.func, ast.Name) and n.func.id in apex)
+                        or (dotted(n.func) or ".").split(".")[0] in apex
+                    ):
+                        return imports[0], stmt.lineno
+                    if isinstance(n, ast.Lambda | ast.FunctionDef | ast.Import | ast.ImportFrom):
+                        return imports[0], stmt.lineno
+        return None
+
     @functools.cached_property
     def _dead_imports(self) -> dict[str, int]:
         """Names a module-level apex import binds (alone, or in a ``try`` of its own) that the
@@ -328,27 +419,25 @@ class _Planner(Targets, Calls, Fallbacks):
                 if len(imports) != len(stmt.body):
                     continue
             nxt = body[index + 1]
-            if not (
-                isinstance(nxt, ast.Assign)
-                and len(nxt.targets) == 1
-                and isinstance(nxt.targets[0], ast.Name)
-                and not any(isinstance(n, ast.Call | ast.NamedExpr) for n in ast.walk(nxt.value))
-            ):
+            name = _rebinding(nxt)
+            if name is None:
                 continue
-            name = nxt.targets[0].id
             for imported in imports:
                 root = (imported.module or "").partition(".")[0]
                 if imported.level or root != "apex":
                     continue
                 if not any((a.asname or a.name) == name for a in imported.names):
                     continue
-                if name in {n.id for n in ast.walk(nxt.value) if isinstance(n, ast.Name)}:
+                if name in {n.id for n in _evaluated(nxt) if isinstance(n, ast.Name)}:
                     continue  # (`X = X or fallback` reads the import)
                 # no other binding of the name anywhere (a handler's included), no `global` of
                 # it, and no import of it but this `try`'s
                 rebinds = any(
                     (isinstance(n, ast.Name) and n.id == name
-                     and not isinstance(n.ctx, ast.Load) and n is not nxt.targets[0])
+                     and not isinstance(n.ctx, ast.Load)
+                     and not (isinstance(nxt, ast.Assign) and n is nxt.targets[0]))
+                    or (isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                        and n.name == name and n is not nxt)
                     or (isinstance(n, ast.Global | ast.Nonlocal) and name in n.names)
                     or (isinstance(n, ast.alias) and (n.asname or n.name) == name
                         and not any(n in i.names for i in imports))
@@ -405,6 +494,19 @@ class _Planner(Targets, Calls, Fallbacks):
                 "another module, binds names by `globals()`/`setattr`, or cannot be read): a "
                 "read here may be that module's"
             ), node, None))  # fmt: skip
+            return
+        guarded = self._runs_only_with_apex(node, name)
+        if guarded is not None:
+            code = TARGETS[name].code if name in TARGETS else table.SAME_OBJECT
+            where = parent if isinstance(parent, ast.Call) and parent.func is node else node
+            imported, runs = guarded
+            self.findings.append(Finding(code, (
+                f"`{name}`: no automatic fix: this use follows apex's import (line {imported}) "
+                "in a `try` that catches ImportError, so it ran only where apex imported, and "
+                f"the `try` also runs line {runs}: rewritten (and the import dropped once "
+                f"unused), line {runs} would run where apex is missing too, where the "
+                "`except`'s code ran before; rewrite the `try` by hand"
+            ), where, None))  # fmt: skip
             return
         rival = self._rival(node) if conditional else None
         if rival is not None and (name in table.TO_PYTHON_FLOAT or name in TARGETS):
@@ -659,3 +761,35 @@ class _Planner(Targets, Calls, Fallbacks):
         folder = os.path.dirname(os.path.abspath(self.source.path))
         shown = ", ".join(f"{os.path.relpath(f, folder)}:{line}" for f, line, _ in users[:3])
         return shown + (f" and {len(users) - 3} more" if len(users) > 3 else "")
+
+
+def _rebinding(stmt: ast.stmt) -> str | None:
+    """The one name ``stmt`` binds where running it calls nothing (no code of the file's may
+    read the name before it is bound): ``X = torch.nn.LayerNorm``, or a ``class X(nn.Module)``
+    whose bases, decorators and statements besides its methods call nothing (WebQA's
+    ``BertLayerNorm`` after the guarded apex import, the 81st review)."""
+    if isinstance(stmt, ast.Assign):
+        target = stmt.targets[0] if len(stmt.targets) == 1 else None
+        name = target.id if isinstance(target, ast.Name) else None
+    elif isinstance(stmt, ast.ClassDef):
+        name = stmt.name
+    else:
+        return None
+    if name is None or any(isinstance(n, ast.Call | ast.NamedExpr) for n in _evaluated(stmt)):
+        return None
+    return name
+
+
+def _evaluated(stmt: ast.Assign | ast.ClassDef) -> list[ast.AST]:
+    """The nodes ``stmt`` runs when it runs (a class's methods' bodies run later)."""
+    if isinstance(stmt, ast.Assign):
+        return list(ast.walk(stmt.value))
+    parts = [*stmt.bases, *stmt.keywords, *stmt.decorator_list]
+    for inner in stmt.body:
+        if isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef):
+            parts += [*inner.decorator_list, *inner.args.defaults, *inner.args.kw_defaults]
+            parts += [a.annotation for a in (*inner.args.args, *inner.args.kwonlyargs)]
+            parts.append(inner.returns)
+        else:
+            parts.append(inner)
+    return [n for part in parts if part is not None for n in ast.walk(part)]
