@@ -15493,3 +15493,53 @@ def test_a_public_method_covered_only_by_this_file_s_regions_is_stated():
     private = PUBLIC_LOSS_METHOD.replace("batch_loss", "_batch_loss")
     (finding,) = [d for d in check_source(private) if d.code == "AMP303"]
     assert "can be rewritten" in finding.message and "outside this file" not in finding.message
+
+
+def test_a_message_that_quotes_a_multi_line_statement_is_one_line():
+    """The 80th review (ProphetNet's copy of the transformers Trainer): a blocker quoting a
+    statement that spans lines wrote a raw newline into the finding, so the text format's
+    second line was no `path:line:col: CODE message` line."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        class Trainer:
+            def __init__(self, model, optimizer, fp16, backend, sharded):
+                self.model, self.optimizer = model, optimizer
+                self.use_apex = False
+                self.use_amp = False
+                if fp16:
+                    if backend == "amp":
+                        self.use_amp = True
+                        if sharded:
+                            self.scaler = torch.cuda.amp.GradScaler(init_scale=1.0)
+                        else:
+                            self.scaler = torch.cuda.amp.GradScaler()
+                    else:
+                        self.use_apex = True
+                if self.use_apex:
+                    self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O1")
+
+            def step(self, x, y):
+                if self.use_amp:
+                    with torch.cuda.amp.autocast():
+                        loss = torch.nn.functional.mse_loss(self.model(x), y)
+                else:
+                    loss = torch.nn.functional.mse_loss(self.model(x), y)
+                if self.use_amp:
+                    self.scaler.scale(loss).backward()
+                elif self.use_apex:
+                    with amp.scale_loss(loss, self.optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                else:
+                    loss.backward()
+                if self.use_amp:
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                else:
+                    self.optimizer.step()
+    """)
+    messages = [d.message for d in check_source(source)]
+    assert any("`if sharded: self.scaler" in m for m in messages), messages
+    assert not any("\n" in m or "\r" in m for m in messages), messages

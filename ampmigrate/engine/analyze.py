@@ -13,6 +13,7 @@ import ast
 import functools
 import importlib
 import os
+import re
 from collections.abc import Iterable
 
 from ampmigrate.catalog import Rule
@@ -23,6 +24,8 @@ from ampmigrate.engine.source import Source
 from ampmigrate.families import FAMILIES, family
 from ampmigrate.findings import Diagnostic, Finding, Span
 from ampmigrate.noqa import Suppressions
+
+_ONE_LINE = re.compile(r"[ \t]*(?:\r\n|\r|\n)\s*")
 
 
 def preload(rules: Iterable[Rule] = ()) -> None:
@@ -100,7 +103,9 @@ class Analysis:
             hidden = suppressions.suppresses(line, finding.code)
             if hidden and suppressed is None:
                 continue
-            message = finding.message
+            # one line, as every output format shows it (a quoted multi-line statement broke
+            # the text format's `path:line:col: CODE message` lines: the 80th review)
+            message = _ONE_LINE.sub(" ", finding.message)
             if finding.fix is not None and settings.too_new(finding.fix):
                 needs = ".".join(map(str, finding.fix.min_torch))
                 target = ".".join(map(str, settings.target_torch))
