@@ -15519,7 +15519,9 @@ def test_a_message_that_quotes_a_multi_line_statement_is_one_line():
                     else:
                         self.use_apex = True
                 if self.use_apex:
-                    self.model, self.optimizer = amp.initialize(self.model, self.optimizer, opt_level="O1")
+                    self.model, self.optimizer = amp.initialize(
+                        self.model, self.optimizer, opt_level="O1"
+                    )
 
             def step(self, x, y):
                 if self.use_amp:
@@ -15543,3 +15545,44 @@ def test_a_message_that_quotes_a_multi_line_statement_is_one_line():
     messages = [d.message for d in check_source(source)]
     assert any("`if sharded: self.scaler" in m for m in messages), messages
     assert not any("\n" in m or "\r" in m for m in messages), messages
+
+
+def test_a_model_a_method_returns_to_self_is_followed_to_its_evaluation():
+    """The 80th review (3DC-Seg): `self.model, self.opt = self.setup()`, where `setup` runs
+    `amp.initialize` on `convert(self.model)`: `eval`'s `self.model(x)` runs outside the
+    regions (float32 now, float16 under apex) and no note said so; a module-level `setup`
+    was followed already."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        def convert(m):
+            return m
+
+
+        class Trainer:
+            def __init__(self):
+                self.model = torch.nn.Linear(4, 2)
+                self.model, self.opt = self.setup()
+
+            def setup(self):
+                model = convert(self.model)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, opt = amp.initialize(model, opt, opt_level="O1")
+                return model, opt
+
+            def train(self, x, y):
+                loss = torch.nn.functional.mse_loss(self.model(x), y)
+                self.opt.zero_grad()
+                with amp.scale_loss(loss, self.opt) as scaled_loss:
+                    scaled_loss.backward()
+                self.opt.step()
+
+            def eval(self, x):
+                with torch.no_grad():
+                    return self.model(x)
+    """)
+    (finding,) = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "can be rewritten" in finding.message, finding.message
+    assert "the initialized model's forward in `eval` (line 29)" in finding.message

@@ -669,8 +669,13 @@ class Forwards:
 
     def _bound_from_return(self, home: cst.CSTNode, models: set[str]) -> set[str]:
         """Where the callers of a module-level ``home`` that returns the models keep them
-        (``self.model, self.optimizer = setup(net, optimizer)``: ``self.model``)."""
-        if not isinstance(home, cst.FunctionDef) or self.parent(home) is not self.module:
+        (``self.model, self.optimizer = setup(net, optimizer)``: ``self.model``), or of a
+        method called through ``self`` (3DC-Seg's ``self.model, self.opt = self.setup()``,
+        the 80th review: its evaluation's forward went unstated)."""
+        if not isinstance(home, cst.FunctionDef):
+            return set()
+        holder = self.parent(self.parent(home))
+        if self.parent(home) is not self.module and not isinstance(holder, cst.ClassDef):
             return set()
         places = {  # the positions of the returned tuple that hold a model
             i
@@ -686,7 +691,16 @@ class Forwards:
             for n in self._subtree(home.body)
         ):  # fmt: skip
             places.add(0)
-        calls = [self.parent(r) for r in self._references(home.name.value)]
+        if isinstance(holder, cst.ClassDef):
+            refs = [
+                r
+                for r in self.spelled[1].get(home.name.value, ())
+                if isinstance(r.value, cst.Name) and r.value.value == "self"
+                and self.within(r, holder)
+            ]  # fmt: skip
+        else:
+            refs = list(self._references(home.name.value))
+        calls = [self.parent(r) for r in refs]
         return self.bound_at([c for c in calls if isinstance(c, cst.Call)], places)
 
     def bound_at(self, calls: list[cst.Call], places: set[int] | tuple[int, ...]) -> set[str]:
