@@ -15586,3 +15586,60 @@ def test_a_model_a_method_returns_to_self_is_followed_to_its_evaluation():
     (finding,) = [d for d in check_source(source) if d.code == "AMP303"]
     assert "can be rewritten" in finding.message, finding.message
     assert "the initialized model's forward in `eval` (line 29)" in finding.message
+
+
+INITIALIZE_IN_NESTED_ELSE = """\
+import torch
+from apex import amp
+
+
+class Trainer:
+    def __init__(self, fp16, model, num_gpus):
+        self.model = model
+        if num_gpus > 1:
+            self.model = torch.nn.DataParallel(self.model)
+            self.optim = torch.optim.SGD(self.model.parameters(), lr=0.1)
+            self.mix_precision = False
+            return
+        else:
+            self.optim = torch.optim.SGD(self.model.parameters(), lr=0.1)
+            self.mix_precision = False
+            if fp16:
+                self.model, self.optim = amp.initialize(self.model, self.optim, opt_level="O1")
+                self.mix_precision = True
+            return
+
+    def step(self, x, y):
+        self.optim.zero_grad()
+        loss = torch.nn.functional.mse_loss(self.model(x), y)
+        if self.mix_precision:
+            with amp.scale_loss(loss, self.optim) as scaled_loss:
+                scaled_loss.backward()
+        else:
+            loss.backward()
+        self.optim.step()
+        return loss.item()
+"""
+
+
+@pytest.mark.torch
+def test_initialize_in_an_if_in_the_else_of_another_is_enabled_by_both_tests():
+    """The 74th and 80th reviews' DTennant reid trainer: `initialize` under `if fp16:` in the
+    `else:` of `if num_gpus > 1:` (whose arm returns) was refused ("an `if` nested in another
+    `if` ... or in its `else:`", then "can return before the line that would make the
+    GradScaler"). The GradScaler goes before the outer `if`, enabled by `not (num_gpus > 1)
+    and fp16`; every path trains as the O0 original did."""
+    out, _ = _migrated(INITIALIZE_IN_NESTED_ELSE)
+    assert "enabled=bool(not (num_gpus > 1) and fp16))\n        if num_gpus > 1:" in out, out
+    torch = pytest.importorskip("torch")
+    x, y = torch.randn(8, 4), torch.randn(8, 2)
+    with _beside_o0(out, INITIALIZE_IN_NESTED_ELSE) as (migrated, before):
+        for fp16, gpus in ((True, 1), (False, 1), (False, 2)):
+            losses = []
+            for namespace in (migrated, before):
+                torch.manual_seed(0)
+                trainer = namespace["Trainer"](fp16, torch.nn.Linear(4, 2), gpus)
+                losses.append([trainer.step(x, y) for _ in range(3)])
+            assert losses[0] == pytest.approx(losses[1], rel=2e-3, abs=1e-4), (fp16, gpus)
+        assert migrated["Trainer"](True, torch.nn.Linear(4, 2), 1).scaler.is_enabled()
+        assert not migrated["Trainer"](True, torch.nn.Linear(4, 2), 2).scaler.is_enabled()

@@ -359,10 +359,7 @@ class Initialize:
                 # tests right after each other are `and`ed, in the order they ran
                 tests = [h.test.visit(ReplaceNodes(self.plan.edits)) for h in chain]
                 condition = " and ".join(
-                    f"({_code(self.module, t)})"
-                    if len(tests) > 1 and _loose(t)
-                    else _code(self.module, t)
-                    for t in tests
+                    self._arm_test(chain, i, t, len(tests) > 1) for i, t in enumerate(tests)
                 )
                 if len(tests) > 1 and not isinstance(
                     tests[-1], cst.Comparison | cst.UnaryOperation
@@ -749,7 +746,7 @@ class Initialize:
                 or outer in self.dissolved
             ):  # (a script's main block, `if amp is not None:`: no condition on precision)
                 return chain
-            if self.parent(located[0]) is not outer:
+            if self.parent(located[0]) is not outer and not self._else_arm(located[0], outer):
                 return None
             before = list(located[0].body)[: located[1]]
             if before and not self._test_holds(chain[0], before):
@@ -757,6 +754,29 @@ class Initialize:
             if isinstance(self.parent(outer), cst.If):  # an `elif`
                 return None
             chain.insert(0, outer)
+
+    def _else_arm(self, block: cst.CSTNode, outer: cst.If) -> bool:
+        """``block`` is the ``else:`` of ``outer``, whose test calls nothing (the 74th and 80th
+        reviews' DTennant: `if num_gpus > 1: ... else: ...; if cfg.FP16: initialize`): the path
+        there is ``not (<test>)``, read as well before the ``if`` as at it."""
+        otherwise = self.parent(block)
+        return (
+            isinstance(otherwise, cst.Else)
+            and outer.orelse is otherwise
+            and not any(isinstance(n, cst.Call | cst.NamedExpr) for n in self._subtree(outer.test))
+        )
+
+    def _arm_test(
+        self, chain: list[cst.If], index: int, test: cst.BaseExpression, joined: bool
+    ) -> str:
+        """The text of ``chain[index]``'s test as the path to ``initialize`` takes it (``joined``
+        to others by ``and``): negated where the next ``if`` of the chain sits in its
+        ``else:``."""
+        text = _code(self.module, test)
+        nested = chain[index + 1] if index + 1 < len(chain) else None
+        if nested is not None and self.within(nested, chain[index].orelse):
+            return f"not ({text})"
+        return f"({text})" if joined and _loose(test) else text
 
     def _test_holds(self, inner: cst.If, before: list[cst.CSTNode]) -> bool:
         """The statements ``before`` the nested ``inner`` in its outer ``if`` (mmdetection's

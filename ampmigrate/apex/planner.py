@@ -218,6 +218,7 @@ class _Planner(
         self.dropped: set[int] = set()  # statements removed with the apex import
         self.bound: set[str] = set()  # names the removed apex imports bound
         self.early: cst.BaseStatement | None = None  # the scaler is created right before it
+        self.made_before: cst.If | None = None  # the `if` the scaler is made before
         self.init_scale: str | None = None  # apex's initial loss scale, set after initialize
         self.late: str | None = None  # why it cannot be created before an earlier restore
         self.scale_gap = False  # apex never checkpointed its scale, nor does the rewrite

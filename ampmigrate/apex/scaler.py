@@ -95,6 +95,7 @@ class Scaler:
             return
         # The scaler must exist on both paths: build it before the `if`, disabled when the
         # condition is false, and drop the initialize (and the if, when nothing is left).
+        self.made_before = holder
         self.plan.edits[inner] = lambda _u: (
             cst.FlattenSentinel(assigned) if assigned else cst.RemoveFromParent()
         )
@@ -309,9 +310,11 @@ class Scaler:
                 f"before the `if`, the GradScaler would be made again, turned off, by the next "
                 "call; make it once, where the object is set up, by hand",
             )
+        place = self.early or self.made_before or setup.statement  # (the line comes before it)
         early = next(
             (n for n in self._subtree(home.body) if isinstance(n, cst.Return)
-             and self.order[id(n)] < self.order[id(setup.statement)]
+             and self.order[id(n)] < self.order[id(place)]
+             and not self.within(n, place)
              and self.function(n) is home),
             None,
         )  # fmt: skip
