@@ -4174,8 +4174,8 @@ GATED = APEX / "version_gated.py"
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        # a string comparison is no version test ("1.10" < "1.6" is true)
-        ('version.parse(torch.__version__) < version.parse("1.6")', 'torch.__version__ < "1.6"'),
+        # compared as text, with a bound that text order does not keep constant from 2.0 on
+        ('version.parse(torch.__version__) < version.parse("1.6")', 'torch.__version__ < "2.5"'),
         # apex still runs on torch 1.10-1.12: not constant on every torch with torch.amp
         ('version.parse("1.6")', 'version.parse("1.13")'),
         # a flag a function can rebind is no constant: its tests stay, and apex with them
@@ -15643,3 +15643,21 @@ def test_initialize_in_an_if_in_the_else_of_another_is_enabled_by_both_tests():
             assert losses[0] == pytest.approx(losses[1], rel=2e-3, abs=1e-4), (fp16, gpus)
         assert migrated["Trainer"](True, torch.nn.Linear(4, 2), 1).scaler.is_enabled()
         assert not migrated["Trainer"](True, torch.nn.Linear(4, 2), 2).scaler.is_enabled()
+
+
+def test_a_gate_that_compares_the_version_as_text_is_folded_and_says_where_it_differed():
+    """The 80th review (siim2021's detector): `torch.__version__ < "1.6"` compares text, so
+    torch 1.10 to 1.13 took the apex path ("1.10" sorts before "1.6"); from torch 2.0 on it is
+    constant. It was refused as no version test; the apex path goes, and the finding says
+    that those versions run the native path now."""
+    source = GATED.read_text().replace(
+        'version.parse(torch.__version__) < version.parse("1.6")', 'torch.__version__ < "1.6"'
+    )
+    out, remaining, fixed = fix_source(source, unsafe=True)
+    [finding] = [d for d in fixed if d.code == "AMP303"]
+    assert "from apex" not in out and not [d for d in remaining if d.code == "AMP303"], out
+    assert "from 2.0 on (it compares the version as text)" in finding.message
+    assert "and for torch 1.10 to 1.13, where the text comparison took it too" in finding.message
+    assert out == fix_source(GATED.read_text(), unsafe=True)[0].replace(
+        'version.parse(torch.__version__) < version.parse("1.6")', 'torch.__version__ < "1.6"'
+    )

@@ -23,6 +23,12 @@ from ampmigrate.replace import ReplaceNodes
 # every torch that has native AMP's device-generic API is at least this
 _NATIVE = (1, 10)
 _PARSERS = {"parse", "Version", "LooseVersion", "StrictVersion", "parse_version"}
+_TEXT_ORDER = {
+    cst.LessThan: lambda version, bound: version < bound,
+    cst.LessThanEqual: lambda version, bound: version <= bound,
+    cst.GreaterThan: lambda version, bound: version > bound,
+    cst.GreaterThanEqual: lambda version, bound: version >= bound,
+}
 _WHICH = {
     cst.LessThan: lambda native, bound: native < bound,
     cst.LessThanEqual: lambda native, bound: native <= bound,
@@ -68,6 +74,9 @@ class VersionGates:
 
     def _bound(self, test: cst.Comparison) -> str:
         """The version a gate compares with, as written (``1.6``)."""
+        text = self._string_gate(test)
+        if text is not None:
+            return text
         return str(self._parsed(test.comparisons[0].comparator).evaluated_value)
 
     def _gate_value(self, test: cst.BaseExpression) -> bool | None:
@@ -77,6 +86,11 @@ class VersionGates:
         if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
             return None
         target = test.comparisons[0]
+        text = self._string_gate(test)
+        if text is not None:  # `torch.__version__ >= "1.6"`: text order, on torch >= 2.0
+            which = _TEXT_ORDER.get(type(target.operator))
+            answers = {which(f"2.{minor}.0", text) for minor in range(0, 100)} if which else ()
+            return next(iter(answers)) if len(answers) == 1 else None
         left, right = self._parsed(test.left), self._parsed(target.comparator)
         if left is None or right is None or not isinstance(right, cst.SimpleString):
             return None
@@ -89,6 +103,16 @@ class VersionGates:
         # the same answer for the oldest native-AMP torch and for any later one
         now, later = which(_NATIVE, bound), which((99, 0), bound)
         return now if now == later else None
+
+    def _string_gate(self, test: cst.Comparison) -> str | None:
+        """The version ``torch.__version__`` is compared with as text (``>= "1.6"``), else
+        None (the siim2021 detector, the 80th review)."""
+        right = test.comparisons[0].comparator
+        if not isinstance(right, cst.SimpleString) or _version(str(right.evaluated_value)) is None:
+            return None
+        if self.module.code_for_node(test.left).replace(" ", "") != "torch.__version__":
+            return None
+        return str(right.evaluated_value)
 
     def _version_gated(self) -> str | None:
         """Fold the gates and flags; keep the result only when no apex call survives it. The
@@ -130,14 +154,25 @@ class VersionGates:
         lines = ", ".join(str(self.line(g)) for g, _ in gates)
         self.plan.min_torch = None  # nothing new is written: the native path stays
         bounds = sorted({self._bound(g.test) for g, _ in gates})
+        # (a test of the version as text, `torch.__version__ >= "1.6"`, is constant from
+        # torch 2.0 on; on 1.10 to 1.13 "1.10" sorts before "1.6" and it took the apex path)
+        texts = any(self._string_gate(g.test) is not None for g, _ in gates)
         self.plan.summary = (
             "apex.amp runs here only on a torch older than native AMP: the version test "
-            f"(line {lines}) is constant on every torch with torch.amp, so the apex path goes "
-            "and the native one stays"
+            f"(line {lines}) is constant on every torch with torch.amp"
+            + (" from 2.0 on (it compares the version as text)" if texts else "")
+            + ", so the apex path goes and the native one stays"
         )
         self.plan.notes.append(
             f"behaviour change: the path for torch older than {' / '.join(bounds)} (apex) is "
-            "gone; on any later torch the program runs exactly as before"
+            "gone"
+            + (
+                ', and for torch 1.10 to 1.13, where the text comparison took it too ("1.10" '
+                'sorts before "1.6"): the native one runs there now; from torch 2.0 on'
+                if texts
+                else "; on any later torch"
+            )
+            + " the program runs exactly as before"
             + (f"; {folded} test(s) of the flags it set were folded" if folded else "")
             + (f"; {repeated} `elif` that repeated an earlier test went" if repeated else "")
         )
