@@ -888,10 +888,12 @@ def test_a_splat_of_a_dict_built_in_the_function_is_mapped_and_builds_the_same_o
 
 def test_a_splat_whose_keys_are_not_all_visible_is_refused_with_the_reason():
     cases = {
-        "kw = dict(kw, lr=2.0)": "line 11 uses `kw` in a way that may change it",
+        "kw = dict(kw, lr=2.0)": "line 11 binds `kw` to a value whose keys are not all literal",
         "configure(kw)": "line 11 uses `kw` in a way that may change it",
         "kw[args.key] = 1.0": "line 11 uses `kw` in a way that may change it",
-        "kw = load()": "line 11 uses `kw` in a way that may change it",
+        "kw = load()": "line 11 binds `kw` to a value whose keys are not all literal",
+        # (the 81st review's AdvXL: "uses" was said of the line that builds it)
+        "kw = dict(lr=2.0, **args.extra)": "line 11 binds `kw` to a value whose keys are not",
         "kw.update(args.extra)": "line 11 uses `kw` in a way that may change it",
         "kw['set_grad_none'] = True": "`**kw` may carry `set_grad_none`, which the fix must drop",
         "kw['maximize'] = True": "`maximize`, which apex's signature lacks and `torch.optim.SGD`",

@@ -56,6 +56,11 @@ def splat_keys(names: Names, call: ast.Call, value: ast.expr) -> Keys:
         if not (isinstance(node, ast.Name) and node.id == name) or node is value:
             continue
         use = _use(names, node)
+        if use is None and isinstance(node.ctx, ast.Store):  # (the 81st review's AdvXL:
+            raise NoFix(  # `opt_args = dict(weight_decay=wd, **kwargs)` was "a use")
+                f"{unknown}: line {node.lineno} binds `{name}` to a value whose keys are not "
+                "all literal (a `**` splat, a call, a name)"
+            )
         if use is None:
             raise NoFix(f"{unknown}: line {node.lineno} uses `{name}` in a way that may change it")
         kind, keys = use
