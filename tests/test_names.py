@@ -268,3 +268,29 @@ def test_exclusive_arms_and_contradictory_tests(code: str, exclusive: bool) -> N
     names, first, second = _two_calls(code)
     assert names.exclusive(first, second) is exclusive
     assert names.exclusive(second, first) is exclusive
+
+
+def test_an_import_the_next_import_of_the_same_name_replaces_is_never_seen() -> None:
+    """cosmo-3D (the 78th review): `from apex import amp`, then `import torch.cuda.amp as amp`
+    right after it: no code of the module runs between the two, so every later read is
+    torch's (AMP101/AMP102 called apex's binding "a fallback" and graded their fixes unsafe).
+    A rebinding under an `if`, or after other code, leaves both."""
+    code = """\
+        from apex import amp, optimizers
+        import os
+        import torch.cuda.amp as amp
+        def train():
+            return amp.GradScaler(), amp
+        x = amp.autocast
+    """
+    assert _resolve(code, "amp.GradScaler") == {"torch.cuda.amp.GradScaler"}
+    assert _resolve(code, "amp", nth=2) == {"torch.cuda.amp"}
+    assert _resolve(code, "amp.autocast") == {"torch.cuda.amp.autocast"}
+    for between in ("x = 1\n        ", "if os.environ:\n            "):
+        kept = code.replace(
+            "import torch.cuda.amp as amp", between + "import torch.cuda.amp as amp"
+        )
+        assert _resolve(kept, "amp.GradScaler") == {
+            "torch.cuda.amp.GradScaler",
+            "apex.amp.GradScaler",
+        }, between
