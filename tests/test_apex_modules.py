@@ -4308,3 +4308,55 @@ def test_a_probe_a_class_reads_goes_with_the_last_file_of_the_run_on_apex(
     else:
         [kept] = [d for d in mixin.diagnostics if d.code == "AMP303"]
         assert "trainer.py uses `AMPMixin` and still imports apex" in kept.message
+
+
+def test_a_setup_function_the_run_calls_twice_keeps_the_component(tmp_path):
+    """The 82nd review's a27: `setup(model, opt, fp16)`, then `setup(critic, copt, False)`:
+    the GradScaler made where `initialize` was (before its `if`, switched by `fp16`) was made
+    again, turned off, by the second call, and the model trained in float32 without scaling
+    (apex kept its amp state for the process). A file calls it twice: refused, saying so;
+    one call in each of two scripts (DPR's) is not that."""
+    (tmp_path / "msetup.py").write_text(
+        textwrap.dedent("""\
+        from apex import amp
+
+
+        def setup(model, optimizer, fp16=False):
+            if fp16:
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            return model, optimizer
+    """)
+    )
+    train = textwrap.dedent("""\
+        import torch
+
+        from msetup import setup
+
+
+        def train(fp16, batches):
+            net = torch.nn.Linear(4, 1)
+            model, opt = setup(net, torch.optim.SGD(net.parameters(), lr=0.1), fp16)
+            critic = torch.nn.Linear(4, 1)
+            critic, copt = setup(critic, torch.optim.SGD(critic.parameters(), lr=0.1), False)
+            for x, y in batches:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                if fp16:
+                    from apex import amp
+
+                    with amp.scale_loss(loss, opt) as scaled:
+                        scaled.backward()
+                else:
+                    loss.backward()
+                opt.step()
+    """)
+    (tmp_path / "train.py").write_text(train)
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    messages = _amp303(results)
+    assert "a file of this run calls it 2 times: each call would make it again" in (
+        messages["msetup.py"].message
+    ), messages["msetup.py"].message
+    (tmp_path / "train.py").write_text(train.replace("    critic, copt = setup(", "    # ("))
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert {Path(r.path).name for r in results if r.changed} == {"msetup.py", "train.py"}

@@ -584,6 +584,7 @@ class Scaler:
         """A disabled module-level GradScaler before ``home``, which rebinds it (``global``)
         where ``initialize`` was; every function of the file reads it, and autocast asks it."""
         home, name = setup.home, self.name
+        self._called_once(home)
         self.mode, setup.by_scaler, self.global_home = "module", True, home
         placeholder = cst.parse_statement(f'{name} = torch.amp.GradScaler("cuda", enabled=False)\n')
         declaration = cst.parse_statement(f"global {name}\n")
@@ -610,6 +611,31 @@ class Scaler:
             f"state here, `{name}` (disabled until `{home.name.value}` creates it where "
             "`amp.initialize` was; `global` there), read by every function of this file"
         )
+
+    def _called_once(self, home: cst.FunctionDef) -> None:
+        """The GradScaler is made where ``initialize`` was, each time ``home`` runs: a second
+        call (``setup(critic, copt, False)`` after ``setup(model, opt, fp16)``, the 82nd
+        review) would replace the module's GradScaler, turned off or with its scale reset,
+        where apex kept one amp state for the process. Refused where the run calls it more
+        than once in one file (or hands it on, or calls it in a loop)."""
+        refs = list(self._references(home.name.value))
+        shared = self.link.calls if self.link and self.link.shared else ()
+        calls = [r for r in refs if isinstance(self.parent(r), cst.Call)]
+        looped = [
+            r for r in calls
+            if any(isinstance(a, cst.For | cst.While) for a in self.ancestors(r))
+        ]  # fmt: skip
+        count = max(len(calls), *shared)  # (each importer a script of its own: DPR's two)
+        if count > 1 or looped or len(calls) != len(refs):
+            where = f"{count} times" if count > 1 else "in a loop" if looped else "as a value"
+            self.problem(
+                home,
+                f"`{home.name.value}` makes the module's GradScaler where `amp.initialize` was, "
+                f"and {'a file of ' if count > len(calls) else ''}this run calls it {where}: "
+                "each call would make it again (turned off, "
+                "or with its loss scale reset, by the next), where apex kept one amp state "
+                "for the process; make the GradScaler once, by hand",
+            )
 
     def _initialized_elsewhere(self, readers: list[str], home: cst.FunctionDef) -> None:
         """A module on disk that calls ``amp.initialize`` itself and calls this file's
