@@ -1608,13 +1608,12 @@ def test_initialize_in_nested_ifs_is_enabled_by_both_tests():
         "    if fp16:\n        torch.cuda.init()\n        if torch.cuda.is_available():\n",
         "    if fp16:\n        if x is None:\n            return\n"
         "        if torch.cuda.is_available():\n",
-        "    if fp16:\n        pass\n    else:\n        if torch.cuda.is_available():\n",
     ],
 )
-def test_initialize_nested_after_other_statements_or_in_an_else_is_refused(shape):
+def test_initialize_nested_after_other_statements_is_refused(shape):
     """A statement between the two tests that may change what the inner one reads (a method
-    call on it) or leave first, and an `else:`, which runs where the outer test fails: `a and
-    b` is not the test there."""
+    call on it) or leave first. (In an `else:`, which runs where the outer test fails, the
+    test is `not a and b`: rewritten, see the DTennant test below.)"""
     source = NESTED.replace("    if fp16:\n        if torch.cuda.is_available():\n", shape)
     [finding] = [d for d in check_source(source) if d.code == "AMP303"]
     assert finding.fix is None
@@ -15661,3 +15660,10 @@ def test_a_gate_that_compares_the_version_as_text_is_folded_and_says_where_it_di
     assert out == fix_source(GATED.read_text(), unsafe=True)[0].replace(
         'version.parse(torch.__version__) < version.parse("1.6")', 'torch.__version__ < "1.6"'
     )
+
+
+def test_initialize_in_nested_ifs_under_an_else_is_enabled_by_the_negated_outer_test():
+    shape = "    if fp16:\n        pass\n    else:\n        if torch.cuda.is_available():\n"
+    source = NESTED.replace("    if fp16:\n        if torch.cuda.is_available():\n", shape)
+    out, _ = _migrated(source)
+    assert "enabled=bool(not (fp16) and torch.cuda.is_available()))\n" in out, out
