@@ -443,3 +443,36 @@ def test_an_o2_script_with_a_guarded_import_or_a_meter_still_frees_the_layers(tm
         (root / "meters.py").write_text(beside)
     found = _amp303(run(_files(root), _settings()))
     assert found["layers.py"].fix == "unsafe", found["layers.py"].message
+
+
+@pytest.mark.parametrize(
+    ("call", "shown"),
+    [("kern(a=x, scale=2.0)", "no positional argument"), ("kern([x, x])", "`[x, x]` first")],
+)
+def test_a_wrapped_kernel_called_without_a_tensor_first_keeps_the_component(tmp_path, call, shown):
+    """The 82nd review's c16/c17: `kern = amp.float_function(_kernel)` (a call, not a
+    decorator) called by keyword only, or with a list first, from a model module that names
+    no apex: `torch.amp.custom_fwd` sets `_dtype` on the first positional argument and raised
+    (IndexError, AttributeError), with fp16 off too; apex cast those and ran."""
+    (tmp_path / "layers.py").write_text(
+        "import torch\nfrom apex import amp\n\n\ndef _kernel(a, scale=1.0):\n"
+        "    return a * scale\n\n\nkern = amp.float_function(_kernel)\n"
+    )
+    (tmp_path / "model.py").write_text(
+        "import torch\nfrom layers import kern\n\n\nclass Model(torch.nn.Linear):\n"
+        f"    def forward(self, x):\n        x = super().forward(x)\n        return {call}\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom apex import amp\nfrom model import Model\n\n\ndef main(batches):\n"
+        "    model = Model(4, 4)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        '    model, opt = amp.initialize(model, opt, opt_level="O1")\n'
+        "    for x in batches:\n        loss = model(x).sum()\n"
+        "        with amp.scale_loss(loss, opt) as scaled:\n            scaled.backward()\n"
+        "        opt.step()\n"
+    )
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["layers.py"].message
+    assert f"`kern` (layers.py:9) is a plain function, and model.py:8 calls it with {shown}" in (
+        message
+    ), message

@@ -245,7 +245,7 @@ def components(files: Iterable[tuple[str, bytes]]) -> dict[tuple[str, str], Cast
             initializing=tuple(sorted(f for f in group if f in initializing)),
             layers=tuple(sorted(f for f in group if f not in initializing)),
         )
-        unfit = _unfit_call(item, candidates, files)
+        unfit = _unfit_call(item, candidates, files, graph)
         if unfit is not None:
             item = replace(item, broken=unfit)
         out.update((key(f), item) for f in item.files)
@@ -338,10 +338,11 @@ def _literal_o2(call: ast.Call) -> bool:
     )
 
 
-def _plain_casts(file) -> list[ast.FunctionDef]:
-    """The functions of a layer module decorated with an apex cast member outside a class
-    body (a loss, not an autograd Function's ``forward`` nor a module's method): their first
-    argument is the caller's, on which ``custom_fwd`` sets attributes."""
+def _plain_casts(file) -> list[tuple[str, int]]:
+    """(name, line) of the functions of a layer module that an apex cast member wraps outside
+    a class body, decorated or called (``kern = amp.float_function(_kernel)``, the 82nd
+    review's c16; a loss, not an autograd Function's ``forward`` nor a module's method): their
+    first argument is the caller's, on which ``custom_fwd`` sets attributes."""
     found = []
     for use in _apex_uses(file.names):
         parent = file.names.parent(use)
@@ -350,12 +351,19 @@ def _plain_casts(file) -> list[ast.FunctionDef]:
             and use in parent.decorator_list
             and not isinstance(file.names.parent(parent), ast.ClassDef)
         ):
-            found.append(parent)
+            found.append((parent.name, parent.lineno))
+        if (  # (a use that is called is the call itself)
+            isinstance(use, ast.Call)
+            and isinstance(parent, ast.Assign)
+            and parent.value is use
+            and not isinstance(file.names.parent(parent), ast.ClassDef)
+        ):
+            found += [(t.id, parent.lineno) for t in parent.targets if isinstance(t, ast.Name)]
     return found
 
 
 def _unfit_call(
-    item: Casts, candidates: dict[str, bytes], files: list[tuple[str, bytes]]
+    item: Casts, candidates: dict[str, bytes], files: list[tuple[str, bytes]], graph: _Graph
 ) -> str | None:
     """Why ``custom_fwd`` cannot take the place of apex's cast on a plain function of the
     component's layers (None: it can): a call of it in the run that passes no positional
@@ -371,11 +379,12 @@ def _unfit_call(
                 trees[path] = None
         return trees[path]
 
+    run = {os.path.abspath(p) for p, _ in files}  # (and the modules the walks read, where
+    read = [(p, _read(p)) for p in graph.edges if p not in run]  # the calls are: c16's model)
     for layer in item.layers:
         file = _parsed(layer, candidates[layer])
-        for function in _plain_casts(file) if file is not None else ():
-            name = function.name
-            for path, data in files:
+        for name, defined in _plain_casts(file) if file is not None else ():
+            for path, data in [*files, *read]:
                 if name.encode() not in data:
                     continue
                 caller = tree(path, data)
@@ -387,17 +396,17 @@ def _unfit_call(
                     first = next((a for a in node.args), None)
                     if (
                         first is None
-                        or isinstance(first, ast.Constant)
+                        or isinstance(first, _NO_ATTRIBUTES)
                         or (
                             isinstance(first, ast.UnaryOp)
                             and isinstance(first.operand, ast.Constant)
                         )
                     ):
                         how = "no positional argument" if first is None else (
-                            f"the constant `{ast.unparse(first)}` first"
+                            f"`{ast.unparse(first)}` first"
                         )  # fmt: skip
                         return (
-                            f"`{name}` ({item.shown(layer)}:{function.lineno}) is a plain "
+                            f"`{name}` ({item.shown(layer)}:{defined}) is a plain "
                             f"function, and {item.shown(os.path.abspath(path))}:{node.lineno} "
                             f"calls it with {how}: its torch.amp form, `torch.amp.custom_fwd`, "
                             "sets attributes on the first positional argument and raises there "
@@ -406,6 +415,14 @@ def _unfit_call(
                             "by hand"
                         )
     return None
+
+
+# a first argument that takes no attributes (custom_fwd sets `_dtype` on it): a constant, a
+# display (apex cast inside lists and tuples: the 82nd review's c17), a splat of unknown ones
+_NO_ATTRIBUTES = (
+    ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp,
+    ast.DictComp, ast.GeneratorExp, ast.JoinedStr, ast.Lambda, ast.Starred,
+)  # fmt: skip
 
 
 def _loads_by_name(path: str) -> bool:
