@@ -4360,3 +4360,56 @@ def test_a_setup_function_the_run_calls_twice_keeps_the_component(tmp_path):
     (tmp_path / "train.py").write_text(train.replace("    critic, copt = setup(", "    # ("))
     results = run(_files(tmp_path), _settings(fix=True))
     assert {Path(r.path).name for r in results if r.changed} == {"msetup.py", "train.py"}
+
+
+@pytest.mark.parametrize(
+    "read",
+    ['ckpt["amp"]', 'ckpt.get("amp", {})', '"amp" in ckpt', 'torch.load(path)["amp"]'],
+)
+def test_a_checkpoint_key_another_file_reads_keeps_its_rename_refused(tmp_path, read):
+    """The 82nd review's b06, b07, b14, b15: the save and load of `"amp"` moved to `"scaler"`
+    in the files rewritten, while `resume.py`, which names no apex, read the old key from
+    the same checkpoint (KeyError, or None where guarded). Refused, naming the reader; a
+    configuration's `cfg["amp"]` is no checkpoint."""
+    (tmp_path / "ckpt.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        def save_checkpoint(path, model, optimizer):
+            torch.save({"model": model.state_dict(), "amp": amp.state_dict()}, path)
+    """)
+    )
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+        from ckpt import save_checkpoint
+
+
+        def main(path, batches):
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, opt = amp.initialize(model, opt, opt_level="O1")
+            for x, y in batches:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                with amp.scale_loss(loss, opt) as scaled:
+                    scaled.backward()
+                opt.step()
+            save_checkpoint(path, model, opt)
+    """)
+    )
+    resume = "import torch\n\n\ndef resume(path):\n    ckpt = torch.load(path)\n"
+    (tmp_path / "resume.py").write_text(resume + f"    return {read}\n")
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    message = _amp303(results)["ckpt.py"].message
+    assert 'moves the checkpoint key "amp" to "scaler" here, and resume.py:6 reads it' in message
+    (tmp_path / "resume.py").write_text(
+        "def flag(cfg):\n    return cfg['amp']\n"  # (a configuration: not a checkpoint)
+    )
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert {Path(r.path).name for r in results if r.changed} == {"ckpt.py", "train.py"}

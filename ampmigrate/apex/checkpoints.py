@@ -11,6 +11,7 @@ import libcst as cst
 
 from ampmigrate.apex.common import _HELPER, _appended, _code, _is_call_of, _Setup, lone_call
 from ampmigrate.apex.ondisk import _module_file
+from ampmigrate.apex.users import key_readers_on_disk
 
 
 class Checkpoints:
@@ -404,6 +405,19 @@ class Checkpoints:
                     f'"{self.name}": save and load would disagree; rename it by hand',
                 )
                 return
+        if not old or self.path is None:
+            return
+        readers = key_readers_on_disk(self.path, {k for k in old if isinstance(k, str)})
+        if readers:  # (the 82nd review's b07: `resume.py` read `ckpt["amp"]`: KeyError)
+            other, line, key = readers[0]
+            shown = os.path.relpath(other, os.path.dirname(os.path.abspath(self.path)))
+            first = next(n for n in renamed.values() if n.evaluated_value == key)
+            self.problem(
+                first,
+                f'the rewrite moves the checkpoint key "{key}" to "{self.name}" here, and '
+                f"{shown}:{line} reads it under the old name (a file the rewrite does not "
+                "change): it would find nothing there; rename it there too, by hand",
+            )
 
     def _subscript_of(self, node: cst.CSTNode) -> cst.Subscript | None:
         """The subscript ``x["amp"]`` whose only index is ``node``."""

@@ -145,6 +145,67 @@ def initializes_anywhere(path: str) -> bool:
     )
 
 
+def key_readers_on_disk(path: str, keys: set[str]) -> list[tuple[str, int, str]] | None:
+    """(file, line, key) where another file of ``path``'s project that names no apex reads or
+    tests one of the checkpoint ``keys`` (``ckpt["amp"]``, ``.get("amp")``, ``"amp" in ckpt``):
+    a reader the rewrite does not rename (the 82nd review's `resume.py`). None: too many
+    files to look at."""
+    path = os.path.abspath(path)
+    files = _project_files(path, every_folder=True, through_top=True)
+    if files is None:
+        return None
+    found = []
+    quoted = [q for k in keys for q in (f'"{k}"'.encode(), f"'{k}'".encode())]
+    for other in files:
+        data = _read(other) if other != path else b""
+        if b"apex" in data or b"load" not in data or not any(q in data for q in quoted):
+            continue
+        tree = _tree(other, data)
+        loaded = _loaded_names(tree) if tree is not None else set()
+        for node in ast.walk(tree) if tree is not None else ():
+            key, container = None, None
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                key, container = node.slice.value, node.value
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "pop", "setdefault")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                key, container = node.args[0].value, node.func.value
+            elif (
+                isinstance(node, ast.Compare)
+                and isinstance(node.left, ast.Constant)
+                and len(node.ops) == 1
+                and isinstance(node.ops[0], ast.In | ast.NotIn)
+            ):
+                key, container = node.left.value, node.comparators[0]
+            if isinstance(key, str) and key in keys and _a_load(container, loaded):
+                found.append((other, node.lineno, key))
+    return sorted(found)
+
+
+def _loaded_names(tree: ast.Module) -> set[str]:
+    """The names the module binds to what a ``load`` call returns (``ckpt = torch.load(p)``):
+    checkpoints, not configurations (a `cfg["amp"]` flag is no checkpoint key)."""
+    return {
+        t.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and _a_load(n.value, set())
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+
+
+def _a_load(node: ast.AST | None, loaded: set[str]) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in loaded
+    return isinstance(node, ast.Call) and (
+        getattr(node.func, "attr", None) or getattr(node.func, "id", "")
+    ).endswith("load")
+
+
 def users_on_disk(
     path: str, functions: list[str], imports: bool = False
 ) -> list[tuple[str, int, str]] | None:
