@@ -4413,3 +4413,37 @@ def test_a_checkpoint_key_another_file_reads_keeps_its_rename_refused(tmp_path, 
     )
     results = run(_files(tmp_path), _settings(fix=True))
     assert {Path(r.path).name for r in results if r.changed} == {"ckpt.py", "train.py"}
+
+
+def test_an_importer_that_uses_the_amp_state_keeps_the_initializing_file(tmp_path):
+    """The 82nd review's f03: `driver.py` runs `train.main(True)` and then saves
+    `amp.state_dict()`; `train.py` was rewritten alone, and the driver then called apex
+    uninitialized (AttributeError) or not at all (ImportError). Refused, naming it."""
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        def main(batches):
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model, opt = amp.initialize(model, opt, opt_level="O1")
+            for x, y in batches:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                with amp.scale_loss(loss, opt) as scaled:
+                    scaled.backward()
+                opt.step()
+            return model, opt
+    """)
+    )
+    (tmp_path / "driver.py").write_text(
+        "import torch\nfrom apex import amp\n\nimport train\n\nmodel, opt = train.main([])\n"
+        'torch.save({"amp": amp.state_dict()}, "last.pt")\n'
+    )
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    assert "driver.py imports this file and calls `amp.state_dict` (its line 7)" in (
+        _amp303(results)["train.py"].message
+    )

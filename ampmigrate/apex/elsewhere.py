@@ -27,13 +27,18 @@ from ampmigrate.apex.common import (
     without_optimizer,
 )
 from ampmigrate.apex.linkbase import _listed
+from ampmigrate.apex.ondisk import _project_files
 from ampmigrate.apex.siblings import _Graph, apex_siblings, initializing_imports, star_may_bind
+from ampmigrate.apex.strays import _parsed
 from ampmigrate.apex.users import apex_subclasses, user_texts
 from ampmigrate.apex.verdict import (
     APEX,
     SUPPORTED,
     no_rewrite,
 )
+
+# apex amp calls on the state `initialize` set up (a file that only makes these relies on it)
+_STATE_USES = frozenset({"state_dict", "load_state_dict", "scale_loss", "master_params"})
 
 
 def _publishes(node: cst.CSTNode, names: set[str]) -> bool:
@@ -504,6 +509,7 @@ class Elsewhere:
                     f"line {sibling.line} in code that only the apex branch reached: the rewrite "
                     "no longer uses it, and it keeps its own finding"
                 )
+        self._importers_with_state(linked, folder, graph)
         casts = self.casts if self.casts is not None and not self.casts.broken else None
         reached = {sibling.path for sibling in self.siblings}
         self._loaded_casts(casts, reached, folder, graph)
@@ -607,6 +613,37 @@ class Elsewhere:
                 f"after this file alone were migrated; {how}",
             )
         self._subclasses(linked, folder)
+
+    def _importers_with_state(self, linked: set[str], folder: str, graph: _Graph) -> None:
+        """A file of the project that imports this one and calls apex amp on the state this
+        file's ``initialize`` sets up (``import train; model, opt = train.main(True)``, then
+        ``amp.state_dict()``; the 82nd review's f03), without initializing it, and is not
+        rewritten with it: once this file is rewritten, nothing initializes apex for it."""
+        if not self.initialize_calls or self.path is None:
+            return
+        me = os.path.abspath(self.path)
+        stem = os.path.splitext(os.path.basename(me))[0].encode()
+        for other in _project_files(me, every_folder=True, through_top=True) or ():
+            if other == me or other in linked:
+                continue
+            data = _read(other)
+            if b"apex" not in data or stem not in data:
+                continue
+            parsed = _parsed(other, data)
+            if parsed is None or {"initialize", "init"} & set(parsed.members):
+                continue
+            used = sorted(set(parsed.members) & _STATE_USES)
+            if not used or me not in graph.targets_of(other):
+                continue
+            line = parsed.members[used[0]][0].lineno
+            self.problem(
+                min(self.initialize_calls, key=self.line),
+                f"{os.path.relpath(other, folder)} imports this file and calls `amp.{used[0]}` "
+                f"(its line {line}) on the amp state this file's `amp.initialize` sets up, "
+                "without initializing it: rewritten alone, this file would leave it calling "
+                "apex uninitialized; migrate the two together, by hand",
+            )
+            return
 
     def _subclasses(self, linked: set[str], folder: str) -> None:
         """A class whose method initializes amp, subclassed in another module that calls apex
