@@ -476,3 +476,27 @@ def test_a_wrapped_kernel_called_without_a_tensor_first_keeps_the_component(tmp_
     assert f"`kern` (layers.py:9) is a plain function, and model.py:8 calls it with {shown}" in (
         message
     ), message
+
+
+def test_a_layer_module_a_script_loads_by_a_literal_name_moves_with_it(tmp_path):
+    """The 82nd review's c05/c08: `importlib.import_module("layers")` made no import edge, so
+    the layer module with `amp.float_function` was refused alone while the script that
+    initializes was rewritten (its kernel then got float16, or apex was missing). A literal
+    name is an import: the two move together."""
+    (tmp_path / "layers.py").write_text(
+        "import torch\nfrom apex import amp\n\n\n@amp.float_function\n"
+        "def kernel(a):\n    return a * 2\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import importlib\n\nimport torch\nfrom apex import amp\n\n"
+        'layers = importlib.import_module("layers")\n\n\ndef main(batches):\n'
+        "    model = torch.nn.Linear(4, 4)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        '    model, opt = amp.initialize(model, opt, opt_level="O1")\n'
+        "    for x in batches:\n        loss = layers.kernel(model(x)).sum()\n"
+        "        with amp.scale_loss(loss, opt) as scaled:\n            scaled.backward()\n"
+        "        opt.step()\n"
+    )
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert {Path(r.path).name for r in results if r.changed} == {"layers.py", "train.py"}
+    layers = next(r for r in results if r.path.endswith("layers.py")).new_source.decode()
+    assert "@torch.amp.custom_fwd(" in layers and "apex" not in layers, layers

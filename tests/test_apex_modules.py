@@ -4447,3 +4447,50 @@ def test_an_importer_that_uses_the_amp_state_keeps_the_initializing_file(tmp_pat
     assert "driver.py imports this file and calls `amp.state_dict` (its line 7)" in (
         _amp303(results)["train.py"].message
     )
+
+
+def test_a_setup_module_another_file_loads_by_name_keeps_the_component(tmp_path):
+    """The 82nd review's a09: `importlib.import_module("msetup").setup(...)` in an evaluation
+    script was not seen as a use of `setup`: its forwards, cast by apex, ran in float32 after
+    the setup module and the trainer were rewritten. Refused, naming the loader."""
+    (tmp_path / "msetup.py").write_text(
+        textwrap.dedent("""\
+        from apex import amp
+
+
+        def setup(model, optimizer):
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            return model, optimizer
+    """)
+    )
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""\
+        import torch
+
+        from msetup import setup
+
+
+        def train(batches):
+            net = torch.nn.Linear(4, 1)
+            model, opt = setup(net, torch.optim.SGD(net.parameters(), lr=0.1))
+            for x, y in batches:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                from apex import amp
+
+                with amp.scale_loss(loss, opt) as scaled:
+                    scaled.backward()
+                opt.step()
+    """)
+    )
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert {Path(r.path).name for r in results if r.changed} == {"msetup.py", "train.py"}
+    (tmp_path / "evaluate.py").write_text(
+        "import importlib\n\nimport torch\n\n"
+        'S = importlib.import_module("msetup")\nmodel, _ = S.setup(torch.nn.Linear(4, 1), None)\n'
+    )
+    results = run(_files(tmp_path), _settings(fix=True))
+    assert not any(r.changed for r in results)
+    assert "evaluate.py:5 loads msetup.py by name (`msetup`)" in (
+        _amp303(results)["msetup.py"].message
+    )

@@ -9,6 +9,8 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
+from ampmigrate.apex.ondisk import _imported, _tree
+from ampmigrate.apex.siblings import loaded_by_name
 from ampmigrate.apex.strays import _File, _function, _parsed
 from ampmigrate.apex.users import _uses
 
@@ -231,6 +233,17 @@ def _checked(
             else f"the calls of {item.named} in {item.shown(path)} are not all found"
         )
         return replace(item, broken=reason)
+    for path, data in everything():  # (the 82nd review's a09: `importlib.import_module(
+        if b"import_module" not in data and b"__import__" not in data:  # "msetup").setup(...)`)
+            continue
+        tree = by_path[path].tree if path in by_path else _tree(path, data)
+        for node in loaded_by_name(tree) if tree is not None else ():
+            if item.callee in _imported(os.path.abspath(path), node):
+                return replace(item, broken=(
+                    f"{item.shown(os.path.abspath(path))}:{node.lineno} loads "
+                    f"{item.shown(item.callee)} by name (`{node.names[0].name}`), where the "
+                    f"rewrite cannot follow its uses of {item.named}"
+                ))  # fmt: skip
     return item
 
 
