@@ -4494,3 +4494,53 @@ def test_a_setup_module_another_file_loads_by_name_keeps_the_component(tmp_path)
     assert "evaluate.py:5 loads msetup.py by name (`msetup`)" in (
         _amp303(results)["msetup.py"].message
     )
+
+
+def test_a_script_that_imports_its_initializer_from_a_folder_beside_is_not_told_none_does(
+    cli, tmp_path
+):
+    """The 82nd review's F2: `scripts/train.py` (no package, no project marker) puts the
+    top folder on `sys.path` and imports `lib.setup_mod`, which initializes; checked alone it
+    was told "no file of the project initializes apex amp ... delete it or give it a plain
+    backward", false and harmful. The modules a file imports count, wherever they are."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "__init__.py").write_text("")
+    (tmp_path / "lib" / "setup_mod.py").write_text(
+        "from apex import amp\n\n\ndef setup(model, opt, fp16=False):\n    if fp16:\n"
+        '        model, opt = amp.initialize(model, opt, opt_level="O1")\n'
+        "    return model, opt\n"
+    )
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "train.py"
+    script.write_text(
+        textwrap.dedent("""\
+        import os
+        import sys
+
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        import torch
+        from lib.setup_mod import setup
+
+
+        def train(fp16, batches):
+            net = torch.nn.Linear(4, 1)
+            model, opt = setup(net, torch.optim.SGD(net.parameters(), lr=0.1), fp16)
+            for x, y in batches:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                if fp16:
+                    from apex import amp
+
+                    with amp.scale_loss(loss, opt) as scaled:
+                        scaled.backward()
+                else:
+                    loss.backward()
+                opt.step()
+
+
+        if __name__ == "__main__":
+            train("--fp16" in sys.argv, [])
+    """)
+    )
+    result = cli("check", "scripts/train.py", cwd=tmp_path)
+    assert "AMP303" in result.stdout, result.stdout
+    assert "no file of the project initializes" not in result.stdout, result.stdout
