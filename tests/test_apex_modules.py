@@ -4544,3 +4544,15 @@ def test_a_script_that_imports_its_initializer_from_a_folder_beside_is_not_told_
     result = cli("check", "scripts/train.py", cwd=tmp_path)
     assert "AMP303" in result.stdout, result.stdout
     assert "no file of the project initializes" not in result.stdout, result.stdout
+
+
+def test_the_setup_module_alone_is_told_to_run_with_its_importers(tmp_path):
+    """The 82nd review's F1: `fix` on DPR's setup module alone said "the rewrite pairs a file
+    that initializes with the modules it imports, not with its importers", which the run of
+    the whole folder shows false (it rewrites them together)."""
+    root = tmp_path / "project"
+    shutil.copytree(SHARED / "before", root)
+    setup = root / "retrieval" / "utils" / "model_setup.py"
+    [result] = run([setup], _settings(fix=True))
+    message = next(d for d in result.diagnostics if d.code == "AMP303").message
+    assert "give `fix` them all in one run" in message and "not with its importers" not in message

@@ -162,13 +162,13 @@ class Elsewhere:
         ):
             scaling = self._importers_that_scale(init)
             if scaling:
-                return (
+                return (  # (the 82nd review's F1: "not with its importers" was false)
                     f"no `amp.scale_loss` in this file: {scaling} takes "
                     f"`{self.function(init).name.value}` from this file and scales the loss "
-                    "with what it returns; the rewrite pairs a file that initializes with the "
-                    "modules it imports, not with its importers: migrate the two together by "
-                    "hand (the GradScaler made here and returned with the model and optimizer, "
-                    "or made there)"
+                    "with what it returns, and this run does not rewrite them with it: give "
+                    "`fix` them all in one run (where the function returns the models in a "
+                    "tuple and nothing else uses it, they are rewritten together; otherwise "
+                    "their findings say why), or migrate them together by hand"
                 )
             initializing = initializing_imports(self.path)
             if initializing:
