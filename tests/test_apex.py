@@ -15450,6 +15450,7 @@ def test_new_regions_indent_as_most_of_the_file_does():
     out, remaining, _ = fix_source(mixed, unsafe=True)
     assert not remaining and "autocast" in out, out
     assert not re.search(r"^ +\t", out, re.M), out
+    assert out.startswith("try:\n\timport os\nexcept ImportError:\n\tpass\n"), out  # (83rd)
     tabs = body.replace("    ", "\t")
     out, remaining, _ = fix_source(tabs, unsafe=True)
     assert not remaining and "\t\twith torch.amp.autocast" in out, out

@@ -206,7 +206,7 @@ def _planned(
     import libcst as cst
     from libcst.metadata import ParentNodeProvider, ScopeProvider
 
-    from ampmigrate.apex.facts import Walk, positions
+    from ampmigrate.apex.facts import SpelledIndent, Walk, positions
     from ampmigrate.apex.planner import ApexO1
     from ampmigrate.cstnames import scopes
 
@@ -220,6 +220,10 @@ def _planned(
         return [Finding(rule.code, message, where) for rule in rules]
     unit = indent_unit(source.text)
     if unit is not None and unit != module.default_indent:
+        # the blocks that were written with the first block's step keep it, spelled out (the
+        # 83rd review: an untouched `try` and function came out tab-indented); new ones take
+        # the file's usual step
+        module = module.visit(SpelledIndent(module.default_indent))
         module = module.with_changes(default_indent=unit)
     found: list[Finding] = []
     # What ``MetadataWrapper.visit`` does, each map made once for every rule: the parents

@@ -55,6 +55,21 @@ class _Walker(cst.CSTVisitor):
         pass
 
 
+class SpelledIndent(cst.CSTTransformer):
+    """Every block that takes the module's default indent gets it written out."""
+
+    def __init__(self, indent: str) -> None:
+        super().__init__()
+        self.indent = indent
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        if updated_node.indent is None:
+            return updated_node.with_changes(indent=self.indent)
+        return updated_node
+
+
 class _Positions(CodegenState):
     """A code generation pass that records where each node is, as ``PositionProvider`` does
     (a statement's own start, not its leading lines; a suite from its first statement), in
