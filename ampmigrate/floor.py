@@ -185,12 +185,12 @@ def _poetry_torch(pyproject: dict) -> Iterable[tuple[tuple[int, ...], str]]:
 
 def _poetry_table(table: dict) -> Iterable[tuple[tuple[int, ...], str]]:
     for name, value in table.items():
-        if name.lower() != "torch":
+        if name.lower() not in _TORCH_NAMES:  # (`pytorch`, the 83rd review)
             continue
         for item in value if isinstance(value, list) else [value]:
             spec = item.get("version") if isinstance(item, dict) else item
             if isinstance(spec, str) and (bound := poetry_bound(spec)) is not None:
-                yield bound, f'pyproject.toml: torch = "{spec}"'
+                yield bound, f'pyproject.toml: {name} = "{spec}"'
 
 
 def _lines(path: Path) -> list[str]:

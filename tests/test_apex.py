@@ -15409,6 +15409,9 @@ def train(model, optimizer, x):
         'APEX = [m for k, m in sys.modules.items() if k == "apex"]',
         'NAME = "apex"\nAPEX = NAME in sys.modules',
         'APEX = sys.modules.pop("apex", None)',
+        # the 83rd review: an alias of the table itself, and the table by name
+        'from sys import modules as loaded\nAPEX = loaded.get("apex")',
+        'APEX = getattr(sys, "modules").get("apex")',
     ],
 )
 def test_a_sys_modules_read_the_rewrite_cannot_follow_is_refused(read):
@@ -15417,7 +15420,10 @@ def test_a_sys_modules_read_the_rewrite_cannot_follow_is_refused(read):
     only while the file imports it, and the rewrite removes that import. Any read of the table
     but a lookup by a literal name (or `__name__`) is refused, naming the expression."""
     message = _message(SYS_MODULES_READ.replace("READ", read))
-    assert "reads `sys.modules` in a form the rewrite cannot follow" in message, message
+    assert (
+        "reads `sys.modules` in a form the rewrite cannot follow" in message
+        or "is apex's module only because this file imports it" in message
+    ), message
 
 
 def test_a_sys_modules_read_by_a_literal_other_name_keeps_the_rewrite():
@@ -15426,7 +15432,7 @@ def test_a_sys_modules_read_by_a_literal_other_name_keeps_the_rewrite():
     source = SYS_MODULES_READ.replace(
         "READ",
         'THIS = sys.modules[__name__]\nTORCH = sys.modules.get("torch")\n'
-        'HAS_NUMPY = "numpy" in sys.modules',
+        'HAS_NUMPY = "numpy" in sys.modules\nSUB = sys.modules.get(__name__ + ".helpers")',
     )
     out, _ = _migrated(source)
     assert "apex" not in out and "sys.modules[__name__]" in out, out
@@ -15657,7 +15663,9 @@ def test_a_gate_that_compares_the_version_as_text_is_folded_and_says_where_it_di
     [finding] = [d for d in fixed if d.code == "AMP303"]
     assert "from apex" not in out and not [d for d in remaining if d.code == "AMP303"], out
     assert "from 2.0 on (it compares the version as text)" in finding.message
-    assert "and for torch 1.10 to 1.13, where the text comparison took it too" in finding.message
+    assert "and for torch 1.10 / 1.11 / 1.12 / 1.13, where the text comparison took it too" in (
+        finding.message
+    )
     assert out == fix_source(GATED.read_text(), unsafe=True)[0].replace(
         'version.parse(torch.__version__) < version.parse("1.6")', 'torch.__version__ < "1.6"'
     )

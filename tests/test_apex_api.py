@@ -3171,3 +3171,83 @@ def test_an_apex_import_a_class_of_the_same_name_replaces_is_dead():
     based = source.replace("BertLayerNorm(nn.Module)", "BertLayerNorm(BertLayerNorm)")
     out, remaining, _ = _fix(based)  # (the class reads the import: not dead)
     assert "from apex" in out, out
+
+
+@pytest.mark.parametrize(
+    ("source", "refused"),
+    [
+        # the 83rd review's 4: a torch call on "cuda" in the `try` ran only where apex imported
+        (
+            "import torch\ntry:\n    from apex.normalization import FusedLayerNorm as LN\n"
+            '    _probe = torch.ones(1, device="cuda")\nexcept ImportError:\n'
+            "    LN = torch.nn.LayerNorm\nnorm = LN(4)\n",
+            True,
+        ),
+        # 5: the `try`'s `else:` runs only where the import did
+        (
+            "import torch\ntry:\n    from apex.normalization import FusedLayerNorm\n"
+            "except ImportError:\n    FusedLayerNorm = None\nelse:\n"
+            '    print("using apex")\n    NORM = FusedLayerNorm\n',
+            True,
+        ),
+        # 6: a use in a `def` of the `try`, beside a log
+        (
+            "import torch\ntry:\n    from apex.normalization import FusedLayerNorm\n"
+            '    print("using apex")\n\n    def make(n):\n        return FusedLayerNorm(n)\n'
+            "except ImportError:\n\n    def make(n):\n        return torch.nn.LayerNorm(n)\n",
+            True,
+        ),
+        # a class of the `try` whose methods call things is no statement the `try` runs
+        (
+            "import torch\ntry:\n    from apex.normalization import FusedLayerNorm as _F\n\n"
+            "    class Norm(_F):\n        def forward(self, x):\n"
+            "            return super().forward(x)\n\nexcept ImportError:\n    Norm = None\n",
+            False,
+        ),
+    ],
+)
+def test_what_the_try_of_an_apex_import_runs_is_read_as_it_runs(source, refused):
+    """The 83rd review: the refusal of a use in the `try` of its own import missed a torch
+    call on "cuda", the `try`'s `else:` and a use inside a `def` of the `try`; a method body
+    runs later and is not what the `try` runs."""
+    out, remaining, _ = _fix(source)
+    said = " ".join(d.message for d in remaining)
+    kept = "the `try` also runs line" in said or "only where apex is installed" in said
+    assert kept is refused, (out, said)
+    assert not refused or "from apex" in out, out
+
+
+@pytest.mark.parametrize(
+    ("read", "refused"),
+    [
+        ('from sys import modules as loaded\nOK = "apex" in loaded', True),
+        ('OK = "apex" in getattr(sys, "modules")', True),
+        ('OK = "numpy" in sys.modules.keys()', False),
+    ],
+)
+def test_every_spelling_of_the_module_table_is_read_for_apex(read, refused):
+    """The 83rd review's 1 and 3: `from sys import modules as loaded` and `getattr(sys,
+    "modules")` escaped the refusal (a guard then raised on every run); `"numpy" in
+    sys.modules.keys()` was refused as a read for apex."""
+    source = (
+        f"import sys\n\nimport torch\nfrom apex.optimizers import FusedAdam\n\n{read}\n\n\n"
+        "def build(params):\n    return FusedAdam(params, lr=1e-3)\n"
+    )
+    out, remaining, _ = _fix(source)
+    assert (out == source) is refused, out
+    assert any("reads `sys.modules` for apex" in d.message for d in remaining) is refused
+
+
+def test_a_class_that_reads_the_apex_name_in_a_star_annotation_keeps_the_import():
+    """The 83rd review's 8: `def __init__(self, *shape: FusedLayerNorm)` reads the import when
+    the class is made: it is not dead (the output raised NameError at import)."""
+    source = textwrap.dedent("""\
+        from apex.normalization import FusedLayerNorm
+
+
+        class FusedLayerNorm(object):
+            def __init__(self, *shape: FusedLayerNorm):
+                self.shape = shape
+    """)
+    out, _, _ = _fix(source)
+    assert "from apex.normalization import FusedLayerNorm" in out, out

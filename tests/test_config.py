@@ -164,7 +164,8 @@ def _declared_project(tmp_path: Path, files: dict[str, str]) -> None:
         {"environment.yml": "dependencies:\n  - pytorch-cpu=2.1.0\n  - pytorch-cuda=11.8\n"},
         {"environment.yml": 'dependencies:\n  - "pytorch=2.1"\n'},
         {"environment.yml": "dependencies:\n  - pytorch 2.1.*\n  - torchvision=0.2\n"},
-        # the 81st review: PyPI's `pytorch` placeholder, named for torch (WMSeg)
+        # the 81st and 83rd reviews: PyPI's `pytorch` placeholder, named for torch (WMSeg)
+        {"pyproject.toml": "[tool.poetry.dependencies]\npytorch = '^2.1'\n"},
         {"requirements.txt": "numpy\npytorch == 2.1.0\n"},
         {"setup.py": "from setuptools import setup\nsetup(install_requires=['pytorch>=2.1'])\n"},
     ],

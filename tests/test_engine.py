@@ -452,3 +452,12 @@ def test_a_name_mentioned_only_in_comments_or_plain_strings_is_unused():
     ), out
     for code in ('x: "amp.Scaler" = None\n', '__all__ = ["amp"]\n', 'y = cast("amp", z)\n'):
         assert remove_unused(text + code, [edit]) is None, code
+
+
+def test_a_message_is_one_line_at_every_boundary_splitlines_knows():
+    """The 83rd review: a form feed or U+2028 inside a quoted expression still split the
+    message for `str.splitlines` (the text format's one finding per line)."""
+    from ampmigrate.engine.analyze import _ONE_LINE
+
+    text = "a\fb\u2028c\x85d\r\ne\n  f"
+    assert _ONE_LINE.sub(" ", text).splitlines() == ["a b c d e f"]

@@ -156,19 +156,33 @@ class VersionGates:
         bounds = sorted({self._bound(g.test) for g, _ in gates})
         # (a test of the version as text, `torch.__version__ >= "1.6"`, is constant from
         # torch 2.0 on; on 1.10 to 1.13 "1.10" sorts before "1.6" and it took the apex path)
-        texts = any(self._string_gate(g.test) is not None for g, _ in gates)
+        texts = sorted(  # the torch 1.x releases with torch.amp whose text order differs
+            {
+                f"1.{minor}"
+                for g, value in gates
+                if self._string_gate(g.test) is not None
+                for minor in range(10, 14)
+                if _TEXT_ORDER[type(g.test.comparisons[0].operator)](
+                    f"1.{minor}.0", self._string_gate(g.test)
+                )
+                != value
+            },
+            key=lambda v: int(v.partition(".")[2]),
+        )
+        text_gate = any(self._string_gate(g.test) is not None for g, _ in gates)
         self.plan.summary = (
             "apex.amp runs here only on a torch older than native AMP: the version test "
             f"(line {lines}) is constant on every torch with torch.amp"
-            + (" from 2.0 on (it compares the version as text)" if texts else "")
+            + (" from 2.0 on (it compares the version as text)" if text_gate else "")
             + ", so the apex path goes and the native one stays"
         )
         self.plan.notes.append(
             f"behaviour change: the path for torch older than {' / '.join(bounds)} (apex) is "
             "gone"
             + (
-                ', and for torch 1.10 to 1.13, where the text comparison took it too ("1.10" '
-                'sorts before "1.6"): the native one runs there now; from torch 2.0 on'
+                f", and for torch {' / '.join(texts)}, where the text comparison took it too "
+                "(as text, a two-digit minor sorts before a one-digit one): the native one "
+                "runs there now; from torch 2.0 on"
                 if texts
                 else "; on any later torch"
             )

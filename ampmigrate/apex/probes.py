@@ -149,12 +149,14 @@ class InterpreterProbes:
         ``__name__`` (``x in sys.modules``, ``.get``, ``[x]``, ``"x" in sys.modules.keys()``):
         an alias, ``dict.get(sys.modules, ...)``, ``"ap" + "ex"``, ``.__getitem__`` may all ask
         for apex (the 79th review), and the rewrite cannot tell whether they do."""
+        if isinstance(node, cst.Call) and _table_by_name(node):
+            return True  # (`getattr(sys, "modules")`, `vars(sys)`: the 83rd review)
         if not (
             (
-                (isinstance(node, cst.Name) and node.value == "modules")
+                (isinstance(node, cst.Name) and node.value in self._table_names)
                 or (isinstance(node, cst.Attribute) and node.attr.value == "modules")
             )
-            and "sys.modules" in self.qualified(node)
+            and any(q.endswith("sys.modules") for q in self.qualified(node))
         ):
             return False
         parent = self.parent(node)
@@ -196,9 +198,33 @@ class InterpreterProbes:
             and self._named_key(comparison.left)
         )
 
+    @functools.cached_property
+    def _table_names(self) -> set[str]:
+        """``modules`` and what ``from sys import modules as loaded`` binds (the 83rd review)."""
+        return {"modules"} | {
+            a.asname.name.value
+            for n in self.nodes
+            if isinstance(n, cst.ImportFrom)
+            and n.module is not None
+            and _code(self.module, n.module) == "sys"
+            and not isinstance(n.names, cst.ImportStar)
+            for a in n.names
+            if a.name.value == "modules" and a.asname is not None
+            and isinstance(a.asname.name, cst.Name)
+        }  # fmt: skip
+
     @staticmethod
     def _named_key(node: cst.CSTNode) -> bool:
-        """A module name the reader can see: a plain literal string, or ``__name__``."""
+        """A module name the reader can see: a plain literal string, ``__name__``, or
+        ``__name__ + ".helpers"`` (a submodule of this one: the 83rd review)."""
+        if (
+            isinstance(node, cst.BinaryOperation)
+            and isinstance(node.operator, cst.Add)
+            and isinstance(node.left, cst.Name)
+            and node.left.value == "__name__"
+            and isinstance(node.right, cst.SimpleString)
+        ):
+            return True
         return (isinstance(node, cst.SimpleString) and "b" not in node.prefix.lower()) or (
             isinstance(node, cst.Name) and node.value == "__name__"
         )
@@ -304,3 +330,23 @@ class InterpreterProbes:
 _LOOKUPS = frozenset({
     "sys.modules.get", "importlib.util.find_spec", "importlib.find_loader", "pkgutil.find_loader",
 })  # fmt: skip
+
+
+def _table_by_name(call: cst.Call) -> bool:
+    """``getattr(sys, "modules")`` or ``vars(sys)``: the module table under another spelling."""
+    func = call.func.value if isinstance(call.func, cst.Name) else None
+    args = call.args
+    first = args[0].value if args else None
+    return (
+        func in ("getattr", "vars")
+        and isinstance(first, cst.Name)
+        and first.value == "sys"
+        and (
+            func == "vars"
+            or (
+                len(args) > 1
+                and isinstance(args[1].value, cst.SimpleString)
+                and args[1].value.evaluated_value == "modules"
+            )
+        )
+    )

@@ -625,7 +625,7 @@ class Scaler:
             r for r in calls
             if any(isinstance(a, cst.For | cst.While) for a in self.ancestors(r))
         ]  # fmt: skip
-        count = max(len(calls), *shared)  # (each importer a script of its own: DPR's two)
+        count = max([len(calls), *shared])  # (each importer a script of its own: DPR's two)
         if count > 1 or looped or len(calls) != len(refs):
             where = f"{count} times" if count > 1 else "in a loop" if looped else "as a value"
             self.problem(

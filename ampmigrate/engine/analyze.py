@@ -25,7 +25,8 @@ from ampmigrate.families import FAMILIES, family
 from ampmigrate.findings import Diagnostic, Finding, Span
 from ampmigrate.noqa import Suppressions
 
-_ONE_LINE = re.compile(r"[ \t]*(?:\r\n|\r|\n)\s*")
+# every boundary `str.splitlines` breaks at (form feed, U+2028 ...: the 83rd review)
+_ONE_LINE = re.compile(r"[ \t]*(?:\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029])\s*")
 
 
 def preload(rules: Iterable[Rule] = ()) -> None:

@@ -9,7 +9,13 @@ import os
 import re
 
 from ampmigrate.apex.api import table
-from ampmigrate.apex.api.common import _bound_names, _FallbackCall, _literal_in
+from ampmigrate.apex.api.common import (
+    _bound_names,
+    _catches_import_error,
+    _executed,
+    _FallbackCall,
+    _literal_in,
+)
 from ampmigrate.apex.api.splat import Keys, groups_carry, splat_keys
 from ampmigrate.apex.api.table import Target
 from ampmigrate.apex.users import type_tests_on_disk
@@ -578,8 +584,27 @@ class Calls:
         return None
 
     def _import_edits(self, node: ast.AST) -> tuple[ImportEdit, ...]:
-        """The imports of ``node``'s root name, to drop once unused (``import apex`` too)."""
+        """The imports of ``node``'s root name, to drop once unused (``import apex`` too); not
+        one in a ``try`` that also runs other code only where it succeeds (the 83rd review's
+        `torch.ones(1, device="cuda")` beside it, which would then run everywhere: the unused
+        import keeps its own finding, which says so)."""
         edits = list(self.names.import_edits(node))
+        root = node
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if isinstance(root, ast.Name):
+            kept = {
+                (b.node.module or "", b.alias.name, b.alias.asname)
+                for b in self.names.bindings(root)
+                if isinstance(b.node, ast.ImportFrom) and b.alias is not None
+                and self._guards_more(b.node, root.id)
+            } | {
+                (b.alias.name, None, b.alias.asname)
+                for b in self.names.bindings(root)
+                if isinstance(b.node, ast.Import) and b.alias is not None
+                and self._guards_more(b.node, root.id)
+            }  # fmt: skip
+            edits = [e for e in edits if (e.module, e.obj, e.asname) not in kept]
         while isinstance(node, ast.Attribute):
             node = node.value
         if isinstance(node, ast.Name):
@@ -588,6 +613,28 @@ class Calls:
                 if isinstance(binding.node, ast.Import) and alias and alias.asname is None:
                     edits.append(ImportEdit(alias.name, None, None))
         return tuple(edits)
+
+    def _guards_more(self, stmt: ast.stmt, name: str) -> bool:
+        """``stmt`` is an import in a ``try`` that catches ImportError and whose body (or
+        ``else:``) also runs code besides imports, constants and calls of ``name``."""
+        guard = self.names.parent(stmt)
+        if not (
+            isinstance(guard, ast.Try)
+            and any(s is stmt for s in guard.body)
+            and any(_catches_import_error(h) for h in guard.handlers)
+        ):
+            return False
+        for other in [*guard.body, *guard.orelse]:
+            if isinstance(other, ast.Import | ast.ImportFrom | ast.Pass):
+                continue
+            if isinstance(other, ast.Assign) and isinstance(other.value, ast.Constant):
+                continue
+            if any(
+                isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name) and n.func.id == name)
+                for n in _executed(other)
+            ):
+                return True
+        return False
 
     def _annotation(self, node: ast.AST) -> bool:
         """Inside an annotation, as its class or among its type arguments (``-> Tuple[DDP,

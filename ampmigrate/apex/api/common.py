@@ -4,6 +4,7 @@ binds, the fallback a call may take, the RMSNorm stand-in class."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
 from ampmigrate.engine.names import Names, dotted
 from ampmigrate.renames import NoFix
@@ -138,3 +139,20 @@ def _rms_class(name: str, apex_name: str, torch_name: str, indent: str) -> str:
         "        super().__init__(normalized_shape, eps, elementwise_affine)",
     ]
     return "".join(f"{indent}{line}\n" if line else "\n" for line in lines)
+
+
+def _executed(stmt: ast.stmt) -> Iterator[ast.AST]:
+    """The nodes running ``stmt`` runs: a ``def`` or ``lambda`` only defines its body (its
+    decorators, defaults and annotations run); a class runs its body's other statements
+    (fairseq's `class FusedLayerNorm(_FusedLayerNorm)` in the `try`: its methods run later)."""
+    pending: list[ast.AST] = [stmt]
+    while pending:
+        node = pending.pop()
+        yield node
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            arguments = node.args
+            pending += [*arguments.defaults, *(d for d in arguments.kw_defaults if d)]
+            if not isinstance(node, ast.Lambda):
+                pending += [*node.decorator_list, *(n for n in [node.returns] if n)]
+            continue
+        pending += ast.iter_child_nodes(node)

@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING
 
 from ampmigrate.apex.api import table
 from ampmigrate.apex.api.calls import Calls
-from ampmigrate.apex.api.common import _bound_names, _catches_import_error, _handler_flags
+from ampmigrate.apex.api.common import (
+    _bound_names,
+    _catches_import_error,
+    _executed,
+    _handler_flags,
+)
 from ampmigrate.apex.api.fallbacks import Fallbacks
 from ampmigrate.apex.api.table import TARGETS, Target
 from ampmigrate.apex.api.targets import Targets
@@ -41,8 +46,6 @@ from ampmigrate.engine.names import Names, dotted
 from ampmigrate.engine.source import Source
 from ampmigrate.findings import Edit, Finding, Fix
 from ampmigrate.renames import NoFix
-
-_SCOPES_OR_MODULE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.Module)
 
 if TYPE_CHECKING:
     from ampmigrate.engine import Settings
@@ -179,16 +182,29 @@ class _Planner(Targets, Calls, Fallbacks):
         name): the 81st review's guard raised on every run once the fixes dropped the file's
         only apex import. A lookup by another literal name, or ``__name__``, is not one."""
         lines = []
+        spelled = {"modules"} | {  # (`from sys import modules as loaded`: the 83rd review)
+            a.asname
+            for n in ast.walk(self.tree)
+            if isinstance(n, ast.ImportFrom) and n.module == "sys"
+            for a in n.names
+            if a.name == "modules" and a.asname
+        }
         for node in ast.walk(self.tree):
+            if isinstance(node, ast.Call) and _table_by_name(node):
+                lines.append(node.lineno)  # (`getattr(sys, "modules")`, `vars(sys)`)
+                continue
             if not (
                 (isinstance(node, ast.Attribute) and node.attr == "modules")
-                or (isinstance(node, ast.Name) and node.id == "modules")
-            ) or "sys.modules" not in self.names.qualified(node):
+                or (isinstance(node, ast.Name) and node.id in spelled)
+            ) or not any(q.endswith("sys.modules") for q in self.names.qualified(node)):
                 continue
             parent = self.names.parent(node)
             if isinstance(parent, ast.Attribute) and parent.value is node:
                 call = self.names.parent(parent)
                 key = call.args[0] if isinstance(call, ast.Call) and call.args else None
+                if parent.attr == "keys" and isinstance(call, ast.Call) and not call.args:
+                    compare = self.names.parent(call)  # (`"numpy" in sys.modules.keys()`)
+                    key = compare.left if isinstance(compare, ast.Compare) else None
             elif isinstance(parent, ast.Subscript) and parent.value is node:
                 key = parent.slice
             elif isinstance(parent, ast.Compare) and node in parent.comparators:
@@ -370,13 +386,14 @@ class _Planner(Targets, Calls, Fallbacks):
             root = root.value
         if not isinstance(root, ast.Name):
             return None
-        for guard in self.names.ancestors(node):
-            if isinstance(guard, _SCOPES_OR_MODULE):
+        for guard in self.names.ancestors(node):  # (through a `def` in the `try`: the 83rd
+            if isinstance(guard, ast.Module):  # review's 6)
                 return None
-            if not (
+            ran = [*guard.body, *guard.orelse] if isinstance(guard, ast.Try) else []
+            if not (  # (its `else:` also runs only where the import did: the 83rd review's 5)
                 isinstance(guard, ast.Try)
                 and any(_catches_import_error(h) for h in guard.handlers)
-                and any(self._inside(node, s) for s in guard.body)
+                and any(self._inside(node, s) for s in ran)
             ):
                 continue
             imports = [
@@ -389,17 +406,16 @@ class _Planner(Targets, Calls, Fallbacks):
             if not imports:
                 continue
             apex = {root.id}
-            for stmt in guard.body:
+            for stmt in ran:
                 if isinstance(stmt, ast.Import | ast.ImportFrom):
                     continue
-                for n in ast.walk(stmt):
-                    if isinstance(n, ast.Call) and not (
-                        (dotted(n.func) or "").startswith("torch.")
-                        or (isinstance(n.func, ast.Name) and n.func.id in apex)
-                        or (dotted(n.func) or ".").split(".")[0] in apex
-                    ):
+                for n in _executed(stmt):  # (only the apex name's own calls, which become
+                    if isinstance(n, ast.Call) and not (  # torch's constructors: a torch call
+                        (isinstance(n.func, ast.Name) and n.func.id in apex)  # on "cuda" may
+                        or (dotted(n.func) or ".").split(".")[0] in apex  # raise: the 83rd
+                    ):  # review's 4)
                         return imports[0], stmt.lineno
-                    if isinstance(n, ast.Lambda | ast.FunctionDef | ast.Import | ast.ImportFrom):
+                    if isinstance(n, ast.Import | ast.ImportFrom):
                         return imports[0], stmt.lineno
         return None
 
@@ -787,9 +803,31 @@ def _evaluated(stmt: ast.Assign | ast.ClassDef) -> list[ast.AST]:
     parts = [*stmt.bases, *stmt.keywords, *stmt.decorator_list]
     for inner in stmt.body:
         if isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef):
-            parts += [*inner.decorator_list, *inner.args.defaults, *inner.args.kw_defaults]
-            parts += [a.annotation for a in (*inner.args.args, *inner.args.kwonlyargs)]
+            arguments = inner.args
+            parts += [*inner.decorator_list, *arguments.defaults, *arguments.kw_defaults]
+            every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+            every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+            parts += [a.annotation for a in every]  # (`*shape: FusedLayerNorm`: the 83rd review)
             parts.append(inner.returns)
         else:
             parts.append(inner)
     return [n for part in parts if part is not None for n in ast.walk(part)]
+
+
+def _table_by_name(call: ast.Call) -> bool:
+    """``getattr(sys, "modules")`` or ``vars(sys)``: the module table under another spelling."""
+    func = call.func.id if isinstance(call.func, ast.Name) else None
+    first = call.args[0] if call.args else None
+    return (
+        func in ("getattr", "vars")
+        and isinstance(first, ast.Name)
+        and first.id == "sys"
+        and (
+            func == "vars"
+            or (
+                len(call.args) > 1
+                and isinstance(call.args[1], ast.Constant)
+                and call.args[1].value == "modules"
+            )
+        )
+    )
