@@ -746,7 +746,14 @@ class Initialize:
                 or outer in self.dissolved
             ):  # (a script's main block, `if amp is not None:`: no condition on precision)
                 return chain
-            if self.parent(located[0]) is not outer and not self._else_arm(located[0], outer):
+            if self.parent(located[0]) is not outer and not (
+                self._else_arm(located[0], outer)
+                and not any(  # (the tests inside run again in `enabled=`: no calls, the
+                    isinstance(n, cst.Call | cst.NamedExpr)  # 83rd review's 13)
+                    for h in chain
+                    for n in self._subtree(h.test)
+                )
+            ):
                 return None
             before = list(located[0].body)[: located[1]]
             if before and not self._test_holds(chain[0], before):
