@@ -4362,6 +4362,27 @@ def test_a_setup_function_the_run_calls_twice_keeps_the_component(tmp_path):
     assert {Path(r.path).name for r in results if r.changed} == {"msetup.py", "train.py"}
 
 
+# a script that initializes and scales once per batch (`head`: lines after its imports,
+# `tail`: its function's last statement)
+_ONE_STEP_LOOP = """\
+import torch
+from apex import amp
+{head}
+
+def main({params}):
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = amp.initialize(model, opt, opt_level="O1")
+    for x, y in batches:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        with amp.scale_loss(loss, opt) as scaled:
+            scaled.backward()
+        opt.step()
+    {tail}
+"""
+
+
 @pytest.mark.parametrize(
     "read",
     ['ckpt["amp"]', 'ckpt.get("amp", {})', '"amp" in ckpt', 'torch.load(path)["amp"]'],
@@ -4382,25 +4403,11 @@ def test_a_checkpoint_key_another_file_reads_keeps_its_rename_refused(tmp_path, 
     """)
     )
     (tmp_path / "train.py").write_text(
-        textwrap.dedent("""\
-        import torch
-        from apex import amp
-
-        from ckpt import save_checkpoint
-
-
-        def main(path, batches):
-            model = torch.nn.Linear(4, 1)
-            opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            model, opt = amp.initialize(model, opt, opt_level="O1")
-            for x, y in batches:
-                loss = torch.nn.functional.mse_loss(model(x), y)
-                opt.zero_grad()
-                with amp.scale_loss(loss, opt) as scaled:
-                    scaled.backward()
-                opt.step()
-            save_checkpoint(path, model, opt)
-    """)
+        _ONE_STEP_LOOP.format(
+            head="\nfrom ckpt import save_checkpoint\n",
+            params="path, batches",
+            tail="save_checkpoint(path, model, opt)",
+        )
     )
     resume = "import torch\n\n\ndef resume(path):\n    ckpt = torch.load(path)\n"
     (tmp_path / "resume.py").write_text(resume + f"    return {read}\n")
@@ -4420,23 +4427,7 @@ def test_an_importer_that_uses_the_amp_state_keeps_the_initializing_file(tmp_pat
     `amp.state_dict()`; `train.py` was rewritten alone, and the driver then called apex
     uninitialized (AttributeError) or not at all (ImportError). Refused, naming it."""
     (tmp_path / "train.py").write_text(
-        textwrap.dedent("""\
-        import torch
-        from apex import amp
-
-
-        def main(batches):
-            model = torch.nn.Linear(4, 1)
-            opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            model, opt = amp.initialize(model, opt, opt_level="O1")
-            for x, y in batches:
-                loss = torch.nn.functional.mse_loss(model(x), y)
-                opt.zero_grad()
-                with amp.scale_loss(loss, opt) as scaled:
-                    scaled.backward()
-                opt.step()
-            return model, opt
-    """)
+        _ONE_STEP_LOOP.format(head="", params="batches", tail="return model, opt")
     )
     (tmp_path / "driver.py").write_text(
         "import torch\nfrom apex import amp\n\nimport train\n\nmodel, opt = train.main([])\n"
