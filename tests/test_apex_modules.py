@@ -4547,3 +4547,18 @@ def test_the_setup_module_alone_is_told_to_run_with_its_importers(tmp_path):
     [result] = run([setup], _settings(fix=True))
     message = next(d for d in result.diagnostics if d.code == "AMP303").message
     assert "give `fix` them all in one run" in message and "not with its importers" not in message
+
+
+def test_a_model_returned_to_another_module_that_runs_it_is_stated_float32(tmp_path):
+    """The 82nd review's g13: `run_all.py` runs what `train.main(True)` returns; apex O1 cast
+    that forward (its patch stayed on), it runs in float32 now, and no finding said so."""
+    (tmp_path / "train.py").write_text(
+        _ONE_STEP_LOOP.format(head="", params="batches", tail="return model")
+    )
+    (tmp_path / "run_all.py").write_text(
+        "import torch\n\nimport train\n\nm = train.main([])\nprint(m(torch.randn(2, 4)))\n"
+    )
+    results = run(_files(tmp_path), _settings(fix=True))
+    message = _amp303(results)["train.py"].message
+    assert "behaviour change where another module runs what `main` returns" in message
+    assert "run_all.py:5 calls `main`" in message, message

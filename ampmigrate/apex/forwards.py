@@ -449,6 +449,7 @@ class Forwards:
                 "regions of this file's calls of it, and in float32 in any other call (apex O1 "
                 f"cast every forward after `initialize`, in the whole process): {_KEEP} there"
             )
+        self._returned_elsewhere(home, stored)
         if holder is not None:
             self._inherited_forwards(holder, stored)
             self._derived_forwards(holder, stored)
@@ -756,6 +757,43 @@ class Forwards:
         }
         plain = {m for m in models if "." not in m}
         return stored | _aliases(self._subtree(function.body), plain | stored)
+
+    def _returned_elsewhere(self, home: cst.CSTNode, models: set[str]) -> None:
+        """A module-level ``home`` that returns the initialized model, called by another
+        module (the 82nd review's g13: `m = train.main(True); m(x)` in `run_all.py`): apex O1
+        cast that forward, the process-wide patch still on; it runs in float32 now. Stated."""
+        if not isinstance(home, cst.FunctionDef) or self.parent(home) is not self.module:
+            return
+        returned = next(
+            (
+                n for n in self._subtree(home.body)
+                if isinstance(n, cst.Return) and n.value is not None
+                and self.function(n) is home
+                and any(
+                    _code(self.module, e) in models
+                    for e in ([x.value for x in n.value.elements]
+                              if isinstance(n.value, cst.Tuple) else [n.value])
+                )
+            ),
+            None,
+        )  # fmt: skip
+        if returned is None or self.path is None:
+            return
+        linked = {os.path.abspath(f) for f in self.link.files} if self.link else set()
+        users = [  # (a linked importer gets its own regions: DPR's trainers)
+            u for u in users_on_disk(self.path, [home.name.value]) or []
+            if os.path.abspath(u[0]) not in linked
+        ]  # fmt: skip
+        if users:
+            folder = os.path.dirname(os.path.abspath(self.path))
+            other, line, _ = users[0]
+            self.plan.notes.append(
+                f"behaviour change where another module runs what `{home.name.value}` returns: "
+                f"the initialized model (returned at line {self.line(returned)}; "
+                f"{os.path.relpath(other, folder)}:{line} calls `{home.name.value}`) runs its "
+                "forwards there outside any autocast region, in float32 now (apex O1 cast every "
+                f"forward after `initialize`, in the whole process): {_KEEP} there"
+            )
 
     def _callable_elsewhere(self, function: cst.CSTNode) -> bool:
         """``function`` may be called by code outside this file: a public method (its objects
