@@ -387,6 +387,12 @@ def _unfit_call(
             for path, data in [*files, *read]:
                 if name.encode() not in data:
                     continue
+                here = os.path.abspath(path)
+                near = graph.targets_of(here)  # (and through a package that re-exports it)
+                if here != layer and not (
+                    layer in near or any(layer in graph.targets_of(t) for t in near)
+                ):
+                    continue  # (another project's `nms` in the same run: the benchmark's odtk)
                 caller = tree(path, data)
                 for node in ast.walk(caller) if caller is not None else ():
                     func = node.func if isinstance(node, ast.Call) else None
