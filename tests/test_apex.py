@@ -15679,3 +15679,38 @@ def test_initialize_in_nested_ifs_under_an_else_is_enabled_by_the_negated_outer_
     # a test that calls something would run again in `enabled=` (the 83rd review's 13)
     called = source.replace("        if data:\n", "        if torch.cuda.is_available():\n")
     assert "nested in another `if`" in _message(called)
+
+
+def test_a_forward_under_the_project_s_own_float16_autocast_is_not_stated_float32():
+    """The 83rd review's 15: `eval` runs the model under its own `torch.autocast("cuda",
+    dtype=torch.float16)`; the note said it ran in float32 now, which is false."""
+    source = textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+
+        class Trainer:
+            def __init__(self, model):
+                self.model, self.opt = self.setup(model)
+
+            def setup(self, model):
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                model, opt = amp.initialize(model, opt, opt_level="O1")
+                return model, opt
+
+            def train(self, x, y):
+                loss = torch.nn.functional.mse_loss(self.model(x), y)
+                with amp.scale_loss(loss, self.opt) as scaled_loss:
+                    scaled_loss.backward()
+                self.opt.step()
+
+            def eval(self, x):
+                with torch.autocast("cuda", dtype=torch.float16):
+                    return self.model(x)
+    """)
+    (finding,) = [d for d in check_source(source) if d.code == "AMP303"]
+    assert "can be rewritten" in finding.message, finding.message
+    assert "forward in `eval`" not in finding.message, finding.message
+    switched = source.replace("dtype=torch.float16)", "dtype=torch.float16, enabled=False)")
+    (finding,) = [d for d in check_source(switched) if d.code == "AMP303"]
+    assert "forward in `eval` (line 22)" in finding.message, finding.message

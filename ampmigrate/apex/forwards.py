@@ -37,6 +37,12 @@ _WRAPS = frozenset({
 })  # fmt: skip
 
 
+_AUTOCASTS = frozenset({
+    "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
+    "torch.amp.autocast_mode.autocast",
+})  # fmt: skip
+
+
 def _grown(bound: list[tuple[str, object]], names: set[str], picks) -> set[str]:
     """The names of ``bound`` (name, value) whose value ``picks`` one of ``names`` or of the
     names found so far, to a fixed point."""
@@ -381,6 +387,8 @@ class Forwards:
                 continue  # (in a loop that holds `initialize`: _before_in_loop)
             if any(id(a) in wrapped for a in self.ancestors(node)):
                 continue
+            if self._in_own_autocast(node):
+                continue  # (the project's own float16 region: the 83rd review's 15)
             if (
                 function is not home
                 and func not in aliases[id(function)]
@@ -757,6 +765,26 @@ class Forwards:
         }
         plain = {m for m in models if "." not in m}
         return stored | _aliases(self._subtree(function.body), plain | stored)
+
+    def _in_own_autocast(self, node: cst.CSTNode) -> bool:
+        """``node`` runs in a ``with`` of torch's own autocast, in float16 and not switched:
+        the forward is cast there already, apex or not."""
+        for above in self.ancestors(node):
+            if not isinstance(above, cst.With):
+                continue
+            for item in above.items:
+                call = item.item
+                if not isinstance(call, cst.Call) or not any(
+                    q in _AUTOCASTS for q in self.qualified(call.func)
+                ):
+                    continue
+                keywords = {a.keyword.value: a.value for a in call.args if a.keyword}
+                dtype = keywords.get("dtype")
+                if "enabled" not in keywords and (
+                    dtype is None or _code(self.module, dtype) in ("torch.float16", "torch.half")
+                ):
+                    return True
+        return False
 
     def _returned_elsewhere(self, home: cst.CSTNode, models: set[str]) -> None:
         """A module-level ``home`` that returns the initialized model, called by another
