@@ -4562,3 +4562,39 @@ def test_a_model_returned_to_another_module_that_runs_it_is_stated_float32(tmp_p
     message = _amp303(results)["train.py"].message
     assert "behaviour change where another module runs what `main` returns" in message
     assert "run_all.py:5 calls `main`" in message, message
+
+
+def test_a_trainer_checked_alone_names_the_module_that_initializes_for_it(tmp_path):
+    """The 82nd review's F3: `fix train.py` alone, where `train` scales with what
+    `msetup.setup` returns, said only "`amp.initialize` is not in this file": the module that
+    initializes for it goes unnamed. It is named now."""
+    (tmp_path / "msetup.py").write_text(
+        "from apex import amp\n\n\ndef setup(model, opt):\n"
+        '    model, opt = amp.initialize(model, opt, opt_level="O1")\n    return model, opt\n'
+    )
+    train = tmp_path / "train.py"
+    train.write_text(
+        textwrap.dedent("""\
+        import torch
+        from apex import amp
+
+        from msetup import setup
+
+
+        def train(batches):
+            net = torch.nn.Linear(4, 1)
+            model, opt = setup(net, torch.optim.SGD(net.parameters(), lr=0.1))
+            for x, y in batches:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                with amp.scale_loss(loss, opt) as scaled:
+                    scaled.backward()
+                opt.step()
+
+
+        if __name__ == "__main__":
+            train([])
+    """)
+    )
+    [result] = run([train], _settings(fix=True))
+    message = next(d for d in result.diagnostics if d.code == "AMP303").message
+    assert "the `amp.initialize` it relies on is in msetup.py, which this file imports" in message

@@ -150,6 +150,22 @@ def initializes_anywhere(path: str) -> bool:
     )
 
 
+def initializer_imported(path: str) -> str | None:
+    """The module (relative to ``path``'s folder) that ``path`` imports, directly or through
+    one more module, and that calls ``amp.initialize``; None: none does."""
+    graph = _Graph()
+    here = os.path.abspath(path)
+    near = sorted(graph.targets_of(here))
+    for target in [*near, *sorted({t for n in near for t in graph.targets_of(n)} - set(near))]:
+        data = _read(target)
+        if target == here or b"apex" not in data or b"initialize(" not in data:
+            continue
+        parsed = _parsed(target, data)
+        if parsed is not None and "initialize" in parsed.members:
+            return os.path.relpath(target, os.path.dirname(here))
+    return None
+
+
 def key_readers_on_disk(path: str, keys: set[str]) -> list[tuple[str, int, str]] | None:
     """(file, line, key) where another file of ``path``'s project that names no apex reads or
     tests one of the checkpoint ``keys`` (``ckpt["amp"]``, ``.get("amp")``, ``"amp" in ckpt``):
