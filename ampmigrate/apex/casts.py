@@ -408,8 +408,9 @@ def _unfit_call(
                             and isinstance(first.operand, ast.Constant)
                         )
                     ):
+                        constant = isinstance(first, ast.Constant | ast.UnaryOp)
                         how = "no positional argument" if first is None else (
-                            f"`{ast.unparse(first)}` first"
+                            f"{'the constant ' if constant else ''}`{ast.unparse(first)}` first"
                         )  # fmt: skip
                         return (
                             f"`{name}` ({item.shown(layer)}:{defined}) is a plain "
