@@ -613,10 +613,10 @@ class Scaler:
         )
 
     def _called_once(self, home: cst.FunctionDef) -> None:
-        """The GradScaler is made where ``initialize`` was, each time ``home`` runs: a second
-        call (``setup(critic, copt, False)`` after ``setup(model, opt, fp16)``, the 82nd
-        review) would replace the module's GradScaler, turned off or with its scale reset,
-        where apex kept one amp state for the process. Refused where the run calls it more
+        """The GradScaler is made before the ``if`` around ``initialize``, each time ``home``
+        runs: a second call (``setup(critic, copt, False)`` after ``setup(model, opt, fp16)``,
+        the 82nd review) would replace the module's GradScaler with one turned off, where
+        apex, not initialized again, kept its amp state. Refused where the run calls it more
         than once in one file (or hands it on, or calls it in a loop)."""
         refs = list(self._references(home.name.value))
         shared = self.link.calls if self.link and self.link.shared else ()
@@ -626,6 +626,9 @@ class Scaler:
             if any(isinstance(a, cst.For | cst.While) for a in self.ancestors(r))
         ]  # fmt: skip
         count = max([len(calls), *shared])  # (each importer a script of its own: DPR's two)
+        if self.made_before is None:
+            return  # (made where `initialize` ran: apex reset its loss scale there too, each
+            # call; only one made before the `if` runs where apex did not initialize)
         if count > 1 or looped or len(calls) != len(refs):
             where = f"{count} times" if count > 1 else "in a loop" if looped else "as a value"
             self.problem(
