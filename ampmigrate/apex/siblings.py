@@ -59,13 +59,16 @@ class _Graph:
     trees: dict[str, ast.Module | None] = field(default_factory=dict)
     taken: dict[tuple[str, str], set[str] | None] = field(default_factory=dict)
     resolved: dict[ast.AST, list[str]] = field(default_factory=dict)
+    by_name: dict[str, bool] = field(default_factory=dict)  # the text may load modules by name
 
     def tree(self, path: str) -> ast.Module | None:
         """Each module parsed once a walk: the dormancy test asks every module of the
         program about every other (a scene-graph project's script: 1,209 parses of ~150
         files, 1 s)."""
         if path not in self.trees:
-            self.trees[path] = _tree(path, _read(path))
+            data = _read(path)
+            self.trees[path] = _tree(path, data)
+            self.by_name[path] = b"import_" in data
         return self.trees[path]
 
     def targets_of(self, path: str) -> set[str]:
@@ -84,7 +87,10 @@ class _Graph:
         if found is None:
             tree = self.tree(path)
             statements = [*_import_statements(tree.body)] if tree is not None else []
-            if tree is not None and b"import_" in _read(path):  # (`importlib.import_module`)
+            loads = self.by_name.get(path)  # (read with the tree: not read again; a tree
+            if loads is None:  # set from outside, the rewritten file's, has no text here)
+                loads = b"import_" in _read(path)
+            if tree is not None and loads:  # (`importlib.import_module`)
                 statements += loaded_by_name(tree)
             found = self.edges[path] = [
                 (target, node.lineno) for node in statements for target in self.targets(path, node)
